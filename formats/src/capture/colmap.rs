@@ -1,0 +1,793 @@
+//! COLMAP sparse models in text form (`cameras.txt`, `images.txt`, `points3D.txt`) and the layout
+//! of the directories that hold them.
+//!
+//! Source: COLMAP docs "Output Format" (text model) and "Camera Models";
+//! `src/colmap/scene/reconstruction_io.cc` (`ReadCamerasText`, `ReadImagesText`,
+//! `ReadPoints3DText`), `src/colmap/sensor/models.h` (parameter order of each model).
+//!
+//! `images.txt` poses (QW QX QY QZ TX TY TZ) are already world_to_camera in the OpenCV camera
+//! frame: `X_cam = R(q)·X_world + t`, with q a Hamilton quaternion (w first), normalised on read.
+//! COLMAP's principal point uses the corner-origin pixel convention, as [`Intrinsics`] does.
+//! Binary models (`*.bin`) are not read yet: a directory holding only those is
+//! [`Error::Unsupported`].
+//!
+//! NaN/Inf: a non-finite or out-of-range number on any line is an error naming file, line and
+//! column name; a zero quaternion likewise.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use super::{Capture, Distortion, Frame, Intrinsics, SfmPoints, sort_frames, warn_skipped};
+use crate::{Error, Result};
+
+/// Sub-directories of the given directory searched, in order, for a COLMAP model.
+const MODEL_DIRS: [&str; 8] = [
+    "",
+    "sparse/0",
+    "sparse",
+    "colmap/sparse/0",
+    "colmap/sparse",
+    "colmap",
+    "reconstruction",
+    "colmap/reconstruction",
+];
+
+/// COLMAP camera models and their parameter names, in COLMAP's order (`models.h`).
+const SUPPORTED_MODELS: [(&str, &[&str]); 5] = [
+    ("SIMPLE_PINHOLE", &["f", "cx", "cy"]),
+    ("PINHOLE", &["fx", "fy", "cx", "cy"]),
+    ("SIMPLE_RADIAL", &["f", "cx", "cy", "k"]),
+    ("RADIAL", &["f", "cx", "cy", "k1", "k2"]),
+    ("OPENCV", &["fx", "fy", "cx", "cy", "k1", "k2", "p1", "p2"]),
+];
+
+/// Read a COLMAP text model and locate its images.
+///
+/// Guaranteed: frames sorted by name, one per image of `images.txt` whose file exists (others are
+/// named in [`Capture::skipped`], with one warning); `points` is `Some` when `points3D.txt`
+/// exists (`None` if it does not), in file order. Ids may appear in any order. No pixels read.
+/// - `dir`: the model directory or a directory above it; the model (`cameras.txt`, `images.txt`)
+///   is looked for in `dir`, `dir/sparse/0`, `dir/sparse`, `dir/colmap/sparse/0`,
+///   `dir/colmap/sparse`, `dir/colmap`, `dir/reconstruction`, `dir/colmap/reconstruction`.
+///   Images (`NAME` column, relative) are looked for in `dir/images`, then in `images/` inside the
+///   model directory and up to three directories above it (`scene/sparse/0` → `scene/images`);
+///   the first that holds the first image (by name) wins, else the first that exists.
+///   [`Capture::source`] is the model directory.
+///
+/// # Errors
+/// [`Error::NotFound`] if no model is found; [`Error::Unsupported`] for a binary-only model or a
+/// camera model other than SIMPLE_PINHOLE, PINHOLE, SIMPLE_RADIAL, RADIAL, OPENCV (naming it);
+/// [`Error::InvalidLine`] naming file, line and column for a malformed line, a duplicate id or an
+/// unknown CAMERA_ID; [`Error::Invalid`] for an image listed twice; [`Error::Empty`] if no image
+/// file exists; [`Error::Io`] reading a file.
+///
+/// Source: COLMAP text model format (module doc).
+pub fn read_colmap(dir: &Path) -> Result<Capture> {
+    let model_dir = find_model_dir(dir)?;
+    let cameras_path = model_dir.join("cameras.txt");
+    let images_path = model_dir.join("images.txt");
+    let points_path = model_dir.join("points3D.txt");
+
+    let cameras = parse_cameras(&cameras_path, &read_text(&cameras_path)?)?;
+    let images = parse_images(&images_path, &read_text(&images_path)?, &cameras)?;
+    let points = if points_path.is_file() {
+        Some(parse_points(&points_path, &read_text(&points_path)?)?)
+    } else {
+        None
+    };
+
+    let images_dir = find_images_dir(dir, &model_dir, &images);
+    let listed = images.len();
+    let mut frames = Vec::with_capacity(listed);
+    let mut missing = Vec::new();
+    for image in images {
+        let image_path = images_dir.join(&image.name);
+        if !image_path.is_file() {
+            missing.push(image.name);
+            continue;
+        }
+        let (intrinsics, distortion) = cameras[&image.camera_id];
+        frames.push(Frame {
+            name: image.name,
+            image_path,
+            intrinsics,
+            distortion,
+            world_to_camera: image.world_to_camera,
+        });
+    }
+    missing.sort();
+    warn_skipped(&images_path, "image file missing", &missing, listed);
+    if frames.is_empty() {
+        let reason = if listed == 0 {
+            "images.txt lists no images".to_string()
+        } else {
+            format!(
+                "all {listed} images listed are missing from {} (first: `{}`); put the images \
+                 in an `images` directory next to the model",
+                images_dir.display(),
+                missing[0]
+            )
+        };
+        return Err(Error::Empty {
+            path: images_path,
+            what: "frames",
+            reason,
+        });
+    }
+    sort_frames(&images_path, "NAME", &mut frames)?;
+    Ok(Capture {
+        source: model_dir,
+        frames,
+        points,
+        skipped: missing,
+    })
+}
+
+fn read_text(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| Error::io(path, e))
+}
+
+/// First of [`MODEL_DIRS`] under `dir` holding `cameras.txt` and `images.txt`.
+fn find_model_dir(dir: &Path) -> Result<PathBuf> {
+    let candidates = MODEL_DIRS.iter().map(|sub| {
+        if sub.is_empty() {
+            dir.to_path_buf()
+        } else {
+            dir.join(sub)
+        }
+    });
+    let mut binary = None;
+    for candidate in candidates {
+        if candidate.join("cameras.txt").is_file() && candidate.join("images.txt").is_file() {
+            return Ok(candidate);
+        }
+        if binary.is_none() && candidate.join("cameras.bin").is_file() {
+            binary = Some(candidate);
+        }
+    }
+    if let Some(binary) = binary {
+        return Err(Error::Unsupported {
+            path: binary.join("cameras.bin"),
+            field: "format".into(),
+            found: "a binary COLMAP model (cameras.bin, images.bin)".into(),
+            supported: "the COLMAP text model; convert with `colmap model_converter \
+                        --output_type TXT`"
+                .into(),
+        });
+    }
+    Err(Error::NotFound {
+        path: dir.to_path_buf(),
+        what: "capture: transforms.json, or a COLMAP model (cameras.txt + images.txt) in the \
+               directory, sparse/0, sparse, colmap/sparse/0, colmap/sparse, colmap, \
+               reconstruction or colmap/reconstruction",
+    })
+}
+
+/// Images directory for a model: see [`read_colmap`].
+fn find_images_dir(dir: &Path, model_dir: &Path, images: &[ImageEntry]) -> PathBuf {
+    let mut candidates = vec![dir.join("images")];
+    candidates.extend(model_dir.ancestors().take(4).map(|a| a.join("images")));
+    let first = images.iter().map(|i| i.name.as_str()).min();
+    if let Some(first) = first
+        && let Some(found) = candidates.iter().find(|c| c.join(first).is_file())
+    {
+        return found.clone();
+    }
+    candidates
+        .iter()
+        .find(|c| c.is_dir())
+        .unwrap_or(&candidates[0])
+        .clone()
+}
+
+/// Data lines of a COLMAP text file: (1-based line number, trimmed text), skipping blank lines
+/// and `#` comments.
+fn data_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim()))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+}
+
+/// One text line being parsed, for errors that name file, line and column.
+struct Line<'a> {
+    path: &'a Path,
+    number: usize,
+    fields: Vec<&'a str>,
+}
+
+impl<'a> Line<'a> {
+    fn new(path: &'a Path, number: usize, text: &'a str) -> Line<'a> {
+        Line {
+            path,
+            number,
+            fields: text.split_whitespace().collect(),
+        }
+    }
+
+    fn error(&self, field: &str, expected: &str, found: String) -> Error {
+        Error::InvalidLine {
+            path: self.path.to_path_buf(),
+            line: self.number,
+            field: field.to_string(),
+            expected: expected.to_string(),
+            found,
+        }
+    }
+
+    /// Require at least `n` whitespace-separated fields, naming the first missing column.
+    fn require(&self, n: usize, columns: &[&str]) -> Result<()> {
+        if self.fields.len() < n {
+            let missing = columns.get(self.fields.len()).copied().unwrap_or("(field)");
+            return Err(self.error(
+                missing,
+                &format!("{n} fields ({})", columns.join(" ")),
+                format!("{} fields", self.fields.len()),
+            ));
+        }
+        Ok(())
+    }
+
+    fn parse<T: std::str::FromStr>(&self, index: usize, column: &str, expected: &str) -> Result<T> {
+        let raw = self.fields.get(index).copied().unwrap_or("");
+        raw.parse()
+            .map_err(|_| self.error(column, expected, format!("`{raw}`")))
+    }
+
+    fn finite(&self, index: usize, column: &str) -> Result<f64> {
+        let v: f64 = self.parse(index, column, "a finite number")?;
+        if !v.is_finite() {
+            return Err(self.error(column, "a finite number", format!("`{v}`")));
+        }
+        Ok(v)
+    }
+}
+
+/// `cameras.txt`: CAMERA_ID MODEL WIDTH HEIGHT PARAMS[] → intrinsics and distortion by id.
+fn parse_cameras(path: &Path, text: &str) -> Result<HashMap<u32, (Intrinsics, Distortion)>> {
+    let columns = ["CAMERA_ID", "MODEL", "WIDTH", "HEIGHT", "PARAMS[]"];
+    let mut cameras = HashMap::new();
+    for (number, text) in data_lines(text) {
+        let line = Line::new(path, number, text);
+        line.require(4, &columns)?;
+        let id: u32 = line.parse(0, "CAMERA_ID", "a camera id (unsigned integer)")?;
+        let model = line.fields[1];
+        let Some((_, names)) = SUPPORTED_MODELS.iter().find(|(m, _)| *m == model) else {
+            let supported: Vec<&str> = SUPPORTED_MODELS.iter().map(|(m, _)| *m).collect();
+            return Err(Error::Unsupported {
+                path: path.to_path_buf(),
+                field: format!("MODEL (line {number})"),
+                found: format!("camera model {model}"),
+                supported: supported.join(", "),
+            });
+        };
+        let width: u32 = line.parse(2, "WIDTH", "a width in pixels (positive integer)")?;
+        let height: u32 = line.parse(3, "HEIGHT", "a height in pixels (positive integer)")?;
+        if width == 0 || height == 0 {
+            let (column, v) = if width == 0 {
+                ("WIDTH", width)
+            } else {
+                ("HEIGHT", height)
+            };
+            return Err(line.error(column, "a positive number of pixels", v.to_string()));
+        }
+        let params = &line.fields[4..];
+        if params.len() != names.len() {
+            return Err(line.error(
+                "PARAMS[]",
+                &format!(
+                    "{} parameters for {model} ({})",
+                    names.len(),
+                    names.join(" ")
+                ),
+                format!("{} parameters", params.len()),
+            ));
+        }
+        let mut p = [0.0; 8];
+        for (k, name) in names.iter().enumerate() {
+            p[k] = line.finite(4 + k, name)?;
+        }
+        let (fx, fy, cx, cy, distortion) = match model {
+            "SIMPLE_PINHOLE" => (p[0], p[0], p[1], p[2], Distortion::None),
+            "PINHOLE" => (p[0], p[1], p[2], p[3], Distortion::None),
+            "SIMPLE_RADIAL" => (p[0], p[0], p[1], p[2], Distortion::SimpleRadial { k: p[3] }),
+            "RADIAL" => (
+                p[0],
+                p[0],
+                p[1],
+                p[2],
+                Distortion::Radial { k1: p[3], k2: p[4] },
+            ),
+            _ => (
+                p[0],
+                p[1],
+                p[2],
+                p[3],
+                Distortion::OpenCv {
+                    k1: p[4],
+                    k2: p[5],
+                    p1: p[6],
+                    p2: p[7],
+                },
+            ),
+        };
+        for (k, f) in [(0, fx), (1, fy)] {
+            if f <= 0.0 {
+                return Err(line.error(
+                    names[k],
+                    "a positive focal length in pixels",
+                    f.to_string(),
+                ));
+            }
+        }
+        let intrinsics = Intrinsics {
+            fx,
+            fy,
+            cx,
+            cy,
+            width,
+            height,
+        };
+        if cameras.insert(id, (intrinsics, distortion)).is_some() {
+            return Err(line.error("CAMERA_ID", "each camera id once", format!("{id} again")));
+        }
+    }
+    Ok(cameras)
+}
+
+/// One image of `images.txt`.
+#[derive(Debug)]
+struct ImageEntry {
+    name: String,
+    camera_id: u32,
+    world_to_camera: [[f64; 4]; 4],
+}
+
+/// `images.txt`: per image a line `IMAGE_ID QW QX QY QZ TX TY TZ CAMERA_ID NAME` followed by one
+/// POINTS2D line, which may be empty (read as COLMAP's `ReadImagesText` does: the line right after
+/// an image line, whatever it holds). NAME is the rest of the line (may contain spaces).
+fn parse_images(
+    path: &Path,
+    text: &str,
+    cameras: &HashMap<u32, (Intrinsics, Distortion)>,
+) -> Result<Vec<ImageEntry>> {
+    let columns = [
+        "IMAGE_ID",
+        "QW",
+        "QX",
+        "QY",
+        "QZ",
+        "TX",
+        "TY",
+        "TZ",
+        "CAMERA_ID",
+        "NAME",
+    ];
+    let mut images = Vec::new();
+    let mut ids = HashMap::new();
+    let mut lines = text.lines().enumerate();
+    while let Some((i, raw)) = lines.next() {
+        let text = raw.trim();
+        if text.is_empty() || text.starts_with('#') {
+            continue;
+        }
+        let number = i + 1;
+        let line = Line::new(path, number, text);
+        line.require(10, &columns)?;
+        let id: u32 = line.parse(0, "IMAGE_ID", "an image id (unsigned integer)")?;
+        let mut q = [0.0; 4];
+        for (k, column) in ["QW", "QX", "QY", "QZ"].into_iter().enumerate() {
+            q[k] = line.finite(1 + k, column)?;
+        }
+        let mut t = [0.0; 3];
+        for (k, column) in ["TX", "TY", "TZ"].into_iter().enumerate() {
+            t[k] = line.finite(5 + k, column)?;
+        }
+        let camera_id: u32 = line.parse(8, "CAMERA_ID", "a camera id (unsigned integer)")?;
+        if !cameras.contains_key(&camera_id) {
+            return Err(line.error(
+                "CAMERA_ID",
+                "a CAMERA_ID listed in cameras.txt",
+                camera_id.to_string(),
+            ));
+        }
+        let name = rest_after_fields(text, 9).replace('\\', "/");
+        let Some(rotation) = quaternion_to_rotation(q) else {
+            return Err(line.error("QW QX QY QZ", "a non-zero quaternion", format!("{q:?}")));
+        };
+        if let Some(previous) = ids.insert(id, number) {
+            return Err(line.error(
+                "IMAGE_ID",
+                "each image id once",
+                format!("{id}, also on line {previous}"),
+            ));
+        }
+        let mut world_to_camera = [[0.0; 4]; 4];
+        for r in 0..3 {
+            world_to_camera[r][..3].copy_from_slice(&rotation[r]);
+            world_to_camera[r][3] = t[r];
+        }
+        world_to_camera[3][3] = 1.0;
+        images.push(ImageEntry {
+            name,
+            camera_id,
+            world_to_camera,
+        });
+        // The POINTS2D line (2D observations; not needed here).
+        lines.next();
+    }
+    Ok(images)
+}
+
+/// The text after the first `n` whitespace-separated fields of `line`, trimmed.
+fn rest_after_fields(line: &str, n: usize) -> &str {
+    let mut rest = line.trim_start();
+    for _ in 0..n {
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        rest = rest[end..].trim_start();
+    }
+    rest.trim_end()
+}
+
+/// Rotation matrix (row-major) of the Hamilton quaternion `[w, x, y, z]`, normalised first;
+/// `None` for a zero quaternion.
+///
+/// Source: COLMAP `Eigen::Quaterniond::toRotationMatrix` (standard unit-quaternion formula).
+fn quaternion_to_rotation(q: [f64; 4]) -> Option<[[f64; 3]; 3]> {
+    let norm = q.iter().map(|v| v * v).sum::<f64>().sqrt();
+    if !(norm > 0.0 && norm.is_finite()) {
+        return None;
+    }
+    let [w, x, y, z] = q.map(|v| v / norm);
+    Some([
+        [
+            1.0 - 2.0 * (y * y + z * z),
+            2.0 * (x * y - w * z),
+            2.0 * (x * z + w * y),
+        ],
+        [
+            2.0 * (x * y + w * z),
+            1.0 - 2.0 * (x * x + z * z),
+            2.0 * (y * z - w * x),
+        ],
+        [
+            2.0 * (x * z - w * y),
+            2.0 * (y * z + w * x),
+            1.0 - 2.0 * (x * x + y * y),
+        ],
+    ])
+}
+
+/// `points3D.txt`: POINT3D_ID X Y Z R G B ERROR TRACK[] → positions and colours, file order.
+fn parse_points(path: &Path, text: &str) -> Result<SfmPoints> {
+    let columns = [
+        "POINT3D_ID",
+        "X",
+        "Y",
+        "Z",
+        "R",
+        "G",
+        "B",
+        "ERROR",
+        "TRACK[]",
+    ];
+    let mut points = SfmPoints::default();
+    let mut ids = HashMap::new();
+    for (number, text) in data_lines(text) {
+        let line = Line::new(path, number, text);
+        line.require(7, &columns)?;
+        let id: u64 = line.parse(0, "POINT3D_ID", "a point id (unsigned integer)")?;
+        let mut xyz = [0.0; 3];
+        for (k, column) in ["X", "Y", "Z"].into_iter().enumerate() {
+            xyz[k] = line.finite(1 + k, column)?;
+        }
+        let mut rgb = [0_u8; 3];
+        for (k, column) in ["R", "G", "B"].into_iter().enumerate() {
+            rgb[k] = line.parse(4 + k, column, "an 8-bit colour value 0..=255")?;
+        }
+        if let Some(previous) = ids.insert(id, number) {
+            return Err(line.error(
+                "POINT3D_ID",
+                "each point id once",
+                format!("{id}, also on line {previous}"),
+            ));
+        }
+        points.positions.push(xyz);
+        points.colors.push(rgb);
+    }
+    Ok(points)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::test_dataset;
+
+    fn maupertuis() -> Capture {
+        read_colmap(&test_dataset("capture-maupertuis-colmap")).unwrap()
+    }
+
+    #[test]
+    fn maupertuis_reads_four_frames_sorted_with_simple_pinhole() {
+        let capture = maupertuis();
+        let names: Vec<&str> = capture.frames.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["00.jpg", "01.jpg", "02.jpg", "03.jpg"]);
+        assert!(capture.skipped.is_empty());
+        assert!(capture.source.ends_with("colmap/reconstruction"));
+        for frame in &capture.frames {
+            assert!(frame.image_path.is_file());
+            assert!(
+                frame
+                    .image_path
+                    .parent()
+                    .unwrap()
+                    .ends_with("colmap/images")
+            );
+            assert_eq!(
+                frame.intrinsics,
+                Intrinsics {
+                    fx: 1847.53,
+                    fy: 1847.53,
+                    cx: 959.5,
+                    cy: 539.5,
+                    width: 1919,
+                    height: 1079,
+                }
+            );
+            assert_eq!(frame.distortion, Distortion::None);
+        }
+    }
+
+    #[test]
+    fn maupertuis_points_count_equals_point_lines() {
+        let capture = maupertuis();
+        let text = std::fs::read_to_string(capture.source.join("points3D.txt")).unwrap();
+        let lines = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty());
+        let n = lines.count();
+        assert_eq!(n, 1039);
+        let points = capture.points.unwrap();
+        assert_eq!(points.positions.len(), n);
+        assert_eq!(points.colors.len(), n);
+        // First data line: `708 -2.39675 4.62278 13.2759 57 57 49 …`.
+        assert_eq!(points.positions[0], [-2.39675, 4.62278, 13.2759]);
+        assert_eq!(points.colors[0], [57, 57, 49]);
+    }
+
+    #[test]
+    fn maupertuis_pose_comes_from_quaternion_and_translation() {
+        let capture = maupertuis();
+        // images.txt: `1 0.998245 -0.000889039 -0.0384732 -0.045019 3.24777 -2.58119
+        // -0.0457181 1 00.jpg`; R hand-computed from the normalised quaternion.
+        let m = capture.frames[0].world_to_camera;
+        assert_eq!(capture.frames[0].name, "00.jpg");
+        let want_r = [
+            [0.992986210427371, 0.08994832258967987, -0.07673125285300453],
+            [
+                -0.08981150599372138,
+                0.9959450016111242,
+                0.00523900343170764,
+            ],
+            [
+                0.07689134731703284,
+                0.001689091211446007,
+                0.9970380472573004,
+            ],
+        ];
+        for r in 0..3 {
+            for c in 0..3 {
+                assert!((m[r][c] - want_r[r][c]).abs() < 1e-12, "R[{r}][{c}]");
+            }
+        }
+        assert_eq!([m[0][3], m[1][3], m[2][3]], [3.24777, -2.58119, -0.0457181]);
+        assert_eq!(m[3], [0.0, 0.0, 0.0, 1.0]);
+        for frame in &capture.frames {
+            let (err, det) = super::super::rotation_error(&frame.world_to_camera);
+            assert!(
+                err < 1e-12 && (det - 1.0).abs() < 1e-12,
+                "{}: {err} {det}",
+                frame.name
+            );
+        }
+    }
+
+    fn model(dir: &Path, cameras: &str, images: &str, points: &str) {
+        std::fs::write(dir.join("cameras.txt"), cameras).unwrap();
+        std::fs::write(dir.join("images.txt"), images).unwrap();
+        std::fs::write(dir.join("points3D.txt"), points).unwrap();
+    }
+
+    fn image_file(path: &Path) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, b"not decoded by the reader").unwrap();
+    }
+
+    const CAMERAS: &str =
+        "# c\n1 PINHOLE 40 30 50 51 20 15\n2 OPENCV 40 30 50 51 20 15 0.1 0.2 0.3 0.4\n";
+
+    #[test]
+    fn colmap_reads_ids_in_any_order_with_empty_points2d_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let sparse = dir.path().join("sparse/0");
+        std::fs::create_dir_all(&sparse).unwrap();
+        let images = "# header\n\
+            7 1 0 0 0 1 2 3 2 b.png\n\
+            \n\
+            3 1 0 0 0 4 5 6 1 a.png\n\
+            1.0 2.0 -1\n";
+        model(&sparse, CAMERAS, images, "");
+        image_file(&dir.path().join("images/a.png"));
+        image_file(&dir.path().join("images/b.png"));
+        let capture = read_colmap(dir.path()).unwrap();
+        assert_eq!(capture.source, sparse);
+        assert_eq!(capture.frames.len(), 2);
+        let (a, b) = (&capture.frames[0], &capture.frames[1]);
+        assert_eq!((a.name.as_str(), b.name.as_str()), ("a.png", "b.png"));
+        assert_eq!(a.distortion, Distortion::None);
+        assert_eq!(
+            b.distortion,
+            Distortion::OpenCv {
+                k1: 0.1,
+                k2: 0.2,
+                p1: 0.3,
+                p2: 0.4
+            }
+        );
+        assert_eq!((a.intrinsics.fx, a.intrinsics.fy), (50.0, 51.0));
+        assert_eq!(b.world_to_camera[2][3], 3.0);
+        assert_eq!(capture.points, Some(SfmPoints::default()));
+    }
+
+    #[test]
+    fn colmap_reads_radial_models() {
+        let dir = tempfile::tempdir().unwrap();
+        let cameras = "1 SIMPLE_RADIAL 40 30 50 20 15 -0.1\n2 RADIAL 40 30 50 20 15 0.1 0.2\n";
+        let images = "1 1 0 0 0 0 0 0 1 a.png\n\n2 1 0 0 0 0 0 0 2 b.png\n\n";
+        model(dir.path(), cameras, images, "");
+        image_file(&dir.path().join("images/a.png"));
+        image_file(&dir.path().join("images/b.png"));
+        let capture = read_colmap(dir.path()).unwrap();
+        assert_eq!(
+            capture.frames[0].distortion,
+            Distortion::SimpleRadial { k: -0.1 }
+        );
+        assert_eq!(
+            capture.frames[1].distortion,
+            Distortion::Radial { k1: 0.1, k2: 0.2 }
+        );
+    }
+
+    #[test]
+    fn colmap_bad_lines_are_rejected_naming_file_line_and_field() {
+        let dir = tempfile::tempdir().unwrap();
+        image_file(&dir.path().join("images/a.png"));
+        let good_images = "1 1 0 0 0 0 0 0 1 a.png\n\n";
+        let cases: [(&str, &str, &str, &str); 7] = [
+            (
+                "1 PINHOLE 40 30 50 x 20 15\n",
+                good_images,
+                "cameras.txt:1:",
+                "`fy`",
+            ),
+            (
+                "#\n1 PINHOLE 40 30 50 51 20\n",
+                good_images,
+                "cameras.txt:2:",
+                "`PARAMS[]`",
+            ),
+            (
+                "1 PINHOLE 0 30 50 51 20 15\n",
+                good_images,
+                "cameras.txt:1:",
+                "`WIDTH`",
+            ),
+            (
+                CAMERAS,
+                "1 1 0 0 0 0 0 0 9 a.png\n\n",
+                "images.txt:1:",
+                "`CAMERA_ID`",
+            ),
+            (
+                CAMERAS,
+                "#\n#\n1 1 0 0 nan 0 0 0 1 a.png\n\n",
+                "images.txt:3:",
+                "`QZ`",
+            ),
+            (
+                CAMERAS,
+                "1 0 0 0 0 0 0 0 1 a.png\n\n",
+                "images.txt:1:",
+                "`QW QX QY QZ`",
+            ),
+            (
+                CAMERAS,
+                "1 1 0 0 0 0 0 1 a.png\n\n",
+                "images.txt:1:",
+                "`NAME`",
+            ),
+        ];
+        for (cameras, images, at, field) in cases {
+            model(dir.path(), cameras, images, "");
+            let err = read_colmap(dir.path()).unwrap_err();
+            let msg = err.to_string();
+            assert!(matches!(err, Error::InvalidLine { .. }), "{msg}");
+            assert!(
+                msg.contains(at) && msg.contains(field),
+                "want {at} {field}: {msg}"
+            );
+        }
+        model(
+            dir.path(),
+            CAMERAS,
+            good_images,
+            "1 0 0 0 255 255 256 0.5\n",
+        );
+        let msg = read_colmap(dir.path()).unwrap_err().to_string();
+        assert!(
+            msg.contains("points3D.txt:1:") && msg.contains("`B`"),
+            "{msg}"
+        );
+        model(
+            dir.path(),
+            CAMERAS,
+            good_images,
+            "1 0 0 0 1 2 3 0.5\n1 0 0 0 1 2 3 0.5\n",
+        );
+        let msg = read_colmap(dir.path()).unwrap_err().to_string();
+        assert!(
+            msg.contains("points3D.txt:2:") && msg.contains("line 1"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn colmap_unsupported_camera_model_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        model(
+            dir.path(),
+            "1 OPENCV_FISHEYE 40 30 50 51 20 15 0 0 0 0\n",
+            "1 1 0 0 0 0 0 0 1 a.png\n\n",
+            "",
+        );
+        let err = read_colmap(dir.path()).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Unsupported { .. }), "{msg}");
+        assert!(
+            msg.contains("OPENCV_FISHEYE") && msg.contains("line 1"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn colmap_with_all_images_missing_is_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        model(dir.path(), CAMERAS, "1 1 0 0 0 0 0 0 1 a.png\n\n", "");
+        let err = read_colmap(dir.path()).unwrap_err();
+        assert!(matches!(err, Error::Empty { .. }), "{err}");
+        assert!(err.to_string().contains("a.png"), "{err}");
+    }
+
+    #[test]
+    fn colmap_binary_only_model_is_unsupported() {
+        let dir = tempfile::tempdir().unwrap();
+        let sparse = dir.path().join("sparse/0");
+        std::fs::create_dir_all(&sparse).unwrap();
+        std::fs::write(sparse.join("cameras.bin"), [0_u8; 8]).unwrap();
+        let err = read_colmap(dir.path()).unwrap_err();
+        assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+        assert!(err.to_string().contains("model_converter"), "{err}");
+    }
+
+    #[test]
+    fn colmap_finds_images_above_a_given_model_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let sparse = dir.path().join("sparse/0");
+        std::fs::create_dir_all(&sparse).unwrap();
+        model(&sparse, CAMERAS, "1 1 0 0 0 0 0 0 1 sub dir/a b.png\n", "");
+        image_file(&dir.path().join("images/sub dir/a b.png"));
+        let capture = read_colmap(&sparse).unwrap();
+        assert_eq!(capture.frames[0].name, "sub dir/a b.png");
+        assert!(capture.frames[0].image_path.is_file());
+    }
+}

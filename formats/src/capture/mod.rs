@@ -1,0 +1,376 @@
+//! Captures: posed photographs of a scene, read from nerfstudio / instant-ngp `transforms*.json`
+//! files and COLMAP text models, plus their images (decode, downscale, undistort).
+//!
+//! This module owns the capture domain types ([`Capture`], [`Frame`], [`Intrinsics`],
+//! [`Distortion`], [`SfmPoints`], [`RgbImage`]) and the format dispatch ([`read_capture`]). Each
+//! input format is one file (`nerfstudio.rs`, `colmap.rs`); pixels live in `image.rs`, lens models
+//! in `distortion.rs`. Readers never load pixels (at most an image header, for a missing size).
+//!
+//! Conventions (fixed for every reader):
+//! - camera frame OpenCV: x right, y down, z forward (viewing direction);
+//! - poses are `world_to_camera`, f64, row-major 4×4 rigid transforms (`X_cam = R·X_world + t`);
+//! - pixel coordinates in pixels with the origin at the top-left corner of the top-left pixel, so
+//!   pixel (i, j) (column i, row j) has its centre at (i + 0.5, j + 0.5) — COLMAP's convention;
+//! - frames sorted by [`Frame::name`] (byte-wise string order), so hold-out by index is stable.
+//!
+//! NaN/Inf: a transforms.json frame whose matrix is not finite is skipped (listed in
+//! [`Capture::skipped`]); any other non-finite number a reader needs is an error naming the field.
+
+mod colmap;
+mod distortion;
+mod image;
+mod nerfstudio;
+
+use std::path::{Path, PathBuf};
+
+use crate::{Error, Result};
+
+pub use self::colmap::read_colmap;
+pub use self::distortion::{Distortion, undistort};
+pub use self::image::{RgbImage, load_rgb, scaled_size};
+pub use self::nerfstudio::read_transforms;
+
+/// Pinhole intrinsics of one image, in pixels.
+///
+/// Guaranteed by the readers: `fx`, `fy` > 0 and finite, `cx`, `cy` finite, `width`, `height` > 0.
+/// The principal point (`cx`, `cy`) is measured from the top-left corner of the top-left pixel
+/// (COLMAP convention: the centre of pixel (i, j) is at (i + 0.5, j + 0.5)), so rescaling an
+/// image rescales every field by the same factor with no half-pixel shift ([`Self::scaled_to`]).
+/// A camera-frame point (X, Y, Z) (OpenCV, Z > 0 in front) projects to
+/// `u = fx·X/Z + cx`, `v = fy·Y/Z + cy` before lens distortion.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Intrinsics {
+    /// Focal length along x (image columns), pixels.
+    pub fx: f64,
+    /// Focal length along y (image rows), pixels.
+    pub fy: f64,
+    /// Principal point x, pixels from the left edge of the image.
+    pub cx: f64,
+    /// Principal point y, pixels from the top edge of the image.
+    pub cy: f64,
+    /// Image width W, pixels.
+    pub width: u32,
+    /// Image height H, pixels.
+    pub height: u32,
+}
+
+impl Intrinsics {
+    /// These intrinsics for the same camera imaged at `width` × `height` pixels.
+    ///
+    /// Exact for any resize that maps the image rectangle onto the new one (what
+    /// [`load_rgb`] does): `fx·W'/W`, `cx·W'/W`, `fy·H'/H`, `cy·H'/H`. No rounding is applied; the
+    /// x and y factors differ when rounding the size changed the aspect ratio.
+    /// - `width`, `height`: the new size W' × H', pixels; should be > 0.
+    ///
+    /// # Panics
+    /// Never; if `self.width` or `self.height` is 0 the result holds non-finite values.
+    ///
+    /// Source: follows from the corner-origin pixel convention (COLMAP `Camera::Rescale`).
+    #[must_use]
+    pub fn scaled_to(&self, width: u32, height: u32) -> Intrinsics {
+        let sx = f64::from(width) / f64::from(self.width);
+        let sy = f64::from(height) / f64::from(self.height);
+        Intrinsics {
+            fx: self.fx * sx,
+            fy: self.fy * sy,
+            cx: self.cx * sx,
+            cy: self.cy * sy,
+            width,
+            height,
+        }
+    }
+}
+
+/// One posed image of a capture.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    /// Image file name relative to the capture's images directory, `/`-separated (e.g.
+    /// `0001.jpg`); unique within a capture; frames are sorted by it and hold-out picks by it.
+    /// For transforms.json it is `file_path` with a leading `./` and a leading `images/` (or
+    /// `images_<n>/`) directory removed, plus the extension found on disk if `file_path` had none.
+    pub name: String,
+    /// Path of the image file, as found on disk (joined to the directory the user gave).
+    pub image_path: PathBuf,
+    /// Pinhole intrinsics for the image at its full stored size.
+    pub intrinsics: Intrinsics,
+    /// Lens distortion in normalised camera coordinates; [`Distortion::None`] for pinhole data.
+    pub distortion: Distortion,
+    /// Rigid world → camera transform, row-major 4×4, OpenCV camera frame (x right, y down,
+    /// z forward), world units as the capture has them (metres only if the capture is metric).
+    /// The last row is exactly `[0, 0, 0, 1]`.
+    pub world_to_camera: [[f64; 4]; 4],
+}
+
+impl Frame {
+    /// Camera centre in world coordinates: `−Rᵀ t` of [`Frame::world_to_camera`].
+    #[must_use]
+    pub fn camera_center(&self) -> [f64; 3] {
+        let m = &self.world_to_camera;
+        let mut c = [0.0; 3];
+        for (k, ck) in c.iter_mut().enumerate() {
+            *ck = -(m[0][k] * m[0][3] + m[1][k] * m[1][3] + m[2][k] * m[2][3]);
+        }
+        c
+    }
+}
+
+/// A sparse structure-from-motion point cloud (e.g. COLMAP `points3D.txt`), `[N, 3]` each.
+///
+/// `positions[n]` and `colors[n]` describe point n; both have the same length N.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SfmPoints {
+    /// Point positions in the world frame of the capture's poses, `[N, 3]`, world units.
+    pub positions: Vec<[f64; 3]>,
+    /// Point colours, 8-bit sRGB as stored, `[N, 3]`.
+    pub colors: Vec<[u8; 3]>,
+}
+
+/// A posed image set read by [`read_capture`].
+///
+/// Guaranteed: `frames` is non-empty, sorted by name, names are unique, every `image_path`
+/// existed when read. Pixels are not loaded (use [`load_rgb`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Capture {
+    /// What was read: the transforms.json file, or the COLMAP model directory.
+    pub source: PathBuf,
+    /// The usable frames, sorted by [`Frame::name`].
+    pub frames: Vec<Frame>,
+    /// The sparse point cloud, when the format has one (COLMAP `points3D.txt`); `None` otherwise.
+    pub points: Option<SfmPoints>,
+    /// Names of frames listed by the source but skipped (missing image file, non-finite pose),
+    /// sorted; a warning listing them was logged.
+    pub skipped: Vec<String>,
+}
+
+/// Read a capture from a transforms.json file or a COLMAP text model, detected from `path`.
+///
+/// - `path`: one of
+///   - a `*.json` file: nerfstudio / instant-ngp `transforms.json` ([`read_transforms`]);
+///   - a directory holding `transforms.json`;
+///   - a COLMAP text model file (`cameras.txt`, `images.txt`, `points3D.txt`): its directory;
+///   - a COLMAP directory DIR: the model (`cameras.txt`, `images.txt`, optional `points3D.txt`)
+///     is looked for in DIR, DIR/sparse/0, DIR/sparse, DIR/colmap/sparse/0, DIR/colmap/sparse,
+///     DIR/colmap, DIR/reconstruction, DIR/colmap/reconstruction ([`read_colmap`]).
+///
+/// # Errors
+/// [`Error::NotFound`] if `path` does not exist or holds no recognised capture;
+/// [`Error::Unsupported`] for an unknown file type or a binary-only COLMAP model; otherwise the
+/// errors of [`read_transforms`] and [`read_colmap`].
+pub fn read_capture(path: &Path) -> Result<Capture> {
+    if path.is_file() {
+        let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let is_json = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+        if is_json {
+            return read_transforms(path);
+        }
+        if matches!(file_name, "cameras.txt" | "images.txt" | "points3D.txt") {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            return read_colmap(dir);
+        }
+        return Err(Error::Unsupported {
+            path: path.to_path_buf(),
+            field: "path".into(),
+            found: format!("file `{file_name}`"),
+            supported: "a transforms*.json file, a directory holding transforms.json, or a \
+                        COLMAP text model directory"
+                .into(),
+        });
+    }
+    if path.is_dir() {
+        let transforms = path.join("transforms.json");
+        if transforms.is_file() {
+            return read_transforms(&transforms);
+        }
+        return read_colmap(path);
+    }
+    Err(Error::NotFound {
+        path: path.to_path_buf(),
+        what: "capture: a transforms.json file or a COLMAP directory",
+    })
+}
+
+/// Rotation part of a 4×4 row-major matrix times `diag(1, −1, −1)`, i.e. its camera y and z axes
+/// negated: OpenGL/NeRF camera (x right, y up, z back) ↔ OpenCV camera (x right, y down, z fwd).
+fn flip_yz_axes(m: &mut [[f64; 4]; 4]) {
+    for row in m.iter_mut().take(3) {
+        row[1] = -row[1];
+        row[2] = -row[2];
+    }
+}
+
+/// Inverse of a rigid 4×4 row-major transform `[R t; 0 1]`: `[Rᵀ −Rᵀt; 0 1]`.
+fn rigid_inverse(m: &[[f64; 4]; 4]) -> [[f64; 4]; 4] {
+    let mut out = [[0.0; 4]; 4];
+    for i in 0..3 {
+        for j in 0..3 {
+            out[i][j] = m[j][i];
+        }
+        out[i][3] = -(m[0][i] * m[0][3] + m[1][i] * m[1][3] + m[2][i] * m[2][3]);
+    }
+    out[3][3] = 1.0;
+    out
+}
+
+/// Largest entry of |RᵀR − I| for the rotation block of `m`, and det R.
+fn rotation_error(m: &[[f64; 4]; 4]) -> (f64, f64) {
+    let mut worst: f64 = 0.0;
+    for i in 0..3 {
+        for j in 0..3 {
+            let dot: f64 = (0..3).map(|k| m[k][i] * m[k][j]).sum();
+            let want = if i == j { 1.0 } else { 0.0 };
+            worst = worst.max((dot - want).abs());
+        }
+    }
+    let det = m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+        - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+        + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]);
+    (worst, det)
+}
+
+/// Tolerance on |RᵀR − I| for a pose to count as rigid: poses written as text with 6+ significant
+/// digits (COLMAP, instant-ngp) are orthonormal to ~1e-6; a scaled or sheared matrix (a different
+/// convention) is off by far more than 1e-3.
+const ROTATION_TOLERANCE: f64 = 1e-3;
+
+/// Log one warning listing skipped frames (count + names) for a reason, if any.
+fn warn_skipped(source: &Path, reason: &str, names: &[String], listed: usize) {
+    if names.is_empty() {
+        return;
+    }
+    tracing::warn!(
+        path = %source.display(),
+        count = names.len(),
+        listed,
+        "{}: skipping {} of {} frames ({reason}): {}",
+        source.display(),
+        names.len(),
+        listed,
+        names.join(", ")
+    );
+}
+
+/// Sort frames by name, and reject duplicate names (they would break hold-out by name).
+fn sort_frames(source: &Path, field: &str, frames: &mut [Frame]) -> Result<()> {
+    frames.sort_by(|a, b| a.name.cmp(&b.name));
+    if let Some(w) = frames.windows(2).find(|w| w[0].name == w[1].name) {
+        return Err(Error::Invalid {
+            path: source.to_path_buf(),
+            field: field.into(),
+            expected: "each image listed once".into(),
+            found: format!("`{}` listed twice", w[0].name),
+        });
+    }
+    Ok(())
+}
+
+/// Root of the shared sample datasets for tests: `$KILN_DATASETS`, else `../shared/datasets`
+/// next to the checkout. A missing dataset fails the test (never a silent skip).
+#[cfg(test)]
+pub(crate) fn test_dataset(name: &str) -> PathBuf {
+    let root = std::env::var_os("KILN_DATASETS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../shared/datasets"
+            ))
+        });
+    let dir = root.join(name);
+    assert!(
+        dir.is_dir(),
+        "dataset {name} not found at {}; set KILN_DATASETS or put it in ../shared/datasets",
+        dir.display()
+    );
+    dir
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scaled_to_is_exact_for_a_2x_downscale() {
+        let k = Intrinsics {
+            fx: 1375.52,
+            fy: 1374.49,
+            cx: 554.558,
+            cy: 965.268,
+            width: 1080,
+            height: 1920,
+        };
+        let half = k.scaled_to(540, 960);
+        assert_eq!(
+            half,
+            Intrinsics {
+                fx: 687.76,
+                fy: 687.245,
+                cx: 277.279,
+                cy: 482.634,
+                width: 540,
+                height: 960,
+            }
+        );
+        // Pixel-centre grid: the centre of full-res pixel 0 is 0.5; the half-res pixel 0 spans
+        // full-res [0, 2) with centre 1.0 = 0.5 · 2 in full-res units.
+        let back = half.scaled_to(1080, 1920);
+        assert_eq!(back, k);
+    }
+
+    #[test]
+    fn scaled_to_uses_separate_x_and_y_factors() {
+        let k = Intrinsics {
+            fx: 100.0,
+            fy: 200.0,
+            cx: 50.0,
+            cy: 40.0,
+            width: 100,
+            height: 80,
+        };
+        let s = k.scaled_to(50, 20);
+        assert_eq!((s.fx, s.cx, s.fy, s.cy), (50.0, 25.0, 50.0, 10.0));
+    }
+
+    #[test]
+    fn rigid_inverse_undoes_a_pose() {
+        let (c, s) = (0.6_f64, 0.8_f64);
+        let m = [
+            [c, -s, 0.0, 1.0],
+            [s, c, 0.0, -2.0],
+            [0.0, 0.0, 1.0, 3.0],
+            [0.0, 0.0, 0.0, 1.0],
+        ];
+        let inv = rigid_inverse(&m);
+        for i in 0..4 {
+            for j in 0..4 {
+                let p: f64 = (0..4).map(|k| m[i][k] * inv[k][j]).sum();
+                let want = if i == j { 1.0 } else { 0.0 };
+                assert!((p - want).abs() < 1e-12, "({i},{j}) = {p}");
+            }
+        }
+    }
+
+    #[test]
+    fn read_capture_dispatches_on_directory_contents() {
+        let fox = read_capture(&test_dataset("capture-fox-instantngp")).unwrap();
+        assert_eq!(fox.frames.len(), 50);
+        assert!(fox.source.ends_with("transforms.json"));
+        let maup = read_capture(&test_dataset("capture-maupertuis-colmap")).unwrap();
+        assert_eq!(maup.frames.len(), 4);
+        assert!(maup.source.ends_with("colmap/reconstruction"));
+    }
+
+    #[test]
+    fn read_capture_rejects_missing_path_and_unknown_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = read_capture(&dir.path().join("nope")).unwrap_err();
+        assert!(matches!(missing, Error::NotFound { .. }), "{missing}");
+        let empty_dir = read_capture(dir.path()).unwrap_err();
+        assert!(matches!(empty_dir, Error::NotFound { .. }), "{empty_dir}");
+        let other = dir.path().join("scene.obj");
+        std::fs::write(&other, "v 0 0 0\n").unwrap();
+        let err = read_capture(&other).unwrap_err();
+        assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+    }
+}

@@ -1,0 +1,967 @@
+//! nerfstudio / instant-ngp `transforms*.json` captures (also the NeRF-synthetic "Blender" layout).
+//!
+//! Sources: nerfstudio data conventions (docs "Data conventions" and
+//! `nerfstudio/data/dataparsers/nerfstudio_dataparser.py`: keys `fl_x fl_y cx cy w h k1 k2 k3 k4
+//! p1 p2 camera_model`, per-frame overrides); instant-ngp `docs/nerf_dataset_tips.md` and
+//! `src/nerf_loader.cu` (`camera_angle_x`, `camera_angle_y`); NeRF (Mildenhall et al. 2020)
+//! `load_blender.py` (`transform_matrix` is camera-to-world with the OpenGL camera axes).
+//!
+//! `transform_matrix` is an OpenGL/NeRF camera_to_world (camera x right, y up, z back). It becomes
+//! an OpenCV world_to_camera by negating the camera y and z axes (columns 1 and 2 of the
+//! rotation) and taking the rigid inverse `[Rᵀ, −Rᵀt]`. The world frame is kept as the file has
+//! it (instant-ngp's own internal axis swap and 0.33 scale are not applied).
+//!
+//! NaN/Inf: JSON has no NaN, but Python's `json.dump` writes `NaN`/`Infinity`; such a file is read
+//! with those tokens as non-finite numbers, and a frame whose matrix is then not finite is skipped
+//! (listed in [`Capture::skipped`]). A non-finite intrinsic is an error naming the key.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use super::image::image_size;
+use super::{
+    Capture, Distortion, Frame, Intrinsics, ROTATION_TOLERANCE, flip_yz_axes, rigid_inverse,
+    rotation_error, sort_frames, warn_skipped,
+};
+use crate::{Error, Result};
+
+/// Extensions tried, in order, when a `file_path` has none (NeRF-synthetic writes `./train/r_0`).
+const IMAGE_EXTENSIONS: [&str; 5] = ["png", "jpg", "jpeg", "PNG", "JPG"];
+
+/// Read a nerfstudio / instant-ngp `transforms*.json` capture.
+///
+/// Guaranteed: frames sorted by name, one per listed frame whose image exists and whose matrix is
+/// finite; the others are named in [`Capture::skipped`] and one warning per reason is logged.
+/// `points` is `None` (a nerfstudio `ply_file_path` is not read yet). No pixels are decoded; an
+/// image header is read only when `w`/`h` are absent.
+/// - `json_path`: the JSON file. Keys used (top level, each overridable per frame):
+///   `fl_x`, `fl_y` (pixels; else `fx = 0.5·w / tan(camera_angle_x / 2)` and likewise `fy` from
+///   `camera_angle_y`, else `fy = fx`), `cx`, `cy` (pixels from the top-left image corner;
+///   default `w/2`, `h/2`), `w`, `h` (pixels; default: the first existing image's header size),
+///   `k1`, `k2`, `p1`, `p2` (OpenCV distortion; [`Distortion::OpenCv`] if any is present, missing
+///   ones 0), `camera_model` (`OPENCV` default, or `PINHOLE`). Per frame: `file_path` (relative to
+///   the JSON's directory; if it has no extension `.png`, `.jpg`, `.jpeg` are tried) and
+///   `transform_matrix` (4×4 or 3×4 rows, OpenGL camera_to_world).
+///
+/// # Errors
+/// [`Error::NotFound`] / [`Error::Io`] reading the file; [`Error::Corrupt`] for malformed JSON
+/// (with line and column); [`Error::Invalid`] naming the key (e.g. `frames` missing or empty,
+/// `frames[3].transform_matrix` not 4×4 or not rigid, `fl_x` not a positive number);
+/// [`Error::Unsupported`] for `camera_model` other than OPENCV/PINHOLE or non-zero `k3`/`k4`;
+/// [`Error::Empty`] naming the file when every frame was skipped; [`Error::Image`] if an image
+/// header has to be read and cannot be.
+///
+/// Source: see the module doc (nerfstudio, instant-ngp, NeRF `load_blender.py`).
+pub fn read_transforms(json_path: &Path) -> Result<Capture> {
+    let text = std::fs::read_to_string(json_path).map_err(|e| Error::io(json_path, e))?;
+    let root = parse_json(json_path, &text)?;
+    let Value::Object(root) = root else {
+        return Err(invalid(json_path, "(root)", "a JSON object", kind(&root)));
+    };
+    let frames = match root.get("frames") {
+        None => {
+            return Err(invalid(
+                json_path,
+                "frames",
+                "an array of frames",
+                "no `frames` key".into(),
+            ));
+        }
+        Some(Value::Array(a)) if a.is_empty() => {
+            return Err(invalid(
+                json_path,
+                "frames",
+                "a non-empty array of frames",
+                "an empty array".into(),
+            ));
+        }
+        Some(Value::Array(a)) => a,
+        Some(other) => {
+            return Err(invalid(
+                json_path,
+                "frames",
+                "an array of frames",
+                kind(other),
+            ));
+        }
+    };
+    let base_dir = json_path.parent().unwrap_or(Path::new("."));
+    let global = CameraKeys::parse(json_path, &root, "")?;
+
+    let mut out = Vec::with_capacity(frames.len());
+    let mut missing = Vec::new();
+    let mut first_missing: Option<PathBuf> = None;
+    let mut non_finite = Vec::new();
+    // Size from the first existing image's header, read at most once, only if a frame needs it.
+    let mut header_size: Option<(u32, u32)> = None;
+
+    for (index, value) in frames.iter().enumerate() {
+        let prefix = format!("frames[{index}]");
+        let Value::Object(frame) = value else {
+            return Err(invalid(json_path, &prefix, "a JSON object", kind(value)));
+        };
+        let file_path = match frame.get("file_path") {
+            Some(Value::String(s)) if !s.is_empty() => s.as_str(),
+            Some(other) => {
+                return Err(invalid(
+                    json_path,
+                    &format!("{prefix}.file_path"),
+                    "an image path relative to the JSON file",
+                    kind(other),
+                ));
+            }
+            None => {
+                return Err(invalid(
+                    json_path,
+                    &format!("{prefix}.file_path"),
+                    "an image path relative to the JSON file",
+                    "no `file_path` key".into(),
+                ));
+            }
+        };
+        let camera_to_world_gl = parse_matrix(json_path, &prefix, frame)?;
+        let Some(image_path) = resolve_image(base_dir, file_path) else {
+            first_missing.get_or_insert_with(|| base_dir.join(file_path));
+            missing.push(frame_name(file_path, None));
+            continue;
+        };
+        let Some(camera_to_world_gl) = camera_to_world_gl else {
+            non_finite.push(frame_name(file_path, image_path.extension()));
+            continue;
+        };
+        let keys = global.overridden_by(&CameraKeys::parse(json_path, frame, &prefix)?);
+        let size = match (keys.w, keys.h) {
+            (Some(w), Some(h)) => (w, h),
+            (w, h) => {
+                let header = match header_size {
+                    Some(s) => s,
+                    None => *header_size.insert(image_size(&image_path)?),
+                };
+                (w.unwrap_or(header.0), h.unwrap_or(header.1))
+            }
+        };
+        let intrinsics = keys.intrinsics(json_path, &prefix, size)?;
+        let distortion = keys.distortion(json_path)?;
+        let world_to_camera = to_world_to_camera(json_path, &prefix, camera_to_world_gl)?;
+        out.push(Frame {
+            name: frame_name(file_path, image_path.extension()),
+            image_path,
+            intrinsics,
+            distortion,
+            world_to_camera,
+        });
+    }
+
+    let listed = frames.len();
+    warn_skipped(json_path, "image file missing", &missing, listed);
+    warn_skipped(
+        json_path,
+        "transform_matrix not finite",
+        &non_finite,
+        listed,
+    );
+    if out.is_empty() {
+        let mut reasons = Vec::new();
+        if !missing.is_empty() {
+            let first = first_missing.as_deref().unwrap_or(base_dir);
+            reasons.push(format!(
+                "{} image files missing (first: {})",
+                missing.len(),
+                first.display()
+            ));
+        }
+        if !non_finite.is_empty() {
+            reasons.push(format!("{} non-finite transform_matrix", non_finite.len()));
+        }
+        return Err(Error::Empty {
+            path: json_path.to_path_buf(),
+            what: "frames",
+            reason: format!(
+                "all {listed} listed frames were skipped: {}; check `file_path` against the image files",
+                reasons.join(", ")
+            ),
+        });
+    }
+    sort_frames(json_path, "frames[].file_path", &mut out)?;
+    let mut skipped: Vec<String> = missing.into_iter().chain(non_finite).collect();
+    skipped.sort();
+    Ok(Capture {
+        source: json_path.to_path_buf(),
+        frames: out,
+        points: None,
+        skipped,
+    })
+}
+
+/// Parse JSON; on a syntax error retry with Python's `NaN`/`Infinity` tokens read as non-finite
+/// numbers, and report the original error (line, column) if that fails too.
+fn parse_json(path: &Path, text: &str) -> Result<Value> {
+    let first = match serde_json::from_str::<Value>(text) {
+        Ok(v) => return Ok(v),
+        Err(e) => e,
+    };
+    if let Some(patched) = replace_python_non_finite(text)
+        && let Ok(v) = serde_json::from_str::<Value>(&patched)
+    {
+        return Ok(v);
+    }
+    let message = first.to_string();
+    let what = match message.rfind(" at line ") {
+        Some(i) => message[..i].to_string(),
+        None => message,
+    };
+    Err(Error::Corrupt {
+        path: path.to_path_buf(),
+        location: format!("line {}, column {}", first.line(), first.column()),
+        what: format!("invalid JSON: {what}"),
+    })
+}
+
+/// Marker string standing in for a non-finite number after [`replace_python_non_finite`]
+/// (decoded value; a control character, so no real JSON string collides with it by accident).
+const NAN_MARKER: &str = "\u{1}kiln-nan";
+/// [`NAN_MARKER`] as a JSON string literal (control characters must be escaped in JSON).
+const NAN_MARKER_JSON: &str = "\"\\u0001kiln-nan\"";
+
+/// `text` with bare `NaN`, `Infinity`, `-Infinity` tokens (outside strings) replaced by a marker
+/// string that [`number`] reads as NaN; `None` if there are none.
+fn replace_python_non_finite(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let (mut in_string, mut escaped, mut changed) = (false, false, false);
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+        } else if b == b'"' {
+            in_string = true;
+        } else {
+            let rest = &text[i..];
+            let token = ["-Infinity", "Infinity", "NaN"]
+                .into_iter()
+                .find(|t| rest.starts_with(t));
+            if let Some(token) = token {
+                out.push_str(NAN_MARKER_JSON);
+                i += token.len();
+                changed = true;
+                continue;
+            }
+        }
+        // Copy one whole UTF-8 character.
+        let len = text[i..].chars().next().map_or(1, char::len_utf8);
+        out.push_str(&text[i..i + len]);
+        i += len;
+    }
+    changed.then_some(out)
+}
+
+/// The JSON value as f64: a number, or the non-finite marker (NaN); `None` otherwise.
+fn number(v: &Value) -> Option<f64> {
+    match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) if s == NAN_MARKER => Some(f64::NAN),
+        Value::Null => Some(f64::NAN),
+        _ => None,
+    }
+}
+
+/// `transform_matrix` of one frame, padded to 4×4; `Ok(None)` if any entry is not finite.
+fn parse_matrix(
+    path: &Path,
+    prefix: &str,
+    frame: &Map<String, Value>,
+) -> Result<Option<[[f64; 4]; 4]>> {
+    let field = format!("{prefix}.transform_matrix");
+    let expected = "a 4×4 (or 3×4) array of numbers, rows first";
+    let rows = match frame.get("transform_matrix") {
+        Some(Value::Array(rows)) if rows.len() == 3 || rows.len() == 4 => rows,
+        Some(other) => {
+            let found = match other {
+                Value::Array(rows) => format!("{} rows", rows.len()),
+                _ => kind(other),
+            };
+            return Err(invalid(path, &field, expected, found));
+        }
+        None => {
+            return Err(invalid(
+                path,
+                &field,
+                expected,
+                "no `transform_matrix` key".into(),
+            ));
+        }
+    };
+    let mut m = [
+        [0.0, 0.0, 0.0, 0.0],
+        [0.0; 4],
+        [0.0; 4],
+        [0.0, 0.0, 0.0, 1.0],
+    ];
+    for (r, row) in rows.iter().enumerate() {
+        let row_values = match row {
+            Value::Array(values) if values.len() == 4 => values,
+            Value::Array(values) => {
+                let found = format!("row {r} with {} entries", values.len());
+                return Err(invalid(path, &field, expected, found));
+            }
+            other => {
+                let found = format!("row {r}: {}", kind(other));
+                return Err(invalid(path, &field, expected, found));
+            }
+        };
+        for (c, v) in row_values.iter().enumerate() {
+            m[r][c] = number(v)
+                .ok_or_else(|| invalid(path, &format!("{field}[{r}][{c}]"), "a number", kind(v)))?;
+        }
+    }
+    if m.iter().flatten().any(|v| !v.is_finite()) {
+        return Ok(None);
+    }
+    Ok(Some(m))
+}
+
+/// OpenGL camera_to_world → OpenCV world_to_camera, after checking the matrix is rigid.
+fn to_world_to_camera(path: &Path, prefix: &str, mut m: [[f64; 4]; 4]) -> Result<[[f64; 4]; 4]> {
+    let field = format!("{prefix}.transform_matrix");
+    if m[3] != [0.0, 0.0, 0.0, 1.0] {
+        return Err(invalid(
+            path,
+            &field,
+            "last row [0, 0, 0, 1]",
+            format!("{:?}", m[3]),
+        ));
+    }
+    let (err, det) = rotation_error(&m);
+    if err > ROTATION_TOLERANCE || det <= 0.0 {
+        return Err(invalid(
+            path,
+            &field,
+            "a rigid camera-to-world transform (orthonormal rotation, det +1)",
+            format!("max |RᵀR − I| = {err:.3e}, det R = {det:.4}"),
+        ));
+    }
+    flip_yz_axes(&mut m);
+    Ok(rigid_inverse(&m))
+}
+
+/// Existing image file for `file_path` relative to `base_dir`: as given, else with each of
+/// [`IMAGE_EXTENSIONS`] appended when the path has no extension.
+fn resolve_image(base_dir: &Path, file_path: &str) -> Option<PathBuf> {
+    let given = base_dir.join(file_path);
+    if given.is_file() {
+        return Some(given);
+    }
+    if given.extension().is_some() {
+        return None;
+    }
+    IMAGE_EXTENSIONS.iter().find_map(|ext| {
+        let mut s = given.clone().into_os_string();
+        s.push(".");
+        s.push(ext);
+        let p = PathBuf::from(s);
+        p.is_file().then_some(p)
+    })
+}
+
+/// [`Frame::name`] for a `file_path`: `/`-separated, leading `./` and a leading `images/` or
+/// `images_<n>/` directory removed, plus `found_ext` when the given path had no extension.
+fn frame_name(file_path: &str, found_ext: Option<&std::ffi::OsStr>) -> String {
+    let mut name = file_path.replace('\\', "/");
+    while let Some(rest) = name.strip_prefix("./") {
+        name = rest.to_string();
+    }
+    if let Some((first, rest)) = name.split_once('/') {
+        let is_images_dir = first == "images"
+            || first
+                .strip_prefix("images_")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if is_images_dir && !rest.is_empty() {
+            name = rest.to_string();
+        }
+    }
+    let has_ext = Path::new(&name).extension().is_some();
+    if let (false, Some(ext)) = (has_ext, found_ext) {
+        name = format!("{name}.{}", ext.to_string_lossy());
+    }
+    name
+}
+
+/// The camera keys of one JSON object (the root or a frame), each optional.
+#[derive(Debug, Clone, Default)]
+struct CameraKeys {
+    fl_x: Option<f64>,
+    fl_y: Option<f64>,
+    cx: Option<f64>,
+    cy: Option<f64>,
+    w: Option<u32>,
+    h: Option<u32>,
+    camera_angle_x: Option<f64>,
+    camera_angle_y: Option<f64>,
+    k1: Option<f64>,
+    k2: Option<f64>,
+    k3: Option<f64>,
+    k4: Option<f64>,
+    p1: Option<f64>,
+    p2: Option<f64>,
+    camera_model: Option<String>,
+    /// (key, full JSON field name such as `frames[3].fl_x`) of each key present, so errors about
+    /// a merged value name the object that set it.
+    fields: Vec<(&'static str, String)>,
+}
+
+impl CameraKeys {
+    fn parse(path: &Path, obj: &Map<String, Value>, prefix: &str) -> Result<CameraKeys> {
+        let field = |key: &str| {
+            if prefix.is_empty() {
+                key.to_string()
+            } else {
+                format!("{prefix}.{key}")
+            }
+        };
+        let mut fields = Vec::new();
+        let mut float = |key: &'static str| -> Result<Option<f64>> {
+            let Some(v) = obj.get(key) else {
+                return Ok(None);
+            };
+            let x = match v {
+                Value::Number(n) => n.as_f64(),
+                _ => None,
+            };
+            match x {
+                Some(x) if x.is_finite() => {
+                    fields.push((key, field(key)));
+                    Ok(Some(x))
+                }
+                _ => Err(invalid(path, &field(key), "a finite number", kind(v))),
+            }
+        };
+        let fl_x = float("fl_x")?;
+        let fl_y = float("fl_y")?;
+        let cx = float("cx")?;
+        let cy = float("cy")?;
+        let w = float("w")?;
+        let h = float("h")?;
+        let camera_angle_x = float("camera_angle_x")?;
+        let camera_angle_y = float("camera_angle_y")?;
+        let k1 = float("k1")?;
+        let k2 = float("k2")?;
+        let k3 = float("k3")?;
+        let k4 = float("k4")?;
+        let p1 = float("p1")?;
+        let p2 = float("p2")?;
+        let size = |key: &str, v: Option<f64>| -> Result<Option<u32>> {
+            match v {
+                None => Ok(None),
+                Some(x) if x >= 1.0 && x <= f64::from(u32::MAX) && x.fract() == 0.0 => {
+                    Ok(Some(x as u32))
+                }
+                Some(x) => Err(invalid(
+                    path,
+                    &field(key),
+                    "a positive whole number of pixels",
+                    x.to_string(),
+                )),
+            }
+        };
+        let w = size("w", w)?;
+        let h = size("h", h)?;
+        let camera_model = match obj.get("camera_model") {
+            None => None,
+            Some(Value::String(s)) => {
+                fields.push(("camera_model", field("camera_model")));
+                Some(s.clone())
+            }
+            Some(other) => {
+                return Err(invalid(
+                    path,
+                    &field("camera_model"),
+                    "a string such as \"OPENCV\"",
+                    kind(other),
+                ));
+            }
+        };
+        Ok(CameraKeys {
+            fl_x,
+            fl_y,
+            cx,
+            cy,
+            w,
+            h,
+            camera_angle_x,
+            camera_angle_y,
+            k1,
+            k2,
+            k3,
+            k4,
+            p1,
+            p2,
+            camera_model,
+            fields,
+        })
+    }
+
+    /// `self` (the top level) with every key `frame` sets replaced by the frame's value.
+    fn overridden_by(&self, frame: &CameraKeys) -> CameraKeys {
+        let mut fields = self.fields.clone();
+        for (key, field) in &frame.fields {
+            fields.retain(|(k, _)| k != key);
+            fields.push((key, field.clone()));
+        }
+        CameraKeys {
+            fl_x: frame.fl_x.or(self.fl_x),
+            fl_y: frame.fl_y.or(self.fl_y),
+            cx: frame.cx.or(self.cx),
+            cy: frame.cy.or(self.cy),
+            w: frame.w.or(self.w),
+            h: frame.h.or(self.h),
+            camera_angle_x: frame.camera_angle_x.or(self.camera_angle_x),
+            camera_angle_y: frame.camera_angle_y.or(self.camera_angle_y),
+            k1: frame.k1.or(self.k1),
+            k2: frame.k2.or(self.k2),
+            k3: frame.k3.or(self.k3),
+            k4: frame.k4.or(self.k4),
+            p1: frame.p1.or(self.p1),
+            p2: frame.p2.or(self.p2),
+            camera_model: frame.camera_model.clone().or(self.camera_model.clone()),
+            fields,
+        }
+    }
+
+    /// Field name (with frame prefix when the frame set it) of `key`, for error messages.
+    fn field(&self, key: &str) -> String {
+        self.fields
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map_or_else(|| key.to_string(), |(_, f)| f.clone())
+    }
+
+    fn intrinsics(&self, path: &Path, prefix: &str, (w, h): (u32, u32)) -> Result<Intrinsics> {
+        let focal_from_angle = |side: u32, angle: f64| 0.5 * f64::from(side) / (0.5 * angle).tan();
+        let fx = match (self.fl_x, self.camera_angle_x) {
+            (Some(f), _) => f,
+            (None, Some(a)) => focal_from_angle(w, a),
+            (None, None) => {
+                return Err(invalid(
+                    path,
+                    &format!("{prefix}.fl_x"),
+                    "`fl_x` or `camera_angle_x` (top level or per frame)",
+                    "neither".into(),
+                ));
+            }
+        };
+        let fy = match (self.fl_y, self.camera_angle_y) {
+            (Some(f), _) => f,
+            (None, Some(a)) => focal_from_angle(h, a),
+            (None, None) => fx,
+        };
+        for (key, value) in [("fl_x", fx), ("fl_y", fy)] {
+            if !(value.is_finite() && value > 0.0) {
+                let key = match key {
+                    "fl_x" if self.fl_x.is_none() => "camera_angle_x",
+                    "fl_y" if self.fl_y.is_none() && self.camera_angle_y.is_some() => {
+                        "camera_angle_y"
+                    }
+                    "fl_y" if self.fl_y.is_none() => "camera_angle_x",
+                    k => k,
+                };
+                return Err(invalid(
+                    path,
+                    &self.field(key),
+                    "a positive focal length (camera angle in (0, π) radians)",
+                    self.raw(key)
+                        .map_or_else(|| value.to_string(), |v| v.to_string()),
+                ));
+            }
+        }
+        Ok(Intrinsics {
+            fx,
+            fy,
+            cx: self.cx.unwrap_or(f64::from(w) / 2.0),
+            cy: self.cy.unwrap_or(f64::from(h) / 2.0),
+            width: w,
+            height: h,
+        })
+    }
+
+    fn raw(&self, key: &str) -> Option<f64> {
+        match key {
+            "fl_x" => self.fl_x,
+            "fl_y" => self.fl_y,
+            "camera_angle_x" => self.camera_angle_x,
+            "camera_angle_y" => self.camera_angle_y,
+            _ => None,
+        }
+    }
+
+    fn distortion(&self, path: &Path) -> Result<Distortion> {
+        match self.camera_model.as_deref() {
+            None | Some("OPENCV") => {}
+            Some("PINHOLE") => return Ok(Distortion::None),
+            Some(other) => {
+                return Err(Error::Unsupported {
+                    path: path.to_path_buf(),
+                    field: self.field("camera_model"),
+                    found: format!("\"{other}\""),
+                    supported: "\"OPENCV\", \"PINHOLE\"".into(),
+                });
+            }
+        }
+        for (key, value) in [("k3", self.k3), ("k4", self.k4)] {
+            if let Some(v) = value
+                && v != 0.0
+            {
+                return Err(Error::Unsupported {
+                    path: path.to_path_buf(),
+                    field: self.field(key),
+                    found: format!("non-zero {key} = {v}"),
+                    supported: "OPENCV distortion k1, k2, p1, p2 (k3, k4 absent or 0)".into(),
+                });
+            }
+        }
+        if self.k1.is_none() && self.k2.is_none() && self.p1.is_none() && self.p2.is_none() {
+            return Ok(Distortion::None);
+        }
+        Ok(Distortion::OpenCv {
+            k1: self.k1.unwrap_or(0.0),
+            k2: self.k2.unwrap_or(0.0),
+            p1: self.p1.unwrap_or(0.0),
+            p2: self.p2.unwrap_or(0.0),
+        })
+    }
+}
+
+fn invalid(path: &Path, field: &str, expected: &str, found: String) -> Error {
+    Error::Invalid {
+        path: path.to_path_buf(),
+        field: field.to_string(),
+        expected: expected.to_string(),
+        found,
+    }
+}
+
+/// Short description of a JSON value for "found …" in errors.
+fn kind(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("boolean {b}"),
+        Value::Number(n) => format!("number {n}"),
+        Value::String(s) if s == NAN_MARKER => "NaN".into(),
+        Value::String(s) => format!("string {s:?}"),
+        Value::Array(a) => format!("an array of {}", a.len()),
+        Value::Object(_) => "an object".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::test_dataset;
+
+    fn fox() -> Capture {
+        read_transforms(&test_dataset("capture-fox-instantngp").join("transforms.json")).unwrap()
+    }
+
+    #[test]
+    fn fox_reads_50_of_67_frames_and_lists_the_17_missing() {
+        let capture = fox();
+        assert_eq!(capture.frames.len(), 50);
+        let missing = [
+            "0005", "0016", "0017", "0024", "0032", "0051", "0068", "0071", "0075", "0083", "0087",
+            "0088", "0093", "0099", "0104", "0106", "0113",
+        ];
+        let want: Vec<String> = missing.iter().map(|n| format!("{n}.jpg")).collect();
+        assert_eq!(capture.skipped, want);
+        assert_eq!(capture.frames.len() + capture.skipped.len(), 67);
+        assert!(capture.points.is_none());
+        let names: Vec<&str> = capture.frames.iter().map(|f| f.name.as_str()).collect();
+        assert!(names.windows(2).all(|w| w[0] < w[1]), "sorted by name");
+        assert_eq!(names[0], "0001.jpg");
+        assert!(capture.frames.iter().all(|f| f.image_path.is_file()));
+    }
+
+    /// Records the level and message of every tracing event on this thread.
+    struct Events(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl tracing::Subscriber for Events {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            struct Message(String);
+            impl tracing::field::Visit for Message {
+                fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                    if f.name() == "message" {
+                        self.0 = format!("{v:?}");
+                    }
+                }
+            }
+            let mut message = Message(String::new());
+            event.record(&mut message);
+            let line = format!("{} {}", event.metadata().level(), message.0);
+            self.0.lock().unwrap().push(line);
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    #[test]
+    fn fox_missing_images_are_one_warning_with_count_and_names() {
+        let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let capture = tracing::subscriber::with_default(Events(events.clone()), fox);
+        let events = events.lock().unwrap();
+        assert_eq!(events.len(), 1, "{events:?}");
+        let warning = &events[0];
+        assert!(warning.starts_with("WARN"), "{warning}");
+        assert!(warning.contains("skipping 17 of 67 frames"), "{warning}");
+        for name in &capture.skipped {
+            assert!(warning.contains(name.as_str()), "{name} not in {warning}");
+        }
+    }
+
+    #[test]
+    fn fox_intrinsics_and_distortion_equal_the_json_values() {
+        for frame in fox().frames {
+            assert_eq!(
+                frame.intrinsics,
+                Intrinsics {
+                    fx: 1375.52,
+                    fy: 1374.49,
+                    cx: 554.558,
+                    cy: 965.268,
+                    width: 1080,
+                    height: 1920,
+                }
+            );
+            assert_eq!(
+                frame.distortion,
+                Distortion::OpenCv {
+                    k1: 0.0578421,
+                    k2: -0.0805099,
+                    p1: -0.000980296,
+                    p2: 0.00015575,
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn fox_pose_is_opencv_world_to_camera() {
+        let capture = fox();
+        let frame = &capture.frames[0];
+        assert_eq!(frame.name, "0001.jpg");
+        let m = frame.world_to_camera;
+        // images/0001.jpg transform_matrix (OpenGL camera_to_world), copied from the JSON:
+        // translation column = camera centre in world.
+        let centre = [3.168359405609479, -5.4794898611466945, -0.9791660699008925];
+        for (r, row) in m.iter().take(3).enumerate() {
+            let p = row[0] * centre[0] + row[1] * centre[1] + row[2] * centre[2] + row[3];
+            assert!(p.abs() < 1e-12, "row {r}: w2c·centre = {p}");
+        }
+        assert_eq!(m[3], [0.0, 0.0, 0.0, 1.0]);
+        // camera_center() = −Rᵀt assumes R orthonormal; the JSON's rotations are orthonormal
+        // only to ~1e-6 (printed with 16 digits, but computed in f32 upstream), hence 1e-5.
+        let c = frame.camera_center();
+        for k in 0..3 {
+            assert!((c[k] - centre[k]).abs() < 1e-5, "{c:?} vs {centre:?}");
+        }
+        // OpenCV +z (forward) in world = row 2 of R_w2c = −(OpenGL z column) of the JSON.
+        let gl_z = [
+            0.4420900262071262,
+            -0.8940689141475064,
+            -0.07209178487538156,
+        ];
+        for k in 0..3 {
+            assert!((m[2][k] + gl_z[k]).abs() < 1e-15, "z axis {k}");
+        }
+        // OpenCV +x = OpenGL +x (column 0); OpenCV +y (down) = −(OpenGL y column).
+        let gl_x = [
+            0.8926439112348871,
+            0.4464189982715247,
+            -0.062425682580756266,
+        ];
+        let gl_y = [0.08799600283226543, -0.03675452191179031, 0.995442519072023];
+        for k in 0..3 {
+            assert!((m[0][k] - gl_x[k]).abs() < 1e-15 && (m[1][k] + gl_y[k]).abs() < 1e-15);
+        }
+        // The fox hangs in front of the cameras: the world origin region is in front (z > 0).
+        let z_origin = m[2][3];
+        assert!(z_origin > 0.0, "origin depth {z_origin}");
+    }
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn tiny_png(path: &Path, w: u32, h: u32) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        ::image::RgbImage::new(w, h).save(path).unwrap();
+    }
+
+    const IDENTITY: &str = "[[1,0,0,0],[0,1,0,0],[0,0,1,0],[0,0,0,1]]";
+
+    #[test]
+    fn transforms_without_frames_is_rejected_naming_frames() {
+        let dir = tempfile::tempdir().unwrap();
+        for text in [r#"{"fl_x": 10}"#, r#"{"fl_x": 10, "frames": []}"#] {
+            let p = write(dir.path(), "transforms.json", text);
+            let err = read_transforms(&p).unwrap_err();
+            let msg = err.to_string();
+            assert!(matches!(err, Error::Invalid { .. }), "{msg}");
+            assert!(
+                msg.contains("`frames`") && msg.contains("transforms.json"),
+                "{msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn transforms_with_all_images_missing_is_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            r#"{{"fl_x": 10, "w": 4, "h": 3, "frames": [
+                {{"file_path": "images/a.png", "transform_matrix": {IDENTITY}}},
+                {{"file_path": "images/b", "transform_matrix": {IDENTITY}}}]}}"#
+        );
+        let p = write(dir.path(), "transforms.json", &text);
+        let err = read_transforms(&p).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Empty { .. }), "{msg}");
+        assert!(
+            msg.contains("transforms.json") && msg.contains("2 image files missing"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(&format!("{}", dir.path().join("images/a.png").display())),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn transforms_with_corrupt_json_is_corrupt_with_line_and_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            dir.path(),
+            "transforms.json",
+            "{\n  \"frames\": [\n    {,\n",
+        );
+        let err = read_transforms(&p).unwrap_err();
+        let msg = err.to_string();
+        match &err {
+            Error::Corrupt { location, .. } => assert_eq!(location, "line 3, column 6"),
+            _ => panic!("expected Corrupt, got {msg}"),
+        }
+        assert!(msg.contains("transforms.json"), "{msg}");
+        let p = write(dir.path(), "empty.json", "");
+        assert!(matches!(read_transforms(&p), Err(Error::Corrupt { .. })));
+    }
+
+    #[test]
+    fn transforms_camera_angle_and_header_size_fill_missing_keys() {
+        // NeRF-synthetic style: camera_angle_x only, no w/h, file_path without extension.
+        let dir = tempfile::tempdir().unwrap();
+        tiny_png(&dir.path().join("train/r_0.png"), 8, 6);
+        tiny_png(&dir.path().join("train/r_1.png"), 8, 6);
+        let text = format!(
+            r#"{{"camera_angle_x": 1.5707963267948966, "frames": [
+                {{"file_path": "./train/r_1", "transform_matrix": {IDENTITY}}},
+                {{"file_path": "./train/r_0", "transform_matrix": {IDENTITY}, "fl_y": 5.5}}]}}"#
+        );
+        let p = write(dir.path(), "transforms_train.json", &text);
+        let capture = read_transforms(&p).unwrap();
+        let names: Vec<&str> = capture.frames.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["train/r_0.png", "train/r_1.png"]);
+        let k0 = capture.frames[0].intrinsics;
+        let k1 = capture.frames[1].intrinsics;
+        // fx = 0.5·8 / tan(π/4) = 4; fy defaults to fx unless the frame overrides it.
+        assert!((k1.fx - 4.0).abs() < 1e-12 && (k1.fy - 4.0).abs() < 1e-12);
+        assert_eq!((k1.cx, k1.cy, k1.width, k1.height), (4.0, 3.0, 8, 6));
+        assert_eq!(k0.fy, 5.5);
+        assert_eq!(capture.frames[0].distortion, Distortion::None);
+        // Identity OpenGL camera_to_world → OpenCV world_to_camera = diag(1, −1, −1, 1).
+        let m = capture.frames[0].world_to_camera;
+        assert_eq!(m[1][1], -1.0);
+        assert_eq!(m[2][2], -1.0);
+        assert_eq!(m[0][0], 1.0);
+    }
+
+    #[test]
+    fn transforms_skips_non_finite_matrices() {
+        let dir = tempfile::tempdir().unwrap();
+        tiny_png(&dir.path().join("images/a.png"), 4, 3);
+        tiny_png(&dir.path().join("images/b.png"), 4, 3);
+        // Python's json.dump writes NaN for a failed pose.
+        let text = format!(
+            r#"{{"fl_x": 10, "w": 4, "h": 3, "frames": [
+                {{"file_path": "images/a.png", "transform_matrix": {IDENTITY}}},
+                {{"file_path": "images/b.png",
+                  "transform_matrix": [[NaN,0,0,0],[0,1,0,0],[0,0,1,-Infinity],[0,0,0,1]]}}]}}"#
+        );
+        let p = write(dir.path(), "transforms.json", &text);
+        let capture = read_transforms(&p).unwrap();
+        assert_eq!(capture.frames.len(), 1);
+        assert_eq!(capture.skipped, ["b.png"]);
+    }
+
+    #[test]
+    fn transforms_rejects_bad_fields_naming_them() {
+        let dir = tempfile::tempdir().unwrap();
+        tiny_png(&dir.path().join("a.png"), 4, 3);
+        let cases = [
+            (r#""fl_x": "10""#, IDENTITY, "fl_x"),
+            (r#""fl_x": -3"#, IDENTITY, "fl_x"),
+            (r#""fl_x": 10, "w": 4.5"#, IDENTITY, "w"),
+            (
+                r#""fl_x": 10"#,
+                "[[1,0,0],[0,1,0],[0,0,1]]",
+                "frames[0].transform_matrix",
+            ),
+            (
+                r#""fl_x": 10"#,
+                "[[2,0,0,0],[0,2,0,0],[0,0,2,0],[0,0,0,1]]",
+                "frames[0].transform_matrix",
+            ),
+            (
+                r#""fl_x": 10, "camera_model": "OPENCV_FISHEYE""#,
+                IDENTITY,
+                "camera_model",
+            ),
+            (r#""fl_x": 10, "k3": 0.1"#, IDENTITY, "k3"),
+        ];
+        for (keys, matrix, field) in cases {
+            let text = format!(
+                r#"{{{keys}, "frames": [{{"file_path": "a.png", "transform_matrix": {matrix}}}]}}"#
+            );
+            let p = write(dir.path(), "transforms.json", &text);
+            let err = read_transforms(&p).unwrap_err();
+            let msg = err.to_string();
+            assert!(msg.contains(&format!("`{field}`")), "{keys}: {msg}");
+        }
+    }
+
+    #[test]
+    fn frame_name_strips_dot_and_images_dir() {
+        assert_eq!(frame_name("images/0001.jpg", None), "0001.jpg");
+        assert_eq!(frame_name("./images_4/a.png", None), "a.png");
+        assert_eq!(
+            frame_name("./train/r_0", Some("png".as_ref())),
+            "train/r_0.png"
+        );
+        assert_eq!(frame_name("imagesX/a.png", None), "imagesX/a.png");
+        assert_eq!(frame_name("a\\b.jpg", None), "a/b.jpg");
+    }
+}

@@ -1,0 +1,93 @@
+//! The public error type of kiln-formats: every variant names the file and, where it applies, the
+//! field and what was expected, so the message tells the user what to fix.
+
+use std::path::PathBuf;
+
+/// Result alias for kiln-formats.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Errors from reading or writing Kiln's file formats.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The file could not be opened, read or written.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not there.
+    #[error("{path}: file not found ({what}); check the path")]
+    NotFound { path: PathBuf, what: &'static str },
+    /// The file parsed, but a field holds a value Kiln cannot use.
+    #[error("{path}: field `{field}`: expected {expected}, found {found}")]
+    Invalid {
+        path: PathBuf,
+        field: String,
+        expected: String,
+        found: String,
+    },
+    /// The file is syntactically broken (bad JSON, truncated binary, wrong magic).
+    #[error("{path}: {what} (at {location}); the file is corrupt or not this format")]
+    Corrupt {
+        path: PathBuf,
+        location: String,
+        what: String,
+    },
+    /// A valid file using a feature Kiln does not support yet.
+    #[error("{path}: field `{field}`: {found} is not supported; supported: {supported}")]
+    Unsupported {
+        path: PathBuf,
+        field: String,
+        found: String,
+        supported: String,
+    },
+    /// An image could not be decoded.
+    #[error("{path}: cannot decode image: {source}; re-export it as JPEG or PNG")]
+    Image {
+        path: PathBuf,
+        #[source]
+        source: image::ImageError,
+    },
+    /// Nothing usable remained after skipping bad entries.
+    #[error("{path}: no usable {what} remain: {reason}")]
+    Empty {
+        path: PathBuf,
+        what: &'static str,
+        reason: String,
+    },
+    /// A line of a text file (e.g. a COLMAP `cameras.txt`) holds a value Kiln cannot use.
+    /// `line` is 1-based; `field` is the column name as the format's own header spells it.
+    #[error(
+        "{path}:{line}: field `{field}`: expected {expected}, found {found}; fix or remove that line"
+    )]
+    InvalidLine {
+        path: PathBuf,
+        line: usize,
+        field: String,
+        expected: String,
+        found: String,
+    },
+    /// In-memory data handed to a writer or encoder is inconsistent (array length, SH degree,
+    /// non-finite or out-of-range value); `context` names the writer, `field` the array and index.
+    #[error("{context}: field `{field}`: expected {expected}, found {found}")]
+    InvalidInput {
+        context: &'static str,
+        field: String,
+        expected: String,
+        found: String,
+    },
+}
+
+impl Error {
+    /// Wrap an `io::Error` with the path it concerns; `NotFound` becomes [`Error::NotFound`].
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        let path = path.into();
+        if source.kind() == std::io::ErrorKind::NotFound {
+            Error::NotFound { path, what: "no such file" }
+        } else {
+            Error::Io { path, source }
+        }
+    }
+}

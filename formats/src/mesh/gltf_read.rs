@@ -1,0 +1,1092 @@
+//! Read a glTF 2.0 asset (`.gltf` with external or data-URI buffers, or `.glb`) into one merged
+//! [`Mesh`].
+//!
+//! Source: glTF 2.0 specification §3.6 (buffers, buffer views, accessors, data alignment), §3.7.2
+//! (meshes, primitive modes), §3.5 (nodes and hierarchy: strict trees, column-major matrices).
+//!
+//! Bad input: the `gltf` crate parses and schema-checks the JSON, but its accessor readers assume
+//! valid data (they underflow on `count == 0`, assert on stride and component type, and its URI
+//! decoder unwraps), and gltf-json's own validation indexes the POSITION accessor unchecked. So
+//! this module pre-checks that index, checks every accessor it reads (type, count, stride, byte
+//! range inside its view and buffer), resolves URIs itself, checks every index against the vertex
+//! count, and walks the node tree with a visited set (a cycle is an error, not a stack overflow).
+//! Every failure is an [`Error`] naming the file and the glTF path of the field; nothing here
+//! panics on untrusted bytes (`mutated_glb_bytes_never_panic` fuzzes this).
+
+use std::path::{Path, PathBuf};
+
+use gltf::accessor::{DataType, Dimensions};
+use gltf::mesh::Mode;
+use gltf::{Document, Semantic};
+
+use super::{EmbeddedImage, Mesh};
+use crate::{Error, Result};
+
+/// Read the default scene of a glTF/GLB file as one triangle mesh.
+///
+/// Merges every triangle primitive reached from the default scene (or the first scene when no
+/// default is set) into one [`Mesh`], with each node's world transform applied to positions
+/// (metres, glTF Y-up) and its inverse transpose to normals (renormalised). A mirroring transform
+/// (negative determinant) flips the triangle winding so front faces stay counter-clockwise.
+///
+/// Not guaranteed: attributes other than POSITION, NORMAL and the base-colour TEXCOORD set are
+/// dropped; normals or UVs are dropped for the whole mesh (with a warning) when any primitive lacks
+/// them or holds non-finite values; only the first triangle primitive's material is kept;
+/// non-triangle primitives (points, lines, strips, fans) are skipped with a warning; images that
+/// are not PNG or JPEG are dropped with a warning. A POSITION accessor without the schema-required
+/// `min`/`max` is tolerated (with a warning) since the bounds are recomputed anyway.
+///
+/// * `path` — a `.gltf` or `.glb` file; relative URIs resolve against its directory.
+///
+/// # Errors
+/// * [`Error::NotFound`] — `path`, or a buffer or image file its URIs name (the error's path is that
+///   file).
+/// * [`Error::Corrupt`] — not JSON / not a GLB, truncated GLB chunks, a buffer shorter than its
+///   `byteLength`, an accessor range outside its buffer view, a node cycle.
+/// * [`Error::Invalid`] — schema failures (field path from the `gltf` crate), an index ≥ the
+///   primitive's vertex count (names mesh, primitive, element and value), a non-finite position
+///   (names the accessor and element), an index count that is not a multiple of 3.
+/// * [`Error::Unsupported`] — required extensions (e.g. `KHR_draco_mesh_compression`), sparse or
+///   quantized accessors, accessors without a buffer view, non-file URI schemes.
+/// * [`Error::Empty`] — no scene, or no triangles in the default scene.
+///
+/// # Panics
+/// Never on file content.
+pub fn read_gltf(path: &Path) -> Result<Mesh> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    // Parse once without validation, run our pre-check on the very `Root` the crate will validate,
+    // then validate (see `check_position_accessor_indices` for why the order matters).
+    let raw = gltf::Gltf::from_slice_without_validation(&bytes)
+        .map_err(|e| convert_gltf_error(path, &[], e))?;
+    let blob = raw.blob;
+    let json = raw.document.into_json();
+    check_position_accessor_indices(path, &json)?;
+    let required = json.extensions_required.clone();
+    let document = match gltf::Document::from_json(json.clone()) {
+        Ok(d) => d,
+        // Exporters often omit POSITION min/max (required by the schema, and impossible to write
+        // when a coordinate is ±Inf). Tolerate exactly that: every other reference was validated,
+        // and our own checks below catch non-finite positions with a precise message.
+        Err(gltf::Error::Validation(errors))
+            if errors
+                .iter()
+                .all(|(p, e)| is_missing_position_bounds(p.as_str(), e)) =>
+        {
+            tracing::warn!(
+                file = %path.display(),
+                "POSITION accessor without min/max; bounds are recomputed"
+            );
+            gltf::Document::from_json_without_validation(json)
+        }
+        Err(e) => return Err(convert_gltf_error(path, &required, e)),
+    };
+    let base = path.parent().unwrap_or(Path::new("."));
+    let buffers = load_buffers(path, base, &document, blob)?;
+    let mut builder = Builder {
+        path,
+        base,
+        document: &document,
+        buffers: &buffers,
+        positions: Vec::new(),
+        normals: Vec::new(),
+        uvs: Vec::new(),
+        indices: Vec::new(),
+        all_have_normals: true,
+        all_have_uvs: true,
+        primitives: 0,
+        material: None,
+        warned_materials: false,
+    };
+    builder.walk_default_scene()?;
+    builder.finish()
+}
+
+/// Reject a POSITION attribute that names a missing accessor before validation: gltf-json 1.4.1's
+/// primitive validation hook indexes `root.accessors[POSITION]` unchecked and panics (found by
+/// `mutated_glb_bytes_never_panic`). Runs on the parsed `Root` itself, because serde skips unknown
+/// keys leniently (e.g. invalid UTF-8 inside them), so a separate `serde_json::Value` parse can
+/// disagree with what the crate sees.
+fn check_position_accessor_indices(path: &Path, root: &gltf::json::Root) -> Result<()> {
+    let positions = gltf::json::validation::Checked::Valid(Semantic::Positions);
+    for (m, mesh) in root.meshes.iter().enumerate() {
+        for (p, primitive) in mesh.primitives.iter().enumerate() {
+            if let Some(index) = primitive.attributes.get(&positions)
+                && index.value() >= root.accessors.len()
+            {
+                return Err(Error::Invalid {
+                    path: path.to_path_buf(),
+                    field: format!("meshes[{m}].primitives[{p}].attributes.POSITION"),
+                    expected: format!("an accessor index < {}", root.accessors.len()),
+                    found: index.value().to_string(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Is this schema error "POSITION accessor lacks min or max"?
+fn is_missing_position_bounds(field: &str, e: &gltf::json::validation::Error) -> bool {
+    matches!(e, gltf::json::validation::Error::Missing)
+        && field.contains("[\"POSITION\"]")
+        && (field.ends_with(".min") || field.ends_with(".max"))
+}
+
+/// Turn a `gltf` crate error from parsing into ours, with the file and field named.
+fn convert_gltf_error(path: &Path, required: &[String], e: gltf::Error) -> Error {
+    match e {
+        gltf::Error::Validation(errors) => {
+            // An unsupported required extension is actionable on its own: name it.
+            let unsupported = errors.iter().find(|(p, err)| {
+                p.as_str().starts_with("extensionsRequired")
+                    && matches!(err, gltf::json::validation::Error::Unsupported)
+            });
+            if let Some((field, _)) = unsupported {
+                let names = required.join(", ");
+                return Error::Unsupported {
+                    path: path.to_path_buf(),
+                    field: field.as_str().to_string(),
+                    found: format!("required extension(s) {names}"),
+                    supported:
+                        "uncompressed glTF 2.0 core (decode Draco/meshopt first, e.g. with glTF-Transform)"
+                            .into(),
+                };
+            }
+            let (field, first) = errors
+                .first()
+                .map(|(p, e)| (p.as_str().to_string(), e.to_string()))
+                .unwrap_or_default();
+            Error::Invalid {
+                path: path.to_path_buf(),
+                field,
+                expected: "a value valid under the glTF 2.0 schema".into(),
+                found: format!("{first} ({} schema error(s) in total)", errors.len()),
+            }
+        }
+        gltf::Error::Deserialize(json) => Error::Corrupt {
+            path: path.to_path_buf(),
+            location: format!("JSON line {} column {}", json.line(), json.column()),
+            what: format!("invalid glTF JSON: {json}"),
+        },
+        gltf::Error::Binary(bin) => Error::Corrupt {
+            path: path.to_path_buf(),
+            location: "GLB header/chunks".into(),
+            what: format!("invalid GLB: {bin:?}"),
+        },
+        other => Error::Corrupt {
+            path: path.to_path_buf(),
+            location: "file".into(),
+            what: other.to_string(),
+        },
+    }
+}
+
+/// Where a URI points: inline bytes or a file.
+enum UriTarget {
+    Inline(Vec<u8>),
+    File(PathBuf),
+}
+
+/// Resolve a glTF URI (data URI, `file:` or relative, percent-encoded) without panicking.
+fn resolve_uri(path: &Path, base: &Path, field: &str, uri: &str) -> Result<UriTarget> {
+    if let Some(rest) = uri.strip_prefix("data:") {
+        let payload =
+            rest.split_once(";base64,")
+                .map(|(_, b)| b)
+                .ok_or_else(|| Error::Unsupported {
+                    path: path.to_path_buf(),
+                    field: field.into(),
+                    found: "a data URI that is not base64".into(),
+                    supported: "data:<mime>;base64,<payload>".into(),
+                })?;
+        return decode_base64(payload)
+            .map(UriTarget::Inline)
+            .ok_or_else(|| Error::Corrupt {
+                path: path.to_path_buf(),
+                location: field.into(),
+                what: "invalid base64 in data URI".into(),
+            });
+    }
+    let rel = uri
+        .strip_prefix("file://")
+        .or_else(|| uri.strip_prefix("file:"))
+        .unwrap_or(uri);
+    if rel.contains(':') && !uri.starts_with("file:") {
+        return Err(Error::Unsupported {
+            path: path.to_path_buf(),
+            field: field.into(),
+            found: format!("URI scheme of `{uri}`"),
+            supported: "relative paths, file: and data: URIs".into(),
+        });
+    }
+    Ok(UriTarget::File(base.join(percent_decode(rel))))
+}
+
+/// Load every buffer's bytes; the error names the buffer's URI (as a path) when it is missing.
+fn load_buffers(
+    path: &Path,
+    base: &Path,
+    document: &Document,
+    mut blob: Option<Vec<u8>>,
+) -> Result<Vec<Vec<u8>>> {
+    let mut out = Vec::with_capacity(document.buffers().len());
+    for buffer in document.buffers() {
+        let field = format!("buffers[{}].uri", buffer.index());
+        let data = match buffer.source() {
+            gltf::buffer::Source::Bin => blob.take().ok_or_else(|| Error::Corrupt {
+                path: path.to_path_buf(),
+                location: format!("buffers[{}]", buffer.index()),
+                what: "buffer without uri but the file has no GLB BIN chunk".into(),
+            })?,
+            gltf::buffer::Source::Uri(uri) => match resolve_uri(path, base, &field, uri)? {
+                UriTarget::Inline(b) => b,
+                UriTarget::File(file) => {
+                    std::fs::read(&file).map_err(|e| match Error::io(&file, e) {
+                        Error::NotFound { path, .. } => Error::NotFound {
+                            path,
+                            what: "glTF buffer (named by buffers[].uri)",
+                        },
+                        other => other,
+                    })?
+                }
+            },
+        };
+        if data.len() < buffer.length() {
+            return Err(Error::Corrupt {
+                path: path.to_path_buf(),
+                location: format!("buffers[{}].byteLength", buffer.index()),
+                what: format!(
+                    "buffer holds {} bytes but byteLength says {}",
+                    data.len(),
+                    buffer.length()
+                ),
+            });
+        }
+        out.push(data);
+    }
+    Ok(out)
+}
+
+/// Accumulates primitives into one mesh while walking the scene.
+struct Builder<'a> {
+    path: &'a Path,
+    base: &'a Path,
+    document: &'a Document,
+    buffers: &'a [Vec<u8>],
+    positions: Vec<[f32; 3]>,
+    normals: Vec<[f32; 3]>,
+    uvs: Vec<[f32; 2]>,
+    indices: Vec<u32>,
+    all_have_normals: bool,
+    all_have_uvs: bool,
+    primitives: usize,
+    /// Material of the first triangle primitive: `Some(index)`; `Some(None)` = default material.
+    material: Option<Option<usize>>,
+    warned_materials: bool,
+}
+
+impl<'a> Builder<'a> {
+    fn doc(&self) -> &'a Document {
+        self.document
+    }
+
+    fn walk_default_scene(&mut self) -> Result<()> {
+        let document = self.doc();
+        let scene = document
+            .default_scene()
+            .or_else(|| document.scenes().next())
+            .ok_or_else(|| Error::Empty {
+                path: self.path.to_path_buf(),
+                what: "scenes",
+                reason: "the file has no scene; add a scene listing the root nodes".into(),
+            })?;
+        let mut visited = vec![false; document.nodes().len()];
+        let mut stack: Vec<(gltf::Node<'a>, [f64; 16])> =
+            scene.nodes().map(|n| (n, IDENTITY)).collect();
+        while let Some((node, parent)) = stack.pop() {
+            if std::mem::replace(&mut visited[node.index()], true) {
+                return Err(Error::Corrupt {
+                    path: self.path.to_path_buf(),
+                    location: format!("nodes[{}]", node.index()),
+                    what: "node reached twice from the scene (a cycle or a node with two parents)"
+                        .into(),
+                });
+            }
+            let local = node.transform().matrix();
+            let world = mat_mul(&parent, &mat_from_cols(&local));
+            if let Some(mesh) = node.mesh() {
+                for primitive in mesh.primitives() {
+                    self.add_primitive(&mesh, &primitive, &world)?;
+                }
+            }
+            stack.extend(node.children().map(|c| (c, world)));
+        }
+        Ok(())
+    }
+
+    fn add_primitive(
+        &mut self,
+        mesh: &gltf::Mesh<'a>,
+        primitive: &gltf::Primitive<'a>,
+        world: &[f64; 16],
+    ) -> Result<()> {
+        let (m, p) = (mesh.index(), primitive.index());
+        let field = format!("meshes[{m}].primitives[{p}]");
+        if primitive.mode() != Mode::Triangles {
+            tracing::warn!(
+                file = %self.path.display(),
+                "{field}: mode {:?} is not TRIANGLES; primitive skipped",
+                primitive.mode()
+            );
+            return Ok(());
+        }
+        let material = primitive.material();
+        let uv_set = material
+            .pbr_metallic_roughness()
+            .base_color_texture()
+            .map_or(0, |t| t.tex_coord());
+
+        let pos_acc = primitive
+            .get(&Semantic::Positions)
+            .ok_or_else(|| Error::Invalid {
+                path: self.path.to_path_buf(),
+                field: format!("{field}.attributes.POSITION"),
+                expected: "a POSITION accessor".into(),
+                found: "none".into(),
+            })?;
+        self.check_accessor(&pos_acc, "POSITION", Dimensions::Vec3, &[DataType::F32])?;
+        let reader = primitive.reader(|b| self.buffers.get(b.index()).map(|d| d.as_slice()));
+        let positions: Vec<[f32; 3]> = reader
+            .read_positions()
+            .map(|it| it.collect())
+            .unwrap_or_default();
+        self.check_count(&pos_acc, positions.len())?;
+        if let Some((i, v)) = positions
+            .iter()
+            .enumerate()
+            .find(|(_, v)| !v.iter().all(|c| c.is_finite()))
+        {
+            return Err(Error::Invalid {
+                path: self.path.to_path_buf(),
+                field: format!(
+                    "accessors[{}] (POSITION of {field}), element {i}",
+                    pos_acc.index()
+                ),
+                expected: "finite coordinates".into(),
+                found: format!("{v:?}"),
+            });
+        }
+        let vertex_count = positions.len();
+
+        let normals = match primitive.get(&Semantic::Normals) {
+            Some(acc) => {
+                self.check_accessor(&acc, "NORMAL", Dimensions::Vec3, &[DataType::F32])?;
+                let n: Vec<[f32; 3]> = reader
+                    .read_normals()
+                    .map(|it| it.collect())
+                    .unwrap_or_default();
+                self.check_count(&acc, n.len())?;
+                if n.len() != vertex_count || n.iter().any(|v| !v.iter().all(|c| c.is_finite())) {
+                    tracing::warn!(
+                        file = %self.path.display(),
+                        "{field}: NORMAL (accessors[{}]) is non-finite or mis-sized; normals dropped",
+                        acc.index()
+                    );
+                    None
+                } else {
+                    Some(n)
+                }
+            }
+            None => None,
+        };
+        let uvs = match primitive.get(&Semantic::TexCoords(uv_set)) {
+            Some(acc) => {
+                self.check_accessor(
+                    &acc,
+                    "TEXCOORD",
+                    Dimensions::Vec2,
+                    &[DataType::F32, DataType::U8, DataType::U16],
+                )?;
+                let t: Vec<[f32; 2]> = reader
+                    .read_tex_coords(uv_set)
+                    .map(|it| it.into_f32().collect())
+                    .unwrap_or_default();
+                self.check_count(&acc, t.len())?;
+                if t.len() != vertex_count || t.iter().any(|v| !v.iter().all(|c| c.is_finite())) {
+                    tracing::warn!(
+                        file = %self.path.display(),
+                        "{field}: TEXCOORD_{uv_set} (accessors[{}]) is non-finite or mis-sized; UVs dropped",
+                        acc.index()
+                    );
+                    None
+                } else {
+                    Some(t)
+                }
+            }
+            None => None,
+        };
+
+        let mut indices: Vec<u32> = match primitive.indices() {
+            Some(acc) => {
+                self.check_accessor(
+                    &acc,
+                    "indices",
+                    Dimensions::Scalar,
+                    &[DataType::U8, DataType::U16, DataType::U32],
+                )?;
+                let idx: Vec<u32> = reader
+                    .read_indices()
+                    .map(|it| it.into_u32().collect())
+                    .unwrap_or_default();
+                self.check_count(&acc, idx.len())?;
+                idx
+            }
+            None => (0..vertex_count as u32).collect(),
+        };
+        if !indices.len().is_multiple_of(3) {
+            return Err(Error::Invalid {
+                path: self.path.to_path_buf(),
+                field: format!("{field}.indices"),
+                expected: "a multiple of 3 indices (TRIANGLES)".into(),
+                found: format!("{} indices", indices.len()),
+            });
+        }
+        if let Some((i, &bad)) = indices
+            .iter()
+            .enumerate()
+            .find(|&(_, &v)| v as usize >= vertex_count)
+        {
+            return Err(Error::Invalid {
+                path: self.path.to_path_buf(),
+                field: format!("{field}.indices, element {i} (IndexOutOfRange)"),
+                expected: format!("an index < vertex count {vertex_count}"),
+                found: format!("index {bad}"),
+            });
+        }
+        if indices.is_empty() {
+            return Ok(());
+        }
+
+        // First triangle primitive fixes the material; later different ones are only warned about.
+        let material_index = material.index();
+        match self.material {
+            None => self.material = Some(material_index),
+            Some(first) if first != material_index && !self.warned_materials => {
+                self.warned_materials = true;
+                tracing::warn!(
+                    file = %self.path.display(),
+                    "{field}: uses another material than the first primitive; only the first material is kept"
+                );
+            }
+            _ => {}
+        }
+
+        // Transform into the world frame (f64), flip winding under mirroring transforms.
+        let normal_matrix = normal_matrix(world);
+        let base = self.positions.len() as u64;
+        if base + vertex_count as u64 > u64::from(u32::MAX) {
+            return Err(Error::Unsupported {
+                path: self.path.to_path_buf(),
+                field: field.clone(),
+                found: format!("more than {} vertices in total", u32::MAX),
+                supported: "meshes with < 2^32 vertices".into(),
+            });
+        }
+        self.positions
+            .extend(positions.iter().map(|v| transform_point(world, v)));
+        match normals {
+            Some(n) if self.all_have_normals => self
+                .normals
+                .extend(n.iter().map(|v| transform_normal(&normal_matrix, v))),
+            _ => {
+                if self.all_have_normals && self.primitives > 0 {
+                    tracing::warn!(
+                        file = %self.path.display(),
+                        "{field}: has no usable NORMAL; normals dropped for the whole mesh"
+                    );
+                }
+                self.all_have_normals = false;
+            }
+        }
+        match uvs {
+            Some(t) if self.all_have_uvs => self.uvs.extend(t),
+            _ => {
+                if self.all_have_uvs && self.primitives > 0 {
+                    tracing::warn!(
+                        file = %self.path.display(),
+                        "{field}: has no usable TEXCOORD_{uv_set}; UVs dropped for the whole mesh"
+                    );
+                }
+                self.all_have_uvs = false;
+            }
+        }
+        if determinant3(world) < 0.0 {
+            for tri in indices.chunks_exact_mut(3) {
+                tri.swap(1, 2);
+            }
+        }
+        self.indices
+            .extend(indices.iter().map(|&i| i + base as u32));
+        self.primitives += 1;
+        Ok(())
+    }
+
+    /// Check that reading `acc` through the `gltf` crate cannot panic and reads `count` elements.
+    fn check_accessor(
+        &self,
+        acc: &gltf::Accessor<'_>,
+        semantic: &str,
+        dims: Dimensions,
+        types: &[DataType],
+    ) -> Result<()> {
+        let field = format!("accessors[{}] ({semantic})", acc.index());
+        let invalid = |expected: String, found: String| Error::Invalid {
+            path: self.path.to_path_buf(),
+            field: field.clone(),
+            expected,
+            found,
+        };
+        if acc.dimensions() != dims || !types.contains(&acc.data_type()) {
+            return Err(Error::Unsupported {
+                path: self.path.to_path_buf(),
+                field: field.clone(),
+                found: format!(
+                    "{:?} of {:?}{}",
+                    acc.dimensions(),
+                    acc.data_type(),
+                    if acc.normalized() {
+                        " (normalized)"
+                    } else {
+                        ""
+                    }
+                ),
+                supported: format!("{dims:?} of {types:?}"),
+            });
+        }
+        if acc.data_type() != DataType::F32 && semantic == "TEXCOORD" && !acc.normalized() {
+            return Err(invalid(
+                "normalized integer texture coordinates".into(),
+                format!("{:?} not normalized", acc.data_type()),
+            ));
+        }
+        if acc.sparse().is_some() {
+            return Err(Error::Unsupported {
+                path: self.path.to_path_buf(),
+                field: format!("{field}.sparse"),
+                found: "a sparse accessor".into(),
+                supported: "dense accessors".into(),
+            });
+        }
+        if acc.count() == 0 {
+            return Err(invalid("count ≥ 1".into(), "0".into()));
+        }
+        let view = acc.view().ok_or_else(|| Error::Unsupported {
+            path: self.path.to_path_buf(),
+            field: format!("{field}.bufferView"),
+            found: "an accessor without bufferView (compressed or all-zero data)".into(),
+            supported: "accessors backed by a bufferView".into(),
+        })?;
+        let elem = acc.size();
+        let stride = view.stride().unwrap_or(elem);
+        if stride < elem {
+            return Err(invalid(
+                format!(
+                    "bufferViews[{}].byteStride ≥ element size {elem}",
+                    view.index()
+                ),
+                format!("{stride}"),
+            ));
+        }
+        let end = (acc.count() - 1)
+            .checked_mul(stride)
+            .and_then(|x| x.checked_add(elem))
+            .and_then(|x| x.checked_add(acc.offset()));
+        let buffer_len = self.buffers.get(view.buffer().index()).map_or(0, Vec::len);
+        let view_end = view.offset().checked_add(view.length());
+        match (end, view_end) {
+            (Some(end), Some(view_end)) if end <= view.length() && view_end <= buffer_len => Ok(()),
+            _ => Err(Error::Corrupt {
+                path: self.path.to_path_buf(),
+                location: field.clone(),
+                what: format!(
+                    "{} elements of {elem} bytes (stride {stride}) at offset {} do not fit bufferViews[{}] ({} bytes at {} of a {buffer_len}-byte buffer)",
+                    acc.count(),
+                    acc.offset(),
+                    view.index(),
+                    view.length(),
+                    view.offset()
+                ),
+            }),
+        }
+    }
+
+    fn check_count(&self, acc: &gltf::Accessor<'_>, read: usize) -> Result<()> {
+        if read == acc.count() {
+            return Ok(());
+        }
+        Err(Error::Corrupt {
+            path: self.path.to_path_buf(),
+            location: format!("accessors[{}]", acc.index()),
+            what: format!("read {read} elements, accessor count is {}", acc.count()),
+        })
+    }
+
+    fn finish(self) -> Result<Mesh> {
+        if self.indices.is_empty() {
+            return Err(Error::Empty {
+                path: self.path.to_path_buf(),
+                what: "triangles",
+                reason: "the default scene has no TRIANGLES primitive with indices or vertices"
+                    .into(),
+            });
+        }
+        let (factor, texture) = match self.material {
+            Some(Some(i)) => match self.doc().materials().nth(i) {
+                Some(mat) => {
+                    let pbr = mat.pbr_metallic_roughness();
+                    let tex = match (pbr.base_color_texture(), self.all_have_uvs) {
+                        (Some(info), true) => self.load_image(info.texture().source().index())?,
+                        _ => None,
+                    };
+                    (pbr.base_color_factor(), tex)
+                }
+                None => ([1.0; 4], None),
+            },
+            _ => ([1.0; 4], None),
+        };
+        Ok(Mesh {
+            positions: self.positions,
+            normals: self.all_have_normals.then_some(self.normals),
+            uvs: self.all_have_uvs.then_some(self.uvs),
+            indices: self.indices,
+            base_color_texture: texture,
+            base_color_factor: factor,
+        })
+    }
+
+    /// Encoded bytes of `images[index]`; `None` (with a warning) for non-PNG/JPEG images.
+    fn load_image(&self, index: usize) -> Result<Option<EmbeddedImage>> {
+        let root = self.doc().as_json();
+        let Some(image) = root.images.get(index) else {
+            return Ok(None);
+        };
+        let field = format!("images[{index}]");
+        let bytes = if let Some(view_index) = image.buffer_view {
+            let view = root.buffer_views.get(view_index.value());
+            let range = view.and_then(|v| {
+                let start = v.byte_offset.map_or(0, |o| o.0 as usize);
+                let end = start.checked_add(v.byte_length.0 as usize)?;
+                self.buffers.get(v.buffer.value())?.get(start..end)
+            });
+            range.map(<[u8]>::to_vec).ok_or_else(|| Error::Corrupt {
+                path: self.path.to_path_buf(),
+                location: format!("{field}.bufferView"),
+                what: "image buffer view lies outside its buffer".into(),
+            })?
+        } else if let Some(uri) = image.uri.as_deref() {
+            match resolve_uri(self.path, self.base, &format!("{field}.uri"), uri)? {
+                UriTarget::Inline(b) => b,
+                UriTarget::File(file) => {
+                    std::fs::read(&file).map_err(|e| match Error::io(&file, e) {
+                        Error::NotFound { path, .. } => Error::NotFound {
+                            path,
+                            what: "glTF image (named by images[].uri)",
+                        },
+                        other => other,
+                    })?
+                }
+            }
+        } else {
+            return Ok(None);
+        };
+        let mime = match bytes.as_slice() {
+            [0x89, b'P', b'N', b'G', ..] => "image/png",
+            [0xFF, 0xD8, 0xFF, ..] => "image/jpeg",
+            _ => {
+                tracing::warn!(
+                    file = %self.path.display(),
+                    "{field}: not PNG or JPEG; base-colour texture dropped"
+                );
+                return Ok(None);
+            }
+        };
+        Ok(Some(EmbeddedImage {
+            mime: mime.into(),
+            bytes,
+        }))
+    }
+}
+
+/// Column-major 4×4 identity.
+const IDENTITY: [f64; 16] = [
+    1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0,
+];
+
+fn mat_from_cols(cols: &[[f32; 4]; 4]) -> [f64; 16] {
+    let mut m = [0.0; 16];
+    for (c, col) in cols.iter().enumerate() {
+        for (r, v) in col.iter().enumerate() {
+            m[c * 4 + r] = f64::from(*v);
+        }
+    }
+    m
+}
+
+/// `a · b` for column-major 4×4 matrices.
+fn mat_mul(a: &[f64; 16], b: &[f64; 16]) -> [f64; 16] {
+    let mut m = [0.0; 16];
+    for c in 0..4 {
+        for r in 0..4 {
+            m[c * 4 + r] = (0..4).map(|k| a[k * 4 + r] * b[c * 4 + k]).sum();
+        }
+    }
+    m
+}
+
+fn transform_point(m: &[f64; 16], p: &[f32; 3]) -> [f32; 3] {
+    let (x, y, z) = (f64::from(p[0]), f64::from(p[1]), f64::from(p[2]));
+    std::array::from_fn(|r| (m[r] * x + m[4 + r] * y + m[8 + r] * z + m[12 + r]) as f32)
+}
+
+/// Upper 3×3 of `m` at (row, col).
+fn m3(m: &[f64; 16], r: usize, c: usize) -> f64 {
+    m[c * 4 + r]
+}
+
+fn determinant3(m: &[f64; 16]) -> f64 {
+    m3(m, 0, 0) * (m3(m, 1, 1) * m3(m, 2, 2) - m3(m, 1, 2) * m3(m, 2, 1))
+        - m3(m, 0, 1) * (m3(m, 1, 0) * m3(m, 2, 2) - m3(m, 1, 2) * m3(m, 2, 0))
+        + m3(m, 0, 2) * (m3(m, 1, 0) * m3(m, 2, 1) - m3(m, 1, 1) * m3(m, 2, 0))
+}
+
+/// Row-major 3×3 inverse transpose of the upper 3×3 of `m` (the cofactor matrix; the missing
+/// 1/det only scales, and normals are renormalised anyway — its sign is kept so normals of mirrored
+/// nodes stay outward).
+fn normal_matrix(m: &[f64; 16]) -> [[f64; 3]; 3] {
+    let a = |r: usize, c: usize| m3(m, r % 3, c % 3);
+    let sign = if determinant3(m) < 0.0 { -1.0 } else { 1.0 };
+    std::array::from_fn(|r| {
+        std::array::from_fn(|c| {
+            sign * (a(r + 1, c + 1) * a(r + 2, c + 2) - a(r + 1, c + 2) * a(r + 2, c + 1))
+        })
+    })
+}
+
+fn transform_normal(n3: &[[f64; 3]; 3], v: &[f32; 3]) -> [f32; 3] {
+    let w: [f64; 3] = std::array::from_fn(|r| (0..3).map(|c| n3[r][c] * f64::from(v[c])).sum());
+    let len = (w[0] * w[0] + w[1] * w[1] + w[2] * w[2]).sqrt();
+    if len > 0.0 && len.is_finite() {
+        std::array::from_fn(|i| (w[i] / len) as f32)
+    } else {
+        // A zero normal stays zero; the GLB writer replaces it with a valid unit vector.
+        [0.0; 3]
+    }
+}
+
+/// Decode `%XX` escapes of a relative URI (invalid escapes are kept verbatim; non-UTF-8 is lossy).
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Standard base64 (RFC 4648 §4) with optional padding; `None` on any invalid character.
+fn decode_base64(s: &str) -> Option<Vec<u8>> {
+    let val = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let s = s.trim_end_matches('=').as_bytes();
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    for chunk in s.chunks(4) {
+        let mut acc = 0u32;
+        for &c in chunk {
+            acc = (acc << 6) | val(c)?;
+        }
+        match chunk.len() {
+            4 => out.extend_from_slice(&[(acc >> 16) as u8, (acc >> 8) as u8, acc as u8]),
+            3 => out.extend_from_slice(&[(acc >> 10) as u8, (acc >> 2) as u8]),
+            2 => out.push((acc >> 4) as u8),
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `shared/datasets` next to the checkout, or `$KILN_DATASETS` (ARCHITECTURE.md §datasets).
+    fn dataset(rel: &str) -> PathBuf {
+        let root = std::env::var_os("KILN_DATASETS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/datasets"));
+        let p = root.join(rel);
+        assert!(
+            p.exists(),
+            "dataset file {} missing; set KILN_DATASETS or put shared/datasets next to the checkout",
+            p.display()
+        );
+        p
+    }
+
+    #[test]
+    fn avocado_reads_with_triangles_equal_to_index_accessor_count() {
+        let path = dataset("mesh-khronos-gltf-samples/Avocado/glTF/Avocado.gltf");
+        let mesh = read_gltf(&path).unwrap();
+        let doc = gltf::Gltf::open(&path).unwrap();
+        let idx_count: usize = doc
+            .meshes()
+            .flat_map(|m| m.primitives())
+            .map(|p| p.indices().unwrap().count())
+            .sum();
+        assert_eq!(mesh.triangle_count(), idx_count / 3);
+        assert!(mesh.positions.iter().flatten().all(|c| c.is_finite()));
+        assert!(
+            mesh.indices
+                .iter()
+                .all(|&i| (i as usize) < mesh.positions.len())
+        );
+        assert_eq!(
+            mesh.normals.as_ref().map(Vec::len),
+            Some(mesh.positions.len())
+        );
+        assert_eq!(mesh.uvs.as_ref().map(Vec::len), Some(mesh.positions.len()));
+        let tex = mesh
+            .base_color_texture
+            .as_ref()
+            .expect("Avocado has a base-colour texture");
+        assert_eq!(tex.mime, "image/png");
+        let (min, max) = mesh.aabb().unwrap();
+        // The Avocado is about 6 cm tall (metres, Y up).
+        assert!(
+            (0.04..0.08).contains(&(max[1] - min[1])),
+            "height {}",
+            max[1] - min[1]
+        );
+    }
+
+    #[test]
+    fn carbon_sphere_draco_is_rejected_as_unsupported_extension() {
+        // carbon-sphere.glb is KHR_draco_mesh_compression (PROVENANCE.md); no Draco decoder here.
+        let path = dataset("mesh-playcanvas-glb/carbon-sphere.glb");
+        let err = read_gltf(&path).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Unsupported { .. }), "{msg}");
+        assert!(msg.contains("KHR_draco_mesh_compression"), "{msg}");
+    }
+
+    #[test]
+    fn glb_with_embedded_texture_reads() {
+        let mesh = read_gltf(&dataset(
+            "mesh-gltf-edgecases-assimp/BoxTextured-glTF-Binary/BoxTextured.glb",
+        ))
+        .unwrap();
+        assert_eq!(mesh.triangle_count(), 12);
+        assert!(mesh.base_color_texture.is_some());
+    }
+
+    #[test]
+    fn instanced_meshes_count_once_per_node() {
+        // 2CylinderEngine: 82 nodes, 29 meshes of 75,730 triangles (PROVENANCE.md); several meshes
+        // are placed by more than one node, and each placement is baked into the merged mesh.
+        let path =
+            dataset("mesh-gltf-edgecases-assimp/2CylinderEngine-glTF-Binary/2CylinderEngine.glb");
+        let mesh = read_gltf(&path).unwrap();
+        let doc = gltf::Gltf::open(&path).unwrap();
+        fn tris(node: gltf::Node<'_>) -> usize {
+            let own: usize = node.mesh().map_or(0, |m| {
+                m.primitives()
+                    .map(|p| p.indices().unwrap().count() / 3)
+                    .sum()
+            });
+            own + node.children().map(tris).sum::<usize>()
+        }
+        let expected: usize = doc.default_scene().unwrap().nodes().map(tris).sum();
+        assert!(expected > 75_730);
+        assert_eq!(mesh.triangle_count(), expected);
+        assert!(mesh.positions.iter().flatten().all(|c| c.is_finite()));
+    }
+
+    #[test]
+    fn index_out_of_range_is_an_error_naming_index_and_primitive() {
+        for name in ["IndexOutOfRange", "AllIndicesOutOfRange"] {
+            let err = read_gltf(&dataset(&format!(
+                "mesh-gltf-edgecases-assimp/IndexOutOfRange/{name}.gltf"
+            )))
+            .unwrap_err();
+            let msg = err.to_string();
+            assert!(matches!(err, Error::Invalid { .. }), "{msg}");
+            assert!(msg.contains("meshes[0].primitives[0].indices"), "{msg}");
+            assert!(
+                msg.contains("IndexOutOfRange") && msg.contains("vertex count"),
+                "{msg}"
+            );
+            assert!(msg.contains(&format!("{name}.gltf")), "{msg}");
+        }
+    }
+
+    #[test]
+    fn missing_bin_is_not_found_naming_the_bin() {
+        let err = read_gltf(&dataset(
+            "mesh-gltf-edgecases-assimp/MissingBin/BoxTextured.gltf",
+        ))
+        .unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::NotFound { .. }), "{msg}");
+        assert!(msg.contains(".bin"), "{msg}");
+    }
+
+    #[test]
+    fn infinite_positions_are_rejected_naming_the_accessor() {
+        let err = read_gltf(&dataset(
+            "mesh-gltf-edgecases-assimp/BoxWithInfinites-glTF-Binary/BoxWithInfinites.glb",
+        ))
+        .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("accessors[") && msg.contains("POSITION"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn malformed_samples_error_without_panicking() {
+        for rel in [
+            "BoxBadNormals-glTF-Binary/BoxBadNormals.glb",
+            "IncorrectVertexArrays/Cube.gltf",
+            "RecursiveNodes/RecursiveNodes.gltf",
+            "SchemaFailures/sceneWrongType.gltf",
+            "wrongTypes/badArray.gltf",
+            "wrongTypes/badExtension.gltf",
+            "wrongTypes/badNumber.gltf",
+            "wrongTypes/badObject.gltf",
+            "wrongTypes/badString.gltf",
+            "wrongTypes/badUint.gltf",
+            "draco/2CylinderEngine.gltf",
+        ] {
+            // Either a clean mesh or an error; the property is "no panic, no hang".
+            match read_gltf(&dataset(&format!("mesh-gltf-edgecases-assimp/{rel}"))) {
+                Ok(mesh) => assert!(
+                    mesh.indices
+                        .iter()
+                        .all(|&i| (i as usize) < mesh.positions.len()),
+                    "{rel}"
+                ),
+                Err(e) => {
+                    eprintln!("{rel}: {e}");
+                    assert!(!e.to_string().is_empty(), "{rel}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn recursive_nodes_are_an_error_not_a_stack_overflow() {
+        let err = read_gltf(&dataset(
+            "mesh-gltf-edgecases-assimp/RecursiveNodes/RecursiveNodes.gltf",
+        ))
+        .unwrap_err();
+        assert!(!err.to_string().is_empty());
+    }
+
+    #[test]
+    fn random_bytes_glb_is_a_corrupt_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut bytes: Vec<u8> = (0..4096)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        let p = dir.path().join("random.glb");
+        std::fs::write(&p, &bytes).unwrap();
+        assert!(matches!(read_gltf(&p).unwrap_err(), Error::Corrupt { .. }));
+        // Right magic, truncated chunks.
+        bytes[..4].copy_from_slice(b"glTF");
+        bytes[4..8].copy_from_slice(&2u32.to_le_bytes());
+        std::fs::write(&p, &bytes).unwrap();
+        let err = read_gltf(&p).unwrap_err();
+        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+        // Empty file.
+        std::fs::write(&p, b"").unwrap();
+        assert!(read_gltf(&p).is_err());
+    }
+
+    #[test]
+    fn mutated_glb_bytes_never_panic() {
+        // Deterministic byte mutations of a valid textured GLB (JSON and BIN chunks alike): every
+        // outcome must be a mesh that keeps the invariants or an error.
+        let src = std::fs::read(dataset(
+            "mesh-gltf-edgecases-assimp/BoxTextured-glTF-Binary/BoxTextured.glb",
+        ))
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("mutated.glb");
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut errors = 0;
+        for _ in 0..300 {
+            let mut bytes = src.clone();
+            for _ in 0..1 + next() % 4 {
+                let at = (next() % bytes.len() as u64) as usize;
+                bytes[at] = match next() % 3 {
+                    0 => bytes[at] ^ (1 << (next() % 8)),
+                    1 => b"0123456789-e.[]{}\",:"[(next() % 18) as usize],
+                    _ => 0xFF,
+                };
+            }
+            std::fs::write(&p, &bytes).unwrap();
+            match read_gltf(&p) {
+                Ok(m) => assert!(m.indices.iter().all(|&i| (i as usize) < m.positions.len())),
+                Err(_) => errors += 1,
+            }
+        }
+        assert!(errors > 0);
+    }
+
+    #[test]
+    fn missing_file_is_not_found() {
+        let err = read_gltf(Path::new("/nonexistent/kiln/mesh.glb")).unwrap_err();
+        assert!(matches!(err, Error::NotFound { .. }));
+    }
+
+    #[test]
+    fn base64_decodes_rfc4648_vectors() {
+        assert_eq!(decode_base64("Zm9vYmFy").unwrap(), b"foobar");
+        assert_eq!(decode_base64("Zm9vYg==").unwrap(), b"foob");
+        assert_eq!(decode_base64("Zm9vYmE=").unwrap(), b"fooba");
+        assert!(decode_base64("Zm9v!").is_none());
+        assert_eq!(percent_decode("a%20b.bin"), "a b.bin");
+        assert_eq!(percent_decode("bad%ZZ%"), "bad%ZZ%");
+    }
+}

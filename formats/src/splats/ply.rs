@@ -1,0 +1,750 @@
+//! INRIA 3DGS PLY: the de-facto interchange file for trained Gaussian splats.
+//!
+//! Source: Kerbl et al. 2023 reference implementation (`scene/gaussian_model.py`, `save_ply` /
+//! `load_ply`), summarised in shared/research/tiles-formats.md §2.6. Layout written here, all
+//! `float`, `binary_little_endian 1.0`, one `element vertex N`:
+//! `x y z nx ny nz f_dc_0..2 f_rest_0..f_rest_{3(K−1)−1} opacity scale_0..2 rot_0..3`, with
+//! normals 0, `f_rest` **channel-major** (`f_rest[c·(K−1) + (k−1)] = sh_coeffs[n, k, c]`, k ≥ 1),
+//! `opacity` a logit, `scale_*` natural logs and `rot_*` a wxyz quaternion (not renormalised).
+//!
+//! Reading maps columns by name, in any order, so files from other tools (extra properties,
+//! missing normals) load too. The fast path (`binary_little_endian`, one `vertex` element, only
+//! `float` properties) copies the body with bytemuck; anything else (ASCII, big-endian, `double`,
+//! integer columns, further elements) goes through `ply_rs_bw` and is converted to f32 (lossy for
+//! `double`). NaN and ±Inf values are rejected with the vertex index: no Kiln stage can use them,
+//! and silently dropping splats would change the vertex count a user expects.
+
+use std::path::Path;
+
+use ply_rs_bw::parser::Parser;
+use ply_rs_bw::ply::{DefaultElement, Property};
+
+use super::{GaussianSplats, MAX_SH_DEGREE};
+use crate::atomic_write::write_atomic_with;
+use crate::{Error, Result};
+
+/// Number of `f_rest_*` properties per SH degree 0..=3: 3·((d+1)² − 1).
+const F_REST_COUNTS: [usize; 4] = [0, 9, 24, 45];
+
+/// Property names of the INRIA layout in file order, for SH degree `sh_degree`.
+fn inria_property_names(sh_degree: u32) -> Vec<String> {
+    let mut names: Vec<String> = [
+        "x", "y", "z", "nx", "ny", "nz", "f_dc_0", "f_dc_1", "f_dc_2",
+    ]
+    .map(String::from)
+    .to_vec();
+    names.extend((0..F_REST_COUNTS[sh_degree as usize]).map(|i| format!("f_rest_{i}")));
+    names.extend(
+        [
+            "opacity", "scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3",
+        ]
+        .map(String::from),
+    );
+    names
+}
+
+/// Write `splats` as an INRIA 3DGS PLY at `path`, atomically (temporary file + rename).
+///
+/// The file holds exactly the f32 values of `splats` (no renormalisation, no clamping), so
+/// [`read_ply`] returns bit-identical arrays. Normals are written as 0.
+///
+/// - `path`: destination; missing parent directories are created.
+/// - `splats`: N ≥ 0 splats, shapes as documented on [`GaussianSplats`], SH degree 0..=3.
+///
+/// # Errors
+/// [`Error::InvalidInput`] when an array length does not match N or a value is NaN/±Inf (with the
+/// splat index); [`Error::Io`] naming `path` when writing fails (the old file, if any, is kept).
+pub fn write_inria_ply(path: &Path, splats: &GaussianSplats) -> Result<()> {
+    const CONTEXT: &str = "INRIA PLY write";
+    splats.check_shapes(CONTEXT)?;
+    splats.check_finite(CONTEXT)?;
+    let n = splats.len();
+    let k = splats.sh_coeffs_per_channel();
+    let names = inria_property_names(splats.sh_degree);
+    let stride = names.len();
+
+    let mut header = format!("ply\nformat binary_little_endian 1.0\nelement vertex {n}\n");
+    for name in &names {
+        header.push_str("property float ");
+        header.push_str(name);
+        header.push('\n');
+    }
+    header.push_str("end_header\n");
+
+    let mut rows = vec![0f32; n * stride];
+    for (i, row) in rows.chunks_exact_mut(stride).enumerate() {
+        row[0..3].copy_from_slice(&splats.means[i * 3..i * 3 + 3]);
+        // row[3..6] normals stay 0.
+        let sh = &splats.sh_coeffs[i * k * 3..(i + 1) * k * 3];
+        row[6..9].copy_from_slice(&sh[0..3]);
+        let rest = &mut row[9..9 + 3 * (k - 1)];
+        for c in 0..3 {
+            for kk in 1..k {
+                rest[c * (k - 1) + (kk - 1)] = sh[kk * 3 + c];
+            }
+        }
+        let tail = 9 + 3 * (k - 1);
+        row[tail] = splats.logit_opacities[i];
+        row[tail + 1..tail + 4].copy_from_slice(&splats.log_scales[i * 3..i * 3 + 3]);
+        row[tail + 4..tail + 8].copy_from_slice(&splats.rotations[i * 4..i * 4 + 4]);
+    }
+    if cfg!(target_endian = "big") {
+        for v in &mut rows {
+            *v = f32::from_bits(v.to_bits().to_le());
+        }
+    }
+    write_atomic_with(path, |w| {
+        use std::io::Write;
+        w.write_all(header.as_bytes())?;
+        w.write_all(bytemuck::cast_slice(&rows))
+    })
+}
+
+/// Read a 3DGS PLY (INRIA layout or any PLY with those property names) into [`GaussianSplats`].
+///
+/// Columns are found by name in any order; `nx ny nz` and unknown properties are ignored. The SH
+/// degree follows from the number of `f_rest_*` properties: 0, 9, 24, 45 → degree 0, 1, 2, 3,
+/// and they must be named `f_rest_0..f_rest_{m−1}` (channel-major, transposed into `[N, K, 3]`).
+/// Values are returned as stored: logit opacities, log scales, wxyz rotations not renormalised.
+///
+/// - `path`: the PLY file; ASCII, binary little- or big-endian; `float`, `double` or integer
+///   scalar properties (converted to f32). The vertex element must be named `vertex`.
+///
+/// # Errors
+/// All name `path`: [`Error::NotFound`] / [`Error::Io`] when it cannot be read;
+/// [`Error::Corrupt`] for an empty file, wrong magic, a header without `end_header`, a truncated
+/// body or a body the PLY parser rejects; [`Error::Invalid`] for a missing required property
+/// (named), a body longer than `element vertex N` implies, or a NaN/±Inf value (with the vertex
+/// index and property); [`Error::Unsupported`] for an `f_rest_*` count other than 0/9/24/45 or a
+/// list-typed splat property.
+pub fn read_ply(path: &Path) -> Result<GaussianSplats> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let header = parse_header(path, &bytes)?;
+    let splats = if let Some(fast) = header.fast_path() {
+        read_fast(path, &bytes[header.body_offset..], &header, fast)?
+    } else {
+        read_with_ply_rs(path, &bytes, &header)?
+    };
+    check_values_finite(path, &splats)?;
+    Ok(splats)
+}
+
+/// One `element` of the header with its scalar properties (name, type keyword).
+#[derive(Debug)]
+struct ElementHeader {
+    name: String,
+    count: usize,
+    properties: Vec<(String, String)>,
+}
+
+/// What Kiln needs from a PLY header; parsed by hand so that errors can name the line.
+#[derive(Debug)]
+struct PlyHeader {
+    format: String,
+    elements: Vec<ElementHeader>,
+    body_offset: usize,
+}
+
+/// Column indices of the fast path: all properties are f32, so a row is `stride` floats.
+struct FastLayout {
+    stride: usize,
+}
+
+impl PlyHeader {
+    fn fast_path(&self) -> Option<FastLayout> {
+        let [vertex] = self.elements.as_slice() else {
+            return None;
+        };
+        let all_float = vertex
+            .properties
+            .iter()
+            .all(|(_, ty)| ty == "float" || ty == "float32");
+        (self.format == "binary_little_endian" && vertex.name == "vertex" && all_float).then_some(
+            FastLayout {
+                stride: vertex.properties.len(),
+            },
+        )
+    }
+
+    fn vertex(&self) -> Option<&ElementHeader> {
+        self.elements.iter().find(|e| e.name == "vertex")
+    }
+}
+
+fn corrupt(path: &Path, location: impl Into<String>, what: impl Into<String>) -> Error {
+    Error::Corrupt {
+        path: path.to_path_buf(),
+        location: location.into(),
+        what: what.into(),
+    }
+}
+
+fn parse_header(path: &Path, bytes: &[u8]) -> Result<PlyHeader> {
+    if bytes.is_empty() {
+        return Err(corrupt(
+            path,
+            "byte 0",
+            "empty file (0 bytes), expected a PLY header",
+        ));
+    }
+    if !bytes.starts_with(b"ply\n") && !bytes.starts_with(b"ply\r\n") {
+        let shown: String = String::from_utf8_lossy(&bytes[..bytes.len().min(8)])
+            .chars()
+            .map(|c| if c.is_control() { '.' } else { c })
+            .collect();
+        return Err(corrupt(
+            path,
+            "line 1",
+            format!("wrong magic: expected `ply`, found `{shown}`"),
+        ));
+    }
+    let mut offset = 0usize;
+    let mut line_no = 0usize;
+    let mut format = None;
+    let mut elements: Vec<ElementHeader> = Vec::new();
+    loop {
+        let Some(len) = bytes[offset..].iter().position(|&b| b == b'\n') else {
+            return Err(corrupt(
+                path,
+                format!("line {}", line_no + 1),
+                "truncated header: no `end_header` line",
+            ));
+        };
+        let raw = &bytes[offset..offset + len];
+        offset += len + 1;
+        line_no += 1;
+        let line = String::from_utf8_lossy(raw);
+        let line = line.trim();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let location = format!("header line {line_no}");
+        match words.as_slice() {
+            ["ply"] if line_no == 1 => {}
+            ["end_header"] => break,
+            ["comment", ..] | ["obj_info", ..] | [] => {}
+            ["format", f, _version] => format = Some(f.to_string()),
+            ["element", name, count] => {
+                let count = count.parse::<usize>().map_err(|_| {
+                    corrupt(
+                        path,
+                        &location,
+                        format!("element count `{count}` is not a number"),
+                    )
+                })?;
+                elements.push(ElementHeader {
+                    name: name.to_string(),
+                    count,
+                    properties: Vec::new(),
+                });
+            }
+            ["property", "list", _, _, name] => {
+                let Some(el) = elements.last_mut() else {
+                    return Err(corrupt(path, &location, "property before any element"));
+                };
+                el.properties.push((name.to_string(), "list".into()));
+            }
+            ["property", ty, name] => {
+                let Some(el) = elements.last_mut() else {
+                    return Err(corrupt(path, &location, "property before any element"));
+                };
+                el.properties.push((name.to_string(), ty.to_string()));
+            }
+            _ => {
+                return Err(corrupt(
+                    path,
+                    &location,
+                    format!("unrecognised header line `{line}`"),
+                ));
+            }
+        }
+    }
+    let Some(format) = format else {
+        return Err(corrupt(path, "header", "no `format` line"));
+    };
+    if !["ascii", "binary_little_endian", "binary_big_endian"].contains(&format.as_str()) {
+        return Err(Error::Unsupported {
+            path: path.to_path_buf(),
+            field: "format".into(),
+            found: format,
+            supported: "ascii, binary_little_endian, binary_big_endian".into(),
+        });
+    }
+    Ok(PlyHeader {
+        format,
+        elements,
+        body_offset: offset,
+    })
+}
+
+/// Where each splat field comes from: column index per required name, SH degree.
+struct ColumnMap {
+    xyz: [usize; 3],
+    dc: [usize; 3],
+    rest: Vec<usize>,
+    opacity: usize,
+    scale: [usize; 3],
+    rot: [usize; 4],
+    sh_degree: u32,
+}
+
+fn map_columns(path: &Path, names: &[&str]) -> Result<ColumnMap> {
+    let find = |name: &str| -> Result<usize> {
+        names
+            .iter()
+            .position(|n| *n == name)
+            .ok_or_else(|| Error::Invalid {
+                path: path.to_path_buf(),
+                field: format!("vertex.{name}"),
+                expected: format!(
+                    "a `property float {name}` in `element vertex` (INRIA 3DGS layout)"
+                ),
+                found: "no such property".into(),
+            })
+    };
+    let rest_count = names.iter().filter(|n| n.starts_with("f_rest_")).count();
+    let Some(sh_degree) = F_REST_COUNTS.iter().position(|&c| c == rest_count) else {
+        return Err(Error::Unsupported {
+            path: path.to_path_buf(),
+            field: "vertex.f_rest_*".into(),
+            found: format!("{rest_count} f_rest properties"),
+            supported: "0, 9, 24 or 45 (SH degree 0, 1, 2, 3)".into(),
+        });
+    };
+    debug_assert!(sh_degree as u32 <= MAX_SH_DEGREE);
+    let rest = (0..rest_count)
+        .map(|i| find(&format!("f_rest_{i}")))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ColumnMap {
+        xyz: [find("x")?, find("y")?, find("z")?],
+        dc: [find("f_dc_0")?, find("f_dc_1")?, find("f_dc_2")?],
+        rest,
+        opacity: find("opacity")?,
+        scale: [find("scale_0")?, find("scale_1")?, find("scale_2")?],
+        rot: [
+            find("rot_0")?,
+            find("rot_1")?,
+            find("rot_2")?,
+            find("rot_3")?,
+        ],
+        sh_degree: sh_degree as u32,
+    })
+}
+
+/// Build splats from N rows, `get(row, column)` returning the f32 value.
+fn assemble(n: usize, cols: &ColumnMap, get: impl Fn(usize, usize) -> f32) -> GaussianSplats {
+    let k = ((cols.sh_degree + 1) * (cols.sh_degree + 1)) as usize;
+    let mut s = GaussianSplats {
+        means: Vec::with_capacity(n * 3),
+        log_scales: Vec::with_capacity(n * 3),
+        rotations: Vec::with_capacity(n * 4),
+        logit_opacities: Vec::with_capacity(n),
+        sh_coeffs: Vec::with_capacity(n * k * 3),
+        sh_degree: cols.sh_degree,
+    };
+    for i in 0..n {
+        s.means.extend(cols.xyz.map(|c| get(i, c)));
+        s.log_scales.extend(cols.scale.map(|c| get(i, c)));
+        s.rotations.extend(cols.rot.map(|c| get(i, c)));
+        s.logit_opacities.push(get(i, cols.opacity));
+        s.sh_coeffs.extend(cols.dc.map(|c| get(i, c)));
+        for kk in 1..k {
+            for c in 0..3 {
+                s.sh_coeffs.push(get(i, cols.rest[c * (k - 1) + (kk - 1)]));
+            }
+        }
+    }
+    s
+}
+
+fn read_fast(
+    path: &Path,
+    body: &[u8],
+    header: &PlyHeader,
+    layout: FastLayout,
+) -> Result<GaussianSplats> {
+    let vertex = &header.elements[0];
+    let n = vertex.count;
+    let names: Vec<&str> = vertex.properties.iter().map(|(n, _)| n.as_str()).collect();
+    let cols = map_columns(path, &names)?;
+    let expected = n
+        .checked_mul(layout.stride)
+        .and_then(|v| v.checked_mul(4))
+        .ok_or_else(|| {
+            corrupt(
+                path,
+                "element vertex",
+                format!("vertex count {n} overflows"),
+            )
+        })?;
+    if body.len() < expected {
+        return Err(corrupt(
+            path,
+            format!("byte {}", header.body_offset + body.len()),
+            format!(
+                "truncated body: `element vertex {n}` × {} floats needs {expected} bytes, found {}",
+                layout.stride,
+                body.len()
+            ),
+        ));
+    }
+    if body.len() > expected {
+        return Err(Error::Invalid {
+            path: path.to_path_buf(),
+            field: "element vertex".into(),
+            expected: format!(
+                "{expected} body bytes for {n} vertices of {} floats",
+                layout.stride
+            ),
+            found: format!(
+                "{} bytes (vertex count does not match the data)",
+                body.len()
+            ),
+        });
+    }
+    // The body starts at an arbitrary byte offset, so copy into aligned f32 storage.
+    let mut floats = vec![0f32; n * layout.stride];
+    bytemuck::cast_slice_mut::<f32, u8>(&mut floats).copy_from_slice(body);
+    if cfg!(target_endian = "big") {
+        for v in &mut floats {
+            *v = f32::from_bits(u32::from_le(v.to_bits()));
+        }
+    }
+    let stride = layout.stride;
+    Ok(assemble(n, &cols, |row, col| floats[row * stride + col]))
+}
+
+fn read_with_ply_rs(path: &Path, bytes: &[u8], header: &PlyHeader) -> Result<GaussianSplats> {
+    let Some(vertex) = header.vertex() else {
+        return Err(Error::Invalid {
+            path: path.to_path_buf(),
+            field: "element vertex".into(),
+            expected: "an `element vertex N` holding the splats".into(),
+            found: "no vertex element".into(),
+        });
+    };
+    let names: Vec<&str> = vertex.properties.iter().map(|(n, _)| n.as_str()).collect();
+    let cols = map_columns(path, &names)?;
+    let parser = Parser::<DefaultElement>::new();
+    let mut reader = bytes;
+    let ply = parser.read_ply(&mut reader).map_err(|e| {
+        corrupt(
+            path,
+            e.line().map_or("body".to_string(), |l| format!("line {l}")),
+            format!("PLY parser: {e} (truncated body or values that do not match the header)"),
+        )
+    })?;
+    let rows = ply
+        .payload
+        .get("vertex")
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if rows.len() != vertex.count {
+        return Err(corrupt(
+            path,
+            "element vertex",
+            format!(
+                "header says {} vertices, body holds {}",
+                vertex.count,
+                rows.len()
+            ),
+        ));
+    }
+    // Resolve every needed column to an f32 up front so that `assemble` cannot fail.
+    let mut needed: Vec<usize> = cols.xyz.to_vec();
+    needed.extend(cols.dc);
+    needed.extend(&cols.rest);
+    needed.extend(cols.scale);
+    needed.extend(cols.rot);
+    needed.push(cols.opacity);
+    let width = names.len();
+    let mut table = vec![0f32; rows.len() * width];
+    for (i, row) in rows.iter().enumerate() {
+        for &c in &needed {
+            let name = names[c];
+            let value = row
+                .get(name)
+                .and_then(Property::to_f32_lossy)
+                .ok_or_else(|| Error::Unsupported {
+                    path: path.to_path_buf(),
+                    field: format!("vertex[{i}].{name}"),
+                    found: "a list or missing value".into(),
+                    supported: "scalar numeric properties".into(),
+                })?;
+            table[i * width + c] = value;
+        }
+    }
+    Ok(assemble(rows.len(), &cols, |row, col| {
+        table[row * width + col]
+    }))
+}
+
+fn check_values_finite(path: &Path, s: &GaussianSplats) -> Result<()> {
+    let k = s.sh_coeffs_per_channel();
+    let fields: [(&str, &[f32], usize); 5] = [
+        ("x/y/z", &s.means, 3),
+        ("scale_*", &s.log_scales, 3),
+        ("rot_*", &s.rotations, 4),
+        ("opacity", &s.logit_opacities, 1),
+        ("f_dc_*/f_rest_*", &s.sh_coeffs, k * 3),
+    ];
+    for (field, values, per) in fields {
+        if let Some(pos) = values.iter().position(|v| !v.is_finite()) {
+            return Err(Error::Invalid {
+                path: path.to_path_buf(),
+                field: format!("vertex[{}].{field}", pos / per),
+                expected: "finite values (remove or re-export the splat)".into(),
+                found: values[pos].to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::splats::test_data::random_splats;
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|f| f.to_bits()).collect()
+    }
+
+    fn assert_bit_exact(a: &GaussianSplats, b: &GaussianSplats) {
+        assert_eq!(a.sh_degree, b.sh_degree);
+        assert_eq!(bits(&a.means), bits(&b.means));
+        assert_eq!(bits(&a.log_scales), bits(&b.log_scales));
+        assert_eq!(bits(&a.rotations), bits(&b.rotations));
+        assert_eq!(bits(&a.logit_opacities), bits(&b.logit_opacities));
+        assert_eq!(bits(&a.sh_coeffs), bits(&b.sh_coeffs));
+    }
+
+    #[test]
+    fn ply_round_trip_is_bit_exact_for_degrees_0_to_3() {
+        let dir = tempfile::tempdir().unwrap();
+        for degree in 0..=3 {
+            let s = random_splats(257, degree, 5.0, 7 + degree as u64);
+            let p = dir.path().join(format!("d{degree}.ply"));
+            write_inria_ply(&p, &s).unwrap();
+            let expected_len = 62 - 3 * (15 - (((degree + 1) * (degree + 1)) as usize - 1));
+            let header_len = parse_header(&p, &std::fs::read(&p).unwrap())
+                .unwrap()
+                .body_offset;
+            assert_eq!(
+                std::fs::metadata(&p).unwrap().len() as usize,
+                header_len + 257 * expected_len * 4
+            );
+            assert_bit_exact(&read_ply(&p).unwrap(), &s);
+        }
+    }
+
+    #[test]
+    fn ply_f_rest_is_channel_major() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = random_splats(1, 1, 1.0, 3);
+        // sh_coeffs[0, k, c] = 10k + c.
+        for k in 0..4 {
+            for c in 0..3 {
+                s.sh_coeffs[k * 3 + c] = (10 * k + c) as f32;
+            }
+        }
+        let p = dir.path().join("a.ply");
+        write_inria_ply(&p, &s).unwrap();
+        let bytes = std::fs::read(&p).unwrap();
+        let h = parse_header(&p, &bytes).unwrap();
+        let row: Vec<f32> = bytes[h.body_offset..]
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        // f_rest_0..2 are red of k = 1, 2, 3; f_rest_3..5 green.
+        assert_eq!(&row[9..15], &[10.0, 20.0, 30.0, 11.0, 21.0, 31.0]);
+        assert_eq!(&row[6..9], &[0.0, 1.0, 2.0]);
+    }
+
+    #[test]
+    fn ply_reads_columns_in_any_order_and_without_normals_via_ascii() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ascii.ply");
+        let text = "ply\nformat ascii 1.0\ncomment reordered\nelement vertex 2\n\
+            property double rot_0\nproperty float opacity\nproperty float x\nproperty float y\n\
+            property float z\nproperty float scale_2\nproperty float scale_1\nproperty float scale_0\n\
+            property float f_dc_2\nproperty float f_dc_1\nproperty float f_dc_0\n\
+            property float rot_3\nproperty float rot_2\nproperty float rot_1\nproperty uchar red\n\
+            element face 0\nproperty list uchar int vertex_indices\nend_header\n\
+            1 0.5 1 2 3 -3 -2 -1 0.3 0.2 0.1 0 0 0 7\n\
+            0 -0.5 4 5 6 -6 -5 -4 0.6 0.5 0.4 1 0 0 9\n";
+        std::fs::write(&p, text).unwrap();
+        let s = read_ply(&p).unwrap();
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.sh_degree, 0);
+        assert_eq!(s.means, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(s.log_scales, vec![-1.0, -2.0, -3.0, -4.0, -5.0, -6.0]);
+        assert_eq!(s.rotations, vec![1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]);
+        assert_eq!(s.logit_opacities, vec![0.5, -0.5]);
+        assert_eq!(s.sh_coeffs, vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6]);
+    }
+
+    #[test]
+    fn ply_reads_big_endian_doubles_via_fallback() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("be.ply");
+        let names = inria_property_names(0);
+        let mut bytes = b"ply\nformat binary_big_endian 1.0\nelement vertex 1\n".to_vec();
+        for name in &names {
+            bytes.extend_from_slice(format!("property double {name}\n").as_bytes());
+        }
+        bytes.extend_from_slice(b"end_header\n");
+        let values: Vec<f64> = (0..names.len()).map(|i| i as f64 + 0.5).collect();
+        for v in &values {
+            bytes.extend_from_slice(&v.to_be_bytes());
+        }
+        std::fs::write(&p, &bytes).unwrap();
+        let s = read_ply(&p).unwrap();
+        // Columns: x y z nx ny nz f_dc_0..2 opacity scale_0..2 rot_0..3 → 0.5, 1.5, …
+        assert_eq!(s.means, vec![0.5, 1.5, 2.5]);
+        assert_eq!(s.sh_coeffs, vec![6.5, 7.5, 8.5]);
+        assert_eq!(s.logit_opacities, vec![9.5]);
+        assert_eq!(s.log_scales, vec![10.5, 11.5, 12.5]);
+        assert_eq!(s.rotations, vec![13.5, 14.5, 15.5, 16.5]);
+        // Truncated big-endian body: a clear Corrupt error, not a panic.
+        std::fs::write(&p, &bytes[..bytes.len() - 3]).unwrap();
+        assert!(matches!(read_ply(&p), Err(Error::Corrupt { .. })));
+    }
+
+    #[test]
+    fn ply_reads_real_inria_file() {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/datasets/splat-plushdog-smartdatascan/point_cloud_29999_clean.ply");
+        let bytes = std::fs::read(&p).expect("dataset splat-plushdog-smartdatascan is missing");
+        let h = parse_header(&p, &bytes).unwrap();
+        let n_header = h.elements[0].count;
+        let s = read_ply(&p).unwrap();
+        assert_eq!(n_header, 15_105);
+        assert_eq!(s.len(), n_header);
+        assert_eq!(s.sh_degree, 3);
+        s.check_shapes("test").unwrap();
+        s.check_finite("test").unwrap();
+        // Re-writing the INRIA file reproduces its body byte for byte (normals there are 0).
+        let dir = tempfile::tempdir().unwrap();
+        let q = dir.path().join("copy.ply");
+        write_inria_ply(&q, &s).unwrap();
+        let copy = std::fs::read(&q).unwrap();
+        let hq = parse_header(&q, &copy).unwrap();
+        assert_eq!(&copy[hq.body_offset..], &bytes[h.body_offset..]);
+    }
+
+    fn write_bytes(bytes: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bad.ply");
+        std::fs::write(&p, bytes).unwrap();
+        (dir, p)
+    }
+
+    fn valid_file_bytes() -> Vec<u8> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ok.ply");
+        write_inria_ply(&p, &random_splats(10, 1, 1.0, 1)).unwrap();
+        std::fs::read(&p).unwrap()
+    }
+
+    #[test]
+    fn ply_rejects_empty_file() {
+        let (_d, p) = write_bytes(b"");
+        let e = read_ply(&p).unwrap_err();
+        assert!(matches!(e, Error::Corrupt { .. }), "{e}");
+        assert!(
+            e.to_string().contains("empty file") && e.to_string().contains("bad.ply"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn ply_rejects_wrong_magic() {
+        let (_d, p) = write_bytes(b"PK\x03\x04 not a ply");
+        let e = read_ply(&p).unwrap_err();
+        assert!(e.to_string().contains("wrong magic"), "{e}");
+    }
+
+    #[test]
+    fn ply_rejects_truncated_header() {
+        let bytes = valid_file_bytes();
+        let (_d, p) = write_bytes(&bytes[..60]);
+        let e = read_ply(&p).unwrap_err();
+        assert!(e.to_string().contains("truncated header"), "{e}");
+    }
+
+    #[test]
+    fn ply_rejects_truncated_body() {
+        let bytes = valid_file_bytes();
+        let (_d, p) = write_bytes(&bytes[..bytes.len() - 5]);
+        let e = read_ply(&p).unwrap_err();
+        assert!(e.to_string().contains("truncated body"), "{e}");
+    }
+
+    #[test]
+    fn ply_rejects_count_mismatch() {
+        let mut bytes = valid_file_bytes();
+        bytes.extend_from_slice(&[0u8; 4 * 26]);
+        let (_d, p) = write_bytes(&bytes);
+        let e = read_ply(&p).unwrap_err();
+        assert!(
+            matches!(e, Error::Invalid { ref field, .. } if field == "element vertex"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn ply_rejects_missing_property_by_name() {
+        let text = b"ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nproperty float y\n\
+            property float z\nproperty float f_dc_0\nproperty float f_dc_1\nproperty float f_dc_2\n\
+            property float scale_0\nproperty float scale_1\nproperty float scale_2\n\
+            property float rot_0\nproperty float rot_1\nproperty float rot_2\nproperty float rot_3\n\
+            end_header\n0 0 0 0 0 0 0 0 0 1 0 0 0\n";
+        let (_d, p) = write_bytes(text);
+        let e = read_ply(&p).unwrap_err();
+        assert!(e.to_string().contains("vertex.opacity"), "{e}");
+    }
+
+    #[test]
+    fn ply_rejects_unsupported_f_rest_count() {
+        let text = b"ply\nformat binary_little_endian 1.0\nelement vertex 0\nproperty float x\n\
+            property float f_rest_0\nproperty float f_rest_1\nend_header\n";
+        let (_d, p) = write_bytes(text);
+        let e = read_ply(&p).unwrap_err();
+        assert!(
+            matches!(e, Error::Unsupported { .. }) && e.to_string().contains("2 f_rest"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn ply_rejects_nan_with_vertex_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("nan.ply");
+        let s = random_splats(4, 0, 1.0, 2);
+        write_inria_ply(&p, &s).unwrap();
+        let mut bytes = std::fs::read(&p).unwrap();
+        let h = parse_header(&p, &bytes).unwrap();
+        // Vertex 2, column 1 (y).
+        let at = h.body_offset + (2 * 17 + 1) * 4;
+        bytes[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+        std::fs::write(&p, &bytes).unwrap();
+        let e = read_ply(&p).unwrap_err();
+        assert!(e.to_string().contains("vertex[2].x/y/z"), "{e}");
+    }
+
+    #[test]
+    fn ply_write_rejects_shape_mismatch_and_nan() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("w.ply");
+        let mut s = random_splats(3, 0, 1.0, 2);
+        s.means.pop();
+        assert!(matches!(
+            write_inria_ply(&p, &s),
+            Err(Error::InvalidInput { .. })
+        ));
+        let mut s = random_splats(3, 0, 1.0, 2);
+        s.logit_opacities[1] = f32::INFINITY;
+        let e = write_inria_ply(&p, &s).unwrap_err();
+        assert!(e.to_string().contains("logit_opacities[splat 1]"), "{e}");
+        assert!(!p.exists());
+    }
+}

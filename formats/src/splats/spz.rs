@@ -1,0 +1,788 @@
+//! SPZ, Niantic's compressed Gaussian splat container: encode v2/v3 (gzip), decode v1–v3.
+//!
+//! Source: nianticlabs/spz `src/cc/load-spz.cc` (tag v2.0.0, the version that
+//! `KHR_gaussian_splatting_compression_spz_2` pins), summarised in
+//! shared/research/tiles-formats.md §2.4. A v1–v3 file is one gzip stream holding a 16-byte
+//! little-endian header — magic `0x5053474e` ("NGSP"), version u32, numPoints u32, shDegree u8,
+//! fractionalBits u8, flags u8 (0x1 antialiased), reserved u8 — then the attribute blocks, each
+//! for all N splats in turn: positions (3 × 24-bit signed fixed point; v1: 3 × float16), alphas
+//! (u8), colours (3 × u8), scales (3 × u8), rotations (v3: 4-byte "smallest three"; v2: 3 × u8
+//! xyz with w ≥ 0), SH (u8, per splat coefficient-major with r,g,b inner, degree ≥ 1 only).
+//!
+//! Quantisation (what the format promises, and what the tests check):
+//! - position: round(x·2^fb) in 24 bits → error ≤ 2^−fb/2 m; |x| must stay below
+//!   2^(23−fb) m (2048 m at fb = 12). The reference library silently wraps beyond that
+//!   (nianticlabs/spz#81); [`encode_spz`] returns an error instead.
+//! - alpha: u8 = round(sigmoid(logit)·255) → linear opacity error ≤ 0.5/255.
+//! - colour: u8 = round(dc·0.15·255 + 127.5) (`colorScale` 0.15, not 0.282: headroom for DC
+//!   outside [0, 1] that SH brings back) → DC error ≤ 0.5/38.25 ≈ 0.013 inside ±3.33.
+//! - scale: u8 = round((ln s + 10)·16) → log-scale error ≤ 1/32 inside [−10, 5.9].
+//! - rotation v3: index of the largest |component| (2 bits) + three 10-bit fields (sign bit +
+//!   9-bit magnitude of |q_i|/√½), largest made positive; SPZ quaternions are **xyzw**.
+//! - SH: q = round(x·128) + 128, snapped to the nearest multiple of the bucket (8 for degree 1
+//!   = 5 bits, 16 for degrees 2–3 = 4 bits), clamped to 0..=255; decoded (q − 128)/128.
+//!
+//! Values outside a field's range are clamped, as the reference encoder does; only positions
+//! (where clamping would move splats) are rejected. Coordinates are stored as given (the SPZ
+//! library's `UNSPECIFIED` coordinate system): Kiln passes glTF-frame data, which is what
+//! CesiumJS 1.145 renders correctly (research note §2.2).
+//!
+//! Version 4 (plain "NGSP" header + ZSTD streams) is detected and rejected as unsupported.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use super::{GaussianSplats, MAX_SH_DEGREE, logit, sigmoid};
+use crate::{Error, Result};
+
+/// SPZ header magic ("NGSP" in file byte order).
+pub const SPZ_MAGIC: u32 = 0x5053_474e;
+/// Size of the v1–v3 header in bytes.
+const HEADER_BYTES: usize = 16;
+/// `colorScale` of the reference library: colour byte = dc·0.15·255 + 127.5.
+const COLOR_SCALE: f32 = 0.15;
+/// Header flag: splats were trained with mip/antialiased rasterisation.
+const FLAG_ANTIALIASED: u8 = 0x1;
+/// Header flag (newer libraries): extension records follow the header.
+const FLAG_HAS_EXTENSIONS: u8 = 0x2;
+/// Readers of the reference library refuse more points than this; so do we.
+const MAX_POINTS: u32 = 10_000_000;
+/// Bucket sizes of the SH quantiser: degree 1 keeps 5 bits, degrees ≥ 2 keep 4 bits.
+const SH1_BUCKET: i32 = 1 << (8 - 5);
+const SH_REST_BUCKET: i32 = 1 << (8 - 4);
+/// Decoded opacities are kept inside [ε, 1 − ε] so that logits stay finite (alpha byte 0 or
+/// 255); ε is far below the 0.5/255 quantisation step.
+const ALPHA_EPS: f64 = 1e-6;
+
+/// SPZ file version to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SpzVersion {
+    /// Version 2: rotations as 3 bytes of xyz (w ≥ 0). Read by spz-js 1.x.
+    V2,
+    /// Version 3: "smallest three" rotations. What the v2.0.0 library writes; CesiumJS reads it.
+    #[default]
+    V3,
+}
+
+/// Which rasterisation the splats were trained for (SPZ header flag 0x1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SpzAntialiasing {
+    /// Plain 3DGS (flag clear).
+    #[default]
+    Standard,
+    /// Mip-splatting / antialiased training (flag 0x1 set).
+    Antialiased,
+}
+
+/// Options of [`encode_spz`]. `Default`: version 3, 12 fractional bits, standard rasterisation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpzOptions {
+    /// File version written (2 or 3).
+    pub version: SpzVersion,
+    /// Fractional bits of the 24-bit fixed-point positions, 0..=23; 12 gives 1/4096 m steps
+    /// and a ±2048 m range.
+    pub fractional_bits: u8,
+    /// Header flag 0x1.
+    pub antialiasing: SpzAntialiasing,
+}
+
+impl Default for SpzOptions {
+    fn default() -> Self {
+        Self {
+            version: SpzVersion::V3,
+            fractional_bits: 12,
+            antialiasing: SpzAntialiasing::Standard,
+        }
+    }
+}
+
+/// Largest |coordinate| (metres) that `fractional_bits` can store: 2^(23 − fb) − 2^−fb.
+pub fn spz_position_limit_m(fractional_bits: u8) -> f64 {
+    ((1i64 << 23) - 1) as f64 / (1i64 << fractional_bits) as f64
+}
+
+fn to_u8(x: f32) -> u8 {
+    x.round().clamp(0.0, 255.0) as u8
+}
+
+fn quantize_sh(x: f32, bucket: i32) -> u8 {
+    let q = (x * 128.0).round() as i32 + 128;
+    let q = (q + bucket / 2).div_euclid(bucket) * bucket;
+    q.clamp(0, 255) as u8
+}
+
+/// Encode `splats` as an SPZ v2 or v3 file (gzip stream), ready to write or embed in a GLB.
+///
+/// Guarantees: the decoded splats ([`decode_spz`]) match the input within the quantisation
+/// bounds listed in the module docs; N and the SH degree are preserved; output is deterministic.
+/// Not guaranteed: byte equality with the reference library (gzip settings differ).
+///
+/// - `splats`: N ≥ 0 splats, SH degree 0..=3, positions in metres in the frame the consumer
+///   expects (glTF Y-up for `KHR_gaussian_splatting`), |x| < [`spz_position_limit_m`].
+/// - `options`: version, fractional bits (default 12) and antialiasing flag.
+///
+/// # Errors
+/// [`Error::InvalidInput`] when shapes are inconsistent, a value is NaN/±Inf, N > 10 000 000,
+/// `fractional_bits` > 23, a position does not fit the 24-bit fixed point (with the splat index and
+/// the limit in metres: store tile-local coordinates), or a quaternion has zero length.
+pub fn encode_spz(splats: &GaussianSplats, options: &SpzOptions) -> Result<Vec<u8>> {
+    const CONTEXT: &str = "SPZ encode";
+    splats.check_shapes(CONTEXT)?;
+    splats.check_finite(CONTEXT)?;
+    let n = splats.len();
+    if n > MAX_POINTS as usize {
+        return Err(Error::InvalidInput {
+            context: CONTEXT,
+            field: "logit_opacities (N)".into(),
+            expected: format!("at most {MAX_POINTS} splats per SPZ (split into tiles)"),
+            found: n.to_string(),
+        });
+    }
+    let fb = options.fractional_bits;
+    if fb > 23 {
+        return Err(Error::InvalidInput {
+            context: CONTEXT,
+            field: "options.fractional_bits".into(),
+            expected: "0..=23".into(),
+            found: fb.to_string(),
+        });
+    }
+    let k = splats.sh_coeffs_per_channel();
+    let sh_dim = k - 1;
+    let rotation_bytes = match options.version {
+        SpzVersion::V2 => 3,
+        SpzVersion::V3 => 4,
+    };
+    let mut out =
+        Vec::with_capacity(HEADER_BYTES + n * (9 + 1 + 3 + 3 + rotation_bytes + sh_dim * 3));
+    out.extend_from_slice(&SPZ_MAGIC.to_le_bytes());
+    let version: u32 = match options.version {
+        SpzVersion::V2 => 2,
+        SpzVersion::V3 => 3,
+    };
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&(n as u32).to_le_bytes());
+    let flags = match options.antialiasing {
+        SpzAntialiasing::Standard => 0,
+        SpzAntialiasing::Antialiased => FLAG_ANTIALIASED,
+    };
+    out.extend_from_slice(&[splats.sh_degree as u8, fb, flags, 0]);
+
+    // Positions.
+    let scale = (1i64 << fb) as f64;
+    let limit = (1i64 << 23) as f64;
+    for (i, &x) in splats.means.iter().enumerate() {
+        let fixed = (x as f64 * scale).round();
+        if fixed >= limit || fixed < -limit {
+            return Err(Error::InvalidInput {
+                context: CONTEXT,
+                field: format!("means[splat {}][{}]", i / 3, i % 3),
+                expected: format!(
+                    "|x| ≤ {:.3} m at {fb} fractional bits (24-bit fixed point); store tile-local \
+                     coordinates or lower fractional_bits",
+                    spz_position_limit_m(fb)
+                ),
+                found: format!("{x} m"),
+            });
+        }
+        let fixed = fixed as i32;
+        out.extend_from_slice(&fixed.to_le_bytes()[..3]);
+    }
+    // Alphas.
+    out.extend(
+        splats
+            .logit_opacities
+            .iter()
+            .map(|&l| to_u8((sigmoid(l) * 255.0) as f32)),
+    );
+    // Colours (SH DC).
+    for i in 0..n {
+        for c in 0..3 {
+            let dc = splats.sh_coeffs[i * k * 3 + c];
+            out.push(to_u8(dc * (COLOR_SCALE * 255.0) + 0.5 * 255.0));
+        }
+    }
+    // Scales.
+    out.extend(splats.log_scales.iter().map(|&s| to_u8((s + 10.0) * 16.0)));
+    // Rotations: Kiln wxyz → SPZ xyzw.
+    for i in 0..n {
+        let r = &splats.rotations[i * 4..i * 4 + 4];
+        let norm = r.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt();
+        if norm < 1e-12 {
+            return Err(Error::InvalidInput {
+                context: CONTEXT,
+                field: format!("rotations[splat {i}]"),
+                expected: "a non-zero quaternion (wxyz)".into(),
+                found: format!("{r:?}"),
+            });
+        }
+        let q = [
+            r[1] as f64 / norm,
+            r[2] as f64 / norm,
+            r[3] as f64 / norm,
+            r[0] as f64 / norm,
+        ];
+        match options.version {
+            SpzVersion::V3 => out.extend_from_slice(&pack_smallest_three(q)),
+            SpzVersion::V2 => {
+                let s = if q[3] < 0.0 { -127.5 } else { 127.5 };
+                for v in &q[..3] {
+                    out.push(to_u8((v * s + 127.5) as f32));
+                }
+            }
+        }
+    }
+    // SH, degree ≥ 1: per splat, coefficient-major with channels inner (our [N, K, 3] minus DC).
+    for i in 0..n {
+        let sh = &splats.sh_coeffs[i * k * 3 + 3..(i + 1) * k * 3];
+        for (j, &x) in sh.iter().enumerate() {
+            let bucket = if j < 9 { SH1_BUCKET } else { SH_REST_BUCKET };
+            out.push(quantize_sh(x, bucket));
+        }
+    }
+
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&out)
+        .and_then(|_| gz.finish())
+        .map_err(|e| Error::InvalidInput {
+            context: CONTEXT,
+            field: "gzip stream".into(),
+            expected: "in-memory compression to succeed".into(),
+            found: e.to_string(),
+        })
+}
+
+/// "Smallest three" packing of a unit quaternion `q` (xyzw): 2-bit index of the largest |q_i|,
+/// then for each other component in index order a sign bit (relative to the largest, which is
+/// made positive) and 9 bits of |q_i|/√½. Little-endian u32.
+fn pack_smallest_three(q: [f64; 4]) -> [u8; 4] {
+    let largest = (0..4).fold(0, |m, i| if q[i].abs() > q[m].abs() { i } else { m });
+    let negate = q[largest] < 0.0;
+    let mut comp = largest as u32;
+    for (i, &v) in q.iter().enumerate() {
+        if i == largest {
+            continue;
+        }
+        let negbit = ((v < 0.0) ^ negate) as u32;
+        let mag = ((511.0 * (v.abs() / std::f64::consts::FRAC_1_SQRT_2) + 0.5) as u32).min(511);
+        comp = (comp << 10) | (negbit << 9) | mag;
+    }
+    comp.to_le_bytes()
+}
+
+/// Inverse of [`pack_smallest_three`]: xyzw.
+fn unpack_smallest_three(bytes: [u8; 4]) -> [f32; 4] {
+    let mut comp = u32::from_le_bytes(bytes);
+    let largest = (comp >> 30) as usize;
+    let mut q = [0f32; 4];
+    let mut sum = 0f32;
+    for i in (0..4).rev() {
+        if i == largest {
+            continue;
+        }
+        let mag = (comp & 511) as f32;
+        let neg = (comp >> 9) & 1 == 1;
+        comp >>= 10;
+        let v = std::f32::consts::FRAC_1_SQRT_2 * mag / 511.0;
+        q[i] = if neg { -v } else { v };
+        sum += q[i] * q[i];
+    }
+    q[largest] = (1.0 - sum).max(0.0).sqrt();
+    q
+}
+
+/// Read and decode an SPZ file; errors name `path`. See [`decode_spz`].
+///
+/// # Errors
+/// [`Error::NotFound`] / [`Error::Io`] when the file cannot be read; otherwise as [`decode_spz`].
+pub fn read_spz(path: &Path) -> Result<GaussianSplats> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    decode_spz_from(&bytes, path)
+}
+
+/// Decode SPZ bytes (file versions 1, 2 and 3, gzip-wrapped) into [`GaussianSplats`].
+///
+/// Returned values are in the training parametrisation: logit opacities (opacity kept in
+/// [1e−6, 1 − 1e−6] so logits are finite), log scales, wxyz unit quaternions, DC from the colour
+/// bytes, SH from the SH bytes; positions in metres in the frame they were stored in. Errors
+/// name the source as `<SPZ bytes>`; use [`read_spz`] for files.
+///
+/// # Errors
+/// [`Error::Corrupt`] when the bytes are not gzip, the gzip stream is broken, the magic is wrong
+/// or the body is shorter than the header promises; [`Error::Unsupported`] for SPZ v4 (plain
+/// `NGSP` header with ZSTD streams), versions other than 1–3, SH degree > 3, more than
+/// 10 000 000 points, or extension records (flag 0x2); [`Error::Invalid`] for trailing bytes.
+pub fn decode_spz(bytes: &[u8]) -> Result<GaussianSplats> {
+    decode_spz_from(bytes, Path::new("<SPZ bytes>"))
+}
+
+fn corrupt(path: &Path, location: impl Into<String>, what: impl Into<String>) -> Error {
+    Error::Corrupt {
+        path: path.to_path_buf(),
+        location: location.into(),
+        what: what.into(),
+    }
+}
+
+fn unsupported(path: &Path, field: &str, found: String, supported: &str) -> Error {
+    Error::Unsupported {
+        path: path.to_path_buf(),
+        field: field.into(),
+        found,
+        supported: supported.into(),
+    }
+}
+
+pub(crate) fn decode_spz_from(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
+    if bytes.len() >= 8 && bytes[..4] == SPZ_MAGIC.to_le_bytes() {
+        let version = u32::from_le_bytes(bytes[4..8].try_into().unwrap_or_default());
+        return Err(unsupported(
+            path,
+            "header.version",
+            format!("SPZ version {version} without gzip (v4: NGSP header + ZSTD streams)"),
+            "SPZ versions 1-3 (gzip); re-export with `--spz-version 3`",
+        ));
+    }
+    if bytes.len() < 2 || bytes[..2] != [0x1f, 0x8b] {
+        return Err(corrupt(
+            path,
+            "byte 0",
+            "not a gzip stream (SPZ v1-v3 start with 1f 8b)",
+        ));
+    }
+    let gzip_error =
+        |e: std::io::Error| corrupt(path, "gzip stream", format!("cannot decompress: {e}"));
+    let mut decoder = flate2::read::GzDecoder::new(bytes);
+    let mut raw = Vec::new();
+    (&mut decoder)
+        .take(HEADER_BYTES as u64)
+        .read_to_end(&mut raw)
+        .map_err(gzip_error)?;
+    if raw.len() < HEADER_BYTES {
+        return Err(corrupt(
+            path,
+            "header",
+            format!(
+                "truncated: {} bytes, the header needs {HEADER_BYTES}",
+                raw.len()
+            ),
+        ));
+    }
+    let u32_at = |o: usize| u32::from_le_bytes([raw[o], raw[o + 1], raw[o + 2], raw[o + 3]]);
+    let magic = u32_at(0);
+    if magic != SPZ_MAGIC {
+        return Err(corrupt(
+            path,
+            "header.magic",
+            format!("wrong magic {magic:#010x}, expected {SPZ_MAGIC:#010x} (\"NGSP\")"),
+        ));
+    }
+    let version = u32_at(4);
+    if !(1..=3).contains(&version) {
+        return Err(unsupported(
+            path,
+            "header.version",
+            version.to_string(),
+            "1, 2, 3",
+        ));
+    }
+    let n32 = u32_at(8);
+    if n32 > MAX_POINTS {
+        return Err(unsupported(
+            path,
+            "header.numPoints",
+            n32.to_string(),
+            "at most 10000000 points per SPZ",
+        ));
+    }
+    let n = n32 as usize;
+    let sh_degree = raw[12] as u32;
+    if sh_degree > MAX_SH_DEGREE {
+        return Err(unsupported(
+            path,
+            "header.shDegree",
+            sh_degree.to_string(),
+            "0..=3",
+        ));
+    }
+    let fb = raw[13];
+    if fb > 23 {
+        return Err(corrupt(path, "header.fractionalBits", format!("{fb} > 23")));
+    }
+    let flags = raw[14];
+    if flags & FLAG_HAS_EXTENSIONS != 0 {
+        return Err(unsupported(
+            path,
+            "header.flags",
+            format!("{flags:#04x} (extension records)"),
+            "files without SPZ extension records (flag 0x2 clear)",
+        ));
+    }
+    let k = ((sh_degree + 1) * (sh_degree + 1)) as usize;
+    let sh_dim = k - 1;
+    let pos_bytes = if version == 1 { 6 } else { 9 };
+    let rot_bytes = if version >= 3 { 4 } else { 3 };
+    let sizes = [
+        n * pos_bytes,
+        n,
+        n * 3,
+        n * 3,
+        n * rot_bytes,
+        n * sh_dim * 3,
+    ];
+    let needed = HEADER_BYTES + sizes.iter().sum::<usize>();
+    // Inflate at most one byte past what the header promises, so that a hostile stream cannot
+    // exhaust memory; reaching the end of the stream verifies the gzip CRC.
+    raw.reserve_exact(needed - HEADER_BYTES);
+    (&mut decoder)
+        .take((needed - HEADER_BYTES) as u64 + 1)
+        .read_to_end(&mut raw)
+        .map_err(gzip_error)?;
+    if raw.len() < needed {
+        return Err(corrupt(
+            path,
+            "body",
+            format!(
+                "truncated: {n} points of SH degree {sh_degree} need {needed} bytes, found {}",
+                raw.len()
+            ),
+        ));
+    }
+    if raw.len() > needed {
+        return Err(Error::Invalid {
+            path: path.to_path_buf(),
+            field: "header.numPoints".into(),
+            expected: format!("{needed} decompressed bytes for {n} points"),
+            found: "more bytes (trailing data)".into(),
+        });
+    }
+    let mut blocks = Vec::with_capacity(6);
+    let mut at = HEADER_BYTES;
+    for s in sizes {
+        blocks.push(&raw[at..at + s]);
+        at += s;
+    }
+    let [positions, alphas, colors, scales, rotations, sh] = blocks[..] else {
+        unreachable!("six blocks")
+    };
+
+    let mut out = GaussianSplats {
+        means: Vec::with_capacity(n * 3),
+        log_scales: scales.iter().map(|&b| b as f32 / 16.0 - 10.0).collect(),
+        rotations: Vec::with_capacity(n * 4),
+        logit_opacities: alphas
+            .iter()
+            .map(|&b| logit((b as f64 / 255.0).clamp(ALPHA_EPS, 1.0 - ALPHA_EPS)))
+            .collect(),
+        sh_coeffs: Vec::with_capacity(n * k * 3),
+        sh_degree,
+    };
+    if version == 1 {
+        out.means.extend(
+            positions
+                .chunks_exact(2)
+                .map(|h| f16_to_f32(u16::from_le_bytes([h[0], h[1]]))),
+        );
+    } else {
+        let inv = 1.0 / (1u32 << fb) as f32;
+        out.means.extend(positions.chunks_exact(3).map(|b| {
+            let v = i32::from_le_bytes([b[0], b[1], b[2], if b[2] & 0x80 != 0 { 0xff } else { 0 }]);
+            v as f32 * inv
+        }));
+    }
+    for r in rotations.chunks_exact(rot_bytes) {
+        let xyzw = if rot_bytes == 4 {
+            unpack_smallest_three([r[0], r[1], r[2], r[3]])
+        } else {
+            let xyz = [0, 1, 2].map(|i| r[i] as f32 / 127.5 - 1.0);
+            let w = (1.0 - xyz.iter().map(|v| v * v).sum::<f32>())
+                .max(0.0)
+                .sqrt();
+            [xyz[0], xyz[1], xyz[2], w]
+        };
+        out.rotations
+            .extend_from_slice(&[xyzw[3], xyzw[0], xyzw[1], xyzw[2]]);
+    }
+    for i in 0..n {
+        out.sh_coeffs.extend(
+            colors[i * 3..i * 3 + 3]
+                .iter()
+                .map(|&b| (b as f32 / 255.0 - 0.5) / COLOR_SCALE),
+        );
+        out.sh_coeffs.extend(
+            sh[i * sh_dim * 3..(i + 1) * sh_dim * 3]
+                .iter()
+                .map(|&b| (b as f32 - 128.0) / 128.0),
+        );
+    }
+    Ok(out)
+}
+
+/// IEEE 754 binary16 → f32 (SPZ v1 positions).
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exp = ((h >> 10) & 0x1f) as i32;
+    let frac = (h & 0x3ff) as f32;
+    match exp {
+        0 => sign * frac * 2f32.powi(-24),
+        31 if frac == 0.0 => sign * f32::INFINITY,
+        31 => f32::NAN,
+        e => sign * (1.0 + frac / 1024.0) * 2f32.powi(e - 15),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::splats::test_data::random_splats;
+
+    fn quat_dot(a: &[f32], b: &[f32]) -> f32 {
+        let na = a.iter().map(|v| v * v).sum::<f32>().sqrt();
+        let nb = b.iter().map(|v| v * v).sum::<f32>().sqrt();
+        (a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>() / (na * nb)).abs()
+    }
+
+    /// Checks every quantisation bound of the module docs; `tol` absorbs f32 rounding.
+    fn assert_within_bounds(a: &GaussianSplats, b: &GaussianSplats, fb: u8, v3: bool) {
+        assert_eq!(a.len(), b.len());
+        assert_eq!(a.sh_degree, b.sh_degree);
+        let tol = 1e-6;
+        let step = 1.0 / (1u32 << fb) as f32;
+        for (x, y) in a.means.iter().zip(&b.means) {
+            assert!(
+                (x - y).abs() <= step * 0.5 + tol * x.abs().max(1.0),
+                "position {x} vs {y}"
+            );
+        }
+        for (x, y) in a.logit_opacities.iter().zip(&b.logit_opacities) {
+            let (ax, ay) = (sigmoid(*x), sigmoid(*y));
+            assert!(
+                (ax - ay).abs() <= 0.5 / 255.0 + 1e-6,
+                "opacity {ax} vs {ay}"
+            );
+        }
+        for (x, y) in a.log_scales.iter().zip(&b.log_scales) {
+            assert!((x - y).abs() <= 1.0 / 32.0 + tol, "log scale {x} vs {y}");
+        }
+        for (qa, qb) in a.rotations.chunks(4).zip(b.rotations.chunks(4)) {
+            let min_dot = if v3 { 0.9999 } else { 0.99 };
+            assert!(quat_dot(qa, qb) >= min_dot, "rotation {qa:?} vs {qb:?}");
+        }
+        let k = a.sh_coeffs_per_channel();
+        for (j, (x, y)) in a.sh_coeffs.iter().zip(&b.sh_coeffs).enumerate() {
+            let coeff = (j / 3) % k;
+            let bound = match coeff {
+                0 => 0.5 / (COLOR_SCALE * 255.0),
+                1..=3 => (SH1_BUCKET as f32 / 2.0 + 0.5) / 128.0,
+                _ => (SH_REST_BUCKET as f32 / 2.0 + 0.5) / 128.0,
+            };
+            assert!(
+                (x - y).abs() <= bound + tol,
+                "sh[{j}] (coeff {coeff}) {x} vs {y}"
+            );
+        }
+    }
+
+    #[test]
+    fn spz_v3_round_trip_is_within_quantisation_bounds() {
+        for degree in 0..=3 {
+            let s = random_splats(2000, degree, 100.0, 11 + degree as u64);
+            let bytes = encode_spz(&s, &SpzOptions::default()).unwrap();
+            assert_eq!(&bytes[..2], &[0x1f, 0x8b]);
+            let back = decode_spz(&bytes).unwrap();
+            assert_within_bounds(&s, &back, 12, true);
+        }
+    }
+
+    #[test]
+    fn spz_v2_round_trip_is_within_quantisation_bounds() {
+        let s = random_splats(2000, 3, 100.0, 5);
+        let opts = SpzOptions {
+            version: SpzVersion::V2,
+            ..Default::default()
+        };
+        let back = decode_spz(&encode_spz(&s, &opts).unwrap()).unwrap();
+        assert_within_bounds(&s, &back, 12, false);
+    }
+
+    #[test]
+    fn spz_header_fields_are_as_written() {
+        let s = random_splats(5, 2, 1.0, 5);
+        let opts = SpzOptions {
+            fractional_bits: 10,
+            antialiasing: SpzAntialiasing::Antialiased,
+            ..Default::default()
+        };
+        let bytes = encode_spz(&s, &opts).unwrap();
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(&bytes[..])
+            .read_to_end(&mut raw)
+            .unwrap();
+        assert_eq!(u32::from_le_bytes(raw[0..4].try_into().unwrap()), SPZ_MAGIC);
+        assert_eq!(&raw[0..4], b"NGSP");
+        assert_eq!(u32::from_le_bytes(raw[4..8].try_into().unwrap()), 3);
+        assert_eq!(u32::from_le_bytes(raw[8..12].try_into().unwrap()), 5);
+        assert_eq!(&raw[12..16], &[2, 10, 1, 0]);
+        assert_eq!(raw.len(), 16 + 5 * (9 + 1 + 3 + 3 + 4 + 8 * 3));
+        assert_within_bounds(&s, &decode_spz(&bytes).unwrap(), 10, true);
+    }
+
+    #[test]
+    fn spz_positions_beyond_fixed_point_range_are_an_error_not_wrapped() {
+        let mut s = random_splats(3, 0, 1.0, 5);
+        s.means[4] = 2048.0; // splat 1, y: first value that does not fit at 12 bits
+        let e = encode_spz(&s, &SpzOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("means[splat 1][1]"), "{e}");
+        s.means[4] = -2048.0; // −2^23 itself fits
+        let back = decode_spz(&encode_spz(&s, &SpzOptions::default()).unwrap()).unwrap();
+        assert_eq!(back.means[4], -2048.0);
+        s.means[4] = 2047.9997; // rounds to 2^23 − 1 steps
+        let back = decode_spz(&encode_spz(&s, &SpzOptions::default()).unwrap()).unwrap();
+        assert!((back.means[4] - 2047.9997).abs() <= 0.5 / 4096.0 + 1e-4);
+        // At 16 fractional bits the limit is 128 m.
+        s.means[4] = 130.0;
+        let opts = SpzOptions {
+            fractional_bits: 16,
+            ..Default::default()
+        };
+        assert!(encode_spz(&s, &opts).is_err());
+        assert!((spz_position_limit_m(12) - (2047.0 + 4095.0 / 4096.0)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn spz_encode_rejects_nan_and_zero_quaternion() {
+        let mut s = random_splats(3, 0, 1.0, 5);
+        s.sh_coeffs[4] = f32::NAN;
+        assert!(matches!(
+            encode_spz(&s, &SpzOptions::default()),
+            Err(Error::InvalidInput { .. })
+        ));
+        let mut s = random_splats(3, 0, 1.0, 5);
+        s.rotations[4..8].fill(0.0);
+        let e = encode_spz(&s, &SpzOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("rotations[splat 1]"), "{e}");
+    }
+
+    #[test]
+    fn spz_extreme_opacities_decode_to_finite_logits() {
+        let mut s = random_splats(2, 0, 1.0, 5);
+        s.logit_opacities = vec![-30.0, 30.0];
+        let back = decode_spz(&encode_spz(&s, &SpzOptions::default()).unwrap()).unwrap();
+        assert!(back.logit_opacities.iter().all(|l| l.is_finite()));
+        assert!(back.logit_opacities[0] < -10.0 && back.logit_opacities[1] > 10.0);
+    }
+
+    #[test]
+    fn spz_empty_cloud_round_trips() {
+        let s = GaussianSplats {
+            sh_degree: 1,
+            ..Default::default()
+        };
+        let back = decode_spz(&encode_spz(&s, &SpzOptions::default()).unwrap()).unwrap();
+        assert_eq!(back, s);
+    }
+
+    fn gzip(raw: &[u8]) -> Vec<u8> {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(raw).unwrap();
+        gz.finish().unwrap()
+    }
+
+    #[test]
+    fn spz_decode_rejects_bad_input() {
+        assert!(matches!(decode_spz(b""), Err(Error::Corrupt { .. })));
+        assert!(matches!(
+            decode_spz(b"PK\x03\x04...."),
+            Err(Error::Corrupt { .. })
+        ));
+        let good = encode_spz(&random_splats(10, 1, 1.0, 1), &SpzOptions::default()).unwrap();
+        // Truncated gzip stream.
+        assert!(matches!(
+            decode_spz(&good[..good.len() / 2]),
+            Err(Error::Corrupt { .. })
+        ));
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(&good[..])
+            .read_to_end(&mut raw)
+            .unwrap();
+        // Truncated body inside a valid gzip stream.
+        let e = decode_spz(&gzip(&raw[..raw.len() - 1])).unwrap_err();
+        assert!(e.to_string().contains("truncated"), "{e}");
+        // Trailing bytes: count mismatch.
+        let mut longer = raw.clone();
+        longer.push(0);
+        assert!(matches!(
+            decode_spz(&gzip(&longer)),
+            Err(Error::Invalid { .. })
+        ));
+        // Wrong magic inside gzip.
+        let mut bad = raw.clone();
+        bad[0] ^= 0xff;
+        let e = decode_spz(&gzip(&bad)).unwrap_err();
+        assert!(e.to_string().contains("wrong magic"), "{e}");
+        // Unsupported version and SH degree.
+        let mut bad = raw.clone();
+        bad[4] = 9;
+        assert!(matches!(
+            decode_spz(&gzip(&bad)),
+            Err(Error::Unsupported { .. })
+        ));
+        let mut bad = raw;
+        bad[12] = 4;
+        assert!(matches!(
+            decode_spz(&gzip(&bad)),
+            Err(Error::Unsupported { .. })
+        ));
+    }
+
+    #[test]
+    fn spz_v4_biker_file_is_reported_unsupported() {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/datasets/splat-playcanvas/biker.spz");
+        let e = read_spz(&p).unwrap_err();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("biker.spz") && msg.contains("version 4"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn spz_compresses_the_real_plush_dog_and_keeps_positions() {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/datasets/splat-plushdog-smartdatascan/point_cloud_29999_clean.ply");
+        let s = crate::splats::ply::read_ply(&p).unwrap();
+        let ply_bytes = std::fs::metadata(&p).unwrap().len() as usize;
+        let spz = encode_spz(&s, &SpzOptions::default()).unwrap();
+        println!(
+            "plush dog: N = {}, PLY {ply_bytes} bytes, SPZ v3 {} bytes",
+            s.len(),
+            spz.len()
+        );
+        assert!(
+            spz.len() * 5 < ply_bytes,
+            "SPZ {} vs PLY {ply_bytes}",
+            spz.len()
+        );
+        let back = decode_spz(&spz).unwrap();
+        assert_eq!((back.len(), back.sh_degree), (s.len(), 3));
+        for (x, y) in s.means.iter().zip(&back.means) {
+            assert!((x - y).abs() <= 0.5 / 4096.0 + 1e-6);
+        }
+    }
+
+    #[test]
+    fn spz_smallest_three_round_trips_axis_quaternions() {
+        for q in [
+            [0.0, 0.0, 0.0, 1.0],
+            [1.0, 0.0, 0.0, 0.0],
+            [0.0, -1.0, 0.0, 0.0],
+            [0.5, -0.5, 0.5, -0.5],
+        ] {
+            let back = unpack_smallest_three(pack_smallest_three(q));
+            let dot: f64 = q.iter().zip(&back).map(|(a, b)| a * *b as f64).sum();
+            assert!(dot.abs() > 0.99999, "{q:?} -> {back:?}");
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! The public error type of kiln-jobs.
+
+use std::path::PathBuf;
+
+/// Result alias for kiln-jobs.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Errors from job files, the ledger and job runs.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The job file cannot be read.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The job file is not valid TOML or has a bad field.
+    #[error("{path}: {message}; see datasets/jobs/*.toml for working examples")]
+    Spec { path: PathBuf, message: String },
+    /// A field is missing or out of range.
+    #[error("{path}: field `{field}`: expected {expected}, found {found}")]
+    Field {
+        path: PathBuf,
+        field: String,
+        expected: String,
+        found: String,
+    },
+    /// The ledger database failed.
+    #[error("ledger {path}: {source}")]
+    Ledger {
+        path: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// No job with this id is in the ledger.
+    #[error("job `{job_id}` is not in the ledger {path}; `kiln report --list` shows the recorded jobs")]
+    NoSuchJob { job_id: String, path: String },
+    /// A stage failed; the job keeps what finished and can be resumed by running it again.
+    #[error("job `{job_id}`, stage `{stage}` failed (finished stages are kept: run the job again to resume)")]
+    Stage {
+        job_id: String,
+        stage: String,
+        #[source]
+        source: kiln_pipeline::Error,
+    },
+}

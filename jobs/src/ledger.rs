@@ -1,0 +1,285 @@
+//! The job ledger: every job and every stage attempt with its device, wall/CPU/GPU seconds and bytes,
+//! in an embedded SQLite database (sqlx, runtime-checked queries so no database is needed to build).
+//!
+//! Default location: `$KILN_HOME/ledger.sqlite` (else the user's data dir `kiln/ledger.sqlite`);
+//! `--db PATH` or `KILN_DB` overrides it. The schema is created on open (idempotent).
+
+use std::path::Path;
+use std::str::FromStr;
+
+use kiln_pipeline::meter::StageUsage;
+use serde::{Deserialize, Serialize};
+use sqlx::Row;
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
+
+use crate::{Error, Result};
+
+const SCHEMA: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS jobs (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        input TEXT NOT NULL,
+        output TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('running', 'succeeded', 'failed')),
+        created_at TEXT NOT NULL,
+        finished_at TEXT,
+        error TEXT
+    )",
+    "CREATE TABLE IF NOT EXISTS stage_attempts (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id TEXT NOT NULL REFERENCES jobs(id),
+        stage TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('running', 'succeeded', 'failed', 'cached')),
+        device TEXT NOT NULL,
+        stage_key TEXT,
+        started_at TEXT NOT NULL,
+        wall_s REAL NOT NULL DEFAULT 0,
+        cpu_s REAL NOT NULL DEFAULT 0,
+        gpu_s REAL NOT NULL DEFAULT 0,
+        bytes_read INTEGER NOT NULL DEFAULT 0,
+        bytes_written INTEGER NOT NULL DEFAULT 0,
+        summary TEXT,
+        error TEXT
+    )",
+    "CREATE INDEX IF NOT EXISTS stage_attempts_job ON stage_attempts(job_id)",
+];
+
+/// An open ledger.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    pool: SqlitePool,
+    path: String,
+}
+
+/// One stage attempt as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageRow {
+    pub stage: String,
+    pub attempt: i64,
+    /// `succeeded`, `failed`, `cached` (output reused) or `running`.
+    pub state: String,
+    pub device: String,
+    pub wall_s: f64,
+    pub cpu_s: f64,
+    pub gpu_s: f64,
+    pub bytes_read: i64,
+    pub bytes_written: i64,
+    pub summary: Option<serde_json::Value>,
+    pub error: Option<String>,
+}
+
+/// One job as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRow {
+    pub id: String,
+    pub name: String,
+    pub kind: String,
+    pub input: String,
+    pub output: String,
+    pub state: String,
+    pub created_at: String,
+    pub finished_at: Option<String>,
+    pub error: Option<String>,
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+impl Ledger {
+    /// Open (creating if missing) the SQLite ledger at `path`.
+    ///
+    /// # Errors
+    /// [`Error::Ledger`] naming the path when the file cannot be created or is not a Kiln ledger.
+    pub async fn open(path: &Path) -> Result<Ledger> {
+        let shown = path.display().to_string();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| Error::Io { path: dir.into(), source })?;
+        }
+        let err = |source| Error::Ledger { path: shown.clone(), source };
+        let opts = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))
+            .map_err(err)?
+            .create_if_missing(true)
+            .busy_timeout(std::time::Duration::from_secs(10));
+        let pool = SqlitePoolOptions::new().max_connections(1).connect_with(opts).await.map_err(err)?;
+        for stmt in SCHEMA {
+            sqlx::query(*stmt).execute(&pool).await.map_err(err)?;
+        }
+        Ok(Ledger { pool, path: shown })
+    }
+
+    /// The ledger's file path, for messages.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    fn err(&self) -> impl Fn(sqlx::Error) -> Error + '_ {
+        |source| Error::Ledger { path: self.path.clone(), source }
+    }
+
+    /// Record a new running job.
+    ///
+    /// # Errors
+    /// [`Error::Ledger`].
+    pub async fn start_job(&self, id: &str, name: &str, kind: &str, input: &str, output: &str, spec: &str) -> Result<()> {
+        sqlx::query("INSERT INTO jobs (id, name, kind, input, output, spec, state, created_at) VALUES (?, ?, ?, ?, ?, ?, 'running', ?)")
+            .bind(id).bind(name).bind(kind).bind(input).bind(output).bind(spec).bind(now())
+            .execute(&self.pool).await.map_err(self.err())?;
+        Ok(())
+    }
+
+    /// Mark a job finished (`succeeded` or `failed` with its error).
+    ///
+    /// # Errors
+    /// [`Error::Ledger`].
+    pub async fn finish_job(&self, id: &str, error: Option<&str>) -> Result<()> {
+        let state = if error.is_some() { "failed" } else { "succeeded" };
+        sqlx::query("UPDATE jobs SET state = ?, finished_at = ?, error = ? WHERE id = ?")
+            .bind(state).bind(now()).bind(error).bind(id)
+            .execute(&self.pool).await.map_err(self.err())?;
+        Ok(())
+    }
+
+    /// Record the start of a stage attempt; returns its row id.
+    ///
+    /// # Errors
+    /// [`Error::Ledger`].
+    pub async fn start_stage(&self, job_id: &str, stage: &str, device: &str) -> Result<i64> {
+        let attempt: i64 = sqlx::query("SELECT COUNT(*) FROM stage_attempts WHERE job_id = ? AND stage = ?")
+            .bind(job_id).bind(stage)
+            .fetch_one(&self.pool).await.map_err(self.err())?
+            .get::<i64, _>(0) + 1;
+        let row = sqlx::query("INSERT INTO stage_attempts (job_id, stage, attempt, state, device, started_at) VALUES (?, ?, ?, 'running', ?, ?) RETURNING id")
+            .bind(job_id).bind(stage).bind(attempt).bind(device).bind(now())
+            .fetch_one(&self.pool).await.map_err(self.err())?;
+        Ok(row.get::<i64, _>(0))
+    }
+
+    /// Record the end of a stage attempt.
+    ///
+    /// # Errors
+    /// [`Error::Ledger`].
+    pub async fn finish_stage(
+        &self,
+        attempt_id: i64,
+        state: &str,
+        key: Option<&str>,
+        usage: &StageUsage,
+        summary: Option<&serde_json::Value>,
+        error: Option<&str>,
+    ) -> Result<()> {
+        sqlx::query("UPDATE stage_attempts SET state = ?, stage_key = ?, device = ?, wall_s = ?, cpu_s = ?, gpu_s = ?, bytes_read = ?, bytes_written = ?, summary = ?, error = ? WHERE id = ?")
+            .bind(state).bind(key).bind(&usage.device).bind(usage.wall_s).bind(usage.cpu_s).bind(usage.gpu_s)
+            .bind(usage.bytes_read as i64).bind(usage.bytes_written as i64)
+            .bind(summary.map(|s| s.to_string())).bind(error).bind(attempt_id)
+            .execute(&self.pool).await.map_err(self.err())?;
+        Ok(())
+    }
+
+    /// The job `id`.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchJob`] when absent; [`Error::Ledger`].
+    pub async fn job(&self, id: &str) -> Result<JobRow> {
+        let row = sqlx::query("SELECT id, name, kind, input, output, state, created_at, finished_at, error FROM jobs WHERE id = ?")
+            .bind(id).fetch_optional(&self.pool).await.map_err(self.err())?
+            .ok_or_else(|| Error::NoSuchJob { job_id: id.into(), path: self.path.clone() })?;
+        Ok(job_row(&row))
+    }
+
+    /// All jobs, newest first.
+    ///
+    /// # Errors
+    /// [`Error::Ledger`].
+    pub async fn jobs(&self) -> Result<Vec<JobRow>> {
+        let rows = sqlx::query("SELECT id, name, kind, input, output, state, created_at, finished_at, error FROM jobs ORDER BY created_at DESC, id DESC")
+            .fetch_all(&self.pool).await.map_err(self.err())?;
+        Ok(rows.iter().map(job_row).collect())
+    }
+
+    /// The stage attempts of job `id`, in run order.
+    ///
+    /// # Errors
+    /// [`Error::Ledger`].
+    pub async fn stages(&self, id: &str) -> Result<Vec<StageRow>> {
+        let rows = sqlx::query("SELECT stage, attempt, state, device, wall_s, cpu_s, gpu_s, bytes_read, bytes_written, summary, error FROM stage_attempts WHERE job_id = ? ORDER BY id")
+            .bind(id).fetch_all(&self.pool).await.map_err(self.err())?;
+        Ok(rows
+            .iter()
+            .map(|r| StageRow {
+                stage: r.get("stage"),
+                attempt: r.get("attempt"),
+                state: r.get("state"),
+                device: r.get("device"),
+                wall_s: r.get("wall_s"),
+                cpu_s: r.get("cpu_s"),
+                gpu_s: r.get("gpu_s"),
+                bytes_read: r.get("bytes_read"),
+                bytes_written: r.get("bytes_written"),
+                summary: r.get::<Option<String>, _>("summary").and_then(|s| serde_json::from_str(&s).ok()),
+                error: r.get("error"),
+            })
+            .collect())
+    }
+}
+
+fn job_row(r: &sqlx::sqlite::SqliteRow) -> JobRow {
+    JobRow {
+        id: r.get("id"),
+        name: r.get("name"),
+        kind: r.get("kind"),
+        input: r.get("input"),
+        output: r.get("output"),
+        state: r.get("state"),
+        created_at: r.get("created_at"),
+        finished_at: r.get("finished_at"),
+        error: r.get("error"),
+    }
+}
+
+/// Default ledger path: `$KILN_DB`, else `<kiln home>/ledger.sqlite`.
+pub fn default_path() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("KILN_DB") {
+        return p.into();
+    }
+    crate::spec::kiln_home().join("ledger.sqlite")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn stage_attempts_round_trip_with_attempt_numbers() {
+        let d = tempfile::tempdir().unwrap();
+        let l = Ledger::open(&d.path().join("l.sqlite")).await.unwrap();
+        l.start_job("j1", "fox", "capture", "in", "out", "{}").await.unwrap();
+        let usage = StageUsage { device: "cpu".into(), wall_s: 1.5, cpu_s: 2.5, gpu_s: 0.0, bytes_read: 10, bytes_written: 20 };
+        let a = l.start_stage("j1", "ingest", "cpu").await.unwrap();
+        l.finish_stage(a, "failed", None, &usage, None, Some("boom")).await.unwrap();
+        let b = l.start_stage("j1", "ingest", "cpu").await.unwrap();
+        l.finish_stage(b, "succeeded", Some("k"), &usage, Some(&serde_json::json!({"frames": 3})), None).await.unwrap();
+        l.finish_job("j1", None).await.unwrap();
+        let rows = l.stages("j1").await.unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].attempt, rows[1].attempt), (1, 2));
+        assert_eq!(rows[1].summary.as_ref().unwrap()["frames"], 3);
+        assert_eq!(rows[1].cpu_s, 2.5);
+        assert_eq!(l.job("j1").await.unwrap().state, "succeeded");
+        // Reopening keeps the data (durable file, idempotent schema).
+        drop(l);
+        let l = Ledger::open(&d.path().join("l.sqlite")).await.unwrap();
+        assert_eq!(l.jobs().await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn unknown_job_is_a_clear_error() {
+        let d = tempfile::tempdir().unwrap();
+        let l = Ledger::open(&d.path().join("l.sqlite")).await.unwrap();
+        let e = l.job("nope").await.unwrap_err().to_string();
+        assert!(e.contains("nope") && e.contains("kiln report --list"), "{e}");
+    }
+}

@@ -1,0 +1,10 @@
+//! kiln-jobs: job specs (TOML), the job runner over the pipeline DAG, and the per-job ledger
+//! (embedded SQLite through sqlx) with its reports.
+
+pub mod error;
+pub mod ledger;
+pub mod report;
+pub mod runner;
+pub mod spec;
+
+pub use error::{Error, Result};

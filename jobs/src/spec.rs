@@ -1,0 +1,171 @@
+//! Job files: a TOML document naming the job kind, the input and output by URL or path, and
+//! per-stage parameters. Unknown keys are errors (a typo must not silently fall back to a default).
+//!
+//! ```toml
+//! name = "fox"
+//! kind = "capture"                        # or "mesh"
+//! input = "dataset://capture-fox-instantngp"   # s3://bucket/prefix, file:///abs, or a path
+//! output = "out/fox"
+//! [ingest]
+//! max_side = 270
+//! [train]
+//! steps = 3000
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use kiln_pipeline::dag::JobKind;
+use kiln_pipeline::run::JobPlan;
+use kiln_pipeline::stages::{decimate::DecimateParams, ingest::IngestParams, tile::splat::SplatTileParams, train::TrainParams};
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// A parsed job file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    /// Human name; also names the work directory.
+    pub name: String,
+    pub kind: JobKind,
+    /// Input URL or path (`dataset://NAME[/SUB]` resolves through the dataset manifest).
+    pub input: String,
+    /// Output URL or path (a folder / prefix); relative paths are from the current directory.
+    pub output: String,
+    #[serde(default)]
+    pub ingest: IngestParams,
+    #[serde(default)]
+    pub train: TrainParams,
+    #[serde(default)]
+    pub decimate: DecimateParams,
+    #[serde(default)]
+    pub tile: SplatTileParams,
+}
+
+impl JobSpec {
+    /// Read and validate a job file.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file cannot be read; [`Error::Spec`] with the TOML parser's line and
+    /// column for syntax errors, unknown keys or wrong types; [`Error::Field`] for empty names/URLs.
+    pub fn from_file(path: &Path) -> Result<JobSpec> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.into(), source })?;
+        Self::from_toml(&text, path)
+    }
+
+    /// Parse a job file's text; `path` is used in messages only.
+    ///
+    /// # Errors
+    /// As [`JobSpec::from_file`].
+    pub fn from_toml(text: &str, path: &Path) -> Result<JobSpec> {
+        let spec: JobSpec =
+            toml::from_str(text).map_err(|e| Error::Spec { path: path.into(), message: e.to_string() })?;
+        for (field, value) in [("name", &spec.name), ("input", &spec.input), ("output", &spec.output)] {
+            if value.trim().is_empty() {
+                return Err(Error::Field {
+                    path: path.into(),
+                    field: field.into(),
+                    expected: "a non-empty string".into(),
+                    found: "\"\"".into(),
+                });
+            }
+        }
+        if !spec.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            return Err(Error::Field {
+                path: path.into(),
+                field: "name".into(),
+                expected: "letters, digits, '-', '_' or '.'".into(),
+                found: spec.name.clone(),
+            });
+        }
+        Ok(spec)
+    }
+
+    /// Resolve into a runnable plan: `resolve_input` maps `dataset://` URLs (and passes others
+    /// through); the work directory is `work_root/<name>`.
+    ///
+    /// # Errors
+    /// Whatever `resolve_input` returns, as [`Error::Field`] on `input`.
+    pub fn plan(
+        &self,
+        job_id: &str,
+        work_root: &Path,
+        spec_path: &Path,
+        resolve_input: &dyn Fn(&str) -> std::result::Result<String, String>,
+    ) -> Result<JobPlan> {
+        let input = resolve_input(&self.input).map_err(|problem| Error::Field {
+            path: spec_path.into(),
+            field: "input".into(),
+            expected: "a reachable URL, path or dataset://NAME".into(),
+            found: format!("{} ({problem})", self.input),
+        })?;
+        Ok(JobPlan {
+            job_id: job_id.into(),
+            name: self.name.clone(),
+            kind: self.kind,
+            input,
+            output: self.output.clone(),
+            work_dir: work_root.join(&self.name),
+            ingest: self.ingest.clone(),
+            train: self.train.clone(),
+            decimate: self.decimate.clone(),
+            tile: self.tile.clone(),
+        })
+    }
+}
+
+/// Default root of work directories: `$KILN_HOME/work`, else the user's data dir `kiln/work`.
+pub fn default_work_root() -> PathBuf {
+    kiln_home().join("work")
+}
+
+/// `$KILN_HOME`, else `<data dir>/kiln` (e.g. `~/.local/share/kiln`), else `./.kiln`.
+pub fn kiln_home() -> PathBuf {
+    if let Some(h) = std::env::var_os("KILN_HOME") {
+        return PathBuf::from(h);
+    }
+    dirs::data_dir().map(|d| d.join("kiln")).unwrap_or_else(|| PathBuf::from(".kiln"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minimal_capture_job_parses_with_defaults() {
+        let s = JobSpec::from_toml(
+            "name = \"fox\"\nkind = \"capture\"\ninput = \"dataset://x\"\noutput = \"out/fox\"\n[ingest]\nmax_side = 270\n",
+            Path::new("fox.toml"),
+        )
+        .unwrap();
+        assert_eq!(s.kind, JobKind::Capture);
+        assert_eq!(s.ingest.max_side, Some(270));
+    }
+
+    #[test]
+    fn unknown_key_is_an_error_naming_the_file_and_key() {
+        let err = JobSpec::from_toml(
+            "name = \"a\"\nkind = \"mesh\"\ninput = \"x\"\noutput = \"y\"\n[ingest]\nmax_sid = 3\n",
+            Path::new("j.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("j.toml") && err.contains("max_sid"), "{err}");
+    }
+
+    #[test]
+    fn unknown_kind_is_rejected() {
+        let err = JobSpec::from_toml("name=\"a\"\nkind=\"video\"\ninput=\"x\"\noutput=\"y\"\n", Path::new("j.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("video"), "{err}");
+    }
+
+    #[test]
+    fn empty_output_is_rejected() {
+        let err = JobSpec::from_toml("name=\"a\"\nkind=\"mesh\"\ninput=\"x\"\noutput=\"\"\n", Path::new("j.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("output"), "{err}");
+    }
+}

@@ -1,0 +1,98 @@
+//! Forward + backward benchmark of the CPU rasterizer on seeded random scenes.
+//!
+//! Cases: 20k splats at 270×150 (the trainer's low-resolution CPU setting) and 100k splats at
+//! 640×480. Throughput is reported in splats per second. Run with `cargo bench -p kiln-kernels`.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use kiln_kernels::{Camera, RenderOptions, SplatsRef, render_backward, render_forward};
+use rand::{Rng, SeedableRng};
+
+/// Owned random scene: N splats in front of the camera, SH degree 3.
+struct Scene {
+    means: Vec<f32>,
+    log_scales: Vec<f32>,
+    rotations: Vec<f32>,
+    logits: Vec<f32>,
+    sh: Vec<f32>,
+}
+
+fn scene(n: usize, seed: u64) -> Scene {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let mut s = Scene {
+        means: Vec::new(),
+        log_scales: Vec::new(),
+        rotations: Vec::new(),
+        logits: Vec::new(),
+        sh: Vec::new(),
+    };
+    for _ in 0..n {
+        let z = rng.random_range(2.0..10.0f32);
+        s.means.extend([
+            rng.random_range(-0.7..0.7) * z,
+            rng.random_range(-0.5..0.5) * z,
+            z,
+        ]);
+        s.log_scales
+            .extend([0; 3].map(|_| rng.random_range(-5.0..-2.5f32)));
+        s.rotations
+            .extend([0; 4].map(|_| rng.random_range(-1.0..1.0f32)));
+        s.logits.push(rng.random_range(-2.0..2.0));
+        s.sh.extend([0; 48].map(|_| rng.random_range(-0.3..0.3f32)));
+    }
+    s
+}
+
+fn camera(width: u32, height: u32) -> Camera {
+    let f = 0.8 * width as f32;
+    let id = [
+        [1.0, 0.0, 0.0, 0.0],
+        [0.0, 1.0, 0.0, 0.0],
+        [0.0, 0.0, 1.0, 0.0],
+        [0.0, 0.0, 0.0, 1.0],
+    ];
+    Camera {
+        width,
+        height,
+        fx: f,
+        fy: f,
+        cx: width as f32 / 2.0,
+        cy: height as f32 / 2.0,
+        world_to_camera: id,
+    }
+}
+
+fn bench_forward_backward(c: &mut Criterion) {
+    let mut group = c.benchmark_group("rasterize_forward_backward");
+    group.sample_size(10);
+    for (n, w, h) in [(20_000usize, 270u32, 150u32), (100_000, 640, 480)] {
+        let s = scene(n, 42);
+        let cam = camera(w, h);
+        let splats = SplatsRef {
+            means: &s.means,
+            log_scales: &s.log_scales,
+            rotations: &s.rotations,
+            logit_opacities: &s.logits,
+            sh_coeffs: &s.sh,
+            sh_degree: 3,
+        };
+        let opts = RenderOptions {
+            background: [0.0; 3],
+        };
+        let grad: Vec<f32> = (0..(w * h * 3) as usize)
+            .map(|i| ((i * 37) % 11) as f32 / 11.0 - 0.5)
+            .collect();
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_function(format!("{n}_splats_{w}x{h}"), |b| {
+            b.iter(|| {
+                let f = render_forward(black_box(&splats), &cam, &opts).unwrap();
+                black_box(render_backward(&splats, &cam, &opts, &f, &grad).unwrap())
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_forward_backward);
+criterion_main!(benches);

@@ -1,0 +1,359 @@
+//! `project`: 3D Gaussians → screen-space splats (EWA splatting), with SH colour and sigmoid opacity.
+//!
+//! Per splat, in order (Kerbl et al. 2023 §4, Zwicker et al. 2002 "EWA Splatting", gsplat
+//! `ProjectionEWA3DGSFused.cu`):
+//! 1. camera point `p = R·mean + t` (`world_to_camera`); culled when `z < NEAR_PLANE`;
+//! 2. 3D covariance `Σ = M·Mᵀ`, `M = Rot(q/|q|)·diag(exp(log_scales))`;
+//! 3. `Σ_cam = W·Σ·Wᵀ` (W = camera rotation), EWA Jacobian `J` of the pinhole at `p`, with `x/z`
+//!    and `y/z` clamped to the frustum widened by [`FRUSTUM_CLAMP_MARGIN`];
+//! 4. `Σ2d = J·Σ_cam·Jᵀ + EPS2D·I`, `conic = Σ2d⁻¹`, `radius = ceil(GAUSSIAN_EXTENT·sqrt(λ_max))`;
+//! 5. `mean2d = (fx·x/z + cx, fy·y/z + cy)` (pixels, pixel centres at `i + 0.5`); culled when the
+//!    bounding square touches no tile;
+//! 6. colour = SH(normalize(mean − camera centre)) + 0.5 clamped at 0; opacity = sigmoid(logit).
+//!
+//! NaN / Inf / degenerate inputs (zero quaternion, singular covariance, overflow) never panic and never
+//! reach binning: any non-finite intermediate culls the splat (radius 0, no tiles).
+
+use rayon::prelude::*;
+
+use super::bin::tile_bbox;
+use super::linalg::{M3, mul, mul_abt23, mul_vec, mul23, transpose};
+use super::scalar::Scalar;
+use super::sh::{sh_basis, sh_color};
+use crate::Camera;
+use crate::consts::{EPS2D, FRUSTUM_CLAMP_MARGIN, GAUSSIAN_EXTENT, NEAR_PLANE, TILE_SIZE};
+
+/// Borrowed splat parameters in the CPU twin's float type; same shapes and meanings as
+/// [`crate::SplatsRef`], plus `sh_k` = K (coefficients per channel actually stored).
+#[derive(Debug, Clone, Copy)]
+pub struct SplatParams<'a, T> {
+    /// `[N, 3]` world positions, metres.
+    pub means: &'a [T],
+    /// `[N, 3]` natural log of per-axis standard deviations, metres.
+    pub log_scales: &'a [T],
+    /// `[N, 4]` quaternions wxyz, not necessarily normalised.
+    pub rotations: &'a [T],
+    /// `[N]` opacity logits.
+    pub logit_opacities: &'a [T],
+    /// `[N, K, 3]` SH coefficients, coefficient-major.
+    pub sh_coeffs: &'a [T],
+    /// Active SH degree, `(sh_degree + 1)² ≤ sh_k`.
+    pub sh_degree: u32,
+    /// K, SH coefficients per channel stored per splat.
+    pub sh_k: usize,
+}
+
+impl<T> SplatParams<'_, T> {
+    /// N, the number of splats.
+    pub fn len(&self) -> usize {
+        self.logit_opacities.len()
+    }
+
+    /// Whether there are no splats.
+    pub fn is_empty(&self) -> bool {
+        self.logit_opacities.is_empty()
+    }
+}
+
+/// A [`Camera`] converted to the working float type, with derived quantities.
+#[derive(Debug, Clone, Copy)]
+pub struct CameraModel<T> {
+    /// Image width, pixels.
+    pub width: u32,
+    /// Image height, pixels.
+    pub height: u32,
+    /// Focal lengths, pixels.
+    pub fx: T,
+    /// Focal length y, pixels.
+    pub fy: T,
+    /// Principal point x, pixels from the left edge.
+    pub cx: T,
+    /// Principal point y, pixels from the top edge.
+    pub cy: T,
+    /// Rotation block of `world_to_camera` (W).
+    pub rotation: M3<T>,
+    /// Translation of `world_to_camera`, metres.
+    pub translation: [T; 3],
+    /// Camera centre in world coordinates, `−Wᵀ·t`, metres.
+    pub centre: [T; 3],
+    /// Clamp range of `x/z`: `[−lim_neg, lim_pos]` (gsplat `persp_proj`).
+    pub lim_x: [T; 2],
+    /// Clamp range of `y/z`.
+    pub lim_y: [T; 2],
+}
+
+impl<T: Scalar> CameraModel<T> {
+    /// Converts a camera that passed `check_render_inputs`.
+    pub fn new(cam: &Camera) -> Self {
+        let f = T::from_f32;
+        let m = cam.world_to_camera;
+        let rotation = [0, 1, 2].map(|i| [0, 1, 2].map(|j| f(m[i][j])));
+        let translation = [f(m[0][3]), f(m[1][3]), f(m[2][3])];
+        let rt = transpose(&rotation);
+        let c = mul_vec(&rt, translation);
+        let (w, h) = (T::of(cam.width as f64), T::of(cam.height as f64));
+        let (fx, fy, cx, cy) = (f(cam.fx), f(cam.fy), f(cam.cx), f(cam.cy));
+        let margin = T::from_f32(FRUSTUM_CLAMP_MARGIN);
+        let half = T::of(0.5);
+        let tan_x = half * w / fx;
+        let tan_y = half * h / fy;
+        Self {
+            width: cam.width,
+            height: cam.height,
+            fx,
+            fy,
+            cx,
+            cy,
+            rotation,
+            translation,
+            centre: [-c[0], -c[1], -c[2]],
+            lim_x: [cx / fx + margin * tan_x, (w - cx) / fx + margin * tan_x],
+            lim_y: [cy / fy + margin * tan_y, (h - cy) / fy + margin * tan_y],
+        }
+    }
+
+    /// Number of tile columns, `ceil(W / TILE_SIZE)`.
+    pub fn tiles_x(&self) -> u32 {
+        self.width.div_ceil(TILE_SIZE)
+    }
+
+    /// Number of tile rows, `ceil(H / TILE_SIZE)`.
+    pub fn tiles_y(&self) -> u32 {
+        self.height.div_ceil(TILE_SIZE)
+    }
+}
+
+/// One splat after projection: what binning and rasterisation need. A culled splat has
+/// `radius == 0` and an empty tile box.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProjectedSplat<T> {
+    /// Centre on screen, pixels.
+    pub mean2d: [T; 2],
+    /// Inverse 2D covariance `(a, b, c)` = `[[a, b], [b, c]]`, 1/pixels².
+    pub conic: [T; 3],
+    /// Camera-space depth z, metres (> NEAR_PLANE).
+    pub depth: T,
+    /// 3σ radius, whole pixels; 0 when culled.
+    pub radius: T,
+    /// sigmoid(logit), in (0, 1).
+    pub opacity: T,
+    /// Clamped RGB colour `[3]`, ≥ 0.
+    pub color: [T; 3],
+    /// First tile touched, `(tx, ty)`.
+    pub tile_min: [u32; 2],
+    /// One past the last tile touched, `(tx, ty)`.
+    pub tile_max: [u32; 2],
+}
+
+/// Unit quaternion and its pre-normalisation length, or `None` for a zero / non-finite quaternion.
+#[inline]
+pub fn normalize_quat<T: Scalar>(q: [T; 4]) -> Option<([T; 4], T)> {
+    let n = (q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]).sqrt();
+    if !(n > T::ZERO && n.is_finite()) {
+        return None;
+    }
+    Some((q.map(|v| v / n), n))
+}
+
+/// Rotation matrix of a unit quaternion `(w, x, y, z)`.
+#[inline]
+pub fn quat_to_rotmat<T: Scalar>(q: [T; 4]) -> M3<T> {
+    let [w, x, y, z] = q;
+    let one = T::ONE;
+    let two = T::of(2.0);
+    [
+        [
+            one - two * (y * y + z * z),
+            two * (x * y - w * z),
+            two * (x * z + w * y),
+        ],
+        [
+            two * (x * y + w * z),
+            one - two * (x * x + z * z),
+            two * (y * z - w * x),
+        ],
+        [
+            two * (x * z - w * y),
+            two * (y * z + w * x),
+            one - two * (x * x + y * y),
+        ],
+    ]
+}
+
+/// EWA Jacobian of the pinhole projection at camera point `p` (`[[fx/z, 0, −fx·u/z], [0, fy/z, −fy·v/z]]`
+/// with `u = clamp(x/z)`, `v = clamp(y/z)`), plus whether `u` and `v` were clamped.
+#[inline]
+pub fn ewa_jacobian<T: Scalar>(cam: &CameraModel<T>, p: [T; 3]) -> ([[T; 3]; 2], [bool; 2]) {
+    let rz = T::ONE / p[2];
+    let (u0, v0) = (p[0] * rz, p[1] * rz);
+    let u = u0.max(-cam.lim_x[0]).min(cam.lim_x[1]);
+    let v = v0.max(-cam.lim_y[0]).min(cam.lim_y[1]);
+    let j = [
+        [cam.fx * rz, T::ZERO, -cam.fx * u * rz],
+        [T::ZERO, cam.fy * rz, -cam.fy * v * rz],
+    ];
+    (j, [u != u0, v != v0])
+}
+
+/// The per-splat intermediates of the projection that the backward pass needs again.
+#[derive(Debug, Clone, Copy)]
+pub struct Geometry<T> {
+    /// Unit quaternion.
+    pub quat: [T; 4],
+    /// Length of the raw quaternion.
+    pub quat_norm: T,
+    /// Rotation of the unit quaternion.
+    pub rot: M3<T>,
+    /// `exp(log_scales)`, metres.
+    pub scale: [T; 3],
+    /// `M = rot · diag(scale)`.
+    pub m: M3<T>,
+    /// Camera-space covariance `W Σ Wᵀ`.
+    pub cov_cam: M3<T>,
+    /// Camera-space mean.
+    pub p: [T; 3],
+    /// EWA Jacobian.
+    pub jac: [[T; 3]; 2],
+    /// Whether `x/z`, `y/z` were clamped.
+    pub clamped: [bool; 2],
+    /// `Σ2d` including `EPS2D`: `[[a, b], [b, c]]` stored as `(a, b, c)`.
+    pub cov2d: [T; 3],
+    /// Determinant of `Σ2d`.
+    pub det: T,
+}
+
+/// Geometry of splat `i`, or `None` when it is culled (behind the near plane, non-finite, degenerate).
+#[inline]
+pub fn geometry<T: Scalar>(
+    params: &SplatParams<'_, T>,
+    cam: &CameraModel<T>,
+    i: usize,
+) -> Option<Geometry<T>> {
+    let mean = [
+        params.means[3 * i],
+        params.means[3 * i + 1],
+        params.means[3 * i + 2],
+    ];
+    let p = mul_vec(&cam.rotation, mean);
+    let p = [
+        p[0] + cam.translation[0],
+        p[1] + cam.translation[1],
+        p[2] + cam.translation[2],
+    ];
+    if !p.iter().all(|v| v.is_finite()) || p[2] < T::from_f32(NEAR_PLANE) {
+        return None;
+    }
+    let q = [0, 1, 2, 3].map(|k| params.rotations[4 * i + k]);
+    let (quat, quat_norm) = normalize_quat(q)?;
+    let rot = quat_to_rotmat(quat);
+    let scale = [0, 1, 2].map(|k| params.log_scales[3 * i + k].exp());
+    let m = [0, 1, 2].map(|r| [0, 1, 2].map(|c| rot[r][c] * scale[c]));
+    let cov = mul(&m, &transpose(&m));
+    let cov_cam = mul(&mul(&cam.rotation, &cov), &transpose(&cam.rotation));
+    let (jac, clamped) = ewa_jacobian(cam, p);
+    let js = mul23(&jac, &cov_cam);
+    let c2 = mul_abt23(&js, &jac);
+    let eps = T::from_f32(EPS2D);
+    let cov2d = [
+        c2[0][0] + eps,
+        T::of(0.5) * (c2[0][1] + c2[1][0]),
+        c2[1][1] + eps,
+    ];
+    let det = cov2d[0] * cov2d[2] - cov2d[1] * cov2d[1];
+    if !det.is_finite() || det <= T::ZERO {
+        return None;
+    }
+    Some(Geometry {
+        quat,
+        quat_norm,
+        rot,
+        scale,
+        m,
+        cov_cam,
+        p,
+        jac,
+        clamped,
+        cov2d,
+        det,
+    })
+}
+
+/// Unit view direction from the camera centre to splat `i`'s mean, and the length before normalising.
+#[inline]
+pub fn view_dir<T: Scalar>(
+    params: &SplatParams<'_, T>,
+    cam: &CameraModel<T>,
+    i: usize,
+) -> ([T; 3], T) {
+    let v = [0, 1, 2].map(|k| params.means[3 * i + k] - cam.centre[k]);
+    let n = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+    (v.map(|x| x / n), n)
+}
+
+/// sigmoid(x) = 1 / (1 + e⁻ˣ).
+#[inline]
+pub fn sigmoid<T: Scalar>(x: T) -> T {
+    T::ONE / (T::ONE + (-x).exp())
+}
+
+/// Projects splat `i`; returns the default (culled) splat when it is not visible.
+pub fn project_one<T: Scalar>(
+    params: &SplatParams<'_, T>,
+    cam: &CameraModel<T>,
+    i: usize,
+) -> ProjectedSplat<T> {
+    let culled = ProjectedSplat::default();
+    let Some(g) = geometry(params, cam, i) else {
+        return culled;
+    };
+    let [a, b, c] = g.cov2d;
+    let conic = [c / g.det, -b / g.det, a / g.det];
+    let mid = T::of(0.5) * (a + c);
+    let lambda_max = mid + (mid * mid - g.det).max(T::ZERO).sqrt();
+    let radius = (T::from_f32(GAUSSIAN_EXTENT) * lambda_max.sqrt()).ceil();
+    let rz = T::ONE / g.p[2];
+    let mean2d = [cam.fx * g.p[0] * rz + cam.cx, cam.fy * g.p[1] * rz + cam.cy];
+    let (dir, _) = view_dir(params, cam, i);
+    let basis = sh_basis(params.sh_degree, dir);
+    let sh = &params.sh_coeffs[i * params.sh_k * 3..(i + 1) * params.sh_k * 3];
+    let raw_color = sh_color(params.sh_degree, sh, &basis);
+    let opacity = sigmoid(params.logit_opacities[i]);
+    // Checked before the clamp: `max` would turn a NaN colour into 0.
+    let finite = conic
+        .iter()
+        .chain(&mean2d)
+        .chain(&raw_color)
+        .all(|v| v.is_finite())
+        && radius.is_finite()
+        && radius > T::ZERO
+        && opacity.is_finite();
+    if !finite {
+        return culled;
+    }
+    let color = raw_color.map(|v| v.max(T::ZERO));
+    let (tile_min, tile_max) = tile_bbox(mean2d, radius, cam.tiles_x(), cam.tiles_y());
+    if tile_min[0] >= tile_max[0] || tile_min[1] >= tile_max[1] {
+        return culled;
+    }
+    ProjectedSplat {
+        mean2d,
+        conic,
+        depth: g.p[2],
+        radius,
+        opacity,
+        color,
+        tile_min,
+        tile_max,
+    }
+}
+
+/// Projects all N splats in parallel; output `[N]` in input order.
+pub fn project<T: Scalar>(
+    params: &SplatParams<'_, T>,
+    cam: &CameraModel<T>,
+) -> Vec<ProjectedSplat<T>> {
+    (0..params.len())
+        .into_par_iter()
+        .map(|i| project_one(params, cam, i))
+        .collect()
+}

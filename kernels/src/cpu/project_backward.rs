@@ -1,0 +1,268 @@
+//! `project_backward`: screen-space gradients (mean2d, conic, colour, opacity) → gradients of the
+//! splat parameters (means, log_scales, rotations, logit_opacities, sh_coeffs).
+//!
+//! Chain, in reverse of `project` (gsplat `ProjectionEWA3DGSFused.cu` backward, INRIA `backward.cu`):
+//! conic = Σ2d⁻¹ (`∂Σ2d = −Q·G·Q`); `Σ2d = J·Σ_cam·Jᵀ + EPS2D·I` (`∂Σ_cam = Jᵀ·G·J`, `∂J = 2·G·J·Σ_cam`);
+//! the EWA Jacobian's dependence on the camera point (the clamped coordinate contributes no gradient
+//! through `x/z` or `y/z`, as in gsplat); `Σ_cam = W·Σ·Wᵀ`; `Σ = M·Mᵀ` (`∂M = 2·∂Σ·M`);
+//! `M = Rot(q̂)·diag(exp(log_scales))`; quaternion normalisation; mean2d = pinhole(p); SH colour
+//! (clamped channels pass no gradient) including `∂colour/∂mean` through the view direction; sigmoid.
+//! Matrix gradients use the full-matrix convention (a symmetric matrix's off-diagonal scalar gets the
+//! sum of both entries).
+//!
+//! Culled splats (radius 0) get exactly zero gradient. Work is per splat in parallel, no reduction,
+//! so it is deterministic.
+
+use rayon::prelude::*;
+
+use super::linalg::{M3, mul, mul_vec, transpose};
+use super::project::{CameraModel, ProjectedSplat, SplatParams, geometry, view_dir};
+use super::rasterize_backward::ScreenGrad;
+use super::scalar::Scalar;
+use super::sh::{sh_basis, sh_basis_grad, sh_coeff_count, sh_color};
+
+/// Parameter gradients of all splats, f32 or f64; same shapes as [`crate::SplatGradients`].
+#[derive(Debug, Clone)]
+pub struct ParamGrads<T> {
+    /// `[N, 3]`.
+    pub means: Vec<T>,
+    /// `[N, 3]`.
+    pub log_scales: Vec<T>,
+    /// `[N, 4]`.
+    pub rotations: Vec<T>,
+    /// `[N]`.
+    pub logit_opacities: Vec<T>,
+    /// `[N, K, 3]`.
+    pub sh_coeffs: Vec<T>,
+    /// `[N]` |∂L/∂mean2d| in NDC units (pixel gradient × (W/2, H/2)).
+    pub means2d_grad_norm: Vec<T>,
+}
+
+/// ∂L/∂q (raw quaternion) given ∂L/∂Rot for the unit quaternion `q̂` of length `norm`.
+#[inline]
+fn quat_backward<T: Scalar>(q: [T; 4], norm: T, g: &M3<T>) -> [T; 4] {
+    let [w, x, y, z] = q;
+    let two = T::of(2.0);
+    let dw =
+        two * (-z * g[0][1] + y * g[0][2] + z * g[1][0] - x * g[1][2] - y * g[2][0] + x * g[2][1]);
+    let dx = two
+        * (y * g[0][1] + z * g[0][2] + y * g[1][0] - two * x * g[1][1] - w * g[1][2]
+            + z * g[2][0]
+            + w * g[2][1]
+            - two * x * g[2][2]);
+    let dy = two
+        * (-two * y * g[0][0] + x * g[0][1] + w * g[0][2] + x * g[1][0] + z * g[1][2]
+            - w * g[2][0]
+            + z * g[2][1]
+            - two * y * g[2][2]);
+    let dz = two
+        * (-two * z * g[0][0] - w * g[0][1] + x * g[0][2] + w * g[1][0] - two * z * g[1][1]
+            + y * g[1][2]
+            + x * g[2][0]
+            + y * g[2][1]);
+    let dq = [dw, dx, dy, dz];
+    let dot = dq[0] * w + dq[1] * x + dq[2] * y + dq[3] * z;
+    [0, 1, 2, 3].map(|k| (dq[k] - q[k] * dot) / norm)
+}
+
+/// Output slots of one splat.
+struct Slots<'a, T> {
+    means: &'a mut [T],
+    log_scales: &'a mut [T],
+    rotations: &'a mut [T],
+    sh: &'a mut [T],
+    logit: &'a mut T,
+    norm2d: &'a mut T,
+}
+
+fn splat_backward<T: Scalar>(
+    params: &SplatParams<'_, T>,
+    cam: &CameraModel<T>,
+    i: usize,
+    p: &ProjectedSplat<T>,
+    sg: &ScreenGrad<T>,
+    out: Slots<'_, T>,
+) {
+    if p.radius <= T::ZERO {
+        return;
+    }
+    let Some(geo) = geometry(params, cam, i) else {
+        return;
+    };
+    let half = T::of(0.5);
+
+    // Opacity: sigmoid' = o(1 − o).
+    *out.logit = sg.opacity * p.opacity * (T::ONE - p.opacity);
+
+    // Colour → SH coefficients and view direction.
+    let (dir, dir_len) = view_dir(params, cam, i);
+    let basis = sh_basis(params.sh_degree, dir);
+    let sh = &params.sh_coeffs[i * params.sh_k * 3..(i + 1) * params.sh_k * 3];
+    let raw = sh_color(params.sh_degree, sh, &basis);
+    let gc = [0, 1, 2].map(|ch| {
+        if raw[ch] >= T::ZERO {
+            sg.color[ch]
+        } else {
+            T::ZERO
+        }
+    });
+    let active = sh_coeff_count(params.sh_degree);
+    let mut d_dir = [T::ZERO; 3];
+    let basis_grad = if params.sh_degree > 0 {
+        Some(sh_basis_grad(params.sh_degree, dir))
+    } else {
+        None
+    };
+    for k in 0..active {
+        let mut coeff_dot = T::ZERO;
+        for ch in 0..3 {
+            out.sh[k * 3 + ch] = basis[k] * gc[ch];
+            coeff_dot += sh[k * 3 + ch] * gc[ch];
+        }
+        if let Some(bg) = &basis_grad {
+            for a in 0..3 {
+                d_dir[a] += coeff_dot * bg[k][a];
+            }
+        }
+    }
+    let dd = d_dir[0] * dir[0] + d_dir[1] * dir[1] + d_dir[2] * dir[2];
+    let mut d_mean = [0, 1, 2].map(|a| (d_dir[a] - dir[a] * dd) / dir_len);
+
+    // Conic → Σ2d: ∂Σ2d = −Q·G·Q, G the full-matrix gradient of the conic.
+    let [ca, cb, cc] = p.conic;
+    let q2 = [[ca, cb], [cb, cc]];
+    let g2 = [
+        [sg.conic[0], half * sg.conic[1]],
+        [half * sg.conic[1], sg.conic[2]],
+    ];
+    let mut qg = [[T::ZERO; 2]; 2];
+    for r in 0..2 {
+        for c in 0..2 {
+            qg[r][c] = q2[r][0] * g2[0][c] + q2[r][1] * g2[1][c];
+        }
+    }
+    let mut d_cov2d = [[T::ZERO; 2]; 2];
+    for r in 0..2 {
+        for c in 0..2 {
+            d_cov2d[r][c] = -(qg[r][0] * q2[0][c] + qg[r][1] * q2[1][c]);
+        }
+    }
+
+    // Σ2d = J Σc Jᵀ: ∂Σc = Jᵀ G J, ∂J = 2 G J Σc.
+    let jac = geo.jac;
+    let mut gj = [[T::ZERO; 3]; 2]; // G·J
+    for r in 0..2 {
+        for c in 0..3 {
+            gj[r][c] = d_cov2d[r][0] * jac[0][c] + d_cov2d[r][1] * jac[1][c];
+        }
+    }
+    let mut d_cov_cam = [[T::ZERO; 3]; 3];
+    for r in 0..3 {
+        for c in 0..3 {
+            d_cov_cam[r][c] = jac[0][r] * gj[0][c] + jac[1][r] * gj[1][c];
+        }
+    }
+    let mut d_jac = [[T::ZERO; 3]; 2];
+    for r in 0..2 {
+        for c in 0..3 {
+            let mut acc = T::ZERO;
+            for k in 0..3 {
+                acc += gj[r][k] * geo.cov_cam[k][c];
+            }
+            d_jac[r][c] = T::of(2.0) * acc;
+        }
+    }
+
+    // Camera point: from mean2d and from J.
+    let pc = geo.p;
+    let rz = T::ONE / pc[2];
+    let rz2 = rz * rz;
+    let (fx, fy) = (cam.fx, cam.fy);
+    let mut dp = [
+        sg.mean2d[0] * fx * rz,
+        sg.mean2d[1] * fy * rz,
+        -(sg.mean2d[0] * fx * pc[0] + sg.mean2d[1] * fy * pc[1]) * rz2,
+    ];
+    let u = -jac[0][2] / (fx * rz); // clamp(x/z)
+    let v = -jac[1][2] / (fy * rz);
+    let d_rz = d_jac[0][0] * fx - d_jac[0][2] * fx * u + d_jac[1][1] * fy - d_jac[1][2] * fy * v;
+    dp[2] -= d_rz * rz2;
+    if !geo.clamped[0] {
+        let d_u = -d_jac[0][2] * fx * rz;
+        dp[0] += d_u * rz;
+        dp[2] -= d_u * pc[0] * rz2;
+    }
+    if !geo.clamped[1] {
+        let d_v = -d_jac[1][2] * fy * rz;
+        dp[1] += d_v * rz;
+        dp[2] -= d_v * pc[1] * rz2;
+    }
+    let wt = transpose(&cam.rotation);
+    let dm = mul_vec(&wt, dp);
+    for a in 0..3 {
+        d_mean[a] += dm[a];
+    }
+    out.means.copy_from_slice(&d_mean);
+
+    // Σc = W Σ Wᵀ → ∂Σ = Wᵀ ∂Σc W; Σ = M Mᵀ → ∂M = 2 ∂Σ M (∂Σ symmetric).
+    let d_cov = mul(&mul(&wt, &d_cov_cam), &cam.rotation);
+    let d_m = mul(&d_cov, &geo.m).map(|row| row.map(|v| T::of(2.0) * v));
+    // M = Rot · diag(scale).
+    let mut d_rot = [[T::ZERO; 3]; 3];
+    for r in 0..3 {
+        for c in 0..3 {
+            d_rot[r][c] = d_m[r][c] * geo.scale[c];
+        }
+    }
+    for c in 0..3 {
+        let d_s = d_m[0][c] * geo.rot[0][c] + d_m[1][c] * geo.rot[1][c] + d_m[2][c] * geo.rot[2][c];
+        out.log_scales[c] = d_s * geo.scale[c];
+    }
+    out.rotations
+        .copy_from_slice(&quat_backward(geo.quat, geo.quat_norm, &d_rot));
+
+    let nx = sg.mean2d[0] * T::of(cam.width as f64) * half;
+    let ny = sg.mean2d[1] * T::of(cam.height as f64) * half;
+    *out.norm2d = (nx * nx + ny * ny).sqrt();
+}
+
+/// Gradients of all splat parameters from their screen-space gradients `[N]`.
+pub fn project_backward<T: Scalar>(
+    params: &SplatParams<'_, T>,
+    cam: &CameraModel<T>,
+    projected: &[ProjectedSplat<T>],
+    screen: &[ScreenGrad<T>],
+) -> ParamGrads<T> {
+    let n = params.len();
+    let k3 = params.sh_k * 3;
+    let mut g = ParamGrads {
+        means: vec![T::ZERO; 3 * n],
+        log_scales: vec![T::ZERO; 3 * n],
+        rotations: vec![T::ZERO; 4 * n],
+        logit_opacities: vec![T::ZERO; n],
+        sh_coeffs: vec![T::ZERO; k3 * n],
+        means2d_grad_norm: vec![T::ZERO; n],
+    };
+    g.means
+        .par_chunks_mut(3)
+        .zip(g.log_scales.par_chunks_mut(3))
+        .zip(g.rotations.par_chunks_mut(4))
+        .zip(g.sh_coeffs.par_chunks_mut(k3.max(1)))
+        .zip(g.logit_opacities.par_iter_mut())
+        .zip(g.means2d_grad_norm.par_iter_mut())
+        .enumerate()
+        .for_each(
+            |(i, (((((means, log_scales), rotations), sh), logit), norm2d))| {
+                let slots = Slots {
+                    means,
+                    log_scales,
+                    rotations,
+                    sh,
+                    logit,
+                    norm2d,
+                };
+                splat_backward(params, cam, i, &projected[i], &screen[i], slots);
+            },
+        );
+    g
+}

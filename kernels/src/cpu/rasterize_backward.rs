@@ -1,0 +1,206 @@
+//! `rasterize_backward`: ∂L/∂pixel → per-splat ∂L/∂(mean2d, conic, colour, opacity), by walking each
+//! pixel's contributors back to front.
+//!
+//! Source: gsplat `RasterizeToPixels3DGSBwd.cu` / INRIA `backward.cu::renderCUDA`. Going back from
+//! `T_final`, the transmittance in front of splat i is recovered as `T_i = T_{i+1} / (1 − α_i)` and
+//! the colour composited behind it is kept in a running sum, giving
+//! `∂C/∂α_i = c_i·T_i − (Σ_{j>i} c_j α_j T_j + T_final·bg) / (1 − α_i)`.
+//! Through `α = opacity·e^(−σ)` (zero when clamped at MAX_ALPHA): `∂σ/∂mean2d = (a·dx + b·dy, b·dx + c·dy)`,
+//! `∂σ/∂conic = (½dx², dx·dy, ½dy²)`.
+//!
+//! Determinism without atomics: each tile writes the gradients of its own slice of the sorted
+//! intersection list (tiles own disjoint slices), pixels in a fixed order; the slices are then summed
+//! per splat sequentially in list order. The result is bit-identical for any thread count.
+//! No allocation per pixel: one gather buffer per worker.
+
+use rayon::prelude::*;
+
+use super::project::ProjectedSplat;
+use super::rasterize_forward::{PIXELS, TileSplat, splat_hit, tile_splats};
+use super::scalar::Scalar;
+use crate::consts::{MAX_ALPHA, TILE_SIZE};
+
+/// ∂L/∂ of one splat's screen-space quantities.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ScreenGrad<T> {
+    /// ∂L/∂mean2d, per pixel of displacement.
+    pub mean2d: [T; 2],
+    /// ∂L/∂conic `(a, b, c)`.
+    pub conic: [T; 3],
+    /// ∂L/∂colour (clamped colour) `[3]`.
+    pub color: [T; 3],
+    /// ∂L/∂opacity.
+    pub opacity: T,
+}
+
+impl<T: Scalar> ScreenGrad<T> {
+    #[inline(always)]
+    fn add(&mut self, o: &Self) {
+        for k in 0..2 {
+            self.mean2d[k] += o.mean2d[k];
+        }
+        for k in 0..3 {
+            self.conic[k] += o.conic[k];
+            self.color[k] += o.color[k];
+        }
+        self.opacity += o.opacity;
+    }
+}
+
+/// Per-worker scratch of the backward tile loop: gathered splats and per-pixel state of one tile.
+struct BwdScratch<T> {
+    splats: Vec<TileSplat<T>>,
+    /// Transmittance in front of the splat being processed (starts at `T_final`).
+    t: [T; PIXELS],
+    t_final: [T; PIXELS],
+    /// Σ colour·α·T of the splats behind the one being processed.
+    behind: [[T; 3]; PIXELS],
+    /// ∂L/∂pixel.
+    g: [[T; 3]; PIXELS],
+    /// background · ∂L/∂pixel.
+    bg_dot: [T; PIXELS],
+    /// Contributor count (0 for pixels with zero upstream gradient).
+    n: [u32; PIXELS],
+}
+
+/// Per-splat screen-space gradients `[N]` given `grad_image [H, W, 3]` and the forward state.
+pub fn rasterize_backward<T: Scalar>(
+    projected: &[ProjectedSplat<T>],
+    sorted_ids: &[u32],
+    tile_ranges: &[[u32; 2]],
+    final_t: &[T],
+    n_contrib: &[u32],
+    width: u32,
+    height: u32,
+    background: [T; 3],
+    grad_image: &[T],
+) -> Vec<ScreenGrad<T>> {
+    let (w, h) = (width as usize, height as usize);
+    let ts = TILE_SIZE as usize;
+    let tiles_x = w.div_ceil(ts);
+    let mut per_isect = vec![ScreenGrad::<T>::default(); sorted_ids.len()];
+
+    // Split the intersection buffer along the (contiguous, tile-ordered) tile ranges.
+    let mut parts: Vec<(usize, &mut [ScreenGrad<T>])> = Vec::with_capacity(tile_ranges.len());
+    let mut rest: &mut [ScreenGrad<T>] = &mut per_isect;
+    for (tile, r) in tile_ranges.iter().enumerate() {
+        let (head, tail) = rest.split_at_mut((r[1] - r[0]) as usize);
+        if !head.is_empty() {
+            parts.push((tile, head));
+        }
+        rest = tail;
+    }
+
+    let max_alpha = T::from_f32(MAX_ALPHA);
+    let half = T::of(0.5);
+    let all = tile_splats(projected);
+    let scratch = || BwdScratch {
+        splats: Vec::new(),
+        t: [T::ZERO; PIXELS],
+        t_final: [T::ZERO; PIXELS],
+        behind: [[T::ZERO; 3]; PIXELS],
+        g: [[T::ZERO; 3]; PIXELS],
+        bg_dot: [T::ZERO; PIXELS],
+        n: [0; PIXELS],
+    };
+    parts
+        .into_par_iter()
+        .for_each_init(scratch, |sc: &mut BwdScratch<T>, (tile, grads)| {
+            let [start, _] = tile_ranges[tile];
+            let (tx, ty) = (tile % tiles_x, tile / tiles_x);
+            let (x0, x1, y0, y1) = (
+                tx * ts,
+                ((tx + 1) * ts).min(w),
+                ty * ts,
+                ((ty + 1) * ts).min(h),
+            );
+            let mut max_n = 0usize;
+            for y in y0..y1 {
+                for x in x0..x1 {
+                    let (li, pix) = ((y - y0) * ts + (x - x0), y * w + x);
+                    let g = [
+                        grad_image[pix * 3],
+                        grad_image[pix * 3 + 1],
+                        grad_image[pix * 3 + 2],
+                    ];
+                    // A pixel with zero upstream gradient contributes nothing: skip it entirely.
+                    let n = if g.iter().all(|&v| v == T::ZERO) {
+                        0
+                    } else {
+                        n_contrib[pix]
+                    };
+                    sc.n[li] = n;
+                    sc.g[li] = g;
+                    sc.t[li] = final_t[pix];
+                    sc.t_final[li] = final_t[pix];
+                    sc.behind[li] = [T::ZERO; 3];
+                    sc.bg_dot[li] =
+                        background[0] * g[0] + background[1] * g[1] + background[2] * g[2];
+                    max_n = max_n.max(n as usize);
+                }
+            }
+            // Only the first `max_n` entries of the tile's list can contribute to any pixel.
+            sc.splats.clear();
+            sc.splats.extend(
+                sorted_ids[start as usize..start as usize + max_n]
+                    .iter()
+                    .map(|&id| all[id as usize]),
+            );
+            // Splats back to front; each pixel sees its contributors in exactly the reverse of the
+            // forward order, and each splat's gradient is summed over its pixels in row-major order.
+            for (j, s) in sc.splats.iter().enumerate().rev() {
+                let [rx0, rx1, ry0, ry1] = s.pixel_rect(x0, x1, y0, y1);
+                let mut acc = ScreenGrad::<T>::default();
+                for y in ry0..ry1 {
+                    let py = T::of(y as f64 + 0.5);
+                    let (sx0, sx1) = s.row_span(py, rx0, rx1);
+                    // This row's pixels [sx0, sx1) of the tile's state, walked in step.
+                    let r = (y - y0) * ts + (sx0 - x0)..(y - y0) * ts + (sx1 - x0);
+                    let pixels = sc.t[r.clone()]
+                        .iter_mut()
+                        .zip(&mut sc.behind[r.clone()])
+                        .zip(&sc.n[r.clone()])
+                        .zip(&sc.g[r.clone()])
+                        .zip(&sc.t_final[r.clone()])
+                        .zip(&sc.bg_dot[r])
+                        .zip(sx0..sx1);
+                    for ((((((t_px, behind), &n), g), &t_final), &bg_dot), x) in pixels {
+                        if j as u32 >= n {
+                            continue;
+                        }
+                        let Some(hit) = splat_hit(s, T::of(x as f64 + 0.5), py) else {
+                            continue;
+                        };
+                        let ra = T::ONE / (T::ONE - hit.alpha);
+                        let t = *t_px * ra;
+                        *t_px = t;
+                        let weight = hit.alpha * t;
+                        let mut v_alpha = T::ZERO;
+                        for ch in 0..3 {
+                            acc.color[ch] += weight * g[ch];
+                            v_alpha += (s.color[ch] * t - behind[ch] * ra) * g[ch];
+                            behind[ch] += s.color[ch] * weight;
+                        }
+                        v_alpha -= t_final * ra * bg_dot;
+                        if s.opacity * hit.vis <= max_alpha {
+                            let v_sigma = -s.opacity * hit.vis * v_alpha;
+                            let (dx, dy) = (hit.dx, hit.dy);
+                            acc.conic[0] += half * dx * dx * v_sigma;
+                            acc.conic[1] += dx * dy * v_sigma;
+                            acc.conic[2] += half * dy * dy * v_sigma;
+                            acc.mean2d[0] += (s.conic[0] * dx + s.conic[1] * dy) * v_sigma;
+                            acc.mean2d[1] += (s.conic[1] * dx + s.conic[2] * dy) * v_sigma;
+                            acc.opacity += hit.vis * v_alpha;
+                        }
+                    }
+                }
+                grads[j] = acc;
+            }
+        });
+
+    let mut per_splat = vec![ScreenGrad::<T>::default(); projected.len()];
+    for (k, &id) in sorted_ids.iter().enumerate() {
+        per_splat[id as usize].add(&per_isect[k]);
+    }
+    per_splat
+}

@@ -1,0 +1,227 @@
+//! The job DAG: which stages a job has, in which order, and each stage's content key.
+//!
+//! A capture job is `ingest → train → tile → publish`; a mesh job is
+//! `ingest → decimate → tile → publish`. A stage's key is BLAKE3 over (stage kind, its parameters as
+//! canonical JSON, the keys of the stages it depends on — or the input's content hash for `ingest` —
+//! and the Kiln version), so identical work has identical keys (Nextflow-style caching).
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// What a job turns into 3D Tiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobKind {
+    /// Photos + camera poses → trained splats → splat tileset.
+    Capture,
+    /// glTF/GLB mesh → LOD chain → mesh tileset.
+    Mesh,
+}
+
+/// The kind of one stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StageKind {
+    Ingest,
+    Train,
+    Decimate,
+    Tile,
+    Publish,
+}
+
+impl StageKind {
+    /// The stage's name as it appears in job files, work directories and the ledger.
+    pub fn name(self) -> &'static str {
+        match self {
+            StageKind::Ingest => "ingest",
+            StageKind::Train => "train",
+            StageKind::Decimate => "decimate",
+            StageKind::Tile => "tile",
+            StageKind::Publish => "publish",
+        }
+    }
+}
+
+impl std::fmt::Display for StageKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One node of the DAG.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageNode {
+    pub kind: StageKind,
+    /// Stages that must finish first.
+    pub deps: Vec<StageKind>,
+}
+
+/// A job's stages. Build with [`Dag::for_job`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dag {
+    pub job_kind: JobKind,
+    pub nodes: Vec<StageNode>,
+}
+
+impl Dag {
+    /// The fixed DAG of a job kind.
+    pub fn for_job(job_kind: JobKind) -> Dag {
+        use StageKind::*;
+        let middle = match job_kind {
+            JobKind::Capture => Train,
+            JobKind::Mesh => Decimate,
+        };
+        let nodes = vec![
+            StageNode { kind: Ingest, deps: vec![] },
+            StageNode { kind: middle, deps: vec![Ingest] },
+            StageNode { kind: Tile, deps: vec![middle] },
+            StageNode { kind: Publish, deps: vec![Ingest, middle, Tile] },
+        ];
+        Dag { job_kind, nodes }
+    }
+
+    /// The stages in an order where every stage follows its dependencies (Kahn's algorithm; ties
+    /// keep declaration order).
+    ///
+    /// # Errors
+    /// [`Error::Param`] when a dependency is missing or the graph has a cycle.
+    pub fn topo_order(&self) -> Result<Vec<&StageNode>> {
+        let mut done: Vec<StageKind> = Vec::new();
+        let mut order = Vec::new();
+        while order.len() < self.nodes.len() {
+            let next = self
+                .nodes
+                .iter()
+                .find(|n| !done.contains(&n.kind) && n.deps.iter().all(|d| done.contains(d)));
+            match next {
+                Some(n) => {
+                    done.push(n.kind);
+                    order.push(n);
+                }
+                None => {
+                    return Err(Error::Param {
+                        stage: "dag",
+                        field: "deps".into(),
+                        expected: "an acyclic graph whose dependencies all exist".into(),
+                        found: format!("{:?}", self.nodes),
+                    });
+                }
+            }
+        }
+        Ok(order)
+    }
+}
+
+/// The content key of a stage: hex BLAKE3 of kind, canonical parameter JSON, input keys and the
+/// Kiln version.
+pub fn stage_key(kind: StageKind, params: &serde_json::Value, input_keys: &[String]) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(b"kiln-stage-v1\0");
+    h.update(kind.name().as_bytes());
+    h.update(b"\0");
+    // serde_json's Value map is ordered (BTreeMap without `preserve_order`), so this is canonical.
+    h.update(params.to_string().as_bytes());
+    for k in input_keys {
+        h.update(b"\0");
+        h.update(k.as_bytes());
+    }
+    h.update(b"\0");
+    h.update(env!("CARGO_PKG_VERSION").as_bytes());
+    h.finalize().to_hex().to_string()
+}
+
+/// BLAKE3 over every file under `dir` (sorted relative paths and contents): the content key of a
+/// fetched input.
+///
+/// # Errors
+/// [`Error::Io`] naming the unreadable file.
+pub fn hash_tree(dir: &std::path::Path) -> Result<String> {
+    fn walk(root: &std::path::Path, dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) -> Result<()> {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .map_err(|e| Error::io(dir, e))?
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            if p.is_dir() {
+                walk(root, &p, out)?;
+            } else {
+                out.push(p.strip_prefix(root).unwrap_or(&p).to_path_buf());
+            }
+        }
+        Ok(())
+    }
+    let mut files = Vec::new();
+    if dir.is_file() {
+        files.push(std::path::PathBuf::new());
+    } else {
+        walk(dir, dir, &mut files)?;
+    }
+    let mut h = blake3::Hasher::new();
+    for rel in files {
+        let full = if rel.as_os_str().is_empty() { dir.to_path_buf() } else { dir.join(&rel) };
+        h.update(rel.to_string_lossy().as_bytes());
+        h.update(b"\0");
+        let mut f = std::fs::File::open(&full).map_err(|e| Error::io(&full, e))?;
+        std::io::copy(&mut f, &mut h).map_err(|e| Error::io(&full, e))?;
+        h.update(b"\0");
+    }
+    Ok(h.finalize().to_hex().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_dag_orders_ingest_train_tile_publish() {
+        let dag = Dag::for_job(JobKind::Capture);
+        let order: Vec<_> = dag.topo_order().unwrap().iter().map(|n| n.kind.name()).collect();
+        assert_eq!(order, ["ingest", "train", "tile", "publish"]);
+    }
+
+    #[test]
+    fn mesh_dag_orders_ingest_decimate_tile_publish() {
+        let dag = Dag::for_job(JobKind::Mesh);
+        let order: Vec<_> = dag.topo_order().unwrap().iter().map(|n| n.kind.name()).collect();
+        assert_eq!(order, ["ingest", "decimate", "tile", "publish"]);
+    }
+
+    #[test]
+    fn cyclic_dag_is_rejected() {
+        let dag = Dag {
+            job_kind: JobKind::Mesh,
+            nodes: vec![
+                StageNode { kind: StageKind::Ingest, deps: vec![StageKind::Tile] },
+                StageNode { kind: StageKind::Tile, deps: vec![StageKind::Ingest] },
+            ],
+        };
+        assert!(dag.topo_order().is_err());
+    }
+
+    #[test]
+    fn stage_key_changes_with_params_and_inputs_only() {
+        let p1 = serde_json::json!({"steps": 10, "seed": 1});
+        let p1b = serde_json::json!({"seed": 1, "steps": 10});
+        let p2 = serde_json::json!({"steps": 11, "seed": 1});
+        let a = stage_key(StageKind::Train, &p1, &["x".into()]);
+        assert_eq!(a, stage_key(StageKind::Train, &p1b, &["x".into()]));
+        assert_ne!(a, stage_key(StageKind::Train, &p2, &["x".into()]));
+        assert_ne!(a, stage_key(StageKind::Train, &p1, &["y".into()]));
+        assert_ne!(a, stage_key(StageKind::Tile, &p1, &["x".into()]));
+    }
+
+    #[test]
+    fn hash_tree_depends_on_names_and_bytes() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("a"), b"1").unwrap();
+        let h1 = hash_tree(d.path()).unwrap();
+        std::fs::write(d.path().join("a"), b"2").unwrap();
+        let h2 = hash_tree(d.path()).unwrap();
+        assert_ne!(h1, h2);
+        std::fs::rename(d.path().join("a"), d.path().join("b")).unwrap();
+        assert_ne!(h2, hash_tree(d.path()).unwrap());
+    }
+}

@@ -1,0 +1,62 @@
+//! The public error type of kiln-pipeline. Lower crates' errors convert in with `From`; stage
+//! errors carry the stage, the file or parameter, and what to do.
+
+use std::path::PathBuf;
+
+/// Result alias for kiln-pipeline.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Errors from running a job's stages.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file format error (names the file and field).
+    #[error(transparent)]
+    Format(#[from] kiln_formats::Error),
+    /// The rasterizer rejected its inputs or the device.
+    #[error("rasterizer: {0}")]
+    Kernel(#[from] kiln_kernels::Error),
+    /// A local file operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A job or stage parameter is out of range or inconsistent.
+    #[error("stage `{stage}`: parameter `{field}`: expected {expected}, found {found}")]
+    Param {
+        stage: &'static str,
+        field: String,
+        expected: String,
+        found: String,
+    },
+    /// The input data cannot be processed (e.g. a mesh with an out-of-range index).
+    #[error("{path}: {field}: {problem}")]
+    Input {
+        path: PathBuf,
+        field: String,
+        problem: String,
+    },
+    /// Object storage failed for `url`.
+    #[error("object store {url}: {source}")]
+    Storage {
+        url: String,
+        #[source]
+        source: object_store::Error,
+    },
+    /// A numeric failure during training (e.g. loss became NaN).
+    #[error("stage `{stage}`: {problem} at step {step}")]
+    Numeric {
+        stage: &'static str,
+        step: usize,
+        problem: String,
+    },
+}
+
+impl Error {
+    /// Wrap an `io::Error` with its path.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io { path: path.into(), source }
+    }
+}

@@ -1,0 +1,13 @@
+//! kiln-pipeline: the DAG engine, object storage, metering, and the stages of a job:
+//! `ingest`, `train` (3DGS trainer on burn), `decimate` (meshoptimizer), `tile` (3D Tiles 1.1),
+//! `publish`.
+
+pub mod dag;
+pub mod error;
+pub mod meter;
+pub mod progress;
+pub mod run;
+pub mod stages;
+pub mod storage;
+
+pub use error::{Error, Result};

@@ -1,0 +1,111 @@
+//! Metering of one stage attempt: wall seconds, process CPU seconds, GPU-seconds, bytes in/out.
+//!
+//! CPU seconds are the process's user + system time (`getrusage(RUSAGE_SELF)`) over the attempt;
+//! stages run one at a time per process, so the difference belongs to the stage. GPU-seconds are
+//! allocated GPU time (GPUs held × wall seconds, the Kubecost/Slurm TRES definition); 0 on CPU.
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+/// Figures of one finished stage attempt.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StageUsage {
+    /// `cpu` or `cuda:N`.
+    pub device: String,
+    /// Wall-clock seconds.
+    pub wall_s: f64,
+    /// Process user + system CPU seconds.
+    pub cpu_s: f64,
+    /// Allocated GPU-seconds (GPUs held × wall seconds); 0 on CPU.
+    pub gpu_s: f64,
+    /// Bytes read from object storage or stage inputs.
+    pub bytes_read: u64,
+    /// Bytes written to stage outputs or object storage.
+    pub bytes_written: u64,
+}
+
+/// A running meter; [`Meter::finish`] turns it into [`StageUsage`].
+#[derive(Debug)]
+pub struct Meter {
+    started: Instant,
+    cpu_at_start: f64,
+    gpus: u32,
+    device: String,
+}
+
+impl Meter {
+    /// Start metering on `device` holding `gpus` GPUs (0 on CPU).
+    pub fn start(device: &str, gpus: u32) -> Self {
+        Self { started: Instant::now(), cpu_at_start: process_cpu_s(), gpus, device: device.into() }
+    }
+
+    /// Stop and report, with the byte counts the stage measured.
+    pub fn finish(self, bytes_read: u64, bytes_written: u64) -> StageUsage {
+        let wall_s = self.started.elapsed().as_secs_f64();
+        StageUsage {
+            device: self.device,
+            wall_s,
+            cpu_s: (process_cpu_s() - self.cpu_at_start).max(0.0),
+            gpu_s: wall_s * f64::from(self.gpus),
+            bytes_read,
+            bytes_written,
+        }
+    }
+}
+
+/// User + system CPU seconds of this process so far.
+pub fn process_cpu_s() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct we pass; RUSAGE_SELF is always valid.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    if rc != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Total size in bytes of the regular files under `dir` (0 when it does not exist).
+pub fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => 0,
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_loop_is_counted_as_cpu_time_and_no_gpu_time_on_cpu() {
+        let m = Meter::start("cpu", 0);
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed().as_millis() < 50 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let u = m.finish(1, 2);
+        assert!(u.wall_s >= 0.05);
+        assert!(u.cpu_s >= 0.02, "cpu_s {}", u.cpu_s);
+        assert_eq!(u.gpu_s, 0.0);
+        assert_eq!((u.bytes_read, u.bytes_written), (1, 2));
+    }
+
+    #[test]
+    fn gpu_seconds_are_gpus_held_times_wall() {
+        let m = Meter::start("cuda:0", 2);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let u = m.finish(0, 0);
+        assert!((u.gpu_s - 2.0 * u.wall_s).abs() < 1e-9);
+    }
+}

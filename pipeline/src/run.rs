@@ -1,0 +1,362 @@
+//! Run one stage of a job plan in its work directory, with caching and metering.
+//!
+//! Each stage writes into `WORK/<stage>.partial/`, which is renamed to `WORK/<stage>/` when the stage
+//! succeeds, with a `.kiln-stage.json` marker holding its content key. A rerun whose key matches the
+//! marker reuses the output (a cache hit); a failed stage leaves the finished stages intact, so the
+//! job resumes where it stopped.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::dag::{self, JobKind, StageKind, StageNode};
+use crate::meter::{self, Meter, StageUsage};
+use crate::stages::{decimate, ingest, publish, tile, train};
+use crate::{Error, Result};
+
+/// Everything needed to run a job: resolved inputs, outputs and per-stage parameters.
+#[derive(Debug, Clone)]
+pub struct JobPlan {
+    /// Unique id of this run (ledger key).
+    pub job_id: String,
+    /// Human name from the job file.
+    pub name: String,
+    pub kind: JobKind,
+    /// Input URL or path (capture folder / transforms.json / mesh file).
+    pub input: String,
+    /// Output URL or path (a folder / prefix).
+    pub output: String,
+    /// Local work directory holding stage outputs between stages and across runs.
+    pub work_dir: PathBuf,
+    pub ingest: ingest::IngestParams,
+    pub train: train::TrainParams,
+    pub decimate: decimate::DecimateParams,
+    pub tile: tile::splat::SplatTileParams,
+}
+
+/// Result of one stage attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageOutcome {
+    pub kind: StageKind,
+    /// Content key (hex BLAKE3).
+    pub key: String,
+    /// True when the output was reused from an earlier run.
+    pub cache_hit: bool,
+    pub usage: StageUsage,
+    /// Stage-specific figures (PSNR, splat count, triangles per LOD, tiles, …).
+    pub summary: serde_json::Value,
+}
+
+const MARKER: &str = ".kiln-stage.json";
+
+#[derive(Serialize, Deserialize)]
+struct Marker {
+    key: String,
+    summary: serde_json::Value,
+}
+
+fn stage_dir(plan: &JobPlan, kind: StageKind) -> PathBuf {
+    plan.work_dir.join(kind.name())
+}
+
+fn params_json(plan: &JobPlan, kind: StageKind) -> serde_json::Value {
+    let v = match kind {
+        StageKind::Ingest => serde_json::to_value(&plan.ingest),
+        StageKind::Train => serde_json::to_value(&plan.train),
+        StageKind::Decimate => serde_json::to_value(&plan.decimate),
+        StageKind::Tile => serde_json::to_value(&plan.tile),
+        StageKind::Publish => Ok(serde_json::json!({ "output": plan.output })),
+    };
+    v.unwrap_or(serde_json::Value::Null)
+}
+
+/// Run `node` of `plan`. `done` holds the outcomes of the stages already run in this job.
+///
+/// # Errors
+/// Any stage error (names the file/field), [`Error::Io`] for work-directory failures.
+pub async fn run_stage(
+    plan: &JobPlan,
+    node: &StageNode,
+    done: &HashMap<StageKind, StageOutcome>,
+) -> Result<StageOutcome> {
+    let kind = node.kind;
+    let meter = Meter::start("cpu", 0);
+    let mut bytes_read = 0u64;
+    let mut fetched_input: Option<PathBuf> = None;
+    let input_keys: Vec<String> = if kind == StageKind::Ingest {
+        let dest = plan.work_dir.join("input");
+        if dest.exists() {
+            std::fs::remove_dir_all(&dest).map_err(|e| Error::io(&dest, e))?;
+        }
+        let with_siblings = plan.kind == JobKind::Mesh;
+        let fetched = crate::storage::fetch(&plan.input, &dest, with_siblings).await?;
+        bytes_read += fetched.bytes;
+        fetched_input = Some(fetched.local.clone());
+        let d = dest.clone();
+        vec![tokio::task::spawn_blocking(move || dag::hash_tree(&d)).await.map_err(join_err)??]
+    } else {
+        node.deps
+            .iter()
+            .map(|d| {
+                done.get(d).map(|o| o.key.clone()).ok_or_else(|| Error::Param {
+                    stage: "dag",
+                    field: d.name().into(),
+                    expected: "dependency run before".into(),
+                    found: "not run".into(),
+                })
+            })
+            .collect::<Result<_>>()?
+    };
+    let key = dag::stage_key(kind, &params_json(plan, kind), &input_keys);
+    let final_dir = stage_dir(plan, kind);
+
+    if kind != StageKind::Publish {
+        if let Some(m) = read_marker(&final_dir) {
+            if m.key == key {
+                tracing::info!(stage = %kind, key = &key[..12], "cache hit: reusing earlier output");
+                return Ok(StageOutcome {
+                    kind,
+                    key,
+                    cache_hit: true,
+                    usage: meter.finish(bytes_read, 0),
+                    summary: m.summary,
+                });
+            }
+        }
+    }
+
+    let partial = plan.work_dir.join(format!("{}.partial", kind.name()));
+    if partial.exists() {
+        std::fs::remove_dir_all(&partial).map_err(|e| Error::io(&partial, e))?;
+    }
+    std::fs::create_dir_all(&partial).map_err(|e| Error::io(&partial, e))?;
+
+    let (summary, extra_written) = match kind {
+        StageKind::Publish => {
+            let files = publish_files(plan)?;
+            bytes_read += files.iter().map(|f| file_len(&f.local)).sum::<u64>();
+            let r = publish::publish(&files, &plan.output, &plan.job_id).await?;
+            let summary = serde_json::json!({
+                "output": plan.output,
+                "files": r.manifest.files.len(),
+                "bytes": r.bytes_written,
+            });
+            (summary, r.bytes_written)
+        }
+        _ => {
+            bytes_read += match kind {
+                StageKind::Ingest => 0,
+                StageKind::Train => meter::dir_bytes(&stage_dir(plan, StageKind::Ingest)),
+                StageKind::Decimate => meter::dir_bytes(&stage_dir(plan, StageKind::Ingest)),
+                StageKind::Tile => match plan.kind {
+                    JobKind::Capture => file_len(&stage_dir(plan, StageKind::Train).join("splats.ply")),
+                    JobKind::Mesh => meter::dir_bytes(&stage_dir(plan, StageKind::Decimate)),
+                },
+                StageKind::Publish => 0,
+            };
+            let plan2 = plan.clone();
+            let out = partial.clone();
+            let input = fetched_input.clone();
+            let summary = tokio::task::spawn_blocking(move || run_local(&plan2, kind, input.as_deref(), &out))
+                .await
+                .map_err(join_err)??;
+            (summary, 0)
+        }
+    };
+
+    if kind != StageKind::Publish {
+        let marker = Marker { key: key.clone(), summary: summary.clone() };
+        let json = serde_json::to_vec_pretty(&marker).expect("marker serialises");
+        kiln_formats::atomic_write::write_atomic(&partial.join(MARKER), &json)?;
+        if final_dir.exists() {
+            std::fs::remove_dir_all(&final_dir).map_err(|e| Error::io(&final_dir, e))?;
+        }
+        std::fs::rename(&partial, &final_dir).map_err(|e| Error::io(&final_dir, e))?;
+    } else {
+        let _ = std::fs::remove_dir_all(&partial);
+    }
+    let written = if kind == StageKind::Publish { extra_written } else { meter::dir_bytes(&final_dir) };
+    Ok(StageOutcome { kind, key, cache_hit: false, usage: meter.finish(bytes_read, written), summary })
+}
+
+fn join_err(e: tokio::task::JoinError) -> Error {
+    Error::io("<stage task>", std::io::Error::other(e.to_string()))
+}
+
+fn file_len(p: &Path) -> u64 {
+    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+}
+
+fn read_marker(dir: &Path) -> Option<Marker> {
+    let bytes = std::fs::read(dir.join(MARKER)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// Run a compute stage synchronously into `out` (the `.partial` directory).
+fn run_local(plan: &JobPlan, kind: StageKind, fetched: Option<&Path>, out: &Path) -> Result<serde_json::Value> {
+    match kind {
+        StageKind::Ingest => {
+            let fetched_dir = plan.work_dir.join("input");
+            let input = match fetched {
+                Some(p) if p.is_file() => p.to_path_buf(),
+                _ => find_input(&fetched_dir, plan.kind)?,
+            };
+            match plan.kind {
+                JobKind::Capture => {
+                    let c = ingest::ingest_capture(&input, &plan.ingest, out)?;
+                    Ok(serde_json::json!({
+                        "frames": c.frames.len(),
+                        "skipped": c.skipped.len(),
+                        "points": c.points.as_ref().map(|p| p.positions.len()).unwrap_or(0),
+                        "width": c.frames.first().map(|f| f.width),
+                        "height": c.frames.first().map(|f| f.height),
+                    }))
+                }
+                JobKind::Mesh => Ok(serde_json::to_value(ingest::ingest_mesh(&input, out)?)
+                    .unwrap_or_default()),
+            }
+        }
+        StageKind::Train => {
+            let ingest_dir = stage_dir(plan, StageKind::Ingest);
+            let cap = ingest::load_ingested(&ingest_dir)?;
+            let views = train_views(&ingest_dir, &cap)?;
+            let init = cap.points.as_ref().map(|p| train::InitPoints {
+                positions: p.positions.iter().map(|q| [q[0] as f32, q[1] as f32, q[2] as f32]).collect(),
+                colors: p
+                    .colors
+                    .iter()
+                    .map(|c| [c[0] as f32 / 255.0, c[1] as f32 / 255.0, c[2] as f32 / 255.0])
+                    .collect(),
+            });
+            let bar = crate::progress::steps_bar(plan.train.steps as u64, "train");
+            let progress = |step: usize, _total: usize, loss: f64| {
+                bar.set_position(step as u64);
+                if step % 10 == 0 {
+                    bar.set_message(format!("loss {loss:.4}"));
+                }
+            };
+            let (_splats, report) = train::train(views, init, &plan.train, out, &progress)?;
+            bar.finish_and_clear();
+            Ok(serde_json::to_value(&report).unwrap_or_default())
+        }
+        StageKind::Decimate => {
+            let mesh = kiln_formats::mesh::read_gltf(&stage_dir(plan, StageKind::Ingest).join(ingest::MESH_GLB))?;
+            let lods = decimate::decimate(&mesh, &plan.decimate, out)?;
+            Ok(serde_json::json!({ "lods": lods }))
+        }
+        StageKind::Tile => {
+            let tiles_out = out.to_path_buf();
+            let report = match plan.kind {
+                JobKind::Capture => {
+                    let splats = kiln_formats::splats::ply::read_ply(
+                        &stage_dir(plan, StageKind::Train).join("splats.ply"),
+                    )?;
+                    tile::splat::tile_splats(&splats, &plan.tile, &tiles_out)?
+                }
+                JobKind::Mesh => {
+                    let dir = stage_dir(plan, StageKind::Decimate);
+                    let lods = decimate::read_lods(&dir)?;
+                    tile::mesh::tile_mesh_lods(&lods, &dir, &tiles_out)?
+                }
+            };
+            Ok(serde_json::json!({
+                "tiles": report.tiles,
+                "levels": report.levels,
+                "content_bytes": report.content_bytes,
+            }))
+        }
+        StageKind::Publish => unreachable!("publish runs async in run_stage"),
+    }
+}
+
+/// The capture/mesh file inside the fetched input folder.
+fn find_input(dir: &Path, kind: JobKind) -> Result<PathBuf> {
+    if kind == JobKind::Capture {
+        return Ok(dir.to_path_buf());
+    }
+    let mut candidates: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| Error::io(dir, e))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            matches!(
+                p.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).as_deref(),
+                Some("glb" | "gltf")
+            )
+        })
+        .collect();
+    candidates.sort();
+    match candidates.len() {
+        1 => Ok(candidates.remove(0)),
+        0 => Err(Error::Input {
+            path: dir.to_path_buf(),
+            field: "input".into(),
+            problem: "no .glb or .gltf file in the mesh input; point `input` at one".into(),
+        }),
+        _ => Err(Error::Input {
+            path: dir.to_path_buf(),
+            field: "input".into(),
+            problem: format!(
+                "{} glTF files found ({}); point `input` at exactly one file",
+                candidates.len(),
+                candidates.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            ),
+        }),
+    }
+}
+
+fn train_views(ingest_dir: &Path, cap: &ingest::IngestedCapture) -> Result<Vec<train::TrainView>> {
+    cap.frames
+        .iter()
+        .map(|f| {
+            let w2c = f.world_to_camera.map(|r| r.map(|v| v as f32));
+            Ok(train::TrainView {
+                name: f.name.clone(),
+                camera: kiln_kernels::Camera {
+                    width: f.width,
+                    height: f.height,
+                    fx: f.fx as f32,
+                    fy: f.fy as f32,
+                    cx: f.cx as f32,
+                    cy: f.cy as f32,
+                    world_to_camera: w2c,
+                },
+                image: ingest::load_frame_rgb(ingest_dir, f)?,
+            })
+        })
+        .collect()
+}
+
+/// The files a job publishes, from its finished stage directories.
+fn publish_files(plan: &JobPlan) -> Result<Vec<publish::PublishFile>> {
+    let mut files = Vec::new();
+    let mut add_tree = |dir: &Path, prefix: &str| -> Result<()> {
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            let mut entries: Vec<_> =
+                std::fs::read_dir(&d).map_err(|e| Error::io(&d, e))?.flatten().map(|e| e.path()).collect();
+            entries.sort();
+            for p in entries {
+                let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                if name.starts_with('.') {
+                    continue;
+                }
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    let rel = p.strip_prefix(dir).unwrap_or(&p).to_string_lossy().replace('\\', "/");
+                    files.push(publish::PublishFile { local: p.clone(), relative: format!("{prefix}{rel}") });
+                }
+            }
+        }
+        Ok(())
+    };
+    match plan.kind {
+        JobKind::Capture => add_tree(&stage_dir(plan, StageKind::Train), "")?,
+        JobKind::Mesh => add_tree(&stage_dir(plan, StageKind::Decimate), "lods/")?,
+    }
+    add_tree(&stage_dir(plan, StageKind::Tile), "")?;
+    files.sort_by(|a, b| a.relative.cmp(&b.relative));
+    Ok(files)
+}

@@ -1,0 +1,633 @@
+//! `decimate`: turn one mesh into a chain of levels of detail (LODs) with meshoptimizer, each with
+//! its geometric error in metres, written as `lod_<i>.glb` plus a `lods.json` index.
+//!
+//! Sources: meshoptimizer 1.x `src/meshoptimizer.h` (vendored by the `meshopt` 0.7 crate):
+//! `meshopt_simplify` ("target_error represents the error relative to mesh extents … result_error
+//! … will contain the resulting (relative) error"), `meshopt_simplifyScale` ("Relative error returned
+//! by meshopt_simplify via result_error must be *multiplied* by the scaling factor to get absolute
+//! error"), `meshopt_generateVertexRemap`, `meshopt_optimizeVertexFetch`. Garland & Heckbert 1997
+//! (quadric error metrics) is the simplifier's basis. shared/research/tiles-formats.md §1.6 for
+//! using the result as a 3D Tiles `geometricError`.
+//!
+//! Bad input: [`check_decimate_inputs`] runs before any native call (meshopt reads out of bounds
+//! on an index ≥ V, so that is checked here, not assumed): NaN/Inf positions, out-of-range indices,
+//! attribute arrays of the wrong length and empty meshes are [`Error::Input`]; bad parameters are
+//! [`Error::Param`]. Degenerate (zero-area) triangles are accepted; meshopt removes them.
+
+use std::path::Path;
+
+use kiln_formats::atomic_write::write_atomic;
+use kiln_formats::mesh::{Mesh, write_glb};
+use meshopt::{SimplifyOptions, VertexDataAdapter};
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// Name of the LOD index written next to the GLBs.
+pub const LODS_JSON: &str = "lods.json";
+
+/// Parameters of the decimate stage (the `[decimate]` table of a job file).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DecimateParams {
+    /// Target triangle fraction per level, level 0 first. Must start at 1.0 (the full-resolution
+    /// leaf), be strictly descending and lie in (0, 1]. Default `[1.0, 0.5, 0.25, 0.125]`.
+    pub ratios: Vec<f32>,
+    /// Largest error the simplifier may introduce at any level, relative to the mesh extent (the
+    /// largest side of its bounding box): 0.05 = 5 %. A level stops short of its triangle target
+    /// rather than exceed it. Range (0, 1]; default 0.05, which keeps silhouettes recognisable at
+    /// 1/8 of the triangles on scanned and CAD meshes alike.
+    pub target_error: f32,
+}
+
+impl Default for DecimateParams {
+    fn default() -> Self {
+        Self {
+            ratios: vec![1.0, 0.5, 0.25, 0.125],
+            target_error: 0.05,
+        }
+    }
+}
+
+/// One level of the chain, as recorded in `lods.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LodLevel {
+    /// The requested triangle fraction (from [`DecimateParams::ratios`]).
+    pub ratio: f32,
+    /// Triangles actually kept. About `⌈ratio · F⌉` (a collapse removes two triangles, so it can
+    /// land one below) when the simplifier reaches its target; more (at most F) when it stops early
+    /// at `target_error` or at topology it cannot collapse.
+    pub triangles: usize,
+    /// Geometric error of this level against the full-resolution mesh, metres: 0 for level 0, and
+    /// never smaller than the previous level's (the chain is made monotone with a running max).
+    pub error_m: f64,
+    /// GLB file name, relative to the stage directory (`lod_<i>.glb`).
+    pub file: String,
+}
+
+/// Merge vertices whose position, normal and UV are all bit-identical, and drop unreferenced ones.
+///
+/// The result draws the same triangles (same order) over ≤ V vertices; material fields are copied.
+/// Bit equality means `0.0` and `-0.0` stay distinct, which only costs a few extra vertices.
+///
+/// # Errors
+/// [`Error::Input`] when the mesh breaks the [`Mesh`] invariants (see [`check_decimate_inputs`]).
+pub fn weld(mesh: &Mesh) -> Result<Mesh> {
+    check_mesh(mesh)?;
+    let vertices = interleave(mesh);
+    let (unique, remap) = meshopt::generate_vertex_remap(&vertices, Some(&mesh.indices));
+    let indices = meshopt::remap_index_buffer(Some(&mesh.indices), unique, &remap);
+    let vertices = meshopt::remap_vertex_buffer(&vertices, unique, &remap);
+    Ok(deinterleave(mesh, &vertices, indices))
+}
+
+/// Build the LOD chain of `mesh` and write it to `out_dir`.
+///
+/// Steps: [`weld`]; then for each ratio r (level i) simplify the *full* welded mesh with
+/// `meshopt::simplify` towards `⌈r · F⌉` triangles within `params.target_error`; compact the
+/// level's vertices (`optimize_vertex_fetch`); write `out_dir/lod_<i>.glb` ([`write_glb`]); finally
+/// write `out_dir/lods.json` (a JSON array of [`LodLevel`]). All writes are atomic. Level 0 is the
+/// welded mesh itself with `error_m = 0`.
+///
+/// Errors are metres: `result_error × meshopt::simplify_scale(positions)`, where meshopt's
+/// `result_error` is relative to the mesh extent (meshoptimizer.h, `meshopt_simplify` and
+/// `meshopt_simplifyScale`). Each level's error is raised to the previous level's if smaller, so
+/// the chain is monotone as 3D Tiles requires of parents over children.
+///
+/// Not guaranteed: exact triangle counts (the simplifier may stop short: `triangles` can exceed
+/// the target, never `F`); UV seams and borders are kept topologically (meshopt does not collapse
+/// across attribute discontinuities), but UV/normal *values* do not steer collapses, so that
+/// `error_m` stays a pure geometric distance.
+///
+/// * `mesh` — `[V, 3]` metres, Y-up, `[F, 3]` indices (see [`Mesh`]).
+/// * `params` — see [`DecimateParams`].
+/// * `out_dir` — created if missing; existing `lod_*.glb` of the same names are replaced.
+///
+/// # Errors
+/// [`Error::Param`] for bad ratios / target error; [`Error::Input`] for a mesh that breaks its
+/// invariants or a level that simplifies to nothing; [`Error::Format`] when writing fails.
+///
+/// # Panics
+/// Never.
+pub fn decimate(mesh: &Mesh, params: &DecimateParams, out_dir: &Path) -> Result<Vec<LodLevel>> {
+    check_decimate_inputs(mesh, params)?;
+    let welded = weld(mesh)?;
+    let vertices = interleave(&welded);
+    let positions: &[u8] = bytemuck::cast_slice(&welded.positions);
+    let adapter =
+        VertexDataAdapter::new(positions, std::mem::size_of::<[f32; 3]>(), 0).map_err(|e| {
+            Error::Input {
+                path: MESH_PATH.into(),
+                field: "positions".into(),
+                problem: format!("meshopt rejected the vertex buffer: {e}"),
+            }
+        })?;
+    let scale_m = f64::from(meshopt::simplify_scale(&adapter));
+    let full_triangles = welded.triangle_count();
+
+    let mut levels = Vec::with_capacity(params.ratios.len());
+    let mut prev_error_m = 0.0f64;
+    for (i, &ratio) in params.ratios.iter().enumerate() {
+        let (indices, error_m) = if i == 0 {
+            (welded.indices.clone(), 0.0)
+        } else {
+            let target_triangles =
+                ((full_triangles as f64) * f64::from(ratio)).ceil().max(1.0) as usize;
+            let mut rel_error = 0.0f32;
+            let idx = meshopt::simplify(
+                &welded.indices,
+                &adapter,
+                target_triangles * 3,
+                params.target_error,
+                SimplifyOptions::None,
+                Some(&mut rel_error),
+            );
+            (idx, f64::from(rel_error) * scale_m)
+        };
+        if indices.is_empty() {
+            return Err(Error::Input {
+                path: MESH_PATH.into(),
+                field: format!("ratios[{i}]"),
+                problem: format!(
+                    "simplifying to ratio {ratio} removed every triangle; use a larger ratio"
+                ),
+            });
+        }
+        let error_m = error_m.max(prev_error_m);
+        prev_error_m = error_m;
+
+        let mut indices = meshopt::optimize_vertex_cache(&indices, vertices.len());
+        let level_vertices = meshopt::optimize_vertex_fetch(&mut indices, &vertices);
+        let level_mesh = deinterleave(&welded, &level_vertices, indices);
+        let file = format!("lod_{i}.glb");
+        write_atomic(&out_dir.join(&file), &write_glb(&level_mesh)?)?;
+        tracing::info!(
+            level = i,
+            ratio,
+            triangles = level_mesh.triangle_count(),
+            error_m,
+            "decimate: wrote {file}"
+        );
+        levels.push(LodLevel {
+            ratio,
+            triangles: level_mesh.triangle_count(),
+            error_m,
+            file,
+        });
+    }
+    let json = serde_json::to_vec_pretty(&levels).map_err(|e| Error::Input {
+        path: out_dir.join(LODS_JSON),
+        field: "lods".into(),
+        problem: format!("cannot serialise: {e}"),
+    })?;
+    write_atomic(&out_dir.join(LODS_JSON), &json)?;
+    Ok(levels)
+}
+
+/// Read the `lods.json` that [`decimate`] wrote into `dir`.
+///
+/// # Errors
+/// [`Error::Io`] when the file cannot be read; [`Error::Input`] when it is not a JSON array of
+/// [`LodLevel`] or is empty.
+pub fn read_lods(dir: &Path) -> Result<Vec<LodLevel>> {
+    let path = dir.join(LODS_JSON);
+    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+    let lods: Vec<LodLevel> = serde_json::from_slice(&bytes).map_err(|e| Error::Input {
+        path: path.clone(),
+        field: format!("line {} column {}", e.line(), e.column()),
+        problem: format!(
+            "not a lods.json written by `kiln` decimate: {e}; rerun the decimate stage"
+        ),
+    })?;
+    if lods.is_empty() {
+        return Err(Error::Input {
+            path,
+            field: "[]".into(),
+            problem: "no LOD levels; rerun the decimate stage".into(),
+        });
+    }
+    Ok(lods)
+}
+
+/// The `path` reported for problems with an in-memory input mesh.
+const MESH_PATH: &str = "<input mesh>";
+
+/// The checks [`decimate`] runs before any native call.
+///
+/// # Errors
+/// [`Error::Param`] — `ratios` empty, not starting at 1.0, not strictly descending, or outside
+/// (0, 1]; `target_error` not in (0, 1]. [`Error::Input`] — see [`weld`] and the [`Mesh`]
+/// invariants (indices `< V` and a multiple of 3, finite positions, attributes of length V, at
+/// least one triangle).
+pub fn check_decimate_inputs(mesh: &Mesh, params: &DecimateParams) -> Result<()> {
+    let param = |field: String, expected: &str, found: String| Error::Param {
+        stage: "decimate",
+        field,
+        expected: expected.into(),
+        found,
+    };
+    if params.ratios.is_empty() {
+        return Err(param(
+            "ratios".into(),
+            "at least one ratio, starting with 1.0",
+            "[]".into(),
+        ));
+    }
+    if params.ratios[0] != 1.0 {
+        return Err(param(
+            "ratios[0]".into(),
+            "1.0 (level 0 is the full-resolution leaf)",
+            params.ratios[0].to_string(),
+        ));
+    }
+    for (i, w) in params.ratios.windows(2).enumerate() {
+        if !(w[1] > 0.0 && w[1] < w[0]) {
+            return Err(param(
+                format!("ratios[{}]", i + 1),
+                &format!("a value in (0, {}) (strictly descending)", w[0]),
+                w[1].to_string(),
+            ));
+        }
+    }
+    if !(params.target_error > 0.0 && params.target_error <= 1.0) {
+        return Err(param(
+            "target_error".into(),
+            "a relative error in (0, 1], e.g. 0.05",
+            params.target_error.to_string(),
+        ));
+    }
+    check_mesh(mesh)
+}
+
+fn check_mesh(mesh: &Mesh) -> Result<()> {
+    let v = mesh.positions.len();
+    let input = |field: &str, problem: String| Error::Input {
+        path: MESH_PATH.into(),
+        field: field.into(),
+        problem,
+    };
+    if mesh.indices.is_empty() {
+        return Err(input("indices", "no triangles".into()));
+    }
+    if !mesh.indices.len().is_multiple_of(3) {
+        return Err(input(
+            "indices",
+            format!("{} indices is not a multiple of 3", mesh.indices.len()),
+        ));
+    }
+    if let Some((i, &bad)) = mesh
+        .indices
+        .iter()
+        .enumerate()
+        .find(|&(_, &x)| x as usize >= v)
+    {
+        return Err(input(
+            "indices",
+            format!("element {i} is {bad}, expected < vertex count {v}"),
+        ));
+    }
+    if let Some(i) = mesh
+        .positions
+        .iter()
+        .position(|p| !p.iter().all(|c| c.is_finite()))
+    {
+        return Err(input(
+            "positions",
+            format!("vertex {i} is {:?}, expected finite", mesh.positions[i]),
+        ));
+    }
+    if mesh.normals.as_ref().is_some_and(|n| n.len() != v)
+        || mesh.uvs.as_ref().is_some_and(|t| t.len() != v)
+    {
+        return Err(input(
+            "normals/uvs",
+            format!("expected {v} entries each (one per vertex)"),
+        ));
+    }
+    Ok(())
+}
+
+/// One interleaved vertex: position (3), normal (3), uv (2); absent attributes are zeros.
+type Vertex = [f32; 8];
+
+fn interleave(mesh: &Mesh) -> Vec<Vertex> {
+    (0..mesh.positions.len())
+        .map(|i| {
+            let p = mesh.positions[i];
+            let n = mesh.normals.as_ref().map_or([0.0; 3], |n| n[i]);
+            let t = mesh.uvs.as_ref().map_or([0.0; 2], |t| t[i]);
+            [p[0], p[1], p[2], n[0], n[1], n[2], t[0], t[1]]
+        })
+        .collect()
+}
+
+/// A mesh over `vertices` with `template`'s attribute set and material.
+fn deinterleave(template: &Mesh, vertices: &[Vertex], indices: Vec<u32>) -> Mesh {
+    Mesh {
+        positions: vertices.iter().map(|v| [v[0], v[1], v[2]]).collect(),
+        normals: template
+            .normals
+            .as_ref()
+            .map(|_| vertices.iter().map(|v| [v[3], v[4], v[5]]).collect()),
+        uvs: template
+            .uvs
+            .as_ref()
+            .map(|_| vertices.iter().map(|v| [v[6], v[7]]).collect()),
+        indices,
+        base_color_texture: template.base_color_texture.clone(),
+        base_color_factor: template.base_color_factor,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn dataset(rel: &str) -> PathBuf {
+        let root = std::env::var_os("KILN_DATASETS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/datasets"));
+        let p = root.join(rel);
+        assert!(
+            p.exists(),
+            "dataset file {} missing; set KILN_DATASETS or put shared/datasets next to the checkout",
+            p.display()
+        );
+        p
+    }
+
+    /// Run `.ci/validate_gltf.mjs` on `files`; `None` (with the reason printed) when node or the
+    /// validator module is missing locally. Under CI (`CI` set) a missing validator fails the test
+    /// (STYLE.md rule 15); `.ci/run` installs it with `npm install -g gltf-validator`.
+    pub(crate) fn khronos_validate(files: &[PathBuf]) -> Option<bool> {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/validate_gltf.mjs");
+        let skip = |why: String| {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "Khronos glTF validation unavailable under CI: {why}"
+            );
+            eprintln!(
+                "SKIPPED Khronos glTF validation: {why}; install nodejs + `npm install -g gltf-validator`"
+            );
+            None
+        };
+        match std::process::Command::new("node")
+            .arg(&script)
+            .args(files)
+            .output()
+        {
+            Err(e) => skip(format!("cannot run node ({e})")),
+            Ok(o) if o.status.code() == Some(2) => {
+                skip(String::from_utf8_lossy(&o.stderr).into_owned())
+            }
+            Ok(o) => {
+                eprintln!("{}", String::from_utf8_lossy(&o.stdout));
+                Some(o.status.success())
+            }
+        }
+    }
+
+    /// An n×n-quad flat grid in the y = 0 plane, 1 m across, with per-vertex up normals and UVs.
+    fn flat_grid(n: u32) -> Mesh {
+        let mut positions = Vec::new();
+        let mut uvs = Vec::new();
+        for j in 0..=n {
+            for i in 0..=n {
+                let (u, v) = (i as f32 / n as f32, j as f32 / n as f32);
+                positions.push([u, 0.0, v]);
+                uvs.push([u, v]);
+            }
+        }
+        let mut indices = Vec::new();
+        for j in 0..n {
+            for i in 0..n {
+                let a = j * (n + 1) + i;
+                let (b, c, d) = (a + 1, a + n + 1, a + n + 2);
+                indices.extend_from_slice(&[a, c, b, b, c, d]);
+            }
+        }
+        Mesh {
+            normals: Some(vec![[0.0, 1.0, 0.0]; positions.len()]),
+            positions,
+            uvs: Some(uvs),
+            indices,
+            base_color_texture: None,
+            base_color_factor: [1.0; 4],
+        }
+    }
+
+    #[test]
+    fn avocado_decimates_to_four_levels_with_errors_in_metres() {
+        let mesh = kiln_formats::mesh::read_gltf(&dataset(
+            "mesh-khronos-gltf-samples/Avocado/glTF/Avocado.gltf",
+        ))
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let params = DecimateParams::default();
+        let lods = decimate(&mesh, &params, dir.path()).unwrap();
+        assert_eq!(lods.len(), 4);
+        let f = weld(&mesh).unwrap().triangle_count();
+        let (min, max) = mesh.aabb().unwrap();
+        let extent_m = (0..3).map(|i| max[i] - min[i]).fold(0.0, f64::max);
+        for (i, l) in lods.iter().enumerate() {
+            eprintln!(
+                "avocado lod {i}: ratio {} triangles {} error_m {:.3e}",
+                l.ratio, l.triangles, l.error_m
+            );
+            // meshopt may stop short of the target, never above the full count.
+            assert!(l.triangles <= f);
+            assert!(
+                l.error_m >= 0.0 && l.error_m < extent_m,
+                "error {} m vs extent {} m",
+                l.error_m,
+                extent_m
+            );
+            assert!(l.error_m <= f64::from(params.target_error) * extent_m * 1.01 + 1e-9);
+            assert!(dir.path().join(&l.file).exists());
+        }
+        assert_eq!(lods[0].triangles, f);
+        // The Avocado is smooth: every level reaches its target within a collapse or two.
+        for l in &lods {
+            let target = (f as f64 * f64::from(l.ratio)).ceil();
+            assert!(
+                (l.triangles as f64 - target).abs() <= 2.0,
+                "{l:?} vs target {target}"
+            );
+        }
+        assert_eq!(lods[0].error_m, 0.0);
+        for w in lods.windows(2) {
+            assert!(
+                w[1].error_m >= w[0].error_m,
+                "error must not drop: {lods:?}"
+            );
+            assert!(
+                w[1].triangles <= w[0].triangles,
+                "triangles must not grow: {lods:?}"
+            );
+        }
+        assert!(lods[3].triangles < lods[0].triangles);
+        assert_eq!(read_lods(dir.path()).unwrap(), lods);
+        let files: Vec<PathBuf> = lods.iter().map(|l| dir.path().join(&l.file)).collect();
+        if let Some(ok) = khronos_validate(&files) {
+            assert!(ok, "Khronos glTF-Validator reported errors");
+        }
+    }
+
+    #[test]
+    fn flat_grid_decimates_with_near_zero_error() {
+        let mesh = flat_grid(32);
+        let dir = tempfile::tempdir().unwrap();
+        let lods = decimate(&mesh, &DecimateParams::default(), dir.path()).unwrap();
+        for l in &lods {
+            eprintln!(
+                "grid: ratio {} triangles {} error_m {:.3e}",
+                l.ratio, l.triangles, l.error_m
+            );
+            // meshopt reports the square root of an f32 quadric error: rounding noise of ~1e-10 in
+            // the quadric shows as ~1e-5 of the extent (1 m here). A real fold would be ≥ 1e-2.
+            assert!(
+                l.error_m < 1e-4,
+                "coplanar grid must simplify with ~0 error: {l:?}"
+            );
+        }
+        // A coplanar interior collapses freely: the 1/8 level reaches its target.
+        assert!(
+            lods[3].triangles <= (2048f64 * 0.125).ceil() as usize,
+            "{lods:?}"
+        );
+    }
+
+    #[test]
+    fn simplify_error_is_in_metres() {
+        // The same grid scaled by 100 must report 100× the error (relative error is scale-free).
+        let mut bumpy = flat_grid(24);
+        for (i, p) in bumpy.positions.iter_mut().enumerate() {
+            p[1] = 0.02 * ((i * 7919) % 13) as f32 / 13.0;
+        }
+        bumpy.normals = None;
+        let mut big = bumpy.clone();
+        for p in &mut big.positions {
+            *p = p.map(|c| c * 100.0);
+        }
+        let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let small = decimate(&bumpy, &DecimateParams::default(), d1.path()).unwrap();
+        let large = decimate(&big, &DecimateParams::default(), d2.path()).unwrap();
+        for (s, l) in small.iter().zip(&large).skip(1) {
+            assert!(s.error_m > 0.0);
+            assert!(
+                (l.error_m / s.error_m - 100.0).abs() < 1.0,
+                "{s:?} vs {l:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn weld_merges_bit_identical_vertices_only() {
+        let mut mesh = flat_grid(2);
+        // Split into a triangle soup: 24 vertices, 8 triangles.
+        let soup_positions: Vec<[f32; 3]> = mesh
+            .indices
+            .iter()
+            .map(|&i| mesh.positions[i as usize])
+            .collect();
+        let soup_uvs: Vec<[f32; 2]> = mesh
+            .indices
+            .iter()
+            .map(|&i| mesh.uvs.as_ref().unwrap()[i as usize])
+            .collect();
+        mesh.normals = None;
+        mesh.positions = soup_positions;
+        mesh.uvs = Some(soup_uvs);
+        mesh.indices = (0..24).collect();
+        let welded = weld(&mesh).unwrap();
+        assert_eq!(welded.positions.len(), 9);
+        assert_eq!(welded.triangle_count(), 8);
+        for (t, tri) in welded.indices.chunks(3).enumerate() {
+            for k in 0..3 {
+                assert_eq!(welded.positions[tri[k] as usize], mesh.positions[t * 3 + k]);
+            }
+        }
+        // A differing UV keeps a vertex apart (a UV seam); soup vertex 1 is grid vertex 3, shared
+        // by several triangles.
+        mesh.uvs.as_mut().unwrap()[1][0] += 0.5;
+        assert_eq!(weld(&mesh).unwrap().positions.len(), 10);
+    }
+
+    #[test]
+    fn bad_params_are_rejected_before_work() {
+        let mesh = flat_grid(2);
+        let dir = tempfile::tempdir().unwrap();
+        for (ratios, err) in [
+            (vec![], 0.05),
+            (vec![0.5, 0.25], 0.05),
+            (vec![1.0, 0.5, 0.5], 0.05),
+            (vec![1.0, 1.5], 0.05),
+            (vec![1.0, 0.0], 0.05),
+            (vec![1.0, f32::NAN], 0.05),
+            (vec![1.0, 0.5], 0.0),
+            (vec![1.0, 0.5], f32::INFINITY),
+        ] {
+            let p = DecimateParams {
+                ratios: ratios.clone(),
+                target_error: err,
+            };
+            let e = decimate(&mesh, &p, dir.path()).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::Param {
+                        stage: "decimate",
+                        ..
+                    }
+                ),
+                "{ratios:?} {err}: {e}"
+            );
+        }
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "nothing written on bad params"
+        );
+    }
+
+    #[test]
+    fn bad_meshes_are_input_errors_not_panics() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = DecimateParams::default();
+        let mut m = flat_grid(2);
+        m.indices[5] = 1000;
+        assert!(matches!(
+            decimate(&m, &p, dir.path()),
+            Err(Error::Input { .. })
+        ));
+        let mut m = flat_grid(2);
+        m.positions[3][1] = f32::NAN;
+        assert!(matches!(
+            decimate(&m, &p, dir.path()),
+            Err(Error::Input { .. })
+        ));
+        let mut m = flat_grid(2);
+        m.indices.clear();
+        assert!(matches!(
+            decimate(&m, &p, dir.path()),
+            Err(Error::Input { .. })
+        ));
+        let mut m = flat_grid(2);
+        m.uvs.as_mut().unwrap().pop();
+        assert!(matches!(
+            decimate(&m, &p, dir.path()),
+            Err(Error::Input { .. })
+        ));
+    }
+
+    #[test]
+    fn read_lods_rejects_garbage() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(read_lods(dir.path()), Err(Error::Io { .. })));
+        std::fs::write(dir.path().join(LODS_JSON), b"{not json").unwrap();
+        assert!(matches!(read_lods(dir.path()), Err(Error::Input { .. })));
+        std::fs::write(dir.path().join(LODS_JSON), b"[]").unwrap();
+        assert!(matches!(read_lods(dir.path()), Err(Error::Input { .. })));
+    }
+}

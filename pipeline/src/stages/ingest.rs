@@ -1,0 +1,197 @@
+//! `ingest`: turn a fetched capture or mesh into the normalised stage output the next stages read.
+//!
+//! Capture: read the camera model (`transforms.json` or COLMAP), decode each image, downscale to
+//! `max_side` with the intrinsics rescaled exactly, undistort to pinhole, and write
+//! `capture.json` + `images/<frame>.png` (8-bit RGB). Frames whose image is missing are skipped with
+//! one warning (in the reader); a corrupt image fails the stage naming the file.
+//! Mesh: read glTF/GLB (validated: index ranges, finite positions, buffers present) and write it back
+//! as one `mesh.glb`.
+
+use std::path::{Path, PathBuf};
+
+use kiln_formats::capture::{self, Capture};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// Parameters of the `ingest` stage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IngestParams {
+    /// Longest image side after downscaling, pixels; `None` keeps the original size. Default 540.
+    pub max_side: Option<u32>,
+}
+
+impl Default for IngestParams {
+    fn default() -> Self {
+        Self { max_side: Some(540) }
+    }
+}
+
+/// One ingested frame: a pinhole camera (OpenCV frame) and its 8-bit PNG in the stage directory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IngestedFrame {
+    /// Source image name (relative to the capture's image folder); sorting key for the hold-out.
+    pub name: String,
+    /// PNG path relative to the stage directory.
+    pub image: String,
+    /// Image size in pixels after downscaling.
+    pub width: u32,
+    pub height: u32,
+    /// Pinhole intrinsics in pixels, for `width × height`.
+    pub fx: f64,
+    pub fy: f64,
+    pub cx: f64,
+    pub cy: f64,
+    /// Row-major 4×4 world → camera (OpenCV: x right, y down, z forward), metres.
+    pub world_to_camera: [[f64; 4]; 4],
+}
+
+/// SfM points carried from the capture (COLMAP `points3D`), world frame, metres.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IngestedPoints {
+    /// `[P, 3]` positions.
+    pub positions: Vec<[f64; 3]>,
+    /// `[P, 3]` sRGB 8-bit colours.
+    pub colors: Vec<[u8; 3]>,
+}
+
+/// `capture.json`: what `ingest` hands to `train`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IngestedCapture {
+    /// Where the capture came from (local path after fetch).
+    pub source: String,
+    pub frames: Vec<IngestedFrame>,
+    pub points: Option<IngestedPoints>,
+    /// Frames listed by the capture but skipped (missing image files, non-finite poses).
+    pub skipped: Vec<String>,
+}
+
+/// File name of the capture description inside the ingest stage directory.
+pub const CAPTURE_JSON: &str = "capture.json";
+/// File name of the normalised mesh inside the ingest stage directory.
+pub const MESH_GLB: &str = "mesh.glb";
+
+/// Ingest the capture at `input` (a `transforms*.json`, or a folder holding one or a COLMAP model)
+/// into `out_dir`. Images are decoded in parallel (rayon).
+///
+/// # Errors
+/// Reader errors name the file and field (no frames, all images missing, bad JSON, unsupported
+/// camera model); a corrupt image fails with its path; [`Error::Param`] for `max_side == 0`.
+pub fn ingest_capture(input: &Path, params: &IngestParams, out_dir: &Path) -> Result<IngestedCapture> {
+    if params.max_side == Some(0) {
+        return Err(Error::Param {
+            stage: "ingest",
+            field: "max_side".into(),
+            expected: "a positive number of pixels (or omit it to keep full size)".into(),
+            found: "0".into(),
+        });
+    }
+    let cap: Capture = capture::read_capture(input)?;
+    let images_dir = out_dir.join("images");
+    std::fs::create_dir_all(&images_dir).map_err(|e| Error::io(&images_dir, e))?;
+    let frames: Vec<IngestedFrame> = cap
+        .frames
+        .par_iter()
+        .map(|f| -> Result<IngestedFrame> {
+            let img = capture::load_rgb(&f.image_path, params.max_side)?;
+            let k = f.intrinsics.scaled_to(img.width, img.height);
+            let img = capture::undistort(&img, &k, &f.distortion);
+            let png_name = format!("{}.png", f.name.replace(['/', '\\'], "_"));
+            let rel = format!("images/{png_name}");
+            write_png(&out_dir.join(&rel), &img)?;
+            Ok(IngestedFrame {
+                name: f.name.clone(),
+                image: rel,
+                width: img.width,
+                height: img.height,
+                fx: k.fx,
+                fy: k.fy,
+                cx: k.cx,
+                cy: k.cy,
+                world_to_camera: f.world_to_camera,
+            })
+        })
+        .collect::<Result<_>>()?;
+    let ingested = IngestedCapture {
+        source: cap.source.display().to_string(),
+        frames,
+        points: cap
+            .points
+            .map(|p| IngestedPoints { positions: p.positions, colors: p.colors }),
+        skipped: cap.skipped,
+    };
+    let json = serde_json::to_vec_pretty(&ingested).expect("IngestedCapture serialises");
+    kiln_formats::atomic_write::write_atomic(&out_dir.join(CAPTURE_JSON), &json)?;
+    Ok(ingested)
+}
+
+/// Read back the `capture.json` written by [`ingest_capture`].
+///
+/// # Errors
+/// [`Error::Io`] / [`kiln_formats::Error::Corrupt`] naming the file.
+pub fn load_ingested(stage_dir: &Path) -> Result<IngestedCapture> {
+    let path = stage_dir.join(CAPTURE_JSON);
+    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        kiln_formats::Error::Corrupt {
+            path: path.clone(),
+            location: format!("line {}, column {}", e.line(), e.column()),
+            what: e.to_string(),
+        }
+        .into()
+    })
+}
+
+/// Load an ingested frame's PNG as `[H, W, 3]` floats in [0, 1].
+///
+/// # Errors
+/// Decode errors name the PNG.
+pub fn load_frame_rgb(stage_dir: &Path, frame: &IngestedFrame) -> Result<Vec<f32>> {
+    let img = capture::load_rgb(&stage_dir.join(&frame.image), None)?;
+    Ok(img.data)
+}
+
+fn write_png(path: &PathBuf, img: &capture::RgbImage) -> Result<()> {
+    let bytes: Vec<u8> = img.data.iter().map(|v| (v.clamp(0.0, 1.0) * 255.0).round() as u8).collect();
+    let buf = image::RgbImage::from_raw(img.width, img.height, bytes).ok_or_else(|| Error::Input {
+        path: path.clone(),
+        field: "image".into(),
+        problem: "pixel buffer does not match its size".into(),
+    })?;
+    let mut png = Vec::new();
+    buf.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+        .map_err(|e| Error::io(path, std::io::Error::other(e)))?;
+    kiln_formats::atomic_write::write_atomic(path, &png)?;
+    Ok(())
+}
+
+/// Summary of an ingested mesh.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IngestedMesh {
+    pub vertices: usize,
+    pub triangles: usize,
+    /// Axis-aligned bounds, metres, glTF Y-up frame.
+    pub min: [f32; 3],
+    pub max: [f32; 3],
+}
+
+/// Ingest a glTF/GLB mesh: validate and write `out_dir/mesh.glb`.
+///
+/// # Errors
+/// Reader errors name the file and the bad accessor, index or buffer.
+pub fn ingest_mesh(input: &Path, out_dir: &Path) -> Result<IngestedMesh> {
+    let mesh = kiln_formats::mesh::read_gltf(input)?;
+    let glb = kiln_formats::mesh::write_glb(&mesh)?;
+    kiln_formats::atomic_write::write_atomic(&out_dir.join(MESH_GLB), &glb)?;
+    let mut min = [f32::INFINITY; 3];
+    let mut max = [f32::NEG_INFINITY; 3];
+    for p in &mesh.positions {
+        for i in 0..3 {
+            min[i] = min[i].min(p[i]);
+            max[i] = max[i].max(p[i]);
+        }
+    }
+    Ok(IngestedMesh { vertices: mesh.positions.len(), triangles: mesh.indices.len() / 3, min, max })
+}

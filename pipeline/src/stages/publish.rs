@@ -1,0 +1,140 @@
+//! `publish`: copy a job's outputs to the output URL so that no reader sees a half-published set.
+//!
+//! Protocol: (1) upload every file under `.staging-<job id>/`; (2) delete the old `manifest.json`
+//! (readers treat a folder without a manifest as in flux); (3) rename each staged file to its final
+//! name; (4) write `manifest.json` last — its presence commits the set. Each single object write is
+//! atomic in every `object_store` backend. A failure before (4) leaves no manifest and removes the
+//! staging prefix.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use object_store::ObjectStoreExt;
+
+use crate::storage;
+use crate::{Error, Result};
+
+/// One local file to publish under `relative` (forward slashes) in the output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PublishFile {
+    pub local: PathBuf,
+    pub relative: String,
+}
+
+/// One entry of `manifest.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ManifestEntry {
+    /// Path relative to the output URL.
+    pub path: String,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// Hex BLAKE3 of the content.
+    pub blake3: String,
+}
+
+/// `manifest.json`: the committed set of outputs of one job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub job_id: String,
+    pub kiln_version: String,
+    pub files: Vec<ManifestEntry>,
+}
+
+/// Name of the manifest at the output root.
+pub const MANIFEST_JSON: &str = "manifest.json";
+
+/// What [`publish`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PublishReport {
+    pub manifest: Manifest,
+    /// Bytes uploaded, including the manifest.
+    pub bytes_written: u64,
+}
+
+/// Publish `files` to `output` (URL or path) for job `job_id`.
+///
+/// # Errors
+/// [`Error::Io`] when a local file cannot be read, [`Error::Storage`] when an upload or rename
+/// fails, [`Error::Param`] when two files map to the same relative path.
+pub async fn publish(files: &[PublishFile], output: &str, job_id: &str) -> Result<PublishReport> {
+    let mut seen = std::collections::BTreeSet::new();
+    for f in files {
+        if !seen.insert(f.relative.as_str()) || f.relative == MANIFEST_JSON {
+            return Err(Error::Param {
+                stage: "publish",
+                field: "files".into(),
+                expected: "unique relative paths, none named manifest.json".into(),
+                found: f.relative.clone(),
+            });
+        }
+    }
+    let store = storage::open(output)?;
+    let staging = format!(".staging-{job_id}");
+    let mut entries = Vec::with_capacity(files.len());
+    let mut bytes_written = 0;
+    let staged = async {
+        for f in files {
+            let data = tokio::fs::read(&f.local).await.map_err(|e| Error::io(&f.local, e))?;
+            entries.push(ManifestEntry {
+                path: f.relative.clone(),
+                bytes: data.len() as u64,
+                blake3: blake3::hash(&data).to_hex().to_string(),
+            });
+            bytes_written += store.put_bytes(&format!("{staging}/{}", f.relative), data).await?;
+        }
+        Ok::<_, Error>(())
+    }
+    .await;
+    if let Err(e) = staged {
+        let _ = store.delete_prefix(&staging).await;
+        return Err(e);
+    }
+    match store.store.delete(&store.child(MANIFEST_JSON)).await {
+        Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+        Err(source) => return Err(Error::Storage { url: output.into(), source }),
+    }
+    for f in files {
+        store.rename(&format!("{staging}/{}", f.relative), &f.relative).await?;
+    }
+    let _ = store.delete_prefix(&staging).await;
+    let manifest = Manifest {
+        job_id: job_id.into(),
+        kiln_version: env!("CARGO_PKG_VERSION").into(),
+        files: entries,
+    };
+    let json = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
+    bytes_written += store.put_bytes(MANIFEST_JSON, json).await?;
+    Ok(PublishReport { manifest, bytes_written })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn publish_writes_files_and_a_manifest_with_blake3_and_no_staging_left() {
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("a.txt"), b"hello").unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let files = vec![PublishFile { local: src.path().join("a.txt"), relative: "sub/a.txt".into() }];
+        let r = publish(&files, out.path().to_str().unwrap(), "job1").await.unwrap();
+        assert_eq!(std::fs::read(out.path().join("sub/a.txt")).unwrap(), b"hello");
+        let m: Manifest =
+            serde_json::from_slice(&std::fs::read(out.path().join(MANIFEST_JSON)).unwrap()).unwrap();
+        assert_eq!(m, r.manifest);
+        assert_eq!(m.files[0].bytes, 5);
+        // BLAKE3("hello") from the reference implementation (b3sum).
+        assert_eq!(m.files[0].blake3, "ea8f163db38682925e4491c5e58d4bb3506ef8c14eb78a86e908c5624a67200f");
+        let names: Vec<_> = std::fs::read_dir(out.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(names.iter().all(|n| !n.to_string_lossy().starts_with(".staging")), "{names:?}");
+    }
+
+    #[tokio::test]
+    async fn missing_local_file_publishes_nothing() {
+        let out = tempfile::tempdir().unwrap();
+        let files = vec![PublishFile { local: "/no/such/file".into(), relative: "x".into() }];
+        assert!(publish(&files, out.path().to_str().unwrap(), "j").await.is_err());
+        assert!(!out.path().join(MANIFEST_JSON).exists());
+    }
+}

@@ -1,0 +1,632 @@
+//! The `train` stage: optimise 3D Gaussian splats against posed images ([`train`]).
+//!
+//! Source: Kerbl, Kopanas, Leimkühler, Drettakis, "3D Gaussian Splatting for Real-Time Radiance
+//! Field Rendering", SIGGRAPH 2023 (recipe and adaptive density control), following the upstream
+//! INRIA implementation's numbers (see [`params`]). Files:
+//! - [`params`]: [`TrainParams`] and the INRIA schedule scaled to `steps`;
+//! - [`init`]: initial splats from SfM points or random frustum points, scene extent;
+//! - [`op`]: the rasterizer as one custom burn autodiff op;
+//! - [`loss`]: (1 − λ)·L1 + λ·(1 − SSIM) in burn tensor ops;
+//! - [`adam`]: Adam on burn tensors with per-group learning rates;
+//! - [`density`]: clone / split / prune / opacity reset;
+//! - [`gaussians`]: the parameter tensors and their optimizer state;
+//! - [`eval`]: PSNR/SSIM on held-out views, PNGs, `metrics.json`, `loss.svg`.
+//!
+//! # Numerics
+//! Splats whose parameters become non-finite are pruned before the next render. A non-finite loss
+//! stops training with [`crate::Error::Numeric`]; nothing panics on NaN.
+//!
+//! # Determinism
+//! Every random choice (init, view order, split samples) comes from one `SmallRng` seeded with
+//! [`TrainParams::seed`]; the CPU rasterizer is deterministic, so the same inputs and seed give the
+//! same splats and metrics.
+
+pub mod adam;
+pub mod density;
+pub mod eval;
+pub mod gaussians;
+pub mod init;
+pub mod loss;
+pub mod op;
+pub mod params;
+
+use std::path::Path;
+use std::time::Instant;
+
+use burn::tensor::{Tensor, TensorData};
+use kiln_formats::splats::GaussianSplats;
+use kiln_kernels::{Camera, RenderOptions};
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+
+pub use init::InitPoints;
+pub use params::{Preset, TrainParams};
+
+use density::{DensifyConfig, DensityStats};
+use gaussians::{GaussianGrads, Gaussians, GaussiansAdam};
+use op::{InnerBackend, TrainBackend};
+
+const STAGE: &str = "train";
+
+/// One posed training image.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainView {
+    /// Unique name (e.g. the image file name); views are sorted by it for the hold-out split.
+    pub name: String,
+    /// Pinhole camera, OpenCV frame, `world_to_camera`; its width/height are the image's.
+    pub camera: Camera,
+    /// `[H, W, 3]` linear RGB in [0, 1], row-major.
+    pub image: Vec<f32>,
+}
+
+/// Summary of a training run (also written, with more detail, to `metrics.json`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TrainReport {
+    /// Final number of splats.
+    pub splats: usize,
+    /// Optimizer steps run.
+    pub steps: usize,
+    /// Mean PSNR (dB) over the evaluation views, on 8-bit images.
+    pub psnr_db: f64,
+    /// Mean SSIM over the evaluation views, on 8-bit images.
+    pub ssim: f64,
+    /// Views trained on.
+    pub train_views: usize,
+    /// Views evaluated (held out unless there were fewer than 2 views or `eval_every` = 0, in
+    /// which case all views are trained on and evaluated; see `metrics.json`
+    /// `eval_on_train_views`).
+    pub test_views: usize,
+    /// Wall-clock seconds of the whole stage (init, training, eval, writing outputs).
+    pub wall_s: f64,
+    /// Training steps per second (training loop only).
+    pub steps_per_s: f64,
+    /// Loss of the last step.
+    pub final_loss: f64,
+}
+
+/// Split views (sorted by name) into (train, test): index % `eval_every` == 0 is held out.
+/// With fewer than 2 views, or `eval_every` = 0, every view is in both sets.
+fn split_views(
+    mut views: Vec<TrainView>,
+    eval_every: usize,
+) -> (Vec<TrainView>, Vec<TrainView>, bool) {
+    views.sort_by(|a, b| a.name.cmp(&b.name));
+    if views.len() < 2 || eval_every == 0 {
+        return (views.clone(), views, true);
+    }
+    let (mut train, mut test) = (Vec::new(), Vec::new());
+    for (i, v) in views.into_iter().enumerate() {
+        if i % eval_every == 0 {
+            test.push(v)
+        } else {
+            train.push(v)
+        }
+    }
+    (train, test, false)
+}
+
+fn check_views(views: &[TrainView]) -> crate::Result<()> {
+    if views.is_empty() {
+        return Err(crate::Error::Param {
+            stage: STAGE,
+            field: "views".into(),
+            expected: "at least one posed image".into(),
+            found: "none".into(),
+        });
+    }
+    for v in views {
+        let (w, h) = (v.camera.width as usize, v.camera.height as usize);
+        let problem = if w == 0 || h == 0 {
+            Some(format!("camera size {w}×{h}: expected a non-empty image"))
+        } else if v.image.len() != w * h * 3 {
+            Some(format!(
+                "expected {h}×{w}×3 = {} values, found {}",
+                w * h * 3,
+                v.image.len()
+            ))
+        } else if !v.image.iter().all(|x| x.is_finite()) {
+            Some("contains non-finite values; expected linear RGB in [0, 1]".into())
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(crate::Error::Input {
+                path: v.name.clone().into(),
+                field: "image".into(),
+                problem,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Prune splats with non-finite parameters. Returns the host copy after pruning when a host
+/// readback was needed, `None` when every parameter was finite (nothing read back).
+fn prune_non_finite(
+    g: &mut Gaussians,
+    adam: &mut GaussiansAdam,
+    stats: &mut DensityStats,
+    rng: &mut SmallRng,
+) -> Option<GaussianSplats> {
+    if g.all_finite() {
+        return None;
+    }
+    let host = g.to_host();
+    let plan = density::plan_prune_non_finite(&host);
+    if plan.is_identity(host.len()) {
+        return Some(host);
+    }
+    tracing::warn!(
+        pruned = host.len() - plan.keep.len(),
+        "train: pruned splats with non-finite parameters"
+    );
+    density::apply_plan(&plan, &host, g, adam, stats, false, rng);
+    Some(g.to_host())
+}
+
+/// Train 3D Gaussian splats on posed images and evaluate them on held-out views.
+///
+/// - `views`: posed images, any order (sorted by name here); every 8th (`params.eval_every`,
+///   index % 8 == 0) is held out for evaluation. With fewer than 2 views all views are trained on
+///   and evaluated (logged, and `eval_on_train_views` in `metrics.json`).
+/// - `init`: SfM points (world metres, RGB in [0, 1]); `None` → `params.init_random_points`
+///   random points inside the training cameras' frustums.
+/// - `params`: recipe ([`TrainParams`], INRIA scaled to `steps`).
+/// - `out_dir`: stage directory; receives `splats.ply` (INRIA PLY), `metrics.json`, `loss.svg`
+///   and `eval/<name>.png` (ground truth left, render right). Created if missing.
+/// - `progress`: called after every step with `(step, total, loss)`, step in 1..=total.
+///
+/// Returns the trained splats (quaternions normalised, K = (params.sh_degree + 1)²) and a report.
+/// Parameters live on burn's `Autodiff<Flex>` CPU backend; the rasterizer is kiln-kernels' CPU
+/// twin. Deterministic for a given seed.
+///
+/// # Errors
+/// - [`crate::Error::Param`]: a parameter out of range, or no views;
+/// - [`crate::Error::Input`]: an image whose length is not H·W·3 or holds non-finite values;
+/// - [`crate::Error::Kernel`]: the rasterizer rejected a camera or inputs;
+/// - [`crate::Error::Numeric`]: the loss became non-finite, or every splat was pruned;
+/// - [`crate::Error::Io`] / [`crate::Error::Format`]: an output file could not be written.
+pub fn train(
+    views: Vec<TrainView>,
+    init: Option<InitPoints>,
+    params: &TrainParams,
+    out_dir: &Path,
+    progress: &dyn Fn(usize, usize, f64),
+) -> crate::Result<(GaussianSplats, TrainReport)> {
+    let started = Instant::now();
+    params.validate()?;
+    check_views(&views)?;
+    let (train_views, test_views, eval_on_train) = split_views(views, params.eval_every);
+    if eval_on_train {
+        tracing::warn!(
+            views = train_views.len(),
+            "train: fewer than 2 views or eval_every = 0; training and evaluating on all views"
+        );
+    }
+    // INRIA `getNerfppNorm` uses the training cameras only.
+    let train_cameras: Vec<Camera> = train_views.iter().map(|v| v.camera).collect();
+    let extent = init::scene_extent(&train_cameras);
+    let mut rng = SmallRng::seed_from_u64(params.seed);
+
+    let host_init = match &init {
+        Some(points) if !points.positions.is_empty() => {
+            init::splats_from_points(points, params.sh_degree)
+        }
+        _ => {
+            let pts = init::random_points_in_frustums(
+                &train_cameras,
+                params.init_random_points,
+                extent,
+                &mut rng,
+            );
+            init::splats_from_points(&pts, params.sh_degree)
+        }
+    };
+    if host_init.is_empty() {
+        return Err(crate::Error::Param {
+            stage: STAGE,
+            field: "init_random_points".into(),
+            expected: "≥ 1 (or non-empty SfM points)".into(),
+            found: "0 initial splats".into(),
+        });
+    }
+    tracing::info!(
+        splats = host_init.len(),
+        train_views = train_views.len(),
+        test_views = test_views.len(),
+        scene_extent = extent,
+        steps = params.steps,
+        "train: start"
+    );
+
+    let mut g = Gaussians::from_host(&host_init);
+    let mut adam = GaussiansAdam::new(&g);
+    let mut stats = DensityStats::new(g.len());
+    let dev = Default::default();
+    let targets: Vec<Tensor<InnerBackend, 3>> = train_views
+        .iter()
+        .map(|v| {
+            let (w, h) = (v.camera.width as usize, v.camera.height as usize);
+            Tensor::from_data(TensorData::new(v.image.clone(), [h, w, 3]), &dev)
+        })
+        .collect();
+    let options = RenderOptions {
+        background: params.background,
+    };
+
+    let curve_every = (params.steps / 200).max(1);
+    let mut loss_curve: Vec<(usize, f64)> = Vec::new();
+    let (mut window_sum, mut window_n) = (0.0f64, 0usize);
+    let mut order: Vec<usize> = Vec::new();
+    let mut final_loss = f64::NAN;
+    let mut opacity_reset_done = false;
+    let train_started = Instant::now();
+    let mut log_mark = (Instant::now(), 0usize);
+
+    for step in 1..=params.steps {
+        let sh_degree = params
+            .sh_degree
+            .min((step / params.sh_increase_every) as u32);
+        if order.is_empty() {
+            order = (0..train_views.len()).collect();
+            order.shuffle(&mut rng);
+        }
+        let vi = order.pop().unwrap_or(0);
+        let view = &train_views[vi];
+
+        prune_non_finite(&mut g, &mut adam, &mut stats, &mut rng);
+        if g.is_empty() {
+            return Err(crate::Error::Numeric {
+                stage: STAGE,
+                step,
+                problem: "every splat was pruned (all parameters non-finite or transparent)".into(),
+            });
+        }
+
+        let leaves = g.leaves();
+        let out = op::rasterize(
+            leaves.means.clone(),
+            leaves.log_scales.clone(),
+            leaves.rotations.clone(),
+            leaves.logit_opacities.clone(),
+            leaves.sh_coeffs.clone(),
+            sh_degree,
+            &view.camera,
+            &options,
+        )?;
+        let target = Tensor::<TrainBackend, 3>::from_inner(targets[vi].clone());
+        let loss = loss::photometric_loss(out.image, target, params.lambda_dssim);
+        let loss_value = loss.clone().into_scalar() as f64;
+        if !loss_value.is_finite() {
+            return Err(crate::Error::Numeric {
+                stage: STAGE,
+                step,
+                problem: format!("loss is {loss_value} on view `{}`", view.name),
+            });
+        }
+        let mut grads = loss.backward();
+        {
+            let mut side = out.side_channel.lock().map_err(|_| crate::Error::Numeric {
+                stage: STAGE,
+                step,
+                problem: "rasterizer side channel poisoned by a panic in the backward pass".into(),
+            })?;
+            if let Some(e) = side.error.take() {
+                return Err(e.into());
+            }
+            if step < params.densify_until
+                && let Some(g2d) = side.means2d_grad_norm.take()
+            {
+                stats.accumulate(&g2d, &out.radii);
+            }
+        }
+        let step_grads = GaussianGrads {
+            means: leaves.means.grad_remove(&mut grads),
+            log_scales: leaves.log_scales.grad_remove(&mut grads),
+            rotations: leaves.rotations.grad_remove(&mut grads),
+            logit_opacities: leaves.logit_opacities.grad_remove(&mut grads),
+            sh_coeffs: leaves.sh_coeffs.grad_remove(&mut grads),
+        };
+        drop(grads);
+        adam.step(
+            &mut g,
+            step_grads,
+            params,
+            params.lr_means(step, extent as f64),
+        );
+
+        // Adaptive density control (Kerbl et al. 2023 §5.2), INRIA timing.
+        if step < params.densify_until {
+            if step > params.densify_from && step % params.densify_every == 0 {
+                let host = prune_non_finite(&mut g, &mut adam, &mut stats, &mut rng)
+                    .unwrap_or_else(|| g.to_host());
+                let cfg = DensifyConfig {
+                    grad_threshold: params.densify_grad_threshold,
+                    scene_extent: extent,
+                    prune_large: opacity_reset_done,
+                    max_splats: params.max_splats,
+                    grow: true,
+                };
+                let plan = density::plan_densify(&host, &stats, &cfg);
+                tracing::debug!(
+                    step,
+                    before = host.len(),
+                    cloned = plan.clone.len(),
+                    split = plan.split.len(),
+                    pruned = plan.pruned(host.len()),
+                    "train: densify"
+                );
+                density::apply_plan(&plan, &host, &mut g, &mut adam, &mut stats, true, &mut rng);
+            }
+            if step % params.opacity_reset_every == 0 {
+                density::reset_opacities(&mut g, &mut adam);
+                opacity_reset_done = true;
+            }
+        }
+
+        final_loss = loss_value;
+        window_sum += loss_value;
+        window_n += 1;
+        if step % curve_every == 0 || step == params.steps {
+            loss_curve.push((step, window_sum / window_n as f64));
+            (window_sum, window_n) = (0.0, 0);
+        }
+        progress(step, params.steps, loss_value);
+        if step % params.log_every.max(1) == 0 || step == params.steps {
+            let dt = log_mark.0.elapsed().as_secs_f64().max(1e-9);
+            tracing::info!(
+                step,
+                total = params.steps,
+                loss = loss_value,
+                splats = g.len(),
+                sh_degree,
+                steps_per_s = (step - log_mark.1) as f64 / dt,
+                "train"
+            );
+            log_mark = (Instant::now(), step);
+        }
+    }
+    let train_s = train_started.elapsed().as_secs_f64();
+    let steps_per_s = params.steps as f64 / train_s.max(1e-9);
+
+    // Final clean-up: drop non-finite and fully transparent splats, normalise quaternions.
+    let host =
+        prune_non_finite(&mut g, &mut adam, &mut stats, &mut rng).unwrap_or_else(|| g.to_host());
+    let mut splats = finalize(host);
+    if splats.is_empty() {
+        return Err(crate::Error::Numeric {
+            stage: STAGE,
+            step: params.steps,
+            problem: "no splats left after training".into(),
+        });
+    }
+    splats.sh_degree = params.sh_degree;
+
+    let eval_dir = out_dir.join("eval");
+    let mut per_view = Vec::with_capacity(test_views.len());
+    for v in &test_views {
+        per_view.push(eval::evaluate_view(
+            &splats,
+            params.sh_degree,
+            &v.name,
+            &v.camera,
+            &v.image,
+            params.background,
+            &eval_dir,
+        )?);
+    }
+    let n_eval = per_view.len().max(1) as f64;
+    let psnr_db = per_view.iter().map(|m| m.psnr_db).sum::<f64>() / n_eval;
+    let ssim = per_view.iter().map(|m| m.ssim).sum::<f64>() / n_eval;
+
+    kiln_formats::splats::ply::write_inria_ply(&out_dir.join("splats.ply"), &splats)?;
+    kiln_formats::atomic_write::write_atomic(
+        &out_dir.join("loss.svg"),
+        eval::loss_svg(&loss_curve).as_bytes(),
+    )?;
+    let wall_s = started.elapsed().as_secs_f64();
+    let report = TrainReport {
+        splats: splats.len(),
+        steps: params.steps,
+        psnr_db,
+        ssim,
+        train_views: train_views.len(),
+        test_views: test_views.len(),
+        wall_s,
+        steps_per_s,
+        final_loss,
+    };
+    let metrics = eval::Metrics {
+        psnr_db,
+        ssim,
+        views: per_view,
+        splats: report.splats,
+        steps: report.steps,
+        wall_s,
+        steps_per_s,
+        train_views: report.train_views,
+        test_views: report.test_views,
+        eval_on_train_views: eval_on_train,
+        final_loss,
+        loss_curve,
+    };
+    let json = serde_json::to_vec_pretty(&metrics)
+        .map_err(|e| crate::Error::io(out_dir.join("metrics.json"), std::io::Error::other(e)))?;
+    kiln_formats::atomic_write::write_atomic(&out_dir.join("metrics.json"), &json)?;
+    tracing::info!(
+        splats = report.splats,
+        psnr_db,
+        ssim,
+        steps_per_s,
+        wall_s,
+        "train: done"
+    );
+    Ok((splats, report))
+}
+
+/// Normalise quaternions (identity for degenerate ones) and drop splats with opacity below
+/// [`density::MIN_OPACITY`], which contribute nothing visible.
+fn finalize(host: GaussianSplats) -> GaussianSplats {
+    let k3 = host.sh_coeffs_per_channel() * 3;
+    let mut out = GaussianSplats {
+        sh_degree: host.sh_degree,
+        ..Default::default()
+    };
+    for i in 0..host.len() {
+        let opacity = 1.0 / (1.0 + (-host.logit_opacities[i]).exp());
+        if opacity < density::MIN_OPACITY {
+            continue;
+        }
+        let q = &host.rotations[4 * i..4 * i + 4];
+        let norm = q.iter().map(|v| v * v).sum::<f32>().sqrt();
+        if norm > 1e-12 && norm.is_finite() {
+            out.rotations.extend(q.iter().map(|v| v / norm));
+        } else {
+            out.rotations.extend_from_slice(&[1.0, 0.0, 0.0, 0.0]);
+        }
+        out.means.extend_from_slice(&host.means[3 * i..3 * i + 3]);
+        out.log_scales
+            .extend_from_slice(&host.log_scales[3 * i..3 * i + 3]);
+        out.logit_opacities.push(host.logit_opacities[i]);
+        out.sh_coeffs
+            .extend_from_slice(&host.sh_coeffs[k3 * i..k3 * (i + 1)]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(name: &str) -> TrainView {
+        TrainView {
+            name: name.into(),
+            camera: Camera {
+                width: 2,
+                height: 2,
+                fx: 2.0,
+                fy: 2.0,
+                cx: 1.0,
+                cy: 1.0,
+                world_to_camera: [
+                    [1.0, 0.0, 0.0, 0.0],
+                    [0.0, 1.0, 0.0, 0.0],
+                    [0.0, 0.0, 1.0, 0.0],
+                    [0.0, 0.0, 0.0, 1.0],
+                ],
+            },
+            image: vec![0.5; 12],
+        }
+    }
+
+    #[test]
+    fn every_eighth_view_by_name_is_held_out() {
+        let views: Vec<TrainView> = (0..17).rev().map(|i| view(&format!("img{i:02}"))).collect();
+        let (train, test, all) = split_views(views, 8);
+        assert!(!all);
+        let names: Vec<&str> = test.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["img00", "img08", "img16"]);
+        assert_eq!(train.len(), 14);
+    }
+
+    #[test]
+    fn a_single_view_is_trained_and_evaluated() {
+        let (train, test, all) = split_views(vec![view("a")], 8);
+        assert!(all);
+        assert_eq!((train.len(), test.len()), (1, 1));
+    }
+
+    #[test]
+    fn images_of_the_wrong_size_are_rejected() {
+        let mut v = view("bad");
+        v.image.pop();
+        let err = check_views(&[v]).unwrap_err();
+        assert!(matches!(err, crate::Error::Input { .. }), "{err}");
+        assert!(matches!(check_views(&[]), Err(crate::Error::Param { .. })));
+    }
+
+    /// One view, SfM init, a few steps: trains and evaluates on the same view, writes every
+    /// output file, and never panics.
+    #[test]
+    fn a_single_view_with_sfm_points_trains_and_writes_outputs() {
+        let mut v = view("only");
+        v.camera = Camera {
+            width: 16,
+            height: 12,
+            fx: 16.0,
+            fy: 16.0,
+            cx: 8.0,
+            cy: 6.0,
+            world_to_camera: [
+                [1.0, 0.0, 0.0, 0.0],
+                [0.0, 1.0, 0.0, 0.0],
+                [0.0, 0.0, 1.0, 2.0],
+                [0.0, 0.0, 0.0, 1.0],
+            ],
+        };
+        v.image = (0..16 * 12 * 3).map(|i| (i % 5) as f32 / 5.0).collect();
+        let init = InitPoints {
+            positions: (0..50)
+                .map(|i| [(i % 7) as f32 * 0.1 - 0.3, (i % 5) as f32 * 0.1 - 0.2, 0.0])
+                .collect(),
+            colors: vec![[0.5, 0.2, 0.9]; 50],
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let p = TrainParams {
+            steps: 20,
+            sh_degree: 1,
+            ..TrainParams::inria(20)
+        };
+        let calls = std::cell::Cell::new(0usize);
+        let (splats, report) = train(vec![v], Some(init), &p, dir.path(), &|_, _, _| {
+            calls.set(calls.get() + 1)
+        })
+        .unwrap();
+        assert_eq!(calls.get(), 20);
+        assert_eq!((report.train_views, report.test_views), (1, 1));
+        assert_eq!(splats.len(), report.splats);
+        assert!(report.final_loss.is_finite() && report.psnr_db > 0.0);
+        for f in ["splats.ply", "metrics.json", "loss.svg", "eval/only.png"] {
+            assert!(dir.path().join(f).is_file(), "missing {f}");
+        }
+    }
+
+    #[test]
+    fn non_finite_splats_are_pruned_with_their_moments_and_stats() {
+        let mut host = init::splats_from_points(
+            &InitPoints {
+                positions: vec![[0.0; 3], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]],
+                colors: vec![[0.5; 3]; 3],
+            },
+            0,
+        );
+        host.log_scales[4] = f32::INFINITY;
+        let mut g = Gaussians::from_host(&host);
+        let mut adam = GaussiansAdam::new(&g);
+        let mut stats = DensityStats::new(3);
+        let mut rng = SmallRng::seed_from_u64(0);
+        assert!(!g.all_finite());
+        let after = prune_non_finite(&mut g, &mut adam, &mut stats, &mut rng).unwrap();
+        assert_eq!(after.len(), 2);
+        assert_eq!(adam.log_scales.m.dims(), [2, 3]);
+        assert_eq!(stats.grad_accum.len(), 2);
+        assert!(g.all_finite());
+        assert!(prune_non_finite(&mut g, &mut adam, &mut stats, &mut rng).is_none());
+    }
+
+    #[test]
+    fn finalize_normalises_quaternions_and_drops_transparent_splats() {
+        let s = GaussianSplats {
+            means: vec![0.0; 6],
+            log_scales: vec![0.0; 6],
+            rotations: vec![2.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
+            logit_opacities: vec![0.0, -20.0],
+            sh_coeffs: vec![0.0; 6],
+            sh_degree: 0,
+        };
+        let f = finalize(s);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f.rotations, vec![1.0, 0.0, 0.0, 0.0]);
+    }
+}

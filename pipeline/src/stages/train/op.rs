@@ -1,0 +1,407 @@
+//! The rasterizer as ONE custom burn autodiff op: [`rasterize`].
+//!
+//! Forward reads the five parameter tensors to host memory, calls
+//! [`kiln_kernels::render_forward`] and returns the image `[H, W, 3]` as a tracked tensor. Backward
+//! calls [`kiln_kernels::render_backward`] with the saved forward state and registers gradients for
+//! all five inputs. Everything else in the trainer (loss, SSIM) is ordinary burn tensor code, so
+//! burn's autodiff carries ∂L/∂image back to this op.
+//!
+//! # Side channel
+//! Densification (Kerbl et al. 2023 §5.2) needs two per-splat quantities that are *not* gradients
+//! of any parameter: the screen radius (forward) and the norm of ∂L/∂means2d (backward). burn's
+//! `Backward::backward` can only register gradients for the op's tensor parents, and it runs inside
+//! `loss.backward()`, long after [`rasterize`] returned. So the op hands the caller an
+//! [`Arc`]`<`[`Mutex`]`<`[`BackwardSideChannel`]`>>` that its backward fills with
+//! `means2d_grad_norm` (or with the kernel error, since `backward` cannot return one). Brush solves
+//! the same problem with a zero-sized "refine weight holder" parent tensor; the side channel is
+//! simpler on a CPU backend and keeps the op's parents equal to the five real parameters.
+//!
+//! Source of the op pattern: burn-autodiff 0.21 `ops::{Backward, OpsKind}` (as used by burn's own
+//! float ops) and Brush's `crates/brush-render/src/bwd/burn_glue.rs` (`RenderBackwards`).
+
+use std::sync::{Arc, Mutex};
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::{Autodiff, Flex};
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Tensor, TensorData, TensorPrimitive};
+use kiln_kernels::{Camera, ForwardOutput, RenderOptions, SplatsRef};
+
+/// The inner (non-autodiff) backend: burn's pure-Rust CPU backend.
+pub type InnerBackend = Flex;
+/// The backend the parameters live on during a step: [`InnerBackend`] with autodiff.
+pub type TrainBackend = Autodiff<Flex>;
+
+/// What the op's backward pass leaves for the caller (see the module docs for why).
+#[derive(Debug, Default)]
+pub struct BackwardSideChannel {
+    /// `[N]` ‖∂L/∂means2d‖ in NDC units (the kernels' `means2d_grad_norm`); `None` until the
+    /// backward pass has run.
+    pub means2d_grad_norm: Option<Vec<f32>>,
+    /// The kernel's error, when `render_backward` failed (no gradients were registered then).
+    pub error: Option<kiln_kernels::Error>,
+}
+
+/// Output of [`rasterize`].
+#[derive(Debug)]
+pub struct RasterizeOutput {
+    /// `[H, W, 3]` rendered linear RGB, not clamped; tracked when any input requires grad.
+    pub image: Tensor<TrainBackend, 3>,
+    /// `[N]` screen-space radius in pixels (3σ), 0 where culled.
+    pub radii: Vec<f32>,
+    /// Filled by the backward pass of this render.
+    pub side_channel: Arc<Mutex<BackwardSideChannel>>,
+}
+
+/// Everything the backward pass needs; shared (not copied) through an `Arc`.
+#[derive(Debug)]
+struct SavedRender {
+    means: Vec<f32>,
+    log_scales: Vec<f32>,
+    rotations: Vec<f32>,
+    logit_opacities: Vec<f32>,
+    sh_coeffs: Vec<f32>,
+    sh_degree: u32,
+    n: usize,
+    k: usize,
+    camera: Camera,
+    options: RenderOptions,
+    forward: ForwardOutput,
+    side_channel: Arc<Mutex<BackwardSideChannel>>,
+}
+
+impl SavedRender {
+    fn splats(&self) -> SplatsRef<'_> {
+        SplatsRef {
+            means: &self.means,
+            log_scales: &self.log_scales,
+            rotations: &self.rotations,
+            logit_opacities: &self.logit_opacities,
+            sh_coeffs: &self.sh_coeffs,
+            sh_degree: self.sh_degree,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct RasterizeBackward;
+
+impl<B: Backend> Backward<B, 5> for RasterizeBackward {
+    type State = Arc<SavedRender>;
+
+    fn backward(self, ops: Ops<Self::State, 5>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad_image = grads.consume::<B>(&ops.node);
+        let device = B::float_device(&grad_image);
+        let grad_image = primitive_to_vec::<B, 3>(grad_image);
+        let saved = ops.state;
+        let result = kiln_kernels::render_backward(
+            &saved.splats(),
+            &saved.camera,
+            &saved.options,
+            &saved.forward,
+            &grad_image,
+        );
+        let g = match result {
+            Ok(g) => g,
+            Err(e) => {
+                if let Ok(mut side) = saved.side_channel.lock() {
+                    side.error = Some(e);
+                }
+                return;
+            }
+        };
+        let (n, k) = (saved.n, saved.k);
+        let [p_means, p_scales, p_rots, p_opac, p_sh] = ops.parents;
+        let mut reg =
+            |parent: Option<burn::backend::autodiff::NodeId>, v: Vec<f32>, shape: Vec<usize>| {
+                if let Some(id) = parent {
+                    let t = B::float_from_data(TensorData::new(v, shape), &device);
+                    grads.register::<B>(id, t);
+                }
+            };
+        reg(p_means.map(|p| p.id), g.means, vec![n, 3]);
+        reg(p_scales.map(|p| p.id), g.log_scales, vec![n, 3]);
+        reg(p_rots.map(|p| p.id), g.rotations, vec![n, 4]);
+        reg(p_opac.map(|p| p.id), g.logit_opacities, vec![n]);
+        reg(p_sh.map(|p| p.id), g.sh_coeffs, vec![n, k, 3]);
+        if let Ok(mut side) = saved.side_channel.lock() {
+            side.means2d_grad_norm = Some(g.means2d_grad_norm);
+        }
+    }
+}
+
+/// Read any float tensor to a host `Vec<f32>` (row-major).
+pub(crate) fn tensor_to_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    // `convert` makes the dtype f32, so `into_vec::<f32>` cannot fail; an empty vector would be
+    // reported as a shape error by the kernels.
+    t.into_data()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .unwrap_or_default()
+}
+
+fn primitive_to_vec<B: Backend, const D: usize>(p: FloatTensor<B>) -> Vec<f32> {
+    tensor_to_vec(Tensor::<B, D>::from_primitive(TensorPrimitive::Float(p)))
+}
+
+/// Render one camera through the CPU rasterizer as a differentiable burn op.
+///
+/// Inputs (shape letters N splats, K SH coefficients per channel, H × W image):
+/// - `means` `[N, 3]` world metres; `log_scales` `[N, 3]` ln σ (metres); `rotations` `[N, 4]`
+///   wxyz quaternions (need not be normalised); `logit_opacities` `[N]`; `sh_coeffs` `[N, K, 3]`
+///   coefficient-major real SH (INRIA convention, colour = SH + 0.5).
+/// - `sh_degree`: active degree, ≤ the degree implied by K; higher bands get zero gradient.
+/// - `camera`: OpenCV pinhole with `world_to_camera`; `options.background` linear RGB.
+///
+/// Returns the image `[H, W, 3]`; gradients reach every input that requires grad when
+/// `backward()` is called on a scalar that depends on it. The backward pass also writes
+/// `means2d_grad_norm` into the returned side channel.
+///
+/// # Errors
+/// [`crate::Error::Kernel`] when the rasterizer rejects the inputs (shape mismatch, bad camera).
+/// Non-finite splats are culled by the kernels (radius 0), not rejected. A failure in the backward
+/// pass is reported through [`BackwardSideChannel::error`].
+pub fn rasterize(
+    means: Tensor<TrainBackend, 2>,
+    log_scales: Tensor<TrainBackend, 2>,
+    rotations: Tensor<TrainBackend, 2>,
+    logit_opacities: Tensor<TrainBackend, 1>,
+    sh_coeffs: Tensor<TrainBackend, 3>,
+    sh_degree: u32,
+    camera: &Camera,
+    options: &RenderOptions,
+) -> crate::Result<RasterizeOutput> {
+    let [n, k, _] = sh_coeffs.dims();
+    let device = means.device();
+    let means = means.into_primitive().tensor();
+    let log_scales = log_scales.into_primitive().tensor();
+    let rotations = rotations.into_primitive().tensor();
+    let logit_opacities = logit_opacities.into_primitive().tensor();
+    let sh_coeffs = sh_coeffs.into_primitive().tensor();
+
+    let side_channel = Arc::new(Mutex::new(BackwardSideChannel::default()));
+    let host_means = primitive_to_vec::<InnerBackend, 2>(means.primitive.clone());
+    let host_log_scales = primitive_to_vec::<InnerBackend, 2>(log_scales.primitive.clone());
+    let host_rotations = primitive_to_vec::<InnerBackend, 2>(rotations.primitive.clone());
+    let host_logit_opacities =
+        primitive_to_vec::<InnerBackend, 1>(logit_opacities.primitive.clone());
+    let host_sh_coeffs = primitive_to_vec::<InnerBackend, 3>(sh_coeffs.primitive.clone());
+    let forward = kiln_kernels::render_forward(
+        &SplatsRef {
+            means: &host_means,
+            log_scales: &host_log_scales,
+            rotations: &host_rotations,
+            logit_opacities: &host_logit_opacities,
+            sh_coeffs: &host_sh_coeffs,
+            sh_degree,
+        },
+        camera,
+        options,
+    )?;
+    let saved = SavedRender {
+        means: host_means,
+        log_scales: host_log_scales,
+        rotations: host_rotations,
+        logit_opacities: host_logit_opacities,
+        sh_coeffs: host_sh_coeffs,
+        sh_degree,
+        n,
+        k,
+        camera: *camera,
+        options: *options,
+        forward,
+        side_channel: side_channel.clone(),
+    };
+    let radii = saved.forward.radii.clone();
+    let (h, w) = (camera.height as usize, camera.width as usize);
+    let image = Tensor::<InnerBackend, 3>::from_data(
+        TensorData::new(saved.forward.image.clone(), [h, w, 3]),
+        &device,
+    )
+    .into_primitive()
+    .tensor();
+
+    let nodes = [
+        means.node.clone(),
+        log_scales.node.clone(),
+        rotations.node.clone(),
+        logit_opacities.node.clone(),
+        sh_coeffs.node.clone(),
+    ];
+    let prep = <RasterizeBackward as Backward<InnerBackend, 5>>::prepare::<NoCheckpointing>(
+        RasterizeBackward,
+        nodes,
+    );
+    let out = match prep.compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish(Arc::new(saved), image),
+        OpsKind::UnTracked(prep) => prep.finish(image),
+    };
+    Ok(RasterizeOutput {
+        image: Tensor::from_primitive(TensorPrimitive::Float(out)),
+        radii,
+        side_channel,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_formats::splats::GaussianSplats;
+
+    use crate::stages::train::gaussians::Gaussians;
+
+    fn camera() -> Camera {
+        Camera {
+            width: 24,
+            height: 20,
+            fx: 30.0,
+            fy: 30.0,
+            cx: 12.0,
+            cy: 10.0,
+            world_to_camera: [
+                [1.0, 0.0, 0.0, 0.0],
+                [0.0, 1.0, 0.0, 0.0],
+                [0.0, 0.0, 1.0, 3.0],
+                [0.0, 0.0, 0.0, 1.0],
+            ],
+        }
+    }
+
+    fn scene() -> GaussianSplats {
+        let mut s = GaussianSplats {
+            sh_degree: 1,
+            ..Default::default()
+        };
+        for i in 0..6 {
+            let f = i as f32;
+            s.means
+                .extend_from_slice(&[0.15 * f - 0.4, 0.1 * (f - 2.5), 0.05 * f]);
+            s.log_scales
+                .extend_from_slice(&[(0.08 + 0.01 * f).ln(), 0.1f32.ln(), 0.09f32.ln()]);
+            s.rotations
+                .extend_from_slice(&[1.0, 0.1 * f, -0.05 * f, 0.02]);
+            s.logit_opacities.push(0.3 * f - 0.5);
+            for k in 0..12 {
+                s.sh_coeffs.push(((i * 12 + k) % 7) as f32 * 0.1 - 0.3);
+            }
+        }
+        s
+    }
+
+    /// The op's registered gradients are exactly the kernels' backward for ∂L/∂image, and the
+    /// side channel receives `means2d_grad_norm`.
+    #[test]
+    fn op_gradients_equal_the_kernel_backward_for_all_five_inputs() {
+        let (s, cam) = (scene(), camera());
+        let opts = RenderOptions {
+            background: [0.1, 0.2, 0.3],
+        };
+        let g = Gaussians::from_host(&s);
+        let leaves = g.leaves();
+        let out = rasterize(
+            leaves.means.clone(),
+            leaves.log_scales.clone(),
+            leaves.rotations.clone(),
+            leaves.logit_opacities.clone(),
+            leaves.sh_coeffs.clone(),
+            1,
+            &cam,
+            &opts,
+        )
+        .unwrap();
+        let n_px = (cam.width * cam.height * 3) as usize;
+        let weights: Vec<f32> = (0..n_px)
+            .map(|i| ((i * 13) % 11) as f32 / 11.0 - 0.5)
+            .collect();
+        let w = Tensor::<TrainBackend, 3>::from_data(
+            TensorData::new(
+                weights.clone(),
+                [cam.height as usize, cam.width as usize, 3],
+            ),
+            &Default::default(),
+        );
+        let grads = (out.image * w).sum().backward();
+
+        let sref = SplatsRef {
+            means: &s.means,
+            log_scales: &s.log_scales,
+            rotations: &s.rotations,
+            logit_opacities: &s.logit_opacities,
+            sh_coeffs: &s.sh_coeffs,
+            sh_degree: 1,
+        };
+        let fwd = kiln_kernels::render_forward(&sref, &cam, &opts).unwrap();
+        assert_eq!(out.radii, fwd.radii);
+        let expected = kiln_kernels::render_backward(&sref, &cam, &opts, &fwd, &weights).unwrap();
+        assert_eq!(
+            tensor_to_vec(leaves.means.grad(&grads).unwrap()),
+            expected.means
+        );
+        assert_eq!(
+            tensor_to_vec(leaves.log_scales.grad(&grads).unwrap()),
+            expected.log_scales
+        );
+        assert_eq!(
+            tensor_to_vec(leaves.rotations.grad(&grads).unwrap()),
+            expected.rotations
+        );
+        assert_eq!(
+            tensor_to_vec(leaves.logit_opacities.grad(&grads).unwrap()),
+            expected.logit_opacities
+        );
+        assert_eq!(
+            tensor_to_vec(leaves.sh_coeffs.grad(&grads).unwrap()),
+            expected.sh_coeffs
+        );
+        assert!(expected.means.iter().any(|v| *v != 0.0));
+        let side = out.side_channel.lock().unwrap();
+        assert_eq!(
+            side.means2d_grad_norm.as_deref(),
+            Some(&expected.means2d_grad_norm[..])
+        );
+        assert!(side.error.is_none());
+    }
+
+    #[test]
+    fn untracked_inputs_render_without_a_graph() {
+        let (s, cam) = (scene(), camera());
+        let g = Gaussians::from_host(&s);
+        let out = rasterize(
+            Tensor::from_inner(g.means.clone()),
+            Tensor::from_inner(g.log_scales.clone()),
+            Tensor::from_inner(g.rotations.clone()),
+            Tensor::from_inner(g.logit_opacities.clone()),
+            Tensor::from_inner(g.sh_coeffs.clone()),
+            1,
+            &cam,
+            &RenderOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(out.image.dims(), [20, 24, 3]);
+    }
+
+    #[test]
+    fn a_bad_camera_is_a_kernel_error_not_a_panic() {
+        let g = Gaussians::from_host(&scene());
+        let leaves = g.leaves();
+        let cam = Camera {
+            fx: f32::NAN,
+            ..camera()
+        };
+        let r = rasterize(
+            leaves.means,
+            leaves.log_scales,
+            leaves.rotations,
+            leaves.logit_opacities,
+            leaves.sh_coeffs,
+            1,
+            &cam,
+            &RenderOptions::default(),
+        );
+        assert!(matches!(r, Err(crate::Error::Kernel(_))), "{r:?}");
+    }
+}

@@ -1,0 +1,310 @@
+//! Training parameters ([`TrainParams`]): the INRIA 3DGS recipe and how it is scaled to a run of
+//! `steps` iterations.
+//!
+//! Source: Kerbl et al., "3D Gaussian Splatting for Real-Time Radiance Field Rendering",
+//! SIGGRAPH 2023, and the upstream `arguments/__init__.py` of graphdeco-inria/gaussian-splatting
+//! (30 000 iterations; densify every 100 steps in 500..15 000 with gradient threshold 2e-4;
+//! opacity reset every 3 000; SH degree +1 every 1 000; λ_D-SSIM = 0.2).
+//!
+//! # Scaling to `steps`
+//! The INRIA schedule is written for 30 000 steps. [`TrainParams::inria`] keeps those numbers when
+//! `steps ≥ 30 000` and otherwise shrinks the schedule with the run, so that a short CPU run still
+//! densifies, resets opacities and raises the SH degree:
+//!
+//! | field | rule | at 30 000 | at 3 000 (default) |
+//! |---|---|---|---|
+//! | `densify_from` | min(500, steps/20) | 500 | 150 |
+//! | `densify_until` | min(15 000, steps/2) | 15 000 | 1 500 |
+//! | `densify_every` | clamp(steps/30, 10, 100) | 100 | 100 |
+//! | `opacity_reset_every` | min(3 000, steps/10), ≥ 1 | 3 000 | 300 |
+//! | `sh_increase_every` | min(1 000, steps/30), ≥ 1 | 1 000 | 100 |
+//!
+//! The means learning rate decays exponentially over the whole run (`steps`), as INRIA's
+//! `position_lr_max_steps` does over 30 000.
+//!
+//! # Job TOML
+//! [`TrainParams`] deserializes from a table in which every field is optional. Missing schedule
+//! fields are filled from [`TrainParams::inria`] *for the given `steps`*, so `steps = 30000` alone
+//! gives the full INRIA schedule, not the 3 000-step one.
+
+use serde::Deserialize;
+
+/// Densification strategy. Only the INRIA adaptive density control exists today.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Preset {
+    /// INRIA 3DGS adaptive density control (clone / split / prune, opacity reset).
+    /// Source: Kerbl et al. 2023 §5.2.
+    #[default]
+    Inria,
+}
+
+/// Everything that steers one training run. `Default` is [`TrainParams::inria`]`(3000)`.
+///
+/// Units: steps are optimizer iterations (one training view each); `background` is linear RGB in
+/// [0, 1]; the gradient threshold is in NDC units (the kernels' `means2d_grad_norm`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TrainParams {
+    /// Number of optimizer steps (one view per step). Default 3 000.
+    pub steps: usize,
+    /// Seed of every random choice (init, view order, split samples). Same seed → same output.
+    pub seed: u64,
+    /// Maximum SH degree (0..=3); K = (sh_degree + 1)² coefficients per channel. Default 3.
+    pub sh_degree: u32,
+    /// Densification strategy. Default [`Preset::Inria`].
+    pub preset: Preset,
+    /// First step (inclusive) at which densification may run.
+    pub densify_from: usize,
+    /// Last step (exclusive) at which densification or opacity reset may run.
+    pub densify_until: usize,
+    /// Densify every this many steps inside `[densify_from, densify_until)`.
+    pub densify_every: usize,
+    /// Mean screen-space gradient (NDC units) above which a splat is cloned or split. Default 2e-4.
+    pub densify_grad_threshold: f32,
+    /// Reset opacities to min(opacity, 0.01) every this many steps (while densifying).
+    pub opacity_reset_every: usize,
+    /// Raise the active SH degree by one every this many steps.
+    pub sh_increase_every: usize,
+    /// Hard cap on the number of splats; densification stops adding splats at the cap.
+    pub max_splats: usize,
+    /// Number of random points inside the camera frustums when no SfM points are given.
+    pub init_random_points: usize,
+    /// Weight λ of the D-SSIM term: loss = (1 − λ)·L1 + λ·(1 − SSIM). Default 0.2.
+    pub lambda_dssim: f32,
+    /// Background colour `[3]`, linear RGB in [0, 1], behind the splats in training and eval.
+    pub background: [f32; 3],
+    /// Hold out every `eval_every`-th view (index % eval_every == 0, views sorted by name) for
+    /// evaluation. 0 disables the hold-out (train and evaluate on all views). Default 8.
+    pub eval_every: usize,
+    /// Initial means learning rate as a fraction of the scene extent (INRIA 1.6e-4).
+    pub lr_means_init: f64,
+    /// Final means learning rate as a fraction of the scene extent (INRIA 1.6e-6).
+    pub lr_means_final: f64,
+    /// Learning rate of `log_scales` (INRIA 5e-3).
+    pub lr_log_scales: f64,
+    /// Learning rate of `rotations` (INRIA 1e-3).
+    pub lr_rotations: f64,
+    /// Learning rate of `logit_opacities` (INRIA 5e-2).
+    pub lr_logit_opacities: f64,
+    /// Learning rate of the SH DC coefficient (INRIA 2.5e-3); higher bands use it / 20.
+    pub lr_sh_dc: f64,
+    /// Log progress with `tracing::info!` every this many steps. Default 100.
+    pub log_every: usize,
+}
+
+impl Default for TrainParams {
+    fn default() -> Self {
+        Self::inria(3000)
+    }
+}
+
+impl TrainParams {
+    /// The INRIA recipe scaled to `steps` (see the module docs for the table).
+    pub fn inria(steps: usize) -> Self {
+        let steps = steps.max(1);
+        Self {
+            steps,
+            seed: 0,
+            sh_degree: 3,
+            preset: Preset::Inria,
+            densify_from: (steps / 20).min(500),
+            densify_until: (steps / 2).min(15_000),
+            densify_every: (steps / 30).clamp(10, 100),
+            densify_grad_threshold: 2e-4,
+            opacity_reset_every: (steps / 10).clamp(1, 3000),
+            sh_increase_every: (steps / 30).clamp(1, 1000),
+            max_splats: 1_000_000,
+            init_random_points: 10_000,
+            lambda_dssim: 0.2,
+            background: [0.0; 3],
+            eval_every: 8,
+            lr_means_init: 1.6e-4,
+            lr_means_final: 1.6e-6,
+            lr_log_scales: 5e-3,
+            lr_rotations: 1e-3,
+            lr_logit_opacities: 5e-2,
+            lr_sh_dc: 2.5e-3,
+            log_every: 100,
+        }
+    }
+
+    /// Check ranges before training.
+    ///
+    /// # Errors
+    /// [`crate::Error::Param`] naming the first field out of range.
+    pub fn validate(&self) -> crate::Result<()> {
+        let bad = |field: &str, expected: &str, found: String| crate::Error::Param {
+            stage: "train",
+            field: field.to_string(),
+            expected: expected.to_string(),
+            found,
+        };
+        if self.steps == 0 {
+            return Err(bad("steps", "≥ 1", self.steps.to_string()));
+        }
+        if self.sh_degree > 3 {
+            return Err(bad("sh_degree", "0..=3", self.sh_degree.to_string()));
+        }
+        if self.densify_every == 0 {
+            return Err(bad("densify_every", "≥ 1", "0".into()));
+        }
+        if self.opacity_reset_every == 0 {
+            return Err(bad("opacity_reset_every", "≥ 1", "0".into()));
+        }
+        if self.sh_increase_every == 0 {
+            return Err(bad("sh_increase_every", "≥ 1", "0".into()));
+        }
+        if !(0.0..=1.0).contains(&self.lambda_dssim) {
+            return Err(bad("lambda_dssim", "0..=1", self.lambda_dssim.to_string()));
+        }
+        if self.max_splats == 0 {
+            return Err(bad("max_splats", "≥ 1", "0".into()));
+        }
+        if !self.background.iter().all(|c| c.is_finite()) {
+            return Err(bad(
+                "background",
+                "finite RGB",
+                format!("{:?}", self.background),
+            ));
+        }
+        for (field, lr) in [
+            ("lr_means_init", self.lr_means_init),
+            ("lr_means_final", self.lr_means_final),
+            ("lr_log_scales", self.lr_log_scales),
+            ("lr_rotations", self.lr_rotations),
+            ("lr_logit_opacities", self.lr_logit_opacities),
+            ("lr_sh_dc", self.lr_sh_dc),
+        ] {
+            if !(lr.is_finite() && lr >= 0.0) {
+                return Err(bad(field, "finite and ≥ 0", lr.to_string()));
+            }
+        }
+        if self.lr_means_init > 0.0 && self.lr_means_final <= 0.0 {
+            return Err(bad(
+                "lr_means_final",
+                "> 0 when lr_means_init > 0 (exponential decay)",
+                self.lr_means_final.to_string(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Means learning rate at `step` for a scene of extent `scene_extent` (metres): exponential
+    /// interpolation from `lr_means_init` to `lr_means_final` over `steps`, times the extent.
+    /// Source: INRIA `get_expon_lr_func` (without the delay multiplier).
+    pub fn lr_means(&self, step: usize, scene_extent: f64) -> f64 {
+        if self.lr_means_init <= 0.0 {
+            return 0.0;
+        }
+        let t = (step as f64 / self.steps.max(1) as f64).clamp(0.0, 1.0);
+        let log_lr = self.lr_means_init.ln() * (1.0 - t) + self.lr_means_final.ln() * t;
+        log_lr.exp() * scene_extent
+    }
+}
+
+/// The TOML/JSON form: every field optional; missing ones come from `TrainParams::inria(steps)`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct TrainParamsToml {
+    steps: Option<usize>,
+    seed: Option<u64>,
+    sh_degree: Option<u32>,
+    preset: Option<Preset>,
+    densify_from: Option<usize>,
+    densify_until: Option<usize>,
+    densify_every: Option<usize>,
+    densify_grad_threshold: Option<f32>,
+    opacity_reset_every: Option<usize>,
+    sh_increase_every: Option<usize>,
+    max_splats: Option<usize>,
+    init_random_points: Option<usize>,
+    lambda_dssim: Option<f32>,
+    background: Option<[f32; 3]>,
+    eval_every: Option<usize>,
+    lr_means_init: Option<f64>,
+    lr_means_final: Option<f64>,
+    lr_log_scales: Option<f64>,
+    lr_rotations: Option<f64>,
+    lr_logit_opacities: Option<f64>,
+    lr_sh_dc: Option<f64>,
+    log_every: Option<usize>,
+}
+
+impl<'de> Deserialize<'de> for TrainParams {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let t = TrainParamsToml::deserialize(deserializer)?;
+        let mut p = TrainParams::inria(t.steps.unwrap_or(3000));
+        macro_rules! take {
+            ($($f:ident),*) => { $( if let Some(v) = t.$f { p.$f = v; } )* };
+        }
+        take!(
+            seed,
+            sh_degree,
+            preset,
+            densify_from,
+            densify_until,
+            densify_every,
+            densify_grad_threshold,
+            opacity_reset_every,
+            sh_increase_every,
+            max_splats,
+            init_random_points,
+            lambda_dssim,
+            background,
+            eval_every,
+            lr_means_init,
+            lr_means_final,
+            lr_log_scales,
+            lr_rotations,
+            lr_logit_opacities,
+            lr_sh_dc,
+            log_every
+        );
+        Ok(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_inria_scaled_to_3000_steps() {
+        let p = TrainParams::default();
+        assert_eq!(p.steps, 3000);
+        assert_eq!(
+            (p.densify_from, p.densify_until, p.densify_every),
+            (150, 1500, 100)
+        );
+        assert_eq!((p.opacity_reset_every, p.sh_increase_every), (300, 100));
+        assert_eq!(p.densify_grad_threshold, 2e-4);
+    }
+
+    #[test]
+    fn full_length_run_uses_the_inria_schedule() {
+        let p = TrainParams::inria(30_000);
+        assert_eq!(
+            (p.densify_from, p.densify_until, p.densify_every),
+            (500, 15_000, 100)
+        );
+        assert_eq!((p.opacity_reset_every, p.sh_increase_every), (3000, 1000));
+    }
+
+    #[test]
+    fn toml_fills_missing_fields_from_the_schedule_for_its_steps() {
+        let p: TrainParams = toml::from_str("steps = 30000\nseed = 7").unwrap();
+        assert_eq!(p.densify_until, 15_000);
+        assert_eq!(p.seed, 7);
+        let p: TrainParams = toml::from_str("densify_until = 10").unwrap();
+        assert_eq!((p.steps, p.densify_until), (3000, 10));
+        assert!(toml::from_str::<TrainParams>("no_such_field = 1").is_err());
+    }
+
+    #[test]
+    fn means_lr_decays_by_100x_over_the_run() {
+        let p = TrainParams::inria(1000);
+        assert!((p.lr_means(0, 2.0) - 3.2e-4).abs() < 1e-12);
+        assert!((p.lr_means(1000, 2.0) - 3.2e-6).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,308 @@
+//! Object storage for job inputs and outputs, through `object_store`.
+//!
+//! A location is a URL: `s3://bucket/prefix` (credentials and endpoint from the usual `AWS_*`
+//! environment variables, e.g. `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`), `file:///abs/path`, `memory:///`
+//! (tests), or a plain filesystem path (relative paths are taken from the current directory).
+//! A location names either one object (a file) or a prefix (a folder): [`fetch`] copies either into a
+//! local directory; [`Store::put_file`] uploads one file.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::TryStreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+use crate::{Error, Result};
+
+/// An object store plus the prefix a location URL points at.
+#[derive(Debug, Clone)]
+pub struct Store {
+    /// The backend (S3, local filesystem or in-memory).
+    pub store: Arc<dyn ObjectStore>,
+    /// The object or prefix inside `store` the URL names.
+    pub prefix: ObjectPath,
+    /// The URL as the user wrote it, for error messages.
+    pub url: String,
+}
+
+/// Parse a location (URL or plain path) into a [`Store`].
+///
+/// # Errors
+/// [`Error::Param`] for an unsupported scheme (`gs://`, `az://` are not built into this binary yet)
+/// or a malformed URL; [`Error::Storage`] when the S3 builder rejects its configuration.
+pub fn open(location: &str) -> Result<Store> {
+    let bad = |expected: &str| Error::Param {
+        stage: "storage",
+        field: "url".into(),
+        expected: expected.into(),
+        found: location.into(),
+    };
+    if let Some(rest) = location.strip_prefix("s3://") {
+        let bucket = rest.split('/').next().unwrap_or_default();
+        if bucket.is_empty() {
+            return Err(bad("s3://BUCKET/PREFIX"));
+        }
+        let prefix = rest[bucket.len()..].trim_matches('/');
+        let store = AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .build()
+            .map_err(|source| Error::Storage { url: location.into(), source })?;
+        return Ok(Store {
+            store: Arc::new(store),
+            prefix: ObjectPath::from(prefix),
+            url: location.into(),
+        });
+    }
+    if let Some(rest) = location.strip_prefix("memory://") {
+        return Ok(Store {
+            store: Arc::new(InMemory::new()),
+            prefix: ObjectPath::from(rest.trim_matches('/')),
+            url: location.into(),
+        });
+    }
+    let fs_path: PathBuf = if let Some(rest) = location.strip_prefix("file://") {
+        PathBuf::from(rest)
+    } else if location.contains("://") {
+        return Err(bad("a plain path, file://PATH, s3://BUCKET/PREFIX or memory://PREFIX"));
+    } else {
+        PathBuf::from(location)
+    };
+    // Canonicalise when the path exists (object paths reject `..`); otherwise normalise lexically.
+    let abs = match std::fs::canonicalize(&fs_path) {
+        Ok(p) => p,
+        Err(_) => lexical_normalize(&std::path::absolute(&fs_path).map_err(|e| Error::io(&fs_path, e))?),
+    };
+    let prefix = ObjectPath::from_absolute_path(&abs).map_err(|_| bad("a filesystem path without invalid characters"))?;
+    Ok(Store { store: Arc::new(LocalFileSystem::new()), prefix, url: location.into() })
+}
+
+impl Store {
+    /// The object path of `relative` under this store's prefix.
+    pub fn child(&self, relative: &str) -> ObjectPath {
+        let mut p = self.prefix.clone();
+        for part in relative.split('/').filter(|s| !s.is_empty()) {
+            p = p.clone().join(part);
+        }
+        p
+    }
+
+    fn storage_err(&self, source: object_store::Error) -> Error {
+        Error::Storage { url: self.url.clone(), source }
+    }
+
+    /// Upload local file `src` to `relative` under the prefix. Each object store write is atomic
+    /// (no reader sees a partial object). Returns the bytes written.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when `src` cannot be read, [`Error::Storage`] when the upload fails.
+    pub async fn put_file(&self, src: &Path, relative: &str) -> Result<u64> {
+        let bytes = tokio::fs::read(src).await.map_err(|e| Error::io(src, e))?;
+        let n = bytes.len() as u64;
+        self.store
+            .put(&self.child(relative), PutPayload::from(bytes))
+            .await
+            .map_err(|e| self.storage_err(e))?;
+        Ok(n)
+    }
+
+    /// Upload `bytes` to `relative` under the prefix.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] when the upload fails.
+    pub async fn put_bytes(&self, relative: &str, bytes: Vec<u8>) -> Result<u64> {
+        let n = bytes.len() as u64;
+        self.store
+            .put(&self.child(relative), PutPayload::from(bytes))
+            .await
+            .map_err(|e| self.storage_err(e))?;
+        Ok(n)
+    }
+
+    /// Move `from` to `to` (both relative to the prefix): a rename on local disks, copy + delete on S3.
+    ///
+    /// # Errors
+    /// [`Error::Storage`].
+    pub async fn rename(&self, from: &str, to: &str) -> Result<()> {
+        self.store
+            .rename(&self.child(from), &self.child(to))
+            .await
+            .map_err(|e| self.storage_err(e))
+    }
+
+    /// Delete every object under `relative` (best effort listing, then deletes).
+    ///
+    /// # Errors
+    /// [`Error::Storage`].
+    pub async fn delete_prefix(&self, relative: &str) -> Result<()> {
+        let prefix = self.child(relative);
+        let metas: Vec<_> = self
+            .store
+            .list(Some(&prefix))
+            .try_collect()
+            .await
+            .map_err(|e| self.storage_err(e))?;
+        for m in metas {
+            self.store.delete(&m.location).await.map_err(|e| self.storage_err(e))?;
+        }
+        Ok(())
+    }
+}
+
+/// What [`fetch`] copied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fetched {
+    /// Local path of the fetched object (when the URL named one object) or of the folder holding the
+    /// fetched prefix.
+    pub local: PathBuf,
+    /// Number of objects copied.
+    pub objects: usize,
+    /// Bytes read from the store.
+    pub bytes: u64,
+}
+
+/// Copy the object or prefix named by `location` into `dest_dir`.
+///
+/// When `location` names one object, it lands at `dest_dir/<file name>` and, if `with_siblings` is
+/// set (a `.gltf` needs its `.bin` and textures), every object beside it is fetched too. When it names
+/// a prefix, all objects under it are copied keeping their relative paths. Local-filesystem
+/// locations are copied too, so a stage never reads a file that may change under it.
+///
+/// # Errors
+/// [`Error::Input`] when nothing exists at `location`; [`Error::Storage`] / [`Error::Io`] on I/O.
+pub async fn fetch(location: &str, dest_dir: &Path, with_siblings: bool) -> Result<Fetched> {
+    let store = open(location)?;
+    std::fs::create_dir_all(dest_dir).map_err(|e| Error::io(dest_dir, e))?;
+    let (list_prefix, primary) = match store.store.head(&store.prefix).await {
+        Ok(meta) => {
+            let parent = parent_of(&meta.location);
+            let name = meta.location.filename().unwrap_or("input").to_string();
+            if with_siblings {
+                (Some(parent), Some(name))
+            } else {
+                let local = dest_dir.join(&name);
+                let bytes = download(&store, &meta.location, &local).await?;
+                return Ok(Fetched { local, objects: 1, bytes });
+            }
+        }
+        Err(object_store::Error::NotFound { .. }) => (Some(store.prefix.clone()), None),
+        // Local stores answer `head` on a directory with an error other than NotFound.
+        Err(_) => (Some(store.prefix.clone()), None),
+    };
+    let list_prefix = list_prefix.unwrap_or_default();
+    let metas: Vec<_> = store
+        .store
+        .list(Some(&list_prefix))
+        .try_collect()
+        .await
+        .map_err(|e| store.storage_err(e))?;
+    if metas.is_empty() {
+        return Err(Error::Input {
+            path: PathBuf::from(location),
+            field: "input".into(),
+            problem: "no object or folder exists at this location; check the URL/path in the job file"
+                .into(),
+        });
+    }
+    let mut bytes = 0;
+    for meta in &metas {
+        let rel: Vec<_> = meta.location.prefix_match(&list_prefix).map(|p| p.collect()).unwrap_or_default();
+        let mut local = dest_dir.to_path_buf();
+        for part in rel {
+            local.push(part.as_ref());
+        }
+        bytes += download(&store, &meta.location, &local).await?;
+    }
+    let local = match primary {
+        Some(name) => dest_dir.join(name),
+        None => dest_dir.to_path_buf(),
+    };
+    Ok(Fetched { local, objects: metas.len(), bytes })
+}
+
+/// Resolve `.` and `..` components without touching the filesystem.
+fn lexical_normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+fn parent_of(p: &ObjectPath) -> ObjectPath {
+    let parts: Vec<_> = p.parts().collect();
+    if parts.len() <= 1 {
+        ObjectPath::default()
+    } else {
+        ObjectPath::from_iter(parts[..parts.len() - 1].iter().cloned())
+    }
+}
+
+async fn download(store: &Store, from: &ObjectPath, to: &Path) -> Result<u64> {
+    let data = store
+        .store
+        .get(from)
+        .await
+        .map_err(|e| store.storage_err(e))?
+        .bytes()
+        .await
+        .map_err(|e| store.storage_err(e))?;
+    let n = data.len() as u64;
+    let target = to.to_path_buf();
+    tokio::task::spawn_blocking(move || kiln_formats::atomic_write::write_atomic(&target, &data))
+        .await
+        .map_err(|e| Error::io(to, std::io::Error::other(e)))??;
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn fetch_copies_a_local_folder_keeping_relative_paths() {
+        let src = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(src.path().join("images")).unwrap();
+        std::fs::write(src.path().join("a.json"), b"{}").unwrap();
+        std::fs::write(src.path().join("images/b.png"), b"12345").unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        let f = fetch(src.path().to_str().unwrap(), dst.path(), false).await.unwrap();
+        assert_eq!(f.objects, 2);
+        assert_eq!(f.bytes, 7);
+        assert_eq!(std::fs::read(dst.path().join("images/b.png")).unwrap(), b"12345");
+    }
+
+    #[tokio::test]
+    async fn fetch_of_one_file_with_siblings_brings_the_folder() {
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("m.gltf"), b"{}").unwrap();
+        std::fs::write(src.path().join("m.bin"), b"xx").unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", src.path().join("m.gltf").display());
+        let f = fetch(&url, dst.path(), true).await.unwrap();
+        assert_eq!(f.local, dst.path().join("m.gltf"));
+        assert!(dst.path().join("m.bin").exists());
+    }
+
+    #[tokio::test]
+    async fn fetch_of_nothing_is_a_clear_error() {
+        let dst = tempfile::tempdir().unwrap();
+        let err = fetch("/definitely/not/here/kiln", dst.path(), false).await.unwrap_err();
+        assert!(err.to_string().contains("no object or folder exists"), "{err}");
+    }
+
+    #[test]
+    fn unknown_scheme_is_rejected_with_the_supported_list() {
+        let err = open("ftp://x/y").unwrap_err();
+        assert!(err.to_string().contains("s3://BUCKET/PREFIX"), "{err}");
+    }
+}

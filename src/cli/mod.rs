@@ -1,0 +1,71 @@
+//! The clap definitions of every subcommand (what the user typed, no I/O) and the dispatcher.
+
+mod datasets;
+mod report;
+mod run;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Kiln: 3D captures and meshes → streamable OGC 3D Tiles, with a per-job GPU-hour ledger.
+#[derive(Debug, Parser)]
+#[command(name = "kiln", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a job file (TOML): ingest → train|decimate → tile → publish.
+    Run(run::RunArgs),
+    /// Print a job's per-stage ledger (device, wall/CPU/GPU seconds, bytes) and totals.
+    Report(report::ReportArgs),
+    /// List or verify the sample datasets.
+    Datasets(datasets::DatasetsArgs),
+}
+
+/// Where the ledger lives: `--db`, else `$KILN_DB`, else `$KILN_HOME/ledger.sqlite`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DbArgs {
+    /// SQLite ledger file [default: $KILN_DB or <data dir>/kiln/ledger.sqlite].
+    #[arg(long, value_name = "PATH")]
+    pub db: Option<PathBuf>,
+}
+
+impl DbArgs {
+    fn path(&self) -> PathBuf {
+        self.db.clone().unwrap_or_else(kiln_jobs::ledger::default_path)
+    }
+}
+
+/// Install the tracing subscriber (`RUST_LOG` filters; default `info`).
+pub fn init_logging(format: &LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Run the chosen subcommand.
+pub async fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Run(a) => run::run(a).await,
+        Command::Report(a) => report::run(a).await,
+        Command::Datasets(a) => datasets::run(a),
+    }
+}

@@ -1,0 +1,10 @@
+//! End-to-end tests of the `kiln` binary: real files in, real files out, each in a fresh temporary
+//! directory, on the sample datasets found by the dataset resolver.
+
+mod e2e {
+    pub mod bad_input;
+    pub mod harness;
+    pub mod mesh;
+    pub mod s3;
+    pub mod train;
+}
