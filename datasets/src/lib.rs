@@ -42,11 +42,24 @@ pub enum Error {
     #[error("dataset `{name}` is not in datasets/manifest.toml; known: {known}")]
     Unknown { name: String, known: String },
     /// The dataset is not on this machine.
-    #[error("dataset `{name}` not found (looked in: {searched}); set KILN_DATASETS to the folder holding `{path}`, or place it at ../shared/datasets/{path}")]
-    Missing { name: String, path: String, searched: String },
+    #[error(
+        "dataset `{name}` not found (looked in: {searched}); set KILN_DATASETS to the folder holding `{path}`, or place it at ../shared/datasets/{path}"
+    )]
+    Missing {
+        name: String,
+        path: String,
+        searched: String,
+    },
     /// The files on disk differ from the manifest.
-    #[error("dataset `{name}`: {file}: expected sha256 {expected}, found {found}; the copy is damaged or a different version — fetch it again")]
-    Checksum { name: String, file: String, expected: String, found: String },
+    #[error(
+        "dataset `{name}`: {file}: expected sha256 {expected}, found {found}; the copy is damaged or a different version — fetch it again"
+    )]
+    Checksum {
+        name: String,
+        file: String,
+        expected: String,
+        found: String,
+    },
     /// A file could not be read.
     #[error("{path}: {source}")]
     Io {
@@ -85,10 +98,17 @@ pub fn search_roots() -> Vec<PathBuf> {
 /// folder when it is not on disk.
 pub fn resolve(name: &str) -> Result<PathBuf, Error> {
     let all = manifest()?;
-    let ds = all.iter().find(|d| d.name == name).ok_or_else(|| Error::Unknown {
-        name: name.into(),
-        known: all.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", "),
-    })?;
+    let ds = all
+        .iter()
+        .find(|d| d.name == name)
+        .ok_or_else(|| Error::Unknown {
+            name: name.into(),
+            known: all
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })?;
     let roots = search_roots();
     for root in &roots {
         let p = root.join(&ds.path);
@@ -99,7 +119,11 @@ pub fn resolve(name: &str) -> Result<PathBuf, Error> {
     Err(Error::Missing {
         name: name.into(),
         path: ds.path.clone(),
-        searched: roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", "),
+        searched: roots
+            .iter()
+            .map(|r| r.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
     })
 }
 
@@ -126,25 +150,46 @@ pub fn resolve_location(location: &str) -> Result<String, Error> {
 /// [`Error::Checksum`] naming the first file that differs; [`Error::Io`]; resolver errors.
 pub fn verify(name: &str) -> Result<usize, Error> {
     let all = manifest()?;
-    let ds = all.iter().find(|d| d.name == name).ok_or_else(|| Error::Unknown {
-        name: name.into(),
-        known: String::new(),
-    })?;
+    let ds = all
+        .iter()
+        .find(|d| d.name == name)
+        .ok_or_else(|| Error::Unknown {
+            name: name.into(),
+            known: String::new(),
+        })?;
     let root = resolve(name)?;
     let sums_path = root.join("SHA256SUMS");
-    let sums = std::fs::read(&sums_path).map_err(|source| Error::Io { path: sums_path.clone(), source })?;
+    let sums = std::fs::read(&sums_path).map_err(|source| Error::Io {
+        path: sums_path.clone(),
+        source,
+    })?;
     let found = hex(&Sha256::digest(&sums));
     if found != ds.sha256 {
-        return Err(Error::Checksum { name: name.into(), file: "SHA256SUMS".into(), expected: ds.sha256.clone(), found });
+        return Err(Error::Checksum {
+            name: name.into(),
+            file: "SHA256SUMS".into(),
+            expected: ds.sha256.clone(),
+            found,
+        });
     }
     let mut n = 0;
     for line in String::from_utf8_lossy(&sums).lines() {
-        let Some((want, file)) = line.split_once("  ") else { continue };
+        let Some((want, file)) = line.split_once("  ") else {
+            continue;
+        };
         let path = root.join(file.trim_start_matches("./"));
-        let bytes = std::fs::read(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
+        let bytes = std::fs::read(&path).map_err(|source| Error::Io {
+            path: path.clone(),
+            source,
+        })?;
         let got = hex(&Sha256::digest(&bytes));
         if got != want {
-            return Err(Error::Checksum { name: name.into(), file: file.into(), expected: want.into(), found: got });
+            return Err(Error::Checksum {
+                name: name.into(),
+                file: file.into(),
+                expected: want.into(),
+                found: got,
+            });
         }
         n += 1;
     }
@@ -184,7 +229,8 @@ mod tests {
 
     #[test]
     fn dataset_url_resolves_with_subpath_and_other_urls_pass_through() {
-        let p = resolve_location("dataset://mesh-khronos-gltf-samples/Avocado/glTF/Avocado.gltf").unwrap();
+        let p = resolve_location("dataset://mesh-khronos-gltf-samples/Avocado/glTF/Avocado.gltf")
+            .unwrap();
         assert!(Path::new(&p).is_file(), "{p}");
         assert_eq!(resolve_location("s3://b/k").unwrap(), "s3://b/k");
     }

@@ -26,7 +26,10 @@ pub fn write_atomic_with(
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     }
-    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = path.with_file_name(format!(".{file_name}.tmp-{}", std::process::id()));
     let result = (|| {
         let file = std::fs::File::create(&tmp)?;
@@ -38,7 +41,10 @@ pub fn write_atomic_with(
     })();
     if let Err(e) = result {
         let _ = std::fs::remove_file(&tmp);
-        return Err(Error::Io { path: path.to_path_buf(), source: e });
+        return Err(Error::Io {
+            path: path.to_path_buf(),
+            source: e,
+        });
     }
     Ok(())
 }

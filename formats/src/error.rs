@@ -85,7 +85,10 @@ impl Error {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         let path = path.into();
         if source.kind() == std::io::ErrorKind::NotFound {
-            Error::NotFound { path, what: "no such file" }
+            Error::NotFound {
+                path,
+                what: "no such file",
+            }
         } else {
             Error::Io { path, source }
         }

@@ -35,14 +35,18 @@ pub enum Error {
         source: sqlx::Error,
     },
     /// No job with this id is in the ledger.
-    #[error("job `{job_id}` is not in the ledger {path}; `kiln report --list` shows the recorded jobs")]
+    #[error(
+        "job `{job_id}` is not in the ledger {path}; `kiln report --list` shows the recorded jobs"
+    )]
     NoSuchJob { job_id: String, path: String },
     /// A stage failed; the job keeps what finished and can be resumed by running it again.
-    #[error("job `{job_id}`, stage `{stage}` failed (finished stages are kept: run the job again to resume)")]
+    #[error(
+        "job `{job_id}`, stage `{stage}` failed (finished stages are kept: run the job again to resume)"
+    )]
     Stage {
         job_id: String,
         stage: String,
         #[source]
-        source: kiln_pipeline::Error,
+        source: Box<kiln_pipeline::Error>,
     },
 }

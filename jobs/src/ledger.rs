@@ -97,14 +97,24 @@ impl Ledger {
     pub async fn open(path: &Path) -> Result<Ledger> {
         let shown = path.display().to_string();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| Error::Io { path: dir.into(), source })?;
+            std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+                path: dir.into(),
+                source,
+            })?;
         }
-        let err = |source| Error::Ledger { path: shown.clone(), source };
+        let err = |source| Error::Ledger {
+            path: shown.clone(),
+            source,
+        };
         let opts = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))
             .map_err(err)?
             .create_if_missing(true)
             .busy_timeout(std::time::Duration::from_secs(10));
-        let pool = SqlitePoolOptions::new().max_connections(1).connect_with(opts).await.map_err(err)?;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(opts)
+            .await
+            .map_err(err)?;
         for stmt in SCHEMA {
             sqlx::query(*stmt).execute(&pool).await.map_err(err)?;
         }
@@ -117,14 +127,25 @@ impl Ledger {
     }
 
     fn err(&self) -> impl Fn(sqlx::Error) -> Error + '_ {
-        |source| Error::Ledger { path: self.path.clone(), source }
+        |source| Error::Ledger {
+            path: self.path.clone(),
+            source,
+        }
     }
 
     /// Record a new running job.
     ///
     /// # Errors
     /// [`Error::Ledger`].
-    pub async fn start_job(&self, id: &str, name: &str, kind: &str, input: &str, output: &str, spec: &str) -> Result<()> {
+    pub async fn start_job(
+        &self,
+        id: &str,
+        name: &str,
+        kind: &str,
+        input: &str,
+        output: &str,
+        spec: &str,
+    ) -> Result<()> {
         sqlx::query("INSERT INTO jobs (id, name, kind, input, output, spec, state, created_at) VALUES (?, ?, ?, ?, ?, ?, 'running', ?)")
             .bind(id).bind(name).bind(kind).bind(input).bind(output).bind(spec).bind(now())
             .execute(&self.pool).await.map_err(self.err())?;
@@ -136,10 +157,19 @@ impl Ledger {
     /// # Errors
     /// [`Error::Ledger`].
     pub async fn finish_job(&self, id: &str, error: Option<&str>) -> Result<()> {
-        let state = if error.is_some() { "failed" } else { "succeeded" };
+        let state = if error.is_some() {
+            "failed"
+        } else {
+            "succeeded"
+        };
         sqlx::query("UPDATE jobs SET state = ?, finished_at = ?, error = ? WHERE id = ?")
-            .bind(state).bind(now()).bind(error).bind(id)
-            .execute(&self.pool).await.map_err(self.err())?;
+            .bind(state)
+            .bind(now())
+            .bind(error)
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .map_err(self.err())?;
         Ok(())
     }
 
@@ -148,10 +178,15 @@ impl Ledger {
     /// # Errors
     /// [`Error::Ledger`].
     pub async fn start_stage(&self, job_id: &str, stage: &str, device: &str) -> Result<i64> {
-        let attempt: i64 = sqlx::query("SELECT COUNT(*) FROM stage_attempts WHERE job_id = ? AND stage = ?")
-            .bind(job_id).bind(stage)
-            .fetch_one(&self.pool).await.map_err(self.err())?
-            .get::<i64, _>(0) + 1;
+        let attempt: i64 =
+            sqlx::query("SELECT COUNT(*) FROM stage_attempts WHERE job_id = ? AND stage = ?")
+                .bind(job_id)
+                .bind(stage)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(self.err())?
+                .get::<i64, _>(0)
+                + 1;
         let row = sqlx::query("INSERT INTO stage_attempts (job_id, stage, attempt, state, device, started_at) VALUES (?, ?, ?, 'running', ?, ?) RETURNING id")
             .bind(job_id).bind(stage).bind(attempt).bind(device).bind(now())
             .fetch_one(&self.pool).await.map_err(self.err())?;
@@ -219,7 +254,9 @@ impl Ledger {
                 gpu_s: r.get("gpu_s"),
                 bytes_read: r.get("bytes_read"),
                 bytes_written: r.get("bytes_written"),
-                summary: r.get::<Option<String>, _>("summary").and_then(|s| serde_json::from_str(&s).ok()),
+                summary: r
+                    .get::<Option<String>, _>("summary")
+                    .and_then(|s| serde_json::from_str(&s).ok()),
                 error: r.get("error"),
             })
             .collect())
@@ -256,12 +293,32 @@ mod tests {
     async fn stage_attempts_round_trip_with_attempt_numbers() {
         let d = tempfile::tempdir().unwrap();
         let l = Ledger::open(&d.path().join("l.sqlite")).await.unwrap();
-        l.start_job("j1", "fox", "capture", "in", "out", "{}").await.unwrap();
-        let usage = StageUsage { device: "cpu".into(), wall_s: 1.5, cpu_s: 2.5, gpu_s: 0.0, bytes_read: 10, bytes_written: 20 };
+        l.start_job("j1", "fox", "capture", "in", "out", "{}")
+            .await
+            .unwrap();
+        let usage = StageUsage {
+            device: "cpu".into(),
+            wall_s: 1.5,
+            cpu_s: 2.5,
+            gpu_s: 0.0,
+            bytes_read: 10,
+            bytes_written: 20,
+        };
         let a = l.start_stage("j1", "ingest", "cpu").await.unwrap();
-        l.finish_stage(a, "failed", None, &usage, None, Some("boom")).await.unwrap();
+        l.finish_stage(a, "failed", None, &usage, None, Some("boom"))
+            .await
+            .unwrap();
         let b = l.start_stage("j1", "ingest", "cpu").await.unwrap();
-        l.finish_stage(b, "succeeded", Some("k"), &usage, Some(&serde_json::json!({"frames": 3})), None).await.unwrap();
+        l.finish_stage(
+            b,
+            "succeeded",
+            Some("k"),
+            &usage,
+            Some(&serde_json::json!({"frames": 3})),
+            None,
+        )
+        .await
+        .unwrap();
         l.finish_job("j1", None).await.unwrap();
         let rows = l.stages("j1").await.unwrap();
         assert_eq!(rows.len(), 2);
@@ -280,6 +337,9 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let l = Ledger::open(&d.path().join("l.sqlite")).await.unwrap();
         let e = l.job("nope").await.unwrap_err().to_string();
-        assert!(e.contains("nope") && e.contains("kiln report --list"), "{e}");
+        assert!(
+            e.contains("nope") && e.contains("kiln report --list"),
+            "{e}"
+        );
     }
 }

@@ -34,7 +34,11 @@ pub struct JobReport {
 pub async fn job_report(ledger: &Ledger, id: &str) -> Result<JobReport> {
     let job = ledger.job(id).await?;
     let stages = ledger.stages(id).await?;
-    Ok(JobReport { totals: totals(&stages), job, stages })
+    Ok(JobReport {
+        totals: totals(&stages),
+        job,
+        stages,
+    })
 }
 
 /// Sum the attempts.
@@ -72,7 +76,15 @@ pub fn render_table(r: &JobReport) -> String {
     for s in &r.stages {
         out.push_str(&format!(
             "{:<10} {:>3} {:<9} {:<7} {:>9.2} {:>9.2} {:>7.1} {:>12} {:>12}\n",
-            s.stage, s.attempt, s.state, s.device, s.wall_s, s.cpu_s, s.gpu_s, s.bytes_read, s.bytes_written
+            s.stage,
+            s.attempt,
+            s.state,
+            s.device,
+            s.wall_s,
+            s.cpu_s,
+            s.gpu_s,
+            s.bytes_read,
+            s.bytes_written
         ));
     }
     let t = &r.totals;
@@ -95,14 +107,26 @@ mod tests {
 
     fn row(stage: &str, state: &str, wall: f64, cpu: f64, gpu: f64) -> StageRow {
         StageRow {
-            stage: stage.into(), attempt: 1, state: state.into(), device: "cpu".into(), wall_s: wall,
-            cpu_s: cpu, gpu_s: gpu, bytes_read: 100, bytes_written: 50, summary: None, error: None,
+            stage: stage.into(),
+            attempt: 1,
+            state: state.into(),
+            device: "cpu".into(),
+            wall_s: wall,
+            cpu_s: cpu,
+            gpu_s: gpu,
+            bytes_read: 100,
+            bytes_written: 50,
+            summary: None,
+            error: None,
         }
     }
 
     #[test]
     fn totals_sum_every_attempt_and_convert_gpu_seconds_to_hours() {
-        let t = totals(&[row("a", "succeeded", 1.0, 2.0, 3600.0), row("b", "failed", 0.5, 0.25, 1800.0)]);
+        let t = totals(&[
+            row("a", "succeeded", 1.0, 2.0, 3600.0),
+            row("b", "failed", 0.5, 0.25, 1800.0),
+        ]);
         assert_eq!(t.wall_s, 1.5);
         assert_eq!(t.cpu_s, 2.25);
         assert_eq!(t.gpu_hours, 1.5);

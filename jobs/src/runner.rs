@@ -23,7 +23,11 @@ pub struct JobOutcome {
 pub fn new_job_id(name: &str) -> String {
     let now = chrono::Utc::now();
     let nanos = now.timestamp_subsec_nanos() ^ std::process::id().rotate_left(16);
-    format!("{name}-{}-{:04x}", now.format("%Y%m%dT%H%M%S"), nanos & 0xffff)
+    format!(
+        "{name}-{}-{:04x}",
+        now.format("%Y%m%dT%H%M%S"),
+        nanos & 0xffff
+    )
 }
 
 /// Run `plan` (already resolved), recording the job and every stage attempt in `ledger`.
@@ -32,25 +36,50 @@ pub fn new_job_id(name: &str) -> String {
 /// [`Error::Stage`] naming the failed stage (the ledger records it as failed);
 /// [`Error::Ledger`] when the ledger cannot be written.
 pub async fn run_job(plan: &JobPlan, spec_toml: &str, ledger: &Ledger) -> Result<JobOutcome> {
-    let kind = serde_json::to_value(plan.kind).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
-    ledger.start_job(&plan.job_id, &plan.name, &kind, &plan.input, &plan.output, spec_toml).await?;
+    let kind = serde_json::to_value(plan.kind)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default();
+    ledger
+        .start_job(
+            &plan.job_id,
+            &plan.name,
+            &kind,
+            &plan.input,
+            &plan.output,
+            spec_toml,
+        )
+        .await?;
     let dag = Dag::for_job(plan.kind);
     let order = dag.topo_order().map_err(|source| Error::Stage {
         job_id: plan.job_id.clone(),
         stage: "dag".into(),
-        source,
+        source: Box::new(source),
     })?;
     let mut done: HashMap<StageKind, StageOutcome> = HashMap::new();
     let mut stages = Vec::new();
     for node in order {
         tracing::info!(job = %plan.job_id, stage = %node.kind, "stage started");
-        let attempt = ledger.start_stage(&plan.job_id, node.kind.name(), "cpu").await?;
+        let attempt = ledger
+            .start_stage(&plan.job_id, node.kind.name(), "cpu")
+            .await?;
         let started = std::time::Instant::now();
         match run_stage(plan, node, &done).await {
             Ok(outcome) => {
-                let state = if outcome.cache_hit { "cached" } else { "succeeded" };
+                let state = if outcome.cache_hit {
+                    "cached"
+                } else {
+                    "succeeded"
+                };
                 ledger
-                    .finish_stage(attempt, state, Some(&outcome.key), &outcome.usage, Some(&outcome.summary), None)
+                    .finish_stage(
+                        attempt,
+                        state,
+                        Some(&outcome.key),
+                        &outcome.usage,
+                        Some(&outcome.summary),
+                        None,
+                    )
                     .await?;
                 tracing::info!(
                     job = %plan.job_id, stage = %node.kind, cached = outcome.cache_hit,
@@ -61,13 +90,28 @@ pub async fn run_job(plan: &JobPlan, spec_toml: &str, ledger: &Ledger) -> Result
             }
             Err(source) => {
                 let message = source.to_string();
-                let usage = StageUsage { device: "cpu".into(), wall_s: started.elapsed().as_secs_f64(), ..Default::default() };
-                ledger.finish_stage(attempt, "failed", None, &usage, None, Some(&message)).await?;
-                ledger.finish_job(&plan.job_id, Some(&format!("{}: {message}", node.kind))).await?;
-                return Err(Error::Stage { job_id: plan.job_id.clone(), stage: node.kind.name().into(), source });
+                let usage = StageUsage {
+                    device: "cpu".into(),
+                    wall_s: started.elapsed().as_secs_f64(),
+                    ..Default::default()
+                };
+                ledger
+                    .finish_stage(attempt, "failed", None, &usage, None, Some(&message))
+                    .await?;
+                ledger
+                    .finish_job(&plan.job_id, Some(&format!("{}: {message}", node.kind)))
+                    .await?;
+                return Err(Error::Stage {
+                    job_id: plan.job_id.clone(),
+                    stage: node.kind.name().into(),
+                    source: Box::new(source),
+                });
             }
         }
     }
     ledger.finish_job(&plan.job_id, None).await?;
-    Ok(JobOutcome { job_id: plan.job_id.clone(), stages })
+    Ok(JobOutcome {
+        job_id: plan.job_id.clone(),
+        stages,
+    })
 }

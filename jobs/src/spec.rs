@@ -16,7 +16,10 @@ use std::path::{Path, PathBuf};
 
 use kiln_pipeline::dag::JobKind;
 use kiln_pipeline::run::JobPlan;
-use kiln_pipeline::stages::{decimate::DecimateParams, ingest::IngestParams, tile::splat::SplatTileParams, train::TrainParams};
+use kiln_pipeline::stages::{
+    decimate::DecimateParams, ingest::IngestParams, tile::splat::SplatTileParams,
+    train::TrainParams,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
@@ -49,7 +52,10 @@ impl JobSpec {
     /// [`Error::Io`] when the file cannot be read; [`Error::Spec`] with the TOML parser's line and
     /// column for syntax errors, unknown keys or wrong types; [`Error::Field`] for empty names/URLs.
     pub fn from_file(path: &Path) -> Result<JobSpec> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.into(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+            path: path.into(),
+            source,
+        })?;
         Self::from_toml(&text, path)
     }
 
@@ -58,9 +64,15 @@ impl JobSpec {
     /// # Errors
     /// As [`JobSpec::from_file`].
     pub fn from_toml(text: &str, path: &Path) -> Result<JobSpec> {
-        let spec: JobSpec =
-            toml::from_str(text).map_err(|e| Error::Spec { path: path.into(), message: e.to_string() })?;
-        for (field, value) in [("name", &spec.name), ("input", &spec.input), ("output", &spec.output)] {
+        let spec: JobSpec = toml::from_str(text).map_err(|e| Error::Spec {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
+        for (field, value) in [
+            ("name", &spec.name),
+            ("input", &spec.input),
+            ("output", &spec.output),
+        ] {
             if value.trim().is_empty() {
                 return Err(Error::Field {
                     path: path.into(),
@@ -70,7 +82,11 @@ impl JobSpec {
                 });
             }
         }
-        if !spec.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        if !spec
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
             return Err(Error::Field {
                 path: path.into(),
                 field: "name".into(),
@@ -109,7 +125,7 @@ impl JobSpec {
             ingest: self.ingest.clone(),
             train: self.train.clone(),
             decimate: self.decimate.clone(),
-            tile: self.tile.clone(),
+            tile: self.tile,
         })
     }
 }
@@ -124,7 +140,9 @@ pub fn kiln_home() -> PathBuf {
     if let Some(h) = std::env::var_os("KILN_HOME") {
         return PathBuf::from(h);
     }
-    dirs::data_dir().map(|d| d.join("kiln")).unwrap_or_else(|| PathBuf::from(".kiln"))
+    dirs::data_dir()
+        .map(|d| d.join("kiln"))
+        .unwrap_or_else(|| PathBuf::from(".kiln"))
 }
 
 #[cfg(test)]
@@ -155,17 +173,23 @@ mod tests {
 
     #[test]
     fn unknown_kind_is_rejected() {
-        let err = JobSpec::from_toml("name=\"a\"\nkind=\"video\"\ninput=\"x\"\noutput=\"y\"\n", Path::new("j.toml"))
-            .unwrap_err()
-            .to_string();
+        let err = JobSpec::from_toml(
+            "name=\"a\"\nkind=\"video\"\ninput=\"x\"\noutput=\"y\"\n",
+            Path::new("j.toml"),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("video"), "{err}");
     }
 
     #[test]
     fn empty_output_is_rejected() {
-        let err = JobSpec::from_toml("name=\"a\"\nkind=\"mesh\"\ninput=\"x\"\noutput=\"\"\n", Path::new("j.toml"))
-            .unwrap_err()
-            .to_string();
+        let err = JobSpec::from_toml(
+            "name=\"a\"\nkind=\"mesh\"\ninput=\"x\"\noutput=\"\"\n",
+            Path::new("j.toml"),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("output"), "{err}");
     }
 }

@@ -73,10 +73,22 @@ impl Dag {
             JobKind::Mesh => Decimate,
         };
         let nodes = vec![
-            StageNode { kind: Ingest, deps: vec![] },
-            StageNode { kind: middle, deps: vec![Ingest] },
-            StageNode { kind: Tile, deps: vec![middle] },
-            StageNode { kind: Publish, deps: vec![Ingest, middle, Tile] },
+            StageNode {
+                kind: Ingest,
+                deps: vec![],
+            },
+            StageNode {
+                kind: middle,
+                deps: vec![Ingest],
+            },
+            StageNode {
+                kind: Tile,
+                deps: vec![middle],
+            },
+            StageNode {
+                kind: Publish,
+                deps: vec![Ingest, middle, Tile],
+            },
         ];
         Dag { job_kind, nodes }
     }
@@ -137,7 +149,11 @@ pub fn stage_key(kind: StageKind, params: &serde_json::Value, input_keys: &[Stri
 /// # Errors
 /// [`Error::Io`] naming the unreadable file.
 pub fn hash_tree(dir: &std::path::Path) -> Result<String> {
-    fn walk(root: &std::path::Path, dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) -> Result<()> {
+    fn walk(
+        root: &std::path::Path,
+        dir: &std::path::Path,
+        out: &mut Vec<std::path::PathBuf>,
+    ) -> Result<()> {
         let mut entries: Vec<_> = std::fs::read_dir(dir)
             .map_err(|e| Error::io(dir, e))?
             .flatten()
@@ -161,7 +177,11 @@ pub fn hash_tree(dir: &std::path::Path) -> Result<String> {
     }
     let mut h = blake3::Hasher::new();
     for rel in files {
-        let full = if rel.as_os_str().is_empty() { dir.to_path_buf() } else { dir.join(&rel) };
+        let full = if rel.as_os_str().is_empty() {
+            dir.to_path_buf()
+        } else {
+            dir.join(&rel)
+        };
         h.update(rel.to_string_lossy().as_bytes());
         h.update(b"\0");
         let mut f = std::fs::File::open(&full).map_err(|e| Error::io(&full, e))?;
@@ -178,14 +198,24 @@ mod tests {
     #[test]
     fn capture_dag_orders_ingest_train_tile_publish() {
         let dag = Dag::for_job(JobKind::Capture);
-        let order: Vec<_> = dag.topo_order().unwrap().iter().map(|n| n.kind.name()).collect();
+        let order: Vec<_> = dag
+            .topo_order()
+            .unwrap()
+            .iter()
+            .map(|n| n.kind.name())
+            .collect();
         assert_eq!(order, ["ingest", "train", "tile", "publish"]);
     }
 
     #[test]
     fn mesh_dag_orders_ingest_decimate_tile_publish() {
         let dag = Dag::for_job(JobKind::Mesh);
-        let order: Vec<_> = dag.topo_order().unwrap().iter().map(|n| n.kind.name()).collect();
+        let order: Vec<_> = dag
+            .topo_order()
+            .unwrap()
+            .iter()
+            .map(|n| n.kind.name())
+            .collect();
         assert_eq!(order, ["ingest", "decimate", "tile", "publish"]);
     }
 
@@ -194,8 +224,14 @@ mod tests {
         let dag = Dag {
             job_kind: JobKind::Mesh,
             nodes: vec![
-                StageNode { kind: StageKind::Ingest, deps: vec![StageKind::Tile] },
-                StageNode { kind: StageKind::Tile, deps: vec![StageKind::Ingest] },
+                StageNode {
+                    kind: StageKind::Ingest,
+                    deps: vec![StageKind::Tile],
+                },
+                StageNode {
+                    kind: StageKind::Tile,
+                    deps: vec![StageKind::Ingest],
+                },
             ],
         };
         assert!(dag.topo_order().is_err());

@@ -57,6 +57,9 @@ pub enum Error {
 impl Error {
     /// Wrap an `io::Error` with its path.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+        Error::Io {
+            path: path.into(),
+            source,
+        }
     }
 }

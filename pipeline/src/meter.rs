@@ -37,7 +37,12 @@ pub struct Meter {
 impl Meter {
     /// Start metering on `device` holding `gpus` GPUs (0 on CPU).
     pub fn start(device: &str, gpus: u32) -> Self {
-        Self { started: Instant::now(), cpu_at_start: process_cpu_s(), gpus, device: device.into() }
+        Self {
+            started: Instant::now(),
+            cpu_at_start: process_cpu_s(),
+            gpus,
+            device: device.into(),
+        }
     }
 
     /// Stop and report, with the byte counts the stage measured.

@@ -65,7 +65,7 @@ fn params_json(plan: &JobPlan, kind: StageKind) -> serde_json::Value {
         StageKind::Ingest => serde_json::to_value(&plan.ingest),
         StageKind::Train => serde_json::to_value(&plan.train),
         StageKind::Decimate => serde_json::to_value(&plan.decimate),
-        StageKind::Tile => serde_json::to_value(&plan.tile),
+        StageKind::Tile => serde_json::to_value(plan.tile),
         StageKind::Publish => Ok(serde_json::json!({ "output": plan.output })),
     };
     v.unwrap_or(serde_json::Value::Null)
@@ -94,25 +94,33 @@ pub async fn run_stage(
         bytes_read += fetched.bytes;
         fetched_input = Some(fetched.local.clone());
         let d = dest.clone();
-        vec![tokio::task::spawn_blocking(move || dag::hash_tree(&d)).await.map_err(join_err)??]
+        vec![
+            tokio::task::spawn_blocking(move || dag::hash_tree(&d))
+                .await
+                .map_err(join_err)??,
+        ]
     } else {
         node.deps
             .iter()
             .map(|d| {
-                done.get(d).map(|o| o.key.clone()).ok_or_else(|| Error::Param {
-                    stage: "dag",
-                    field: d.name().into(),
-                    expected: "dependency run before".into(),
-                    found: "not run".into(),
-                })
+                done.get(d)
+                    .map(|o| o.key.clone())
+                    .ok_or_else(|| Error::Param {
+                        stage: "dag",
+                        field: d.name().into(),
+                        expected: "dependency run before".into(),
+                        found: "not run".into(),
+                    })
             })
             .collect::<Result<_>>()?
     };
     let key = dag::stage_key(kind, &params_json(plan, kind), &input_keys);
     let final_dir = stage_dir(plan, kind);
 
-    if kind != StageKind::Publish {
-        if let Some(m) = read_marker(&final_dir) {
+    if kind != StageKind::Publish
+        && let Some(m) = read_marker(&final_dir)
+    {
+        {
             if m.key == key {
                 tracing::info!(stage = %kind, key = &key[..12], "cache hit: reusing earlier output");
                 return Ok(StageOutcome {
@@ -150,7 +158,9 @@ pub async fn run_stage(
                 StageKind::Train => meter::dir_bytes(&stage_dir(plan, StageKind::Ingest)),
                 StageKind::Decimate => meter::dir_bytes(&stage_dir(plan, StageKind::Ingest)),
                 StageKind::Tile => match plan.kind {
-                    JobKind::Capture => file_len(&stage_dir(plan, StageKind::Train).join("splats.ply")),
+                    JobKind::Capture => {
+                        file_len(&stage_dir(plan, StageKind::Train).join("splats.ply"))
+                    }
                     JobKind::Mesh => meter::dir_bytes(&stage_dir(plan, StageKind::Decimate)),
                 },
                 StageKind::Publish => 0,
@@ -158,15 +168,20 @@ pub async fn run_stage(
             let plan2 = plan.clone();
             let out = partial.clone();
             let input = fetched_input.clone();
-            let summary = tokio::task::spawn_blocking(move || run_local(&plan2, kind, input.as_deref(), &out))
-                .await
-                .map_err(join_err)??;
+            let summary = tokio::task::spawn_blocking(move || {
+                run_local(&plan2, kind, input.as_deref(), &out)
+            })
+            .await
+            .map_err(join_err)??;
             (summary, 0)
         }
     };
 
     if kind != StageKind::Publish {
-        let marker = Marker { key: key.clone(), summary: summary.clone() };
+        let marker = Marker {
+            key: key.clone(),
+            summary: summary.clone(),
+        };
         let json = serde_json::to_vec_pretty(&marker).expect("marker serialises");
         kiln_formats::atomic_write::write_atomic(&partial.join(MARKER), &json)?;
         if final_dir.exists() {
@@ -176,8 +191,18 @@ pub async fn run_stage(
     } else {
         let _ = std::fs::remove_dir_all(&partial);
     }
-    let written = if kind == StageKind::Publish { extra_written } else { meter::dir_bytes(&final_dir) };
-    Ok(StageOutcome { kind, key, cache_hit: false, usage: meter.finish(bytes_read, written), summary })
+    let written = if kind == StageKind::Publish {
+        extra_written
+    } else {
+        meter::dir_bytes(&final_dir)
+    };
+    Ok(StageOutcome {
+        kind,
+        key,
+        cache_hit: false,
+        usage: meter.finish(bytes_read, written),
+        summary,
+    })
 }
 
 fn join_err(e: tokio::task::JoinError) -> Error {
@@ -194,7 +219,12 @@ fn read_marker(dir: &Path) -> Option<Marker> {
 }
 
 /// Run a compute stage synchronously into `out` (the `.partial` directory).
-fn run_local(plan: &JobPlan, kind: StageKind, fetched: Option<&Path>, out: &Path) -> Result<serde_json::Value> {
+fn run_local(
+    plan: &JobPlan,
+    kind: StageKind,
+    fetched: Option<&Path>,
+    out: &Path,
+) -> Result<serde_json::Value> {
     match kind {
         StageKind::Ingest => {
             let fetched_dir = plan.work_dir.join("input");
@@ -213,8 +243,9 @@ fn run_local(plan: &JobPlan, kind: StageKind, fetched: Option<&Path>, out: &Path
                         "height": c.frames.first().map(|f| f.height),
                     }))
                 }
-                JobKind::Mesh => Ok(serde_json::to_value(ingest::ingest_mesh(&input, out)?)
-                    .unwrap_or_default()),
+                JobKind::Mesh => {
+                    Ok(serde_json::to_value(ingest::ingest_mesh(&input, out)?).unwrap_or_default())
+                }
             }
         }
         StageKind::Train => {
@@ -222,17 +253,27 @@ fn run_local(plan: &JobPlan, kind: StageKind, fetched: Option<&Path>, out: &Path
             let cap = ingest::load_ingested(&ingest_dir)?;
             let views = train_views(&ingest_dir, &cap)?;
             let init = cap.points.as_ref().map(|p| train::InitPoints {
-                positions: p.positions.iter().map(|q| [q[0] as f32, q[1] as f32, q[2] as f32]).collect(),
+                positions: p
+                    .positions
+                    .iter()
+                    .map(|q| [q[0] as f32, q[1] as f32, q[2] as f32])
+                    .collect(),
                 colors: p
                     .colors
                     .iter()
-                    .map(|c| [c[0] as f32 / 255.0, c[1] as f32 / 255.0, c[2] as f32 / 255.0])
+                    .map(|c| {
+                        [
+                            c[0] as f32 / 255.0,
+                            c[1] as f32 / 255.0,
+                            c[2] as f32 / 255.0,
+                        ]
+                    })
                     .collect(),
             });
             let bar = crate::progress::steps_bar(plan.train.steps as u64, "train");
             let progress = |step: usize, _total: usize, loss: f64| {
                 bar.set_position(step as u64);
-                if step % 10 == 0 {
+                if step.is_multiple_of(10) {
                     bar.set_message(format!("loss {loss:.4}"));
                 }
             };
@@ -241,7 +282,9 @@ fn run_local(plan: &JobPlan, kind: StageKind, fetched: Option<&Path>, out: &Path
             Ok(serde_json::to_value(&report).unwrap_or_default())
         }
         StageKind::Decimate => {
-            let mesh = kiln_formats::mesh::read_gltf(&stage_dir(plan, StageKind::Ingest).join(ingest::MESH_GLB))?;
+            let mesh = kiln_formats::mesh::read_gltf(
+                &stage_dir(plan, StageKind::Ingest).join(ingest::MESH_GLB),
+            )?;
             let lods = decimate::decimate(&mesh, &plan.decimate, out)?;
             Ok(serde_json::json!({ "lods": lods }))
         }
@@ -281,7 +324,10 @@ fn find_input(dir: &Path, kind: JobKind) -> Result<PathBuf> {
         .map(|e| e.path())
         .filter(|p| {
             matches!(
-                p.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).as_deref(),
+                p.extension()
+                    .and_then(|e| e.to_str())
+                    .map(|e| e.to_ascii_lowercase())
+                    .as_deref(),
                 Some("glb" | "gltf")
             )
         })
@@ -300,7 +346,11 @@ fn find_input(dir: &Path, kind: JobKind) -> Result<PathBuf> {
             problem: format!(
                 "{} glTF files found ({}); point `input` at exactly one file",
                 candidates.len(),
-                candidates.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+                candidates
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         }),
     }
@@ -334,19 +384,32 @@ fn publish_files(plan: &JobPlan) -> Result<Vec<publish::PublishFile>> {
     let mut add_tree = |dir: &Path, prefix: &str| -> Result<()> {
         let mut stack = vec![dir.to_path_buf()];
         while let Some(d) = stack.pop() {
-            let mut entries: Vec<_> =
-                std::fs::read_dir(&d).map_err(|e| Error::io(&d, e))?.flatten().map(|e| e.path()).collect();
+            let mut entries: Vec<_> = std::fs::read_dir(&d)
+                .map_err(|e| Error::io(&d, e))?
+                .flatten()
+                .map(|e| e.path())
+                .collect();
             entries.sort();
             for p in entries {
-                let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                let name = p
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
                 if name.starts_with('.') {
                     continue;
                 }
                 if p.is_dir() {
                     stack.push(p);
                 } else {
-                    let rel = p.strip_prefix(dir).unwrap_or(&p).to_string_lossy().replace('\\', "/");
-                    files.push(publish::PublishFile { local: p.clone(), relative: format!("{prefix}{rel}") });
+                    let rel = p
+                        .strip_prefix(dir)
+                        .unwrap_or(&p)
+                        .to_string_lossy()
+                        .replace('\\', "/");
+                    files.push(publish::PublishFile {
+                        local: p.clone(),
+                        relative: format!("{prefix}{rel}"),
+                    });
                 }
             }
         }

@@ -27,6 +27,9 @@ pub struct Store {
     pub prefix: ObjectPath,
     /// The URL as the user wrote it, for error messages.
     pub url: String,
+    /// The filesystem folder of the prefix for local stores (object stores have no empty folders to
+    /// clean up; a local disk does).
+    pub local: Option<PathBuf>,
 }
 
 /// Parse a location (URL or plain path) into a [`Store`].
@@ -50,11 +53,15 @@ pub fn open(location: &str) -> Result<Store> {
         let store = AmazonS3Builder::from_env()
             .with_bucket_name(bucket)
             .build()
-            .map_err(|source| Error::Storage { url: location.into(), source })?;
+            .map_err(|source| Error::Storage {
+                url: location.into(),
+                source,
+            })?;
         return Ok(Store {
             store: Arc::new(store),
             prefix: ObjectPath::from(prefix),
             url: location.into(),
+            local: None,
         });
     }
     if let Some(rest) = location.strip_prefix("memory://") {
@@ -62,22 +69,33 @@ pub fn open(location: &str) -> Result<Store> {
             store: Arc::new(InMemory::new()),
             prefix: ObjectPath::from(rest.trim_matches('/')),
             url: location.into(),
+            local: None,
         });
     }
     let fs_path: PathBuf = if let Some(rest) = location.strip_prefix("file://") {
         PathBuf::from(rest)
     } else if location.contains("://") {
-        return Err(bad("a plain path, file://PATH, s3://BUCKET/PREFIX or memory://PREFIX"));
+        return Err(bad(
+            "a plain path, file://PATH, s3://BUCKET/PREFIX or memory://PREFIX",
+        ));
     } else {
         PathBuf::from(location)
     };
     // Canonicalise when the path exists (object paths reject `..`); otherwise normalise lexically.
     let abs = match std::fs::canonicalize(&fs_path) {
         Ok(p) => p,
-        Err(_) => lexical_normalize(&std::path::absolute(&fs_path).map_err(|e| Error::io(&fs_path, e))?),
+        Err(_) => {
+            lexical_normalize(&std::path::absolute(&fs_path).map_err(|e| Error::io(&fs_path, e))?)
+        }
     };
-    let prefix = ObjectPath::from_absolute_path(&abs).map_err(|_| bad("a filesystem path without invalid characters"))?;
-    Ok(Store { store: Arc::new(LocalFileSystem::new()), prefix, url: location.into() })
+    let prefix = ObjectPath::from_absolute_path(&abs)
+        .map_err(|_| bad("a filesystem path without invalid characters"))?;
+    Ok(Store {
+        store: Arc::new(LocalFileSystem::new()),
+        prefix,
+        url: location.into(),
+        local: Some(abs),
+    })
 }
 
 impl Store {
@@ -91,7 +109,10 @@ impl Store {
     }
 
     fn storage_err(&self, source: object_store::Error) -> Error {
-        Error::Storage { url: self.url.clone(), source }
+        Error::Storage {
+            url: self.url.clone(),
+            source,
+        }
     }
 
     /// Upload local file `src` to `relative` under the prefix. Each object store write is atomic
@@ -146,7 +167,18 @@ impl Store {
             .await
             .map_err(|e| self.storage_err(e))?;
         for m in metas {
-            self.store.delete(&m.location).await.map_err(|e| self.storage_err(e))?;
+            self.store
+                .delete(&m.location)
+                .await
+                .map_err(|e| self.storage_err(e))?;
+        }
+        if let Some(root) = &self.local {
+            let dir = root.join(relative);
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(dir, e)),
+            }
         }
         Ok(())
     }
@@ -185,7 +217,11 @@ pub async fn fetch(location: &str, dest_dir: &Path, with_siblings: bool) -> Resu
             } else {
                 let local = dest_dir.join(&name);
                 let bytes = download(&store, &meta.location, &local).await?;
-                return Ok(Fetched { local, objects: 1, bytes });
+                return Ok(Fetched {
+                    local,
+                    objects: 1,
+                    bytes,
+                });
             }
         }
         Err(object_store::Error::NotFound { .. }) => (Some(store.prefix.clone()), None),
@@ -203,13 +239,18 @@ pub async fn fetch(location: &str, dest_dir: &Path, with_siblings: bool) -> Resu
         return Err(Error::Input {
             path: PathBuf::from(location),
             field: "input".into(),
-            problem: "no object or folder exists at this location; check the URL/path in the job file"
-                .into(),
+            problem:
+                "no object or folder exists at this location; check the URL/path in the job file"
+                    .into(),
         });
     }
     let mut bytes = 0;
     for meta in &metas {
-        let rel: Vec<_> = meta.location.prefix_match(&list_prefix).map(|p| p.collect()).unwrap_or_default();
+        let rel: Vec<_> = meta
+            .location
+            .prefix_match(&list_prefix)
+            .map(|p| p.collect())
+            .unwrap_or_default();
         let mut local = dest_dir.to_path_buf();
         for part in rel {
             local.push(part.as_ref());
@@ -220,7 +261,11 @@ pub async fn fetch(location: &str, dest_dir: &Path, with_siblings: bool) -> Resu
         Some(name) => dest_dir.join(name),
         None => dest_dir.to_path_buf(),
     };
-    Ok(Fetched { local, objects: metas.len(), bytes })
+    Ok(Fetched {
+        local,
+        objects: metas.len(),
+        bytes,
+    })
 }
 
 /// Resolve `.` and `..` components without touching the filesystem.
@@ -275,10 +320,15 @@ mod tests {
         std::fs::write(src.path().join("a.json"), b"{}").unwrap();
         std::fs::write(src.path().join("images/b.png"), b"12345").unwrap();
         let dst = tempfile::tempdir().unwrap();
-        let f = fetch(src.path().to_str().unwrap(), dst.path(), false).await.unwrap();
+        let f = fetch(src.path().to_str().unwrap(), dst.path(), false)
+            .await
+            .unwrap();
         assert_eq!(f.objects, 2);
         assert_eq!(f.bytes, 7);
-        assert_eq!(std::fs::read(dst.path().join("images/b.png")).unwrap(), b"12345");
+        assert_eq!(
+            std::fs::read(dst.path().join("images/b.png")).unwrap(),
+            b"12345"
+        );
     }
 
     #[tokio::test]
@@ -296,8 +346,13 @@ mod tests {
     #[tokio::test]
     async fn fetch_of_nothing_is_a_clear_error() {
         let dst = tempfile::tempdir().unwrap();
-        let err = fetch("/definitely/not/here/kiln", dst.path(), false).await.unwrap_err();
-        assert!(err.to_string().contains("no object or folder exists"), "{err}");
+        let err = fetch("/definitely/not/here/kiln", dst.path(), false)
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("no object or folder exists"),
+            "{err}"
+        );
     }
 
     #[test]

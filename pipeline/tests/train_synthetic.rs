@@ -7,7 +7,7 @@
 //! requirement is a held-out PSNR of at least 30 dB.
 //!
 //! Measured (2026-11-30, 2 shared CPU cores, 2 000 steps, INRIA schedule scaled to 2 000 steps):
-//! 36.5 dB / SSIM 0.988 held out, ~8 200 splats from 2 000 random points, ~55–70 s.
+//! 36.5 dB / SSIM 0.988 held out, ~8 200 splats from 2 000 random points, 55–90 s depending on machine load.
 
 use std::f32::consts::PI;
 

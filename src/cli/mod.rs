@@ -46,7 +46,9 @@ pub struct DbArgs {
 
 impl DbArgs {
     fn path(&self) -> PathBuf {
-        self.db.clone().unwrap_or_else(kiln_jobs::ledger::default_path)
+        self.db
+            .clone()
+            .unwrap_or_else(kiln_jobs::ledger::default_path)
     }
 }
 
@@ -54,7 +56,9 @@ impl DbArgs {
 pub fn init_logging(format: &LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -28,7 +28,8 @@ pub struct RunArgs {
 
 /// Run the job and print its id, outputs and headline figures.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&args.job).with_context(|| format!("cannot read job file {}", args.job.display()))?;
+    let text = std::fs::read_to_string(&args.job)
+        .with_context(|| format!("cannot read job file {}", args.job.display()))?;
     let mut spec = JobSpec::from_toml(&text, &args.job)?;
     if let Some(o) = args.output {
         spec.output = o;
@@ -37,22 +38,42 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         spec.train.steps = s;
     }
     let job_id = runner::new_job_id(&spec.name);
-    let work_root = args.work_dir.unwrap_or_else(kiln_jobs::spec::default_work_root);
+    let work_root = args
+        .work_dir
+        .unwrap_or_else(kiln_jobs::spec::default_work_root);
     let resolve = |loc: &str| kiln_datasets::resolve_location(loc).map_err(|e| e.to_string());
     let plan = spec.plan(&job_id, &work_root, &args.job, &resolve)?;
     let ledger = Ledger::open(&args.db.path()).await?;
     tracing::info!(job = %job_id, input = %plan.input, output = %plan.output, work = %plan.work_dir.display(), "job started");
     let outcome = runner::run_job(&plan, &text, &ledger).await?;
-    println!("job {} succeeded; outputs in {}", outcome.job_id, plan.output);
+    println!(
+        "job {} succeeded; outputs in {}",
+        outcome.job_id, plan.output
+    );
     for s in &outcome.stages {
         let state = if s.cache_hit { "cached" } else { "ran" };
-        println!("  {:<9} {:<6} {:>8.2} s  {}", s.kind.name(), state, s.usage.wall_s, s.summary);
+        println!(
+            "  {:<9} {:<6} {:>8.2} s  {}",
+            s.kind.name(),
+            state,
+            s.usage.wall_s,
+            s.summary
+        );
     }
-    if let Some(t) = outcome.stages.iter().find(|s| s.kind == kiln_pipeline::dag::StageKind::Train) {
-        if let Some(psnr) = t.summary.get("psnr_db") {
-            println!("held-out PSNR {psnr} dB, SSIM {}, splats {}", t.summary["ssim"], t.summary["splats"]);
-        }
+    let train = outcome.stages.iter().find(|s| s.kind == kiln_pipeline::dag::StageKind::Train);
+    if let Some(t) = train
+        && let Some(psnr) = t.summary.get("psnr_db").and_then(|v| v.as_f64())
+    {
+        println!(
+            "held-out PSNR {psnr:.2} dB, SSIM {:.4}, splats {}",
+            t.summary["ssim"].as_f64().unwrap_or(f64::NAN),
+            t.summary["splats"]
+        );
     }
-    println!("ledger: kiln report {} --db {}", outcome.job_id, ledger.path());
+    println!(
+        "ledger: kiln report {} --db {}",
+        outcome.job_id,
+        ledger.path()
+    );
     Ok(())
 }

@@ -5,16 +5,29 @@ use super::harness::*;
 
 fn assert_clean_failure(sb: &Sandbox, o: &std::process::Output, needle: &str, out: &str) {
     let err = stderr(o);
-    assert!(!o.status.success(), "expected failure, got success:\n{}", stdout(o));
-    assert!(!err.contains("panicked"), "panic instead of an error:\n{err}");
+    assert!(
+        !o.status.success(),
+        "expected failure, got success:\n{}",
+        stdout(o)
+    );
+    assert!(
+        !err.contains("panicked"),
+        "panic instead of an error:\n{err}"
+    );
     assert!(err.contains(needle), "error should name `{needle}`:\n{err}");
-    assert!(!sb.path().join(out).join("manifest.json").exists(), "a failed job must not publish");
+    assert!(
+        !sb.path().join(out).join("manifest.json").exists(),
+        "a failed job must not publish"
+    );
 }
 
 #[test]
 fn missing_input_file_is_a_clear_error() {
     let sb = Sandbox::new();
-    let job = sb.job("m", "name = \"m\"\nkind = \"mesh\"\ninput = \"/no/such/model.glb\"\noutput = \"out/m\"\n");
+    let job = sb.job(
+        "m",
+        "name = \"m\"\nkind = \"mesh\"\ninput = \"/no/such/model.glb\"\noutput = \"out/m\"\n",
+    );
     let o = sb.kiln(&["run", job.to_str().unwrap()]);
     assert_clean_failure(&sb, &o, "/no/such/model.glb", "out/m");
 }
@@ -36,7 +49,11 @@ fn corrupt_jpeg_names_the_image() {
     for e in std::fs::read_dir(fox.join("images")).unwrap().flatten() {
         std::fs::copy(e.path(), cap.join("images").join(e.file_name())).unwrap();
     }
-    std::fs::write(cap.join("images/0001.jpg"), b"\xff\xd8\xff\xe0 this is not a jpeg").unwrap();
+    std::fs::write(
+        cap.join("images/0001.jpg"),
+        b"\xff\xd8\xff\xe0 this is not a jpeg",
+    )
+    .unwrap();
     let job = sb.job("c", &format!("name = \"c\"\nkind = \"capture\"\ninput = \"{}\"\noutput = \"out/c\"\n[ingest]\nmax_side = 32\n", cap.display()));
     let o = sb.kiln(&["run", job.to_str().unwrap()]);
     assert_clean_failure(&sb, &o, "0001.jpg", "out/c");
@@ -47,8 +64,18 @@ fn transforms_without_frames_names_the_field() {
     let sb = Sandbox::new();
     let cap = sb.path().join("cap");
     std::fs::create_dir_all(&cap).unwrap();
-    std::fs::write(cap.join("transforms.json"), br#"{"fl_x": 100, "fl_y": 100, "w": 64, "h": 64}"#).unwrap();
-    let job = sb.job("c", &format!("name = \"c\"\nkind = \"capture\"\ninput = \"{}\"\noutput = \"out/c\"\n", cap.display()));
+    std::fs::write(
+        cap.join("transforms.json"),
+        br#"{"fl_x": 100, "fl_y": 100, "w": 64, "h": 64}"#,
+    )
+    .unwrap();
+    let job = sb.job(
+        "c",
+        &format!(
+            "name = \"c\"\nkind = \"capture\"\ninput = \"{}\"\noutput = \"out/c\"\n",
+            cap.display()
+        ),
+    );
     let o = sb.kiln(&["run", job.to_str().unwrap()]);
     assert_clean_failure(&sb, &o, "frames", "out/c");
     assert!(stderr(&o).contains("transforms.json"), "{}", stderr(&o));
@@ -64,7 +91,13 @@ fn glb_with_out_of_range_index_is_rejected() {
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|e| e == "glb" || e == "gltf"))
         .expect("IndexOutOfRange sample");
-    let job = sb.job("m", &format!("name = \"m\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"out/m\"\n", file.display()));
+    let job = sb.job(
+        "m",
+        &format!(
+            "name = \"m\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"out/m\"\n",
+            file.display()
+        ),
+    );
     let o = sb.kiln(&["run", job.to_str().unwrap()]);
     assert_clean_failure(&sb, &o, "index", "out/m");
 }

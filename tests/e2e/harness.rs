@@ -11,7 +11,9 @@ pub struct Sandbox {
 
 impl Sandbox {
     pub fn new() -> Self {
-        Self { dir: tempfile::tempdir().expect("tempdir") }
+        Self {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -48,14 +50,23 @@ pub fn stderr(o: &Output) -> String {
 
 /// Assert success, printing both streams otherwise.
 pub fn ok(o: &Output) {
-    assert!(o.status.success(), "kiln failed ({:?})\nstdout:\n{}\nstderr:\n{}", o.status, stdout(o), stderr(o));
+    assert!(
+        o.status.success(),
+        "kiln failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        stdout(o),
+        stderr(o)
+    );
 }
 
 /// The job id printed by `kiln run` ("job <id> succeeded").
 pub fn job_id(o: &Output) -> String {
     let out = stdout(o);
     out.lines()
-        .find_map(|l| l.strip_prefix("job ").and_then(|r| r.split_whitespace().next()))
+        .find_map(|l| {
+            l.strip_prefix("job ")
+                .and_then(|r| r.split_whitespace().next())
+        })
         .unwrap_or_else(|| panic!("no job id in output:\n{out}"))
         .to_string()
 }
@@ -88,13 +99,18 @@ pub fn files_with_ext(dir: &Path, ext: &str) -> Vec<PathBuf> {
 /// test; locally it is skipped with a message.
 pub fn validate_glbs(files: &[PathBuf]) {
     assert!(!files.is_empty(), "no GLB files to validate");
-    let node_path = std::env::var("KILN_GLTF_VALIDATOR_NODE_PATH").ok().or_else(|| {
-        let home = std::env::var("HOME").ok()?;
-        let p = format!("{home}/.cache/kiln-ci/node/node_modules");
-        Path::new(&p).join("gltf-validator").exists().then_some(p)
-    });
+    let node_path = std::env::var("KILN_GLTF_VALIDATOR_NODE_PATH")
+        .ok()
+        .or_else(|| {
+            let home = std::env::var("HOME").ok()?;
+            let p = format!("{home}/.cache/kiln-ci/node/node_modules");
+            Path::new(&p).join("gltf-validator").exists().then_some(p)
+        });
     let Some(node_path) = node_path else {
-        assert!(std::env::var("CI").is_err(), "gltf-validator is not installed; .ci/run installs it");
+        assert!(
+            std::env::var("CI").is_err(),
+            "gltf-validator is not installed; .ci/run installs it"
+        );
         eprintln!("SKIP glTF validation: gltf-validator not installed (run .ci/run once)");
         return;
     };
@@ -105,5 +121,10 @@ pub fn validate_glbs(files: &[PathBuf]) {
         .env("NODE_PATH", &node_path)
         .output()
         .expect("run node");
-    assert!(o.status.success(), "gltf-validator reported errors:\n{}\n{}", stdout(&o), stderr(&o));
+    assert!(
+        o.status.success(),
+        "gltf-validator reported errors:\n{}\n{}",
+        stdout(&o),
+        stderr(&o)
+    );
 }

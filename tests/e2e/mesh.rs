@@ -4,7 +4,12 @@
 use super::harness::*;
 
 fn mesh_job(sb: &Sandbox, name: &str, input: &str) -> std::path::PathBuf {
-    sb.job(name, &format!("name = \"{name}\"\nkind = \"mesh\"\ninput = \"{input}\"\noutput = \"out/{name}\"\n"))
+    sb.job(
+        name,
+        &format!(
+            "name = \"{name}\"\nkind = \"mesh\"\ninput = \"{input}\"\noutput = \"out/{name}\"\n"
+        ),
+    )
 }
 
 #[test]
@@ -43,7 +48,10 @@ fn avocado_mesh_job_publishes_a_valid_replace_tileset_and_ledger() {
         let p = out.join(f["path"].as_str().unwrap());
         let bytes = std::fs::read(&p).unwrap();
         assert_eq!(bytes.len() as u64, f["bytes"].as_u64().unwrap());
-        assert_eq!(blake3::hash(&bytes).to_hex().to_string(), f["blake3"].as_str().unwrap());
+        assert_eq!(
+            blake3::hash(&bytes).to_hex().to_string(),
+            f["blake3"].as_str().unwrap()
+        );
     }
     validate_glbs(&files_with_ext(&out, "glb"));
 
@@ -51,22 +59,36 @@ fn avocado_mesh_job_publishes_a_valid_replace_tileset_and_ledger() {
     let r = sb.kiln(&["report", &id, "--json"]);
     ok(&r);
     let rep: serde_json::Value = serde_json::from_str(&stdout(&r)).unwrap();
-    let stages: Vec<_> = rep["stages"].as_array().unwrap().iter().map(|s| s["stage"].as_str().unwrap().to_string()).collect();
+    let stages: Vec<_> = rep["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(stages, ["ingest", "decimate", "tile", "publish"]);
     for s in rep["stages"].as_array().unwrap() {
         assert_eq!(s["device"], "cpu");
         assert_eq!(s["gpu_s"], 0.0);
         assert!(s["wall_s"].as_f64().unwrap() > 0.0);
     }
-    assert!(rep["stages"][0]["bytes_read"].as_i64().unwrap() > 3_000_000, "ingest reads the textures too");
+    assert!(
+        rep["stages"][0]["bytes_read"].as_i64().unwrap() > 3_000_000,
+        "ingest reads the textures too"
+    );
     assert!(rep["totals"]["bytes_written"].as_i64().unwrap() > 0);
 
     // A rerun of the same job reuses every finished stage.
     let o2 = sb.kiln(&["run", job.to_str().unwrap()]);
     ok(&o2);
     let id2 = job_id(&o2);
-    let r2: serde_json::Value = serde_json::from_str(&stdout(&sb.kiln(&["report", &id2, "--json"]))).unwrap();
-    let states: Vec<_> = r2["stages"].as_array().unwrap().iter().map(|s| s["state"].as_str().unwrap().to_string()).collect();
+    let r2: serde_json::Value =
+        serde_json::from_str(&stdout(&sb.kiln(&["report", &id2, "--json"]))).unwrap();
+    let states: Vec<_> = r2["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["state"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(states, ["cached", "cached", "cached", "succeeded"]);
 }
 
@@ -76,12 +98,20 @@ fn carbon_sphere_glb_job_produces_four_lods_with_growing_error() {
     let glb = dataset("mesh-playcanvas-glb").join("carbon-sphere.glb");
     let job = mesh_job(&sb, "sphere", glb.to_str().unwrap());
     ok(&sb.kiln(&["run", job.to_str().unwrap()]));
-    let lods: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(sb.path().join("out/sphere/lods/lods.json")).unwrap()).unwrap();
+    let lods: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(sb.path().join("out/sphere/lods/lods.json")).unwrap(),
+    )
+    .unwrap();
     let lods = lods.as_array().expect("lods.json is an array of levels");
     assert_eq!(lods.len(), 4);
-    let tris: Vec<u64> = lods.iter().map(|l| l["triangles"].as_u64().unwrap()).collect();
-    let errs: Vec<f64> = lods.iter().map(|l| l["error_m"].as_f64().unwrap()).collect();
+    let tris: Vec<u64> = lods
+        .iter()
+        .map(|l| l["triangles"].as_u64().unwrap())
+        .collect();
+    let errs: Vec<f64> = lods
+        .iter()
+        .map(|l| l["error_m"].as_f64().unwrap())
+        .collect();
     assert_eq!(errs[0], 0.0);
     for i in 1..4 {
         assert!(tris[i] < tris[i - 1], "triangles must drop: {tris:?}");

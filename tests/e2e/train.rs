@@ -3,7 +3,13 @@
 
 use super::harness::*;
 
-fn capture_job(sb: &Sandbox, name: &str, input: &str, max_side: u32, steps: usize) -> std::path::PathBuf {
+fn capture_job(
+    sb: &Sandbox,
+    name: &str,
+    input: &str,
+    max_side: u32,
+    steps: usize,
+) -> std::path::PathBuf {
     sb.job(
         name,
         &format!(
@@ -16,7 +22,11 @@ fn capture_job(sb: &Sandbox, name: &str, input: &str, max_side: u32, steps: usiz
 /// The INRIA 3DGS PLY header for SH degree `d` (x y z nx ny nz f_dc_0..2 f_rest_* opacity scale_* rot_*).
 fn inria_header_properties(d: usize) -> Vec<String> {
     let k = (d + 1) * (d + 1);
-    let mut names: Vec<String> = ["x", "y", "z", "nx", "ny", "nz", "f_dc_0", "f_dc_1", "f_dc_2"].map(String::from).to_vec();
+    let mut names: Vec<String> = [
+        "x", "y", "z", "nx", "ny", "nz", "f_dc_0", "f_dc_1", "f_dc_2",
+    ]
+    .map(String::from)
+    .to_vec();
     names.extend((0..3 * (k - 1)).map(|i| format!("f_rest_{i}")));
     names.push("opacity".into());
     names.extend((0..3).map(|i| format!("scale_{i}")));
@@ -31,10 +41,15 @@ fn fox_capture_job_trains_tiles_and_publishes_at_tiny_settings() {
     let job = capture_job(&sb, "fox", fox.to_str().unwrap(), 64, 150);
     let o = sb.kiln(&["run", job.to_str().unwrap()]);
     ok(&o);
-    assert!(stdout(&o).contains("held-out PSNR"), "PSNR must be printed:\n{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("held-out PSNR"),
+        "PSNR must be printed:\n{}",
+        stdout(&o)
+    );
     let out = sb.path().join("out/fox");
 
-    let metrics: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("metrics.json")).unwrap()).unwrap();
+    let metrics: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("metrics.json")).unwrap()).unwrap();
     let psnr = metrics["psnr_db"].as_f64().unwrap();
     assert!(psnr.is_finite() && psnr > 10.0, "PSNR {psnr}");
     // 50 frames sorted by name, every 8th held out: indices 0, 8, …, 48 → 7 views.
@@ -43,23 +58,64 @@ fn fox_capture_job_trains_tiles_and_publishes_at_tiny_settings() {
 
     // splats.ply has exactly the INRIA layout (SH degree 0..3 depending on steps).
     let ply = std::fs::read(out.join("splats.ply")).unwrap();
-    let header_end = ply.windows(11).position(|w| w == b"end_header\n").expect("PLY header") + 11;
+    let header_end = ply
+        .windows(11)
+        .position(|w| w == b"end_header\n")
+        .expect("PLY header")
+        + 11;
     let header = String::from_utf8_lossy(&ply[..header_end]).into_owned();
     assert!(header.contains("format binary_little_endian 1.0"));
-    let props: Vec<String> = header.lines().filter_map(|l| l.strip_prefix("property float ")).map(String::from).collect();
+    let props: Vec<String> = header
+        .lines()
+        .filter_map(|l| l.strip_prefix("property float "))
+        .map(String::from)
+        .collect();
     let n_rest = props.iter().filter(|p| p.starts_with("f_rest_")).count();
-    let degree = [0, 9, 24, 45].iter().position(|&c| c == n_rest).expect("f_rest count of a valid SH degree");
+    let degree = [0, 9, 24, 45]
+        .iter()
+        .position(|&c| c == n_rest)
+        .expect("f_rest count of a valid SH degree");
     assert_eq!(props, inria_header_properties(degree));
-    let n: usize = header.lines().find_map(|l| l.strip_prefix("element vertex ")).unwrap().trim().parse().unwrap();
-    assert_eq!(ply.len() - header_end, n * props.len() * 4, "body = N × properties × 4 bytes");
+    let n: usize = header
+        .lines()
+        .find_map(|l| l.strip_prefix("element vertex "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        ply.len() - header_end,
+        n * props.len() * 4,
+        "body = N × properties × 4 bytes"
+    );
 
-    let tileset: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("tileset.json")).unwrap()).unwrap();
+    let tileset: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("tileset.json")).unwrap()).unwrap();
     let ext = &tileset["extensions"]["3DTILES_content_gltf"];
-    for name in ["KHR_gaussian_splatting", "KHR_gaussian_splatting_compression_spz_2"] {
-        assert!(ext["extensionsUsed"].as_array().unwrap().iter().any(|v| v == name), "{name} not declared in 3DTILES_content_gltf");
-        assert!(ext["extensionsRequired"].as_array().unwrap().iter().any(|v| v == name));
+    for name in [
+        "KHR_gaussian_splatting",
+        "KHR_gaussian_splatting_compression_spz_2",
+    ] {
+        assert!(
+            ext["extensionsUsed"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v == name),
+            "{name} not declared in 3DTILES_content_gltf"
+        );
+        assert!(
+            ext["extensionsRequired"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v == name)
+        );
     }
-    assert!(tileset["root"]["content"].is_object(), "the root holds a coarser merged level");
+    assert!(
+        tileset["root"]["content"].is_object(),
+        "the root holds a coarser merged level"
+    );
     validate_glbs(&files_with_ext(&out, "glb"));
 }
 
@@ -71,9 +127,13 @@ fn maupertuis_colmap_job_initialises_from_sfm_points() {
     let o = sb.kiln(&["run", job.to_str().unwrap()]);
     ok(&o);
     let id = job_id(&o);
-    let rep: serde_json::Value = serde_json::from_str(&stdout(&sb.kiln(&["report", &id, "--json"]))).unwrap();
+    let rep: serde_json::Value =
+        serde_json::from_str(&stdout(&sb.kiln(&["report", &id, "--json"]))).unwrap();
     let ingest = &rep["stages"][0];
     assert_eq!(ingest["stage"], "ingest");
-    assert!(ingest["summary"]["points"].as_u64().unwrap() > 0, "COLMAP points3D must be carried");
+    assert!(
+        ingest["summary"]["points"].as_u64().unwrap() > 0,
+        "COLMAP points3D must be carried"
+    );
     assert!(sb.path().join("out/maup/manifest.json").exists());
 }

@@ -1,5 +1,6 @@
 //! Meshes: the in-memory triangle mesh ([`Mesh`]), glTF/GLB read ([`read_gltf`], via the `gltf`
-//! crate) and GLB write ([`write_glb`]).
+//! crate; `KHR_draco_mesh_compression` via the pure-Rust `draco-oxide-decoder`) and GLB write
+//! ([`write_glb`]).
 //!
 //! Welding and simplification live in `kiln-pipeline`'s `decimate` stage, next to the
 //! meshoptimizer dependency; this crate stays free of native code.
@@ -7,6 +8,7 @@
 //! Frame and units: positions are metres in the glTF world frame (right-handed, +Y up), with every
 //! node transform of the default scene already applied. Letters: V vertices, F triangles.
 
+mod draco;
 mod glb_write;
 mod gltf_read;
 

@@ -80,11 +80,28 @@ pub struct BoundingVolume {
 impl BoundingVolume {
     /// An axis-aligned box from its min and max corners (metres).
     pub fn from_aabb(min: [f64; 3], max: [f64; 3]) -> Self {
-        let c = [(min[0] + max[0]) / 2.0, (min[1] + max[1]) / 2.0, (min[2] + max[2]) / 2.0];
+        let c = [
+            (min[0] + max[0]) / 2.0,
+            (min[1] + max[1]) / 2.0,
+            (min[2] + max[2]) / 2.0,
+        ];
         // A zero half-axis makes the box degenerate; keep a tiny positive extent so clients can cull.
         let h = |i: usize| ((max[i] - min[i]) / 2.0).max(1e-6);
         Self {
-            box_: Some([c[0], c[1], c[2], h(0), 0.0, 0.0, 0.0, h(1), 0.0, 0.0, 0.0, h(2)]),
+            box_: Some([
+                c[0],
+                c[1],
+                c[2],
+                h(0),
+                0.0,
+                0.0,
+                0.0,
+                h(1),
+                0.0,
+                0.0,
+                0.0,
+                h(2),
+            ]),
             sphere: None,
         }
     }
@@ -106,14 +123,19 @@ mod tests {
     #[test]
     fn tileset_serialises_with_spec_field_names() {
         let ts = Tileset {
-            asset: Asset { version: "1.1".into(), generator: None },
+            asset: Asset {
+                version: "1.1".into(),
+                generator: None,
+            },
             geometric_error: 10.0,
             root: Tile {
                 bounding_volume: BoundingVolume::from_aabb([0.0; 3], [2.0, 4.0, 6.0]),
                 geometric_error: 5.0,
                 refine: Some(Refine::Replace),
                 transform: None,
-                content: Some(Content { uri: "a.glb".into() }),
+                content: Some(Content {
+                    uri: "a.glb".into(),
+                }),
                 children: vec![],
             },
             extensions_used: vec![],

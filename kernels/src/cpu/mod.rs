@@ -17,6 +17,7 @@ pub mod rasterize_backward;
 pub mod rasterize_forward;
 pub mod scalar;
 pub mod sh;
+mod simd;
 pub mod sort;
 
 use crate::render::{ForwardOutput, RenderOptions, SplatGradients, SplatsRef};

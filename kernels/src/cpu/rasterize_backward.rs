@@ -162,13 +162,15 @@ pub fn rasterize_backward<T: Scalar>(
                         .zip(&sc.n[r.clone()])
                         .zip(&sc.g[r.clone()])
                         .zip(&sc.t_final[r.clone()])
-                        .zip(&sc.bg_dot[r])
-                        .zip(sx0..sx1);
-                    for ((((((t_px, behind), &n), g), &t_final), &bg_dot), x) in pixels {
+                        .zip(&sc.bg_dot[r]);
+                    // Pixel centres x + ½, stepped exactly (small integers plus ½).
+                    let mut px = T::of(sx0 as f64 - 0.5);
+                    for (((((t_px, behind), &n), g), &t_final), &bg_dot) in pixels {
+                        px += T::ONE;
                         if j as u32 >= n {
                             continue;
                         }
-                        let Some(hit) = splat_hit(s, T::of(x as f64 + 0.5), py) else {
+                        let Some(hit) = splat_hit(s, px, py) else {
                             continue;
                         };
                         let ra = T::ONE / (T::ONE - hit.alpha);

@@ -17,6 +17,13 @@
 //!
 //! Inputs come from `project`, so they are finite; there is no allocation per pixel or per tile
 //! (each rayon worker reuses one scratch of gathered splats and per-pixel state).
+//!
+//! Cost notes (the trainer runs this thousands of times): the per-splat rasterizer data
+//! ([`TileSplat`]: its `ln`, square roots and divisions) is computed once per splat per pass
+//! ([`tile_splats`]) and copied per tile into a contiguous array in sorted order; the pixel loops walk
+//! the per-pixel state row slices with iterators (no bounds checks inside); the span ends are rounded
+//! without libm `floor`/`ceil` calls; and `e^(−σ)` is an inlined copy of libm's `expf`
+//! ([`Scalar::exp_inline`]), so the loop keeps its registers instead of spilling them around a call.
 
 use rayon::prelude::*;
 
@@ -167,8 +174,10 @@ pub fn splat_hit<T: Scalar>(s: &TileSplat<T>, px: T, py: T) -> Option<Hit<T>> {
     if sigma < T::ZERO || sigma > s.sigma_cut {
         return None;
     }
-    let vis = (-sigma).exp();
-    let alpha = (s.opacity * vis).min(T::from_f32(MAX_ALPHA));
+    let vis = (-sigma).exp_inline();
+    // `min` by comparison: one `minss`, and the same value as IEEE `min` (the bound is not NaN).
+    let (a, max_alpha) = (s.opacity * vis, T::from_f32(MAX_ALPHA));
+    let alpha = if a < max_alpha { a } else { max_alpha };
     if alpha < T::from_f32(ALPHA_THRESHOLD) {
         return None;
     }
@@ -194,6 +203,62 @@ struct TileScratch<T> {
     rgb: [[T; 3]; PIXELS],
     last: [u32; PIXELS],
     done: [bool; PIXELS],
+    /// State of the `f32` SSE2 loop ([`super::simd`]).
+    simd: Box<super::simd::SimdTile>,
+}
+
+/// Writes a finished tile's pixels: colour over `background`, final transmittance, last contributor.
+fn write_tile<T: Scalar>(
+    sc: &TileScratch<T>,
+    [x0, x1, y0, y1]: [usize; 4],
+    w: usize,
+    background: [T; 3],
+    img_rows: &mut [T],
+    t_rows: &mut [T],
+    n_rows: &mut [u32],
+) {
+    let ts = TILE_SIZE as usize;
+    for y in y0..y1 {
+        for x in x0..x1 {
+            let li = (y - y0) * ts + (x - x0);
+            let pix = (y - y0) * w + x;
+            let t = sc.t[li];
+            for ch in 0..3 {
+                img_rows[pix * 3 + ch] = sc.rgb[li][ch] + t * background[ch];
+            }
+            t_rows[pix] = t;
+            n_rows[pix] = sc.last[li];
+        }
+    }
+}
+
+/// Runs the tile through the SSE2 loop of [`super::simd`] when `T` is `f32` on x86-64 (filling
+/// `sc.t`, `sc.rgb`, `sc.last` bit for bit as the scalar loop would); returns whether it did.
+#[inline]
+fn forward_tile_simd<T: Scalar>(sc: &mut TileScratch<T>, rect: [usize; 4], t_stop: T) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::any::Any;
+        let TileScratch {
+            splats,
+            t,
+            rgb,
+            last,
+            simd,
+            ..
+        } = sc;
+        if let (Some(splats), Some(t), Some(rgb), Some(&t_stop)) = (
+            (splats as &dyn Any).downcast_ref::<Vec<TileSplat<f32>>>(),
+            (t as &mut dyn Any).downcast_mut::<[f32; PIXELS]>(),
+            (rgb as &mut dyn Any).downcast_mut::<[[f32; 3]; PIXELS]>(),
+            (&t_stop as &dyn Any).downcast_ref::<f32>(),
+        ) {
+            super::simd::forward_tile_f32(simd, splats, rect, t_stop, t, rgb, last);
+            return true;
+        }
+    }
+    let _ = (sc, rect, t_stop);
+    false
 }
 
 /// Pixels in a tile.
@@ -226,6 +291,7 @@ pub fn rasterize_forward<T: Scalar>(
         rgb: [[T::ZERO; 3]; PIXELS],
         last: [0; PIXELS],
         done: [false; PIXELS],
+        simd: super::simd::SimdTile::new(),
     };
 
     image
@@ -246,6 +312,10 @@ pub fn rasterize_forward<T: Scalar>(
                             .iter()
                             .map(|&id| all[id as usize]),
                     );
+                    if forward_tile_simd(sc, [x0, x1, y0, y1], t_stop) {
+                        write_tile(sc, [x0, x1, y0, y1], w, background, img_rows, t_rows, n_rows);
+                        continue;
+                    }
                     sc.t = [T::ONE; PIXELS];
                     sc.rgb = [[T::ZERO; 3]; PIXELS];
                     sc.last = [0; PIXELS];
@@ -265,13 +335,15 @@ pub fn rasterize_forward<T: Scalar>(
                                 .iter_mut()
                                 .zip(&mut sc.rgb[r.clone()])
                                 .zip(&mut sc.last[r.clone()])
-                                .zip(&mut sc.done[r])
-                                .zip(sx0..sx1);
-                            for ((((t, rgb), last), done), x) in pixels {
+                                .zip(&mut sc.done[r]);
+                            // Pixel centres x + ½, stepped exactly (small integers plus ½).
+                            let mut px = T::of(sx0 as f64 - 0.5);
+                            for (((t, rgb), last), done) in pixels {
+                                px += T::ONE;
                                 if *done {
                                     continue;
                                 }
-                                let Some(hit) = splat_hit(s, T::of(x as f64 + 0.5), py) else {
+                                let Some(hit) = splat_hit(s, px, py) else {
                                     continue;
                                 };
                                 let next_t = *t * (T::ONE - hit.alpha);
@@ -289,18 +361,7 @@ pub fn rasterize_forward<T: Scalar>(
                             }
                         }
                     }
-                    for y in y0..y1 {
-                        for x in x0..x1 {
-                            let li = (y - y0) * ts + (x - x0);
-                            let pix = (y - y0) * w + x;
-                            let t = sc.t[li];
-                            for ch in 0..3 {
-                                img_rows[pix * 3 + ch] = sc.rgb[li][ch] + t * background[ch];
-                            }
-                            t_rows[pix] = t;
-                            n_rows[pix] = sc.last[li];
-                        }
-                    }
+                    write_tile(sc, [x0, x1, y0, y1], w, background, img_rows, t_rows, n_rows);
                 }
             },
         );

@@ -25,7 +25,9 @@ pub struct IngestParams {
 
 impl Default for IngestParams {
     fn default() -> Self {
-        Self { max_side: Some(540) }
+        Self {
+            max_side: Some(540),
+        }
     }
 }
 
@@ -79,7 +81,11 @@ pub const MESH_GLB: &str = "mesh.glb";
 /// # Errors
 /// Reader errors name the file and field (no frames, all images missing, bad JSON, unsupported
 /// camera model); a corrupt image fails with its path; [`Error::Param`] for `max_side == 0`.
-pub fn ingest_capture(input: &Path, params: &IngestParams, out_dir: &Path) -> Result<IngestedCapture> {
+pub fn ingest_capture(
+    input: &Path,
+    params: &IngestParams,
+    out_dir: &Path,
+) -> Result<IngestedCapture> {
     if params.max_side == Some(0) {
         return Err(Error::Param {
             stage: "ingest",
@@ -117,9 +123,10 @@ pub fn ingest_capture(input: &Path, params: &IngestParams, out_dir: &Path) -> Re
     let ingested = IngestedCapture {
         source: cap.source.display().to_string(),
         frames,
-        points: cap
-            .points
-            .map(|p| IngestedPoints { positions: p.positions, colors: p.colors }),
+        points: cap.points.map(|p| IngestedPoints {
+            positions: p.positions,
+            colors: p.colors,
+        }),
         skipped: cap.skipped,
     };
     let json = serde_json::to_vec_pretty(&ingested).expect("IngestedCapture serialises");
@@ -154,12 +161,17 @@ pub fn load_frame_rgb(stage_dir: &Path, frame: &IngestedFrame) -> Result<Vec<f32
 }
 
 fn write_png(path: &PathBuf, img: &capture::RgbImage) -> Result<()> {
-    let bytes: Vec<u8> = img.data.iter().map(|v| (v.clamp(0.0, 1.0) * 255.0).round() as u8).collect();
-    let buf = image::RgbImage::from_raw(img.width, img.height, bytes).ok_or_else(|| Error::Input {
-        path: path.clone(),
-        field: "image".into(),
-        problem: "pixel buffer does not match its size".into(),
-    })?;
+    let bytes: Vec<u8> = img
+        .data
+        .iter()
+        .map(|v| (v.clamp(0.0, 1.0) * 255.0).round() as u8)
+        .collect();
+    let buf =
+        image::RgbImage::from_raw(img.width, img.height, bytes).ok_or_else(|| Error::Input {
+            path: path.clone(),
+            field: "image".into(),
+            problem: "pixel buffer does not match its size".into(),
+        })?;
     let mut png = Vec::new();
     buf.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
         .map_err(|e| Error::io(path, std::io::Error::other(e)))?;
@@ -193,5 +205,10 @@ pub fn ingest_mesh(input: &Path, out_dir: &Path) -> Result<IngestedMesh> {
             max[i] = max[i].max(p[i]);
         }
     }
-    Ok(IngestedMesh { vertices: mesh.positions.len(), triangles: mesh.indices.len() / 3, min, max })
+    Ok(IngestedMesh {
+        vertices: mesh.positions.len(),
+        triangles: mesh.indices.len() / 3,
+        min,
+        max,
+    })
 }

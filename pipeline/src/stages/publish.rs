@@ -75,13 +75,17 @@ pub async fn publish(files: &[PublishFile], output: &str, job_id: &str) -> Resul
     let mut bytes_written = 0;
     let staged = async {
         for f in files {
-            let data = tokio::fs::read(&f.local).await.map_err(|e| Error::io(&f.local, e))?;
+            let data = tokio::fs::read(&f.local)
+                .await
+                .map_err(|e| Error::io(&f.local, e))?;
             entries.push(ManifestEntry {
                 path: f.relative.clone(),
                 bytes: data.len() as u64,
                 blake3: blake3::hash(&data).to_hex().to_string(),
             });
-            bytes_written += store.put_bytes(&format!("{staging}/{}", f.relative), data).await?;
+            bytes_written += store
+                .put_bytes(&format!("{staging}/{}", f.relative), data)
+                .await?;
         }
         Ok::<_, Error>(())
     }
@@ -92,10 +96,17 @@ pub async fn publish(files: &[PublishFile], output: &str, job_id: &str) -> Resul
     }
     match store.store.delete(&store.child(MANIFEST_JSON)).await {
         Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-        Err(source) => return Err(Error::Storage { url: output.into(), source }),
+        Err(source) => {
+            return Err(Error::Storage {
+                url: output.into(),
+                source,
+            });
+        }
     }
     for f in files {
-        store.rename(&format!("{staging}/{}", f.relative), &f.relative).await?;
+        store
+            .rename(&format!("{staging}/{}", f.relative), &f.relative)
+            .await?;
     }
     let _ = store.delete_prefix(&staging).await;
     let manifest = Manifest {
@@ -105,7 +116,10 @@ pub async fn publish(files: &[PublishFile], output: &str, job_id: &str) -> Resul
     };
     let json = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
     bytes_written += store.put_bytes(MANIFEST_JSON, json).await?;
-    Ok(PublishReport { manifest, bytes_written })
+    Ok(PublishReport {
+        manifest,
+        bytes_written,
+    })
 }
 
 #[cfg(test)]
@@ -117,24 +131,52 @@ mod tests {
         let src = tempfile::tempdir().unwrap();
         std::fs::write(src.path().join("a.txt"), b"hello").unwrap();
         let out = tempfile::tempdir().unwrap();
-        let files = vec![PublishFile { local: src.path().join("a.txt"), relative: "sub/a.txt".into() }];
-        let r = publish(&files, out.path().to_str().unwrap(), "job1").await.unwrap();
-        assert_eq!(std::fs::read(out.path().join("sub/a.txt")).unwrap(), b"hello");
+        let files = vec![PublishFile {
+            local: src.path().join("a.txt"),
+            relative: "sub/a.txt".into(),
+        }];
+        let r = publish(&files, out.path().to_str().unwrap(), "job1")
+            .await
+            .unwrap();
+        assert_eq!(
+            std::fs::read(out.path().join("sub/a.txt")).unwrap(),
+            b"hello"
+        );
         let m: Manifest =
-            serde_json::from_slice(&std::fs::read(out.path().join(MANIFEST_JSON)).unwrap()).unwrap();
+            serde_json::from_slice(&std::fs::read(out.path().join(MANIFEST_JSON)).unwrap())
+                .unwrap();
         assert_eq!(m, r.manifest);
         assert_eq!(m.files[0].bytes, 5);
         // BLAKE3("hello") from the reference implementation (b3sum).
-        assert_eq!(m.files[0].blake3, "ea8f163db38682925e4491c5e58d4bb3506ef8c14eb78a86e908c5624a67200f");
-        let names: Vec<_> = std::fs::read_dir(out.path()).unwrap().flatten().map(|e| e.file_name()).collect();
-        assert!(names.iter().all(|n| !n.to_string_lossy().starts_with(".staging")), "{names:?}");
+        assert_eq!(
+            m.files[0].blake3,
+            "ea8f163db38682925e4491c5e58d4bb3506ef8c14eb78a86e908c5624a67200f"
+        );
+        let names: Vec<_> = std::fs::read_dir(out.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(
+            names
+                .iter()
+                .all(|n| !n.to_string_lossy().starts_with(".staging")),
+            "{names:?}"
+        );
     }
 
     #[tokio::test]
     async fn missing_local_file_publishes_nothing() {
         let out = tempfile::tempdir().unwrap();
-        let files = vec![PublishFile { local: "/no/such/file".into(), relative: "x".into() }];
-        assert!(publish(&files, out.path().to_str().unwrap(), "j").await.is_err());
+        let files = vec![PublishFile {
+            local: "/no/such/file".into(),
+            relative: "x".into(),
+        }];
+        assert!(
+            publish(&files, out.path().to_str().unwrap(), "j")
+                .await
+                .is_err()
+        );
         assert!(!out.path().join(MANIFEST_JSON).exists());
     }
 }
