@@ -25,4 +25,6 @@ pub mod render;
 
 pub use camera::Camera;
 pub use error::Error;
-pub use render::{ForwardOutput, RenderOptions, SplatGradients, SplatsRef, render_backward, render_forward};
+pub use render::{
+    ForwardOutput, RenderOptions, SplatGradients, SplatsRef, render_backward, render_forward,
+};

@@ -35,7 +35,9 @@ pub struct RenderOptions {
 
 impl Default for RenderOptions {
     fn default() -> Self {
-        Self { background: [0.0; 3] }
+        Self {
+            background: [0.0; 3],
+        }
     }
 }
 

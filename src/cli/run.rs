@@ -60,7 +60,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             s.summary
         );
     }
-    let train = outcome.stages.iter().find(|s| s.kind == kiln_pipeline::dag::StageKind::Train);
+    let train = outcome
+        .stages
+        .iter()
+        .find(|s| s.kind == kiln_pipeline::dag::StageKind::Train);
     if let Some(t) = train
         && let Some(psnr) = t.summary.get("psnr_db").and_then(|v| v.as_f64())
     {

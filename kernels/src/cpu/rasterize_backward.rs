@@ -11,7 +11,9 @@
 //! Determinism without atomics: each tile writes the gradients of its own slice of the sorted
 //! intersection list (tiles own disjoint slices), pixels in a fixed order; the slices are then summed
 //! per splat sequentially in list order. The result is bit-identical for any thread count.
-//! No allocation per pixel: one gather buffer per worker.
+//! No allocation per pixel: one gather buffer per worker. For `f32` on x86-64 the per-tile loop runs
+//! in `simd.rs` (SSE2, four pixels per step, each splat's sums still taken pixel by pixel in
+//! row-major order), bit-identical to the scalar loop here, which remains the `f64` path.
 
 use rayon::prelude::*;
 
@@ -61,6 +63,47 @@ struct BwdScratch<T> {
     bg_dot: [T; PIXELS],
     /// Contributor count (0 for pixels with zero upstream gradient).
     n: [u32; PIXELS],
+    /// State of the `f32` SSE2 loop ([`super::simd`]).
+    simd: Box<super::simd::SimdBwdTile>,
+}
+
+/// Runs the tile through the SSE2 loop of [`super::simd`] when `T` is `f32` on x86-64 (writing
+/// `grads` bit for bit as the scalar loop would); returns whether it did.
+#[inline]
+fn backward_tile_simd<T: Scalar>(
+    sc: &mut BwdScratch<T>,
+    rect: [usize; 4],
+    grads: &mut [ScreenGrad<T>],
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::any::Any;
+        let BwdScratch {
+            splats,
+            t_final,
+            g,
+            bg_dot,
+            n,
+            simd,
+            ..
+        } = sc;
+        if super::simd::enabled()
+            && let (Some(splats), Some(t_final), Some(g), Some(bg_dot)) = (
+                (splats as &dyn Any).downcast_ref::<Vec<TileSplat<f32>>>(),
+                (t_final as &dyn Any).downcast_ref::<[f32; PIXELS]>(),
+                (g as &dyn Any).downcast_ref::<[[f32; 3]; PIXELS]>(),
+                (bg_dot as &dyn Any).downcast_ref::<[f32; PIXELS]>(),
+            )
+        {
+            // SAFETY: the downcasts above succeeded, so `T` is `f32` and `ScreenGrad<T>` is
+            // `ScreenGrad<f32>`: the cast only renames the type of the same slice.
+            let grads = unsafe { &mut *(grads as *mut [ScreenGrad<T>] as *mut [ScreenGrad<f32>]) };
+            super::simd::backward_tile_f32(simd, splats, rect, t_final, g, bg_dot, n, grads);
+            return true;
+        }
+    }
+    let _ = (sc, rect, grads);
+    false
 }
 
 /// Per-splat screen-space gradients `[N]` given `grad_image [H, W, 3]` and the forward state.
@@ -102,6 +145,7 @@ pub fn rasterize_backward<T: Scalar>(
         g: [[T::ZERO; 3]; PIXELS],
         bg_dot: [T::ZERO; PIXELS],
         n: [0; PIXELS],
+        simd: super::simd::SimdBwdTile::new(),
     };
     parts
         .into_par_iter()
@@ -146,6 +190,9 @@ pub fn rasterize_backward<T: Scalar>(
                     .iter()
                     .map(|&id| all[id as usize]),
             );
+            if backward_tile_simd(sc, [x0, x1, y0, y1], grads) {
+                return;
+            }
             // Splats back to front; each pixel sees its contributors in exactly the reverse of the
             // forward order, and each splat's gradient is summed over its pixels in row-major order.
             for (j, s) in sc.splats.iter().enumerate().rev() {

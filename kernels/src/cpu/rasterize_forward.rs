@@ -24,6 +24,9 @@
 //! the per-pixel state row slices with iterators (no bounds checks inside); the span ends are rounded
 //! without libm `floor`/`ceil` calls; and `e^(−σ)` is an inlined copy of libm's `expf`
 //! ([`Scalar::exp_inline`]), so the loop keeps its registers instead of spilling them around a call.
+//! For `f32` on x86-64 the per-tile loop runs in `simd.rs` (SSE2, four pixels of a row chord per
+//! step), bit-identical to the scalar loop below, which remains the `f64` path (checked by
+//! `simd_tile_loops_match_scalar_loops_bit_for_bit`).
 
 use rayon::prelude::*;
 
@@ -128,21 +131,25 @@ impl<T: Scalar> TileSplat<T> {
 
 /// `clamp(floor(v), lo, hi)` as an index, NaN giving `lo`, without a libm `floor` call (x86-64
 /// baseline has no rounding instruction). Exact: floor is monotone and the bounds are integers, so
-/// clamping first and truncating the (then non-negative) value gives the same integer.
+/// clamping first and truncating the (then non-negative) value gives the same integer. The clamps
+/// are compare-selects (a NaN `v` fails `v > lo` and so becomes `lo`, as with IEEE `max`).
 #[inline(always)]
 fn floor_clamp<T: Scalar>(v: T, lo: usize, hi: usize) -> usize {
-    // `max` first: a NaN argument loses, as in `floor(NaN).max(lo)`.
-    let c = v.to_f64().max(lo as f64).min(hi as f64);
-    c as usize
+    let (flo, fhi) = (T::of(lo as f64), T::of(hi as f64));
+    let c = if v > flo { v } else { flo };
+    let c = if c < fhi { c } else { fhi };
+    c.to_f64() as usize
 }
 
 /// `clamp(ceil(v), lo, hi)` as an index, NaN giving `lo`; exact for the same reason as
 /// [`floor_clamp`].
 #[inline(always)]
 fn ceil_clamp<T: Scalar>(v: T, lo: usize, hi: usize) -> usize {
-    let c = v.to_f64().max(lo as f64).min(hi as f64);
-    let t = c as usize;
-    if (t as f64) < c { t + 1 } else { t }
+    let (flo, fhi) = (T::of(lo as f64), T::of(hi as f64));
+    let c = if v > flo { v } else { flo };
+    let c = if c < fhi { c } else { fhi };
+    let t = c.to_f64() as usize;
+    if T::of(t as f64) < c { t + 1 } else { t }
 }
 
 /// [`TileSplat::new`] of every projected splat, indexed like `projected` (computed once per pass,
@@ -247,12 +254,14 @@ fn forward_tile_simd<T: Scalar>(sc: &mut TileScratch<T>, rect: [usize; 4], t_sto
             simd,
             ..
         } = sc;
-        if let (Some(splats), Some(t), Some(rgb), Some(&t_stop)) = (
-            (splats as &dyn Any).downcast_ref::<Vec<TileSplat<f32>>>(),
-            (t as &mut dyn Any).downcast_mut::<[f32; PIXELS]>(),
-            (rgb as &mut dyn Any).downcast_mut::<[[f32; 3]; PIXELS]>(),
-            (&t_stop as &dyn Any).downcast_ref::<f32>(),
-        ) {
+        if super::simd::enabled()
+            && let (Some(splats), Some(t), Some(rgb), Some(&t_stop)) = (
+                (splats as &dyn Any).downcast_ref::<Vec<TileSplat<f32>>>(),
+                (t as &mut dyn Any).downcast_mut::<[f32; PIXELS]>(),
+                (rgb as &mut dyn Any).downcast_mut::<[[f32; 3]; PIXELS]>(),
+                (&t_stop as &dyn Any).downcast_ref::<f32>(),
+            )
+        {
             super::simd::forward_tile_f32(simd, splats, rect, t_stop, t, rgb, last);
             return true;
         }
@@ -313,7 +322,15 @@ pub fn rasterize_forward<T: Scalar>(
                             .map(|&id| all[id as usize]),
                     );
                     if forward_tile_simd(sc, [x0, x1, y0, y1], t_stop) {
-                        write_tile(sc, [x0, x1, y0, y1], w, background, img_rows, t_rows, n_rows);
+                        write_tile(
+                            sc,
+                            [x0, x1, y0, y1],
+                            w,
+                            background,
+                            img_rows,
+                            t_rows,
+                            n_rows,
+                        );
                         continue;
                     }
                     sc.t = [T::ONE; PIXELS];
@@ -361,7 +378,15 @@ pub fn rasterize_forward<T: Scalar>(
                             }
                         }
                     }
-                    write_tile(sc, [x0, x1, y0, y1], w, background, img_rows, t_rows, n_rows);
+                    write_tile(
+                        sc,
+                        [x0, x1, y0, y1],
+                        w,
+                        background,
+                        img_rows,
+                        t_rows,
+                        n_rows,
+                    );
                 }
             },
         );

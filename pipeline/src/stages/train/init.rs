@@ -19,10 +19,11 @@ pub const INIT_OPACITY: f32 = 0.1;
 pub const KNN_K: usize = 3;
 /// Floor of the mean squared neighbour distance, m² (INRIA `clamp_min(..., 1e-7)`).
 pub const MIN_KNN_DIST2: f32 = 1e-7;
-/// Random init depth range as fractions of the scene extent: a depth uniform in
-/// [0.1, 1.5]·extent. With cameras on a sphere of radius r around the subject (extent = 1.1 r)
-/// this covers the subject and the space between it and the camera, and reaches past the centre.
-pub const RANDOM_DEPTH_RANGE: (f32, f32) = (0.1, 1.5);
+/// Random init depth range as fractions of the subject distance d₀ (see [`subject_distance`]): a
+/// depth uniform in [0.25, 1.75]·d₀. Centred on the subject so that most initial splats land on or
+/// around it and behind it (backgrounds), not as floaters right in front of the lenses; forward-facing
+/// phone captures (fox: cameras ~6.4 units from the subject, extent 4.4) need the far end past d₀.
+pub const RANDOM_DEPTH_RANGE: (f32, f32) = (0.25, 1.75);
 /// Extent used when the cameras do not span a volume (one camera, or all at one point), metres.
 pub const FALLBACK_EXTENT: f32 = 1.0;
 
@@ -190,8 +191,76 @@ pub fn splats_from_points(points: &InitPoints, sh_degree: u32) -> GaussianSplats
     s
 }
 
+/// Median distance, metres, from the camera centres to the point nearest all optical axes (the
+/// least-squares intersection of the +z camera axes: Σ(I − dᵢdᵢᵀ)·p = Σ(I − dᵢdᵢᵀ)·cᵢ). `None` when the
+/// axes are (nearly) parallel or the point lies behind most cameras (then the caller falls back to the
+/// scene extent).
+pub fn subject_distance(cameras: &[Camera]) -> Option<f32> {
+    if cameras.len() < 2 {
+        return None;
+    }
+    let mut a = [[0.0f64; 3]; 3];
+    let mut b = [0.0f64; 3];
+    let mut axes = Vec::with_capacity(cameras.len());
+    for cam in cameras {
+        let c = camera_centre(cam).map(f64::from);
+        // Camera +z in world = third row of R (world_to_camera rotation).
+        let d = [0, 1, 2].map(|j| f64::from(cam.world_to_camera[2][j]));
+        let n = (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]).sqrt();
+        if !(n > 0.0) {
+            return None;
+        }
+        let d = d.map(|v| v / n);
+        for i in 0..3 {
+            for j in 0..3 {
+                let p = if i == j { 1.0 } else { 0.0 } - d[i] * d[j];
+                a[i][j] += p;
+                b[i] += p * c[j];
+            }
+        }
+        axes.push((c, d));
+    }
+    let p = solve3(a, b)?;
+    let mut dists: Vec<f32> = axes
+        .iter()
+        .filter_map(|(c, d)| {
+            let v = [p[0] - c[0], p[1] - c[1], p[2] - c[2]];
+            let along = v[0] * d[0] + v[1] * d[1] + v[2] * d[2];
+            (along > 0.0).then_some(along as f32)
+        })
+        .collect();
+    if dists.len() * 2 < cameras.len() {
+        return None;
+    }
+    dists.sort_by(f32::total_cmp);
+    let d0 = dists[dists.len() / 2];
+    (d0.is_finite() && d0 > 1e-6).then_some(d0)
+}
+
+/// Solve the 3×3 system `a·x = b` by Cramer's rule; `None` when it is (nearly) singular.
+fn solve3(a: [[f64; 3]; 3], b: [f64; 3]) -> Option<[f64; 3]> {
+    let det = |m: &[[f64; 3]; 3]| {
+        m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
+    };
+    let d = det(&a);
+    let scale: f64 = a.iter().flatten().map(|v| v.abs()).sum::<f64>().max(1e-300);
+    if d.abs() < 1e-9 * scale * scale * scale {
+        return None;
+    }
+    Some(std::array::from_fn(|k| {
+        let mut m = a;
+        for i in 0..3 {
+            m[i][k] = b[i];
+        }
+        det(&m) / d
+    }))
+}
+
 /// `count` random points inside the camera frustums: pick a camera, a pixel and a depth uniform in
-/// [`RANDOM_DEPTH_RANGE`]·`scene_extent`, unproject. Colours are INRIA's random-init colours:
+/// [`RANDOM_DEPTH_RANGE`]·d₀, unproject; d₀ is [`subject_distance`], or `scene_extent` when the
+/// cameras do not converge. Colours are INRIA's random-init colours:
 /// SH DC uniform in [0, 1/255) (so colours ≈ 0.5 grey), to keep random floaters neutral.
 pub fn random_points_in_frustums(
     cameras: &[Camera],
@@ -203,10 +272,8 @@ pub fn random_points_in_frustums(
     if cameras.is_empty() {
         return pts;
     }
-    let (near, far) = (
-        RANDOM_DEPTH_RANGE.0 * scene_extent,
-        RANDOM_DEPTH_RANGE.1 * scene_extent,
-    );
+    let d0 = subject_distance(cameras).unwrap_or(scene_extent);
+    let (near, far) = (RANDOM_DEPTH_RANGE.0 * d0, RANDOM_DEPTH_RANGE.1 * d0);
     for _ in 0..count {
         let cam = &cameras[rng.random_range(0..cameras.len())];
         let u = rng.random::<f32>() * cam.width as f32;
@@ -229,6 +296,38 @@ pub fn random_points_in_frustums(
 mod tests {
     use super::*;
     use rand::SeedableRng;
+
+    #[test]
+    fn subject_distance_of_cameras_looking_at_a_point_is_their_distance() {
+        // Two cameras 5 m from the origin, on +z and +x, both looking at the origin.
+        let cam = |w2c: [[f32; 4]; 4]| Camera {
+            width: 8,
+            height: 8,
+            fx: 8.0,
+            fy: 8.0,
+            cx: 4.0,
+            cy: 4.0,
+            world_to_camera: w2c,
+        };
+        // Camera at (0,0,5) looking down −z: rows x=(1,0,0), y=(0,−1,0), z=(0,0,−1); t = −R·c = (0,0,5).
+        let a = cam([
+            [1.0, 0.0, 0.0, 0.0],
+            [0.0, -1.0, 0.0, 0.0],
+            [0.0, 0.0, -1.0, 5.0],
+            [0.0, 0.0, 0.0, 1.0],
+        ]);
+        // Camera at (5,0,0) looking down −x: z row = (−1,0,0), x row = (0,0,1), y row = (0,−1,0); t = (0,0,5).
+        let b = cam([
+            [0.0, 0.0, 1.0, 0.0],
+            [0.0, -1.0, 0.0, 0.0],
+            [-1.0, 0.0, 0.0, 5.0],
+            [0.0, 0.0, 0.0, 1.0],
+        ]);
+        let d = subject_distance(&[a, b]).unwrap();
+        assert!((d - 5.0).abs() < 1e-5, "{d}");
+        // Parallel axes do not converge.
+        assert_eq!(subject_distance(&[a, a]), None);
+    }
 
     fn look_at_origin(centre: [f32; 3]) -> Camera {
         // Camera looking down −z_world from +z: R = diag(1, −1, −1) maps forward to +z.
@@ -311,6 +410,7 @@ mod tests {
 
     #[test]
     fn random_points_lie_in_front_of_some_camera() {
+        // One camera: no convergence point, so d₀ = scene extent 3 and depths lie in [0.75, 5.25].
         let cams = [look_at_origin([0.0, 0.0, 3.0])];
         let mut rng = SmallRng::seed_from_u64(5);
         let p = random_points_in_frustums(&cams, 100, 3.0, &mut rng);
@@ -318,7 +418,7 @@ mod tests {
         assert!(
             p.positions
                 .iter()
-                .all(|q| q[2] < 3.0 - 0.29 && q[2] > 3.0 - 4.51)
+                .all(|q| q[2] < 3.0 - 0.74 && q[2] > 3.0 - 5.26)
         );
     }
 }
