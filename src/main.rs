@@ -6,6 +6,11 @@ mod cli;
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
+    // `kiln … | head` must end quietly like other Unix tools instead of panicking in println!.
+    // SAFETY: restoring the default SIGPIPE action at start-up, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let args = cli::Cli::parse();
     cli::init_logging(&args.log_format);
     let rt = match tokio::runtime::Builder::new_multi_thread()

@@ -67,6 +67,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A `dataset://` path that climbs out of the dataset with `..`.
+    #[error("{location}: `..` is not allowed in a dataset:// path; name a file inside the dataset")]
+    Escape { location: String },
     /// The compiled-in manifest does not parse (a build defect).
     #[error("datasets/manifest.toml: {0}")]
     Manifest(#[from] toml::de::Error),
@@ -136,6 +139,11 @@ pub fn resolve_location(location: &str) -> Result<String, Error> {
         return Ok(location.to_string());
     };
     let (name, sub) = rest.split_once('/').unwrap_or((rest, ""));
+    if sub.split('/').any(|part| part == "..") {
+        return Err(Error::Escape {
+            location: location.into(),
+        });
+    }
     let mut p = resolve(name)?;
     if !sub.is_empty() {
         p = p.join(sub);
@@ -155,7 +163,11 @@ pub fn verify(name: &str) -> Result<usize, Error> {
         .find(|d| d.name == name)
         .ok_or_else(|| Error::Unknown {
             name: name.into(),
-            known: String::new(),
+            known: all
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
         })?;
     let root = resolve(name)?;
     let sums_path = root.join("SHA256SUMS");
@@ -233,5 +245,6 @@ mod tests {
             .unwrap();
         assert!(Path::new(&p).is_file(), "{p}");
         assert_eq!(resolve_location("s3://b/k").unwrap(), "s3://b/k");
+        assert!(resolve_location("dataset://mesh-playcanvas-glb/../../etc/passwd").is_err());
     }
 }

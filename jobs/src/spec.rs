@@ -94,6 +94,26 @@ impl JobSpec {
                 found: spec.name.clone(),
             });
         }
+        let invalid = |e: kiln_pipeline::Error| match e {
+            kiln_pipeline::Error::Param {
+                stage,
+                field,
+                expected,
+                found,
+            } => Error::Field {
+                path: path.into(),
+                field: format!("{stage}.{field}"),
+                expected,
+                found,
+            },
+            other => Error::Spec {
+                path: path.into(),
+                message: other.to_string(),
+            },
+        };
+        spec.ingest.validate().map_err(invalid)?;
+        spec.train.validate().map_err(invalid)?;
+        spec.decimate.validate().map_err(invalid)?;
         Ok(spec)
     }
 
@@ -180,6 +200,25 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("video"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_stage_parameters_fail_at_parse_time() {
+        let base = "name=\"a\"\nkind=\"mesh\"\ninput=\"x\"\noutput=\"y\"\n";
+        for (table, field) in [
+            ("[train]\nsteps = 0\n", "train.steps"),
+            ("[ingest]\nmax_side = 0\n", "ingest.max_side"),
+            ("[decimate]\nratios = [0.5, 1.0]\n", "decimate.ratios[0]"),
+            ("[decimate]\nratios = []\n", "decimate.ratios"),
+        ] {
+            let err = JobSpec::from_toml(&format!("{base}{table}"), Path::new("j.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("j.toml") && err.contains(field),
+                "{table}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -198,37 +198,57 @@ pub struct Fetched {
 
 /// Copy the object or prefix named by `location` into `dest_dir`.
 ///
-/// When `location` names one object, it lands at `dest_dir/<file name>` and, if `with_siblings` is
-/// set (a `.gltf` needs its `.bin` and textures), every object beside it is fetched too. When it names
-/// a prefix, all objects under it are copied keeping their relative paths. Local-filesystem
+/// When `location` names one object, it lands at `dest_dir/<file name>`; if `with_references` is
+/// set and it is a `.gltf`, the external files it references (`buffers[].uri`, `images[].uri`,
+/// relative, not `data:`) are fetched beside it — nothing else in its folder is. When `location`
+/// names a prefix, all objects under it are copied keeping their relative paths. Local-filesystem
 /// locations are copied too, so a stage never reads a file that may change under it.
 ///
 /// # Errors
-/// [`Error::Input`] when nothing exists at `location`; [`Error::Storage`] / [`Error::Io`] on I/O.
-pub async fn fetch(location: &str, dest_dir: &Path, with_siblings: bool) -> Result<Fetched> {
+/// [`Error::Input`] when nothing exists at `location` (no object, or an empty folder) or a
+/// referenced file is missing; [`Error::Storage`] / [`Error::Io`] on I/O.
+pub async fn fetch(location: &str, dest_dir: &Path, with_references: bool) -> Result<Fetched> {
     let store = open(location)?;
     std::fs::create_dir_all(dest_dir).map_err(|e| Error::io(dest_dir, e))?;
-    let (list_prefix, primary) = match store.store.head(&store.prefix).await {
-        Ok(meta) => {
+    if let Ok(meta) = store.store.head(&store.prefix).await {
+        let name = meta.location.filename().unwrap_or("input").to_string();
+        let local = dest_dir.join(&name);
+        let mut bytes = download(&store, &meta.location, &local).await?;
+        let mut objects = 1;
+        if with_references && name.to_ascii_lowercase().ends_with(".gltf") {
             let parent = parent_of(&meta.location);
-            let name = meta.location.filename().unwrap_or("input").to_string();
-            if with_siblings {
-                (Some(parent), Some(name))
-            } else {
-                let local = dest_dir.join(&name);
-                let bytes = download(&store, &meta.location, &local).await?;
-                return Ok(Fetched {
-                    local,
-                    objects: 1,
-                    bytes,
-                });
+            for uri in gltf_external_uris(&local)? {
+                let mut from = parent.clone();
+                for part in uri.split('/').filter(|p| !p.is_empty() && *p != ".") {
+                    from = from.join(part);
+                }
+                let to = dest_dir.join(&uri);
+                bytes += match download(&store, &from, &to).await {
+                    Ok(n) => n,
+                    Err(Error::Storage {
+                        source: object_store::Error::NotFound { .. },
+                        ..
+                    }) => {
+                        return Err(Error::Input {
+                            path: PathBuf::from(location),
+                            field: "buffers/images uri".into(),
+                            problem: format!(
+                                "the glTF references `{uri}`, which does not exist beside it; upload it next to the .gltf or use a .glb"
+                            ),
+                        });
+                    }
+                    Err(e) => return Err(e),
+                };
+                objects += 1;
             }
         }
-        Err(object_store::Error::NotFound { .. }) => (Some(store.prefix.clone()), None),
-        // Local stores answer `head` on a directory with an error other than NotFound.
-        Err(_) => (Some(store.prefix.clone()), None),
-    };
-    let list_prefix = list_prefix.unwrap_or_default();
+        return Ok(Fetched {
+            local,
+            objects,
+            bytes,
+        });
+    }
+    let list_prefix = store.prefix.clone();
     let metas: Vec<_> = store
         .store
         .list(Some(&list_prefix))
@@ -239,9 +259,8 @@ pub async fn fetch(location: &str, dest_dir: &Path, with_siblings: bool) -> Resu
         return Err(Error::Input {
             path: PathBuf::from(location),
             field: "input".into(),
-            problem:
-                "no object or folder exists at this location; check the URL/path in the job file"
-                    .into(),
+            problem: "nothing found here (no file, or an empty folder); check the URL/path in the job file"
+                .into(),
         });
     }
     let mut bytes = 0;
@@ -257,15 +276,76 @@ pub async fn fetch(location: &str, dest_dir: &Path, with_siblings: bool) -> Resu
         }
         bytes += download(&store, &meta.location, &local).await?;
     }
-    let local = match primary {
-        Some(name) => dest_dir.join(name),
-        None => dest_dir.to_path_buf(),
-    };
     Ok(Fetched {
-        local,
+        local: dest_dir.to_path_buf(),
         objects: metas.len(),
         bytes,
     })
+}
+
+/// The relative external URIs of a `.gltf` (`buffers[].uri`, `images[].uri`), percent-decoded;
+/// `data:` URIs are skipped. URIs that are absolute or climb out of the folder (`..`) are rejected.
+fn gltf_external_uris(gltf: &Path) -> Result<Vec<String>> {
+    let bytes = std::fs::read(gltf).map_err(|e| Error::io(gltf, e))?;
+    let json: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| Error::Input {
+        path: gltf.to_path_buf(),
+        field: "json".into(),
+        problem: format!("not valid JSON ({e}); the file is corrupt or not a .gltf"),
+    })?;
+    let mut out = Vec::new();
+    for key in ["buffers", "images"] {
+        for item in json
+            .get(key)
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let Some(uri) = item.get("uri").and_then(|u| u.as_str()) else {
+                continue;
+            };
+            if uri.starts_with("data:") {
+                continue;
+            }
+            let decoded = percent_decode(uri);
+            if decoded.starts_with('/')
+                || decoded.contains("://")
+                || decoded.split('/').any(|p| p == "..")
+            {
+                return Err(Error::Input {
+                    path: gltf.to_path_buf(),
+                    field: format!("{key}[].uri"),
+                    problem: format!("`{uri}` is not a relative path inside the model's folder"),
+                });
+            }
+            if !out.contains(&decoded) {
+                out.push(decoded);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Decode `%XX` escapes (glTF URIs are RFC 3986 references); invalid escapes are kept as written.
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let (Some(hi), Some(lo)) = (
+                (b[i + 1] as char).to_digit(16),
+                (b[i + 2] as char).to_digit(16),
+            )
+        {
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Resolve `.` and `..` components without touching the filesystem.
@@ -332,15 +412,56 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn fetch_of_one_file_with_siblings_brings_the_folder() {
+    async fn fetch_of_a_gltf_brings_only_the_files_it_references() {
         let src = tempfile::tempdir().unwrap();
-        std::fs::write(src.path().join("m.gltf"), b"{}").unwrap();
+        std::fs::create_dir_all(src.path().join("tex")).unwrap();
+        let gltf =
+            br#"{"buffers":[{"uri":"m.bin"},{"uri":"data:application/octet-stream;base64,AA=="}],
+                        "images":[{"uri":"tex/a%20b.png"}]}"#;
+        std::fs::write(src.path().join("m.gltf"), gltf).unwrap();
         std::fs::write(src.path().join("m.bin"), b"xx").unwrap();
+        std::fs::write(src.path().join("tex/a b.png"), b"png").unwrap();
+        std::fs::write(src.path().join("unrelated.bin"), b"big").unwrap();
         let dst = tempfile::tempdir().unwrap();
         let url = format!("file://{}", src.path().join("m.gltf").display());
         let f = fetch(&url, dst.path(), true).await.unwrap();
         assert_eq!(f.local, dst.path().join("m.gltf"));
+        assert_eq!(f.objects, 3);
         assert!(dst.path().join("m.bin").exists());
+        assert!(dst.path().join("tex/a b.png").exists());
+        assert!(!dst.path().join("unrelated.bin").exists());
+    }
+
+    #[tokio::test]
+    async fn fetch_of_a_glb_brings_nothing_else() {
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("m.glb"), b"glTF").unwrap();
+        std::fs::write(src.path().join("other.bin"), b"xx").unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        let f = fetch(src.path().join("m.glb").to_str().unwrap(), dst.path(), true)
+            .await
+            .unwrap();
+        assert_eq!(f.objects, 1);
+        assert!(!dst.path().join("other.bin").exists());
+    }
+
+    #[tokio::test]
+    async fn gltf_referencing_a_missing_file_names_it() {
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(
+            src.path().join("m.gltf"),
+            br#"{"buffers":[{"uri":"gone.bin"}]}"#,
+        )
+        .unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        let err = fetch(
+            src.path().join("m.gltf").to_str().unwrap(),
+            dst.path(),
+            true,
+        )
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("gone.bin"), "{err}");
     }
 
     #[tokio::test]
@@ -349,10 +470,7 @@ mod tests {
         let err = fetch("/definitely/not/here/kiln", dst.path(), false)
             .await
             .unwrap_err();
-        assert!(
-            err.to_string().contains("no object or folder exists"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("nothing found here"), "{err}");
     }
 
     #[test]

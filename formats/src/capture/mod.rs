@@ -243,12 +243,20 @@ fn warn_skipped(source: &Path, reason: &str, names: &[String], listed: usize) {
         path = %source.display(),
         count = names.len(),
         listed,
+        "{}",
+        skipped_message(source, reason, names, listed)
+    );
+}
+
+/// The text of [`warn_skipped`]'s warning: file, count of skipped of listed frames, reason, names.
+fn skipped_message(source: &Path, reason: &str, names: &[String], listed: usize) -> String {
+    format!(
         "{}: skipping {} of {} frames ({reason}): {}",
         source.display(),
         names.len(),
         listed,
         names.join(", ")
-    );
+    )
 }
 
 /// Sort frames by name, and reject duplicate names (they would break hold-out by name).

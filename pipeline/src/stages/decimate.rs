@@ -220,43 +220,56 @@ const MESH_PATH: &str = "<input mesh>";
 /// invariants (indices `< V` and a multiple of 3, finite positions, attributes of length V, at
 /// least one triangle).
 pub fn check_decimate_inputs(mesh: &Mesh, params: &DecimateParams) -> Result<()> {
-    let param = |field: String, expected: &str, found: String| Error::Param {
-        stage: "decimate",
-        field,
-        expected: expected.into(),
-        found,
-    };
-    if params.ratios.is_empty() {
-        return Err(param(
-            "ratios".into(),
-            "at least one ratio, starting with 1.0",
-            "[]".into(),
-        ));
-    }
-    if params.ratios[0] != 1.0 {
-        return Err(param(
-            "ratios[0]".into(),
-            "1.0 (level 0 is the full-resolution leaf)",
-            params.ratios[0].to_string(),
-        ));
-    }
-    for (i, w) in params.ratios.windows(2).enumerate() {
-        if !(w[1] > 0.0 && w[1] < w[0]) {
+    params.validate()?;
+    check_mesh(mesh)
+}
+
+impl DecimateParams {
+    /// The parameter checks of [`check_decimate_inputs`], without a mesh (run when a job file is
+    /// parsed, so a bad `[decimate]` table fails before any stage runs).
+    ///
+    /// # Errors
+    /// [`Error::Param`] as in [`check_decimate_inputs`].
+    pub fn validate(&self) -> Result<()> {
+        let params = self;
+        let param = |field: String, expected: &str, found: String| Error::Param {
+            stage: "decimate",
+            field,
+            expected: expected.into(),
+            found,
+        };
+        if params.ratios.is_empty() {
             return Err(param(
-                format!("ratios[{}]", i + 1),
-                &format!("a value in (0, {}) (strictly descending)", w[0]),
-                w[1].to_string(),
+                "ratios".into(),
+                "at least one ratio, starting with 1.0",
+                "[]".into(),
             ));
         }
+        if params.ratios[0] != 1.0 {
+            return Err(param(
+                "ratios[0]".into(),
+                "1.0 (level 0 is the full-resolution leaf)",
+                params.ratios[0].to_string(),
+            ));
+        }
+        for (i, w) in params.ratios.windows(2).enumerate() {
+            if !(w[1] > 0.0 && w[1] < w[0]) {
+                return Err(param(
+                    format!("ratios[{}]", i + 1),
+                    &format!("a value in (0, {}) (strictly descending)", w[0]),
+                    w[1].to_string(),
+                ));
+            }
+        }
+        if !(params.target_error > 0.0 && params.target_error <= 1.0) {
+            return Err(param(
+                "target_error".into(),
+                "a relative error in (0, 1], e.g. 0.05",
+                params.target_error.to_string(),
+            ));
+        }
+        Ok(())
     }
-    if !(params.target_error > 0.0 && params.target_error <= 1.0) {
-        return Err(param(
-            "target_error".into(),
-            "a relative error in (0, 1], e.g. 0.05",
-            params.target_error.to_string(),
-        ));
-    }
-    check_mesh(mesh)
 }
 
 fn check_mesh(mesh: &Mesh) -> Result<()> {

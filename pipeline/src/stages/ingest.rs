@@ -23,6 +23,25 @@ pub struct IngestParams {
     pub max_side: Option<u32>,
 }
 
+impl IngestParams {
+    /// Check ranges: `max_side` ≥ 16 pixels (one rasterizer tile; smaller images make held-out
+    /// metrics meaningless).
+    ///
+    /// # Errors
+    /// [`Error::Param`] naming `max_side`.
+    pub fn validate(&self) -> Result<()> {
+        match self.max_side {
+            Some(m) if m < 16 => Err(Error::Param {
+                stage: "ingest",
+                field: "max_side".into(),
+                expected: "at least 16 pixels (or omit it to keep full size)".into(),
+                found: m.to_string(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
 impl Default for IngestParams {
     fn default() -> Self {
         Self {
@@ -86,14 +105,7 @@ pub fn ingest_capture(
     params: &IngestParams,
     out_dir: &Path,
 ) -> Result<IngestedCapture> {
-    if params.max_side == Some(0) {
-        return Err(Error::Param {
-            stage: "ingest",
-            field: "max_side".into(),
-            expected: "a positive number of pixels (or omit it to keep full size)".into(),
-            found: "0".into(),
-        });
-    }
+    params.validate()?;
     let cap: Capture = capture::read_capture(input)?;
     let images_dir = out_dir.join("images");
     std::fs::create_dir_all(&images_dir).map_err(|e| Error::io(&images_dir, e))?;

@@ -73,6 +73,13 @@ pub async fn publish(files: &[PublishFile], output: &str, job_id: &str) -> Resul
     let staging = format!(".staging-{job_id}");
     let mut entries = Vec::with_capacity(files.len());
     let mut bytes_written = 0;
+    let bar = crate::progress::bytes_bar(
+        files
+            .iter()
+            .map(|f| std::fs::metadata(&f.local).map(|m| m.len()).unwrap_or(0))
+            .sum(),
+        "publish",
+    );
     let staged = async {
         for f in files {
             let data = tokio::fs::read(&f.local)
@@ -90,10 +97,22 @@ pub async fn publish(files: &[PublishFile], output: &str, job_id: &str) -> Resul
         Ok::<_, Error>(())
     }
     .await;
+    bar.finish_and_clear();
     if let Err(e) = staged {
         let _ = store.delete_prefix(&staging).await;
         return Err(e);
     }
+    // Files of the previous publish that this one does not rewrite are removed after the renames,
+    // so the output matches its new manifest.
+    let previous: Vec<String> = match store.store.get(&store.child(MANIFEST_JSON)).await {
+        Ok(r) => match r.bytes().await {
+            Ok(b) => serde_json::from_slice::<Manifest>(&b)
+                .map(|m| m.files.into_iter().map(|f| f.path).collect())
+                .unwrap_or_default(),
+            Err(_) => Vec::new(),
+        },
+        Err(_) => Vec::new(),
+    };
     match store.store.delete(&store.child(MANIFEST_JSON)).await {
         Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
         Err(source) => {
@@ -109,6 +128,17 @@ pub async fn publish(files: &[PublishFile], output: &str, job_id: &str) -> Resul
             .await?;
     }
     let _ = store.delete_prefix(&staging).await;
+    for old in previous.iter().filter(|p| !seen.contains(p.as_str())) {
+        match store.store.delete(&store.child(old)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(source) => {
+                return Err(Error::Storage {
+                    url: output.into(),
+                    source,
+                });
+            }
+        }
+    }
     let manifest = Manifest {
         job_id: job_id.into(),
         kiln_version: env!("CARGO_PKG_VERSION").into(),
@@ -163,6 +193,23 @@ mod tests {
                 .all(|n| !n.to_string_lossy().starts_with(".staging")),
             "{names:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn republishing_removes_files_the_new_manifest_does_not_list() {
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("a"), b"1").unwrap();
+        std::fs::write(src.path().join("b"), b"2").unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let o = out.path().to_str().unwrap();
+        let f = |n: &str| PublishFile {
+            local: src.path().join(n),
+            relative: n.into(),
+        };
+        publish(&[f("a"), f("b")], o, "j1").await.unwrap();
+        publish(&[f("a")], o, "j2").await.unwrap();
+        assert!(out.path().join("a").exists());
+        assert!(!out.path().join("b").exists(), "stale file left behind");
     }
 
     #[tokio::test]

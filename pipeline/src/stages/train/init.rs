@@ -207,7 +207,7 @@ pub fn subject_distance(cameras: &[Camera]) -> Option<f32> {
         // Camera +z in world = third row of R (world_to_camera rotation).
         let d = [0, 1, 2].map(|j| f64::from(cam.world_to_camera[2][j]));
         let n = (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]).sqrt();
-        if !(n > 0.0) {
+        if n.is_nan() || n <= 0.0 {
             return None;
         }
         let d = d.map(|v| v / n);

@@ -107,7 +107,6 @@ impl Default for TrainParams {
 impl TrainParams {
     /// The INRIA recipe scaled to `steps` (see the module docs for the table).
     pub fn inria(steps: usize) -> Self {
-        let steps = steps.max(1);
         Self {
             steps,
             seed: 0,
