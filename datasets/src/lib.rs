@@ -83,6 +83,25 @@ pub fn manifest() -> Result<Vec<Dataset>, Error> {
     Ok(toml::from_str::<Manifest>(MANIFEST_TOML)?.dataset)
 }
 
+/// The manifest entry named `name`.
+///
+/// # Errors
+/// [`Error::Unknown`] listing the known names.
+pub fn find(name: &str) -> Result<Dataset, Error> {
+    let mut all = manifest()?;
+    match all.iter().position(|d| d.name == name) {
+        Some(i) => Ok(all.swap_remove(i)),
+        None => Err(Error::Unknown {
+            name: name.into(),
+            known: all
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
 /// The folders searched for datasets, in order.
 pub fn search_roots() -> Vec<PathBuf> {
     let mut roots = Vec::new();
@@ -100,18 +119,7 @@ pub fn search_roots() -> Vec<PathBuf> {
 /// [`Error::Unknown`] for a name not in the manifest; [`Error::Missing`] naming every searched
 /// folder when it is not on disk.
 pub fn resolve(name: &str) -> Result<PathBuf, Error> {
-    let all = manifest()?;
-    let ds = all
-        .iter()
-        .find(|d| d.name == name)
-        .ok_or_else(|| Error::Unknown {
-            name: name.into(),
-            known: all
-                .iter()
-                .map(|d| d.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-        })?;
+    let ds = find(name)?;
     let roots = search_roots();
     for root in &roots {
         let p = root.join(&ds.path);
@@ -157,18 +165,7 @@ pub fn resolve_location(location: &str) -> Result<String, Error> {
 /// # Errors
 /// [`Error::Checksum`] naming the first file that differs; [`Error::Io`]; resolver errors.
 pub fn verify(name: &str) -> Result<usize, Error> {
-    let all = manifest()?;
-    let ds = all
-        .iter()
-        .find(|d| d.name == name)
-        .ok_or_else(|| Error::Unknown {
-            name: name.into(),
-            known: all
-                .iter()
-                .map(|d| d.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-        })?;
+    let ds = find(name)?;
     let root = resolve(name)?;
     let sums_path = root.join("SHA256SUMS");
     let sums = std::fs::read(&sums_path).map_err(|source| Error::Io {
