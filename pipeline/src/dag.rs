@@ -149,32 +149,11 @@ pub fn stage_key(kind: StageKind, params: &serde_json::Value, input_keys: &[Stri
 /// # Errors
 /// [`Error::Io`] naming the unreadable file.
 pub fn hash_tree(dir: &std::path::Path) -> Result<String> {
-    fn walk(
-        root: &std::path::Path,
-        dir: &std::path::Path,
-        out: &mut Vec<std::path::PathBuf>,
-    ) -> Result<()> {
-        let mut entries: Vec<_> = std::fs::read_dir(dir)
-            .map_err(|e| Error::io(dir, e))?
-            .flatten()
-            .map(|e| e.path())
-            .collect();
-        entries.sort();
-        for p in entries {
-            if p.is_dir() {
-                walk(root, &p, out)?;
-            } else {
-                out.push(p.strip_prefix(root).unwrap_or(&p).to_path_buf());
-            }
-        }
-        Ok(())
-    }
-    let mut files = Vec::new();
-    if dir.is_file() {
-        files.push(std::path::PathBuf::new());
+    let files = if dir.is_file() {
+        vec![std::path::PathBuf::new()]
     } else {
-        walk(dir, dir, &mut files)?;
-    }
+        crate::file_tree::files_under(dir)?
+    };
     let mut h = blake3::Hasher::new();
     for rel in files {
         let full = if rel.as_os_str().is_empty() {

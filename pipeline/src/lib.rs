@@ -4,6 +4,7 @@
 
 pub mod dag;
 pub mod error;
+pub mod file_tree;
 pub mod meter;
 pub mod progress;
 pub mod run;

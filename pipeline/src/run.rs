@@ -381,37 +381,17 @@ fn train_views(ingest_dir: &Path, cap: &ingest::IngestedCapture) -> Result<Vec<t
 /// The files a job publishes, from its finished stage directories.
 fn publish_files(plan: &JobPlan) -> Result<Vec<publish::PublishFile>> {
     let mut files = Vec::new();
+    // Hidden files (the stage marker) are internal and never published.
     let mut add_tree = |dir: &Path, prefix: &str| -> Result<()> {
-        let mut stack = vec![dir.to_path_buf()];
-        while let Some(d) = stack.pop() {
-            let mut entries: Vec<_> = std::fs::read_dir(&d)
-                .map_err(|e| Error::io(&d, e))?
-                .flatten()
-                .map(|e| e.path())
-                .collect();
-            entries.sort();
-            for p in entries {
-                let name = p
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                if name.starts_with('.') {
-                    continue;
-                }
-                if p.is_dir() {
-                    stack.push(p);
-                } else {
-                    let rel = p
-                        .strip_prefix(dir)
-                        .unwrap_or(&p)
-                        .to_string_lossy()
-                        .replace('\\', "/");
-                    files.push(publish::PublishFile {
-                        local: p.clone(),
-                        relative: format!("{prefix}{rel}"),
-                    });
-                }
+        for rel in crate::file_tree::files_under(dir)? {
+            let rel_str = rel.to_string_lossy().replace('\\', "/");
+            if rel_str.split('/').any(|part| part.starts_with('.')) {
+                continue;
             }
+            files.push(publish::PublishFile {
+                local: dir.join(&rel),
+                relative: format!("{prefix}{rel_str}"),
+            });
         }
         Ok(())
     };
