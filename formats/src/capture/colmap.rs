@@ -93,6 +93,8 @@ pub fn read_colmap(dir: &Path) -> Result<Capture> {
             intrinsics,
             distortion,
             world_to_camera: image.world_to_camera,
+            depth_bounds: None,
+            mask_path: None,
         });
     }
     missing.sort();

@@ -1,10 +1,12 @@
 //! Captures: posed photographs of a scene, read from nerfstudio / instant-ngp `transforms*.json`
-//! files and COLMAP text models, plus their images (decode, downscale, undistort).
+//! files, COLMAP text models and LLFF `poses_bounds.npy` files, plus their images (decode,
+//! downscale, undistort).
 //!
 //! This module owns the capture domain types ([`Capture`], [`Frame`], [`Intrinsics`],
 //! [`Distortion`], [`SfmPoints`], [`RgbImage`]) and the format dispatch ([`read_capture`]). Each
-//! input format is one file (`nerfstudio.rs`, `colmap.rs`); pixels live in `image.rs`, lens models
-//! in `distortion.rs`. Readers never load pixels (at most an image header, for a missing size).
+//! input format is one file (`nerfstudio.rs`, `colmap.rs`, `llff.rs`); pixels live in `image.rs`,
+//! lens models in `distortion.rs`. Readers never load pixels (at most an image header, for a
+//! missing size, or for LLFF every image's size).
 //!
 //! Conventions (fixed for every reader):
 //! - camera frame OpenCV: x right, y down, z forward (viewing direction);
@@ -13,12 +15,14 @@
 //!   pixel (i, j) (column i, row j) has its centre at (i + 0.5, j + 0.5) — COLMAP's convention;
 //! - frames sorted by [`Frame::name`] (byte-wise string order), so hold-out by index is stable.
 //!
-//! NaN/Inf: a transforms.json frame whose matrix is not finite is skipped (listed in
-//! [`Capture::skipped`]); any other non-finite number a reader needs is an error naming the field.
+//! NaN/Inf: a transforms.json frame whose matrix is not finite, or an LLFF row holding a
+//! non-finite number, is skipped (listed in [`Capture::skipped`]); any other non-finite number a
+//! reader needs is an error naming the field.
 
 mod colmap;
 mod distortion;
 mod image;
+mod llff;
 mod nerfstudio;
 
 use std::path::{Path, PathBuf};
@@ -28,6 +32,7 @@ use crate::{Error, Result};
 pub use self::colmap::read_colmap;
 pub use self::distortion::{Distortion, undistort};
 pub use self::image::{RgbImage, load_rgb, scaled_size};
+pub use self::llff::{read_llff, read_llff_file};
 pub use self::nerfstudio::read_transforms;
 
 /// Pinhole intrinsics of one image, in pixels.
@@ -99,6 +104,13 @@ pub struct Frame {
     /// z forward), world units as the capture has them (metres only if the capture is metric).
     /// The last row is exactly `[0, 0, 0, 1]`.
     pub world_to_camera: [[f64; 4]; 4],
+    /// Scene depth range `[near, far]` seen by this camera, world units along its viewing axis
+    /// (camera-frame z), when the format stores one (LLFF `poses_bounds.npy`: finite, as stored,
+    /// not otherwise checked); `None` for formats without bounds.
+    pub depth_bounds: Option<[f64; 2]>,
+    /// Foreground mask image for this frame, when the capture ships one (LLFF `masks/`); `None`
+    /// otherwise. Only located, never read here: masks may be lossy JPEGs that need a threshold.
+    pub mask_path: Option<PathBuf>,
 }
 
 impl Frame {
@@ -131,7 +143,8 @@ pub struct SfmPoints {
 /// existed when read. Pixels are not loaded (use [`load_rgb`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Capture {
-    /// What was read: the transforms.json file, or the COLMAP model directory.
+    /// What was read: the transforms.json file, the COLMAP model directory, or the LLFF
+    /// `poses_bounds.npy` file.
     pub source: PathBuf,
     /// The usable frames, sorted by [`Frame::name`].
     pub frames: Vec<Frame>,
@@ -142,11 +155,15 @@ pub struct Capture {
     pub skipped: Vec<String>,
 }
 
-/// Read a capture from a transforms.json file or a COLMAP text model, detected from `path`.
+/// Read a capture from a transforms.json file, an LLFF `poses_bounds.npy` file or a COLMAP text
+/// model, detected from `path`.
 ///
 /// - `path`: one of
 ///   - a `*.json` file: nerfstudio / instant-ngp `transforms.json` ([`read_transforms`]);
 ///   - a directory holding `transforms.json`;
+///   - a `*.npy` file: LLFF `poses_bounds.npy`, images in `images/` beside it
+///     ([`read_llff_file`]);
+///   - a directory holding `poses_bounds.npy` (and no `transforms.json`) ([`read_llff`]);
 ///   - a COLMAP text model file (`cameras.txt`, `images.txt`, `points3D.txt`): its directory;
 ///   - a COLMAP directory DIR: the model (`cameras.txt`, `images.txt`, optional `points3D.txt`)
 ///     is looked for in DIR, DIR/sparse/0, DIR/sparse, DIR/colmap/sparse/0, DIR/colmap/sparse,
@@ -155,7 +172,7 @@ pub struct Capture {
 /// # Errors
 /// [`Error::NotFound`] if `path` does not exist or holds no recognised capture;
 /// [`Error::Unsupported`] for an unknown file type or a binary-only COLMAP model; otherwise the
-/// errors of [`read_transforms`] and [`read_colmap`].
+/// errors of [`read_transforms`], [`read_llff`] and [`read_colmap`].
 pub fn read_capture(path: &Path) -> Result<Capture> {
     if path.is_file() {
         let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -165,6 +182,12 @@ pub fn read_capture(path: &Path) -> Result<Capture> {
         if is_json {
             return read_transforms(path);
         }
+        if path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("npy"))
+        {
+            return read_llff_file(path);
+        }
         if matches!(file_name, "cameras.txt" | "images.txt" | "points3D.txt") {
             let dir = path.parent().unwrap_or(Path::new("."));
             return read_colmap(dir);
@@ -173,8 +196,8 @@ pub fn read_capture(path: &Path) -> Result<Capture> {
             path: path.to_path_buf(),
             field: "path".into(),
             found: format!("file `{file_name}`"),
-            supported: "a transforms*.json file, a directory holding transforms.json, or a \
-                        COLMAP text model directory"
+            supported: "a transforms*.json file, a directory holding transforms.json, an LLFF \
+                        poses_bounds.npy file or its directory, or a COLMAP text model directory"
                 .into(),
         });
     }
@@ -183,11 +206,14 @@ pub fn read_capture(path: &Path) -> Result<Capture> {
         if transforms.is_file() {
             return read_transforms(&transforms);
         }
+        if path.join(llff::POSES_BOUNDS).is_file() {
+            return read_llff(path);
+        }
         return read_colmap(path);
     }
     Err(Error::NotFound {
         path: path.to_path_buf(),
-        what: "capture: a transforms.json file or a COLMAP directory",
+        what: "capture: a transforms.json file, an LLFF poses_bounds.npy or a COLMAP directory",
     })
 }
 

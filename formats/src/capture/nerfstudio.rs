@@ -150,6 +150,8 @@ pub fn read_transforms(json_path: &Path) -> Result<Capture> {
             intrinsics,
             distortion,
             world_to_camera,
+            depth_bounds: None,
+            mask_path: None,
         });
     }
 
