@@ -3,7 +3,7 @@
 //!
 //! ```toml
 //! name = "fox"
-//! kind = "capture"                        # or "mesh"
+//! kind = "capture"                        # or "mesh", "splats"
 //! input = "dataset://capture-fox-instantngp"   # s3://bucket/prefix, file:///abs, or a path
 //! output = "out/fox"
 //! [ingest]

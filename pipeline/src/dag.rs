@@ -1,7 +1,8 @@
 //! The job DAG: which stages a job has, in which order, and each stage's content key.
 //!
 //! A capture job is `ingest → train → tile → publish`; a mesh job is
-//! `ingest → decimate → tile → publish`. A stage's key is BLAKE3 over (stage kind, its parameters as
+//! `ingest → decimate → tile → publish`; a splats job (retiling splats trained elsewhere) is
+//! `ingest → tile → publish`. A stage's key is BLAKE3 over (stage kind, its parameters as
 //! canonical JSON, the keys of the stages it depends on — or the input's content hash for `ingest` —
 //! and the Kiln version), so identical work has identical keys (Nextflow-style caching).
 
@@ -17,6 +18,19 @@ pub enum JobKind {
     Capture,
     /// glTF/GLB mesh → LOD chain → mesh tileset.
     Mesh,
+    /// Splats trained elsewhere (3DGS PLY, SPZ, splat GLB) → splat tileset.
+    Splats,
+}
+
+impl JobKind {
+    /// The kind's name as written in job files and the ledger.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobKind::Capture => "capture",
+            JobKind::Mesh => "mesh",
+            JobKind::Splats => "splats",
+        }
+    }
 }
 
 /// The kind of one stage.
@@ -69,27 +83,35 @@ impl Dag {
     pub fn for_job(job_kind: JobKind) -> Dag {
         use StageKind::*;
         let middle = match job_kind {
-            JobKind::Capture => Train,
-            JobKind::Mesh => Decimate,
+            JobKind::Capture => Some(Train),
+            JobKind::Mesh => Some(Decimate),
+            JobKind::Splats => None,
         };
-        let nodes = vec![
-            StageNode {
-                kind: Ingest,
-                deps: vec![],
-            },
-            StageNode {
-                kind: middle,
-                deps: vec![Ingest],
-            },
-            StageNode {
-                kind: Tile,
-                deps: vec![middle],
-            },
-            StageNode {
-                kind: Publish,
-                deps: vec![Ingest, middle, Tile],
-            },
-        ];
+        let mut nodes = vec![StageNode {
+            kind: Ingest,
+            deps: vec![],
+        }];
+        let before_tile = match middle {
+            Some(m) => {
+                nodes.push(StageNode {
+                    kind: m,
+                    deps: vec![Ingest],
+                });
+                m
+            }
+            None => Ingest,
+        };
+        nodes.push(StageNode {
+            kind: Tile,
+            deps: vec![before_tile],
+        });
+        let mut publish_deps = vec![Ingest];
+        publish_deps.extend(middle);
+        publish_deps.push(Tile);
+        nodes.push(StageNode {
+            kind: Publish,
+            deps: publish_deps,
+        });
         Dag { job_kind, nodes }
     }
 
@@ -196,6 +218,18 @@ mod tests {
             .map(|n| n.kind.name())
             .collect();
         assert_eq!(order, ["ingest", "decimate", "tile", "publish"]);
+    }
+
+    #[test]
+    fn splats_dag_orders_ingest_tile_publish() {
+        let dag = Dag::for_job(JobKind::Splats);
+        let order: Vec<_> = dag
+            .topo_order()
+            .unwrap()
+            .iter()
+            .map(|n| n.kind.name())
+            .collect();
+        assert_eq!(order, ["ingest", "tile", "publish"]);
     }
 
     #[test]

@@ -162,6 +162,9 @@ pub async fn run_stage(
                         file_len(&stage_dir(plan, StageKind::Train).join("splats.ply"))
                     }
                     JobKind::Mesh => meter::dir_bytes(&stage_dir(plan, StageKind::Decimate)),
+                    JobKind::Splats => {
+                        file_len(&stage_dir(plan, StageKind::Ingest).join(ingest::SPLATS_PLY))
+                    }
                 },
                 StageKind::Publish => 0,
             };
@@ -246,6 +249,10 @@ fn run_local(
                 JobKind::Mesh => {
                     Ok(serde_json::to_value(ingest::ingest_mesh(&input, out)?).unwrap_or_default())
                 }
+                JobKind::Splats => {
+                    Ok(serde_json::to_value(ingest::ingest_splats(&input, out)?)
+                        .unwrap_or_default())
+                }
             }
         }
         StageKind::Train => {
@@ -291,10 +298,13 @@ fn run_local(
         StageKind::Tile => {
             let tiles_out = out.to_path_buf();
             let report = match plan.kind {
-                JobKind::Capture => {
-                    let splats = kiln_formats::splats::ply::read_ply(
-                        &stage_dir(plan, StageKind::Train).join("splats.ply"),
-                    )?;
+                JobKind::Capture | JobKind::Splats => {
+                    let ply = if plan.kind == JobKind::Capture {
+                        stage_dir(plan, StageKind::Train).join("splats.ply")
+                    } else {
+                        stage_dir(plan, StageKind::Ingest).join(ingest::SPLATS_PLY)
+                    };
+                    let splats = kiln_formats::splats::ply::read_ply(&ply)?;
                     tile::splat::tile_splats(&splats, &plan.tile, &tiles_out)?
                 }
                 JobKind::Mesh => {
@@ -313,23 +323,21 @@ fn run_local(
     }
 }
 
-/// The capture/mesh file inside the fetched input folder.
+/// The capture folder, or the one mesh / splat file inside the fetched input folder.
 fn find_input(dir: &Path, kind: JobKind) -> Result<PathBuf> {
-    if kind == JobKind::Capture {
-        return Ok(dir.to_path_buf());
-    }
+    let (accepted, what): (&[&str], &str) = match kind {
+        JobKind::Capture => return Ok(dir.to_path_buf()),
+        JobKind::Mesh => (&["glb", "gltf"], ".glb or .gltf"),
+        JobKind::Splats => (&["ply", "spz", "glb"], ".ply, .spz or .glb"),
+    };
     let mut candidates: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| Error::io(dir, e))?
         .flatten()
         .map(|e| e.path())
         .filter(|p| {
-            matches!(
-                p.extension()
-                    .and_then(|e| e.to_str())
-                    .map(|e| e.to_ascii_lowercase())
-                    .as_deref(),
-                Some("glb" | "gltf")
-            )
+            p.extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| accepted.contains(&e.to_ascii_lowercase().as_str()))
         })
         .collect();
     candidates.sort();
@@ -338,13 +346,16 @@ fn find_input(dir: &Path, kind: JobKind) -> Result<PathBuf> {
         0 => Err(Error::Input {
             path: dir.to_path_buf(),
             field: "input".into(),
-            problem: "no .glb or .gltf file in the mesh input; point `input` at one".into(),
+            problem: format!(
+                "no {what} file in the {} input; point `input` at one",
+                kind.name()
+            ),
         }),
         _ => Err(Error::Input {
             path: dir.to_path_buf(),
             field: "input".into(),
             problem: format!(
-                "{} glTF files found ({}); point `input` at exactly one file",
+                "{} {what} files found ({}); point `input` at exactly one file",
                 candidates.len(),
                 candidates
                     .iter()
@@ -398,6 +409,8 @@ fn publish_files(plan: &JobPlan) -> Result<Vec<publish::PublishFile>> {
     match plan.kind {
         JobKind::Capture => add_tree(&stage_dir(plan, StageKind::Train), "")?,
         JobKind::Mesh => add_tree(&stage_dir(plan, StageKind::Decimate), "lods/")?,
+        // The input splats are the user's own file: only the tileset is new.
+        JobKind::Splats => {}
     }
     add_tree(&stage_dir(plan, StageKind::Tile), "")?;
     files.sort_by(|a, b| a.relative.cmp(&b.relative));

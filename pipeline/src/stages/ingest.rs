@@ -224,3 +224,62 @@ pub fn ingest_mesh(input: &Path, out_dir: &Path) -> Result<IngestedMesh> {
         max,
     })
 }
+
+/// File name of the normalised splats written by [`ingest_splats`] (INRIA 3DGS PLY layout).
+pub const SPLATS_PLY: &str = "splats.ply";
+
+/// What [`ingest_splats`] read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IngestedSplats {
+    /// Number of splats N.
+    pub splats: usize,
+    /// Spherical-harmonics degree (0–3).
+    pub sh_degree: u32,
+    /// Source format: `ply`, `spz` or `glb`.
+    pub format: String,
+}
+
+/// Ingest splats trained elsewhere: read a 3DGS PLY (INRIA layout), SPZ (v2/v3) or splat GLB
+/// (`KHR_gaussian_splatting`, plain or SPZ-compressed), reject non-finite values, and write
+/// `out_dir/splats.ply` in the INRIA layout for the tiler.
+///
+/// # Errors
+/// [`Error::Input`] for an unknown extension (naming the file and the accepted ones); the
+/// readers' errors (naming the file and the bad property/field); non-finite values.
+pub fn ingest_splats(input: &Path, out_dir: &Path) -> Result<IngestedSplats> {
+    use kiln_formats::splats::{glb, ply, spz};
+    let ext = input
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .unwrap_or_default();
+    let splats = match ext.as_str() {
+        "ply" => ply::read_ply(input)?,
+        "spz" => spz::read_spz(input)?,
+        "glb" => {
+            let bytes = std::fs::read(input).map_err(|e| Error::io(input, e))?;
+            glb::read_splat_glb(&bytes).map_err(|e| Error::Input {
+                path: input.to_path_buf(),
+                field: "glb".into(),
+                problem: e.to_string(),
+            })?
+        }
+        other => {
+            return Err(Error::Input {
+                path: input.to_path_buf(),
+                field: "input".into(),
+                problem: format!(
+                    "unknown splat file extension `.{other}`; give a .ply (3DGS), .spz or .glb \
+                     (KHR_gaussian_splatting) file"
+                ),
+            });
+        }
+    };
+    splats.check_finite("ingest splats")?;
+    ply::write_inria_ply(&out_dir.join(SPLATS_PLY), &splats)?;
+    Ok(IngestedSplats {
+        splats: splats.len(),
+        sh_degree: splats.sh_degree,
+        format: ext,
+    })
+}
