@@ -5,6 +5,9 @@ mod e2e {
     pub mod bad_input;
     pub mod harness;
     pub mod mesh;
+    pub mod regress;
+    pub mod report_html;
     pub mod s3;
     pub mod train;
+    pub mod viewer;
 }

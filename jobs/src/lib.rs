@@ -2,9 +2,12 @@
 //! (embedded SQLite through sqlx) with its reports.
 
 pub mod error;
+pub mod job_page;
 pub mod ledger;
+pub mod regress;
 pub mod report;
 pub mod runner;
+pub mod serve;
 pub mod spec;
 
 pub use error::{Error, Result};

@@ -1,8 +1,10 @@
 //! The clap definitions of every subcommand (what the user typed, no I/O) and the dispatcher.
 
 mod datasets;
+mod regress;
 mod report;
 mod run;
+mod serve;
 
 use std::path::PathBuf;
 
@@ -28,12 +30,16 @@ pub enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run a job file (TOML): ingest → train|decimate → tile → publish.
+    /// Run a job file (TOML): ingest → train (capture) or decimate (mesh) → tile → publish.
     Run(run::RunArgs),
     /// Print a job's per-stage ledger (device, wall/CPU/GPU seconds, bytes) and totals.
     Report(report::ReportArgs),
     /// List or verify the sample datasets.
     Datasets(datasets::DatasetsArgs),
+    /// Run the sample scenes of datasets/baselines.toml and fail on any metric regression.
+    Regress(regress::RegressArgs),
+    /// Serve the job list and a CesiumJS viewer of each job's tileset beside its report.
+    Serve(serve::ServeArgs),
 }
 
 /// Where the ledger lives: `--db`, else `$KILN_DB`, else `$KILN_HOME/ledger.sqlite`.
@@ -72,5 +78,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Run(a) => run::run(a).await,
         Command::Report(a) => report::run(a).await,
         Command::Datasets(a) => datasets::run(a),
+        Command::Regress(a) => regress::run(a).await,
+        Command::Serve(a) => serve::run(a).await,
     }
 }

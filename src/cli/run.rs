@@ -37,6 +37,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(s) = args.steps {
         spec.train.steps = s;
     }
+    // The ledger must say where the outputs are from anywhere (kiln serve, kiln report --html),
+    // not relative to the directory this command ran in.
+    if !spec.output.contains("://") {
+        spec.output = std::path::absolute(&spec.output)
+            .with_context(|| format!("output path {}", spec.output))?
+            .to_string_lossy()
+            .into_owned();
+    }
     let job_id = runner::new_job_id(&spec.name);
     let work_root = args
         .work_dir
@@ -72,6 +80,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             t.summary["ssim"].as_f64().unwrap_or(f64::NAN),
             t.summary["splats"]
         );
+    }
+    // The job page beside the outputs (what `kiln serve` shows next to the viewer); local
+    // outputs only — for remote ones `kiln report --html` writes it wherever asked.
+    let out_dir = std::path::Path::new(&plan.output);
+    if out_dir.is_dir() {
+        let page = kiln_jobs::report::job_report(&ledger, &outcome.job_id)
+            .await
+            .map_err(anyhow::Error::from)
+            .and_then(|r| {
+                kiln_jobs::job_page::write_job_page(&r, out_dir, &out_dir.join("report"))
+                    .map_err(anyhow::Error::from)
+            });
+        match page {
+            Ok(p) => println!("report: {}", p.index.display()),
+            Err(e) => tracing::warn!("job report page not written: {e:#}"),
+        }
     }
     println!(
         "ledger: kiln report {} --db {}",

@@ -5,7 +5,8 @@
 //! 8-bit images scaled back to [0, 1], as INRIA's `metrics.py` does on saved PNGs. Outputs under
 //! the stage directory:
 //! - `eval/<name>.png`: ground truth LEFT, render RIGHT;
-//! - `metrics.json`: [`Metrics`];
+//! - `metrics.json`: [`Metrics`], including the held-out PSNR and splat-count curves recorded
+//!   during training ([`held_out_psnr`]);
 //! - `loss.svg`: the loss curve as a polyline.
 //!
 //! Sources: PSNR = 10·log10(1/MSE) for signals in [0, 1]; SSIM: Wang et al. 2004.
@@ -96,6 +97,47 @@ pub struct Metrics {
     pub final_loss: f64,
     /// `(step, loss)` samples of the loss curve (mean loss over each sampling window).
     pub loss_curve: Vec<(usize, f64)>,
+    /// `(step, dB)`: mean held-out PSNR ([`held_out_psnr`]) at about
+    /// [`PSNR_CURVE_EVALUATIONS`] steps spread over the run, then the final `psnr_db` at the
+    /// last step. Older `metrics.json` files lack it.
+    pub psnr_curve: Vec<(usize, f64)>,
+    /// `(step, splats)`: number of splats at every [`Metrics::loss_curve`] sample. Older
+    /// `metrics.json` files lack it.
+    pub splat_count_curve: Vec<(usize, usize)>,
+}
+
+/// How many held-out evaluations are spread over a run for [`Metrics::psnr_curve`] (plus the
+/// final one). Eight keeps the curve readable while costing 8 renders per held-out view, a few
+/// percent of a run on the sample captures.
+pub const PSNR_CURVE_EVALUATIONS: usize = 8;
+
+/// Mean PSNR in dB over `views`, computed like [`evaluate_view`] (render and ground truth both
+/// quantised to 8 bits) but writing nothing. Used during training for [`Metrics::psnr_curve`].
+///
+/// - `splats`: the current splats (host copy; quaternions need not be normalised);
+/// - `sh_degree`: SH degree to render with (the active degree at that step);
+/// - `views`: held-out views (image `[H, W, 3]` linear RGB in [0, 1]); empty gives NaN.
+///
+/// # Errors
+/// [`crate::Error::Kernel`] from the render.
+pub fn held_out_psnr(
+    splats: &GaussianSplats,
+    sh_degree: u32,
+    views: &[super::TrainView],
+    background: [f32; 3],
+) -> crate::Result<f64> {
+    if views.is_empty() {
+        return Ok(f64::NAN);
+    }
+    let to_f = |v: &[u8]| v.iter().map(|&b| b as f32 / 255.0).collect::<Vec<f32>>();
+    let mut sum = 0.0;
+    for v in views {
+        let render = to_f(&quantise_u8(&render_host(
+            splats, sh_degree, &v.camera, background,
+        )?));
+        sum += psnr(&render, &to_f(&quantise_u8(&v.image)));
+    }
+    Ok(sum / views.len() as f64)
 }
 
 /// Render `splats` from `camera` and return `[H, W, 3]` linear RGB (unclamped).
@@ -170,8 +212,10 @@ pub fn evaluate_view(
     Ok(metrics)
 }
 
-/// A file name from a view name: path separators and other unsafe characters become `_`.
-fn file_stem(name: &str) -> String {
+/// The file stem of a view's `eval/<stem>.png` from its name: path separators and other unsafe
+/// characters become `_`, a `.png`/`.jpg` suffix is dropped, and an empty name becomes `view`.
+/// Report readers use it to pair `metrics.json` views with their PNGs.
+pub fn file_stem(name: &str) -> String {
     let s: String = name
         .chars()
         .map(|c| {

@@ -10,7 +10,8 @@
 //! - [`adam`]: Adam on burn tensors with per-group learning rates;
 //! - [`density`]: clone / split / prune / opacity reset;
 //! - [`gaussians`]: the parameter tensors and their optimizer state;
-//! - [`eval`]: PSNR/SSIM on held-out views, PNGs, `metrics.json`, `loss.svg`.
+//! - [`eval`]: PSNR/SSIM on held-out views, PNGs, `metrics.json` (with loss, held-out PSNR and
+//!   splat-count curves), `loss.svg`.
 //!
 //! # Numerics
 //! Splats whose parameters become non-finite are pruned before the next render. A non-finite loss
@@ -257,6 +258,14 @@ pub fn train(
 
     let curve_every = (params.steps / 200).max(1);
     let mut loss_curve: Vec<(usize, f64)> = Vec::new();
+    // Report curves (metrics.json): splat count at every loss sample; held-out PSNR at
+    // PSNR_CURVE_EVALUATIONS steps spread over the run (the final value is added after eval).
+    let mut splat_count_curve: Vec<(usize, usize)> = Vec::new();
+    let mut psnr_curve: Vec<(usize, f64)> = Vec::new();
+    let psnr_every = params
+        .steps
+        .div_ceil(eval::PSNR_CURVE_EVALUATIONS + 1)
+        .max(1);
     let (mut window_sum, mut window_n) = (0.0f64, 0usize);
     let mut order: Vec<usize> = Vec::new();
     let mut final_loss = f64::NAN;
@@ -370,7 +379,13 @@ pub fn train(
         window_n += 1;
         if step % curve_every == 0 || step == params.steps {
             loss_curve.push((step, window_sum / window_n as f64));
+            splat_count_curve.push((step, g.len()));
             (window_sum, window_n) = (0.0, 0);
+        }
+        // Read-only: renders a host copy, so training (and its RNG stream) is unchanged.
+        if step.is_multiple_of(psnr_every) && step < params.steps {
+            let db = eval::held_out_psnr(&g.to_host(), sh_degree, &test_views, params.background)?;
+            psnr_curve.push((step, db));
         }
         progress(step, params.steps, loss_value);
         if step % params.log_every.max(1) == 0 || step == params.steps {
@@ -419,6 +434,7 @@ pub fn train(
     let n_eval = per_view.len().max(1) as f64;
     let psnr_db = per_view.iter().map(|m| m.psnr_db).sum::<f64>() / n_eval;
     let ssim = per_view.iter().map(|m| m.ssim).sum::<f64>() / n_eval;
+    psnr_curve.push((params.steps, psnr_db));
 
     kiln_formats::splats::ply::write_inria_ply(&out_dir.join("splats.ply"), &splats)?;
     kiln_formats::atomic_write::write_atomic(
@@ -450,6 +466,8 @@ pub fn train(
         eval_on_train_views: eval_on_train,
         final_loss,
         loss_curve,
+        psnr_curve,
+        splat_count_curve,
     };
     let json = serde_json::to_vec_pretty(&metrics)
         .map_err(|e| crate::Error::io(out_dir.join("metrics.json"), std::io::Error::other(e)))?;
@@ -590,6 +608,21 @@ mod tests {
         for f in ["splats.ply", "metrics.json", "loss.svg", "eval/only.png"] {
             assert!(dir.path().join(f).is_file(), "missing {f}");
         }
+        // Report curves: a splat count per loss sample; held-out PSNR every ⌈20/9⌉ = 3 steps
+        // before the end (3, 6, …, 18) plus the final value at step 20.
+        let m: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("metrics.json")).unwrap())
+                .unwrap();
+        let counts = m["splat_count_curve"].as_array().unwrap();
+        assert_eq!(counts.len(), m["loss_curve"].as_array().unwrap().len());
+        let psnr_steps: Vec<u64> = m["psnr_curve"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p[0].as_u64().unwrap())
+            .collect();
+        assert_eq!(psnr_steps, vec![3, 6, 9, 12, 15, 18, 20]);
+        assert_eq!(m["psnr_curve"][6][1], m["psnr_db"]);
     }
 
     #[test]

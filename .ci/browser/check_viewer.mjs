@@ -1,0 +1,169 @@
+// Headless check of a `kiln serve` job page: opens URL in Debian's Chromium (puppeteer-core,
+// software WebGL through SwiftShader), waits until the CesiumJS viewer reports the tileset loaded
+// (window.kilnViewer, see jobs/src/serve/pages.rs), and fails on any console error, page error,
+// failed request, failed tile, or a canvas with nothing but background. Saves a screenshot and
+// prints a JSON summary on stdout.
+//
+// Usage: NODE_PATH=<cache>/node_modules node check_viewer.mjs URL SCREENSHOT.png [TIMEOUT_S]
+// Env:   KILN_CHROMIUM (default /usr/bin/chromium).
+// Exit:  0 pass, 1 check failed (summary says why), 2 usage / cannot start the browser.
+import { createRequire } from 'node:module';
+import path from 'node:path';
+
+// NODE_PATH is not used by ESM `import`; resolve puppeteer-core through CommonJS instead.
+const require = createRequire(path.join(process.cwd(), 'noop.js'));
+let puppeteer;
+try {
+  puppeteer = require('puppeteer-core');
+} catch (e) {
+  console.error('puppeteer-core not found: run .ci/browser/install.sh ~/.cache/kiln-ci/browser and set NODE_PATH=~/.cache/kiln-ci/browser/node_modules');
+  process.exit(2);
+}
+
+const [url, shot, timeoutArg] = process.argv.slice(2);
+if (!url || !shot) {
+  console.error('usage: node check_viewer.mjs URL SCREENSHOT.png [TIMEOUT_S]');
+  process.exit(2);
+}
+const timeoutMs = Number(timeoutArg || 90) * 1000;
+const chromium = process.env.KILN_CHROMIUM || '/usr/bin/chromium';
+
+const problems = [];
+const consoleErrors = [];
+const consoleWarnings = [];
+const failedRequests = [];
+
+let browser;
+try {
+  browser = await puppeteer.launch({
+    executablePath: chromium,
+    headless: true,
+    args: [
+      '--no-sandbox', '--use-gl=angle', '--use-angle=swiftshader', '--enable-unsafe-swiftshader',
+      '--ignore-gpu-blocklist', '--disable-background-networking', '--disable-component-update',
+      '--disable-sync', '--no-first-run', '--window-size=1280,800',
+    ],
+    defaultViewport: { width: 1280, height: 800 },
+  });
+} catch (e) {
+  console.error(`cannot start ${chromium}: ${e.message}`);
+  process.exit(2);
+}
+
+const started = Date.now();
+const deadline = started + timeoutMs;
+
+// Runs in the page: pixels of the 3D canvas that differ from the viewer's background colour by
+// more than 8 in some channel (anti-aliasing and SwiftShader rounding stay below that).
+function countForeground() {
+  const c = document.querySelector('#viewer canvas');
+  const bg = (window.kilnViewer && window.kilnViewer.backgroundColor) || [0, 0, 0];
+  if (!c) { return { width: 0, height: 0, foreground: 0, total: 0 }; }
+  const w = c.width;
+  const h = c.height;
+  const tmp = document.createElement('canvas');
+  tmp.width = w;
+  tmp.height = h;
+  const ctx = tmp.getContext('2d');
+  ctx.drawImage(c, 0, 0);
+  const d = ctx.getImageData(0, 0, w, h).data;
+  let fg = 0;
+  for (let i = 0; i < d.length; i += 4) {
+    if (Math.abs(d[i] - bg[0]) > 8 || Math.abs(d[i + 1] - bg[1]) > 8 || Math.abs(d[i + 2] - bg[2]) > 8) { fg += 1; }
+  }
+  return { width: w, height: h, foreground: fg, total: w * h };
+}
+let summary = { url, screenshot: shot };
+try {
+  const page = await browser.newPage();
+  page.on('console', (m) => {
+    const text = m.text();
+    const loc = m.location();
+    const where = loc && loc.url ? ` (${loc.url}${loc.lineNumber !== undefined ? ':' + loc.lineNumber : ''})` : '';
+    if (m.type() === 'error') { consoleErrors.push(text + where); }
+    if (m.type() === 'warn' || m.type() === 'warning') { consoleWarnings.push(text + where); }
+  });
+  page.on('pageerror', (e) => { problems.push(`page error: ${e.message}`); });
+  page.on('requestfailed', (r) => { failedRequests.push(`${r.url()}: ${r.failure()?.errorText}`); });
+  page.on('response', (r) => {
+    if (r.status() >= 400) { failedRequests.push(`${r.url()}: HTTP ${r.status()}`); }
+  });
+
+  const resp = await page.goto(url, { waitUntil: 'load', timeout: timeoutMs });
+  if (!resp || !resp.ok()) {
+    problems.push(`job page ${url}: HTTP ${resp ? resp.status() : 'no response'}`);
+  } else {
+    // Ready and tiles loaded (or an error reported).
+    try {
+      await page.waitForFunction(() => {
+        const s = window.kilnViewer;
+        if (!s) { return false; }
+        if (s.error || (s.failed && s.failed.length)) { return true; }
+        return s.ready && s.tilesLoaded;
+      }, { timeout: Math.max(1000, deadline - Date.now()), polling: 200 });
+    } catch (e) {
+      problems.push(`timed out after ${timeoutMs / 1000} s waiting for kilnViewer.ready && tilesLoaded`);
+    }
+    // Content can appear a few frames after allTilesLoaded (splats are drawn only once the
+    // worker has sorted them): wait for foreground pixels, then for the count to settle.
+    // Cesium also refines level by level, so "settled" means: all loaded for the current view,
+    // the same number of loaded tiles and about the same foreground as one second before.
+    let last = { n: -1, ready: -1 };
+    let settleUntil = 0;
+    while (Date.now() < deadline) {
+      const st = await page.evaluate(() => {
+        const s = window.kilnViewer;
+        return {
+          broken: !s || !!s.error || (s.failed && s.failed.length > 0) || !s.ready,
+          loaded: !!s && s.tilesLoaded,
+          ready: s && s.statistics ? s.statistics.numberOfTilesWithContentReady : -1,
+        };
+      });
+      if (st.broken) { break; }
+      const n = (await page.evaluate(countForeground)).foreground;
+      if (n > 0 && settleUntil === 0) { settleUntil = Math.min(deadline, Date.now() + 20000); }
+      const stable = st.loaded && st.ready === last.ready && Math.abs(n - last.n) <= 0.02 * n;
+      if (n > 0 && (stable || Date.now() >= settleUntil)) { break; }
+      last = { n, ready: st.ready };
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  }
+
+  const status = await page.evaluate(() => {
+    const s = window.kilnViewer || null;
+    return s ? JSON.parse(JSON.stringify(s)) : null;
+  });
+  if (!status) {
+    problems.push('the page defines no window.kilnViewer');
+  } else {
+    if (status.error) { problems.push(`viewer error: ${status.error}`); }
+    for (const f of status.failed || []) { problems.push(`tile failed: ${f.url}: ${f.message}`); }
+    if (!status.ready) { problems.push('viewer never became ready'); }
+    if (!status.tilesLoaded) { problems.push('tiles never finished loading'); }
+  }
+
+  const pixels = await page.evaluate(countForeground);
+  if (status && status.ready && pixels.foreground === 0) {
+    problems.push(`the 3D canvas (${pixels.width}x${pixels.height}) shows only background`);
+  }
+
+  await page.screenshot({ path: shot });
+  for (const e of consoleErrors) { problems.push(`console error: ${e}`); }
+  for (const r of failedRequests) { problems.push(`request failed: ${r}`); }
+  summary = {
+    ...summary,
+    ok: problems.length === 0,
+    seconds: (Date.now() - started) / 1000,
+    problems,
+    consoleWarnings,
+    viewer: status,
+    canvas: pixels,
+  };
+} catch (e) {
+  problems.push(`check crashed: ${e && e.stack ? e.stack : e}`);
+  summary = { ...summary, ok: false, problems };
+} finally {
+  await browser.close().catch(() => {});
+}
+console.log(JSON.stringify(summary, null, 2));
+process.exit(summary.ok ? 0 : 1);

@@ -1,0 +1,122 @@
+//! The metrics of one finished job, by name, from its stage summaries (the same figures the ledger
+//! records):
+//!
+//! | metric | from | unit |
+//! |---|---|---|
+//! | `psnr_db`, `ssim` | train: held-out mean on 8-bit images | dB, 1 |
+//! | `splats` | train (capture) or ingest (splats job) | count |
+//! | `steps_per_s` | train loop | steps/s (info) |
+//! | `lod<i>.triangles`, `lod<i>.error_m` | decimate, level i (0 = full) | count, metres |
+//! | `tiles`, `tile_levels`, `tile_bytes` | tile: tiles, depth, GLB bytes | count, count, bytes |
+//! | `wall_s` | all stages that ran | seconds (info) |
+
+use std::collections::BTreeMap;
+
+use kiln_pipeline::dag::StageKind;
+use kiln_pipeline::run::StageOutcome;
+
+/// Metric name → value for a job's stage outcomes. Summary fields that are absent are simply not
+/// measured (a baselined metric then shows as missing).
+#[must_use]
+pub fn measure(stages: &[StageOutcome]) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    let mut put = |name: &str, v: Option<f64>| {
+        if let Some(v) = v {
+            m.insert(name.to_string(), v);
+        }
+    };
+    let num = |s: &serde_json::Value, k: &str| s.get(k).and_then(serde_json::Value::as_f64);
+    let mut wall = 0.0;
+    for st in stages {
+        wall += st.usage.wall_s;
+        let s = &st.summary;
+        match st.kind {
+            StageKind::Train => {
+                for k in ["psnr_db", "ssim", "splats", "steps_per_s"] {
+                    put(k, num(s, k));
+                }
+            }
+            StageKind::Ingest => put("splats", num(s, "splats")),
+            StageKind::Decimate => {
+                for (i, lod) in s
+                    .get("lods")
+                    .and_then(serde_json::Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                {
+                    put(&format!("lod{i}.triangles"), num(lod, "triangles"));
+                    put(&format!("lod{i}.error_m"), num(lod, "error_m"));
+                }
+            }
+            StageKind::Tile => {
+                put("tiles", num(s, "tiles"));
+                put("tile_levels", num(s, "levels"));
+                put("tile_bytes", num(s, "content_bytes"));
+            }
+            StageKind::Publish => {}
+        }
+    }
+    put("wall_s", Some(wall));
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_pipeline::meter::StageUsage;
+
+    fn stage(kind: StageKind, wall_s: f64, summary: serde_json::Value) -> StageOutcome {
+        StageOutcome {
+            kind,
+            key: String::new(),
+            cache_hit: false,
+            usage: StageUsage {
+                wall_s,
+                ..StageUsage::default()
+            },
+            summary,
+        }
+    }
+
+    #[test]
+    fn mesh_job_gives_per_lod_counts_errors_and_tiles() {
+        let m = measure(&[
+            stage(
+                StageKind::Ingest,
+                1.0,
+                serde_json::json!({"triangles": 682}),
+            ),
+            stage(
+                StageKind::Decimate,
+                2.0,
+                serde_json::json!({"lods": [
+                    {"ratio": 1.0, "triangles": 682, "error_m": 0.0, "file": "lod_0.glb"},
+                    {"ratio": 0.5, "triangles": 341, "error_m": 0.00036, "file": "lod_1.glb"}
+                ]}),
+            ),
+            stage(
+                StageKind::Tile,
+                0.5,
+                serde_json::json!({"tiles": 2, "levels": 2, "content_bytes": 1000}),
+            ),
+        ]);
+        assert_eq!(m["lod1.triangles"], 341.0);
+        assert_eq!(m["lod1.error_m"], 0.00036);
+        assert_eq!(m["tiles"], 2.0);
+        assert_eq!(m["tile_bytes"], 1000.0);
+        assert_eq!(m["wall_s"], 3.5);
+        assert!(!m.contains_key("psnr_db") && !m.contains_key("splats"));
+    }
+
+    #[test]
+    fn capture_job_gives_quality_and_splat_count() {
+        let m = measure(&[stage(
+            StageKind::Train,
+            10.0,
+            serde_json::json!({"psnr_db": 28.4, "ssim": 0.92, "splats": 52841, "steps_per_s": 3.9}),
+        )]);
+        assert_eq!(m["psnr_db"], 28.4);
+        assert_eq!(m["splats"], 52841.0);
+    }
+}

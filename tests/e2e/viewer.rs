@@ -1,0 +1,277 @@
+//! The viewer end to end: a real job, `kiln serve` on a free port, and the job page opened in
+//! headless Chromium (`.ci/browser/check_viewer.mjs`, puppeteer-core): the page loads, CesiumJS
+//! loads the tileset, no console errors or failed tiles, the canvas shows more than background,
+//! the job's HTML report (`kiln report --html <output>/report`) is framed beside it, and a
+//! screenshot is written under `target/tmp/viewer/`.
+//!
+//! Needs Debian's `/usr/bin/chromium`, Node.js, and the npm packages of `.ci/browser` (CesiumJS,
+//! puppeteer-core): `.ci/browser/install.sh ~/.cache/kiln-ci/browser` installs them. With `CI` set
+//! a missing tool fails the test; otherwise the test prints `skipped: …` and passes.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use super::harness::*;
+
+/// Where the browser check's tools are.
+struct BrowserTools {
+    /// `node_modules` holding `puppeteer-core` (for `NODE_PATH`).
+    node_path: PathBuf,
+    /// The CesiumJS build folder (`…/cesium/Build/Cesium`).
+    cesium_dir: PathBuf,
+    chromium: PathBuf,
+}
+
+/// Find Chromium, Node.js, puppeteer-core and CesiumJS; `None` (after printing why) when one is
+/// missing outside CI. In CI a missing tool is a test failure naming what to install.
+fn browser_tools() -> Option<BrowserTools> {
+    let home = std::env::var("HOME").unwrap_or_default();
+    let node_path: PathBuf = std::env::var_os("KILN_BROWSER_NODE_PATH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(&home).join(".cache/kiln-ci/browser/node_modules"));
+    let cesium_dir: PathBuf = std::env::var_os("KILN_CESIUM_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| node_path.join("cesium/Build/Cesium"));
+    let chromium: PathBuf = std::env::var_os("KILN_CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/usr/bin/chromium".into());
+    let node_ok = Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let mut missing = Vec::new();
+    if !chromium.is_file() {
+        missing.push(format!(
+            "Chromium at {} (apt-get install -y chromium)",
+            chromium.display()
+        ));
+    }
+    if !node_ok {
+        missing.push("Node.js (`node` on PATH)".to_string());
+    }
+    if !node_path.join("puppeteer-core/package.json").is_file() {
+        missing.push(format!(
+            "puppeteer-core in {} (set KILN_BROWSER_NODE_PATH)",
+            node_path.display()
+        ));
+    }
+    if !cesium_dir.join("Cesium.js").is_file() {
+        missing.push(format!(
+            "CesiumJS build at {} (set KILN_CESIUM_DIR)",
+            cesium_dir.display()
+        ));
+    }
+    if missing.is_empty() {
+        return Some(BrowserTools {
+            node_path,
+            cesium_dir,
+            chromium,
+        });
+    }
+    let msg = format!(
+        "viewer browser check needs: {}; run `.ci/browser/install.sh ~/.cache/kiln-ci/browser` \
+         (installs Debian's chromium and the pinned npm packages)",
+        missing.join("; ")
+    );
+    assert!(std::env::var_os("CI").is_none(), "{msg}");
+    eprintln!("skipped: {msg}");
+    None
+}
+
+/// A running `kiln serve`, killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `kiln serve --addr 127.0.0.1:0` on the sandbox's ledger and read the bound URL from the
+/// first stdout line.
+fn start_server(sb: &Sandbox, tools: &BrowserTools) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--cesium"])
+        .arg(&tools.cesium_dir)
+        .env("KILN_HOME", sb.path())
+        .env("KILN_DB", sb.path().join("ledger.sqlite"))
+        .env("RUST_LOG", "warn")
+        .current_dir(sb.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start kiln serve");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut line = String::new();
+    let read = BufReader::new(stdout).read_line(&mut line);
+    let mut server = Server {
+        child,
+        url: String::new(),
+    };
+    assert!(
+        read.is_ok_and(|n| n > 0),
+        "kiln serve printed nothing (did it fail to start?)"
+    );
+    // "serving http://127.0.0.1:PORT/ (ledger …)"
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in kiln serve's first line: {line:?}"))
+        .trim_end_matches('/')
+        .to_string();
+    server.url = url;
+    server
+}
+
+/// Run the browser check on `job_page` (`/jobs/ID[?sse=N]`); returns the summary JSON. Panics with the summary
+/// when the check fails.
+fn check_viewer(
+    tools: &BrowserTools,
+    server: &Server,
+    job_page: &str,
+    shot_name: &str,
+) -> serde_json::Value {
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("viewer");
+    std::fs::create_dir_all(&shots).unwrap();
+    let shot = shots.join(shot_name);
+    let _ = std::fs::remove_file(&shot);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/browser/check_viewer.mjs");
+    let url = format!("{}{job_page}", server.url);
+    // 120 s: the 90 s the check needs on an idle 2-core machine, plus room for a busy one.
+    let o = Command::new("node")
+        .arg(&script)
+        .arg(&url)
+        .arg(&shot)
+        .arg("120")
+        .env("NODE_PATH", &tools.node_path)
+        .env("KILN_CHROMIUM", &tools.chromium)
+        .output()
+        .expect("run node");
+    let out = stdout(&o);
+    assert!(
+        o.status.success(),
+        "browser check of {url} failed ({:?}):\n{out}\n{}",
+        o.status,
+        stderr(&o)
+    );
+    let summary: serde_json::Value = serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("check_viewer.mjs printed no JSON ({e}):\n{out}"));
+    assert!(
+        std::fs::metadata(&shot).is_ok_and(|m| m.len() > 1000),
+        "no screenshot at {}",
+        shot.display()
+    );
+    eprintln!("viewer screenshot: {}", shot.display());
+    summary
+}
+
+#[test]
+fn viewer_shows_avocado_mesh_tileset_without_console_errors() {
+    let Some(tools) = browser_tools() else {
+        return;
+    };
+    let sb = Sandbox::new();
+    let gltf = dataset("mesh-khronos-gltf-samples").join("Avocado/glTF/Avocado.gltf");
+    let job = sb.job(
+        "avocado",
+        &format!(
+            "name = \"avocado\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"out/avocado\"\n",
+            gltf.display()
+        ),
+    );
+    let o = sb.kiln(&["run", job.to_str().unwrap()]);
+    ok(&o);
+    let id = job_id(&o);
+    // The HTML report goes where the job page looks for it, so the check also covers the page
+    // with the report beside the viewer (and any console error the report itself causes).
+    ok(&sb.kiln(&["report", &id, "--html", "out/avocado/report"]));
+    let server = start_server(&sb, &tools);
+
+    // The job list links the job; the job page frames the report.
+    let list = http_get(&server.url, "/");
+    assert!(list.contains(&format!("/jobs/{id}")), "{list}");
+    let page = http_get(&server.url, &format!("/jobs/{id}"));
+    assert!(
+        page.contains(&format!("src=\"/jobs/{id}/files/report/index.html\"")),
+        "{page}"
+    );
+
+    let s = check_viewer(&tools, &server, &format!("/jobs/{id}"), "avocado.png");
+    assert!(
+        s["viewer"]["contentKinds"]["model"].as_u64().unwrap_or(0) >= 1,
+        "mesh tiles must load as glTF models: {s}"
+    );
+    assert!(
+        s["viewer"]["statistics"]["numberOfTrianglesSelected"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0,
+        "{s}"
+    );
+
+    // At a 1-pixel screen-space error CesiumJS must refine through every LOD to the full mesh:
+    // all four levels load as models without errors.
+    let s = check_viewer(
+        &tools,
+        &server,
+        &format!("/jobs/{id}?sse=1"),
+        "avocado-finest.png",
+    );
+    assert_eq!(
+        s["viewer"]["statistics"]["numberOfTilesWithContentReady"].as_u64(),
+        Some(4),
+        "all four LOD tiles must load when refining to the leaf: {s}"
+    );
+}
+
+#[test]
+fn viewer_shows_fox_splat_tileset_without_console_errors() {
+    let Some(tools) = browser_tools() else {
+        return;
+    };
+    let sb = Sandbox::new();
+    let fox = dataset("capture-fox-instantngp");
+    // Tiny settings (as tests/e2e/train.rs): the point is the tileset format, not the quality.
+    let job = sb.job(
+        "fox",
+        &format!(
+            "name = \"fox\"\nkind = \"capture\"\ninput = \"{}\"\noutput = \"out/fox\"\n\
+             [ingest]\nmax_side = 64\n[train]\nsteps = 100\nseed = 1\n",
+            fox.display()
+        ),
+    );
+    let o = sb.kiln(&["run", job.to_str().unwrap()]);
+    ok(&o);
+    let id = job_id(&o);
+    ok(&sb.kiln(&["report", &id, "--html", "out/fox/report"]));
+    let server = start_server(&sb, &tools);
+    let s = check_viewer(&tools, &server, &format!("/jobs/{id}"), "fox-splats.png");
+    assert!(
+        s["viewer"]["contentKinds"]["gaussianSplat"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 1,
+        "splat tiles must load as Gaussian splat content (not plain models): {s}"
+    );
+}
+
+/// GET `path` from the server with a raw HTTP/1.1 request (no HTTP client dependency needed).
+fn http_get(base: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let host = base.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(host).expect("connect to kiln serve");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).unwrap();
+    assert!(buf.starts_with("HTTP/1.1 200"), "GET {path}: {buf}");
+    buf
+}
