@@ -258,7 +258,7 @@ fn run_local(
         StageKind::Train => {
             let ingest_dir = stage_dir(plan, StageKind::Ingest);
             let cap = ingest::load_ingested(&ingest_dir)?;
-            let views = train_views(&ingest_dir, &cap)?;
+            let views = train_views(&ingest_dir, &cap, plan.train.background)?;
             let init = cap.points.as_ref().map(|p| train::InitPoints {
                 positions: p
                     .positions
@@ -367,7 +367,11 @@ fn find_input(dir: &Path, kind: JobKind) -> Result<PathBuf> {
     }
 }
 
-fn train_views(ingest_dir: &Path, cap: &ingest::IngestedCapture) -> Result<Vec<train::TrainView>> {
+fn train_views(
+    ingest_dir: &Path,
+    cap: &ingest::IngestedCapture,
+    background: [f32; 3],
+) -> Result<Vec<train::TrainView>> {
     cap.frames
         .iter()
         .map(|f| {
@@ -383,7 +387,7 @@ fn train_views(ingest_dir: &Path, cap: &ingest::IngestedCapture) -> Result<Vec<t
                     cy: f.cy as f32,
                     world_to_camera: w2c,
                 },
-                image: ingest::load_frame_rgb(ingest_dir, f)?,
+                image: ingest::load_frame_rgb(ingest_dir, f, background)?,
             })
         })
         .collect()

@@ -7,7 +7,7 @@
 //! Mesh: read glTF/GLB (validated: index ranges, finite positions, buffers present) and write it back
 //! as one `mesh.glb`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use kiln_formats::capture::{self, Capture};
 use rayon::prelude::*;
@@ -21,6 +21,12 @@ use crate::{Error, Result};
 pub struct IngestParams {
     /// Longest image side after downscaling, pixels; `None` keeps the original size. Default 540.
     pub max_side: Option<u32>,
+    /// Use the capture's foreground masks (e.g. LLFF `masks/<stem>_mask.JPG`): each mask is
+    /// decoded at the image's size, undistorted like it, thresholded at 50 % (masks are often
+    /// lossy JPEGs), and written beside the image; training then composites the photo over its
+    /// background colour outside the mask, so backgrounds that change between views (an object
+    /// turned over on a turntable) are learnt as empty. Default false.
+    pub masks: bool,
 }
 
 impl IngestParams {
@@ -46,6 +52,7 @@ impl Default for IngestParams {
     fn default() -> Self {
         Self {
             max_side: Some(540),
+            masks: false,
         }
     }
 }
@@ -67,6 +74,10 @@ pub struct IngestedFrame {
     pub cy: f64,
     /// Row-major 4×4 world → camera (OpenCV: x right, y down, z forward), metres.
     pub world_to_camera: [[f64; 4]; 4],
+    /// Foreground mask PNG (8-bit gray, 255 = foreground) relative to the stage directory, same
+    /// size as `image`; `None` when masks are off or the frame has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mask: Option<String>,
 }
 
 /// SfM points carried from the capture (COLMAP `points3D`), world frame, metres.
@@ -107,8 +118,10 @@ pub fn ingest_capture(
 ) -> Result<IngestedCapture> {
     params.validate()?;
     let cap: Capture = capture::read_capture(input)?;
-    let images_dir = out_dir.join("images");
-    std::fs::create_dir_all(&images_dir).map_err(|e| Error::io(&images_dir, e))?;
+    for sub in ["images", "masks"] {
+        let d = out_dir.join(sub);
+        std::fs::create_dir_all(&d).map_err(|e| Error::io(&d, e))?;
+    }
     let frames: Vec<IngestedFrame> = cap
         .frames
         .par_iter()
@@ -119,6 +132,36 @@ pub fn ingest_capture(
             let png_name = format!("{}.png", f.name.replace(['/', '\\'], "_"));
             let rel = format!("images/{png_name}");
             write_png(&out_dir.join(&rel), &img)?;
+            let mask = match (&f.mask_path, params.masks) {
+                (Some(mask_path), true) => {
+                    let m = capture::load_rgb(mask_path, params.max_side)?;
+                    if (m.width, m.height) != (img.width, img.height) {
+                        return Err(Error::Input {
+                            path: mask_path.clone(),
+                            field: "mask".into(),
+                            problem: format!(
+                                "mask is {}×{} after downscaling but its image {} is {}×{}; \
+                                 masks must have the image's size (or set ingest.masks = false)",
+                                m.width,
+                                m.height,
+                                f.image_path.display(),
+                                img.width,
+                                img.height
+                            ),
+                        });
+                    }
+                    let m = capture::undistort(&m, &k, &f.distortion);
+                    let gray: Vec<u8> = m
+                        .data
+                        .chunks_exact(3)
+                        .map(|p| if p[0] >= 0.5 { 255 } else { 0 })
+                        .collect();
+                    let mask_rel = format!("masks/{png_name}");
+                    write_mask_png(&out_dir.join(&mask_rel), img.width, img.height, gray)?;
+                    Some(mask_rel)
+                }
+                _ => None,
+            };
             Ok(IngestedFrame {
                 name: f.name.clone(),
                 image: rel,
@@ -129,9 +172,19 @@ pub fn ingest_capture(
                 cx: k.cx,
                 cy: k.cy,
                 world_to_camera: f.world_to_camera,
+                mask,
             })
         })
         .collect::<Result<_>>()?;
+    if params.masks && frames.iter().all(|f| f.mask.is_none()) {
+        return Err(Error::Input {
+            path: input.to_path_buf(),
+            field: "ingest.masks".into(),
+            problem: "masks are on but no frame has a mask (looked for masks/<stem>_mask.<ext> \
+                      and masks/<stem>.<ext>); add the masks or set ingest.masks = false"
+                .into(),
+        });
+    }
     let ingested = IngestedCapture {
         source: cap.source.display().to_string(),
         frames,
@@ -163,29 +216,69 @@ pub fn load_ingested(stage_dir: &Path) -> Result<IngestedCapture> {
     })
 }
 
-/// Load an ingested frame's PNG as `[H, W, 3]` floats in [0, 1].
+/// Load an ingested frame's PNG as `[H, W, 3]` floats in [0, 1]; with a mask, pixels outside it
+/// are replaced by `background` (linear RGB in [0, 1], the colour training renders behind the
+/// splats), so the trainer learns them as empty.
 ///
 /// # Errors
-/// Decode errors name the PNG.
-pub fn load_frame_rgb(stage_dir: &Path, frame: &IngestedFrame) -> Result<Vec<f32>> {
-    let img = capture::load_rgb(&stage_dir.join(&frame.image), None)?;
+/// Decode errors name the PNG; a mask of the wrong size names the mask.
+pub fn load_frame_rgb(
+    stage_dir: &Path,
+    frame: &IngestedFrame,
+    background: [f32; 3],
+) -> Result<Vec<f32>> {
+    let mut img = capture::load_rgb(&stage_dir.join(&frame.image), None)?;
+    if let Some(mask_rel) = &frame.mask {
+        let path = stage_dir.join(mask_rel);
+        let mask = image::open(&path)
+            .map_err(|e| Error::io(&path, std::io::Error::other(e)))?
+            .to_luma8();
+        if mask.width() != img.width || mask.height() != img.height {
+            return Err(Error::Input {
+                path,
+                field: "mask".into(),
+                problem: format!(
+                    "mask is {}×{}, image is {}×{}; run ingest again",
+                    mask.width(),
+                    mask.height(),
+                    img.width,
+                    img.height
+                ),
+            });
+        }
+        for (px, m) in img.data.chunks_exact_mut(3).zip(mask.as_raw()) {
+            if *m < 128 {
+                px.copy_from_slice(&background);
+            }
+        }
+    }
     Ok(img.data)
 }
 
-fn write_png(path: &PathBuf, img: &capture::RgbImage) -> Result<()> {
+fn write_png(path: &Path, img: &capture::RgbImage) -> Result<()> {
     let bytes: Vec<u8> = img
         .data
         .iter()
         .map(|v| (v.clamp(0.0, 1.0) * 255.0).round() as u8)
         .collect();
-    let buf =
-        image::RgbImage::from_raw(img.width, img.height, bytes).ok_or_else(|| Error::Input {
-            path: path.clone(),
-            field: "image".into(),
-            problem: "pixel buffer does not match its size".into(),
-        })?;
+    let buf = image::RgbImage::from_raw(img.width, img.height, bytes);
+    save_png(path, buf.map(image::DynamicImage::ImageRgb8))
+}
+
+fn write_mask_png(path: &Path, width: u32, height: u32, gray: Vec<u8>) -> Result<()> {
+    let buf = image::GrayImage::from_raw(width, height, gray);
+    save_png(path, buf.map(image::DynamicImage::ImageLuma8))
+}
+
+/// Encode as PNG and write atomically; `None` means the pixel buffer did not match its size.
+fn save_png(path: &Path, img: Option<image::DynamicImage>) -> Result<()> {
+    let img = img.ok_or_else(|| Error::Input {
+        path: path.to_path_buf(),
+        field: "image".into(),
+        problem: "pixel buffer does not match its size".into(),
+    })?;
     let mut png = Vec::new();
-    buf.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+    img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
         .map_err(|e| Error::io(path, std::io::Error::other(e)))?;
     kiln_formats::atomic_write::write_atomic(path, &png)?;
     Ok(())
@@ -282,4 +375,63 @@ pub fn ingest_splats(input: &Path, out_dir: &Path) -> Result<IngestedSplats> {
         sh_degree: splats.sh_degree,
         format: ext,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(mask: Option<&str>) -> IngestedFrame {
+        IngestedFrame {
+            name: "a.jpg".into(),
+            image: "images/a.png".into(),
+            width: 2,
+            height: 1,
+            fx: 1.0,
+            fy: 1.0,
+            cx: 1.0,
+            cy: 0.5,
+            world_to_camera: [[0.0; 4]; 4],
+            mask: mask.map(String::from),
+        }
+    }
+
+    #[test]
+    fn pixels_outside_the_mask_become_the_training_background() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("images")).unwrap();
+        std::fs::create_dir_all(d.path().join("masks")).unwrap();
+        let img = capture::RgbImage {
+            width: 2,
+            height: 1,
+            data: vec![0.2, 0.4, 0.6, 0.2, 0.4, 0.6],
+        };
+        write_png(&d.path().join("images/a.png"), &img).unwrap();
+        write_mask_png(&d.path().join("masks/a.png"), 2, 1, vec![255, 0]).unwrap();
+        let bg = [1.0, 0.5, 0.0];
+        let px = load_frame_rgb(d.path(), &frame(Some("masks/a.png")), bg).unwrap();
+        // Left pixel kept (8-bit round trip: 0.2 → 51/255), right pixel = background exactly.
+        assert!((px[0] - 51.0 / 255.0).abs() < 1e-6, "{px:?}");
+        assert_eq!(&px[3..6], &bg);
+        let unmasked = load_frame_rgb(d.path(), &frame(None), bg).unwrap();
+        assert!((unmasked[3] - 51.0 / 255.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_mask_of_another_size_is_an_error_naming_it() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("images")).unwrap();
+        std::fs::create_dir_all(d.path().join("masks")).unwrap();
+        let img = capture::RgbImage {
+            width: 2,
+            height: 1,
+            data: vec![0.0; 6],
+        };
+        write_png(&d.path().join("images/a.png"), &img).unwrap();
+        write_mask_png(&d.path().join("masks/a.png"), 1, 1, vec![255]).unwrap();
+        let err = load_frame_rgb(d.path(), &frame(Some("masks/a.png")), [0.0; 3])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("masks/a.png") && err.contains("1×1"), "{err}");
+    }
 }
