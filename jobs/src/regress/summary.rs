@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use super::SceneResult;
 use super::compare::{Check, Status, format_value};
+use crate::job_page::escape_html as esc;
 
 fn status_word(s: Status) -> &'static str {
     match s {
@@ -68,14 +69,6 @@ pub fn markdown(scenes: &[SceneResult], mode: &str) -> String {
         md.push('\n');
     }
     md
-}
-
-/// Escape text for HTML element content and attribute values.
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 /// One self-contained HTML page: the verdict, per scene the checks table (failures in red) and a

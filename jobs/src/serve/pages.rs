@@ -28,21 +28,7 @@ pub const VIEWER_BACKGROUND_RGB: [u8; 3] = [24, 28, 40];
 /// The npm version of CesiumJS the viewer was checked with (`.ci/browser/package.json` pins it).
 pub const CESIUM_VERSION: &str = "1.145.0";
 
-/// Escape text for HTML element content and double-quoted attribute values.
-pub fn escape_html(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            _ => out.push(c),
-        }
-    }
-    out
-}
+pub use crate::job_page::escape_html;
 
 /// Percent-encode one URL path segment (everything but RFC 3986 unreserved characters).
 pub fn encode_segment(s: &str) -> String {
