@@ -19,6 +19,9 @@ pub enum Error {
     /// The job file is not valid TOML or has a bad field.
     #[error("{path}: {message}; see datasets/jobs/*.toml for working examples")]
     Spec { path: PathBuf, message: String },
+    /// The `kiln regress` baselines file (or a scene's job in it) is invalid.
+    #[error("{path}: {message}; see datasets/baselines.toml for the format")]
+    Baselines { path: PathBuf, message: String },
     /// A field is missing or out of range.
     #[error("{path}: field `{field}`: expected {expected}, found {found}")]
     Field {

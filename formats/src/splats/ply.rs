@@ -115,11 +115,23 @@ pub fn write_inria_ply(path: &Path, splats: &GaussianSplats) -> Result<()> {
 /// [`Error::Corrupt`] for an empty file, wrong magic, a header without `end_header`, a truncated
 /// body or a body the PLY parser rejects; [`Error::Invalid`] for a missing required property
 /// (named), a body longer than `element vertex N` implies, or a NaN/±Inf value (with the vertex
-/// index and property); [`Error::Unsupported`] for an `f_rest_*` count other than 0/9/24/45 or a
-/// list-typed splat property.
+/// index and property); [`Error::Unsupported`] for an `f_rest_*` count other than 0/9/24/45, a
+/// list-typed splat property, or a PlayCanvas compressed PLY (`element chunk`).
 pub fn read_ply(path: &Path) -> Result<GaussianSplats> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
     let header = parse_header(path, &bytes)?;
+    // PlayCanvas "compressed PLY" keeps quantised splats in a `chunk` element plus packed
+    // `vertex` words: the INRIA property names are absent, so say what the file is.
+    if header.elements.iter().any(|e| e.name == "chunk") {
+        return Err(Error::Unsupported {
+            path: path.to_path_buf(),
+            field: "element chunk".into(),
+            found: "a PlayCanvas compressed PLY (`element chunk` + packed vertices)".into(),
+            supported: "an INRIA 3DGS PLY (x, y, z, f_dc_*, opacity, scale_*, rot_*) or SPZ; \
+                        decompress with @playcanvas/splat-transform or SuperSplat first"
+                .into(),
+        });
+    }
     let splats = if let Some(fast) = header.fast_path() {
         read_fast(path, &bytes[header.body_offset..], &header, fast)?
     } else {
@@ -501,6 +513,15 @@ fn check_values_finite(path: &Path, s: &GaussianSplats) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn playcanvas_compressed_ply_is_named_as_unsupported() {
+        let dir = crate::capture::test_dataset("splat-plushdog-smartdatascan");
+        let err = super::read_ply(&dir.join("point_cloud_29999_clean.compressed.ply"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("PlayCanvas compressed PLY"), "{err}");
+    }
+
     use super::*;
     use crate::splats::test_data::random_splats;
 

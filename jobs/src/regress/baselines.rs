@@ -121,7 +121,7 @@ impl Baselines {
     /// # Errors
     /// As [`Baselines::from_file`].
     pub fn from_toml(text: &str, path: &Path) -> Result<Baselines> {
-        let b: Baselines = toml::from_str(text).map_err(|e| Error::Spec {
+        let b: Baselines = toml::from_str(text).map_err(|e| Error::Baselines {
             path: path.into(),
             message: e.to_string(),
         })?;
@@ -143,6 +143,14 @@ impl Baselines {
             for (mode_name, mode) in [("full", &s.full), ("quick", &s.quick)] {
                 for (metric, e) in &mode.metrics {
                     let at = format!("scene `{}`.{mode_name}.metrics.{metric}", s.name);
+                    if !super::measure::is_known_metric(metric) {
+                        return Err(field(
+                            at,
+                            "a metric name: psnr_db, ssim, splats, steps_per_s, tiles, \
+                             tile_levels, tile_bytes, wall_s, lod<i>.triangles or lod<i>.error_m",
+                            format!("`{metric}`"),
+                        ));
+                    }
                     if !e.baseline.is_finite() {
                         return Err(field(at, "a finite baseline", e.baseline.to_string()));
                     }

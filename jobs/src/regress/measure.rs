@@ -61,8 +61,43 @@ pub fn measure(stages: &[StageOutcome]) -> BTreeMap<String, f64> {
     m
 }
 
+/// Whether `name` is a metric [`measure`] can produce (used to reject typos in baselines files).
+#[must_use]
+pub fn is_known_metric(name: &str) -> bool {
+    const PLAIN: [&str; 8] = [
+        "psnr_db",
+        "ssim",
+        "splats",
+        "steps_per_s",
+        "tiles",
+        "tile_levels",
+        "tile_bytes",
+        "wall_s",
+    ];
+    if PLAIN.contains(&name) {
+        return true;
+    }
+    name.strip_prefix("lod")
+        .and_then(|rest| rest.split_once('.'))
+        .is_some_and(|(level, field)| {
+            !level.is_empty()
+                && level.bytes().all(|b| b.is_ascii_digit())
+                && matches!(field, "triangles" | "error_m")
+        })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn known_metric_names() {
+        for ok in ["psnr_db", "tiles", "lod0.triangles", "lod12.error_m"] {
+            assert!(super::is_known_metric(ok), "{ok}");
+        }
+        for bad in ["tile", "lod.triangles", "lodx.error_m", "lod1.tris", "PSNR"] {
+            assert!(!super::is_known_metric(bad), "{bad}");
+        }
+    }
+
     use super::*;
     use kiln_pipeline::meter::StageUsage;
 

@@ -143,7 +143,23 @@ pub async fn run(opts: &RegressOptions<'_>) -> Result<RegressOutcome> {
             });
         }
     }
+    if baselines.scenes.is_empty() {
+        return Err(Error::Baselines {
+            path: opts.baselines.clone(),
+            message: "no [[scene]] tables: nothing to run".into(),
+        });
+    }
     let mode_name = if opts.quick { "quick" } else { "full" };
+    // Job files and overrides are checked for every selected scene before anything runs, so a
+    // typo in `--set` or a missing job file is one configuration error, not a failed scene.
+    for scene in baselines
+        .scenes
+        .iter()
+        .filter(|s| opts.scenes.is_empty() || opts.scenes.contains(&s.name))
+    {
+        let mode = if opts.quick { &scene.quick } else { &scene.full };
+        scene_job(opts, &base_dir, scene, mode, Path::new("out"))?;
+    }
     let out_dir = std::path::absolute(&opts.out_dir).map_err(|source| Error::Io {
         path: opts.out_dir.clone(),
         source,
@@ -171,10 +187,12 @@ pub async fn run(opts: &RegressOptions<'_>) -> Result<RegressOutcome> {
         if mode.metrics.is_empty() && !opts.update_baselines && result.error.is_none() {
             // A scene with nothing to compare must not pass silently.
             result.error = Some(format!(
-                "no {mode_name} baselines for scene `{}` in {}; record them with                  `kiln regress{} --scenes {} --update-baselines`",
+                "no {mode_name} baselines for scene `{}` in {}; record them with \
+                 `kiln regress{} --baselines {} --scenes {} --update-baselines`",
                 scene.name,
                 opts.baselines.display(),
                 if opts.quick { " --quick" } else { "" },
+                opts.baselines.display(),
                 scene.name
             ));
         }
@@ -299,23 +317,7 @@ async fn run_scene_job(
     mode: &baselines::Mode,
     result: &mut SceneResult,
 ) -> Result<()> {
-    let job_path = base_dir.join(&scene.job);
-    let text = std::fs::read_to_string(&job_path).map_err(|source| Error::Io {
-        path: job_path.clone(),
-        source,
-    })?;
-    let mut set: Vec<(String, toml::Value)> = mode
-        .set
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    set.extend(opts.set.iter().cloned());
-    set.push((
-        "output".into(),
-        toml::Value::String(result.output_dir.to_string_lossy().into_owned()),
-    ));
-    let text = overrides::apply(&text, &job_path, &set)?;
-    let spec = JobSpec::from_toml(&text, &job_path)?;
+    let (job_path, text, spec) = scene_job(opts, base_dir, scene, mode, &result.output_dir)?;
     let work_root = out_dir.join("work");
     let work_dir = work_root.join(&spec.name);
     if work_dir.exists() {
@@ -336,6 +338,60 @@ async fn run_scene_job(
     let outcome = crate::runner::run_job(&plan, &text, ledger).await?;
     result.measured = measure::measure(&outcome.stages);
     Ok(())
+}
+
+/// A scene's job file with the mode's and the command line's overrides and `output` applied:
+/// (job path, job text, parsed spec).
+///
+/// # Errors
+/// [`Error::Baselines`] naming the scene's `job` field when the file is missing or the overrides
+/// make it invalid.
+fn scene_job(
+    opts: &RegressOptions<'_>,
+    base_dir: &Path,
+    scene: &baselines::Scene,
+    mode: &baselines::Mode,
+    output_dir: &Path,
+) -> Result<(PathBuf, String, JobSpec)> {
+    let job_path = base_dir.join(&scene.job);
+    let text = std::fs::read_to_string(&job_path).map_err(|e| Error::Baselines {
+        path: opts.baselines.clone(),
+        message: format!(
+            "scene `{}`: job = \"{}\" (resolved to {}): {e}",
+            scene.name,
+            scene.job.display(),
+            job_path.display()
+        ),
+    })?;
+    let mut set: Vec<(String, toml::Value)> = mode
+        .set
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    set.extend(opts.set.iter().cloned());
+    let describe = |set: &[(String, toml::Value)]| {
+        set.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let described = describe(&set);
+    let overridden = |e: Error| Error::Baselines {
+        path: opts.baselines.clone(),
+        message: format!(
+            "scene `{}`: job {} with overrides [{described}] (from the baselines file and \
+             --set) is invalid: {e}",
+            scene.name,
+            job_path.display(),
+        ),
+    };
+    set.push((
+        "output".into(),
+        toml::Value::String(output_dir.to_string_lossy().into_owned()),
+    ));
+    let text = overrides::apply(&text, &job_path, &set).map_err(overridden)?;
+    let spec = JobSpec::from_toml(&text, &job_path).map_err(overridden)?;
+    Ok((job_path, text, spec))
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {

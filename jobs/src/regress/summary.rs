@@ -17,6 +17,15 @@ fn status_word(s: Status) -> &'static str {
     }
 }
 
+/// `n` and `noun`, with an `s` unless n = 1.
+fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 fn cells(c: &Check) -> [String; 4] {
     let baseline = match (c.baseline, c.allowed) {
         (Some(b), Some(a)) => format!("{} ± {}", format_value(b), format_value(a)),
@@ -40,7 +49,7 @@ pub fn markdown(scenes: &[SceneResult], mode: &str) -> String {
     let verdict = if failures == 0 {
         "passed".to_string()
     } else {
-        format!("FAILED ({failures} failing checks)")
+        format!("FAILED ({})", plural(failures, "failing check"))
     };
     let _ = writeln!(md, "# kiln regress ({mode}): {verdict}\n");
     for s in scenes {
@@ -56,7 +65,9 @@ pub fn markdown(scenes: &[SceneResult], mode: &str) -> String {
             s.wall_s
         );
         if let Some(e) = &s.error {
-            let _ = writeln!(md, "Run failed: `{}`\n", e.replace('`', "'"));
+            // One line: a multi-line error would break the Markdown paragraph.
+            let one_line = e.split_whitespace().collect::<Vec<_>>().join(" ");
+            let _ = writeln!(md, "Run failed: `{}`\n", one_line.replace('`', "'"));
         }
         if s.checks.is_empty() {
             continue;
@@ -85,12 +96,14 @@ pub fn html(scenes: &[SceneResult], mode: &str, has_report: &dyn Fn(&str) -> boo
          table{{border-collapse:collapse;margin:0.5em 0 1.5em}}td,th{{border:1px solid #ccc;\
          padding:3px 8px;text-align:right}}td:first-child,th:first-child{{text-align:left}}\
          .fail{{background:#fdd;font-weight:bold}}.pass{{color:#070}}.info,.new{{color:#666}}\
-         </style></head><body><h1>kiln regress ({}): {}</h1>",
+         </style></head><body><h1>kiln regress ({}): {}</h1>\
+         <p><a href=\"summary.md\">summary.md</a> · <a href=\"junit.xml\">junit.xml</a> · \
+         <a href=\"results.json\">results.json</a></p>",
         esc(mode),
         if failures == 0 {
             "passed".to_string()
         } else {
-            format!("FAILED — {failures} failing checks")
+            format!("FAILED — {}", plural(failures, "failing check"))
         }
     );
     for s in scenes {
@@ -179,7 +192,7 @@ mod tests {
     #[test]
     fn markdown_has_verdict_and_one_row_per_check() {
         let md = markdown(&scenes(), "quick");
-        assert!(md.starts_with("# kiln regress (quick): FAILED (1 failing checks)"));
+        assert!(md.starts_with("# kiln regress (quick): FAILED (1 failing check)"));
         assert!(md.contains("| lod1.triangles | 341 ± 6.8200 | 170 | = | REGRESSION |"));
         assert!(md.contains("| wall_s | 3 ± 0 | 2.5000 | = | info |"));
     }

@@ -9,7 +9,8 @@
 //!   when its largest scale ≤ [`PERCENT_DENSE`]·extent, else *split*: replaced by 2 samples drawn
 //!   from its own Gaussian, with scales divided by [`SPLIT_SCALE_DIVISOR`];
 //! - *pruned*: opacity < [`MIN_OPACITY`], non-finite parameters, and, once the first opacity reset
-//!   has happened, largest scale > [`MAX_WORLD_SIZE`]·extent or max radius > [`MAX_SCREEN_RADIUS_PX`];
+//!   has happened, largest scale > [`MAX_WORLD_SIZE`]·extent or max radius >
+//!   [`MAX_SCREEN_RADIUS_FRACTION`]·(longest image side);
 //! - new rows (clones' copies, split children) start with zero Adam moments, kept rows keep theirs,
 //!   statistics restart from zero after each densification (as INRIA's `densification_postfix`).
 //!
@@ -43,9 +44,12 @@ pub const SPLIT_CHILDREN: usize = 2;
 /// After the first opacity reset, prune splats larger than this fraction of the extent in world
 /// space (INRIA `0.1 * extent`).
 pub const MAX_WORLD_SIZE: f32 = 0.1;
-/// After the first opacity reset, prune splats whose max screen radius exceeded this many pixels
-/// (INRIA `size_threshold = 20`, tuned for ~1 MP images).
-pub const MAX_SCREEN_RADIUS_PX: f32 = 20.0;
+/// After the first opacity reset, prune splats whose max screen radius exceeded this fraction of
+/// the longest image side (gsplat `DefaultStrategy.prune_scale2d = 0.15`). INRIA's fixed
+/// `size_threshold = 20` pixels is tuned for ~1 MP images: on the small images CPU training uses
+/// (e.g. 270 px, narrow lenses), a smooth surface's splats legitimately exceed 20 px and the
+/// fixed threshold pruned nearly all of them after the first reset (Mary Rose, 10,010 → 201).
+pub const MAX_SCREEN_RADIUS_FRACTION: f32 = 0.15;
 /// Opacity reset target: opacity = min(opacity, 0.01) (INRIA `reset_opacity`).
 pub const RESET_OPACITY: f32 = 0.01;
 
@@ -122,6 +126,8 @@ pub struct DensifyConfig {
     pub scene_extent: f32,
     /// Also prune by world size and screen radius (true after the first opacity reset).
     pub prune_large: bool,
+    /// Longest side of the training images, pixels (screen-radius pruning is relative to it).
+    pub image_max_side: u32,
     /// Hard cap on N after densification.
     pub max_splats: usize,
     /// Clone/split at all (false: prune only).
@@ -209,7 +215,8 @@ pub fn plan_densify(s: &GaussianSplats, stats: &DensityStats, cfg: &DensifyConfi
             || opacity < MIN_OPACITY
             || (cfg.prune_large
                 && (max_scale > MAX_WORLD_SIZE * cfg.scene_extent
-                    || stats.max_radius_px[i] > MAX_SCREEN_RADIUS_PX));
+                    || stats.max_radius_px[i]
+                        > MAX_SCREEN_RADIUS_FRACTION * cfg.image_max_side as f32));
         if prune {
             keep_flags[i] = false;
             continue;
@@ -401,6 +408,7 @@ mod tests {
             grad_threshold: 2e-4,
             scene_extent: 1.0,
             prune_large: false,
+            image_max_side: 100,
             max_splats: 100,
             grow: true,
         }
@@ -431,6 +439,20 @@ mod tests {
         // splat 1 has a 0.5 m axis > 0.1 · extent: pruned instead of split.
         assert_eq!(plan.keep, vec![0, 3]);
         assert!(plan.split.is_empty());
+    }
+
+    #[test]
+    fn screen_radius_pruning_is_relative_to_the_image_size() {
+        let (s, mut st) = scene();
+        // Splat 3 reached a 30 px radius: over 0.15 · 100 px, under 0.15 · 400 px.
+        st.max_radius_px[3] = 30.0;
+        let after_reset = |image_max_side| DensifyConfig {
+            prune_large: true,
+            image_max_side,
+            ..cfg()
+        };
+        assert_eq!(plan_densify(&s, &st, &after_reset(100)).keep, vec![0]);
+        assert_eq!(plan_densify(&s, &st, &after_reset(400)).keep, vec![0, 3]);
     }
 
     #[test]

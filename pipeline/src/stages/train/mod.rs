@@ -208,6 +208,11 @@ pub fn train(
     // INRIA `getNerfppNorm` uses the training cameras only.
     let train_cameras: Vec<Camera> = train_views.iter().map(|v| v.camera).collect();
     let extent = init::scene_extent(&train_cameras);
+    let image_max_side = train_cameras
+        .iter()
+        .map(|c| c.width.max(c.height))
+        .max()
+        .unwrap_or(1);
     let mut rng = SmallRng::seed_from_u64(params.seed);
 
     let host_init = match &init {
@@ -354,6 +359,7 @@ pub fn train(
                     grad_threshold: params.densify_grad_threshold,
                     scene_extent: extent,
                     prune_large: opacity_reset_done,
+                    image_max_side,
                     max_splats: params.max_splats,
                     grow: true,
                 };
