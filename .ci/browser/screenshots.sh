@@ -30,11 +30,11 @@ failed=0
 # One "scene job_id" line per scene that produced a job (results.json is written by kiln regress).
 while read -r scene job_id; do
   out="$dir/scenes/$scene"
-  if [ -f "$out/report/index.html" ]; then
+  if [ -f "$out/output/report/index.html" ]; then
     "$chromium" --headless --no-sandbox --disable-gpu --disable-background-networking \
       --disable-component-update --disable-sync --no-first-run --hide-scrollbars \
       --user-data-dir="$(mktemp -d)" --window-size=1280,3000 \
-      --screenshot="$out/report.png" "file://$out/report/index.html" >/dev/null 2>&1 \
+      --screenshot="$out/report.png" "file://$out/output/report/index.html" >/dev/null 2>&1 \
       || echo "report screenshot of $scene failed"
   fi
   if NODE_PATH="$KILN_BROWSER_NODE_PATH" node "$here/check_viewer.mjs" \

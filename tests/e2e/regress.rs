@@ -37,7 +37,7 @@ fn mesh_scene_passes_and_a_degraded_decimator_fails_naming_the_metric() {
     assert!(md.contains("| lod1.triangles | 341 ± "), "{md}");
     assert!(
         sb.path()
-            .join("regress/scenes/avocado/report/index.html")
+            .join("regress/scenes/avocado/output/report/index.html")
             .is_file()
     );
 

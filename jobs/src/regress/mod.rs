@@ -5,7 +5,8 @@
 //! Every scene runs from scratch in `<out>/work` (stage caches are keyed by parameters and inputs,
 //! not by Kiln's code, so reusing them would hide a regression) and records its stage attempts in
 //! `<out>/ledger.sqlite`, which the job pages' cost tables read. Outputs land in
-//! `<out>/scenes/<scene>/output`, the job page in `<out>/scenes/<scene>/report/index.html`.
+//! `<out>/scenes/<scene>/output`, the job page in its `report/index.html` (where `kiln serve`
+//! shows it).
 //!
 //! Modules: [`baselines`] (the file, and its in-place update), [`overrides`] (dotted-key job-file
 //! overrides), [`measure`] (metrics from stage summaries), [`compare`] (verdicts), [`junit`] and
@@ -157,7 +158,11 @@ pub async fn run(opts: &RegressOptions<'_>) -> Result<RegressOutcome> {
         .iter()
         .filter(|s| opts.scenes.is_empty() || opts.scenes.contains(&s.name))
     {
-        let mode = if opts.quick { &scene.quick } else { &scene.full };
+        let mode = if opts.quick {
+            &scene.quick
+        } else {
+            &scene.full
+        };
         scene_job(opts, &base_dir, scene, mode, Path::new("out"))?;
     }
     let out_dir = std::path::absolute(&opts.out_dir).map_err(|source| Error::Io {
@@ -238,7 +243,7 @@ pub async fn run(opts: &RegressOptions<'_>) -> Result<RegressOutcome> {
         out_dir
             .join("scenes")
             .join(name)
-            .join("report/index.html")
+            .join("output/report/index.html")
             .is_file()
     };
     write_file(
@@ -297,7 +302,7 @@ async fn run_scene(
                 if let Err(e) = crate::job_page::write_job_page(
                     &report,
                     &result.output_dir,
-                    &scene_dir.join("report"),
+                    &result.output_dir.join("report"),
                 ) {
                     tracing::warn!(scene = %scene.name, "job page not written: {e}");
                 }

@@ -83,8 +83,8 @@ pub fn markdown(scenes: &[SceneResult], mode: &str) -> String {
 }
 
 /// One self-contained HTML page: the verdict, per scene the checks table (failures in red) and a
-/// link to the scene's job report (`scenes/<name>/report/index.html`, relative to the page) when
-/// `has_report(name)` says it exists.
+/// link to the scene's job report (`scenes/<name>/output/report/index.html`, relative to the
+/// page) when `has_report(name)` says it exists.
 #[must_use]
 pub fn html(scenes: &[SceneResult], mode: &str, has_report: &dyn Fn(&str) -> bool) -> String {
     let failures: usize = scenes.iter().map(SceneResult::failure_count).sum();
@@ -116,7 +116,7 @@ pub fn html(scenes: &[SceneResult], mode: &str, has_report: &dyn Fn(&str) -> boo
         if has_report(&s.name) {
             let _ = write!(
                 h,
-                "<p><a href=\"scenes/{0}/report/index.html\">job report for {0}</a></p>",
+                "<p><a href=\"scenes/{0}/output/report/index.html\">job report for {0}</a></p>",
                 esc(&s.name)
             );
         }
@@ -204,7 +204,7 @@ mod tests {
         let h = html(&s, "quick", &|_| true);
         assert!(h.contains("class=\"fail\"><td>lod1.triangles"));
         assert!(h.contains("&lt;bad&gt; &amp; worse"));
-        assert!(h.contains("scenes/avocado/report/index.html"));
+        assert!(h.contains("scenes/avocado/output/report/index.html"));
         assert!(!html(&s, "quick", &|_| false).contains("report/index.html"));
     }
 }
