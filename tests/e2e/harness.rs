@@ -71,6 +71,21 @@ pub fn job_id(o: &Output) -> String {
         .to_string()
 }
 
+/// Run the Khronos Avocado mesh job (output `out/avocado` in the sandbox); returns its job id.
+pub fn run_avocado(sb: &Sandbox) -> String {
+    let gltf = dataset("mesh-khronos-gltf-samples").join("Avocado/glTF/Avocado.gltf");
+    let job = sb.job(
+        "avocado",
+        &format!(
+            "name = \"avocado\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"out/avocado\"\n",
+            gltf.display()
+        ),
+    );
+    let o = sb.kiln(&["run", job.to_str().unwrap()]);
+    ok(&o);
+    job_id(&o)
+}
+
 /// A dataset's folder, through the same resolver the binary uses.
 pub fn dataset(name: &str) -> PathBuf {
     kiln_datasets::resolve(name).unwrap_or_else(|e| panic!("{e}"))

@@ -17,17 +17,7 @@ fn img_sources(html: &str) -> Vec<&str> {
 #[test]
 fn avocado_report_html_embeds_lod_renders_tile_map_and_cost_table() {
     let sb = Sandbox::new();
-    let gltf = dataset("mesh-khronos-gltf-samples").join("Avocado/glTF/Avocado.gltf");
-    let job = sb.job(
-        "avocado",
-        &format!(
-            "name = \"avocado\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"out/avocado\"\n",
-            gltf.display()
-        ),
-    );
-    let o = sb.kiln(&["run", job.to_str().unwrap()]);
-    ok(&o);
-    let id = job_id(&o);
+    let id = run_avocado(&sb);
 
     let r = sb.kiln(&["report", &id, "--html", "page"]);
     ok(&r);
@@ -88,18 +78,9 @@ fn avocado_report_html_embeds_lod_renders_tile_map_and_cost_table() {
 #[test]
 fn report_html_refuses_a_missing_output_folder_with_a_hint() {
     let sb = Sandbox::new();
-    let gltf = dataset("mesh-khronos-gltf-samples").join("Avocado/glTF/Avocado.gltf");
-    let job = sb.job(
-        "avocado",
-        &format!(
-            "name = \"avocado\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"out/avocado\"\n",
-            gltf.display()
-        ),
-    );
-    let o = sb.kiln(&["run", job.to_str().unwrap()]);
-    ok(&o);
+    let id = run_avocado(&sb);
     std::fs::rename(sb.path().join("out"), sb.path().join("moved")).unwrap();
-    let r = sb.kiln(&["report", &job_id(&o), "--html", "page"]);
+    let r = sb.kiln(&["report", &id, "--html", "page"]);
     assert!(!r.status.success());
     let err = stderr(&r);
     assert!(
@@ -108,7 +89,7 @@ fn report_html_refuses_a_missing_output_folder_with_a_hint() {
     );
     let r = sb.kiln(&[
         "report",
-        &job_id(&o),
+        &id,
         "--html",
         "page",
         "--output-dir",

@@ -176,17 +176,7 @@ fn viewer_shows_avocado_mesh_tileset_without_console_errors() {
         return;
     };
     let sb = Sandbox::new();
-    let gltf = dataset("mesh-khronos-gltf-samples").join("Avocado/glTF/Avocado.gltf");
-    let job = sb.job(
-        "avocado",
-        &format!(
-            "name = \"avocado\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"out/avocado\"\n",
-            gltf.display()
-        ),
-    );
-    let o = sb.kiln(&["run", job.to_str().unwrap()]);
-    ok(&o);
-    let id = job_id(&o);
+    let id = run_avocado(&sb);
     // The HTML report goes where the job page looks for it, so the check also covers the page
     // with the report beside the viewer (and any console error the report itself causes).
     ok(&sb.kiln(&["report", &id, "--html", "out/avocado/report"]));
