@@ -3,11 +3,13 @@
 
 mod e2e {
     pub mod bad_input;
+    pub mod check;
     pub mod harness;
     pub mod mesh;
     pub mod regress;
     pub mod report_html;
     pub mod s3;
+    pub mod splat_transform;
     pub mod train;
     pub mod viewer;
 }

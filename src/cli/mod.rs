@@ -1,5 +1,7 @@
 //! The clap definitions of every subcommand (what the user typed, no I/O) and the dispatcher.
 
+mod check;
+mod convert;
 mod datasets;
 mod regress;
 mod report;
@@ -40,6 +42,11 @@ pub enum Command {
     Regress(regress::RegressArgs),
     /// Serve the job list and a CesiumJS viewer of each job's tileset beside its report.
     Serve(serve::ServeArgs),
+    /// Convert a splat file between formats (.ply, .compressed.ply, .spz, .splat, .glb).
+    Convert(convert::ConvertArgs),
+    /// Check a 3D Tiles tileset: structure, geometricError, content inside bounding volumes,
+    /// budgets, extension declarations, SPZ versions (exit 1 on any error).
+    Check(check::CheckArgs),
 }
 
 /// Where the ledger lives: `--db`, else `$KILN_DB`, else `$KILN_HOME/ledger.sqlite`.
@@ -80,5 +87,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Datasets(a) => datasets::run(a),
         Command::Regress(a) => regress::run(a).await,
         Command::Serve(a) => serve::run(a).await,
+        Command::Convert(a) => convert::run(a),
+        Command::Check(a) => check::run(a),
     }
 }

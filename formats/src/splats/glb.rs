@@ -26,8 +26,8 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::GaussianSplats;
-use super::spz::{SpzOptions, decode_spz_from, encode_spz};
+use super::spz::{SpzOptions, SpzVersion, decode_spz_from, encode_spz};
+use super::{GaussianSplats, MAX_SH_DEGREE};
 use crate::{Error, Result};
 
 /// Extension name of the base splat extension.
@@ -66,7 +66,8 @@ impl SplatColorSpace {
 pub struct SplatGlbOptions {
     /// `KHR_gaussian_splatting.colorSpace`; default sRGB display-referred.
     pub color_space: SplatColorSpace,
-    /// SPZ encoding (v2 or v3 only, which CesiumJS 1.145 reads; v4 is not offered).
+    /// SPZ encoding: v2 or v3 (which CesiumJS 1.145 reads); v4 is rejected, since
+    /// `KHR_gaussian_splatting_compression_spz_2` pins the gzip-era files.
     pub spz: SpzOptions,
 }
 
@@ -101,8 +102,8 @@ pub fn write_splat_glb(splats: &GaussianSplats) -> Result<Vec<u8>> {
 /// result is deterministic for equal input.
 ///
 /// # Errors
-/// [`Error::InvalidInput`] for N = 0 (glTF accessors need count ≥ 1) and for everything
-/// [`encode_spz`] rejects (shapes, NaN, positions beyond the fixed-point range).
+/// [`Error::InvalidInput`] for N = 0 (glTF accessors need count ≥ 1), for SPZ v4 in
+/// `options.spz.version`, and for everything [`encode_spz`] rejects (shapes, NaN, positions beyond the fixed-point range).
 pub fn write_splat_glb_with(splats: &GaussianSplats, options: &SplatGlbOptions) -> Result<Vec<u8>> {
     const CONTEXT: &str = "splat GLB write";
     splats.check_shapes(CONTEXT)?;
@@ -113,6 +114,15 @@ pub fn write_splat_glb_with(splats: &GaussianSplats, options: &SplatGlbOptions) 
             field: "logit_opacities (N)".into(),
             expected: "at least one splat (glTF accessor count ≥ 1)".into(),
             found: "0".into(),
+        });
+    }
+    if options.spz.version == SpzVersion::V4 {
+        return Err(Error::InvalidInput {
+            context: CONTEXT,
+            field: "options.spz.version".into(),
+            expected: "SPZ v2 or v3 (KHR_gaussian_splatting_compression_spz_2 pins gzip-era SPZ)"
+                .into(),
+            found: "v4".into(),
         });
     }
     let spz = encode_spz(splats, &options.spz)?;
@@ -194,6 +204,325 @@ pub fn write_splat_glb_with(splats: &GaussianSplats, options: &SplatGlbOptions) 
     Ok(frame_glb(&json, &spz))
 }
 
+/// Build a GLB holding `splats` as one **uncompressed** `KHR_gaussian_splatting` primitive:
+/// float accessors, one tightly packed bufferView each, in the BIN chunk; lossless apart from
+/// the exp/sigmoid (and back) rounding of scales and opacities.
+///
+/// Attributes: `POSITION` (VEC3, with min/max), `KHR_gaussian_splatting:ROTATION` (VEC4 **xyzw**
+/// unit quaternion), `:SCALE` (VEC3 **linear** = exp(log-scale)), `:OPACITY` (SCALAR linear =
+/// sigmoid(logit)), `:SH_DEGREE_0_COEF_0` (VEC3 raw DC) and `:SH_DEGREE_l_COEF_m` (VEC3) for
+/// 1 ≤ l ≤ degree. Only `KHR_gaussian_splatting` is in `extensionsUsed` (not required: a viewer
+/// without it can still draw the POINTS). `options.spz` is ignored. Positions are stored as
+/// given (glTF is Y-up; see [`super::convert::UpAxis`]).
+///
+/// # Errors
+/// [`Error::InvalidInput`] for N = 0, inconsistent shapes, NaN/±Inf, a zero quaternion, or a
+/// log-scale whose exp overflows f32 (splat index named).
+pub fn write_plain_splat_glb(
+    splats: &GaussianSplats,
+    options: &SplatGlbOptions,
+) -> Result<Vec<u8>> {
+    const CONTEXT: &str = "plain splat GLB write";
+    splats.check_shapes(CONTEXT)?;
+    splats.check_finite(CONTEXT)?;
+    let n = splats.len();
+    if n == 0 {
+        return Err(Error::InvalidInput {
+            context: CONTEXT,
+            field: "logit_opacities (N)".into(),
+            expected: "at least one splat (glTF accessor count ≥ 1)".into(),
+            found: "0".into(),
+        });
+    }
+    let k = splats.sh_coeffs_per_channel();
+    let mut min = [f32::INFINITY; 3];
+    let mut max = [f32::NEG_INFINITY; 3];
+    for p in splats.means.chunks_exact(3) {
+        for a in 0..3 {
+            min[a] = min[a].min(p[a]);
+            max[a] = max[a].max(p[a]);
+        }
+    }
+    let mut rotation = Vec::with_capacity(n * 4);
+    for (i, q) in splats.rotations.chunks_exact(4).enumerate() {
+        let norm = q.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt();
+        if norm < 1e-12 {
+            return Err(Error::InvalidInput {
+                context: CONTEXT,
+                field: format!("rotations[splat {i}]"),
+                expected: "a non-zero quaternion (wxyz)".into(),
+                found: format!("{q:?}"),
+            });
+        }
+        for j in [1, 2, 3, 0] {
+            rotation.push((q[j] as f64 / norm) as f32);
+        }
+    }
+    let mut scale = Vec::with_capacity(n * 3);
+    for (j, &l) in splats.log_scales.iter().enumerate() {
+        let s = l.exp();
+        if !s.is_finite() {
+            return Err(Error::InvalidInput {
+                context: CONTEXT,
+                field: format!("log_scales[splat {}][{}]", j / 3, j % 3),
+                expected: "a log-scale whose exp fits in f32 (≤ 88.7)".into(),
+                found: l.to_string(),
+            });
+        }
+        scale.push(s);
+    }
+    let opacity: Vec<f32> = splats
+        .logit_opacities
+        .iter()
+        .map(|&l| super::sigmoid(l) as f32)
+        .collect();
+    // (semantic, glTF type, values)
+    let mut columns: Vec<(String, &'static str, Vec<f32>)> = vec![
+        ("POSITION".into(), "VEC3", splats.means.clone()),
+        (
+            format!("{KHR_GAUSSIAN_SPLATTING}:ROTATION"),
+            "VEC4",
+            rotation,
+        ),
+        (format!("{KHR_GAUSSIAN_SPLATTING}:SCALE"), "VEC3", scale),
+        (
+            format!("{KHR_GAUSSIAN_SPLATTING}:OPACITY"),
+            "SCALAR",
+            opacity,
+        ),
+    ];
+    for l in 0..=splats.sh_degree as usize {
+        for m in 0..(2 * l + 1) {
+            let coeff = l * l + m;
+            let values = (0..n)
+                .flat_map(|i| {
+                    let at = (i * k + coeff) * 3;
+                    splats.sh_coeffs[at..at + 3].iter().copied()
+                })
+                .collect();
+            columns.push((
+                format!("{KHR_GAUSSIAN_SPLATTING}:SH_DEGREE_{l}_COEF_{m}"),
+                "VEC3",
+                values,
+            ));
+        }
+    }
+    let mut bin: Vec<u8> = Vec::new();
+    let mut views = Vec::new();
+    let mut accessors = Vec::new();
+    let mut attributes = serde_json::Map::new();
+    for (i, (semantic, kind, values)) in columns.iter().enumerate() {
+        views.push(json!({ "buffer": 0, "byteOffset": bin.len(), "byteLength": values.len() * 4 }));
+        bin.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+        let mut acc = json!({ "bufferView": i, "componentType": FLOAT, "count": n, "type": kind });
+        if i == 0 {
+            acc["min"] = json!(min);
+            acc["max"] = json!(max);
+        }
+        accessors.push(acc);
+        attributes.insert(semantic.clone(), json!(i));
+    }
+    let doc = json!({
+        "asset": { "version": "2.0", "generator": concat!("kiln-formats ", env!("CARGO_PKG_VERSION")) },
+        "extensionsUsed": [KHR_GAUSSIAN_SPLATTING],
+        "scene": 0,
+        "scenes": [{ "nodes": [0] }],
+        "nodes": [{ "mesh": 0 }],
+        "meshes": [{ "primitives": [{
+            "mode": 0,
+            "attributes": attributes,
+            "extensions": { KHR_GAUSSIAN_SPLATTING: {
+                "kernel": "ellipse",
+                "colorSpace": options.color_space.as_str(),
+            }}
+        }]}],
+        "accessors": accessors,
+        "bufferViews": views,
+        "buffers": [{ "byteLength": bin.len() }],
+    });
+    let json = serde_json::to_vec(&doc).map_err(|e| Error::InvalidInput {
+        context: CONTEXT,
+        field: "glTF JSON".into(),
+        expected: "serialisable JSON".into(),
+        found: e.to_string(),
+    })?;
+    Ok(frame_glb(&json, &bin))
+}
+
+/// Read a splat GLB file (SPZ-compressed or plain); errors name `path`. See [`read_splat_glb`].
+///
+/// # Errors
+/// [`Error::NotFound`] / [`Error::Io`] when the file cannot be read; otherwise as
+/// [`read_splat_glb`].
+pub fn read_splat_glb_file(path: &Path) -> Result<GaussianSplats> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    read_splat_glb_from(&bytes, path)
+}
+
+/// Read `count` × `width` f32 values of float accessor `index` from the BIN chunk.
+fn read_float_accessor(
+    doc: &Value,
+    bin: &[u8],
+    index: u64,
+    width: usize,
+    path: &Path,
+) -> Result<Vec<f32>> {
+    let acc = &doc["accessors"][index as usize];
+    let field = format!("accessors[{index}]");
+    let kind = acc["type"].as_str().unwrap_or("?");
+    let expected_kind = ["SCALAR", "VEC2", "VEC3", "VEC4"][width - 1];
+    if acc["componentType"].as_u64() != Some(FLOAT as u64) || kind != expected_kind {
+        return Err(Error::Unsupported {
+            path: path.to_path_buf(),
+            field,
+            found: format!(
+                "componentType {} type {kind}",
+                acc["componentType"].as_u64().unwrap_or(0)
+            ),
+            supported: format!("FLOAT (5126) {expected_kind} splat attributes"),
+        });
+    }
+    let count = acc["count"].as_u64().unwrap_or(0) as usize;
+    let Some(view_index) = acc["bufferView"].as_u64() else {
+        return Ok(vec![0.0; count * width]);
+    };
+    let view = &doc["bufferViews"][view_index as usize];
+    if view["buffer"].as_u64() != Some(0) || doc["buffers"][0].get("uri").is_some() {
+        return Err(Error::Unsupported {
+            path: path.to_path_buf(),
+            field: format!("bufferViews[{view_index}]"),
+            found: "an external buffer".into(),
+            supported: "buffer 0 = the GLB BIN chunk".into(),
+        });
+    }
+    let start = view["byteOffset"].as_u64().unwrap_or(0) as usize
+        + acc["byteOffset"].as_u64().unwrap_or(0) as usize;
+    let stride = view["byteStride"]
+        .as_u64()
+        .map_or(width * 4, |s| s as usize);
+    let view_end = view["byteOffset"].as_u64().unwrap_or(0) as usize
+        + view["byteLength"].as_u64().unwrap_or(0) as usize;
+    let end = if count == 0 {
+        start
+    } else {
+        start + stride * (count - 1) + width * 4
+    };
+    if stride < width * 4 || end > view_end || end > bin.len() {
+        return Err(corrupt(
+            path,
+            field,
+            format!(
+                "{count} elements at byte {start} (stride {stride}) run past the bufferView or BIN chunk"
+            ),
+        ));
+    }
+    let mut out = Vec::with_capacity(count * width);
+    for i in 0..count {
+        let at = start + i * stride;
+        for c in 0..width {
+            let o = at + c * 4;
+            out.push(f32::from_le_bytes([
+                bin[o],
+                bin[o + 1],
+                bin[o + 2],
+                bin[o + 3],
+            ]));
+        }
+    }
+    Ok(out)
+}
+
+/// Decode an uncompressed `KHR_gaussian_splatting` primitive (see [`write_plain_splat_glb`]).
+fn read_plain_primitive(
+    doc: &Value,
+    bin: &[u8],
+    prim: &Value,
+    path: &Path,
+) -> Result<GaussianSplats> {
+    let attrs = &prim["attributes"];
+    let get = |semantic: &str, width: usize| -> Result<Option<Vec<f32>>> {
+        match attrs[semantic].as_u64() {
+            None => Ok(None),
+            Some(i) => read_float_accessor(doc, bin, i, width, path).map(Some),
+        }
+    };
+    let require = |semantic: &str, width: usize| -> Result<Vec<f32>> {
+        get(semantic, width)?.ok_or_else(|| Error::Invalid {
+            path: path.to_path_buf(),
+            field: format!("attributes.{semantic}"),
+            expected: "the attribute KHR_gaussian_splatting requires".into(),
+            found: "missing".into(),
+        })
+    };
+    let ext = |name: &str| format!("{KHR_GAUSSIAN_SPLATTING}:{name}");
+    let means = require("POSITION", 3)?;
+    let n = means.len() / 3;
+    let xyzw = require(&ext("ROTATION"), 4)?;
+    let scale = require(&ext("SCALE"), 3)?;
+    let opacity = require(&ext("OPACITY"), 1)?;
+    let mut bands = vec![require(&ext("SH_DEGREE_0_COEF_0"), 3)?];
+    let mut sh_degree = 0;
+    for l in 1..=MAX_SH_DEGREE as usize {
+        let mut coefs = Vec::new();
+        for m in 0..(2 * l + 1) {
+            match get(&ext(&format!("SH_DEGREE_{l}_COEF_{m}")), 3)? {
+                Some(v) => coefs.push(v),
+                None => break,
+            }
+        }
+        if coefs.len() != 2 * l + 1 {
+            break;
+        }
+        bands.extend(coefs);
+        sh_degree = l as u32;
+    }
+    for (name, v, w) in [
+        ("ROTATION", &xyzw, 4),
+        ("SCALE", &scale, 3),
+        ("OPACITY", &opacity, 1),
+    ] {
+        if v.len() != n * w {
+            return Err(Error::Invalid {
+                path: path.to_path_buf(),
+                field: format!("attributes.{}", ext(name)),
+                expected: format!("count {n} (the POSITION count)"),
+                found: format!("count {}", v.len() / w),
+            });
+        }
+    }
+    if let Some(b) = bands.iter().find(|b| b.len() != n * 3) {
+        return Err(Error::Invalid {
+            path: path.to_path_buf(),
+            field: "attributes.KHR_gaussian_splatting:SH_DEGREE_*".into(),
+            expected: format!("count {n} (the POSITION count)"),
+            found: format!("count {}", b.len() / 3),
+        });
+    }
+    let k = bands.len();
+    let mut sh_coeffs = Vec::with_capacity(n * k * 3);
+    for i in 0..n {
+        for b in &bands {
+            sh_coeffs.extend_from_slice(&b[i * 3..i * 3 + 3]);
+        }
+    }
+    let rotations = xyzw
+        .chunks_exact(4)
+        .flat_map(|q| [q[3], q[0], q[1], q[2]])
+        .collect();
+    Ok(GaussianSplats {
+        means,
+        // Zero scales (flat splats) map to a tiny finite log-scale.
+        log_scales: scale.iter().map(|s| s.max(1e-30).ln()).collect(),
+        rotations,
+        logit_opacities: opacity
+            .iter()
+            .map(|&a| super::logit((a as f64).clamp(1e-6, 1.0 - 1e-6)))
+            .collect(),
+        sh_coeffs,
+        sh_degree,
+    })
+}
+
 /// GLB container (glTF 2.0 §4.4): 12-byte header, JSON chunk padded with spaces, BIN chunk padded
 /// with zeros, both to 4 bytes.
 fn frame_glb(json: &[u8], bin: &[u8]) -> Vec<u8> {
@@ -218,15 +547,20 @@ fn frame_glb(json: &[u8], bin: &[u8]) -> Vec<u8> {
 
 /// Decode the splats of a GLB written by [`write_splat_glb`] (or any GLB whose first
 /// `KHR_gaussian_splatting` primitive carries a `KHR_gaussian_splatting_compression_spz_2`
-/// bufferView into the GLB's BIN chunk). Errors name the source as `<GLB bytes>`.
+/// bufferView into the GLB's BIN chunk), or, when no primitive has an SPZ payload, of the first
+/// uncompressed `KHR_gaussian_splatting` primitive ([`write_plain_splat_glb`]'s layout; FLOAT
+/// accessors only; linear scales of 0 become log-scale ln 1e−30, opacities are clamped to
+/// [1e−6, 1 − 1e−6]). Errors name the source as `<GLB bytes>`; node transforms are not applied.
 ///
 /// Returns the SPZ content as [`super::spz::decode_spz`] does (tile-local positions when the GLB
 /// is a tile).
 ///
 /// # Errors
 /// [`Error::Corrupt`] for a wrong magic, version ≠ 2, bad chunk framing, invalid JSON or a
-/// bufferView outside the BIN chunk; [`Error::Unsupported`] when no primitive carries the SPZ
-/// extension (uncompressed splats) or the buffer is external; [`Error::Invalid`] when the
+/// bufferView outside the BIN chunk; [`Error::Unsupported`] when no primitive carries
+/// `KHR_gaussian_splatting`, an uncompressed attribute is not FLOAT, or the buffer is external;
+/// [`Error::Invalid`] when a required attribute of an uncompressed primitive is missing or its
+/// count differs from POSITION's; [`Error::Invalid`] when the
 /// POSITION accessor count differs from the SPZ point count; SPZ errors as in
 /// [`super::spz::decode_spz`].
 pub fn read_splat_glb(bytes: &[u8]) -> Result<GaussianSplats> {
@@ -321,12 +655,25 @@ fn read_splat_glb_from(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
         }
     }
     let Some((view_index, position_accessor)) = found else {
-        return Err(Error::Unsupported {
-            path: path.to_path_buf(),
-            field: format!("meshes[*].primitives[*].extensions.{KHR_GAUSSIAN_SPLATTING}"),
-            found: "no primitive with an SPZ payload".into(),
-            supported: format!("{KHR_GAUSSIAN_SPLATTING} + {KHR_GAUSSIAN_SPLATTING_SPZ_2}"),
-        });
+        // No SPZ payload: an uncompressed KHR_gaussian_splatting primitive.
+        let plain = doc["meshes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|m| m["primitives"].as_array().into_iter().flatten())
+            .find(|p| p["extensions"].get(KHR_GAUSSIAN_SPLATTING).is_some());
+        return match plain {
+            Some(p) => read_plain_primitive(&doc, bin, p, path),
+            None => Err(Error::Unsupported {
+                path: path.to_path_buf(),
+                field: format!("meshes[*].primitives[*].extensions.{KHR_GAUSSIAN_SPLATTING}"),
+                found: "no primitive with KHR_gaussian_splatting (a mesh or point cloud GLB?)"
+                    .into(),
+                supported: format!(
+                    "{KHR_GAUSSIAN_SPLATTING} primitives, plain or with {KHR_GAUSSIAN_SPLATTING_SPZ_2}"
+                ),
+            }),
+        };
     };
     let view = &doc["bufferViews"][view_index];
     let field = format!("bufferViews[{view_index}]");
@@ -485,7 +832,7 @@ mod tests {
             read_splat_glb(&glb[..glb.len() - 8]),
             Err(Error::Corrupt { .. })
         ));
-        // A plain glTF without the SPZ extension is unsupported, not corrupt.
+        // A glTF without any splat primitive is unsupported, not corrupt.
         let plain = frame_glb(
             br#"{"asset":{"version":"2.0"},"meshes":[{"primitives":[{"attributes":{}}]}]}"#,
             &[],
@@ -494,5 +841,63 @@ mod tests {
             read_splat_glb(&plain),
             Err(Error::Unsupported { .. })
         ));
+    }
+
+    #[test]
+    fn plain_glb_round_trips_exactly_apart_from_exp_and_sigmoid() {
+        for degree in 0..=3 {
+            let s = random_splats(333, degree, 40.0, 70 + degree as u64);
+            let glb = write_plain_splat_glb(&s, &SplatGlbOptions::default()).unwrap();
+            let v = json_of(&glb);
+            assert_eq!(v["extensionsUsed"], json!([KHR_GAUSSIAN_SPLATTING]));
+            assert_eq!(v.get("extensionsRequired"), None);
+            let attrs = &v["meshes"][0]["primitives"][0]["attributes"];
+            let n_attrs = attrs.as_object().unwrap().len();
+            assert_eq!(n_attrs, 4 + ((degree + 1) * (degree + 1)) as usize);
+            let back = read_splat_glb(&glb).unwrap();
+            assert_eq!((back.len(), back.sh_degree), (333, degree));
+            assert_eq!(back.means, s.means);
+            assert_eq!(back.sh_coeffs, s.sh_coeffs);
+            for (a, b) in s.log_scales.iter().zip(&back.log_scales) {
+                assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+            }
+            for (a, b) in s.logit_opacities.iter().zip(&back.logit_opacities) {
+                assert!((a - b).abs() < 1e-3, "{a} vs {b}");
+            }
+            for (a, b) in s.rotations.iter().zip(&back.rotations) {
+                assert!((a - b).abs() < 1e-6, "{a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn plain_glb_reader_honours_byte_stride_and_names_missing_attributes() {
+        let s = random_splats(5, 0, 1.0, 3);
+        let glb = write_plain_splat_glb(&s, &SplatGlbOptions::default()).unwrap();
+        let (mut doc, bin) = parse_glb(&glb, Path::new("t")).unwrap();
+        // Re-pack POSITION interleaved with 4 bytes of padding per element (stride 16).
+        let mut bin = bin.to_vec();
+        let start = bin.len();
+        for p in s.means.chunks_exact(3) {
+            p.iter().for_each(|v| bin.extend(v.to_le_bytes()));
+            bin.extend([0u8; 4]);
+        }
+        doc["bufferViews"][0] =
+            json!({ "buffer": 0, "byteOffset": start, "byteLength": 80, "byteStride": 16 });
+        doc["buffers"][0]["byteLength"] = json!(bin.len());
+        let glb2 = frame_glb(&serde_json::to_vec(&doc).unwrap(), &bin);
+        assert_eq!(read_splat_glb(&glb2).unwrap().means, s.means);
+        // Missing OPACITY: named.
+        let attrs = doc["meshes"][0]["primitives"][0]["attributes"]
+            .as_object_mut()
+            .unwrap();
+        attrs.remove("KHR_gaussian_splatting:OPACITY");
+        let glb3 = frame_glb(&serde_json::to_vec(&doc).unwrap(), &bin);
+        let e = read_splat_glb(&glb3).unwrap_err().to_string();
+        assert!(e.contains("KHR_gaussian_splatting:OPACITY"), "{e}");
+        // An empty scene cannot be written.
+        assert!(
+            write_plain_splat_glb(&GaussianSplats::default(), &SplatGlbOptions::default()).is_err()
+        );
     }
 }

@@ -1,13 +1,22 @@
 //! Gaussian splats in memory ([`GaussianSplats`]) and their file formats: INRIA 3DGS PLY (`ply`),
-//! SPZ (`spz`), glTF `KHR_gaussian_splatting` GLB (`glb`).
+//! PlayCanvas compressed PLY (`compressed_ply`), SPZ v1–v4 (`spz`), antimatter15 `.splat`
+//! (`dot_splat`), glTF `KHR_gaussian_splatting` GLB (`glb`); `convert` picks a format from a file
+//! name and converts between them (SH degree, up axis), `sh` evaluates and rotates real SH.
 //!
 //! Every reader returns splats in the training parametrisation below; every writer checks its input
 //! once with [`GaussianSplats::check_shapes`] (and, where the format cannot hold them, rejects
 //! non-finite values with the splat index) before it writes a byte.
 
+pub mod compressed_ply;
+pub mod convert;
+pub mod dot_splat;
 pub mod glb;
 pub mod ply;
+pub mod sh;
 pub mod spz;
+
+#[cfg(test)]
+mod real_data_tests;
 
 use crate::{Error, Result};
 

@@ -11,7 +11,8 @@
 //! missing normals) load too. The fast path (`binary_little_endian`, one `vertex` element, only
 //! `float` properties) copies the body with bytemuck; anything else (ASCII, big-endian, `double`,
 //! integer columns, further elements) goes through `ply_rs_bw` and is converted to f32 (lossy for
-//! `double`). NaN and ±Inf values are rejected with the vertex index: no Kiln stage can use them,
+//! `double`). A file with an `element chunk` is a PlayCanvas compressed PLY and is handed to
+//! [`super::compressed_ply`]. NaN and ±Inf values are rejected with the vertex index: no Kiln stage can use them,
 //! and silently dropping splats would change the vertex count a user expects.
 
 use std::path::Path;
@@ -116,21 +117,17 @@ pub fn write_inria_ply(path: &Path, splats: &GaussianSplats) -> Result<()> {
 /// body or a body the PLY parser rejects; [`Error::Invalid`] for a missing required property
 /// (named), a body longer than `element vertex N` implies, or a NaN/±Inf value (with the vertex
 /// index and property); [`Error::Unsupported`] for an `f_rest_*` count other than 0/9/24/45, a
-/// list-typed splat property, or a PlayCanvas compressed PLY (`element chunk`).
+/// list-typed splat property. A PlayCanvas compressed PLY (`element chunk`) is recognised and
+/// decoded by [`super::compressed_ply`] (its errors are listed there).
 pub fn read_ply(path: &Path) -> Result<GaussianSplats> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
     let header = parse_header(path, &bytes)?;
     // PlayCanvas "compressed PLY" keeps quantised splats in a `chunk` element plus packed
-    // `vertex` words: the INRIA property names are absent, so say what the file is.
+    // `vertex` words (and an optional `sh` element): decode it in its own module.
     if header.elements.iter().any(|e| e.name == "chunk") {
-        return Err(Error::Unsupported {
-            path: path.to_path_buf(),
-            field: "element chunk".into(),
-            found: "a PlayCanvas compressed PLY (`element chunk` + packed vertices)".into(),
-            supported: "an INRIA 3DGS PLY (x, y, z, f_dc_*, opacity, scale_*, rot_*) or SPZ; \
-                        decompress with @playcanvas/splat-transform or SuperSplat first"
-                .into(),
-        });
+        let splats = super::compressed_ply::decode(path, &bytes, &header)?;
+        check_values_finite(path, &splats)?;
+        return Ok(splats);
     }
     let splats = if let Some(fast) = header.fast_path() {
         read_fast(path, &bytes[header.body_offset..], &header, fast)?
@@ -143,18 +140,18 @@ pub fn read_ply(path: &Path) -> Result<GaussianSplats> {
 
 /// One `element` of the header with its scalar properties (name, type keyword).
 #[derive(Debug)]
-struct ElementHeader {
-    name: String,
-    count: usize,
-    properties: Vec<(String, String)>,
+pub(super) struct ElementHeader {
+    pub(super) name: String,
+    pub(super) count: usize,
+    pub(super) properties: Vec<(String, String)>,
 }
 
 /// What Kiln needs from a PLY header; parsed by hand so that errors can name the line.
 #[derive(Debug)]
-struct PlyHeader {
-    format: String,
-    elements: Vec<ElementHeader>,
-    body_offset: usize,
+pub(super) struct PlyHeader {
+    pub(super) format: String,
+    pub(super) elements: Vec<ElementHeader>,
+    pub(super) body_offset: usize,
 }
 
 /// Column indices of the fast path: all properties are f32, so a row is `stride` floats.
@@ -183,7 +180,7 @@ impl PlyHeader {
     }
 }
 
-fn corrupt(path: &Path, location: impl Into<String>, what: impl Into<String>) -> Error {
+pub(super) fn corrupt(path: &Path, location: impl Into<String>, what: impl Into<String>) -> Error {
     Error::Corrupt {
         path: path.to_path_buf(),
         location: location.into(),
@@ -191,7 +188,7 @@ fn corrupt(path: &Path, location: impl Into<String>, what: impl Into<String>) ->
     }
 }
 
-fn parse_header(path: &Path, bytes: &[u8]) -> Result<PlyHeader> {
+pub(super) fn parse_header(path: &Path, bytes: &[u8]) -> Result<PlyHeader> {
     if bytes.is_empty() {
         return Err(corrupt(
             path,
@@ -489,7 +486,7 @@ fn read_with_ply_rs(path: &Path, bytes: &[u8], header: &PlyHeader) -> Result<Gau
     }))
 }
 
-fn check_values_finite(path: &Path, s: &GaussianSplats) -> Result<()> {
+pub(super) fn check_values_finite(path: &Path, s: &GaussianSplats) -> Result<()> {
     let k = s.sh_coeffs_per_channel();
     let fields: [(&str, &[f32], usize); 5] = [
         ("x/y/z", &s.means, 3),
@@ -513,15 +510,6 @@ fn check_values_finite(path: &Path, s: &GaussianSplats) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn playcanvas_compressed_ply_is_named_as_unsupported() {
-        let dir = crate::capture::test_dataset("splat-plushdog-smartdatascan");
-        let err = super::read_ply(&dir.join("point_cloud_29999_clean.compressed.ply"))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("PlayCanvas compressed PLY"), "{err}");
-    }
-
     use super::*;
     use crate::splats::test_data::random_splats;
 
@@ -628,6 +616,76 @@ mod tests {
         // Truncated big-endian body: a clear Corrupt error, not a panic.
         std::fs::write(&p, &bytes[..bytes.len() - 3]).unwrap();
         assert!(matches!(read_ply(&p), Err(Error::Corrupt { .. })));
+    }
+
+    /// Write `s` (SH degree ≥ 0) in the INRIA layout by hand, in `format` with property type
+    /// `ty` (`float` or `double`).
+    fn hand_written_ply(s: &GaussianSplats, format: &str, ty: &str) -> Vec<u8> {
+        let names = inria_property_names(s.sh_degree);
+        let mut out = format!("ply\nformat {format} 1.0\nelement vertex {}\n", s.len());
+        for name in &names {
+            out.push_str(&format!("property {ty} {name}\n"));
+        }
+        out.push_str("end_header\n");
+        let mut bytes = out.into_bytes();
+        let k = s.sh_coeffs_per_channel();
+        for i in 0..s.len() {
+            let sh = &s.sh_coeffs[i * k * 3..(i + 1) * k * 3];
+            let mut row: Vec<f32> = s.means[i * 3..i * 3 + 3].to_vec();
+            row.extend([0.0; 3]);
+            row.extend(&sh[..3]);
+            for c in 0..3 {
+                row.extend((1..k).map(|kk| sh[kk * 3 + c]));
+            }
+            row.push(s.logit_opacities[i]);
+            row.extend(&s.log_scales[i * 3..i * 3 + 3]);
+            row.extend(&s.rotations[i * 4..i * 4 + 4]);
+            match (format, ty) {
+                ("ascii", _) => {
+                    let line: Vec<String> = row.iter().map(|v| v.to_string()).collect();
+                    bytes.extend_from_slice(line.join(" ").as_bytes());
+                    bytes.push(b'\n');
+                }
+                ("binary_big_endian", "float") => {
+                    row.iter().for_each(|v| bytes.extend(v.to_be_bytes()));
+                }
+                ("binary_big_endian", _) => {
+                    row.iter()
+                        .for_each(|v| bytes.extend((*v as f64).to_be_bytes()));
+                }
+                (_, "double") => {
+                    row.iter()
+                        .for_each(|v| bytes.extend((*v as f64).to_le_bytes()));
+                }
+                _ => row.iter().for_each(|v| bytes.extend(v.to_le_bytes())),
+            }
+        }
+        bytes
+    }
+
+    #[test]
+    fn ply_general_path_reads_doubles_ascii_and_big_endian_with_sh() {
+        let dir = tempfile::tempdir().unwrap();
+        for degree in [1, 3] {
+            let s = random_splats(40, degree, 3.0, 60 + degree as u64);
+            for (format, ty) in [
+                ("binary_little_endian", "double"),
+                ("binary_big_endian", "float"),
+                ("binary_big_endian", "double"),
+                ("ascii", "float"),
+                ("ascii", "double"),
+            ] {
+                let p = dir.path().join(format!("{format}-{ty}-{degree}.ply"));
+                std::fs::write(&p, hand_written_ply(&s, format, ty)).unwrap();
+                let h = parse_header(&p, &std::fs::read(&p).unwrap()).unwrap();
+                assert!(
+                    h.fast_path().is_none(),
+                    "{format} {ty} must take the general path"
+                );
+                // f32 → text/f64 → f32 is exact, so the general path must be bit-exact too.
+                assert_bit_exact(&read_ply(&p).unwrap(), &s);
+            }
+        }
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! SPZ, Niantic's compressed Gaussian splat container: encode v2/v3 (gzip), decode v1–v3.
+//! SPZ, Niantic's compressed Gaussian splat container: encode v2/v3 (gzip) and v4 (ZSTD), decode
+//! v1–v4.
 //!
 //! Source: nianticlabs/spz `src/cc/load-spz.cc` (tag v2.0.0, the version that
 //! `KHR_gaussian_splatting_compression_spz_2` pins), summarised in
@@ -25,9 +26,21 @@
 //! Values outside a field's range are clamped, as the reference encoder does; only positions
 //! (where clamping would move splats) are rejected. Coordinates are stored as given (the SPZ
 //! library's `UNSPECIFIED` coordinate system): Kiln passes glTF-frame data, which is what
-//! CesiumJS 1.145 renders correctly (research note §2.2).
+//! CesiumJS 1.145 renders correctly (research note §2.2). Files written by splat-transform or
+//! the current nianticlabs library from a PLY are in the spec's RUB frame, i.e. (x, −y, −z) of
+//! the PLY's coordinates and quaternions (w, x, −y, −z): `biker.spz` vs `biker.compressed.ply`
+//! shows exactly that. [`super::convert::rotate_splats`] with
+//! `up_axis_rotation(UpAxis::NegY, UpAxis::Y)` undoes it (an equivalent covariance).
 //!
-//! Version 4 (plain "NGSP" header + ZSTD streams) is detected and rejected as unsupported.
+//! Version 4 (nianticlabs/spz `README.md` "File layout (version 4)" and `load-spz.cc`
+//! `decompressNgspStreams`): the same six blocks with the same quantisation (v3 rotations), but
+//! no gzip: a 32-byte plaintext header — magic, version = 4, numPoints u32, shDegree u8,
+//! fractionalBits u8, flags u8, numStreams u8, tocByteOffset u32, 12 zero bytes — then optional
+//! vendor extension records (`[u32 type][u32 length][payload]`, skipped on read: camera limits
+//! and the like, no splat data), at `tocByteOffset` a table of `numStreams` × (compressedSize
+//! u64, uncompressedSize u64), then one independent ZSTD frame per non-empty block in block
+//! order (degree 0 files have 5 streams). Readers tell the versions apart by the first bytes:
+//! `NGSP` → v4, `1f 8b` → v1–v3. SH degree 4 (allowed by v4) is rejected: Kiln stops at 3.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -39,6 +52,13 @@ use crate::{Error, Result};
 pub const SPZ_MAGIC: u32 = 0x5053_474e;
 /// Size of the v1–v3 header in bytes.
 const HEADER_BYTES: usize = 16;
+/// Size of the v4 plaintext header in bytes.
+const V4_HEADER_BYTES: usize = 32;
+/// ZSTD level of the v4 streams (the library default).
+const ZSTD_LEVEL: i32 = 3;
+/// A v4 header whose blocks would exceed this many times the file size is rejected before any
+/// allocation (the reference loader's `kMaxCompressionRatio`).
+const MAX_ZSTD_RATIO: usize = 1024;
 /// `colorScale` of the reference library: colour byte = dc·0.15·255 + 127.5.
 const COLOR_SCALE: f32 = 0.15;
 /// Header flag: splats were trained with mip/antialiased rasterisation.
@@ -62,6 +82,10 @@ pub enum SpzVersion {
     /// Version 3: "smallest three" rotations. What the v2.0.0 library writes; CesiumJS reads it.
     #[default]
     V3,
+    /// Version 4: v3 quantisation, plaintext header, one ZSTD frame per attribute. What current
+    /// nianticlabs/spz and splat-transform write; not valid inside
+    /// `KHR_gaussian_splatting_compression_spz_2` (which pins v2-era files).
+    V4,
 }
 
 /// Which rasterisation the splats were trained for (SPZ header flag 0x1).
@@ -77,13 +101,17 @@ pub enum SpzAntialiasing {
 /// Options of [`encode_spz`]. `Default`: version 3, 12 fractional bits, standard rasterisation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpzOptions {
-    /// File version written (2 or 3).
+    /// File version written (2, 3 or 4).
     pub version: SpzVersion,
     /// Fractional bits of the 24-bit fixed-point positions, 0..=23; 12 gives 1/4096 m steps
     /// and a ±2048 m range.
     pub fractional_bits: u8,
     /// Header flag 0x1.
     pub antialiasing: SpzAntialiasing,
+    /// zlib compression level of the gzip stream of versions 1–3, 1 (fastest) ..= 9 (smallest);
+    /// default 6 (zlib's default). On the plush-dog scene level 1 writes 11.6 % more bytes than
+    /// 6, and deflates ~5× faster. Decoders do not care. Ignored by v4 (ZSTD).
+    pub gzip_level: u8,
 }
 
 impl Default for SpzOptions {
@@ -92,6 +120,7 @@ impl Default for SpzOptions {
             version: SpzVersion::V3,
             fractional_bits: 12,
             antialiasing: SpzAntialiasing::Standard,
+            gzip_level: 6,
         }
     }
 }
@@ -111,7 +140,8 @@ fn quantize_sh(x: f32, bucket: i32) -> u8 {
     q.clamp(0, 255) as u8
 }
 
-/// Encode `splats` as an SPZ v2 or v3 file (gzip stream), ready to write or embed in a GLB.
+/// Encode `splats` as an SPZ file: v2 or v3 (one gzip stream, embeddable in a GLB) or v4
+/// (plaintext header + ZSTD streams).
 ///
 /// Guarantees: the decoded splats ([`decode_spz`]) match the input within the quantisation
 /// bounds listed in the module docs; N and the SH degree are preserved; output is deterministic.
@@ -147,35 +177,85 @@ pub fn encode_spz(splats: &GaussianSplats, options: &SpzOptions) -> Result<Vec<u
             found: fb.to_string(),
         });
     }
-    let k = splats.sh_coeffs_per_channel();
-    let sh_dim = k - 1;
-    let rotation_bytes = match options.version {
-        SpzVersion::V2 => 3,
-        SpzVersion::V3 => 4,
-    };
-    let mut out =
-        Vec::with_capacity(HEADER_BYTES + n * (9 + 1 + 3 + 3 + rotation_bytes + sh_dim * 3));
-    out.extend_from_slice(&SPZ_MAGIC.to_le_bytes());
-    let version: u32 = match options.version {
-        SpzVersion::V2 => 2,
-        SpzVersion::V3 => 3,
-    };
-    out.extend_from_slice(&version.to_le_bytes());
-    out.extend_from_slice(&(n as u32).to_le_bytes());
+    let blocks = pack_blocks(splats, options, CONTEXT)?;
     let flags = match options.antialiasing {
         SpzAntialiasing::Standard => 0,
         SpzAntialiasing::Antialiased => FLAG_ANTIALIASED,
     };
-    out.extend_from_slice(&[splats.sh_degree as u8, fb, flags, 0]);
+    let in_memory = |what: &str, e: std::io::Error| Error::InvalidInput {
+        context: CONTEXT,
+        field: what.into(),
+        expected: "in-memory compression to succeed".into(),
+        found: e.to_string(),
+    };
+    let version: u32 = match options.version {
+        SpzVersion::V2 => 2,
+        SpzVersion::V3 => 3,
+        SpzVersion::V4 => 4,
+    };
+    if options.version == SpzVersion::V4 {
+        // Plaintext 32-byte header, TOC of the non-empty streams, then one ZSTD frame each.
+        let streams: Vec<&Vec<u8>> = blocks.iter().filter(|b| !b.is_empty()).collect();
+        let mut frames = Vec::with_capacity(streams.len());
+        for s in &streams {
+            frames.push(
+                zstd::bulk::compress(s, ZSTD_LEVEL).map_err(|e| in_memory("zstd stream", e))?,
+            );
+        }
+        let mut out = Vec::with_capacity(
+            V4_HEADER_BYTES + 16 * frames.len() + frames.iter().map(Vec::len).sum::<usize>(),
+        );
+        out.extend_from_slice(&SPZ_MAGIC.to_le_bytes());
+        out.extend_from_slice(&version.to_le_bytes());
+        out.extend_from_slice(&(n as u32).to_le_bytes());
+        out.extend_from_slice(&[splats.sh_degree as u8, fb, flags, frames.len() as u8]);
+        out.extend_from_slice(&(V4_HEADER_BYTES as u32).to_le_bytes());
+        out.extend_from_slice(&[0u8; 12]);
+        for (s, f) in streams.iter().zip(&frames) {
+            out.extend_from_slice(&(f.len() as u64).to_le_bytes());
+            out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        }
+        for f in &frames {
+            out.extend_from_slice(f);
+        }
+        return Ok(out);
+    }
+    let mut raw = Vec::with_capacity(HEADER_BYTES + blocks.iter().map(Vec::len).sum::<usize>());
+    raw.extend_from_slice(&SPZ_MAGIC.to_le_bytes());
+    raw.extend_from_slice(&version.to_le_bytes());
+    raw.extend_from_slice(&(n as u32).to_le_bytes());
+    raw.extend_from_slice(&[splats.sh_degree as u8, fb, flags, 0]);
+    for b in &blocks {
+        raw.extend_from_slice(b);
+    }
+    let level = flate2::Compression::new(u32::from(options.gzip_level.clamp(1, 9)));
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), level);
+    gz.write_all(&raw)
+        .and_then(|_| gz.finish())
+        .map_err(|e| in_memory("gzip stream", e))
+}
+
+/// Quantise `splats` into the six SPZ attribute blocks, in file order: positions, alphas,
+/// colours, scales, rotations, SH. Shapes and finiteness were checked by the caller.
+fn pack_blocks(
+    splats: &GaussianSplats,
+    options: &SpzOptions,
+    context: &'static str,
+) -> Result<[Vec<u8>; 6]> {
+    let n = splats.len();
+    let fb = options.fractional_bits;
+    let k = splats.sh_coeffs_per_channel();
+    let sh_dim = k - 1;
 
     // Positions.
+    let mut positions = Vec::with_capacity(n * 9);
     let scale = (1i64 << fb) as f64;
     let limit = (1i64 << 23) as f64;
     for (i, &x) in splats.means.iter().enumerate() {
         let fixed = (x as f64 * scale).round();
         if fixed >= limit || fixed < -limit {
             return Err(Error::InvalidInput {
-                context: CONTEXT,
+                context,
                 field: format!("means[splat {}][{}]", i / 3, i % 3),
                 expected: format!(
                     "|x| ≤ {:.3} m at {fb} fractional bits (24-bit fixed point); store tile-local \
@@ -186,31 +266,36 @@ pub fn encode_spz(splats: &GaussianSplats, options: &SpzOptions) -> Result<Vec<u
             });
         }
         let fixed = fixed as i32;
-        out.extend_from_slice(&fixed.to_le_bytes()[..3]);
+        positions.extend_from_slice(&fixed.to_le_bytes()[..3]);
     }
     // Alphas.
-    out.extend(
-        splats
-            .logit_opacities
-            .iter()
-            .map(|&l| to_u8((sigmoid(l) * 255.0) as f32)),
-    );
+    let alphas: Vec<u8> = splats
+        .logit_opacities
+        .iter()
+        .map(|&l| to_u8((sigmoid(l) * 255.0) as f32))
+        .collect();
     // Colours (SH DC).
+    let mut colors = Vec::with_capacity(n * 3);
     for i in 0..n {
         for c in 0..3 {
             let dc = splats.sh_coeffs[i * k * 3 + c];
-            out.push(to_u8(dc * (COLOR_SCALE * 255.0) + 0.5 * 255.0));
+            colors.push(to_u8(dc * (COLOR_SCALE * 255.0) + 0.5 * 255.0));
         }
     }
     // Scales.
-    out.extend(splats.log_scales.iter().map(|&s| to_u8((s + 10.0) * 16.0)));
+    let scales: Vec<u8> = splats
+        .log_scales
+        .iter()
+        .map(|&s| to_u8((s + 10.0) * 16.0))
+        .collect();
     // Rotations: Kiln wxyz → SPZ xyzw.
+    let mut rotations = Vec::with_capacity(n * 4);
     for i in 0..n {
         let r = &splats.rotations[i * 4..i * 4 + 4];
         let norm = r.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt();
         if norm < 1e-12 {
             return Err(Error::InvalidInput {
-                context: CONTEXT,
+                context,
                 field: format!("rotations[splat {i}]"),
                 expected: "a non-zero quaternion (wxyz)".into(),
                 found: format!("{r:?}"),
@@ -223,33 +308,25 @@ pub fn encode_spz(splats: &GaussianSplats, options: &SpzOptions) -> Result<Vec<u
             r[0] as f64 / norm,
         ];
         match options.version {
-            SpzVersion::V3 => out.extend_from_slice(&pack_smallest_three(q)),
+            SpzVersion::V3 | SpzVersion::V4 => rotations.extend_from_slice(&pack_smallest_three(q)),
             SpzVersion::V2 => {
                 let s = if q[3] < 0.0 { -127.5 } else { 127.5 };
                 for v in &q[..3] {
-                    out.push(to_u8((v * s + 127.5) as f32));
+                    rotations.push(to_u8((v * s + 127.5) as f32));
                 }
             }
         }
     }
     // SH, degree ≥ 1: per splat, coefficient-major with channels inner (our [N, K, 3] minus DC).
+    let mut sh_bytes = Vec::with_capacity(n * sh_dim * 3);
     for i in 0..n {
         let sh = &splats.sh_coeffs[i * k * 3 + 3..(i + 1) * k * 3];
         for (j, &x) in sh.iter().enumerate() {
             let bucket = if j < 9 { SH1_BUCKET } else { SH_REST_BUCKET };
-            out.push(quantize_sh(x, bucket));
+            sh_bytes.push(quantize_sh(x, bucket));
         }
     }
-
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(&out)
-        .and_then(|_| gz.finish())
-        .map_err(|e| Error::InvalidInput {
-            context: CONTEXT,
-            field: "gzip stream".into(),
-            expected: "in-memory compression to succeed".into(),
-            found: e.to_string(),
-        })
+    Ok([positions, alphas, colors, scales, rotations, sh_bytes])
 }
 
 /// "Smallest three" packing of a unit quaternion `q` (xyzw): 2-bit index of the largest |q_i|,
@@ -300,7 +377,8 @@ pub fn read_spz(path: &Path) -> Result<GaussianSplats> {
     decode_spz_from(&bytes, path)
 }
 
-/// Decode SPZ bytes (file versions 1, 2 and 3, gzip-wrapped) into [`GaussianSplats`].
+/// Decode SPZ bytes (file versions 1, 2 and 3, gzip-wrapped; version 4, ZSTD streams) into
+/// [`GaussianSplats`].
 ///
 /// Returned values are in the training parametrisation: logit opacities (opacity kept in
 /// [1e−6, 1 − 1e−6] so logits are finite), log scales, wxyz unit quaternions, DC from the colour
@@ -308,10 +386,11 @@ pub fn read_spz(path: &Path) -> Result<GaussianSplats> {
 /// name the source as `<SPZ bytes>`; use [`read_spz`] for files.
 ///
 /// # Errors
-/// [`Error::Corrupt`] when the bytes are not gzip, the gzip stream is broken, the magic is wrong
-/// or the body is shorter than the header promises; [`Error::Unsupported`] for SPZ v4 (plain
-/// `NGSP` header with ZSTD streams), versions other than 1–3, SH degree > 3, more than
-/// 10 000 000 points, or extension records (flag 0x2); [`Error::Invalid`] for trailing bytes.
+/// [`Error::Corrupt`] when the bytes are neither gzip nor `NGSP`, a gzip or ZSTD stream is
+/// broken, the magic is wrong, the body is shorter than the header promises, or a v4 TOC does not
+/// match the header (stream count, sizes, offsets); [`Error::Unsupported`] for versions other
+/// than 1–4, SH degree > 3, more than 10 000 000 points or extension records in a v1–v3 file;
+/// [`Error::Invalid`] for trailing bytes.
 pub fn decode_spz(bytes: &[u8]) -> Result<GaussianSplats> {
     decode_spz_from(bytes, Path::new("<SPZ bytes>"))
 }
@@ -334,20 +413,14 @@ fn unsupported(path: &Path, field: &str, found: String, supported: &str) -> Erro
 }
 
 pub(crate) fn decode_spz_from(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
-    if bytes.len() >= 8 && bytes[..4] == SPZ_MAGIC.to_le_bytes() {
-        let version = u32::from_le_bytes(bytes[4..8].try_into().unwrap_or_default());
-        return Err(unsupported(
-            path,
-            "header.version",
-            format!("SPZ version {version} without gzip (v4: NGSP header + ZSTD streams)"),
-            "SPZ versions 1-3 (gzip); re-export with `--spz-version 3`",
-        ));
+    if bytes.len() >= 4 && bytes[..4] == SPZ_MAGIC.to_le_bytes() {
+        return decode_v4(bytes, path);
     }
     if bytes.len() < 2 || bytes[..2] != [0x1f, 0x8b] {
         return Err(corrupt(
             path,
             "byte 0",
-            "not a gzip stream (SPZ v1-v3 start with 1f 8b)",
+            "not an SPZ file (SPZ v1-v3 start with gzip bytes 1f 8b, v4 with `NGSP`)",
         ));
     }
     let gzip_error =
@@ -382,8 +455,8 @@ pub(crate) fn decode_spz_from(bytes: &[u8], path: &Path) -> Result<GaussianSplat
         return Err(unsupported(
             path,
             "header.version",
-            version.to_string(),
-            "1, 2, 3",
+            format!("{version} inside gzip"),
+            "1, 2, 3 (gzip) and 4 (plain NGSP header + ZSTD)",
         ));
     }
     let n32 = u32_at(8);
@@ -392,44 +465,26 @@ pub(crate) fn decode_spz_from(bytes: &[u8], path: &Path) -> Result<GaussianSplat
             path,
             "header.numPoints",
             n32.to_string(),
-            "at most 10000000 points per SPZ",
+            "at most 10000000 points per SPZ v1-v3",
         ));
     }
-    let n = n32 as usize;
-    let sh_degree = raw[12] as u32;
-    if sh_degree > MAX_SH_DEGREE {
-        return Err(unsupported(
-            path,
-            "header.shDegree",
-            sh_degree.to_string(),
-            "0..=3",
-        ));
-    }
-    let fb = raw[13];
-    if fb > 23 {
-        return Err(corrupt(path, "header.fractionalBits", format!("{fb} > 23")));
-    }
-    let flags = raw[14];
-    if flags & FLAG_HAS_EXTENSIONS != 0 {
+    let header = Header {
+        version,
+        n: n32 as usize,
+        sh_degree: raw[12] as u32,
+        fractional_bits: raw[13],
+        flags: raw[14],
+    };
+    header.check(path)?;
+    if header.flags & FLAG_HAS_EXTENSIONS != 0 {
         return Err(unsupported(
             path,
             "header.flags",
-            format!("{flags:#04x} (extension records)"),
-            "files without SPZ extension records (flag 0x2 clear)",
+            format!("{:#04x} (extension records in a v1-v3 file)", header.flags),
+            "v1-v3 files without SPZ extension records (flag 0x2 clear), or SPZ v4",
         ));
     }
-    let k = ((sh_degree + 1) * (sh_degree + 1)) as usize;
-    let sh_dim = k - 1;
-    let pos_bytes = if version == 1 { 6 } else { 9 };
-    let rot_bytes = if version >= 3 { 4 } else { 3 };
-    let sizes = [
-        n * pos_bytes,
-        n,
-        n * 3,
-        n * 3,
-        n * rot_bytes,
-        n * sh_dim * 3,
-    ];
+    let sizes = header.block_sizes();
     let needed = HEADER_BYTES + sizes.iter().sum::<usize>();
     // Inflate at most one byte past what the header promises, so that a hostile stream cannot
     // exhaust memory; reaching the end of the stream verifies the gzip CRC.
@@ -443,7 +498,9 @@ pub(crate) fn decode_spz_from(bytes: &[u8], path: &Path) -> Result<GaussianSplat
             path,
             "body",
             format!(
-                "truncated: {n} points of SH degree {sh_degree} need {needed} bytes, found {}",
+                "truncated: {} points of SH degree {} need {needed} bytes, found {}",
+                header.n,
+                header.sh_degree,
                 raw.len()
             ),
         ));
@@ -452,20 +509,210 @@ pub(crate) fn decode_spz_from(bytes: &[u8], path: &Path) -> Result<GaussianSplat
         return Err(Error::Invalid {
             path: path.to_path_buf(),
             field: "header.numPoints".into(),
-            expected: format!("{needed} decompressed bytes for {n} points"),
+            expected: format!("{needed} decompressed bytes for {} points", header.n),
             found: "more bytes (trailing data)".into(),
         });
     }
-    let mut blocks = Vec::with_capacity(6);
+    let mut blocks: [&[u8]; 6] = [&[]; 6];
     let mut at = HEADER_BYTES;
-    for s in sizes {
-        blocks.push(&raw[at..at + s]);
+    for (b, s) in blocks.iter_mut().zip(sizes) {
+        *b = &raw[at..at + s];
         at += s;
     }
-    let [positions, alphas, colors, scales, rotations, sh] = blocks[..] else {
-        unreachable!("six blocks")
-    };
+    Ok(unpack(&header, blocks))
+}
 
+/// The header fields every SPZ version shares.
+struct Header {
+    version: u32,
+    n: usize,
+    sh_degree: u32,
+    fractional_bits: u8,
+    flags: u8,
+}
+
+impl Header {
+    fn check(&self, path: &Path) -> Result<()> {
+        if self.sh_degree > MAX_SH_DEGREE {
+            return Err(unsupported(
+                path,
+                "header.shDegree",
+                self.sh_degree.to_string(),
+                "0..=3 (re-export with SH degree 3 or lower)",
+            ));
+        }
+        if self.fractional_bits > 23 {
+            return Err(corrupt(
+                path,
+                "header.fractionalBits",
+                format!("{} > 23", self.fractional_bits),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Byte sizes of the six attribute blocks in file order.
+    fn block_sizes(&self) -> [usize; 6] {
+        let n = self.n;
+        let k = ((self.sh_degree + 1) * (self.sh_degree + 1)) as usize;
+        let pos_bytes = if self.version == 1 { 6 } else { 9 };
+        let rot_bytes = if self.version >= 3 { 4 } else { 3 };
+        [
+            n * pos_bytes,
+            n,
+            n * 3,
+            n * 3,
+            n * rot_bytes,
+            n * (k - 1) * 3,
+        ]
+    }
+}
+
+/// Names of the six attribute blocks (streams in v4), for error messages.
+const BLOCK_NAMES: [&str; 6] = ["positions", "alphas", "colors", "scales", "rotations", "sh"];
+
+/// Decode an SPZ v4 file: 32-byte plaintext header (magic, version, numPoints u32; shDegree,
+/// fractionalBits, flags, numStreams u8; tocByteOffset u32; 12 reserved bytes), optional
+/// extension records up to `tocByteOffset` (skipped: they carry metadata, not splat data), a TOC
+/// of `numStreams` × (compressedSize u64, uncompressedSize u64), then one ZSTD frame per
+/// non-empty attribute block, in block order.
+fn decode_v4(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
+    if bytes.len() < V4_HEADER_BYTES {
+        return Err(corrupt(
+            path,
+            "header",
+            format!(
+                "truncated: {} bytes, an SPZ v4 header needs {V4_HEADER_BYTES}",
+                bytes.len()
+            ),
+        ));
+    }
+    let u32_at =
+        |o: usize| u32::from_le_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]);
+    let version = u32_at(4);
+    if version != 4 {
+        return Err(unsupported(
+            path,
+            "header.version",
+            format!("SPZ version {version} without gzip"),
+            "plain `NGSP` headers of version 4; versions 1-3 are gzip streams",
+        ));
+    }
+    let header = Header {
+        version,
+        n: u32_at(8) as usize,
+        sh_degree: bytes[12] as u32,
+        fractional_bits: bytes[13],
+        flags: bytes[14],
+    };
+    header.check(path)?;
+    let num_streams = bytes[15] as usize;
+    let toc_offset = u32_at(16) as usize;
+    let sizes = header.block_sizes();
+    let expected: Vec<(usize, usize)> = sizes
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|&(_, s)| s > 0)
+        .collect();
+    if num_streams != expected.len() {
+        return Err(corrupt(
+            path,
+            "header.numStreams",
+            format!(
+                "{num_streams} streams, but {} points of SH degree {} need {}",
+                header.n,
+                header.sh_degree,
+                expected.len()
+            ),
+        ));
+    }
+    // A hostile header must not make us allocate far more than the file could hold.
+    let total: usize = sizes.iter().sum();
+    if total / MAX_ZSTD_RATIO > bytes.len() {
+        return Err(corrupt(
+            path,
+            "header.numPoints",
+            format!(
+                "{} points need {total} bytes, implausible for a {}-byte file",
+                header.n,
+                bytes.len()
+            ),
+        ));
+    }
+    let toc_end = toc_offset + 16 * num_streams;
+    if toc_offset < V4_HEADER_BYTES || toc_end > bytes.len() {
+        return Err(corrupt(
+            path,
+            "header.tocByteOffset",
+            format!(
+                "TOC at {toc_offset}..{toc_end} lies outside the header zone 32..{}",
+                bytes.len()
+            ),
+        ));
+    }
+    let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap_or_default());
+    let mut decoded: [Vec<u8>; 6] = Default::default();
+    let mut at = toc_end;
+    for (t, &(block, size)) in expected.iter().enumerate() {
+        let e = toc_offset + 16 * t;
+        let compressed = u64_at(e);
+        let uncompressed = u64_at(e + 8);
+        let name = BLOCK_NAMES[block];
+        if uncompressed != size as u64 {
+            return Err(corrupt(
+                path,
+                format!("TOC entry {t} ({name})"),
+                format!("uncompressed size {uncompressed}, expected {size}"),
+            ));
+        }
+        let end = (at as u64).saturating_add(compressed);
+        if end > bytes.len() as u64 {
+            return Err(corrupt(
+                path,
+                format!("stream {t} ({name})"),
+                format!(
+                    "truncated: {compressed} compressed bytes from offset {at}, file has {}",
+                    bytes.len()
+                ),
+            ));
+        }
+        let frame = &bytes[at..end as usize];
+        let data = zstd::bulk::decompress(frame, size)
+            .map_err(|e| corrupt(path, format!("stream {t} ({name})"), format!("ZSTD: {e}")))?;
+        if data.len() != size {
+            return Err(corrupt(
+                path,
+                format!("stream {t} ({name})"),
+                format!("decompressed to {} bytes, expected {size}", data.len()),
+            ));
+        }
+        decoded[block] = data;
+        at = end as usize;
+    }
+    if at != bytes.len() {
+        return Err(Error::Invalid {
+            path: path.to_path_buf(),
+            field: "TOC".into(),
+            expected: format!(
+                "streams ending at the end of the file ({} bytes)",
+                bytes.len()
+            ),
+            found: format!("{} trailing bytes", bytes.len() - at),
+        });
+    }
+    let blocks: [&[u8]; 6] = std::array::from_fn(|i| decoded[i].as_slice());
+    Ok(unpack(&header, blocks))
+}
+
+/// Dequantise the six attribute blocks (sizes already checked against the header).
+fn unpack(header: &Header, blocks: [&[u8]; 6]) -> GaussianSplats {
+    let [positions, alphas, colors, scales, rotations, sh] = blocks;
+    let n = header.n;
+    let sh_degree = header.sh_degree;
+    let k = ((sh_degree + 1) * (sh_degree + 1)) as usize;
+    let sh_dim = k - 1;
+    let rot_bytes = if header.version >= 3 { 4 } else { 3 };
     let mut out = GaussianSplats {
         means: Vec::with_capacity(n * 3),
         log_scales: scales.iter().map(|&b| b as f32 / 16.0 - 10.0).collect(),
@@ -477,14 +724,14 @@ pub(crate) fn decode_spz_from(bytes: &[u8], path: &Path) -> Result<GaussianSplat
         sh_coeffs: Vec::with_capacity(n * k * 3),
         sh_degree,
     };
-    if version == 1 {
+    if header.version == 1 {
         out.means.extend(
             positions
                 .chunks_exact(2)
                 .map(|h| f16_to_f32(u16::from_le_bytes([h[0], h[1]]))),
         );
     } else {
-        let inv = 1.0 / (1u32 << fb) as f32;
+        let inv = 1.0 / (1u32 << header.fractional_bits) as f32;
         out.means.extend(positions.chunks_exact(3).map(|b| {
             let v = i32::from_le_bytes([b[0], b[1], b[2], if b[2] & 0x80 != 0 { 0xff } else { 0 }]);
             v as f32 * inv
@@ -515,7 +762,7 @@ pub(crate) fn decode_spz_from(bytes: &[u8], path: &Path) -> Result<GaussianSplat
                 .map(|&b| (b as f32 - 128.0) / 128.0),
         );
     }
-    Ok(out)
+    out
 }
 
 /// IEEE 754 binary16 → f32 (SPZ v1 positions).
@@ -736,16 +983,94 @@ mod tests {
     }
 
     #[test]
-    fn spz_v4_biker_file_is_reported_unsupported() {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../shared/datasets/splat-playcanvas/biker.spz");
-        let e = read_spz(&p).unwrap_err();
-        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
-        let msg = e.to_string();
-        assert!(
-            msg.contains("biker.spz") && msg.contains("version 4"),
-            "{msg}"
-        );
+    fn spz_v4_biker_file_decodes() {
+        let p = crate::capture::test_dataset("splat-playcanvas").join("biker.spz");
+        let s = read_spz(&p).unwrap();
+        assert_eq!((s.len(), s.sh_degree), (152_746, 0));
+        s.check_shapes("test").unwrap();
+        s.check_finite("test").unwrap();
+        for q in s.rotations.chunks_exact(4) {
+            let norm = q.iter().map(|v| v * v).sum::<f32>().sqrt();
+            assert!((norm - 1.0).abs() < 1e-3, "{q:?}");
+        }
+        // Re-encoding as v4 reproduces the decoded values exactly (same quantisation grid).
+        let again = decode_spz(&encode_spz(&s, &v4()).unwrap()).unwrap();
+        assert_within_bounds(&s, &again, 12, true);
+        assert_eq!(again.means, s.means);
+    }
+
+    fn v4() -> SpzOptions {
+        SpzOptions {
+            version: SpzVersion::V4,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn spz_v4_round_trip_is_within_quantisation_bounds() {
+        for degree in 0..=3 {
+            let s = random_splats(1500, degree, 100.0, 21 + degree as u64);
+            let bytes = encode_spz(&s, &v4()).unwrap();
+            assert_eq!(&bytes[..4], b"NGSP");
+            assert_eq!(u32::from_le_bytes(bytes[4..8].try_into().unwrap()), 4);
+            assert_eq!(bytes[15], if degree == 0 { 5 } else { 6 });
+            let back = decode_spz(&bytes).unwrap();
+            assert_within_bounds(&s, &back, 12, true);
+            // Same quantisation as v3.
+            let v3 = decode_spz(&encode_spz(&s, &SpzOptions::default()).unwrap()).unwrap();
+            assert_eq!(back, v3);
+        }
+    }
+
+    #[test]
+    fn spz_v4_rejects_bad_toc_and_truncation() {
+        let good = encode_spz(&random_splats(50, 1, 1.0, 3), &v4()).unwrap();
+        // Truncated inside the streams.
+        let e = decode_spz(&good[..good.len() - 10]).unwrap_err();
+        assert!(matches!(e, Error::Corrupt { .. }), "{e}");
+        // Truncated header.
+        assert!(matches!(
+            decode_spz(&good[..20]),
+            Err(Error::Corrupt { .. })
+        ));
+        // Wrong stream count.
+        let mut bad = good.clone();
+        bad[15] = 3;
+        let e = decode_spz(&bad).unwrap_err();
+        assert!(e.to_string().contains("numStreams"), "{e}");
+        // Uncompressed size in the TOC that does not match numPoints.
+        let mut bad = good.clone();
+        bad[32 + 8] ^= 1;
+        let e = decode_spz(&bad).unwrap_err();
+        assert!(e.to_string().contains("uncompressed size"), "{e}");
+        // Corrupt ZSTD frame.
+        let mut bad = good.clone();
+        let first_frame = 32 + 16 * 6;
+        bad[first_frame..first_frame + 4].fill(0);
+        assert!(matches!(decode_spz(&bad), Err(Error::Corrupt { .. })));
+        // Trailing bytes.
+        let mut bad = good.clone();
+        bad.push(0);
+        assert!(matches!(decode_spz(&bad), Err(Error::Invalid { .. })));
+        // Implausible point count for the file size: rejected before allocating.
+        let mut bad = good;
+        bad[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(decode_spz(&bad), Err(Error::Corrupt { .. })));
+    }
+
+    #[test]
+    fn spz_v4_skips_extension_records() {
+        let s = random_splats(20, 0, 1.0, 4);
+        let good = encode_spz(&s, &v4()).unwrap();
+        // Insert one 8-byte-payload record between header and TOC, set flag 0x2.
+        let mut with_ext = good[..32].to_vec();
+        with_ext[14] |= FLAG_HAS_EXTENSIONS;
+        with_ext[16..20].copy_from_slice(&(32u32 + 16).to_le_bytes());
+        with_ext.extend_from_slice(&0xADBE_0002u32.to_le_bytes());
+        with_ext.extend_from_slice(&8u32.to_le_bytes());
+        with_ext.extend_from_slice(&[0u8; 8]);
+        with_ext.extend_from_slice(&good[32..]);
+        assert_eq!(decode_spz(&with_ext).unwrap(), decode_spz(&good).unwrap());
     }
 
     #[test]

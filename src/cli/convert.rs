@@ -1,0 +1,179 @@
+//! `kiln convert IN OUT`: convert a Gaussian splat file between formats (INRIA PLY, PlayCanvas
+//! compressed PLY, SPZ, `.splat`, `KHR_gaussian_splatting` GLB), optionally dropping SH bands
+//! and changing the up axis. Formats follow the file names; the work is
+//! `kiln_formats::splats::convert`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use kiln_formats::splats::convert::{SplatFormat, UpAxis, WriteOptions, read_splats, write_splats};
+use kiln_formats::splats::spz::{SpzOptions, SpzVersion};
+
+/// Arguments of `kiln convert`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Formats by file name: .ply (INRIA 3DGS), .compressed.ply (PlayCanvas), \
+    .spz (Niantic, reads v1-v4), .splat (antimatter15, no SH), .glb (KHR_gaussian_splatting; \
+    add --glb-spz for the SPZ-compressed variant CesiumJS renders).\n\
+    Up axes: y (glTF, 3D Tiles content), neg-y (COLMAP / OpenCV / INRIA training output), z \
+    (Blender, ENU), and x, neg-x, neg-z."
+)]
+pub struct ConvertArgs {
+    /// Input splat file.
+    #[arg(value_name = "IN")]
+    pub input: PathBuf,
+    /// Output splat file; its name picks the format. Written atomically (never half-written).
+    #[arg(value_name = "OUT")]
+    pub output: PathBuf,
+    /// Keep SH bands up to this degree (0-3); must not exceed the input's. Default: keep all.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=3))]
+    pub sh_degree: Option<u32>,
+    /// The input's up axis (y, neg-y, z, neg-z, x, neg-x). Given, the scene is rotated
+    /// (positions, orientations and SH) so that --out-up-axis points up. Default: no rotation.
+    #[arg(long, value_name = "AXIS", value_parser = parse_axis)]
+    pub up_axis: Option<UpAxis>,
+    /// The output's up axis, used with --up-axis.
+    #[arg(long, value_name = "AXIS", value_parser = parse_axis, default_value = "y", requires = "up_axis")]
+    pub out_up_axis: UpAxis,
+    /// SPZ version of .spz outputs (2, 3 or 4); a .glb with --glb-spz takes 2 or 3.
+    #[arg(long, value_name = "V", default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=4))]
+    pub spz_version: u32,
+    /// Write a .glb with an SPZ payload (KHR_gaussian_splatting_compression_spz_2) instead of
+    /// plain float accessors.
+    #[arg(long)]
+    pub glb_spz: bool,
+}
+
+fn parse_axis(s: &str) -> Result<UpAxis, String> {
+    s.parse()
+}
+
+/// Read, transform, write, and print a one-line summary.
+pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
+    // Check the output name first so a typo costs no read.
+    let out_format = SplatFormat::from_path(&args.output)
+        .context("choose the output format with the file name")?;
+    let in_format = SplatFormat::from_path(&args.input)?;
+    let splats = read_splats(&args.input)
+        .with_context(|| format!("cannot read {} splats", in_format.name()))?;
+    let spz_version = match args.spz_version {
+        2 => SpzVersion::V2,
+        3 => SpzVersion::V3,
+        _ => SpzVersion::V4,
+    };
+    let options = WriteOptions {
+        format: Some(out_format),
+        sh_degree: args.sh_degree,
+        up_axis: args.up_axis.map(|from| (from, args.out_up_axis)),
+        spz: SpzOptions {
+            version: spz_version,
+            ..Default::default()
+        },
+        glb_spz: args.glb_spz,
+        ..Default::default()
+    };
+    let summary = write_splats(&args.output, &splats, &options).with_context(|| {
+        format!(
+            "cannot write {} as {} (nothing was written)",
+            args.output.display(),
+            out_format.name()
+        )
+    })?;
+    let dropped = if splats.sh_degree > summary.sh_degree {
+        format!(" (input SH {})", splats.sh_degree)
+    } else {
+        String::new()
+    };
+    println!(
+        "{} → {}: {} splats, SH degree {}{dropped}, {} bytes ({})",
+        args.input.display(),
+        args.output.display(),
+        summary.splats,
+        summary.sh_degree,
+        summary.bytes,
+        summary.format.name()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> ConvertArgs {
+        let mut all = vec!["kiln", "convert"];
+        all.extend_from_slice(args);
+        match super::super::Cli::try_parse_from(all).unwrap().command {
+            super::super::Command::Convert(a) => a,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    /// One splat of SH degree 0 as an ASCII INRIA PLY.
+    fn tiny_ply(dir: &std::path::Path) -> PathBuf {
+        let p = dir.join("one.ply");
+        let text = "ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nproperty float y\n\
+            property float z\nproperty float f_dc_0\nproperty float f_dc_1\nproperty float f_dc_2\n\
+            property float opacity\nproperty float scale_0\nproperty float scale_1\n\
+            property float scale_2\nproperty float rot_0\nproperty float rot_1\n\
+            property float rot_2\nproperty float rot_3\nend_header\n\
+            1 2 3 0.1 0.2 0.3 0.5 -3 -3 -3 1 0 0 0\n";
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn convert_parses_options_and_writes_every_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = tiny_ply(dir.path());
+        let a = parse(&[
+            input.to_str().unwrap(),
+            "out.spz",
+            "--sh-degree",
+            "0",
+            "--up-axis",
+            "neg-y",
+            "--spz-version",
+            "4",
+        ]);
+        assert_eq!(a.up_axis, Some(UpAxis::NegY));
+        assert_eq!(a.out_up_axis, UpAxis::Y);
+        assert_eq!((a.sh_degree, a.spz_version), (Some(0), 4));
+        for name in ["a.ply", "a.compressed.ply", "a.spz", "a.splat", "a.glb"] {
+            let out = dir.path().join(name);
+            run(parse(&[input.to_str().unwrap(), out.to_str().unwrap()])).unwrap();
+            assert!(out.exists(), "{name}");
+        }
+        assert!(
+            super::super::Cli::try_parse_from(["kiln", "convert", "a", "b", "--sh-degree", "4"])
+                .is_err()
+        );
+        assert!(
+            super::super::Cli::try_parse_from(["kiln", "convert", "a", "b", "--up-axis", "up"])
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn convert_failures_name_the_file_and_write_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = tiny_ply(dir.path());
+        let out = dir.path().join("b.spz");
+        let e = run(parse(&[
+            input.to_str().unwrap(),
+            out.to_str().unwrap(),
+            "--sh-degree",
+            "2",
+        ]))
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("--sh-degree 0"), "{e:#}");
+        assert!(!out.exists());
+        let e = run(parse(&[input.to_str().unwrap(), "x.ksplat"])).unwrap_err();
+        assert!(format!("{e:#}").contains("x.ksplat"), "{e:#}");
+        let missing = dir.path().join("missing.spz");
+        let e = run(parse(&[missing.to_str().unwrap(), out.to_str().unwrap()])).unwrap_err();
+        assert!(format!("{e:#}").contains("missing.spz"), "{e:#}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}
