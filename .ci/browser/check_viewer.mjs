@@ -6,6 +6,9 @@
 //
 // Usage: NODE_PATH=<cache>/node_modules node check_viewer.mjs URL SCREENSHOT.png [TIMEOUT_S]
 // Env:   KILN_CHROMIUM (default /usr/bin/chromium).
+//        KILN_AXES_CHECK=1: the page shows the axis fixture (tests/e2e/viewer.rs) from the top
+//        (`?view=top`, north up): also require its red arm (+x, east) right of the green arm (+y,
+//        up, pointing at the camera) and its blue arm (glTF +z, south) below it.
 // Exit:  0 pass, 1 check failed (summary says why), 2 usage / cannot start the browser.
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -73,6 +76,60 @@ function countForeground() {
   }
   return { width: w, height: h, foreground: fg, total: w * h };
 }
+// Runs in the page: count and centroid (canvas pixels) of strongly red, green and blue pixels:
+// one channel above 60 and at least 1.6 times each of the other two.
+function colourCentroids() {
+  const c = document.querySelector('#viewer canvas');
+  const out = {};
+  for (const k of ['red', 'green', 'blue']) { out[k] = { n: 0, x: 0, y: 0 }; }
+  if (!c) { return out; }
+  const tmp = document.createElement('canvas');
+  tmp.width = c.width;
+  tmp.height = c.height;
+  const ctx = tmp.getContext('2d');
+  ctx.drawImage(c, 0, 0);
+  const d = ctx.getImageData(0, 0, c.width, c.height).data;
+  const names = ['red', 'green', 'blue'];
+  for (let i = 0; i < d.length; i += 4) {
+    for (let ch = 0; ch < 3; ch++) {
+      const v = d[i + ch];
+      const o1 = d[i + (ch + 1) % 3];
+      const o2 = d[i + (ch + 2) % 3];
+      if (v > 60 && v >= 1.6 * o1 && v >= 1.6 * o2) {
+        const p = (i / 4);
+        const acc = out[names[ch]];
+        acc.n += 1;
+        acc.x += p % c.width;
+        acc.y += Math.floor(p / c.width);
+      }
+    }
+  }
+  for (const k of names) {
+    if (out[k].n > 0) { out[k].x /= out[k].n; out[k].y /= out[k].n; }
+  }
+  return out;
+}
+
+// The axis fixture's expected layout in a north-up top view (see the usage note above).
+function axesProblems(a) {
+  const p = [];
+  for (const k of ['red', 'green', 'blue']) {
+    if (a[k].n < 30) { p.push(`axis check: only ${a[k].n} ${k} pixels (the ${k} arm is not visible)`); }
+  }
+  if (p.length) { return p; }
+  const dxr = a.red.x - a.green.x;
+  const dyr = a.red.y - a.green.y;
+  if (!(dxr > 10 && Math.abs(dyr) < dxr / 2)) {
+    p.push(`axis check: the red (+x, east) arm should be right of the green (up) arm: offset (${dxr.toFixed(1)}, ${dyr.toFixed(1)}) px`);
+  }
+  const dxb = a.blue.x - a.green.x;
+  const dyb = a.blue.y - a.green.y;
+  if (!(dyb > 10 && Math.abs(dxb) < dyb / 2)) {
+    p.push(`axis check: the blue (glTF +z, south) arm should be below the green (up) arm: offset (${dxb.toFixed(1)}, ${dyb.toFixed(1)}) px`);
+  }
+  return p;
+}
+
 let summary = { url, screenshot: shot };
 try {
   const page = await browser.newPage();
@@ -147,6 +204,12 @@ try {
     problems.push(`the 3D canvas (${pixels.width}x${pixels.height}) shows only background`);
   }
 
+  let axes = null;
+  if (process.env.KILN_AXES_CHECK === '1' && status && status.ready) {
+    axes = await page.evaluate(colourCentroids);
+    problems.push(...axesProblems(axes));
+  }
+
   await page.screenshot({ path: shot });
   for (const e of consoleErrors) { problems.push(`console error: ${e}`); }
   for (const r of failedRequests) { problems.push(`request failed: ${r}`); }
@@ -158,6 +221,7 @@ try {
     consoleWarnings,
     viewer: status,
     canvas: pixels,
+    axes,
   };
 } catch (e) {
   problems.push(`check crashed: ${e && e.stack ? e.stack : e}`);

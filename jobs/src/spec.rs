@@ -6,6 +6,7 @@
 //! kind = "capture"                        # or "mesh", "splats"
 //! input = "dataset://capture-fox-instantngp"   # s3://bucket/prefix, file:///abs, or a path
 //! output = "out/fox"
+//! georef = "-1.1088,50.8020,10,0"         # optional: lon, lat, height (m), heading (deg)
 //! [ingest]
 //! max_side = 270
 //! [train]
@@ -17,8 +18,8 @@ use std::path::{Path, PathBuf};
 use kiln_pipeline::dag::JobKind;
 use kiln_pipeline::run::JobPlan;
 use kiln_pipeline::stages::{
-    decimate::DecimateParams, ingest::IngestParams, tile::splat::SplatTileParams,
-    train::TrainParams,
+    decimate::DecimateParams, ingest::IngestParams, tile::georef::Georef,
+    tile::splat::SplatTileParams, train::TrainParams,
 };
 use serde::{Deserialize, Serialize};
 
@@ -43,6 +44,10 @@ pub struct JobSpec {
     pub decimate: DecimateParams,
     #[serde(default)]
     pub tile: SplatTileParams,
+    /// Georeference of the output tileset, `"lon,lat,height[,heading]"` (degrees, degrees,
+    /// metres above the WGS84 ellipsoid, degrees clockwise from north); absent = local metres.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub georef: Option<Georef>,
 }
 
 impl JobSpec {
@@ -146,6 +151,7 @@ impl JobSpec {
             train: self.train.clone(),
             decimate: self.decimate.clone(),
             tile: self.tile,
+            georef: self.georef,
         })
     }
 }

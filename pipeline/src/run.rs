@@ -33,6 +33,8 @@ pub struct JobPlan {
     pub train: train::TrainParams,
     pub decimate: decimate::DecimateParams,
     pub tile: tile::splat::SplatTileParams,
+    /// Where the tileset sits on Earth; `None` leaves the root in the content's local metres.
+    pub georef: Option<tile::georef::Georef>,
 }
 
 /// Result of one stage attempt.
@@ -65,10 +67,19 @@ fn params_json(plan: &JobPlan, kind: StageKind) -> serde_json::Value {
         StageKind::Ingest => serde_json::to_value(&plan.ingest),
         StageKind::Train => serde_json::to_value(&plan.train),
         StageKind::Decimate => serde_json::to_value(&plan.decimate),
+        // Mesh jobs are tiled by the HLOD mesh tiler with its default parameters (not yet a
+        // job-file table); its parameters key the stage.
+        StageKind::Tile if plan.kind == JobKind::Mesh => {
+            serde_json::to_value(tile::mesh::MeshTileParams::default())
+        }
         StageKind::Tile => serde_json::to_value(plan.tile),
         StageKind::Publish => Ok(serde_json::json!({ "output": plan.output })),
     };
-    v.unwrap_or(serde_json::Value::Null)
+    let v = v.unwrap_or(serde_json::Value::Null);
+    match plan.georef {
+        Some(g) if kind == StageKind::Tile => serde_json::json!({ "tiler": v, "georef": g }),
+        _ => v,
+    }
 }
 
 /// Run `node` of `plan`. `done` holds the outcomes of the stages already run in this job.
@@ -305,12 +316,26 @@ fn run_local(
                         stage_dir(plan, StageKind::Ingest).join(ingest::SPLATS_PLY)
                     };
                     let splats = kiln_formats::splats::ply::read_ply(&ply)?;
-                    tile::splat::tile_splats(&splats, &plan.tile, &tiles_out)?
+                    let report = tile::splat::tile_splats(&splats, &plan.tile, &tiles_out)?;
+                    if let Some(g) = &plan.georef {
+                        tile::georef::apply_georef(&report.tileset_path, g)?;
+                    }
+                    report
                 }
                 JobKind::Mesh => {
                     let dir = stage_dir(plan, StageKind::Decimate);
                     let lods = decimate::read_lods(&dir)?;
-                    tile::mesh::tile_mesh_lods(&lods, &dir, &tiles_out)?
+                    let params = tile::mesh::MeshTileParams::default();
+                    let mesh = tile::mesh::tile_mesh_lods(&lods, &dir, &params, &tiles_out)?;
+                    if let Some(g) = &plan.georef {
+                        tile::georef::apply_georef(&mesh.report.tileset_path, g)?;
+                    }
+                    return Ok(serde_json::json!({
+                        "tiles": mesh.report.tiles,
+                        "levels": mesh.report.levels,
+                        "content_bytes": mesh.report.content_bytes,
+                        "mesh_levels": mesh.levels,
+                    }));
                 }
             };
             Ok(serde_json::json!({

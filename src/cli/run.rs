@@ -22,6 +22,10 @@ pub struct RunArgs {
     /// Override the number of training steps (capture jobs).
     #[arg(long)]
     pub steps: Option<usize>,
+    /// Georeference the output tileset: "lon,lat,height[,heading]" in degrees, degrees, metres
+    /// above the WGS84 ellipsoid and degrees clockwise from north (overrides the job's `georef`).
+    #[arg(long, value_name = "LON,LAT,H[,HEADING]", allow_hyphen_values = true)]
+    pub georef: Option<kiln_pipeline::stages::tile::georef::Georef>,
     #[command(flatten)]
     pub db: DbArgs,
 }
@@ -36,6 +40,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     if let Some(s) = args.steps {
         spec.train.steps = s;
+    }
+    if let Some(g) = args.georef {
+        spec.georef = Some(g);
     }
     // The ledger must say where the outputs are from anywhere (kiln serve, kiln report --html),
     // not relative to the directory this command ran in.

@@ -136,6 +136,17 @@ fn check_viewer(
     job_page: &str,
     shot_name: &str,
 ) -> serde_json::Value {
+    check_viewer_with(tools, server, job_page, shot_name, false)
+}
+
+/// [`check_viewer`], with the axis-fixture colour check (`KILN_AXES_CHECK=1`) when `axes`.
+fn check_viewer_with(
+    tools: &BrowserTools,
+    server: &Server,
+    job_page: &str,
+    shot_name: &str,
+    axes: bool,
+) -> serde_json::Value {
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("viewer");
     std::fs::create_dir_all(&shots).unwrap();
     let shot = shots.join(shot_name);
@@ -150,6 +161,7 @@ fn check_viewer(
         .arg("120")
         .env("NODE_PATH", &tools.node_path)
         .env("KILN_CHROMIUM", &tools.chromium)
+        .env("KILN_AXES_CHECK", if axes { "1" } else { "0" })
         .output()
         .expect("run node");
     let out = stdout(&o);
@@ -248,6 +260,155 @@ fn viewer_shows_fox_splat_tileset_without_console_errors() {
             >= 1,
         "splat tiles must load as Gaussian splat content (not plain models): {s}"
     );
+}
+
+/// Where the axis fixture is placed: the Mary Rose museum, Portsmouth (lon, lat, ellipsoidal
+/// height, heading 0).
+const FIXTURE_GEOREF: &str = "-1.1088,50.8020,10";
+
+/// Arm length (m) and half thickness (m) of the axis fixture.
+const ARM_M: f32 = 1.0;
+const HALF_THICK_M: f32 = 0.04;
+
+/// The axis fixture as a mesh, in glTF axes (Y up): a red box along +X, a green box along +Y and
+/// a blue box along +Z, coloured through a three-stripe base-colour texture (the mesh model has
+/// one material) with every vertex of an arm on its stripe's centre.
+fn axis_fixture_mesh() -> kiln_formats::mesh::Mesh {
+    let mut png = Vec::new();
+    let img = image::RgbImage::from_fn(96, 32, |x, _| match x / 32 {
+        0 => image::Rgb([255, 0, 0]),
+        1 => image::Rgb([0, 255, 0]),
+        _ => image::Rgb([0, 0, 255]),
+    });
+    img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+        .unwrap();
+    let mut mesh = kiln_formats::mesh::Mesh {
+        positions: Vec::new(),
+        normals: Some(Vec::new()),
+        uvs: Some(Vec::new()),
+        indices: Vec::new(),
+        base_color_texture: Some(kiln_formats::mesh::EmbeddedImage {
+            mime: "image/png".into(),
+            bytes: png,
+        }),
+        base_color_factor: [1.0; 4],
+    };
+    let (t, l) = (HALF_THICK_M, ARM_M);
+    // (min, max, stripe centre u) per arm; red and blue start past the green arm's footprint.
+    let arms = [
+        ([t, -t, -t], [l, t, t], 1.0 / 6.0),
+        ([-t, 0.0, -t], [t, l, t], 0.5),
+        ([-t, -t, t], [t, t, l], 5.0 / 6.0),
+    ];
+    for (lo, hi, u) in arms {
+        // Six faces, four vertices each (flat normals), counter-clockwise seen from outside.
+        for axis in 0..3 {
+            for side in [0usize, 1] {
+                let mut n = [0.0f32; 3];
+                n[axis] = if side == 1 { 1.0 } else { -1.0 };
+                let (a1, a2) = ((axis + 1) % 3, (axis + 2) % 3);
+                let base = mesh.positions.len() as u32;
+                for (s1, s2) in [(0, 0), (1, 0), (1, 1), (0, 1)] {
+                    let mut p = [0.0f32; 3];
+                    p[axis] = if side == 1 { hi[axis] } else { lo[axis] };
+                    p[a1] = if s1 == 1 { hi[a1] } else { lo[a1] };
+                    p[a2] = if s2 == 1 { hi[a2] } else { lo[a2] };
+                    mesh.positions.push(p);
+                    mesh.normals.as_mut().unwrap().push(n);
+                    mesh.uvs.as_mut().unwrap().push([u, 0.5]);
+                }
+                let quad = if side == 1 {
+                    [0, 1, 2, 0, 2, 3]
+                } else {
+                    [0, 2, 1, 0, 3, 2]
+                };
+                mesh.indices.extend(quad.iter().map(|i| base + i));
+            }
+        }
+    }
+    mesh
+}
+
+/// The axis fixture as splats: 20 small opaque splats along each arm, SH degree 0 with the DC
+/// term giving pure red, green and blue (colour = 0.28209479·dc + 0.5, the INRIA convention).
+fn axis_fixture_splats() -> kiln_formats::splats::GaussianSplats {
+    let mut s = kiln_formats::splats::GaussianSplats::default();
+    let dc = |c: f32| (c - 0.5) / 0.282_094_79;
+    for axis in 0..3 {
+        for k in 0..20 {
+            let mut p = [0.0f32; 3];
+            p[axis] = if axis == 1 { 0.0 } else { 2.0 * HALF_THICK_M } + ARM_M * k as f32 / 19.0;
+            s.means.extend_from_slice(&p);
+            s.log_scales.extend([0.03f32.ln(); 3]);
+            s.rotations.extend([1.0, 0.0, 0.0, 0.0]);
+            s.logit_opacities.push(5.0);
+            s.sh_coeffs
+                .extend((0..3).map(|c| dc(if c == axis { 1.0 } else { 0.0 })));
+        }
+    }
+    s
+}
+
+/// The axis fixture, tiled with a georeference as a mesh and as splats, seen from the top in
+/// CesiumJS with north up: the red (+X) arm must land east (right) of the green (+Y, up) arm and
+/// the blue (+Z) arm south (below) of it — glTF Y-up content in a Z-up tileset (3D Tiles 1.1
+/// §glTF transforms) placed by an east-north-up frame.
+#[test]
+fn viewer_axis_fixture_lands_east_up_south_when_georeferenced() {
+    let Some(tools) = browser_tools() else {
+        return;
+    };
+    let sb = Sandbox::new();
+    let glb = kiln_formats::mesh::write_glb(&axis_fixture_mesh()).unwrap();
+    std::fs::write(sb.path().join("axes.glb"), glb).unwrap();
+    kiln_formats::splats::ply::write_inria_ply(&sb.path().join("axes.ply"), &axis_fixture_splats())
+        .unwrap();
+    let mut ids = Vec::new();
+    for (name, kind, input, extra) in [
+        (
+            "axes-mesh",
+            "mesh",
+            "axes.glb",
+            "[decimate]\nratios = [1.0]\n",
+        ),
+        ("axes-splats", "splats", "axes.ply", ""),
+    ] {
+        let job = sb.job(
+            name,
+            &format!(
+                "name = \"{name}\"\nkind = \"{kind}\"\ninput = \"{}\"\noutput = \"out/{name}\"\n{extra}",
+                sb.path().join(input).display()
+            ),
+        );
+        let o = sb.kiln(&["run", job.to_str().unwrap(), "--georef", FIXTURE_GEOREF]);
+        ok(&o);
+        let tileset: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(sb.path().join(format!("out/{name}/tileset.json"))).unwrap(),
+        )
+        .unwrap();
+        // The root transform carries the ENU → ECEF placement: its origin is ~6,365 km from the
+        // Earth's centre at this latitude (WGS84), not at the origin.
+        let m = tileset["root"]["transform"]
+            .as_array()
+            .expect("root transform");
+        let r = (12..15)
+            .map(|i| m[i].as_f64().unwrap().powi(2))
+            .sum::<f64>()
+            .sqrt();
+        assert!((6.36e6..6.37e6).contains(&r), "{name}: |origin| = {r} m");
+        ids.push((name, job_id(&o)));
+    }
+    let server = start_server(&sb, &tools);
+    for (name, id) in ids {
+        let s = check_viewer_with(
+            &tools,
+            &server,
+            &format!("/jobs/{id}?view=top"),
+            &format!("{name}-top.png"),
+            true,
+        );
+        eprintln!("{name} axes: {}", s["axes"]);
+    }
 }
 
 /// GET `path` from the server with a raw HTTP/1.1 request (no HTTP client dependency needed).

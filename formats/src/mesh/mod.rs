@@ -1,6 +1,7 @@
 //! Meshes: the in-memory triangle mesh ([`Mesh`]), glTF/GLB read ([`read_gltf`], via the `gltf`
 //! crate; `KHR_draco_mesh_compression` via the pure-Rust `draco-oxide-decoder`) and GLB write
-//! ([`write_glb`]).
+//! ([`write_glb`]); compact tile GLBs ([`write_quantized_glb`]: `KHR_mesh_quantization` +
+//! `EXT_meshopt_compression`, images by URI) for the mesh tiler.
 //!
 //! Welding and simplification live in `kiln-pipeline`'s `decimate` stage, next to the
 //! meshoptimizer dependency; this crate stays free of native code.
@@ -11,9 +12,14 @@
 mod draco;
 mod glb_write;
 mod gltf_read;
+mod tile_glb;
 
 pub use glb_write::write_glb;
 pub use gltf_read::read_gltf;
+pub use tile_glb::{
+    EXT_MESHOPT_COMPRESSION, ImageRef, KHR_MESH_QUANTIZATION, MeshoptEncoder, QuantizedMesh,
+    TexCoords, quantize_normal, write_quantized_glb,
+};
 
 /// An image file kept as its encoded bytes (never decoded), to be embedded again on write.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -299,6 +299,13 @@ const VIEWER_JS: &str = r#"
     const scene = widget.scene;
     scene.backgroundColor = Cesium.Color.fromBytes(bg[0], bg[1], bg[2], 255);
     scene.postRender.addEventListener(() => { status.frames += 1; });
+    // A headlight: by default CesiumJS lights models with the sun at the current clock time, so
+    // a mesh viewed at the site's night is drawn almost black.
+    const light = new Cesium.DirectionalLight({ direction: new Cesium.Cartesian3(0, 0, -1) });
+    scene.light = light;
+    scene.preRender.addEventListener(() => {
+      Cesium.Cartesian3.clone(widget.camera.directionWC, light.direction);
+    });
     window.kilnWidget = widget;
     // `?sse=N` on the page URL lowers the screen-space error to look at finer LODs (default 16,
     // CesiumJS's own default).
@@ -332,7 +339,13 @@ const VIEWER_JS: &str = r#"
     // Cesium clamps the near plane to camera.frustum.near (1 m by default), which would clip a
     // centimetre-sized mesh away entirely; scale it to the tileset instead.
     widget.camera.frustum.near = Math.min(1.0, range * 0.01);
-    widget.camera.viewBoundingSphere(bs, new Cesium.HeadingPitchRange(0.6, -0.5, range));
+    // `?view=top` looks straight down with north up (heading 0, pitch -90°, in the local
+    // east-north-up frame at the tileset's centre): the browser axis check reads colours from it.
+    const top = new URLSearchParams(window.location.search).get('view') === 'top';
+    status.view = top ? 'top' : 'oblique';
+    widget.camera.viewBoundingSphere(bs, top
+      ? new Cesium.HeadingPitchRange(0.0, -Cesium.Math.PI_OVER_TWO, range)
+      : new Cesium.HeadingPitchRange(0.6, -0.5, range));
     widget.camera.lookAtTransform(Cesium.Matrix4.IDENTITY);
     status.ready = true;
     say('tileset added; loading tiles…');

@@ -1,0 +1,466 @@
+//! Write one mesh tile as a compact GLB: `KHR_mesh_quantization` attributes compressed with
+//! `EXT_meshopt_compression`, the base-colour image referenced by URI instead of embedded.
+//!
+//! Sources: glTF 2.0 §4.4 (GLB framing), §3.6.2.4 (accessor element alignment: every element
+//! starts on a 4-byte boundary, hence the padded `[u16; 4]` / `[i8; 4]` layouts); KHR_mesh_quantization
+//! (ratified; POSITION as (normalized) byte/short dequantized by the node transform, NORMAL as
+//! normalized byte/short, TEXCOORD as normalized unsigned byte/short; "must be listed in
+//! extensionsRequired"); EXT_meshopt_compression (glTF `extensions/2.0/Vendor/EXT_meshopt_compression`:
+//! a bufferView extension `{buffer, byteOffset, byteLength, byteStride, count, mode}` pointing at the
+//! compressed bytes, while the bufferView itself describes the decoded layout inside a *fallback*
+//! buffer; a fallback buffer without `uri` must carry `extensions.EXT_meshopt_compression.fallback
+//! = true`, and the extension must then be required; vertex data uses the version 0 attribute
+//! codec, stride a multiple of 4, ≤ 256; indices use mode `TRIANGLES`, stride 2 or 4). gltfpack
+//! (`gltf/write.cpp`) writes the same two-buffer layout.
+//!
+//! This crate stays free of native code: the meshopt byte codec is supplied by the caller through
+//! [`MeshoptEncoder`] (kiln-pipeline implements it with the `meshopt` crate).
+
+use std::borrow::Cow;
+
+use serde_json::{Value, json};
+
+use crate::{Error, Result};
+
+/// `EXT_meshopt_compression`, the glTF extension name.
+pub const EXT_MESHOPT_COMPRESSION: &str = "EXT_meshopt_compression";
+/// `KHR_mesh_quantization`, the glTF extension name.
+pub const KHR_MESH_QUANTIZATION: &str = "KHR_mesh_quantization";
+
+const TARGET_ARRAY_BUFFER: u32 = 34962;
+const TARGET_ELEMENT_ARRAY_BUFFER: u32 = 34963;
+const BYTE: u32 = 5120;
+const UNSIGNED_SHORT: u32 = 5123;
+const UNSIGNED_INT: u32 = 5125;
+const FLOAT: u32 = 5126;
+
+/// The meshoptimizer byte codecs used by `EXT_meshopt_compression`.
+///
+/// Implementations must produce the bitstreams the extension specifies: vertex codec version 0
+/// (`meshopt_encodeVertexBufferLevel(.., version = 0)`; meshoptimizer ≥ 0.23 defaults to version
+/// 1, which only `KHR_meshopt_compression` allows) and the index codec (`meshopt_encodeIndexBuffer`,
+/// versions 0 or 1).
+pub trait MeshoptEncoder {
+    /// Encode `count` vertices of `stride` bytes each (`data.len() == count · stride`, stride a
+    /// multiple of 4 and ≤ 256) with the attribute codec, version 0.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] when the codec rejects the data (e.g. an unsupported stride).
+    fn encode_vertices(&self, data: &[u8], stride: usize) -> Result<Vec<u8>>;
+    /// Encode a triangle list (`indices.len()` a multiple of 3, every index < `vertex_count`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] when the codec rejects the data.
+    fn encode_triangles(&self, indices: &[u32], vertex_count: usize) -> Result<Vec<u8>>;
+}
+
+/// Texture coordinates of a [`QuantizedMesh`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum TexCoords {
+    /// `[V, 2]` normalized unsigned shorts: uv = value / 65535 (all source UVs in [0, 1]).
+    Unorm16(Vec<[u16; 2]>),
+    /// `[V, 2]` floats (source UVs outside [0, 1], e.g. repeating textures).
+    Float(Vec<[f32; 2]>),
+}
+
+impl TexCoords {
+    fn len(&self) -> usize {
+        match self {
+            TexCoords::Unorm16(t) => t.len(),
+            TexCoords::Float(t) => t.len(),
+        }
+    }
+}
+
+/// A base-colour image stored next to the GLB, referenced by a relative URI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageRef {
+    /// URI relative to the GLB file (e.g. `textures/<blake3>.jpg`), RFC 3986 path characters only.
+    pub uri: String,
+    /// `image/png` or `image/jpeg`.
+    pub mime: String,
+}
+
+/// One tile's mesh, already quantized (KHR_mesh_quantization layouts).
+///
+/// Position of vertex i in the glTF frame (metres, Y-up) = `translation_m + step_m ·
+/// positions[i][0..3]`: the node transform a client applies. With `step_m` a power of two and
+/// `translation_m` an integer multiple of it that is < 2^24 steps from 0, that sum is exact in
+/// f32, so two tiles that store the same lattice point draw bit-identical vertices.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantizedMesh {
+    /// `[V, 4]` lattice coordinates relative to the tile's offset; element 3 is padding (0).
+    pub positions: Vec<[u16; 4]>,
+    /// Lattice step, metres (the node's uniform `scale`); finite and > 0.
+    pub step_m: f64,
+    /// Node translation, metres, glTF frame.
+    pub translation_m: [f64; 3],
+    /// `[V, 4]` unit normals as normalized signed bytes (value / 127); element 3 is padding.
+    pub normals: Option<Vec<[i8; 4]>>,
+    /// `[V, 2]` base-colour texture coordinates.
+    pub uvs: Option<TexCoords>,
+    /// `[F, 3]` flattened, counter-clockwise; every index < V.
+    pub indices: Vec<u32>,
+    /// Linear RGBA base-colour factor.
+    pub base_color_factor: [f32; 4],
+    /// The base-colour image (used only when `uvs` is present).
+    pub base_color_image: Option<ImageRef>,
+}
+
+/// Quantize a normal to normalized signed bytes (KHR_mesh_quantization: `f = max(c / 127, -1)`),
+/// renormalising first; zero or non-finite normals become +Y.
+pub fn quantize_normal(n: [f32; 3]) -> [i8; 4] {
+    let len = (n[0] * n[0] + n[1] * n[1] + n[2] * n[2]).sqrt();
+    let n = if len.is_finite() && len > 1e-12 {
+        [n[0] / len, n[1] / len, n[2] / len]
+    } else {
+        [0.0, 1.0, 0.0]
+    };
+    let q = |c: f32| (c * 127.0).round().clamp(-127.0, 127.0) as i8;
+    [q(n[0]), q(n[1]), q(n[2]), 0]
+}
+
+/// Encode `mesh` as a GLB with `KHR_mesh_quantization` + `EXT_meshopt_compression` (both listed in
+/// `extensionsUsed` and `extensionsRequired`, since no uncompressed fallback is stored).
+///
+/// Layout: buffer 0 = the GLB BIN chunk holding the compressed streams (each 4-byte aligned);
+/// buffer 1 = the fallback buffer (no `uri`, `fallback: true`), in which each bufferView describes
+/// its decoded layout: POSITION `[V, 4]` u16 (accessor VEC3, byteStride 8, integer `min`/`max`),
+/// NORMAL `[V, 4]` i8 normalized (VEC3, byteStride 4), TEXCOORD_0 `[V, 2]` u16 normalized or f32,
+/// indices u16 when V ≤ 65,536 else u32. One node carries `translation` and uniform `scale`
+/// (dequantization). The material is metallic 0, roughness 1 with the base-colour factor and,
+/// when there are UVs and an image, the image by URI (not embedded).
+///
+/// # Errors
+/// [`Error::Empty`] — no triangles; [`Error::InvalidInput`] — an index ≥ V, an index count not a
+/// multiple of 3, attribute arrays whose length differs from V, or a step / translation that is
+/// not finite (step must be > 0).
+///
+/// # Panics
+/// Never.
+pub fn write_quantized_glb(mesh: &QuantizedMesh, encoder: &dyn MeshoptEncoder) -> Result<Vec<u8>> {
+    check_quantized_mesh(mesh)?;
+    let v = mesh.positions.len();
+    let mut bin: Vec<u8> = Vec::new();
+    let mut fallback_len = 0usize;
+    let mut views: Vec<Value> = Vec::new();
+    let mut accessors: Vec<Value> = Vec::new();
+    // One bufferView: decoded layout in the fallback buffer, compressed bytes in the BIN chunk.
+    let mut push_view =
+        |bin: &mut Vec<u8>, compressed: Vec<u8>, raw_len: usize, stride: usize, mode: &str| {
+            let offset = bin.len();
+            bin.extend_from_slice(&compressed);
+            while !bin.len().is_multiple_of(4) {
+                bin.push(0);
+            }
+            let fallback_offset = fallback_len;
+            fallback_len += raw_len.next_multiple_of(4);
+            let count = raw_len / stride;
+            let mut view = json!({
+                "buffer": 1,
+                "byteOffset": fallback_offset,
+                "byteLength": raw_len,
+                "extensions": {EXT_MESHOPT_COMPRESSION: {
+                    "buffer": 0,
+                    "byteOffset": offset,
+                    "byteLength": compressed.len(),
+                    "byteStride": stride,
+                    "count": count,
+                    "mode": mode,
+                }},
+            });
+            if mode == "ATTRIBUTES" {
+                view["byteStride"] = json!(stride);
+                view["target"] = json!(TARGET_ARRAY_BUFFER);
+            } else {
+                view["target"] = json!(TARGET_ELEMENT_ARRAY_BUFFER);
+            }
+            views.push(view);
+            views.len() - 1
+        };
+
+    let mut attributes = serde_json::Map::new();
+    let mut min = [u16::MAX; 3];
+    let mut max = [0u16; 3];
+    for p in &mesh.positions {
+        for k in 0..3 {
+            min[k] = min[k].min(p[k]);
+            max[k] = max[k].max(p[k]);
+        }
+    }
+    let raw: &[u8] = bytemuck::cast_slice(&mesh.positions);
+    let view = push_view(
+        &mut bin,
+        encoder.encode_vertices(raw, 8)?,
+        raw.len(),
+        8,
+        "ATTRIBUTES",
+    );
+    accessors.push(
+        json!({"bufferView": view, "componentType": UNSIGNED_SHORT, "count": v,
+        "type": "VEC3", "min": min, "max": max}),
+    );
+    attributes.insert("POSITION".into(), json!(accessors.len() - 1));
+
+    if let Some(normals) = &mesh.normals {
+        let raw: &[u8] = bytemuck::cast_slice(normals);
+        let view = push_view(
+            &mut bin,
+            encoder.encode_vertices(raw, 4)?,
+            raw.len(),
+            4,
+            "ATTRIBUTES",
+        );
+        accessors.push(
+            json!({"bufferView": view, "componentType": BYTE, "normalized": true,
+            "count": v, "type": "VEC3"}),
+        );
+        attributes.insert("NORMAL".into(), json!(accessors.len() - 1));
+    }
+    if let Some(uvs) = &mesh.uvs {
+        let (raw, stride, component, normalized): (&[u8], usize, u32, bool) = match uvs {
+            TexCoords::Unorm16(t) => (bytemuck::cast_slice(t), 4, UNSIGNED_SHORT, true),
+            TexCoords::Float(t) => (bytemuck::cast_slice(t), 8, FLOAT, false),
+        };
+        let view = push_view(
+            &mut bin,
+            encoder.encode_vertices(raw, stride)?,
+            raw.len(),
+            stride,
+            "ATTRIBUTES",
+        );
+        let mut accessor =
+            json!({"bufferView": view, "componentType": component, "count": v, "type": "VEC2"});
+        if normalized {
+            accessor["normalized"] = json!(true);
+        }
+        accessors.push(accessor);
+        attributes.insert("TEXCOORD_0".into(), json!(accessors.len() - 1));
+    }
+
+    let (raw_len, stride, component) = if v <= usize::from(u16::MAX) + 1 {
+        (mesh.indices.len() * 2, 2, UNSIGNED_SHORT)
+    } else {
+        (mesh.indices.len() * 4, 4, UNSIGNED_INT)
+    };
+    let view = push_view(
+        &mut bin,
+        encoder.encode_triangles(&mesh.indices, v)?,
+        raw_len,
+        stride,
+        "TRIANGLES",
+    );
+    accessors.push(json!({"bufferView": view, "componentType": component,
+        "count": mesh.indices.len(), "type": "SCALAR"}));
+    let indices_accessor = accessors.len() - 1;
+
+    let s = mesh.step_m;
+    let mut pbr = json!({"baseColorFactor": mesh.base_color_factor, "metallicFactor": 0.0,
+        "roughnessFactor": 1.0});
+    let mut root = json!({
+        "asset": {"version": "2.0", "generator": concat!("kiln ", env!("CARGO_PKG_VERSION"))},
+        "extensionsUsed": [EXT_MESHOPT_COMPRESSION, KHR_MESH_QUANTIZATION],
+        "extensionsRequired": [EXT_MESHOPT_COMPRESSION, KHR_MESH_QUANTIZATION],
+        "scene": 0,
+        "scenes": [{"nodes": [0]}],
+        "nodes": [{"mesh": 0, "translation": mesh.translation_m, "scale": [s, s, s]}],
+        "meshes": [{"primitives": [{"attributes": attributes, "indices": indices_accessor,
+            "material": 0, "mode": 4}]}],
+    });
+    if let (Some(image), Some(_)) = (&mesh.base_color_image, &mesh.uvs) {
+        pbr["baseColorTexture"] = json!({"index": 0});
+        root["images"] = json!([{"uri": image.uri, "mimeType": image.mime}]);
+        root["samplers"] =
+            json!([{"magFilter": 9729, "minFilter": 9987, "wrapS": 10497, "wrapT": 10497}]);
+        root["textures"] = json!([{"sampler": 0, "source": 0}]);
+    }
+    root["materials"] = json!([{"pbrMetallicRoughness": pbr, "doubleSided": false}]);
+    root["bufferViews"] = json!(views);
+    root["accessors"] = json!(accessors);
+    root["buffers"] = json!([
+        {"byteLength": bin.len()},
+        {"byteLength": fallback_len, "extensions": {EXT_MESHOPT_COMPRESSION: {"fallback": true}}},
+    ]);
+
+    let json_bytes = serde_json::to_vec(&root).map_err(|e| Error::InvalidInput {
+        context: CONTEXT,
+        field: "glTF JSON".into(),
+        expected: "serialisable JSON".into(),
+        found: e.to_string(),
+    })?;
+    let glb = gltf::binary::Glb {
+        header: gltf::binary::Header {
+            magic: *b"glTF",
+            version: 2,
+            length: 0,
+        },
+        json: Cow::Owned(json_bytes),
+        bin: Some(Cow::Owned(bin)),
+    };
+    glb.to_vec().map_err(|e| Error::InvalidInput {
+        context: CONTEXT,
+        field: "GLB".into(),
+        expected: "a GLB under 4 GiB".into(),
+        found: e.to_string(),
+    })
+}
+
+const CONTEXT: &str = "write_quantized_glb";
+
+/// The checks [`write_quantized_glb`] runs before encoding.
+fn check_quantized_mesh(mesh: &QuantizedMesh) -> Result<()> {
+    let v = mesh.positions.len();
+    let invalid = |field: &str, expected: String, found: String| Error::InvalidInput {
+        context: CONTEXT,
+        field: field.into(),
+        expected,
+        found,
+    };
+    if mesh.indices.is_empty() {
+        return Err(Error::Empty {
+            path: "<in-memory tile>".into(),
+            what: "triangles",
+            reason: "the tile has no indices".into(),
+        });
+    }
+    if !mesh.indices.len().is_multiple_of(3) {
+        return Err(invalid(
+            "indices",
+            "a multiple of 3".into(),
+            mesh.indices.len().to_string(),
+        ));
+    }
+    if let Some((i, &bad)) = mesh
+        .indices
+        .iter()
+        .enumerate()
+        .find(|&(_, &x)| x as usize >= v)
+    {
+        return Err(invalid(
+            &format!("indices[{i}]"),
+            format!("< vertex count {v}"),
+            bad.to_string(),
+        ));
+    }
+    if mesh.normals.as_ref().is_some_and(|n| n.len() != v) {
+        return Err(invalid(
+            "normals",
+            format!("{v} entries"),
+            "another count".into(),
+        ));
+    }
+    if let Some(t) = mesh.uvs.as_ref().filter(|t| t.len() != v) {
+        return Err(invalid("uvs", format!("{v} entries"), t.len().to_string()));
+    }
+    if !(mesh.step_m.is_finite() && mesh.step_m > 0.0) {
+        return Err(invalid(
+            "step_m",
+            "a finite step > 0 m".into(),
+            mesh.step_m.to_string(),
+        ));
+    }
+    if !mesh.translation_m.iter().all(|c| c.is_finite()) {
+        return Err(invalid(
+            "translation_m",
+            "finite metres".into(),
+            format!("{:?}", mesh.translation_m),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Stores bytes unencoded: enough to test the JSON layout without native code.
+    struct Identity;
+    impl MeshoptEncoder for Identity {
+        fn encode_vertices(&self, data: &[u8], _stride: usize) -> Result<Vec<u8>> {
+            Ok(data.to_vec())
+        }
+        fn encode_triangles(&self, indices: &[u32], _vertex_count: usize) -> Result<Vec<u8>> {
+            Ok(bytemuck::cast_slice(indices).to_vec())
+        }
+    }
+
+    fn quad() -> QuantizedMesh {
+        QuantizedMesh {
+            positions: vec![[0, 0, 0, 0], [10, 0, 0, 0], [10, 0, 7, 0], [0, 0, 7, 0]],
+            step_m: 0.25,
+            translation_m: [1.0, 2.0, 3.0],
+            normals: Some(vec![quantize_normal([0.0, 2.0, 0.0]); 4]),
+            uvs: Some(TexCoords::Unorm16(vec![
+                [0, 0],
+                [65535, 0],
+                [65535, 65535],
+                [0, 65535],
+            ])),
+            indices: vec![0, 1, 2, 0, 2, 3],
+            base_color_factor: [1.0; 4],
+            base_color_image: Some(ImageRef {
+                uri: "textures/abc.png".into(),
+                mime: "image/png".into(),
+            }),
+        }
+    }
+
+    #[test]
+    fn quantized_glb_declares_both_extensions_as_required_and_a_fallback_buffer() {
+        let bytes = write_quantized_glb(&quad(), &Identity).unwrap();
+        let glb = gltf::binary::Glb::from_slice(&bytes).unwrap();
+        let json: Value = serde_json::from_slice(&glb.json).unwrap();
+        for list in ["extensionsUsed", "extensionsRequired"] {
+            let names: Vec<&str> = json[list]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap())
+                .collect();
+            assert!(names.contains(&EXT_MESHOPT_COMPRESSION), "{list}");
+            assert!(names.contains(&KHR_MESH_QUANTIZATION), "{list}");
+        }
+        assert_eq!(
+            json["buffers"][1]["extensions"][EXT_MESHOPT_COMPRESSION]["fallback"],
+            true
+        );
+        assert!(json["buffers"][1].get("uri").is_none());
+        assert_eq!(json["nodes"][0]["scale"], json!([0.25, 0.25, 0.25]));
+        assert_eq!(json["accessors"][0]["max"], json!([10, 0, 7]));
+        assert_eq!(json["images"][0]["uri"], "textures/abc.png");
+        for view in json["bufferViews"].as_array().unwrap() {
+            assert_eq!(view["buffer"], 1);
+            let ext = &view["extensions"][EXT_MESHOPT_COMPRESSION];
+            assert_eq!(ext["buffer"], 0);
+            assert_eq!(ext["byteOffset"].as_u64().unwrap() % 4, 0);
+        }
+        // No image bytes inside the GLB.
+        assert!(glb.bin.unwrap().len() < 200);
+    }
+
+    #[test]
+    fn quantize_normal_is_unit_and_handles_zero() {
+        assert_eq!(quantize_normal([0.0, 0.0, 0.0]), [0, 127, 0, 0]);
+        assert_eq!(quantize_normal([3.0, 0.0, 0.0]), [127, 0, 0, 0]);
+        assert_eq!(quantize_normal([0.0, 0.0, -1.0]), [0, 0, -127, 0]);
+    }
+
+    #[test]
+    fn bad_quantized_meshes_are_rejected() {
+        let mut m = quad();
+        m.indices[2] = 4;
+        assert!(matches!(
+            write_quantized_glb(&m, &Identity),
+            Err(Error::InvalidInput { .. })
+        ));
+        let mut m = quad();
+        m.step_m = 0.0;
+        assert!(write_quantized_glb(&m, &Identity).is_err());
+        let mut m = quad();
+        m.indices.clear();
+        assert!(matches!(
+            write_quantized_glb(&m, &Identity),
+            Err(Error::Empty { .. })
+        ));
+    }
+}

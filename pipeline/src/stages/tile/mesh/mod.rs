@@ -1,0 +1,417 @@
+//! Mesh tiling: the full-resolution mesh (level 0 of the decimate stage) as an OGC 3D Tiles 1.1
+//! HLOD tileset — spatial leaves, re-simplified parents, REPLACE refinement — with compact GLB
+//! content (`KHR_mesh_quantization` + `EXT_meshopt_compression`) and each texture written once.
+//!
+//! Sources: OGC 3D Tiles 1.1 (OGC 22-025r4) §"Geometric error" (leaves 0, parents ≥ children,
+//! tileset ≥ root), §"Bounding volumes" (content of a tile and of its descendants lies inside its
+//! volume), §"Refinement" (REPLACE), §"glTF transforms" (clients rotate glTF content Y-up → Z-up
+//! *before* the tile transforms apply, so volumes are written in the Z-up tile frame;
+//! CesiumGS/3d-tiles-samples `1.1/BoundingBoxTests` computes boxes the same way);
+//! shared/research/tiles-formats.md §1.2, §1.6, §4. Tree construction: [`hlod`]; content
+//! encoding: [`encode`].
+//!
+//! Layout of `out_dir`: `tileset.json`; `tiles/r.glb` (root), `tiles/r0.glb`, `tiles/r01.glb`, …
+//! (one digit per level: the child's index); `tiles/textures/<blake3 of the bytes>.png|jpg`, the
+//! base-colour image, referenced by every tile GLB as `textures/<…>` (relative to the GLB).
+//!
+//! Frames: content stays in the glTF Y-up frame (metres) of the source mesh; the tileset's boxes
+//! are in the Z-up tile frame (glTF `(x, y, z)` → `(x, −z, y)`, the [`Y_UP_TO_Z_UP`] rotation that
+//! clients apply to glTF content). No tile has a `transform` (the georeference is added at publish
+//! time).
+//!
+//! Bad input: [`check_tile_mesh_inputs`] rejects an empty chain, non-finite or decreasing errors,
+//! a leaf with non-zero error and file names that would escape `lod_dir`; the level-0 GLB is read
+//! with `read_gltf` (a truncated or foreign file is an error naming it) and checked like the
+//! decimate stage's input (finite positions, indices in range) before anything is written.
+
+pub mod encode;
+pub mod hlod;
+
+use std::path::Path;
+
+use kiln_formats::atomic_write::write_atomic;
+use kiln_formats::mesh::{ImageRef, Mesh, read_gltf, write_quantized_glb};
+use kiln_formats::tiles::tileset::{
+    Asset, BoundingVolume, Content, Refine, Tile, Tileset, Y_UP_TO_Z_UP,
+};
+use serde::{Deserialize, Serialize};
+
+use super::TileReport;
+use crate::stages::decimate::{LodLevel, weld};
+use crate::{Error, Result};
+use encode::{Lattice, MeshoptCodec, quantize_tile};
+use hlod::{HlodNode, HlodOptions, build_hlod};
+
+/// Sub-directory of `out_dir` holding the tile contents.
+pub const TILES_DIR: &str = "tiles";
+/// Sub-directory of [`TILES_DIR`] holding the images the tiles reference.
+pub const TEXTURES_DIR: &str = "textures";
+
+/// Parameters of the mesh tiler. Serialised into the tile stage's key; missing fields take the
+/// defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MeshTileParams {
+    /// Most triangles a tile may hold (≥ 1); default 65,536 (leaves by construction; parents are
+    /// simplified again without an error limit when over it, so only a locked border longer than
+    /// the budget can keep a parent above it).
+    pub max_triangles_per_tile: usize,
+    /// Coarse levels are added above the spatial root until it holds ≤ this fraction of the
+    /// full-resolution triangles (or simplification stalls). Range (0, 1]; default 0.125, like the
+    /// decimate chain's coarsest level.
+    pub root_fraction: f64,
+    /// Largest error one simplification step may add, relative to the extent of the simplified
+    /// tile (meshopt's `target_error`). Range (0, 1]; default 0.05.
+    pub max_simplify_error: f32,
+}
+
+impl Default for MeshTileParams {
+    fn default() -> Self {
+        Self {
+            max_triangles_per_tile: 65_536,
+            root_fraction: 0.125,
+            max_simplify_error: 0.05,
+        }
+    }
+}
+
+impl MeshTileParams {
+    /// Check the ranges documented on the fields.
+    ///
+    /// # Errors
+    /// [`Error::Param`] naming the field.
+    pub fn validate(&self) -> Result<()> {
+        let param = |field: &str, expected: &str, found: String| Error::Param {
+            stage: "tile",
+            field: field.into(),
+            expected: expected.into(),
+            found,
+        };
+        if self.max_triangles_per_tile == 0 {
+            return Err(param(
+                "max_triangles_per_tile",
+                "≥ 1, e.g. 65536",
+                "0".into(),
+            ));
+        }
+        if !(self.root_fraction > 0.0 && self.root_fraction <= 1.0) {
+            return Err(param(
+                "root_fraction",
+                "a fraction in (0, 1], e.g. 0.125",
+                self.root_fraction.to_string(),
+            ));
+        }
+        if !(self.max_simplify_error > 0.0 && self.max_simplify_error <= 1.0) {
+            return Err(param(
+                "max_simplify_error",
+                "a relative error in (0, 1], e.g. 0.05",
+                self.max_simplify_error.to_string(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Tiles, triangles and bytes of one level of the tree (level 0 = root).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeshLevelStats {
+    /// Tiles at this level.
+    pub tiles: usize,
+    /// Triangles summed over the level's tiles.
+    pub triangles: usize,
+    /// GLB bytes of the level's tiles (textures not included).
+    pub bytes: u64,
+}
+
+/// What [`tile_mesh`] wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeshTileReport {
+    /// Counts shared with the splat tiler; `content_bytes` includes the texture files.
+    pub report: TileReport,
+    /// One entry per level, root first.
+    pub levels: Vec<MeshLevelStats>,
+    /// Bytes of the texture files (each written once).
+    pub texture_bytes: u64,
+}
+
+/// Tile the full-resolution level of a decimate chain: check `lods`, read `lod_dir/lods[0].file`
+/// and run [`tile_mesh`] on it. The coarser levels of the chain are not used (the HLOD parents
+/// are simplified per tile).
+///
+/// # Errors
+/// [`Error::Param`] — see [`check_tile_mesh_inputs`] and [`MeshTileParams::validate`];
+/// [`Error::Format`] — the GLB is missing or unreadable (names the file); as [`tile_mesh`].
+pub fn tile_mesh_lods(
+    lods: &[LodLevel],
+    lod_dir: &Path,
+    params: &MeshTileParams,
+    out_dir: &Path,
+) -> Result<MeshTileReport> {
+    check_tile_mesh_inputs(lods)?;
+    params.validate()?;
+    let mesh = read_gltf(&lod_dir.join(&lods[0].file))?;
+    tile_mesh(&mesh, params, out_dir)
+}
+
+/// Write `out_dir/tileset.json`, `out_dir/tiles/*.glb` and `out_dir/tiles/textures/*` for `mesh`.
+///
+/// Guarantees: leaves hold the welded mesh's triangles exactly once, ≤ `max_triangles_per_tile`
+/// each; a parent's content is the union of its children's simplified with its cell border
+/// locked (see [`hlod::build_hlod`]), so the border of every tile's cell is made of the full-resolution vertices and edges (no cracks
+/// between tiles of any levels); all tiles share one position lattice (see [`encode`]), so those
+/// vertices quantize to the same integers in every tile; geometricError (metres) is 0 at leaves,
+/// the accumulated simplification error above (parents ≥ children) and `tileset.geometricError` =
+/// max(root error, box diagonal); each tile's box is the Z-up AABB of its decoded content and of
+/// its descendants'; refinement is REPLACE; the image is written once. Files are written
+/// atomically, tiles and textures before `tileset.json`.
+///
+/// Not guaranteed: parents at exactly half their children's triangles (the simplifier stops at
+/// locked borders and at `max_simplify_error`); files of an earlier run with other names are not
+/// removed.
+///
+/// * `mesh` — `[V, 3]` metres, glTF Y-up, `[F, 3]` indices (see [`Mesh`]); it is welded first
+///   (bit-identical position + normal + UV), so UV seams stay split.
+/// * `params` — see [`MeshTileParams`].
+/// * `out_dir` — created if missing.
+///
+/// # Errors
+/// [`Error::Param`] — bad `params`; [`Error::Input`] — a mesh that breaks the [`Mesh`] invariants
+/// (see `decimate::weld`); [`Error::Format`] — an encoding or write failure.
+///
+/// # Panics
+/// Never.
+pub fn tile_mesh(mesh: &Mesh, params: &MeshTileParams, out_dir: &Path) -> Result<MeshTileReport> {
+    Ok(build_and_write(mesh, params, out_dir)?.0)
+}
+
+/// [`tile_mesh`], also returning the welded mesh, the lattice and the tree (for tests).
+fn build_and_write(
+    mesh: &Mesh,
+    params: &MeshTileParams,
+    out_dir: &Path,
+) -> Result<(MeshTileReport, Mesh, Lattice, HlodNode)> {
+    params.validate()?;
+    let welded = weld(mesh)?;
+    let (min, max) = welded.aabb().ok_or_else(|| Error::Input {
+        path: "<input mesh>".into(),
+        field: "positions".into(),
+        problem: "no finite vertex".into(),
+    })?;
+    let extent_m = (0..3).map(|k| max[k] - min[k]).fold(0.0, f64::max);
+    let lattice = Lattice::for_extent(extent_m);
+    let tree = build_hlod(
+        &welded.positions,
+        &welded.indices,
+        HlodOptions {
+            max_triangles: params.max_triangles_per_tile,
+            root_fraction: params.root_fraction,
+            max_simplify_error: params.max_simplify_error,
+        },
+    )?;
+
+    let tiles_dir = out_dir.join(TILES_DIR);
+    let mut texture_bytes = 0u64;
+    let image = match (&welded.base_color_texture, &welded.uvs) {
+        (Some(img), Some(_)) => {
+            let ext = if img.mime == "image/jpeg" {
+                "jpg"
+            } else {
+                "png"
+            };
+            let name = format!("{}.{ext}", blake3::hash(&img.bytes).to_hex());
+            let uri = format!("{TEXTURES_DIR}/{name}");
+            write_atomic(&tiles_dir.join(&uri), &img.bytes)?;
+            texture_bytes = img.bytes.len() as u64;
+            Some(ImageRef {
+                uri,
+                mime: img.mime.clone(),
+            })
+        }
+        _ => None,
+    };
+
+    let mut writer = Writer {
+        welded: &welded,
+        lattice,
+        image: image.as_ref(),
+        tiles_dir: &tiles_dir,
+        levels: Vec::new(),
+    };
+    let (root, (lo, hi)) = writer.emit(&tree, "r", 0)?;
+    let levels = writer.levels;
+    let diagonal_m = (0..3).map(|k| (hi[k] - lo[k]).powi(2)).sum::<f64>().sqrt();
+    let tileset = Tileset {
+        asset: Asset {
+            version: "1.1".into(),
+            generator: Some(concat!("kiln ", env!("CARGO_PKG_VERSION")).into()),
+        },
+        geometric_error: diagonal_m.max(root.geometric_error),
+        root,
+        extensions_used: Vec::new(),
+        extensions_required: Vec::new(),
+        extensions: Default::default(),
+    };
+    let tileset_path = out_dir.join("tileset.json");
+    let json = serde_json::to_vec_pretty(&tileset).map_err(|e| Error::Input {
+        path: tileset_path.clone(),
+        field: "tileset".into(),
+        problem: format!("cannot serialise: {e}"),
+    })?;
+    write_atomic(&tileset_path, &json)?;
+    for (depth, l) in levels.iter().enumerate() {
+        tracing::info!(
+            level = depth,
+            tiles = l.tiles,
+            triangles = l.triangles,
+            bytes = l.bytes,
+            "tile: mesh level"
+        );
+    }
+    let glb_bytes: u64 = levels.iter().map(|l| l.bytes).sum();
+    let report = MeshTileReport {
+        report: TileReport {
+            tiles: levels.iter().map(|l| l.tiles).sum(),
+            levels: levels.len() as u32,
+            content_bytes: glb_bytes + texture_bytes,
+            tileset_path,
+        },
+        levels,
+        texture_bytes,
+    };
+    Ok((report, welded, lattice, tree))
+}
+
+/// Axis-aligned box `(min, max)`, metres.
+type Aabb = ([f64; 3], [f64; 3]);
+
+/// Writes tile GLBs depth-first and assembles the [`Tile`] tree.
+struct Writer<'a> {
+    welded: &'a Mesh,
+    lattice: Lattice,
+    image: Option<&'a ImageRef>,
+    tiles_dir: &'a Path,
+    levels: Vec<MeshLevelStats>,
+}
+
+impl Writer<'_> {
+    /// Write `node` (named `name`, at `depth`) and its subtree; returns its tile and its box
+    /// (Z-up, metres, content ∪ descendants).
+    fn emit(&mut self, node: &HlodNode, name: &str, depth: usize) -> Result<(Tile, Aabb)> {
+        let encoded = quantize_tile(self.welded, &node.indices, self.lattice, self.image);
+        let bytes = write_quantized_glb(&encoded.mesh, &MeshoptCodec)?;
+        let file = format!("{name}.glb");
+        write_atomic(&self.tiles_dir.join(&file), &bytes)?;
+        if self.levels.len() <= depth {
+            self.levels.resize(
+                depth + 1,
+                MeshLevelStats {
+                    tiles: 0,
+                    triangles: 0,
+                    bytes: 0,
+                },
+            );
+        }
+        let level = &mut self.levels[depth];
+        level.tiles += 1;
+        level.triangles += node.triangle_count();
+        level.bytes += bytes.len() as u64;
+
+        // Content bounds from the lattice points a client decodes (exact: s is a power of two).
+        let s = self.lattice.step_m;
+        let mut lo = [f64::INFINITY; 3];
+        let mut hi = [f64::NEG_INFINITY; 3];
+        for p in &encoded.mesh.positions {
+            let y_up = [0, 1, 2].map(|k| (encoded.offset[k] + i64::from(p[k])) as f64 * s);
+            let z_up = to_z_up(y_up);
+            for k in 0..3 {
+                lo[k] = lo[k].min(z_up[k]);
+                hi[k] = hi[k].max(z_up[k]);
+            }
+        }
+        let mut children = Vec::with_capacity(node.children.len());
+        for (i, child) in node.children.iter().enumerate() {
+            let (tile, (clo, chi)) = self.emit(child, &format!("{name}{i}"), depth + 1)?;
+            for k in 0..3 {
+                lo[k] = lo[k].min(clo[k]);
+                hi[k] = hi[k].max(chi[k]);
+            }
+            children.push(tile);
+        }
+        let tile = Tile {
+            bounding_volume: BoundingVolume::from_aabb(lo, hi),
+            geometric_error: node.error_m,
+            refine: Some(Refine::Replace),
+            transform: None,
+            content: Some(Content {
+                uri: format!("{TILES_DIR}/{file}"),
+            }),
+            children,
+        };
+        Ok((tile, (lo, hi)))
+    }
+}
+
+/// A glTF Y-up point in the Z-up tile frame ([`Y_UP_TO_Z_UP`], column-major).
+fn to_z_up(p: [f64; 3]) -> [f64; 3] {
+    let m = Y_UP_TO_Z_UP;
+    [0, 1, 2].map(|r| m[r] * p[0] + m[4 + r] * p[1] + m[8 + r] * p[2] + m[12 + r])
+}
+
+/// The checks [`tile_mesh_lods`] runs before reading any file.
+///
+/// # Errors
+/// [`Error::Param`] — empty chain, level 0 with non-zero error, errors not finite / negative /
+/// decreasing with the level, a file name that is not a plain name.
+pub fn check_tile_mesh_inputs(lods: &[LodLevel]) -> Result<()> {
+    let param = |field: String, expected: &str, found: String| Error::Param {
+        stage: "tile",
+        field,
+        expected: expected.into(),
+        found,
+    };
+    let Some(leaf) = lods.first() else {
+        return Err(param(
+            "lods".into(),
+            "at least one LOD level (rerun decimate)",
+            "none".into(),
+        ));
+    };
+    if leaf.error_m != 0.0 {
+        return Err(param(
+            "lods[0].error_m".into(),
+            "0 (level 0 is the full-resolution leaf)",
+            leaf.error_m.to_string(),
+        ));
+    }
+    for (i, lod) in lods.iter().enumerate() {
+        if !(lod.error_m.is_finite() && lod.error_m >= 0.0) {
+            return Err(param(
+                format!("lods[{i}].error_m"),
+                "a finite error ≥ 0 m",
+                lod.error_m.to_string(),
+            ));
+        }
+        if i > 0 && lod.error_m < lods[i - 1].error_m {
+            return Err(param(
+                format!("lods[{i}].error_m"),
+                &format!("≥ the finer level's {} m", lods[i - 1].error_m),
+                lod.error_m.to_string(),
+            ));
+        }
+        let plain = Path::new(&lod.file)
+            .file_name()
+            .is_some_and(|n| n == lod.file.as_str())
+            && lod.file != "..";
+        if !plain {
+            return Err(param(
+                format!("lods[{i}].file"),
+                "a plain file name inside the LOD directory",
+                format!("{:?}", lod.file),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
