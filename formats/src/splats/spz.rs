@@ -130,12 +130,22 @@ pub fn spz_position_limit_m(fractional_bits: u8) -> f64 {
     ((1i64 << 23) - 1) as f64 / (1i64 << fractional_bits) as f64
 }
 
-fn to_u8(x: f32) -> u8 {
-    x.round().clamp(0.0, 255.0) as u8
+/// `x` rounded half away from zero, as `f32::round`, saturating to i32. A cast instead of
+/// `round()`, which is a libm call on baseline x86-64 and was a tenth of splat tiling time. Differs
+/// from `round()` only for the f32 just below a half (0.49999997 → 1), within any quantisation
+/// bound here.
+#[inline]
+fn round_to_i32(x: f32) -> i32 {
+    (x + 0.5f32.copysign(x)) as i32
 }
 
+fn to_u8(x: f32) -> u8 {
+    round_to_i32(x).clamp(0, 255) as u8
+}
+
+#[inline]
 fn quantize_sh(x: f32, bucket: i32) -> u8 {
-    let q = (x * 128.0).round() as i32 + 128;
+    let q = round_to_i32(x * 128.0) + 128;
     let q = (q + bucket / 2).div_euclid(bucket) * bucket;
     q.clamp(0, 255) as u8
 }
@@ -220,17 +230,19 @@ pub fn encode_spz(splats: &GaussianSplats, options: &SpzOptions) -> Result<Vec<u
         }
         return Ok(out);
     }
-    let mut raw = Vec::with_capacity(HEADER_BYTES + blocks.iter().map(Vec::len).sum::<usize>());
-    raw.extend_from_slice(&SPZ_MAGIC.to_le_bytes());
-    raw.extend_from_slice(&version.to_le_bytes());
-    raw.extend_from_slice(&(n as u32).to_le_bytes());
-    raw.extend_from_slice(&[splats.sh_degree as u8, fb, flags, 0]);
-    for b in &blocks {
-        raw.extend_from_slice(b);
-    }
+    let mut header = Vec::with_capacity(HEADER_BYTES);
+    header.extend_from_slice(&SPZ_MAGIC.to_le_bytes());
+    header.extend_from_slice(&version.to_le_bytes());
+    header.extend_from_slice(&(n as u32).to_le_bytes());
+    header.extend_from_slice(&[splats.sh_degree as u8, fb, flags, 0]);
+    let raw_len = HEADER_BYTES + blocks.iter().map(Vec::len).sum::<usize>();
     let level = flate2::Compression::new(u32::from(options.gzip_level.clamp(1, 9)));
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), level);
-    gz.write_all(&raw)
+    // Sized for a typical ~45 % ratio so the output rarely reallocates; the blocks stream into
+    // the encoder one after the other (no concatenated copy).
+    let mut gz = flate2::write::GzEncoder::new(Vec::with_capacity(raw_len / 2 + 64), level);
+    std::iter::once(&header)
+        .chain(blocks.iter())
+        .try_for_each(|b| gz.write_all(b))
         .and_then(|_| gz.finish())
         .map_err(|e| in_memory("gzip stream", e))
 }
@@ -321,10 +333,11 @@ fn pack_blocks(
     let mut sh_bytes = Vec::with_capacity(n * sh_dim * 3);
     for i in 0..n {
         let sh = &splats.sh_coeffs[i * k * 3 + 3..(i + 1) * k * 3];
-        for (j, &x) in sh.iter().enumerate() {
-            let bucket = if j < 9 { SH1_BUCKET } else { SH_REST_BUCKET };
-            sh_bytes.push(quantize_sh(x, bucket));
-        }
+        // Degree 1 (3 coefficients × 3 channels) in 5 bits, the rest in 4 (constant buckets, so
+        // the division is a shift).
+        let split = sh.len().min(9);
+        sh_bytes.extend(sh[..split].iter().map(|&x| quantize_sh(x, SH1_BUCKET)));
+        sh_bytes.extend(sh[split..].iter().map(|&x| quantize_sh(x, SH_REST_BUCKET)));
     }
     Ok([positions, alphas, colors, scales, rotations, sh_bytes])
 }

@@ -147,11 +147,55 @@ pub fn tile_splats(
     check_tile_inputs(splats, params)?;
     let nodes = build_octree(splats, params);
 
-    // Content of every node, in the training frame.
-    let contents = node_contents(splats, &nodes);
+    let tiles_dir = out_dir.join("tiles");
+    let k3 = splats.sh_coeffs_per_channel() * 3;
+
+    // Leaves, grouped by parent, parents in parallel: each leaf's splats are gathered once (the
+    // only random-access pass over the input), added to the parent's merge grid, boxed, encoded
+    // relative to the box centre and written, then dropped — so the copies of the input are never
+    // all in memory at once.
+    let leaf_parents: Vec<usize> = (0..nodes.len())
+        .filter(|&i| nodes[i].children.iter().any(|&c| nodes[c].is_leaf()))
+        .collect();
+    let leaf_results: Vec<LeafPass> = leaf_parents
+        .par_iter()
+        .map(|&p| -> Result<_> {
+            let mut grid = Grid::new(&nodes[p], k3);
+            let mut leaves = Vec::new();
+            for &c in nodes[p].children.iter().filter(|&&c| nodes[c].is_leaf()) {
+                let content = gather(splats, &nodes[c].indices);
+                for j in 0..content.len() {
+                    grid.add_splat(&content, j);
+                }
+                let bbox = content_aabb(&content);
+                let glb = encode_tile(content, bbox.center(), params.gzip_level)?;
+                write_atomic(&tiles_dir.join(format!("{}.glb", nodes[c].name)), &glb)?;
+                leaves.push((c, bbox, glb.len() as u64));
+            }
+            Ok((p, grid, leaves))
+        })
+        .collect::<Result<_>>()?;
+    let mut boxes = vec![Aabb::EMPTY; nodes.len()];
+    let mut sizes = vec![0u64; nodes.len()];
+    let mut leaf_grids: Vec<Option<Grid>> = (0..nodes.len()).map(|_| None).collect();
+    for (p, grid, leaves) in leaf_results {
+        leaf_grids[p] = Some(grid);
+        for (c, bbox, size) in leaves {
+            boxes[c] = bbox;
+            sizes[c] = size;
+        }
+    }
+
+    // Merged content of every parent, in the training frame.
+    let contents = parent_contents(splats, &nodes, leaf_grids);
+    nodes
+        .par_iter()
+        .zip(contents.par_iter())
+        .zip(boxes.par_iter_mut())
+        .filter(|((node, _), _)| !node.is_leaf())
+        .for_each(|((_, content), bbox)| *bbox = content_aabb(content));
 
     // Boxes bottom-up: own content's 3σ box ∪ children's boxes (children come later in the arena).
-    let mut boxes: Vec<Aabb> = contents.iter().map(content_aabb).collect();
     for i in (0..nodes.len()).rev() {
         for &c in &nodes[i].children {
             let child = boxes[c];
@@ -172,18 +216,21 @@ pub fn tile_splats(
         }
     }
 
-    // Encode and write the tiles, each relative to its box centre.
-    let tiles_dir = out_dir.join("tiles");
-    let sizes: Vec<u64> = nodes
+    // Encode and write the parents, each relative to its box centre.
+    let parent_sizes: Vec<(usize, u64)> = nodes
         .par_iter()
+        .enumerate()
         .zip(contents.into_par_iter())
-        .zip(boxes.par_iter())
-        .map(|((node, content), bbox)| -> Result<u64> {
-            let glb = encode_tile(content, bbox.center(), params.gzip_level)?;
+        .filter(|((_, node), _)| !node.is_leaf())
+        .map(|((i, node), content)| -> Result<(usize, u64)> {
+            let glb = encode_tile(content, boxes[i].center(), params.gzip_level)?;
             write_atomic(&tiles_dir.join(format!("{}.glb", node.name)), &glb)?;
-            Ok(glb.len() as u64)
+            Ok((i, glb.len() as u64))
         })
         .collect::<Result<_>>()?;
+    for (i, size) in parent_sizes {
+        sizes[i] = size;
+    }
 
     let root = build_tile(&nodes, &boxes, &errors, 0, [0.0; 3]);
     let tileset = Tileset {
@@ -227,6 +274,10 @@ pub fn tile_splats(
         tileset_path,
     })
 }
+
+/// What the leaf pass of [`tile_splats`] returns per parent: the parent's index, its merge grid
+/// with its leaf children's splats added, and per leaf child (index, content box, GLB bytes).
+type LeafPass = (usize, Grid, Vec<(usize, Aabb, u64)>);
 
 /// Tileset extension that makes CesiumJS route splat GLBs to its splat renderer (§1.7).
 const CONTENT_GLTF: &str = "3DTILES_content_gltf";
@@ -356,7 +407,7 @@ fn build_octree(splats: &GaussianSplats, params: &SplatTileParams) -> Vec<Node> 
                 });
                 octants[o].push(s);
             }
-            nodes[i].indices = Vec::new(); // parents merge from moments, see `node_contents`
+            nodes[i].indices = Vec::new(); // parents merge from moments, see `parent_contents`
             for (o, indices) in octants.into_iter().enumerate() {
                 if indices.is_empty() {
                     continue;
@@ -399,33 +450,34 @@ fn build_octree(splats: &GaussianSplats, params: &SplatTileParams) -> Vec<Node> 
     nodes
 }
 
-/// Content of every node (arena order): a leaf's original splats; a parent's merged splats,
-/// built level by level from the deepest parents up (`moments`), each level's nodes in parallel.
-fn node_contents(splats: &GaussianSplats, nodes: &[Node]) -> Vec<GaussianSplats> {
+/// Merged content of every parent (arena order; leaves get an empty set), built level by level
+/// from the deepest parents up (`moments`), each level's nodes in parallel. `leaf_grids[p]` holds
+/// parent p's grid with its leaf children's splats already added (see [`tile_splats`]); `None`
+/// for a parent whose leaf children are still to be added from `splats`.
+fn parent_contents(
+    splats: &GaussianSplats,
+    nodes: &[Node],
+    mut leaf_grids: Vec<Option<Grid>>,
+) -> Vec<GaussianSplats> {
     let k3 = splats.sh_coeffs_per_channel() * 3;
-    let mut contents: Vec<GaussianSplats> = nodes
-        .par_iter()
-        .map(|node| {
-            if node.is_leaf() {
-                gather(splats, &node.indices)
-            } else {
-                GaussianSplats::default()
-            }
-        })
-        .collect();
+    let mut contents: Vec<GaussianSplats> = vec![GaussianSplats::default(); nodes.len()];
     let mut grids: Vec<Option<Grid>> = (0..nodes.len()).map(|_| None).collect();
     let max_depth = nodes.iter().map(|n| n.depth).max().unwrap_or(0);
     for depth in (0..=max_depth).rev() {
         let level: Vec<usize> = (0..nodes.len())
             .filter(|&i| nodes[i].depth == depth && !nodes[i].is_leaf())
             .collect();
-        let built: Vec<(usize, Grid, GaussianSplats)> = level
-            .par_iter()
-            .map(|&i| {
-                let mut grid = Grid::new(&nodes[i], k3);
+        let started: Vec<(usize, Option<Grid>)> =
+            level.iter().map(|&i| (i, leaf_grids[i].take())).collect();
+        let built: Vec<(usize, Grid, GaussianSplats)> = started
+            .into_par_iter()
+            .map(|(i, leaf_grid)| {
+                let leaves_added = leaf_grid.is_some();
+                let mut grid = leaf_grid.unwrap_or_else(|| Grid::new(&nodes[i], k3));
                 for &c in &nodes[i].children {
                     match &grids[c] {
                         Some(child) => grid.add_child(child),
+                        None if leaves_added => {}
                         None => {
                             for &j in &nodes[c].indices {
                                 grid.add_splat(splats, j as usize);
@@ -451,9 +503,14 @@ fn node_contents(splats: &GaussianSplats, nodes: &[Node]) -> Vec<GaussianSplats>
 /// The splats at `indices`, in that order.
 fn gather(s: &GaussianSplats, indices: &[u32]) -> GaussianSplats {
     let k3 = s.sh_coeffs_per_channel() * 3;
+    let n = indices.len();
     let mut out = GaussianSplats {
+        means: Vec::with_capacity(n * 3),
+        log_scales: Vec::with_capacity(n * 3),
+        rotations: Vec::with_capacity(n * 4),
+        logit_opacities: Vec::with_capacity(n),
+        sh_coeffs: Vec::with_capacity(n * k3),
         sh_degree: s.sh_degree,
-        ..Default::default()
     };
     for &i in indices {
         let i = i as usize;
@@ -646,9 +703,16 @@ fn eigen_symmetric3(mut a: [[f64; 3]; 3]) -> ([f64; 3], [[f64; 3]; 3]) {
 
 /// Area proxy of a Gaussian: product of its two largest standard deviations (m²).
 fn area_of(scales: [f64; 3]) -> f64 {
-    let mut s = scales;
-    s.sort_by(|a, b| b.total_cmp(a));
-    s[0] * s[1]
+    // The product of all three over the smallest, without a sort.
+    let smallest = scales[0].min(scales[1]).min(scales[2]);
+    let [a, b, c] = scales;
+    if smallest == a {
+        b * c
+    } else if smallest == b {
+        a * c
+    } else {
+        a * b
+    }
 }
 
 /// Moment-match the splats at `group` into one Gaussian (Kerbl et al. 2024 §4):
@@ -1071,7 +1135,7 @@ mod tests {
         };
         let nodes = build_octree(&s, &params);
         assert!(nodes.iter().map(|n| n.depth).max().unwrap() >= 3);
-        let fast = node_contents(&s, &nodes);
+        let fast = parent_contents(&s, &nodes, (0..nodes.len()).map(|_| None).collect());
         fn leaves_under(nodes: &[Node], i: usize, out: &mut Vec<u32>) {
             out.extend_from_slice(&nodes[i].indices);
             for &c in &nodes[i].children {
@@ -1081,7 +1145,7 @@ mod tests {
         let mut parents = 0;
         for (i, node) in nodes.iter().enumerate() {
             if node.is_leaf() {
-                assert_eq!(fast[i], gather(&s, &node.indices));
+                assert!(fast[i].is_empty());
                 continue;
             }
             parents += 1;

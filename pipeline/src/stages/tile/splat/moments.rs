@@ -27,24 +27,27 @@ const CELLS: usize = (MERGE_GRID_CELLS * MERGE_GRID_CELLS * MERGE_GRID_CELLS) as
 /// Largest weight of one splat (keeps sums finite for absurd scales).
 const MAX_WEIGHT: f64 = 1e300;
 
-/// Moment sums of every cell of one node's merge grid.
+/// Moment sums of every cell of one node's merge grid, one contiguous record per cell (the
+/// accumulation touches one record per splat, so the record's fields share cache lines):
+/// `[W, M, first(3), second(6), sh(K·3)]` with W = Σwᵢ, M = Σmᵢ (unclamped masses, m²),
+/// first = Σwᵢ(μᵢ − a) (metres), second = Σwᵢ(Σᵢ + dᵢdᵢᵀ) as (xx, xy, xz, yy, yz, zz) (m²),
+/// sh = Σwᵢ·shᵢ.
 pub(super) struct Grid {
     /// SH floats per splat, K·3.
     k3: usize,
     /// Node cube minimum corner (training frame, metres) and cell edge (metres).
     min: [f64; 3],
     cell: f64,
-    /// `[CELLS]` Σwᵢ.
-    weight: Vec<f64>,
-    /// `[CELLS]` Σmᵢ (the unclamped masses, m²).
-    mass: Vec<f64>,
-    /// `[CELLS]` Σwᵢ(μᵢ − a), metres.
-    first: Vec<[f64; 3]>,
-    /// `[CELLS]` Σwᵢ(Σᵢ + dᵢdᵢᵀ) as (xx, xy, xz, yy, yz, zz), m².
-    second: Vec<[f64; 6]>,
-    /// `[CELLS, K·3]` Σwᵢ·shᵢ.
-    sh: Vec<f64>,
+    /// `[CELLS, RECORD + K·3]`.
+    data: Vec<f64>,
 }
+
+/// Offsets in a cell record.
+const W: usize = 0;
+const MASS: usize = 1;
+const FIRST: usize = 2;
+const SECOND: usize = 5;
+const SH: usize = 11;
 
 /// Index pairs of the six stored entries of a symmetric 3×3.
 const SYM: [(usize, usize); 6] = [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)];
@@ -56,12 +59,18 @@ impl Grid {
             k3,
             min: node.min,
             cell: node.edge / f64::from(MERGE_GRID_CELLS),
-            weight: vec![0.0; CELLS],
-            mass: vec![0.0; CELLS],
-            first: vec![[0.0; 3]; CELLS],
-            second: vec![[0.0; 6]; CELLS],
-            sh: vec![0.0; CELLS * k3],
+            data: vec![0.0; CELLS * (SH + k3)],
         }
+    }
+
+    fn record(&self, key: usize) -> &[f64] {
+        let len = SH + self.k3;
+        &self.data[key * len..(key + 1) * len]
+    }
+
+    fn record_mut(&mut self, key: usize) -> &mut [f64] {
+        let len = SH + self.k3;
+        &mut self.data[key * len..(key + 1) * len]
     }
 
     fn coords(key: usize) -> [usize; 3] {
@@ -84,14 +93,13 @@ impl Grid {
     pub(super) fn add_splat(&mut self, s: &GaussianSplats, i: usize) {
         let last = MERGE_GRID_CELLS as i64 - 1;
         let p: [f64; 3] = std::array::from_fn(|a| f64::from(s.means[i * 3 + a]));
+        // Clamped to ≥ 0 first, truncation is floor (and avoids a libm call per axis).
         let key = Self::key(std::array::from_fn(|a| {
-            ((p[a] - self.min[a]) / self.cell)
-                .floor()
-                .clamp(0.0, last as f64) as usize
+            ((p[a] - self.min[a]) / self.cell).clamp(0.0, last as f64) as usize
         }));
         let anchor = self.corner(key);
         let log_scales = &s.log_scales[i * 3..i * 3 + 3];
-        let scales = std::array::from_fn(|a| f64::from(log_scales[a]).exp());
+        let scales: [f64; 3] = std::array::from_fn(|a| f64::from(log_scales[a]).exp());
         let m = sigmoid(s.logit_opacities[i]) * area_of(scales);
         let w = if m.is_nan() {
             f64::MIN_POSITIVE
@@ -99,22 +107,20 @@ impl Grid {
             m.clamp(f64::MIN_POSITIVE, MAX_WEIGHT)
         };
         let r = quat_to_matrix(&s.rotations[i * 4..i * 4 + 4]);
-        let var: [f64; 3] = std::array::from_fn(|a| (2.0 * f64::from(log_scales[a])).exp());
+        let var: [f64; 3] = scales.map(|v| v * v);
         let d: [f64; 3] = std::array::from_fn(|a| p[a] - anchor[a]);
-        self.weight[key] += w;
-        self.mass[key] += m;
+        let k3 = self.k3;
+        let rec = self.record_mut(key);
+        rec[W] += w;
+        rec[MASS] += m;
         for a in 0..3 {
-            self.first[key][a] += w * d[a];
+            rec[FIRST + a] += w * d[a];
         }
         for (e, &(row, col)) in SYM.iter().enumerate() {
             let own: f64 = (0..3).map(|k| r[row][k] * var[k] * r[col][k]).sum();
-            self.second[key][e] += w * (own + d[row] * d[col]);
+            rec[SECOND + e] += w * (own + d[row] * d[col]);
         }
-        let sh = &mut self.sh[key * self.k3..(key + 1) * self.k3];
-        for (acc, v) in sh
-            .iter_mut()
-            .zip(&s.sh_coeffs[i * self.k3..(i + 1) * self.k3])
-        {
+        for (acc, v) in rec[SH..].iter_mut().zip(&s.sh_coeffs[i * k3..(i + 1) * k3]) {
             *acc += w * f64::from(*v);
         }
     }
@@ -126,7 +132,8 @@ impl Grid {
         let offset: [i64; 3] =
             std::array::from_fn(|a| ((child.min[a] - self.min[a]) / self.cell).round() as i64);
         for ckey in 0..CELLS {
-            let w = child.weight[ckey];
+            let src = child.record(ckey);
+            let w = src[W];
             if w == 0.0 {
                 continue;
             }
@@ -138,23 +145,20 @@ impl Grid {
             let to = self.corner(key);
             // Parallel-axis shift of the sums from the child's anchor to ours.
             let delta: [f64; 3] = std::array::from_fn(|a| from[a] - to[a]);
-            let s1 = child.first[ckey];
+            let s1: [f64; 3] = std::array::from_fn(|a| src[FIRST + a]);
+            let dst = self.record_mut(key);
             for (e, &(row, col)) in SYM.iter().enumerate() {
-                self.second[key][e] += child.second[ckey][e]
+                dst[SECOND + e] += src[SECOND + e]
                     + s1[row] * delta[col]
                     + delta[row] * s1[col]
                     + w * delta[row] * delta[col];
             }
             for a in 0..3 {
-                self.first[key][a] += s1[a] + w * delta[a];
+                dst[FIRST + a] += s1[a] + w * delta[a];
             }
-            self.weight[key] += w;
-            self.mass[key] += child.mass[ckey];
-            let (dst, src) = (
-                &mut self.sh[key * self.k3..(key + 1) * self.k3],
-                &child.sh[ckey * self.k3..(ckey + 1) * self.k3],
-            );
-            for (acc, v) in dst.iter_mut().zip(src) {
+            dst[W] += w;
+            dst[MASS] += src[MASS];
+            for (acc, v) in dst[SH..].iter_mut().zip(&src[SH..]) {
                 *acc += v;
             }
         }
@@ -167,24 +171,22 @@ impl Grid {
             ..Default::default()
         };
         for key in 0..CELLS {
-            let w = self.weight[key];
+            let rec = self.record(key);
+            let w = rec[W];
             if w == 0.0 {
                 continue;
             }
-            let mu: [f64; 3] = std::array::from_fn(|a| self.first[key][a] / w);
+            let mu: [f64; 3] = std::array::from_fn(|a| rec[FIRST + a] / w);
             let mut cov = [[0.0; 3]; 3];
             for (e, &(row, col)) in SYM.iter().enumerate() {
-                let v = self.second[key][e] / w - mu[row] * mu[col];
+                let v = rec[SECOND + e] / w - mu[row] * mu[col];
                 cov[row][col] = v;
                 cov[col][row] = v;
             }
             let anchor = self.corner(key);
-            let sh = self.sh[key * self.k3..(key + 1) * self.k3]
-                .iter()
-                .map(|v| v / w)
-                .collect();
+            let sh = rec[SH..].iter().map(|v| v / w).collect();
             let m = gaussian_from_moments(
-                self.mass[key],
+                rec[MASS],
                 std::array::from_fn(|a| anchor[a] + mu[a]),
                 cov,
                 sh,
