@@ -4,7 +4,7 @@
 //! Input: a seeded synthetic scene of 1,000,000 splats spread over a 200 m × 200 m rolling
 //! surface with 20 m of relief (the shape of an aerial capture), SH degree 3, log-scales
 //! N(−3, 0.5) (≈ 5 cm splats). One iteration = the whole `tile_splats` call: octree, moment-matched
-//! parents, SPZ v3 + gzip (levels 1 and 6) encoding of every tile and the atomic writes of the GLBs and
+//! parents, SPZ v3 + gzip (levels 1, 2 and 6) encoding of every tile and the atomic writes of the GLBs and
 //! `tileset.json` into a temporary directory. Throughput is reported in splats/s.
 
 use std::hint::black_box;
@@ -51,8 +51,8 @@ fn bench_tile_splats(c: &mut Criterion) {
     let mut group = c.benchmark_group("tile_splats");
     group.sample_size(10);
     group.throughput(Throughput::Elements(N as u64));
-    // The default (gzip level 1) and zlib's default level 6 (smaller tiles, slower).
-    for gzip_level in [1u8, 6] {
+    // Level 1 (zlib-rs quick mode), the default 2, and zlib's default 6 (smallest, slowest).
+    for gzip_level in [1u8, 2, 6] {
         let params = SplatTileParams {
             gzip_level,
             ..Default::default()

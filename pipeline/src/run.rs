@@ -82,6 +82,43 @@ fn params_json(plan: &JobPlan, kind: StageKind) -> serde_json::Value {
     }
 }
 
+/// Run `kiln check`'s tileset checker (structure, geometricError, content inside every bounding
+/// volume, declared extensions, SPZ headers) on a tileset the tile stage just wrote, so that a
+/// tiler bug fails the stage instead of being published. Tile budgets are not checked here
+/// (leaves at the tilers' depth limits may exceed them by design); warnings are logged.
+///
+/// # Errors
+/// [`Error::Input`] listing every error finding, on `tileset.json`.
+fn check_written_tileset(tileset: &Path) -> Result<()> {
+    use kiln_formats::tiles::check::{CheckOptions, Severity, check_tileset};
+    let report = check_tileset(
+        tileset,
+        &CheckOptions {
+            max_splats_per_tile: u64::MAX,
+            max_triangles_per_tile: u64::MAX,
+        },
+    );
+    let mut errors = Vec::new();
+    for f in &report.findings {
+        match f.severity {
+            Severity::Error => errors.push(f.to_string()),
+            Severity::Warning => tracing::warn!(finding = %f, "tileset check"),
+            _ => {}
+        }
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Input {
+        path: tileset.to_path_buf(),
+        field: "tileset".into(),
+        problem: format!(
+            "the tileset just written fails `kiln check` (a Kiln bug; please report it):\n{}",
+            errors.join("\n")
+        ),
+    })
+}
+
 /// Run `node` of `plan`. `done` holds the outcomes of the stages already run in this job.
 ///
 /// # Errors
@@ -261,8 +298,11 @@ fn run_local(
                     Ok(serde_json::to_value(ingest::ingest_mesh(&input, out)?).unwrap_or_default())
                 }
                 JobKind::Splats => {
-                    Ok(serde_json::to_value(ingest::ingest_splats(&input, out)?)
-                        .unwrap_or_default())
+                    let up_axis = plan.ingest.up_axis()?;
+                    Ok(
+                        serde_json::to_value(ingest::ingest_splats(&input, up_axis, out)?)
+                            .unwrap_or_default(),
+                    )
                 }
             }
         }
@@ -320,6 +360,7 @@ fn run_local(
                     if let Some(g) = &plan.georef {
                         tile::georef::apply_georef(&report.tileset_path, g)?;
                     }
+                    check_written_tileset(&report.tileset_path)?;
                     report
                 }
                 JobKind::Mesh => {
@@ -330,6 +371,7 @@ fn run_local(
                     if let Some(g) = &plan.georef {
                         tile::georef::apply_georef(&mesh.report.tileset_path, g)?;
                     }
+                    check_written_tileset(&mesh.report.tileset_path)?;
                     return Ok(serde_json::json!({
                         "tiles": mesh.report.tiles,
                         "levels": mesh.report.levels,

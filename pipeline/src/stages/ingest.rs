@@ -27,15 +27,39 @@ pub struct IngestParams {
     /// background colour outside the mask, so backgrounds that change between views (an object
     /// turned over on a turntable) are learnt as empty. Default false.
     pub masks: bool,
+    /// Splats jobs: the input scene's up axis (`x`, `-x`, `y`, `-y`, `z`, `-z`; e.g. `-y` for
+    /// COLMAP-frame 3DGS output); the splats are rotated (means, rotations and SH) so that it
+    /// becomes glTF +Y, the up axis of tile content. Absent: the input is already Y-up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub up_axis: Option<String>,
 }
 
 impl IngestParams {
+    /// [`Self::up_axis`] parsed.
+    ///
+    /// # Errors
+    /// [`Error::Param`] naming `up_axis` and the accepted values.
+    pub fn up_axis(&self) -> Result<Option<kiln_formats::splats::convert::UpAxis>> {
+        self.up_axis
+            .as_deref()
+            .map(|a| {
+                a.parse().map_err(|e| Error::Param {
+                    stage: "ingest",
+                    field: "up_axis".into(),
+                    expected: "one of x, -x, y, -y, z, -z (the input's up axis)".into(),
+                    found: format!("{a:?} ({e})"),
+                })
+            })
+            .transpose()
+    }
+
     /// Check ranges: `max_side` ≥ 16 pixels (one rasterizer tile; smaller images make held-out
     /// metrics meaningless).
     ///
     /// # Errors
     /// [`Error::Param`] naming `max_side`.
     pub fn validate(&self) -> Result<()> {
+        self.up_axis()?;
         match self.max_side {
             Some(m) if m < 16 => Err(Error::Param {
                 stage: "ingest",
@@ -53,6 +77,7 @@ impl Default for IngestParams {
         Self {
             max_side: Some(540),
             masks: false,
+            up_axis: None,
         }
     }
 }
@@ -328,52 +353,43 @@ pub struct IngestedSplats {
     pub splats: usize,
     /// Spherical-harmonics degree (0–3).
     pub sh_degree: u32,
-    /// Source format: `ply`, `spz` or `glb`.
+    /// Source format (`SplatFormat::name`): INRIA PLY, compressed PLY, SPZ, .splat or GLB.
     pub format: String,
+    /// The input's up axis when it was rotated to glTF +Y (`IngestParams::up_axis`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rotated_from_up_axis: Option<String>,
 }
 
-/// Ingest splats trained elsewhere: read a 3DGS PLY (INRIA layout), SPZ (v2/v3) or splat GLB
-/// (`KHR_gaussian_splatting`, plain or SPZ-compressed), reject non-finite values, and write
-/// `out_dir/splats.ply` in the INRIA layout for the tiler.
+/// Ingest splats trained elsewhere: read any splat format Kiln knows (INRIA 3DGS PLY, PlayCanvas
+/// compressed PLY, SPZ v1–4, antimatter15 `.splat`, `KHR_gaussian_splatting` GLB; by extension,
+/// see `kiln_formats::splats::convert::read_splats`), reject non-finite values, rotate the scene
+/// so that `up_axis` becomes glTF +Y when given, and write `out_dir/splats.ply` in the INRIA
+/// layout for the tiler.
 ///
 /// # Errors
-/// [`Error::Input`] for an unknown extension (naming the file and the accepted ones); the
+/// [`Error::Format`] for an unknown extension (naming the file and the accepted ones) and the
 /// readers' errors (naming the file and the bad property/field); non-finite values.
-pub fn ingest_splats(input: &Path, out_dir: &Path) -> Result<IngestedSplats> {
-    use kiln_formats::splats::{glb, ply, spz};
-    let ext = input
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase)
-        .unwrap_or_default();
-    let splats = match ext.as_str() {
-        "ply" => ply::read_ply(input)?,
-        "spz" => spz::read_spz(input)?,
-        "glb" => {
-            let bytes = std::fs::read(input).map_err(|e| Error::io(input, e))?;
-            glb::read_splat_glb(&bytes).map_err(|e| Error::Input {
-                path: input.to_path_buf(),
-                field: "glb".into(),
-                problem: e.to_string(),
-            })?
-        }
-        other => {
-            return Err(Error::Input {
-                path: input.to_path_buf(),
-                field: "input".into(),
-                problem: format!(
-                    "unknown splat file extension `.{other}`; give a .ply (3DGS), .spz or .glb \
-                     (KHR_gaussian_splatting) file"
-                ),
-            });
-        }
+pub fn ingest_splats(
+    input: &Path,
+    up_axis: Option<kiln_formats::splats::convert::UpAxis>,
+    out_dir: &Path,
+) -> Result<IngestedSplats> {
+    use kiln_formats::splats::convert::{
+        SplatFormat, UpAxis, read_splats, rotate_splats, up_axis_rotation,
     };
+    use kiln_formats::splats::ply;
+    let format = SplatFormat::from_path(input)?;
+    let mut splats = read_splats(input)?;
     splats.check_finite("ingest splats")?;
+    if let Some(from) = up_axis {
+        rotate_splats(&mut splats, up_axis_rotation(from, UpAxis::Y))?;
+    }
     ply::write_inria_ply(&out_dir.join(SPLATS_PLY), &splats)?;
     Ok(IngestedSplats {
         splats: splats.len(),
         sh_degree: splats.sh_degree,
-        format: ext,
+        format: format.name().into(),
+        rotated_from_up_axis: up_axis.map(|a| format!("{a:?}")),
     })
 }
 

@@ -82,10 +82,10 @@ pub struct SplatTileParams {
     pub max_splats_per_tile: usize,
     /// Deepest octree level (root = 0); default 16. Stops endless splitting of coincident splats.
     pub max_depth: u32,
-    /// zlib level of each tile's SPZ gzip stream, 1 (fastest) ..= 9 (smallest); default 1.
-    /// Deflate dominates tiling time: on 1M splats (SH 3, 2 cores) level 6 takes about three
-    /// times as long as level 1 for ~12 % fewer bytes (see benches/tile_splats.rs); raise it
-    /// when bytes on the wire matter more than tiling time.
+    /// zlib level of each tile's SPZ gzip stream, 1 (fastest) ..= 9 (smallest); default 2.
+    /// Deflate dominates tiling time. On the plush-dog scene (15,105 splats, SH 3) level 2 writes
+    /// 7 % more bytes than 6, level 1 (zlib-rs' static-Huffman "quick" mode) 35 % more; see
+    /// benches/tile_splats.rs for the time per level.
     pub gzip_level: u8,
 }
 
@@ -94,7 +94,7 @@ impl Default for SplatTileParams {
         Self {
             max_splats_per_tile: 65_536,
             max_depth: 16,
-            gzip_level: 1,
+            gzip_level: 2,
         }
     }
 }
@@ -297,7 +297,7 @@ fn check_tile_inputs(splats: &GaussianSplats, params: &SplatTileParams) -> Resul
         return Err(Error::Param {
             stage: "tile",
             field: "gzip_level".into(),
-            expected: "1 (fastest) ..= 9 (smallest); default 1".into(),
+            expected: "1 (fastest) ..= 9 (smallest); default 2".into(),
             found: params.gzip_level.to_string(),
         });
     }
@@ -311,7 +311,22 @@ fn check_tile_inputs(splats: &GaussianSplats, params: &SplatTileParams) -> Resul
         }
         .into());
     }
-    splats.check_finite(CONTEXT)?;
+    // The scan in parallel; the serial check only to name the first bad value.
+    let finite = [
+        &splats.means,
+        &splats.log_scales,
+        &splats.rotations,
+        &splats.logit_opacities,
+        &splats.sh_coeffs,
+    ]
+    .par_iter()
+    .all(|v| {
+        v.par_chunks(1 << 16)
+            .all(|c| c.iter().all(|x| x.is_finite()))
+    });
+    if !finite {
+        splats.check_finite(CONTEXT)?;
+    }
     Ok(())
 }
 
