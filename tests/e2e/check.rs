@@ -281,3 +281,42 @@ fn kiln_check_fails_on_the_dragon_sample_missing_its_high_lod() {
         stdout(&o)
     );
 }
+
+/// The biker splat (PlayCanvas, 152,746 splats) retiled from both of its published files — the
+/// compressed PLY and the SPZ v4 (stored in the SPZ spec's frame: `up_axis = "-y"` brings it
+/// back) — gives tilesets that pass `kiln check` and gltf-validator, with every splat in exactly
+/// one leaf.
+#[test]
+fn biker_splats_from_compressed_ply_and_spz_v4_tile_cleanly() {
+    let sb = Sandbox::new();
+    let dir = dataset("splat-playcanvas");
+    for (name, file, extra) in [
+        ("biker-cply", "biker.compressed.ply", ""),
+        ("biker-spz", "biker.spz", "[ingest]\nup_axis = \"-y\"\n"),
+    ] {
+        let job = sb.job(
+            name,
+            &format!(
+                "name = \"{name}\"\nkind = \"splats\"\ninput = \"{}\"\noutput = \"out/{name}\"\n{extra}",
+                dir.join(file).display()
+            ),
+        );
+        let o = sb.kiln(&["run", job.to_str().unwrap()]);
+        ok(&o);
+        assert!(stdout(&o).contains("\"splats\":152746"), "{}", stdout(&o));
+        let ts = sb.path().join(format!("out/{name}/tileset.json"));
+        let c = check(&sb, &ts, &["--json"]);
+        ok(&c);
+        let report: serde_json::Value = serde_json::from_str(&stdout(&c)).unwrap();
+        assert!(
+            report["findings"].as_array().unwrap().is_empty(),
+            "{report}"
+        );
+        // Leaves hold the originals; parents add merged splats on top.
+        assert!(report["splats"].as_u64().unwrap() > 152_746, "{report}");
+        super::harness::validate_glbs(&super::harness::files_with_ext(
+            &sb.path().join(format!("out/{name}/tiles")),
+            "glb",
+        ));
+    }
+}

@@ -262,6 +262,36 @@ fn viewer_shows_fox_splat_tileset_without_console_errors() {
     );
 }
 
+/// The biker splat (152,746 splats from PlayCanvas's compressed PLY), retiled, loads in CesiumJS as
+/// Gaussian splat content with no failed tile or console error.
+#[test]
+fn viewer_shows_biker_splat_tileset_without_console_errors() {
+    let Some(tools) = browser_tools() else {
+        return;
+    };
+    let sb = Sandbox::new();
+    let input = dataset("splat-playcanvas").join("biker.compressed.ply");
+    let job = sb.job(
+        "biker",
+        &format!(
+            "name = \"biker\"\nkind = \"splats\"\ninput = \"{}\"\noutput = \"out/biker\"\n",
+            input.display()
+        ),
+    );
+    let o = sb.kiln(&["run", job.to_str().unwrap()]);
+    ok(&o);
+    let id = job_id(&o);
+    let server = start_server(&sb, &tools);
+    let s = check_viewer(&tools, &server, &format!("/jobs/{id}"), "biker-splats.png");
+    assert!(
+        s["viewer"]["contentKinds"]["gaussianSplat"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 1,
+        "splat tiles must load as Gaussian splat content: {s}"
+    );
+}
+
 /// Where the axis fixture is placed: the Mary Rose museum, Portsmouth (lon, lat, ellipsoidal
 /// height, heading 0).
 const FIXTURE_GEOREF: &str = "-1.1088,50.8020,10";
