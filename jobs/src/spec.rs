@@ -119,6 +119,25 @@ impl JobSpec {
         spec.ingest.validate().map_err(invalid)?;
         spec.train.validate().map_err(invalid)?;
         spec.decimate.validate().map_err(invalid)?;
+        spec.tile.validate().map_err(invalid)?;
+        // Tables another kind of job uses are allowed (shared `--set` overrides in `kiln regress`)
+        // but said, so that a misplaced table is not silently ignored.
+        let unused = |table: &str| {
+            tracing::warn!(
+                file = %path.display(),
+                "[{table}] has no effect on a {} job; remove it or change `kind`",
+                spec.kind.name()
+            );
+        };
+        if spec.kind != JobKind::Capture && spec.train != TrainParams::default() {
+            unused("train");
+        }
+        if spec.kind != JobKind::Mesh && spec.decimate != DecimateParams::default() {
+            unused("decimate");
+        }
+        if spec.kind == JobKind::Mesh && spec.tile != SplatTileParams::default() {
+            unused("tile");
+        }
         Ok(spec)
     }
 
@@ -198,6 +217,20 @@ mod tests {
     }
 
     #[test]
+    fn a_misspelt_tile_key_is_an_error() {
+        let err = JobSpec::from_toml(
+            "name = \"a\"\nkind = \"splats\"\ninput = \"x\"\noutput = \"y\"\n[tile]\nmax_splat_per_tile = 10\n",
+            Path::new("job.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("job.toml") && err.contains("max_splat_per_tile"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn unknown_kind_is_rejected() {
         let err = JobSpec::from_toml(
             "name=\"a\"\nkind=\"video\"\ninput=\"x\"\noutput=\"y\"\n",
@@ -216,6 +249,12 @@ mod tests {
             ("[ingest]\nmax_side = 0\n", "ingest.max_side"),
             ("[decimate]\nratios = [0.5, 1.0]\n", "decimate.ratios[0]"),
             ("[decimate]\nratios = []\n", "decimate.ratios"),
+            ("[tile]\ngzip_level = 0\n", "tile.gzip_level"),
+            (
+                "[tile]\nmax_splats_per_tile = 0\n",
+                "tile.max_splats_per_tile",
+            ),
+            ("[ingest]\nup_axis = \"up\"\n", "ingest.up_axis"),
         ] {
             let err = JobSpec::from_toml(&format!("{base}{table}"), Path::new("j.toml"))
                 .unwrap_err()

@@ -30,10 +30,10 @@ pub struct ConvertArgs {
     pub sh_degree: Option<u32>,
     /// The input's up axis (y, neg-y, z, neg-z, x, neg-x). Given, the scene is rotated
     /// (positions, orientations and SH) so that --out-up-axis points up. Default: no rotation.
-    #[arg(long, value_name = "AXIS", value_parser = parse_axis)]
+    #[arg(long, value_name = "AXIS", value_parser = parse_axis, allow_hyphen_values = true)]
     pub up_axis: Option<UpAxis>,
     /// The output's up axis, used with --up-axis.
-    #[arg(long, value_name = "AXIS", value_parser = parse_axis, default_value = "y", requires = "up_axis")]
+    #[arg(long, value_name = "AXIS", value_parser = parse_axis, default_value = "y", requires = "up_axis", allow_hyphen_values = true)]
     pub out_up_axis: UpAxis,
     /// SPZ version of .spz outputs (2, 3 or 4); a .glb with --glb-spz takes 2 or 3.
     #[arg(long, value_name = "V", default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=4))]

@@ -324,6 +324,21 @@ pub struct IngestedMesh {
 /// # Errors
 /// Reader errors name the file and the bad accessor, index or buffer.
 pub fn ingest_mesh(input: &Path, out_dir: &Path) -> Result<IngestedMesh> {
+    let ext = input
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .unwrap_or_default();
+    if ext != "gltf" && ext != "glb" {
+        return Err(Error::Input {
+            path: input.to_path_buf(),
+            field: "input".into(),
+            problem: format!(
+                "a mesh job reads glTF 2.0 (.gltf or .glb), not `.{ext}`; convert the mesh first \
+                 (e.g. `assimp export in.{ext} out.glb` or Blender's glTF exporter)"
+            ),
+        });
+    }
     let mesh = kiln_formats::mesh::read_gltf(input)?;
     let glb = kiln_formats::mesh::write_glb(&mesh)?;
     kiln_formats::atomic_write::write_atomic(&out_dir.join(MESH_GLB), &glb)?;
@@ -389,7 +404,12 @@ pub fn ingest_splats(
         splats: splats.len(),
         sh_degree: splats.sh_degree,
         format: format.name().into(),
-        rotated_from_up_axis: up_axis.map(|a| format!("{a:?}")),
+        rotated_from_up_axis: up_axis.map(|a| {
+            UpAxis::ALL
+                .iter()
+                .find(|(x, _)| *x == a)
+                .map_or_else(|| format!("{a:?}"), |(_, name)| (*name).to_string())
+        }),
     })
 }
 
@@ -410,6 +430,19 @@ mod tests {
             world_to_camera: [[0.0; 4]; 4],
             mask: mask.map(String::from),
         }
+    }
+
+    #[test]
+    fn a_mesh_job_names_the_formats_it_reads_for_an_obj() {
+        let d = tempfile::tempdir().unwrap();
+        let obj = d.path().join("cube.obj");
+        std::fs::write(&obj, "v 0 0 0\nv 1 0 0\nv 0 1 0\nf 1 2 3\n").unwrap();
+        let err = ingest_mesh(&obj, d.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("cube.obj") && err.contains(".gltf or .glb") && err.contains("`.obj`"),
+            "{err}"
+        );
+        assert!(!d.path().join(MESH_GLB).exists());
     }
 
     #[test]

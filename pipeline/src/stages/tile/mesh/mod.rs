@@ -30,13 +30,18 @@ pub mod hlod;
 use std::path::Path;
 
 use kiln_formats::atomic_write::write_atomic;
-use kiln_formats::mesh::{ImageRef, Mesh, read_gltf, write_quantized_glb};
+use kiln_formats::mesh::{
+    EXT_MESHOPT_COMPRESSION, ImageRef, KHR_MESH_QUANTIZATION, Mesh, read_gltf, write_quantized_glb,
+};
 use kiln_formats::tiles::tileset::{
     Asset, BoundingVolume, Content, Refine, Tile, Tileset, Y_UP_TO_Z_UP,
 };
 use serde::{Deserialize, Serialize};
 
 use super::TileReport;
+
+/// Tileset extension that declares the glTF extensions of the content (3D Tiles 1.1).
+const CONTENT_GLTF: &str = "3DTILES_content_gltf";
 use crate::stages::decimate::{LodLevel, weld};
 use crate::{Error, Result};
 use encode::{Lattice, MeshoptCodec, quantize_tile};
@@ -247,9 +252,19 @@ fn build_and_write(
         },
         geometric_error: diagonal_m.max(root.geometric_error),
         root,
-        extensions_used: Vec::new(),
+        // Declared the way splat tilesets declare theirs (3DTILES_content_gltf), so a client or
+        // checker can tell up front which glTF extensions every tile requires.
+        extensions_used: vec![CONTENT_GLTF.into()],
         extensions_required: Vec::new(),
-        extensions: Default::default(),
+        extensions: [(
+            CONTENT_GLTF.to_string(),
+            serde_json::json!({
+                "extensionsUsed": [KHR_MESH_QUANTIZATION, EXT_MESHOPT_COMPRESSION],
+                "extensionsRequired": [KHR_MESH_QUANTIZATION, EXT_MESHOPT_COMPRESSION],
+            }),
+        )]
+        .into_iter()
+        .collect(),
     };
     let tileset_path = out_dir.join("tileset.json");
     let json = serde_json::to_vec_pretty(&tileset).map_err(|e| Error::Input {

@@ -75,7 +75,7 @@ const EXTENT_SIGMAS: f64 = 3.0;
 
 /// Parameters of [`tile_splats`]. Serialised into the stage key; missing fields take the defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct SplatTileParams {
     /// Most original splats a leaf may hold (≥ 1); default 65 536 (CesiumJS decodes each tile in a
     /// 2 GB WASM heap; 64 K is Spark's chunk size). Leaves at `max_depth` may exceed it.
@@ -96,6 +96,32 @@ impl Default for SplatTileParams {
             max_depth: 16,
             gzip_level: 2,
         }
+    }
+}
+
+impl SplatTileParams {
+    /// Check ranges: `max_splats_per_tile` ≥ 1, `gzip_level` in 1..=9.
+    ///
+    /// # Errors
+    /// [`Error::Param`] naming the field, the accepted range and the value found.
+    pub fn validate(&self) -> Result<()> {
+        if self.max_splats_per_tile == 0 {
+            return Err(Error::Param {
+                stage: "tile",
+                field: "max_splats_per_tile".into(),
+                expected: "≥ 1 (default 65536)".into(),
+                found: "0".into(),
+            });
+        }
+        if !(1..=9).contains(&self.gzip_level) {
+            return Err(Error::Param {
+                stage: "tile",
+                field: "gzip_level".into(),
+                expected: "1 (fastest) ..= 9 (smallest); default 2".into(),
+                found: self.gzip_level.to_string(),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -285,22 +311,7 @@ const CONTENT_GLTF: &str = "3DTILES_content_gltf";
 /// The boundary check of [`tile_splats`].
 fn check_tile_inputs(splats: &GaussianSplats, params: &SplatTileParams) -> Result<()> {
     const CONTEXT: &str = "splat tiling";
-    if params.max_splats_per_tile == 0 {
-        return Err(Error::Param {
-            stage: "tile",
-            field: "max_splats_per_tile".into(),
-            expected: "≥ 1 (default 65536)".into(),
-            found: "0".into(),
-        });
-    }
-    if !(1..=9).contains(&params.gzip_level) {
-        return Err(Error::Param {
-            stage: "tile",
-            field: "gzip_level".into(),
-            expected: "1 (fastest) ..= 9 (smallest); default 2".into(),
-            found: params.gzip_level.to_string(),
-        });
-    }
+    params.validate()?;
     splats.check_shapes(CONTEXT)?;
     if splats.is_empty() {
         return Err(kiln_formats::Error::InvalidInput {
