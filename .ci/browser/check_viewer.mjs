@@ -180,7 +180,10 @@ try {
       const n = (await page.evaluate(countForeground)).foreground;
       if (n > 0 && settleUntil === 0) { settleUntil = Math.min(deadline, Date.now() + 20000); }
       const stable = st.loaded && st.ready === last.ready && Math.abs(n - last.n) <= 0.02 * n;
-      if (n > 0 && (stable || Date.now() >= settleUntil)) { break; }
+      // After the settle window, stop as soon as the current view's tiles are loaded; while a
+      // refinement is still in flight (a busy machine decodes slowly) keep waiting, up to the
+      // deadline.
+      if (n > 0 && (stable || (Date.now() >= settleUntil && st.loaded))) { break; }
       last = { n, ready: st.ready };
       await new Promise((r) => setTimeout(r, 1000));
     }

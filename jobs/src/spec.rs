@@ -11,6 +11,8 @@
 //! max_side = 270
 //! [train]
 //! steps = 3000
+//! # [tile] max_splats_per_tile / gzip_level (splat tilesets),
+//! # [mesh_tile] max_triangles_per_tile (mesh jobs)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -19,7 +21,7 @@ use kiln_pipeline::dag::JobKind;
 use kiln_pipeline::run::JobPlan;
 use kiln_pipeline::stages::{
     decimate::DecimateParams, ingest::IngestParams, tile::georef::Georef,
-    tile::splat::SplatTileParams, train::TrainParams,
+    tile::mesh::MeshTileParams, tile::splat::SplatTileParams, train::TrainParams,
 };
 use serde::{Deserialize, Serialize};
 
@@ -44,6 +46,10 @@ pub struct JobSpec {
     pub decimate: DecimateParams,
     #[serde(default)]
     pub tile: SplatTileParams,
+    /// Mesh jobs: HLOD tiler parameters (`max_triangles_per_tile`, `root_fraction`,
+    /// `max_simplify_error`).
+    #[serde(default)]
+    pub mesh_tile: MeshTileParams,
     /// Georeference of the output tileset, `"lon,lat,height[,heading]"` (degrees, degrees,
     /// metres above the WGS84 ellipsoid, degrees clockwise from north); absent = local metres.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -120,6 +126,7 @@ impl JobSpec {
         spec.train.validate().map_err(invalid)?;
         spec.decimate.validate().map_err(invalid)?;
         spec.tile.validate().map_err(invalid)?;
+        spec.mesh_tile.validate().map_err(invalid)?;
         // Tables another kind of job uses are allowed (shared `--set` overrides in `kiln regress`)
         // but said, so that a misplaced table is not silently ignored.
         let unused = |table: &str| {
@@ -137,6 +144,9 @@ impl JobSpec {
         }
         if spec.kind == JobKind::Mesh && spec.tile != SplatTileParams::default() {
             unused("tile");
+        }
+        if spec.kind != JobKind::Mesh && spec.mesh_tile != MeshTileParams::default() {
+            unused("mesh_tile");
         }
         Ok(spec)
     }
@@ -170,6 +180,7 @@ impl JobSpec {
             train: self.train.clone(),
             decimate: self.decimate.clone(),
             tile: self.tile,
+            mesh_tile: self.mesh_tile,
             georef: self.georef,
         })
     }
@@ -250,6 +261,10 @@ mod tests {
             ("[decimate]\nratios = [0.5, 1.0]\n", "decimate.ratios[0]"),
             ("[decimate]\nratios = []\n", "decimate.ratios"),
             ("[tile]\ngzip_level = 0\n", "tile.gzip_level"),
+            (
+                "[mesh_tile]\nmax_triangles_per_tile = 0\n",
+                "mesh_tile.max_triangles_per_tile",
+            ),
             (
                 "[tile]\nmax_splats_per_tile = 0\n",
                 "tile.max_splats_per_tile",

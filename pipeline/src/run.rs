@@ -33,6 +33,8 @@ pub struct JobPlan {
     pub train: train::TrainParams,
     pub decimate: decimate::DecimateParams,
     pub tile: tile::splat::SplatTileParams,
+    /// Mesh jobs' tiler parameters (the `[mesh_tile]` table).
+    pub mesh_tile: tile::mesh::MeshTileParams,
     /// Where the tileset sits on Earth; `None` leaves the root in the content's local metres.
     pub georef: Option<tile::georef::Georef>,
 }
@@ -67,11 +69,7 @@ fn params_json(plan: &JobPlan, kind: StageKind) -> serde_json::Value {
         StageKind::Ingest => serde_json::to_value(&plan.ingest),
         StageKind::Train => serde_json::to_value(&plan.train),
         StageKind::Decimate => serde_json::to_value(&plan.decimate),
-        // Mesh jobs are tiled by the HLOD mesh tiler with its default parameters (not yet a
-        // job-file table); its parameters key the stage.
-        StageKind::Tile if plan.kind == JobKind::Mesh => {
-            serde_json::to_value(tile::mesh::MeshTileParams::default())
-        }
+        StageKind::Tile if plan.kind == JobKind::Mesh => serde_json::to_value(plan.mesh_tile),
         StageKind::Tile => serde_json::to_value(plan.tile),
         StageKind::Publish => Ok(serde_json::json!({ "output": plan.output })),
     };
@@ -366,7 +364,7 @@ fn run_local(
                 JobKind::Mesh => {
                     let dir = stage_dir(plan, StageKind::Decimate);
                     let lods = decimate::read_lods(&dir)?;
-                    let params = tile::mesh::MeshTileParams::default();
+                    let params = plan.mesh_tile;
                     let mesh = tile::mesh::tile_mesh_lods(&lods, &dir, &params, &tiles_out)?;
                     if let Some(g) = &plan.georef {
                         tile::georef::apply_georef(&mesh.report.tileset_path, g)?;

@@ -55,7 +55,7 @@ pub const TEXTURES_DIR: &str = "textures";
 /// Parameters of the mesh tiler. Serialised into the tile stage's key; missing fields take the
 /// defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct MeshTileParams {
     /// Most triangles a tile may hold (≥ 1); default 65,536 (leaves by construction; parents are
     /// simplified again without an error limit when over it, so only a locked border longer than
@@ -86,8 +86,9 @@ impl MeshTileParams {
     /// # Errors
     /// [`Error::Param`] naming the field.
     pub fn validate(&self) -> Result<()> {
+        // Named after the job file's table, `[mesh_tile]`.
         let param = |field: &str, expected: &str, found: String| Error::Param {
-            stage: "tile",
+            stage: "mesh_tile",
             field: field.into(),
             expected: expected.into(),
             found,
