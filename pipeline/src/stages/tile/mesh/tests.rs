@@ -429,7 +429,16 @@ fn bad_params_are_rejected_before_work() {
         },
     ] {
         let e = tile_mesh(&avocado(), &p, out.path()).unwrap_err();
-        assert!(matches!(e, Error::Param { stage: "mesh_tile", .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                Error::Param {
+                    stage: "mesh_tile",
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
     assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
 }
