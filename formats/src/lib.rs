@@ -12,6 +12,7 @@ pub mod atomic_write;
 pub mod capture;
 pub mod error;
 pub mod mesh;
+pub mod rotation;
 pub mod splats;
 pub mod tiles;
 

@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::{Capture, Distortion, Frame, Intrinsics, SfmPoints, sort_frames, warn_skipped};
+use crate::rotation::quaternion_to_rotation;
 use crate::{Error, Result};
 
 /// Sub-directories of the given directory searched, in order, for a COLMAP model.
@@ -429,35 +430,6 @@ fn rest_after_fields(line: &str, n: usize) -> &str {
         rest = rest[end..].trim_start();
     }
     rest.trim_end()
-}
-
-/// Rotation matrix (row-major) of the Hamilton quaternion `[w, x, y, z]`, normalised first;
-/// `None` for a zero quaternion.
-///
-/// Source: COLMAP `Eigen::Quaterniond::toRotationMatrix` (standard unit-quaternion formula).
-fn quaternion_to_rotation(q: [f64; 4]) -> Option<[[f64; 3]; 3]> {
-    let norm = q.iter().map(|v| v * v).sum::<f64>().sqrt();
-    if !(norm > 0.0 && norm.is_finite()) {
-        return None;
-    }
-    let [w, x, y, z] = q.map(|v| v / norm);
-    Some([
-        [
-            1.0 - 2.0 * (y * y + z * z),
-            2.0 * (x * y - w * z),
-            2.0 * (x * z + w * y),
-        ],
-        [
-            2.0 * (x * y + w * z),
-            1.0 - 2.0 * (x * x + z * z),
-            2.0 * (y * z - w * x),
-        ],
-        [
-            2.0 * (x * z - w * y),
-            2.0 * (y * z + w * x),
-            1.0 - 2.0 * (x * x + y * y),
-        ],
-    ])
 }
 
 /// `points3D.txt`: POINT3D_ID X Y Z R G B ERROR TRACK[] → positions and colours, file order.

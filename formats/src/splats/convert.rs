@@ -453,25 +453,8 @@ mod tests {
     use std::path::PathBuf;
 
     fn quat_to_matrix(q: &[f32]) -> [[f64; 3]; 3] {
-        let n = q.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt();
-        let [w, x, y, z] = [0, 1, 2, 3].map(|i| q[i] as f64 / n);
-        [
-            [
-                1.0 - 2.0 * (y * y + z * z),
-                2.0 * (x * y - w * z),
-                2.0 * (x * z + w * y),
-            ],
-            [
-                2.0 * (x * y + w * z),
-                1.0 - 2.0 * (x * x + z * z),
-                2.0 * (y * z - w * x),
-            ],
-            [
-                2.0 * (x * z - w * y),
-                2.0 * (y * z + w * x),
-                1.0 - 2.0 * (x * x + y * y),
-            ],
-        ]
+        crate::rotation::quaternion_to_rotation([0, 1, 2, 3].map(|i| f64::from(q[i])))
+            .expect("non-zero quaternion")
     }
 
     fn mat_mul(a: [[f64; 3]; 3], b: [[f64; 3]; 3]) -> [[f64; 3]; 3] {

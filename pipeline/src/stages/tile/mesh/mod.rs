@@ -33,15 +33,10 @@ use kiln_formats::atomic_write::write_atomic;
 use kiln_formats::mesh::{
     EXT_MESHOPT_COMPRESSION, ImageRef, KHR_MESH_QUANTIZATION, Mesh, read_gltf, write_quantized_glb,
 };
-use kiln_formats::tiles::tileset::{
-    Asset, BoundingVolume, Content, Refine, Tile, Tileset, Y_UP_TO_Z_UP,
-};
+use kiln_formats::tiles::tileset::{BoundingVolume, Content, Refine, Tile, Y_UP_TO_Z_UP};
 use serde::{Deserialize, Serialize};
 
-use super::TileReport;
-
-/// Tileset extension that declares the glTF extensions of the content (3D Tiles 1.1).
-const CONTENT_GLTF: &str = "3DTILES_content_gltf";
+use super::{TileReport, write_tileset};
 use crate::stages::decimate::{LodLevel, weld};
 use crate::{Error, Result};
 use encode::{Lattice, MeshoptCodec, quantize_tile};
@@ -246,34 +241,14 @@ fn build_and_write(
     let (root, (lo, hi)) = writer.emit(&tree, "r", 0)?;
     let levels = writer.levels;
     let diagonal_m = (0..3).map(|k| (hi[k] - lo[k]).powi(2)).sum::<f64>().sqrt();
-    let tileset = Tileset {
-        asset: Asset {
-            version: "1.1".into(),
-            generator: Some(concat!("kiln ", env!("CARGO_PKG_VERSION")).into()),
-        },
-        geometric_error: diagonal_m.max(root.geometric_error),
+    let geometric_error = diagonal_m.max(root.geometric_error);
+    let tileset_path = write_tileset(
+        out_dir,
         root,
-        // Declared the way splat tilesets declare theirs (3DTILES_content_gltf), so a client or
-        // checker can tell up front which glTF extensions every tile requires.
-        extensions_used: vec![CONTENT_GLTF.into()],
-        extensions_required: Vec::new(),
-        extensions: [(
-            CONTENT_GLTF.to_string(),
-            serde_json::json!({
-                "extensionsUsed": [KHR_MESH_QUANTIZATION, EXT_MESHOPT_COMPRESSION],
-                "extensionsRequired": [KHR_MESH_QUANTIZATION, EXT_MESHOPT_COMPRESSION],
-            }),
-        )]
-        .into_iter()
-        .collect(),
-    };
-    let tileset_path = out_dir.join("tileset.json");
-    let json = serde_json::to_vec_pretty(&tileset).map_err(|e| Error::Input {
-        path: tileset_path.clone(),
-        field: "tileset".into(),
-        problem: format!("cannot serialise: {e}"),
-    })?;
-    write_atomic(&tileset_path, &json)?;
+        geometric_error,
+        &[KHR_MESH_QUANTIZATION, EXT_MESHOPT_COMPRESSION],
+        false,
+    )?;
     for (depth, l) in levels.iter().enumerate() {
         tracing::info!(
             level = depth,

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use super::encode::{DecodedTile, decode_tile};
 use super::*;
 use crate::stages::decimate::tests::khronos_validate;
+use kiln_formats::tiles::tileset::Tileset;
 
 fn dataset(rel: &str) -> PathBuf {
     let root = std::env::var_os("KILN_DATASETS")

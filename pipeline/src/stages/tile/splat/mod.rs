@@ -39,17 +39,16 @@
 use std::path::Path;
 
 use kiln_formats::atomic_write::write_atomic;
+use kiln_formats::rotation::quaternion_to_rotation;
 use kiln_formats::splats::GaussianSplats;
 use kiln_formats::splats::glb::{
     KHR_GAUSSIAN_SPLATTING, KHR_GAUSSIAN_SPLATTING_SPZ_2, SplatGlbOptions, write_splat_glb_with,
 };
 use kiln_formats::splats::spz::spz_position_limit_m;
-use kiln_formats::tiles::tileset::{
-    Asset, BoundingVolume, Content, Refine, Tile, Tileset, Y_UP_TO_Z_UP,
-};
+use kiln_formats::tiles::tileset::{BoundingVolume, Content, Refine, Tile, Y_UP_TO_Z_UP};
 use rayon::prelude::*;
 
-use super::TileReport;
+use super::{TileReport, write_tileset};
 use crate::{Error, Result};
 
 mod moments;
@@ -259,32 +258,13 @@ pub fn tile_splats(
     }
 
     let root = build_tile(&nodes, &boxes, &errors, 0, [0.0; 3]);
-    let tileset = Tileset {
-        asset: Asset {
-            version: "1.1".into(),
-            generator: Some(concat!("kiln ", env!("CARGO_PKG_VERSION")).into()),
-        },
-        geometric_error: boxes[0].diagonal().max(errors[0]),
+    let tileset_path = write_tileset(
+        out_dir,
         root,
-        extensions_used: vec![CONTENT_GLTF.into()],
-        extensions_required: vec![CONTENT_GLTF.into()],
-        extensions: [(
-            CONTENT_GLTF.to_string(),
-            serde_json::json!({
-                "extensionsUsed": [KHR_GAUSSIAN_SPLATTING, KHR_GAUSSIAN_SPLATTING_SPZ_2],
-                "extensionsRequired": [KHR_GAUSSIAN_SPLATTING, KHR_GAUSSIAN_SPLATTING_SPZ_2],
-            }),
-        )]
-        .into_iter()
-        .collect(),
-    };
-    let tileset_path = out_dir.join("tileset.json");
-    let json = serde_json::to_vec_pretty(&tileset).map_err(|e| Error::Input {
-        path: tileset_path.clone(),
-        field: "tileset".into(),
-        problem: format!("cannot serialise: {e}"),
-    })?;
-    write_atomic(&tileset_path, &json)?;
+        boxes[0].diagonal().max(errors[0]),
+        &[KHR_GAUSSIAN_SPLATTING, KHR_GAUSSIAN_SPLATTING_SPZ_2],
+        true,
+    )?;
 
     let levels = nodes.iter().map(|n| n.depth).max().unwrap_or(0) + 1;
     tracing::info!(
@@ -304,9 +284,6 @@ pub fn tile_splats(
 /// What the leaf pass of [`tile_splats`] returns per parent: the parent's index, its merge grid
 /// with its leaf children's splats added, and per leaf child (index, content box, GLB bytes).
 type LeafPass = (usize, Grid, Vec<(usize, Aabb, u64)>);
-
-/// Tileset extension that makes CesiumJS route splat GLBs to its splat renderer (§1.7).
-const CONTENT_GLTF: &str = "3DTILES_content_gltf";
 
 /// The boundary check of [`tile_splats`].
 fn check_tile_inputs(splats: &GaussianSplats, params: &SplatTileParams) -> Result<()> {
@@ -615,37 +592,14 @@ fn sigmoid(x: f32) -> f64 {
     1.0 / (1.0 + (-(x as f64)).exp())
 }
 
-/// Rotation matrix (row-major, local → world) of a wxyz quaternion (normalised here).
+/// Rotation matrix (row-major, local → world) of a wxyz quaternion (normalised here); the
+/// identity for a zero quaternion (an unrotated splat).
 fn quat_to_matrix(q: &[f32]) -> [[f64; 3]; 3] {
-    let n = q
-        .iter()
-        .map(|v| (*v as f64).powi(2))
-        .sum::<f64>()
-        .sqrt()
-        .max(1e-300);
-    let (w, x, y, z) = (
-        q[0] as f64 / n,
-        q[1] as f64 / n,
-        q[2] as f64 / n,
-        q[3] as f64 / n,
-    );
-    [
-        [
-            1.0 - 2.0 * (y * y + z * z),
-            2.0 * (x * y - w * z),
-            2.0 * (x * z + w * y),
-        ],
-        [
-            2.0 * (x * y + w * z),
-            1.0 - 2.0 * (x * x + z * z),
-            2.0 * (y * z - w * x),
-        ],
-        [
-            2.0 * (x * z - w * y),
-            2.0 * (y * z + w * x),
-            1.0 - 2.0 * (x * x + y * y),
-        ],
-    ]
+    quaternion_to_rotation([0, 1, 2, 3].map(|i| f64::from(q[i]))).unwrap_or([
+        [1.0, 0.0, 0.0],
+        [0.0, 1.0, 0.0],
+        [0.0, 0.0, 1.0],
+    ])
 }
 
 /// wxyz quaternion of a proper rotation matrix (row-major), Shepperd's method.
@@ -891,7 +845,9 @@ fn build_tile(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stages::tile::CONTENT_GLTF;
     use kiln_formats::splats::glb::read_splat_glb;
+    use kiln_formats::tiles::tileset::Tileset;
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
 
