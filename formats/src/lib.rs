@@ -1,6 +1,6 @@
 //! kiln-formats: Kiln's domain data types and their file I/O.
 //!
-//! Captures (nerfstudio / instant-ngp `transforms.json`, COLMAP text models) and their images;
+//! Captures (nerfstudio / instant-ngp `transforms.json`, COLMAP binary and text models) and their images;
 //! Gaussian splats (INRIA 3DGS PLY, SPZ, glTF `KHR_gaussian_splatting`); meshes (glTF/GLB);
 //! 3D Tiles 1.1 tilesets. No GPU, no async runtime, no training logic lives here.
 //!

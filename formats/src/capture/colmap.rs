@@ -1,15 +1,18 @@
-//! COLMAP sparse models in text form (`cameras.txt`, `images.txt`, `points3D.txt`) and the layout
-//! of the directories that hold them.
+//! COLMAP sparse models in text form (`cameras.txt`, `images.txt`, `points3D.txt`), the layout
+//! of the directories that hold them, and what the text and binary readers share (camera-model
+//! conversion, pose construction, image lookup). The binary form (`*.bin`) is parsed in
+//! `colmap_bin.rs`; both forms yield the same [`Capture`] for the same model, bit for bit.
 //!
 //! Source: COLMAP docs "Output Format" (text model) and "Camera Models";
 //! `src/colmap/scene/reconstruction_io.cc` (`ReadCamerasText`, `ReadImagesText`,
-//! `ReadPoints3DText`), `src/colmap/sensor/models.h` (parameter order of each model).
+//! `ReadPoints3DText`), `src/colmap/sensor/models.h` (model ids and parameter order).
 //!
 //! `images.txt` poses (QW QX QY QZ TX TY TZ) are already world_to_camera in the OpenCV camera
 //! frame: `X_cam = R(q)·X_world + t`, with q a Hamilton quaternion (w first), normalised on read.
 //! COLMAP's principal point uses the corner-origin pixel convention, as [`Intrinsics`] does.
-//! Binary models (`*.bin`) are not read yet: a directory holding only those is
-//! [`Error::Unsupported`].
+//!
+//! A directory holding both forms is read as binary: COLMAP writes `.bin` natively (its mapper
+//! and `model_converter` default), so a `.txt` beside it is an export that may be stale.
 //!
 //! NaN/Inf: a non-finite or out-of-range number on any line is an error naming file, line and
 //! column name; a zero quaternion likewise.
@@ -17,6 +20,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use super::colmap_bin;
 use super::{Capture, Distortion, Frame, Intrinsics, SfmPoints, sort_frames, warn_skipped};
 use crate::rotation::quaternion_to_rotation;
 use crate::{Error, Result};
@@ -33,7 +37,7 @@ const MODEL_DIRS: [&str; 8] = [
     "colmap/reconstruction",
 ];
 
-/// COLMAP camera models and their parameter names, in COLMAP's order (`models.h`).
+/// COLMAP camera models Kiln converts, and their parameter names, in COLMAP's order (`models.h`).
 const SUPPORTED_MODELS: [(&str, &[&str]); 5] = [
     ("SIMPLE_PINHOLE", &["f", "cx", "cy"]),
     ("PINHOLE", &["fx", "fy", "cx", "cy"]),
@@ -42,39 +46,234 @@ const SUPPORTED_MODELS: [(&str, &[&str]); 5] = [
     ("OPENCV", &["fx", "fy", "cx", "cy", "k1", "k2", "p1", "p2"]),
 ];
 
-/// Read a COLMAP text model and locate its images.
+/// Every COLMAP camera model, indexed by its `MODEL_ID` as stored in `cameras.bin`, with its
+/// number of parameters (`models.h`, `CAMERA_MODEL_CASES`; ids 0..=10 as in COLMAP 3.8).
+pub(super) const CAMERA_MODELS: [(&str, usize); 11] = [
+    ("SIMPLE_PINHOLE", 3),
+    ("PINHOLE", 4),
+    ("SIMPLE_RADIAL", 4),
+    ("RADIAL", 5),
+    ("OPENCV", 8),
+    ("OPENCV_FISHEYE", 8),
+    ("FULL_OPENCV", 12),
+    ("FOV", 5),
+    ("SIMPLE_RADIAL_FISHEYE", 4),
+    ("RADIAL_FISHEYE", 5),
+    ("THIN_PRISM_FISHEYE", 12),
+];
+
+/// Parameter names of a supported camera model (COLMAP's order); `None` if Kiln does not convert
+/// that model.
+pub(super) fn model_params(model: &str) -> Option<&'static [&'static str]> {
+    SUPPORTED_MODELS
+        .iter()
+        .find(|(m, _)| *m == model)
+        .map(|(_, names)| *names)
+}
+
+/// The [`Error::Unsupported`] for a camera model Kiln does not convert; `field` locates it.
+pub(super) fn unsupported_model(path: &Path, field: String, found: String) -> Error {
+    let supported: Vec<&str> = SUPPORTED_MODELS.iter().map(|(m, _)| *m).collect();
+    Error::Unsupported {
+        path: path.to_path_buf(),
+        field,
+        found,
+        supported: supported.join(", "),
+    }
+}
+
+/// Why a camera's size or parameters are unusable, for the caller to locate (line or byte).
+#[derive(Debug)]
+pub(super) struct CameraFault {
+    /// Column as COLMAP names it: `WIDTH`, `HEIGHT`, `PARAMS[]` or a parameter name (`fy`).
+    pub(super) field: &'static str,
+    /// Index into the parameter list when one parameter is at fault.
+    pub(super) param: Option<usize>,
+    pub(super) expected: String,
+    pub(super) found: String,
+}
+
+/// Image size from COLMAP's WIDTH and HEIGHT: both must be in 1..=u32::MAX pixels.
+pub(super) fn image_size(width: u64, height: u64) -> std::result::Result<(u32, u32), CameraFault> {
+    let check = |field: &'static str, v: u64| {
+        u32::try_from(v)
+            .ok()
+            .filter(|&v| v > 0)
+            .ok_or_else(|| CameraFault {
+                field,
+                param: None,
+                expected: format!("a positive number of pixels ≤ {}", u32::MAX),
+                found: v.to_string(),
+            })
+    };
+    Ok((check("WIDTH", width)?, check("HEIGHT", height)?))
+}
+
+/// Kiln intrinsics and distortion of a COLMAP camera: the one conversion both readers use.
 ///
-/// Guaranteed: frames sorted by name, one per image of `images.txt` whose file exists (others are
-/// named in [`Capture::skipped`], with one warning); `points` is `Some` when `points3D.txt`
-/// exists (`None` if it does not), in file order. Ids may appear in any order. No pixels read.
-/// - `dir`: the model directory or a directory above it; the model (`cameras.txt`, `images.txt`)
-///   is looked for in `dir`, `dir/sparse/0`, `dir/sparse`, `dir/colmap/sparse/0`,
-///   `dir/colmap/sparse`, `dir/colmap`, `dir/reconstruction`, `dir/colmap/reconstruction`.
+/// - `model`: COLMAP model name (`SIMPLE_PINHOLE`, …); one of [`SUPPORTED_MODELS`].
+/// - `width`, `height`: image size, pixels (checked by [`image_size`]).
+/// - `params`: the model's parameters in COLMAP's order (focal lengths and principal point in
+///   pixels, distortion coefficients unitless); must be exactly as many as the model has, finite,
+///   with focal lengths > 0.
+///
+/// Returns a [`CameraFault`] naming the size, count or parameter at fault (an unsupported model
+/// is reported as `MODEL`; callers check [`model_params`] first to report it as unsupported).
+pub(super) fn camera_from_model(
+    model: &str,
+    width: u64,
+    height: u64,
+    params: &[f64],
+) -> std::result::Result<(Intrinsics, Distortion), CameraFault> {
+    let Some(names) = model_params(model) else {
+        return Err(CameraFault {
+            field: "MODEL",
+            param: None,
+            expected: "a supported camera model".into(),
+            found: model.to_string(),
+        });
+    };
+    let (width, height) = image_size(width, height)?;
+    if params.len() != names.len() {
+        return Err(CameraFault {
+            field: "PARAMS[]",
+            param: None,
+            expected: format!(
+                "{} parameters for {model} ({})",
+                names.len(),
+                names.join(" ")
+            ),
+            found: format!("{} parameters", params.len()),
+        });
+    }
+    if let Some(k) = params.iter().position(|v| !v.is_finite()) {
+        return Err(CameraFault {
+            field: names[k],
+            param: Some(k),
+            expected: "a finite number".into(),
+            found: format!("`{}`", params[k]),
+        });
+    }
+    let p = params;
+    let (fx, fy, cx, cy, distortion) = match model {
+        "SIMPLE_PINHOLE" => (p[0], p[0], p[1], p[2], Distortion::None),
+        "PINHOLE" => (p[0], p[1], p[2], p[3], Distortion::None),
+        "SIMPLE_RADIAL" => (p[0], p[0], p[1], p[2], Distortion::SimpleRadial { k: p[3] }),
+        "RADIAL" => (
+            p[0],
+            p[0],
+            p[1],
+            p[2],
+            Distortion::Radial { k1: p[3], k2: p[4] },
+        ),
+        _ => (
+            p[0],
+            p[1],
+            p[2],
+            p[3],
+            Distortion::OpenCv {
+                k1: p[4],
+                k2: p[5],
+                p1: p[6],
+                p2: p[7],
+            },
+        ),
+    };
+    for (k, f) in [(0, fx), (1, fy)] {
+        if f <= 0.0 {
+            return Err(CameraFault {
+                field: names[k],
+                param: Some(k),
+                expected: "a positive focal length in pixels".into(),
+                found: f.to_string(),
+            });
+        }
+    }
+    let intrinsics = Intrinsics {
+        fx,
+        fy,
+        cx,
+        cy,
+        width,
+        height,
+    };
+    Ok((intrinsics, distortion))
+}
+
+/// Rigid world_to_camera `[R(q) t; 0 1]` from a COLMAP pose (q normalised first); `None` for a
+/// zero or non-finite quaternion.
+pub(super) fn pose_from_colmap(q: [f64; 4], t: [f64; 3]) -> Option<[[f64; 4]; 4]> {
+    let rotation = quaternion_to_rotation(q)?;
+    let mut world_to_camera = [[0.0; 4]; 4];
+    for r in 0..3 {
+        world_to_camera[r][..3].copy_from_slice(&rotation[r]);
+        world_to_camera[r][3] = t[r];
+    }
+    world_to_camera[3][3] = 1.0;
+    Some(world_to_camera)
+}
+
+/// COLMAP image NAME as Kiln uses it: relative path with `/` separators (`\` replaced).
+pub(super) fn image_name(raw: &str) -> String {
+    raw.replace('\\', "/")
+}
+
+/// Which form a model directory holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ModelForm {
+    Text,
+    Binary,
+}
+
+/// A parsed model, text or binary: what [`read_colmap`] needs after parsing.
+pub(super) struct ParsedModel {
+    /// Intrinsics and distortion by CAMERA_ID.
+    pub(super) cameras: HashMap<u32, (Intrinsics, Distortion)>,
+    /// Images in file order; every `camera_id` is a key of `cameras`.
+    pub(super) images: Vec<ImageEntry>,
+    /// Points in file order, when the points file exists.
+    pub(super) points: Option<SfmPoints>,
+    /// The images file (`images.txt` or `images.bin`), for messages.
+    pub(super) images_path: PathBuf,
+}
+
+/// Read a COLMAP model, text or binary, and locate its images.
+///
+/// Guaranteed: frames sorted by name, one per image of `images.txt` / `images.bin` whose file
+/// exists (others are named in [`Capture::skipped`], with one warning); `points` is `Some` when
+/// the points file (`points3D.txt` / `points3D.bin`, same form as the model) exists (`None` if
+/// it does not), in file order. Ids may appear in any order. No pixels read. The text and binary
+/// forms of one model give identical captures (every f64 bit-exact).
+/// - `dir`: the model directory or a directory above it; the model (`cameras.bin` +
+///   `images.bin`, or `cameras.txt` + `images.txt`) is looked for in `dir`, `dir/sparse/0`,
+///   `dir/sparse`, `dir/colmap/sparse/0`, `dir/colmap/sparse`, `dir/colmap`,
+///   `dir/reconstruction`, `dir/colmap/reconstruction`; the first directory holding either form
+///   wins, and in it the binary form is preferred (module doc).
 ///   Images (`NAME` column, relative) are looked for in `dir/images`, then in `images/` inside the
 ///   model directory and up to three directories above it (`scene/sparse/0` → `scene/images`);
 ///   the first that holds the first image (by name) wins, else the first that exists.
 ///   [`Capture::source`] is the model directory.
 ///
 /// # Errors
-/// [`Error::NotFound`] if no model is found; [`Error::Unsupported`] for a binary-only model or a
-/// camera model other than SIMPLE_PINHOLE, PINHOLE, SIMPLE_RADIAL, RADIAL, OPENCV (naming it);
+/// [`Error::NotFound`] if no model is found; [`Error::Unsupported`] for a camera model other than
+/// SIMPLE_PINHOLE, PINHOLE, SIMPLE_RADIAL, RADIAL, OPENCV (naming it); for text,
 /// [`Error::InvalidLine`] naming file, line and column for a malformed line, a duplicate id or an
-/// unknown CAMERA_ID; [`Error::Invalid`] for an image listed twice; [`Error::Empty`] if no image
+/// unknown CAMERA_ID; for binary, [`Error::Corrupt`] (truncated file, impossible count, trailing
+/// bytes) or [`Error::Invalid`] (bad value, duplicate or unknown id), naming file, record, field
+/// and byte offset; [`Error::Invalid`] for an image listed twice; [`Error::Empty`] if no image
 /// file exists; [`Error::Io`] reading a file.
 ///
-/// Source: COLMAP text model format (module doc).
+/// Source: COLMAP text and binary model formats (module doc, `colmap_bin.rs`).
 pub fn read_colmap(dir: &Path) -> Result<Capture> {
-    let model_dir = find_model_dir(dir)?;
-    let cameras_path = model_dir.join("cameras.txt");
-    let images_path = model_dir.join("images.txt");
-    let points_path = model_dir.join("points3D.txt");
-
-    let cameras = parse_cameras(&cameras_path, &read_text(&cameras_path)?)?;
-    let images = parse_images(&images_path, &read_text(&images_path)?, &cameras)?;
-    let points = if points_path.is_file() {
-        Some(parse_points(&points_path, &read_text(&points_path)?)?)
-    } else {
-        None
+    let (model_dir, form) = find_model_dir(dir)?;
+    let ParsedModel {
+        cameras,
+        images,
+        points,
+        images_path,
+    } = match form {
+        ModelForm::Text => read_text_model(&model_dir)?,
+        ModelForm::Binary => colmap_bin::read_binary_model(&model_dir)?,
     };
 
     let images_dir = find_images_dir(dir, &model_dir, &images);
@@ -101,8 +300,11 @@ pub fn read_colmap(dir: &Path) -> Result<Capture> {
     missing.sort();
     warn_skipped(&images_path, "image file missing", &missing, listed);
     if frames.is_empty() {
+        let file = images_path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
         let reason = if listed == 0 {
-            "images.txt lists no images".to_string()
+            format!("{file} lists no images")
         } else {
             format!(
                 "all {listed} images listed are missing from {} (first: `{}`); put the images \
@@ -126,12 +328,33 @@ pub fn read_colmap(dir: &Path) -> Result<Capture> {
     })
 }
 
+/// Parse the text model in `model_dir` (`points3D.txt` optional).
+fn read_text_model(model_dir: &Path) -> Result<ParsedModel> {
+    let cameras_path = model_dir.join("cameras.txt");
+    let images_path = model_dir.join("images.txt");
+    let points_path = model_dir.join("points3D.txt");
+    let cameras = parse_cameras(&cameras_path, &read_text(&cameras_path)?)?;
+    let images = parse_images(&images_path, &read_text(&images_path)?, &cameras)?;
+    let points = if points_path.is_file() {
+        Some(parse_points(&points_path, &read_text(&points_path)?)?)
+    } else {
+        None
+    };
+    Ok(ParsedModel {
+        cameras,
+        images,
+        points,
+        images_path,
+    })
+}
+
 fn read_text(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|e| Error::io(path, e))
 }
 
-/// First of [`MODEL_DIRS`] under `dir` holding `cameras.txt` and `images.txt`.
-fn find_model_dir(dir: &Path) -> Result<PathBuf> {
+/// First of [`MODEL_DIRS`] under `dir` holding a model (`cameras.bin` + `images.bin`, or
+/// `cameras.txt` + `images.txt`), and its form; binary wins within one directory.
+fn find_model_dir(dir: &Path) -> Result<(PathBuf, ModelForm)> {
     let candidates = MODEL_DIRS.iter().map(|sub| {
         if sub.is_empty() {
             dir.to_path_buf()
@@ -139,30 +362,20 @@ fn find_model_dir(dir: &Path) -> Result<PathBuf> {
             dir.join(sub)
         }
     });
-    let mut binary = None;
     for candidate in candidates {
-        if candidate.join("cameras.txt").is_file() && candidate.join("images.txt").is_file() {
-            return Ok(candidate);
+        let has = |a: &str, b: &str| candidate.join(a).is_file() && candidate.join(b).is_file();
+        if has("cameras.bin", "images.bin") {
+            return Ok((candidate, ModelForm::Binary));
         }
-        if binary.is_none() && candidate.join("cameras.bin").is_file() {
-            binary = Some(candidate);
+        if has("cameras.txt", "images.txt") {
+            return Ok((candidate, ModelForm::Text));
         }
-    }
-    if let Some(binary) = binary {
-        return Err(Error::Unsupported {
-            path: binary.join("cameras.bin"),
-            field: "format".into(),
-            found: "a binary COLMAP model (cameras.bin, images.bin)".into(),
-            supported: "the COLMAP text model; convert with `colmap model_converter \
-                        --output_type TXT`"
-                .into(),
-        });
     }
     Err(Error::NotFound {
         path: dir.to_path_buf(),
-        what: "capture: transforms.json, or a COLMAP model (cameras.txt + images.txt) in the \
-               directory, sparse/0, sparse, colmap/sparse/0, colmap/sparse, colmap, \
-               reconstruction or colmap/reconstruction",
+        what: "capture: transforms.json, or a COLMAP model (cameras.bin + images.bin or \
+               cameras.txt + images.txt) in the directory, sparse/0, sparse, colmap/sparse/0, \
+               colmap/sparse, colmap, reconstruction or colmap/reconstruction",
     })
 }
 
@@ -255,95 +468,37 @@ fn parse_cameras(path: &Path, text: &str) -> Result<HashMap<u32, (Intrinsics, Di
         line.require(4, &columns)?;
         let id: u32 = line.parse(0, "CAMERA_ID", "a camera id (unsigned integer)")?;
         let model = line.fields[1];
-        let Some((_, names)) = SUPPORTED_MODELS.iter().find(|(m, _)| *m == model) else {
-            let supported: Vec<&str> = SUPPORTED_MODELS.iter().map(|(m, _)| *m).collect();
-            return Err(Error::Unsupported {
-                path: path.to_path_buf(),
-                field: format!("MODEL (line {number})"),
-                found: format!("camera model {model}"),
-                supported: supported.join(", "),
-            });
-        };
-        let width: u32 = line.parse(2, "WIDTH", "a width in pixels (positive integer)")?;
-        let height: u32 = line.parse(3, "HEIGHT", "a height in pixels (positive integer)")?;
-        if width == 0 || height == 0 {
-            let (column, v) = if width == 0 {
-                ("WIDTH", width)
-            } else {
-                ("HEIGHT", height)
-            };
-            return Err(line.error(column, "a positive number of pixels", v.to_string()));
-        }
-        let params = &line.fields[4..];
-        if params.len() != names.len() {
-            return Err(line.error(
-                "PARAMS[]",
-                &format!(
-                    "{} parameters for {model} ({})",
-                    names.len(),
-                    names.join(" ")
-                ),
-                format!("{} parameters", params.len()),
+        let Some(names) = model_params(model) else {
+            return Err(unsupported_model(
+                path,
+                format!("MODEL (line {number})"),
+                format!("camera model {model}"),
             ));
-        }
-        let mut p = [0.0; 8];
-        for (k, name) in names.iter().enumerate() {
-            p[k] = line.finite(4 + k, name)?;
-        }
-        let (fx, fy, cx, cy, distortion) = match model {
-            "SIMPLE_PINHOLE" => (p[0], p[0], p[1], p[2], Distortion::None),
-            "PINHOLE" => (p[0], p[1], p[2], p[3], Distortion::None),
-            "SIMPLE_RADIAL" => (p[0], p[0], p[1], p[2], Distortion::SimpleRadial { k: p[3] }),
-            "RADIAL" => (
-                p[0],
-                p[0],
-                p[1],
-                p[2],
-                Distortion::Radial { k1: p[3], k2: p[4] },
-            ),
-            _ => (
-                p[0],
-                p[1],
-                p[2],
-                p[3],
-                Distortion::OpenCv {
-                    k1: p[4],
-                    k2: p[5],
-                    p1: p[6],
-                    p2: p[7],
-                },
-            ),
         };
-        for (k, f) in [(0, fx), (1, fy)] {
-            if f <= 0.0 {
-                return Err(line.error(
-                    names[k],
-                    "a positive focal length in pixels",
-                    f.to_string(),
-                ));
-            }
+        let width: u64 = line.parse(2, "WIDTH", "a width in pixels (positive integer)")?;
+        let height: u64 = line.parse(3, "HEIGHT", "a height in pixels (positive integer)")?;
+        let mut params = Vec::with_capacity(line.fields.len() - 4);
+        for k in 4..line.fields.len() {
+            let column = names.get(k - 4).copied().unwrap_or("PARAMS[]");
+            params.push(line.parse::<f64>(k, column, "a finite number")?);
         }
-        let intrinsics = Intrinsics {
-            fx,
-            fy,
-            cx,
-            cy,
-            width,
-            height,
-        };
-        if cameras.insert(id, (intrinsics, distortion)).is_some() {
+        let camera = camera_from_model(model, width, height, &params)
+            .map_err(|f| line.error(f.field, &f.expected, f.found))?;
+        if cameras.insert(id, camera).is_some() {
             return Err(line.error("CAMERA_ID", "each camera id once", format!("{id} again")));
         }
     }
     Ok(cameras)
 }
 
-/// One image of `images.txt`.
+/// One image of `images.txt` / `images.bin`.
 #[derive(Debug)]
-struct ImageEntry {
-    name: String,
-    camera_id: u32,
-    world_to_camera: [[f64; 4]; 4],
+pub(super) struct ImageEntry {
+    /// NAME, `/`-separated ([`image_name`]).
+    pub(super) name: String,
+    pub(super) camera_id: u32,
+    /// From [`pose_from_colmap`].
+    pub(super) world_to_camera: [[f64; 4]; 4],
 }
 
 /// `images.txt`: per image a line `IMAGE_ID QW QX QY QZ TX TY TZ CAMERA_ID NAME` followed by one
@@ -394,8 +549,8 @@ fn parse_images(
                 camera_id.to_string(),
             ));
         }
-        let name = rest_after_fields(text, 9).replace('\\', "/");
-        let Some(rotation) = quaternion_to_rotation(q) else {
+        let name = image_name(rest_after_fields(text, 9));
+        let Some(world_to_camera) = pose_from_colmap(q, t) else {
             return Err(line.error("QW QX QY QZ", "a non-zero quaternion", format!("{q:?}")));
         };
         if let Some(previous) = ids.insert(id, number) {
@@ -405,12 +560,6 @@ fn parse_images(
                 format!("{id}, also on line {previous}"),
             ));
         }
-        let mut world_to_camera = [[0.0; 4]; 4];
-        for r in 0..3 {
-            world_to_camera[r][..3].copy_from_slice(&rotation[r]);
-            world_to_camera[r][3] = t[r];
-        }
-        world_to_camera[3][3] = 1.0;
         images.push(ImageEntry {
             name,
             camera_id,
@@ -740,17 +889,6 @@ mod tests {
         let err = read_colmap(dir.path()).unwrap_err();
         assert!(matches!(err, Error::Empty { .. }), "{err}");
         assert!(err.to_string().contains("a.png"), "{err}");
-    }
-
-    #[test]
-    fn colmap_binary_only_model_is_unsupported() {
-        let dir = tempfile::tempdir().unwrap();
-        let sparse = dir.path().join("sparse/0");
-        std::fs::create_dir_all(&sparse).unwrap();
-        std::fs::write(sparse.join("cameras.bin"), [0_u8; 8]).unwrap();
-        let err = read_colmap(dir.path()).unwrap_err();
-        assert!(matches!(err, Error::Unsupported { .. }), "{err}");
-        assert!(err.to_string().contains("model_converter"), "{err}");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Captures: posed photographs of a scene, read from nerfstudio / instant-ngp `transforms*.json`
-//! files, COLMAP text models and LLFF `poses_bounds.npy` files, plus their images (decode,
-//! downscale, undistort).
+//! files, COLMAP models (binary or text) and LLFF `poses_bounds.npy` files, plus their images
+//! (decode, downscale, undistort).
 //!
 //! This module owns the capture domain types ([`Capture`], [`Frame`], [`Intrinsics`],
 //! [`Distortion`], [`SfmPoints`], [`RgbImage`]) and the format dispatch ([`read_capture`]). Each
@@ -20,6 +20,7 @@
 //! reader needs is an error naming the field.
 
 mod colmap;
+mod colmap_bin;
 mod distortion;
 mod image;
 mod llff;
@@ -30,6 +31,7 @@ use std::path::{Path, PathBuf};
 use crate::{Error, Result};
 
 pub use self::colmap::read_colmap;
+pub use self::colmap_bin::{ColmapModelStats, read_colmap_model_stats};
 pub use self::distortion::{Distortion, undistort};
 pub use self::image::{RgbImage, load_rgb, scaled_size};
 pub use self::llff::{read_llff, read_llff_file};
@@ -126,7 +128,8 @@ impl Frame {
     }
 }
 
-/// A sparse structure-from-motion point cloud (e.g. COLMAP `points3D.txt`), `[N, 3]` each.
+/// A sparse structure-from-motion point cloud (e.g. COLMAP `points3D.bin` / `points3D.txt`),
+/// `[N, 3]` each.
 ///
 /// `positions[n]` and `colors[n]` describe point n; both have the same length N.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -148,15 +151,16 @@ pub struct Capture {
     pub source: PathBuf,
     /// The usable frames, sorted by [`Frame::name`].
     pub frames: Vec<Frame>,
-    /// The sparse point cloud, when the format has one (COLMAP `points3D.txt`); `None` otherwise.
+    /// The sparse point cloud, when the format has one (COLMAP `points3D.bin` / `.txt`); `None`
+    /// otherwise.
     pub points: Option<SfmPoints>,
     /// Names of frames listed by the source but skipped (missing image file, non-finite pose),
     /// sorted; a warning listing them was logged.
     pub skipped: Vec<String>,
 }
 
-/// Read a capture from a transforms.json file, an LLFF `poses_bounds.npy` file or a COLMAP text
-/// model, detected from `path`.
+/// Read a capture from a transforms.json file, an LLFF `poses_bounds.npy` file or a COLMAP model
+/// (binary or text), detected from `path`.
 ///
 /// - `path`: one of
 ///   - a `*.json` file: nerfstudio / instant-ngp `transforms.json` ([`read_transforms`]);
@@ -164,15 +168,19 @@ pub struct Capture {
 ///   - a `*.npy` file: LLFF `poses_bounds.npy`, images in `images/` beside it
 ///     ([`read_llff_file`]);
 ///   - a directory holding `poses_bounds.npy` (and no `transforms.json`) ([`read_llff`]);
-///   - a COLMAP text model file (`cameras.txt`, `images.txt`, `points3D.txt`): its directory;
-///   - a COLMAP directory DIR: the model (`cameras.txt`, `images.txt`, optional `points3D.txt`)
-///     is looked for in DIR, DIR/sparse/0, DIR/sparse, DIR/colmap/sparse/0, DIR/colmap/sparse,
-///     DIR/colmap, DIR/reconstruction, DIR/colmap/reconstruction ([`read_colmap`]).
+///   - a COLMAP model file (`cameras.bin`, `images.bin`, `points3D.bin`, `cameras.txt`,
+///     `images.txt`, `points3D.txt`): its directory, read as [`read_colmap`] reads it (so the
+///     binary form is read when both are there, whichever file was named);
+///   - a COLMAP directory DIR: the model (`cameras.bin` + `images.bin` + optional
+///     `points3D.bin`, or `cameras.txt` + `images.txt` + optional `points3D.txt`; binary
+///     preferred) is looked for in DIR, DIR/sparse/0, DIR/sparse, DIR/colmap/sparse/0,
+///     DIR/colmap/sparse, DIR/colmap, DIR/reconstruction, DIR/colmap/reconstruction
+///     ([`read_colmap`]).
 ///
 /// # Errors
 /// [`Error::NotFound`] if `path` does not exist or holds no recognised capture;
-/// [`Error::Unsupported`] for an unknown file type or a binary-only COLMAP model; otherwise the
-/// errors of [`read_transforms`], [`read_llff`] and [`read_colmap`].
+/// [`Error::Unsupported`] for an unknown file type; otherwise the errors of [`read_transforms`],
+/// [`read_llff`] and [`read_colmap`].
 pub fn read_capture(path: &Path) -> Result<Capture> {
     if path.is_file() {
         let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -188,7 +196,15 @@ pub fn read_capture(path: &Path) -> Result<Capture> {
         {
             return read_llff_file(path);
         }
-        if matches!(file_name, "cameras.txt" | "images.txt" | "points3D.txt") {
+        if matches!(
+            file_name,
+            "cameras.txt"
+                | "images.txt"
+                | "points3D.txt"
+                | "cameras.bin"
+                | "images.bin"
+                | "points3D.bin"
+        ) {
             let dir = path.parent().unwrap_or(Path::new("."));
             return read_colmap(dir);
         }
@@ -197,7 +213,8 @@ pub fn read_capture(path: &Path) -> Result<Capture> {
             field: "path".into(),
             found: format!("file `{file_name}`"),
             supported: "a transforms*.json file, a directory holding transforms.json, an LLFF \
-                        poses_bounds.npy file or its directory, or a COLMAP text model directory"
+                        poses_bounds.npy file or its directory, or a COLMAP model (binary or text) or its \
+                        directory"
                 .into(),
         });
     }
