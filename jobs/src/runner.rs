@@ -5,9 +5,9 @@
 
 use std::collections::HashMap;
 
-use kiln_pipeline::dag::{Dag, StageKind};
+use kiln_pipeline::dag::StageKind;
 use kiln_pipeline::meter::StageUsage;
-use kiln_pipeline::run::{JobPlan, StageOutcome, run_stage};
+use kiln_pipeline::run::{JobPlan, StageOutcome, job_dag, run_stage};
 
 use crate::ledger::Ledger;
 use crate::{Error, Result};
@@ -50,12 +50,26 @@ pub async fn run_job(plan: &JobPlan, spec_toml: &str, ledger: &Ledger) -> Result
             spec_toml,
         )
         .await?;
-    let dag = Dag::for_job(plan.kind);
-    let order = dag.topo_order().map_err(|source| Error::Stage {
+    let dag_err = |source: kiln_pipeline::Error| Error::Stage {
         job_id: plan.job_id.clone(),
         stage: "dag".into(),
         source: Box::new(source),
-    })?;
+    };
+    let dag = match job_dag(plan).await {
+        Ok((dag, reason)) => {
+            if let Some(reason) = reason {
+                tracing::info!(job = %plan.job_id, "reconstruct stage added: {reason}");
+            }
+            dag
+        }
+        Err(source) => {
+            ledger
+                .finish_job(&plan.job_id, Some(&format!("dag: {source}")))
+                .await?;
+            return Err(dag_err(source));
+        }
+    };
+    let order = dag.topo_order().map_err(dag_err)?;
     let mut done: HashMap<StageKind, StageOutcome> = HashMap::new();
     let mut stages = Vec::new();
     for node in order {

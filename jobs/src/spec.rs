@@ -7,6 +7,8 @@
 //! input = "dataset://capture-fox-instantngp"   # s3://bucket/prefix, file:///abs, or a path
 //! output = "out/fox"
 //! georef = "-1.1088,50.8020,10,0"         # optional: lon, lat, height (m), heading (deg)
+//! # [reconstruct] mode / camera_model / min_registered_fraction / max_frames … (captures
+//! # without poses: a folder of photos or a video, posed by COLMAP)
 //! [ingest]
 //! max_side = 270
 //! [train]
@@ -20,8 +22,9 @@ use std::path::{Path, PathBuf};
 use kiln_pipeline::dag::JobKind;
 use kiln_pipeline::run::JobPlan;
 use kiln_pipeline::stages::{
-    decimate::DecimateParams, ingest::IngestParams, tile::georef::Georef,
-    tile::mesh::MeshTileParams, tile::splat::SplatTileParams, train::TrainParams,
+    decimate::DecimateParams, ingest::IngestParams, reconstruct::ReconstructParams,
+    tile::georef::Georef, tile::mesh::MeshTileParams, tile::splat::SplatTileParams,
+    train::TrainParams,
 };
 use serde::{Deserialize, Serialize};
 
@@ -38,6 +41,9 @@ pub struct JobSpec {
     pub input: String,
     /// Output URL or path (a folder / prefix); relative paths are from the current directory.
     pub output: String,
+    /// Capture jobs: COLMAP structure-from-motion for inputs without camera poses.
+    #[serde(default)]
+    pub reconstruct: ReconstructParams,
     #[serde(default)]
     pub ingest: IngestParams,
     #[serde(default)]
@@ -122,6 +128,7 @@ impl JobSpec {
                 message: other.to_string(),
             },
         };
+        spec.reconstruct.validate().map_err(invalid)?;
         spec.ingest.validate().map_err(invalid)?;
         spec.train.validate().map_err(invalid)?;
         spec.decimate.validate().map_err(invalid)?;
@@ -138,6 +145,9 @@ impl JobSpec {
         };
         if spec.kind != JobKind::Capture && spec.train != TrainParams::default() {
             unused("train");
+        }
+        if spec.kind != JobKind::Capture && spec.reconstruct != ReconstructParams::default() {
+            unused("reconstruct");
         }
         if spec.kind != JobKind::Mesh && spec.decimate != DecimateParams::default() {
             unused("decimate");
@@ -176,6 +186,7 @@ impl JobSpec {
             input,
             output: self.output.clone(),
             work_dir: work_root.join(&self.name),
+            reconstruct: self.reconstruct.clone(),
             ingest: self.ingest.clone(),
             train: self.train.clone(),
             decimate: self.decimate.clone(),
@@ -270,6 +281,14 @@ mod tests {
                 "tile.max_splats_per_tile",
             ),
             ("[ingest]\nup_axis = \"up\"\n", "ingest.up_axis"),
+            (
+                "[reconstruct]\nmin_registered_fraction = 2\n",
+                "reconstruct.min_registered_fraction",
+            ),
+            (
+                "[reconstruct]\ncamera_model = \"FOV\"\n",
+                "reconstruct.camera_model",
+            ),
         ] {
             let err = JobSpec::from_toml(&format!("{base}{table}"), Path::new("j.toml"))
                 .unwrap_err()

@@ -1,6 +1,7 @@
 //! The job DAG: which stages a job has, in which order, and each stage's content key.
 //!
-//! A capture job is `ingest → train → tile → publish`; a mesh job is
+//! A capture job is `ingest → train → tile → publish`, preceded by `reconstruct` (COLMAP
+//! structure-from-motion) when the capture has images but no camera poses; a mesh job is
 //! `ingest → decimate → tile → publish`; a splats job (retiling splats trained elsewhere) is
 //! `ingest → tile → publish`. A stage's key is BLAKE3 over (stage kind, its parameters as
 //! canonical JSON, the keys of the stages it depends on — or the input's content hash for `ingest` —
@@ -37,6 +38,8 @@ impl JobKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StageKind {
+    /// Camera poses by structure-from-motion (COLMAP), for captures without poses.
+    Reconstruct,
     Ingest,
     Train,
     Decimate,
@@ -48,6 +51,7 @@ impl StageKind {
     /// The stage's name as it appears in job files, work directories and the ledger.
     pub fn name(self) -> &'static str {
         match self {
+            StageKind::Reconstruct => "reconstruct",
             StageKind::Ingest => "ingest",
             StageKind::Train => "train",
             StageKind::Decimate => "decimate",
@@ -113,6 +117,29 @@ impl Dag {
             deps: publish_deps,
         });
         Dag { job_kind, nodes }
+    }
+
+    /// This DAG with a `reconstruct` stage first: it fetches the input, `ingest` reads its
+    /// output instead of the input, and `publish` also publishes the reconstruction.
+    #[must_use]
+    pub fn with_reconstruct(mut self) -> Dag {
+        use StageKind::*;
+        if self.nodes.iter().any(|n| n.kind == Reconstruct) {
+            return self;
+        }
+        for node in &mut self.nodes {
+            if node.kind == Ingest || node.kind == Publish {
+                node.deps.insert(0, Reconstruct);
+            }
+        }
+        self.nodes.insert(
+            0,
+            StageNode {
+                kind: Reconstruct,
+                deps: vec![],
+            },
+        );
+        self
     }
 
     /// The stages in an order where every stage follows its dependencies (Kahn's algorithm; ties
@@ -206,6 +233,23 @@ mod tests {
             .map(|n| n.kind.name())
             .collect();
         assert_eq!(order, ["ingest", "train", "tile", "publish"]);
+    }
+
+    #[test]
+    fn capture_dag_with_reconstruct_runs_it_first_and_publishes_it() {
+        let dag = Dag::for_job(JobKind::Capture).with_reconstruct();
+        let order: Vec<_> = dag
+            .topo_order()
+            .unwrap()
+            .iter()
+            .map(|n| n.kind.name())
+            .collect();
+        assert_eq!(order, ["reconstruct", "ingest", "train", "tile", "publish"]);
+        let deps = |k: StageKind| &dag.nodes.iter().find(|n| n.kind == k).unwrap().deps;
+        assert_eq!(deps(StageKind::Ingest), &[StageKind::Reconstruct]);
+        assert!(deps(StageKind::Publish).contains(&StageKind::Reconstruct));
+        assert!(deps(StageKind::Reconstruct).is_empty());
+        assert_eq!(dag.clone().with_reconstruct(), dag, "idempotent");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Metering of one stage attempt: wall seconds, process CPU seconds, GPU-seconds, bytes in/out.
 //!
-//! CPU seconds are the process's user + system time (`getrusage(RUSAGE_SELF)`) over the attempt;
-//! stages run one at a time per process, so the difference belongs to the stage. GPU-seconds are
+//! CPU seconds are the process's user + system time plus that of its finished child processes
+//! (`getrusage(RUSAGE_SELF)` + `getrusage(RUSAGE_CHILDREN)`) over the attempt, so external engines a
+//! stage runs (COLMAP, ffmpeg) are counted; stages run one at a time per process, so the
+//! difference belongs to the stage. GPU-seconds are
 //! allocated GPU time (GPUs held × wall seconds, the Kubecost/Slurm TRES definition); 0 on CPU.
 
 use std::time::Instant;
@@ -15,7 +17,7 @@ pub struct StageUsage {
     pub device: String,
     /// Wall-clock seconds.
     pub wall_s: f64,
-    /// Process user + system CPU seconds.
+    /// User + system CPU seconds of the process and the child processes it waited for.
     pub cpu_s: f64,
     /// Allocated GPU-seconds (GPUs held × wall seconds); 0 on CPU.
     pub gpu_s: f64,
@@ -59,11 +61,17 @@ impl Meter {
     }
 }
 
-/// User + system CPU seconds of this process so far.
+/// User + system CPU seconds of this process and of its terminated, waited-for children so far.
 pub fn process_cpu_s() -> f64 {
-    // SAFETY: getrusage writes into the zeroed struct we pass; RUSAGE_SELF is always valid.
+    rusage_cpu_s(libc::RUSAGE_SELF) + rusage_cpu_s(libc::RUSAGE_CHILDREN)
+}
+
+/// User + system CPU seconds `getrusage(who)` reports; 0 on failure.
+fn rusage_cpu_s(who: libc::c_int) -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct we pass; RUSAGE_SELF and RUSAGE_CHILDREN
+    // are always valid.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let rc = unsafe { libc::getrusage(who, &mut ru) };
     if rc != 0 {
         return 0.0;
     }
@@ -104,6 +112,18 @@ mod tests {
         assert!(u.cpu_s >= 0.02, "cpu_s {}", u.cpu_s);
         assert_eq!(u.gpu_s, 0.0);
         assert_eq!((u.bytes_read, u.bytes_written), (1, 2));
+    }
+
+    #[test]
+    fn a_child_process_cpu_time_is_counted() {
+        let m = Meter::start("cpu", 0);
+        let status = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let u = m.finish(0, 0);
+        assert!(u.cpu_s >= 0.05, "child CPU not counted: {}", u.cpu_s);
     }
 
     #[test]

@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::dag::{self, JobKind, StageKind, StageNode};
+use crate::dag::{self, Dag, JobKind, StageKind, StageNode};
 use crate::meter::{self, Meter, StageUsage};
-use crate::stages::{decimate, ingest, publish, tile, train};
+use crate::stages::{decimate, ingest, publish, reconstruct, tile, train};
 use crate::{Error, Result};
 
 /// Everything needed to run a job: resolved inputs, outputs and per-stage parameters.
@@ -29,6 +29,8 @@ pub struct JobPlan {
     pub output: String,
     /// Local work directory holding stage outputs between stages and across runs.
     pub work_dir: PathBuf,
+    /// Capture jobs: structure-from-motion when the input has no camera poses.
+    pub reconstruct: reconstruct::ReconstructParams,
     pub ingest: ingest::IngestParams,
     pub train: train::TrainParams,
     pub decimate: decimate::DecimateParams,
@@ -66,6 +68,7 @@ fn stage_dir(plan: &JobPlan, kind: StageKind) -> PathBuf {
 
 fn params_json(plan: &JobPlan, kind: StageKind) -> serde_json::Value {
     let v = match kind {
+        StageKind::Reconstruct => serde_json::to_value(&plan.reconstruct),
         StageKind::Ingest => serde_json::to_value(&plan.ingest),
         StageKind::Train => serde_json::to_value(&plan.train),
         StageKind::Decimate => serde_json::to_value(&plan.decimate),
@@ -77,6 +80,27 @@ fn params_json(plan: &JobPlan, kind: StageKind) -> serde_json::Value {
     match plan.georef {
         Some(g) if kind == StageKind::Tile => serde_json::json!({ "tiler": v, "georef": g }),
         _ => v,
+    }
+}
+
+/// The DAG of `plan`'s job, and why it has a `reconstruct` stage when it has one.
+///
+/// Capture jobs look at the input's file names (without downloading anything): images or a video
+/// without camera poses add `reconstruct` (see [`reconstruct::decide`]).
+///
+/// # Errors
+/// [`Error::Param`] on `reconstruct.mode` when it contradicts the input; [`Error::Storage`] when
+/// the input cannot be listed.
+pub async fn job_dag(plan: &JobPlan) -> Result<(Dag, Option<String>)> {
+    let dag = Dag::for_job(plan.kind);
+    if plan.kind != JobKind::Capture {
+        return Ok((dag, None));
+    }
+    let names = crate::storage::list_names(&plan.input).await?;
+    let shape = reconstruct::classify(&names);
+    match reconstruct::decide(plan.reconstruct.mode, shape)? {
+        Some(reason) => Ok((dag.with_reconstruct(), Some(reason))),
+        None => Ok((dag, None)),
     }
 }
 
@@ -130,7 +154,8 @@ pub async fn run_stage(
     let meter = Meter::start("cpu", 0);
     let mut bytes_read = 0u64;
     let mut fetched_input: Option<PathBuf> = None;
-    let input_keys: Vec<String> = if kind == StageKind::Ingest {
+    // The first stage of the DAG fetches the input; later stages key on their dependencies.
+    let input_keys: Vec<String> = if node.deps.is_empty() {
         let dest = plan.work_dir.join("input");
         if dest.exists() {
             std::fs::remove_dir_all(&dest).map_err(|e| Error::io(&dest, e))?;
@@ -188,7 +213,7 @@ pub async fn run_stage(
 
     let (summary, extra_written) = match kind {
         StageKind::Publish => {
-            let files = publish_files(plan)?;
+            let files = publish_files(plan, node.deps.contains(&StageKind::Reconstruct))?;
             bytes_read += files.iter().map(|f| file_len(&f.local)).sum::<u64>();
             let r = publish::publish(&files, &plan.output, &plan.job_id).await?;
             let summary = serde_json::json!({
@@ -200,6 +225,10 @@ pub async fn run_stage(
         }
         _ => {
             bytes_read += match kind {
+                StageKind::Reconstruct => 0,
+                StageKind::Ingest if node.deps.contains(&StageKind::Reconstruct) => {
+                    meter::dir_bytes(&stage_dir(plan, StageKind::Reconstruct))
+                }
                 StageKind::Ingest => 0,
                 StageKind::Train => meter::dir_bytes(&stage_dir(plan, StageKind::Ingest)),
                 StageKind::Decimate => meter::dir_bytes(&stage_dir(plan, StageKind::Ingest)),
@@ -217,8 +246,9 @@ pub async fn run_stage(
             let plan2 = plan.clone();
             let out = partial.clone();
             let input = fetched_input.clone();
+            let from_reconstruct = node.deps.contains(&StageKind::Reconstruct);
             let summary = tokio::task::spawn_blocking(move || {
-                run_local(&plan2, kind, input.as_deref(), &out)
+                run_local(&plan2, kind, input.as_deref(), from_reconstruct, &out)
             })
             .await
             .map_err(join_err)??;
@@ -267,17 +297,54 @@ fn read_marker(dir: &Path) -> Option<Marker> {
     serde_json::from_slice(&bytes).ok()
 }
 
-/// Run a compute stage synchronously into `out` (the `.partial` directory).
+/// Run a compute stage synchronously into `out` (the `.partial` directory). `from_reconstruct`:
+/// the capture comes from the `reconstruct` stage's output rather than the fetched input.
 fn run_local(
     plan: &JobPlan,
     kind: StageKind,
     fetched: Option<&Path>,
+    from_reconstruct: bool,
     out: &Path,
 ) -> Result<serde_json::Value> {
     match kind {
+        StageKind::Reconstruct => {
+            let input = match fetched {
+                Some(p) => p.to_path_buf(),
+                None => plan.work_dir.join("input"),
+            };
+            let bar = crate::progress::steps_bar(0, "sfm");
+            let mut progress = |step: &str, done: usize, total: usize| {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+                bar.set_message(step.to_string());
+            };
+            let report = reconstruct::reconstruct(&input, &plan.reconstruct, out, &mut progress);
+            bar.finish_and_clear();
+            let report = report?;
+            let q = &report.quality;
+            tracing::info!(
+                registered = q.registered,
+                images = q.images,
+                points = q.points,
+                reprojection_px = format_args!("{:.3}", q.mean_reprojection_error_px),
+                "reconstruct: COLMAP model passed the quality gate"
+            );
+            Ok(serde_json::json!({
+                "input": report.input,
+                "images": q.images,
+                "registered": q.registered,
+                "registered_fraction": q.registered_fraction,
+                "points": q.points,
+                "mean_reprojection_error_px": q.mean_reprojection_error_px,
+                "models": q.models,
+                "matcher": report.matcher,
+                "colmap_version": report.colmap_version,
+            }))
+        }
         StageKind::Ingest => {
             let fetched_dir = plan.work_dir.join("input");
             let input = match fetched {
+                _ if from_reconstruct => stage_dir(plan, StageKind::Reconstruct),
                 Some(p) if p.is_file() => p.to_path_buf(),
                 _ => find_input(&fetched_dir, plan.kind)?,
             };
@@ -458,8 +525,9 @@ fn train_views(
         .collect()
 }
 
-/// The files a job publishes, from its finished stage directories.
-fn publish_files(plan: &JobPlan) -> Result<Vec<publish::PublishFile>> {
+/// The files a job publishes, from its finished stage directories; `with_reconstruct` adds the
+/// COLMAP model, report and logs of the `reconstruct` stage (not its images: they are the input).
+fn publish_files(plan: &JobPlan, with_reconstruct: bool) -> Result<Vec<publish::PublishFile>> {
     let mut files = Vec::new();
     // Hidden files (the stage marker) are internal and never published.
     let mut add_tree = |dir: &Path, prefix: &str| -> Result<()> {
@@ -475,6 +543,12 @@ fn publish_files(plan: &JobPlan) -> Result<Vec<publish::PublishFile>> {
         }
         Ok(())
     };
+    if with_reconstruct {
+        let dir = stage_dir(plan, StageKind::Reconstruct);
+        for sub in ["sparse", "logs"] {
+            add_tree(&dir.join(sub), &format!("reconstruct/{sub}/"))?;
+        }
+    }
     match plan.kind {
         JobKind::Capture => add_tree(&stage_dir(plan, StageKind::Train), "")?,
         JobKind::Mesh => add_tree(&stage_dir(plan, StageKind::Decimate), "lods/")?,
@@ -482,6 +556,12 @@ fn publish_files(plan: &JobPlan) -> Result<Vec<publish::PublishFile>> {
         JobKind::Splats => {}
     }
     add_tree(&stage_dir(plan, StageKind::Tile), "")?;
+    if with_reconstruct {
+        files.push(publish::PublishFile {
+            local: stage_dir(plan, StageKind::Reconstruct).join(reconstruct::REPORT_JSON),
+            relative: format!("reconstruct/{}", reconstruct::REPORT_JSON),
+        });
+    }
     files.sort_by(|a, b| a.relative.cmp(&b.relative));
     Ok(files)
 }

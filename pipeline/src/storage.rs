@@ -283,6 +283,43 @@ pub async fn fetch(location: &str, dest_dir: &Path, with_references: bool) -> Re
     })
 }
 
+/// The names of what `location` holds, without downloading: the file name when it names one
+/// object, else every object's path relative to the prefix (`/`-separated). Empty when nothing is
+/// there (the fetch then reports it).
+///
+/// # Errors
+/// [`Error::Param`] for an unsupported URL; [`Error::Storage`] when listing fails.
+pub async fn list_names(location: &str) -> Result<Vec<String>> {
+    let store = open(location)?;
+    if let Ok(meta) = store.store.head(&store.prefix).await {
+        return Ok(vec![
+            meta.location.filename().unwrap_or("input").to_string(),
+        ]);
+    }
+    let metas: Vec<_> = store
+        .store
+        .list(Some(&store.prefix))
+        .try_collect()
+        .await
+        .map_err(|e| store.storage_err(e))?;
+    let mut names: Vec<String> = metas
+        .iter()
+        .map(|m| {
+            m.location
+                .prefix_match(&store.prefix)
+                .map(|parts| {
+                    parts
+                        .map(|p| p.as_ref().to_string())
+                        .collect::<Vec<_>>()
+                        .join("/")
+                })
+                .unwrap_or_else(|| m.location.to_string())
+        })
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
 /// The relative external URIs of a `.gltf` (`buffers[].uri`, `images[].uri`), percent-decoded;
 /// `data:` URIs are skipped. URIs that are absolute or climb out of the folder (`..`) are rejected.
 fn gltf_external_uris(gltf: &Path) -> Result<Vec<String>> {

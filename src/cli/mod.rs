@@ -3,6 +3,7 @@
 mod check;
 mod convert;
 mod datasets;
+mod plan;
 mod regress;
 mod report;
 mod run;
@@ -34,6 +35,8 @@ pub enum LogFormat {
 pub enum Command {
     /// Run a job file (TOML): ingest → train (capture) or decimate (mesh) → tile → publish.
     Run(run::RunArgs),
+    /// Show a job's stages (with `reconstruct` when the capture has no poses) without running it.
+    Plan(plan::PlanArgs),
     /// Print a job's per-stage ledger (device, wall/CPU/GPU seconds, bytes) and totals.
     Report(report::ReportArgs),
     /// List or verify the sample datasets.
@@ -83,6 +86,7 @@ pub fn init_logging(format: &LogFormat) {
 pub async fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run(a) => run::run(a).await,
+        Command::Plan(a) => plan::run(a).await,
         Command::Report(a) => report::run(a).await,
         Command::Datasets(a) => datasets::run(a),
         Command::Regress(a) => regress::run(a).await,

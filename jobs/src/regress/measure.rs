@@ -36,6 +36,15 @@ pub fn measure(stages: &[StageOutcome]) -> BTreeMap<String, f64> {
                     put(k, num(s, k));
                 }
             }
+            StageKind::Reconstruct => {
+                for k in [
+                    "registered_fraction",
+                    "mean_reprojection_error_px",
+                    "points",
+                ] {
+                    put(k, num(s, k));
+                }
+            }
             StageKind::Ingest => put("splats", num(s, "splats")),
             StageKind::Decimate => {
                 for (i, lod) in s

@@ -4,5 +4,6 @@
 pub mod decimate;
 pub mod ingest;
 pub mod publish;
+pub mod reconstruct;
 pub mod tile;
 pub mod train;

@@ -1,0 +1,782 @@
+//! `reconstruct`: camera poses for a capture that has none, by structure-from-motion with COLMAP.
+//!
+//! Input: a folder of photos (in `images/` or at its top level) or one video file. A video is
+//! first reduced to its sharpest frame per window ([`video`]). COLMAP (the installed binary; we
+//! call it, we do not reimplement SfM) then runs feature extraction, matching (exhaustive for
+//! photos, sequential for video frames) and incremental mapping. The model with the most
+//! registered images is written as a COLMAP binary model, so the stage output is an ordinary
+//! COLMAP capture that `ingest` reads like any other:
+//!
+//! ```text
+//! reconstruct/images/…                       the photos (EXIF orientation applied) or frames
+//! reconstruct/sparse/0/{cameras,images,points3D}.bin
+//! reconstruct/reconstruct.json               COLMAP version, command lines, quality figures
+//! reconstruct/logs/*.log                     COLMAP's and ffmpeg's output
+//! ```
+//!
+//! Quality gate: the stage fails, naming the unregistered images, when fewer than
+//! `min_registered_fraction` of the images register, instead of training on a broken model.
+//! COLMAP runs on the CPU here (GPU SIFT when the installed COLMAP was built with CUDA and a CUDA
+//! driver is present); its CPU time is metered with the stage (child process CPU time).
+//!
+//! Source of the recipe: COLMAP's documented command-line tutorial (`feature_extractor`,
+//! `exhaustive_matcher` / `sequential_matcher`, `mapper`) and nerfstudio's `ns-process-data`
+//! (sequential matching for video, one shared camera per device).
+
+pub mod sharpness;
+pub mod tool;
+pub mod video;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use kiln_formats::capture::{ColmapModelStats, read_colmap_model_stats};
+use serde::{Deserialize, Serialize};
+
+use self::tool::Tool;
+use crate::{Error, Result};
+
+/// When a capture job runs `reconstruct`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ReconstructMode {
+    /// When the input has images (or is a video) but no camera poses (no transforms*.json,
+    /// poses_bounds.npy or COLMAP model).
+    #[default]
+    Auto,
+    /// Always, ignoring any poses the input ships (e.g. to compare against them).
+    Always,
+    /// Never: a capture without poses is an error.
+    Never,
+}
+
+/// How COLMAP pairs images for feature matching.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Matcher {
+    /// `sequential` for video frames, `exhaustive` for photos.
+    #[default]
+    Auto,
+    /// Every pair (O(n²); right for unordered photo sets up to a few hundred images).
+    Exhaustive,
+    /// Each image with its `sequential_overlap` successors by name (video, ordered walks).
+    Sequential,
+}
+
+/// COLMAP camera models the stage accepts: those Kiln's COLMAP reader undistorts on ingest.
+pub const CAMERA_MODELS: [&str; 5] = [
+    "SIMPLE_PINHOLE",
+    "PINHOLE",
+    "SIMPLE_RADIAL",
+    "RADIAL",
+    "OPENCV",
+];
+
+/// Parameters of the `reconstruct` stage (the job file's `[reconstruct]` table).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReconstructParams {
+    /// When to run the stage. Default `auto`.
+    pub mode: ReconstructMode,
+    /// COLMAP camera model, one of [`CAMERA_MODELS`]. Default `SIMPLE_RADIAL` (COLMAP's default:
+    /// one focal length and one radial term, robust for phone cameras).
+    pub camera_model: String,
+    /// One camera (shared intrinsics) for all images, as for photos from a single device or a
+    /// video. Default true.
+    pub single_camera: bool,
+    /// Matching strategy. Default `auto`.
+    pub matcher: Matcher,
+    /// Images sharing a sequential match window (COLMAP `SequentialMatching.overlap`). Default 10.
+    pub sequential_overlap: u32,
+    /// Longest image side for SIFT extraction, pixels (COLMAP `SiftExtraction.max_image_size`).
+    /// Default 1600.
+    pub max_image_size: u32,
+    /// Most SIFT features per image (COLMAP `SiftExtraction.max_num_features`). Absent: 8192
+    /// (COLMAP's default) with GPU SIFT, 2048 on the CPU — COLMAP 3.8's CPU matcher is brute
+    /// force, so matching time grows with the square of this number (50 photos, exhaustive, on 2
+    /// cores: about 3.5 minutes at 1024 features, hours at 8192).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_num_features: Option<u32>,
+    /// 35 mm-equivalent focal length of the camera, millimetres (e.g. 26 for a phone's main
+    /// camera), used as the initial focal length for images without EXIF focal data (video
+    /// frames): focal in pixels = f35 / 36 × the longer image side. Absent: taken from the
+    /// video's metadata when it records one, else COLMAP's guess (1.2 × the longer side).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub focal_length_35mm: Option<f64>,
+    /// Quality gate: the least share of images that must register, 0..=1. Default 0.6.
+    pub min_registered_fraction: f64,
+    /// Video: the most frames kept. Default 300.
+    pub max_frames: u32,
+    /// Video: the shortest time between kept frames, seconds. Default 0 (only `max_frames`
+    /// limits them).
+    pub min_frame_interval_s: f64,
+}
+
+impl Default for ReconstructParams {
+    fn default() -> Self {
+        Self {
+            mode: ReconstructMode::Auto,
+            camera_model: "SIMPLE_RADIAL".into(),
+            single_camera: true,
+            matcher: Matcher::Auto,
+            sequential_overlap: 10,
+            max_image_size: 1600,
+            max_num_features: None,
+            focal_length_35mm: None,
+            min_registered_fraction: 0.6,
+            max_frames: 300,
+            min_frame_interval_s: 0.0,
+        }
+    }
+}
+
+impl ReconstructParams {
+    /// Check every field's range.
+    ///
+    /// # Errors
+    /// [`Error::Param`] naming the field, what is accepted and what was found.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |field: &str, expected: &str, found: String| {
+            Err(Error::Param {
+                stage: "reconstruct",
+                field: field.into(),
+                expected: expected.into(),
+                found,
+            })
+        };
+        if !CAMERA_MODELS.contains(&self.camera_model.as_str()) {
+            return bad(
+                "camera_model",
+                &format!("one of {}", CAMERA_MODELS.join(", ")),
+                format!("{:?}", self.camera_model),
+            );
+        }
+        if !(self.min_registered_fraction.is_finite()
+            && (0.0..=1.0).contains(&self.min_registered_fraction))
+        {
+            return bad(
+                "min_registered_fraction",
+                "a share between 0 and 1 (e.g. 0.6)",
+                self.min_registered_fraction.to_string(),
+            );
+        }
+        if self.max_image_size < 64 {
+            return bad(
+                "max_image_size",
+                "at least 64 pixels",
+                self.max_image_size.to_string(),
+            );
+        }
+        if let Some(n) = self.max_num_features
+            && n < 64
+        {
+            return bad("max_num_features", "at least 64 features", n.to_string());
+        }
+        if self.sequential_overlap == 0 {
+            return bad("sequential_overlap", "at least 1 image", "0".into());
+        }
+        if self.max_frames < 2 {
+            return bad(
+                "max_frames",
+                "at least 2 frames",
+                self.max_frames.to_string(),
+            );
+        }
+        if !(self.min_frame_interval_s.is_finite() && self.min_frame_interval_s >= 0.0) {
+            return bad(
+                "min_frame_interval_s",
+                "seconds ≥ 0",
+                self.min_frame_interval_s.to_string(),
+            );
+        }
+        if let Some(f) = self.focal_length_35mm
+            && !(f.is_finite() && (4.0..=2000.0).contains(&f))
+        {
+            return bad(
+                "focal_length_35mm",
+                "a 35 mm-equivalent focal length in millimetres, 4..=2000 (e.g. 26)",
+                f.to_string(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// What a capture input holds, judged from its file names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InputShape {
+    /// Camera poses are present (transforms*.json, poses_bounds.npy, or a COLMAP model).
+    Posed,
+    /// Images without poses.
+    Photos,
+    /// One video file.
+    Video,
+    /// Neither poses, images nor a video.
+    Unknown,
+}
+
+/// Image file extensions (lower case) the stage gives COLMAP.
+pub const IMAGE_EXTENSIONS: [&str; 6] = ["jpg", "jpeg", "png", "tif", "tiff", "bmp"];
+
+fn has_extension(name: &str, list: &[&str]) -> bool {
+    Path::new(name)
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| list.contains(&e.to_ascii_lowercase().as_str()))
+}
+
+/// Classify a capture input from the relative names of its files (`/`-separated).
+#[must_use]
+pub fn classify(names: &[String]) -> InputShape {
+    let file = |n: &String| n.rsplit('/').next().unwrap_or(n).to_string();
+    let posed = names.iter().map(file).any(|f| {
+        let lower = f.to_ascii_lowercase();
+        (lower.starts_with("transforms") && lower.ends_with(".json"))
+            || lower == "poses_bounds.npy"
+            || matches!(
+                lower.as_str(),
+                "cameras.txt" | "images.txt" | "cameras.bin" | "images.bin"
+            )
+    });
+    if posed {
+        InputShape::Posed
+    } else if names.len() == 1 && has_extension(&names[0], &video::VIDEO_EXTENSIONS) {
+        InputShape::Video
+    } else if names.iter().any(|n| has_extension(n, &IMAGE_EXTENSIONS)) {
+        InputShape::Photos
+    } else {
+        InputShape::Unknown
+    }
+}
+
+/// Whether a capture job runs `reconstruct`, and why (a sentence for `kiln plan` and logs).
+///
+/// # Errors
+/// [`Error::Param`] on `reconstruct.mode` when `mode = "never"` but the input has no poses, or
+/// `mode = "always"` on an input without images.
+pub fn decide(mode: ReconstructMode, shape: InputShape) -> Result<Option<String>> {
+    let bad = |expected: &str, found: &str| {
+        Err(Error::Param {
+            stage: "reconstruct",
+            field: "mode".into(),
+            expected: expected.into(),
+            found: found.into(),
+        })
+    };
+    match (mode, shape) {
+        (ReconstructMode::Never, InputShape::Photos | InputShape::Video) => bad(
+            "\"auto\" for a capture without camera poses (or give poses: transforms.json, \
+             poses_bounds.npy or a COLMAP model)",
+            "\"never\", and the input has images but no poses",
+        ),
+        (_, InputShape::Unknown) => Ok(None),
+        (ReconstructMode::Always, InputShape::Posed) => Ok(Some(
+            "[reconstruct] mode = \"always\": poses shipped with the input are ignored".into(),
+        )),
+        (ReconstructMode::Always | ReconstructMode::Auto, InputShape::Video) => Ok(Some(
+            "the input is a video: frames are selected, then posed by COLMAP".into(),
+        )),
+        (ReconstructMode::Always | ReconstructMode::Auto, InputShape::Photos) => Ok(Some(
+            "the input has images but no camera poses: COLMAP estimates them".into(),
+        )),
+        (_, InputShape::Posed) => Ok(None),
+    }
+}
+
+/// Quality figures of the chosen model and the gate's verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReconstructQuality {
+    /// Images given to COLMAP.
+    pub images: usize,
+    /// Images registered in the chosen model.
+    pub registered: usize,
+    /// `registered / images`.
+    pub registered_fraction: f64,
+    /// Names of images not registered, sorted.
+    pub unregistered: Vec<String>,
+    /// 3D points in the chosen model.
+    pub points: usize,
+    /// Observations (sum of track lengths).
+    pub observations: u64,
+    /// Mean reprojection error, pixels at the images' stored size: the mean of the points' errors
+    /// (COLMAP's `ComputeMeanReprojectionError`, what `colmap model_analyzer` prints).
+    pub mean_reprojection_error_px: f64,
+    /// Models COLMAP's mapper produced (several when the images fall apart into groups).
+    pub models: usize,
+    /// The gate's threshold (`min_registered_fraction`).
+    pub min_registered_fraction: f64,
+    /// Whether the gate passed.
+    pub passed: bool,
+}
+
+/// `reconstruct.json`: everything needed to audit or rerun the stage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReconstructReport {
+    /// `photos` or `video`.
+    pub input: InputShape,
+    /// First line of `colmap help`, e.g. `COLMAP 3.8 -- Structure-from-Motion and Multi-View Stereo`.
+    pub colmap_version: String,
+    /// Whether SIFT ran on the GPU.
+    pub gpu_sift: bool,
+    pub camera_model: String,
+    /// `exhaustive` or `sequential`.
+    pub matcher: Matcher,
+    /// Where the initial focal length came from: `exif-or-colmap-default`, `job file`, or
+    /// `video metadata`; with the focal length factor passed to COLMAP when set.
+    pub focal_prior: String,
+    /// Every external command run, in order.
+    pub commands: Vec<String>,
+    /// Wall seconds per step (`frames`, `features`, `matching`, `mapping`).
+    pub step_seconds: Vec<(String, f64)>,
+    pub quality: ReconstructQuality,
+    /// Video input: frame selection (decoded frames, window, kept indices, sharpness).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub video: Option<video::FrameSelection>,
+}
+
+/// Name of the stage's report file.
+pub const REPORT_JSON: &str = "reconstruct.json";
+
+/// Reconstruct camera poses for `input` (a video file, or a folder of photos) into `out_dir`.
+///
+/// - `on_progress(step, done, total)`: progress of the current step (`frames`, `features`,
+///   `matching`, `mapping`); `total` 0 when unknown.
+///
+/// `reconstruct.json` is written even when the quality gate fails, so the failure can be read.
+///
+/// # Errors
+/// [`Error::Param`] for invalid parameters; [`Error::Input`] when the input holds fewer than 2
+/// images, COLMAP/ffmpeg are missing or fail (naming the command and its log), or the quality
+/// gate fails (naming registered/total, the unregistered images and the parameter to change);
+/// [`Error::Io`] for local file failures.
+pub fn reconstruct(
+    input: &Path,
+    params: &ReconstructParams,
+    out_dir: &Path,
+    on_progress: &mut dyn FnMut(&str, usize, usize),
+) -> Result<ReconstructReport> {
+    params.validate()?;
+    let images_dir = out_dir.join("images");
+    let logs = out_dir.join("logs");
+    for d in [&images_dir, &logs] {
+        std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
+    }
+    let colmap = Tool::colmap();
+    let colmap_version = colmap_version(&colmap)?;
+    let mut commands = Vec::new();
+    let mut step_seconds = Vec::new();
+
+    let is_video = input.is_file() && video::is_video(input);
+    let (shape, selection, names) = if is_video {
+        let t = Instant::now();
+        let selection = video::extract_frames(
+            input,
+            &images_dir,
+            params.max_frames as usize,
+            params.min_frame_interval_s,
+            &mut |n, total| on_progress("frames", n, total),
+        )?;
+        step_seconds.push(("frames".to_string(), t.elapsed().as_secs_f64()));
+        commands.extend(selection.commands.iter().cloned());
+        let names: Vec<String> = selection
+            .kept
+            .iter()
+            .map(|n| video::frame_name(*n))
+            .collect();
+        (InputShape::Video, Some(selection), names)
+    } else {
+        let names = copy_photos(input, &images_dir)?;
+        (InputShape::Photos, None, names)
+    };
+    if names.len() < 2 {
+        return Err(Error::Input {
+            path: input.to_path_buf(),
+            field: "images".into(),
+            problem: format!(
+                "{} image(s) found; structure-from-motion needs at least 2 overlapping photos \
+                 (.jpg, .png, .tif) or a video",
+                names.len()
+            ),
+        });
+    }
+
+    let matcher = match (params.matcher, shape) {
+        (Matcher::Auto, InputShape::Video) => Matcher::Sequential,
+        (Matcher::Auto, _) => Matcher::Exhaustive,
+        (m, _) => m,
+    };
+    let (focal_factor, focal_prior) = focal_prior(params, selection.as_ref(), input);
+    let gpu_sift = colmap_version.contains("with CUDA") && kiln_kernels::device::cuda_available();
+    let use_gpu = if gpu_sift { "1" } else { "0" };
+
+    let work = tempfile::Builder::new()
+        .prefix(".colmap")
+        .tempdir_in(out_dir)
+        .map_err(|e| Error::io(out_dir, e))?;
+    let database = work.path().join("database.db").display().to_string();
+    let image_path = images_dir.display().to_string();
+    let total = names.len();
+
+    let mut extract_args = vec![
+        "feature_extractor".to_string(),
+        "--database_path".into(),
+        database.clone(),
+        "--image_path".into(),
+        image_path.clone(),
+        "--ImageReader.camera_model".into(),
+        params.camera_model.clone(),
+        "--ImageReader.single_camera".into(),
+        u8::from(params.single_camera).to_string(),
+        "--SiftExtraction.use_gpu".into(),
+        use_gpu.into(),
+        "--SiftExtraction.max_image_size".into(),
+        params.max_image_size.to_string(),
+        "--SiftExtraction.max_num_features".into(),
+        params
+            .max_num_features
+            .unwrap_or(if gpu_sift { 8192 } else { 2048 })
+            .to_string(),
+    ];
+    if let Some(f) = focal_factor {
+        extract_args.push("--ImageReader.default_focal_length_factor".into());
+        extract_args.push(format!("{f}"));
+    }
+    let mut run_step = |step: &str, args: Vec<String>| -> Result<()> {
+        let t = Instant::now();
+        let cmd = colmap.command(&args);
+        commands.push(cmd.display());
+        on_progress(step, 0, total);
+        let mut done = 0;
+        cmd.run_logged(&logs.join(format!("{step}.log")), &mut |line| {
+            if let Some(n) = progress_count(step, line) {
+                done = n;
+                on_progress(step, done, total);
+            }
+        })?;
+        step_seconds.push((step.to_string(), t.elapsed().as_secs_f64()));
+        Ok(())
+    };
+    run_step("features", extract_args)?;
+    let match_args = match matcher {
+        Matcher::Sequential => vec![
+            "sequential_matcher".to_string(),
+            "--database_path".into(),
+            database.clone(),
+            "--SiftMatching.use_gpu".into(),
+            use_gpu.into(),
+            "--SequentialMatching.overlap".into(),
+            params.sequential_overlap.to_string(),
+        ],
+        _ => vec![
+            "exhaustive_matcher".to_string(),
+            "--database_path".into(),
+            database.clone(),
+            "--SiftMatching.use_gpu".into(),
+            use_gpu.into(),
+        ],
+    };
+    run_step("matching", match_args)?;
+    let sparse = work.path().join("sparse");
+    std::fs::create_dir_all(&sparse).map_err(|e| Error::io(&sparse, e))?;
+    // COLMAP's mapper exits with a failure when it cannot build any model ("No good initial
+    // image pair found", "failed to create sparse model"): that is a verdict on the photos, for
+    // the quality gate to report, not a tool failure.
+    let mapped = run_step(
+        "mapping",
+        vec![
+            "mapper".to_string(),
+            "--database_path".into(),
+            database.clone(),
+            "--image_path".into(),
+            image_path,
+            "--output_path".into(),
+            sparse.display().to_string(),
+        ],
+    );
+    let (models, best) = best_model(&sparse)?;
+    if let Err(e) = mapped {
+        if best.is_some() {
+            return Err(e);
+        }
+        tracing::warn!("COLMAP's mapper built no model: {e}");
+    }
+    let quality = quality(&names, models, best.as_ref().map(|(_, s)| s), params);
+    if let Some((dir, _)) = &best {
+        let dest = out_dir.join("sparse").join("0");
+        std::fs::create_dir_all(&dest).map_err(|e| Error::io(&dest, e))?;
+        for f in ["cameras.bin", "images.bin", "points3D.bin"] {
+            std::fs::copy(dir.join(f), dest.join(f)).map_err(|e| Error::io(dir.join(f), e))?;
+        }
+    }
+    drop(work);
+    let report = ReconstructReport {
+        input: shape,
+        colmap_version,
+        gpu_sift,
+        camera_model: params.camera_model.clone(),
+        matcher,
+        focal_prior,
+        commands,
+        step_seconds,
+        quality,
+        video: selection,
+    };
+    let json = serde_json::to_vec_pretty(&report).expect("report serialises");
+    kiln_formats::atomic_write::write_atomic(&out_dir.join(REPORT_JSON), &json)?;
+    if !report.quality.passed {
+        return Err(gate_error(&report.quality, out_dir));
+    }
+    Ok(report)
+}
+
+/// The gate's failure message: figures, unregistered images, likely causes and the knob.
+fn gate_error(q: &ReconstructQuality, out_dir: &Path) -> Error {
+    let mut listed: Vec<&str> = q.unregistered.iter().map(String::as_str).take(10).collect();
+    if q.unregistered.len() > 10 {
+        listed.push("…");
+    }
+    Error::Input {
+        path: out_dir.join(REPORT_JSON),
+        field: "reconstruct quality gate".into(),
+        problem: format!(
+            "only {} of {} images registered ({:.0} %, need ≥ {:.0} %; {} model(s), {} points); \
+             not registered: {}. The photos probably do not overlap enough or show different \
+             scenes: shoot the subject from closely spaced viewpoints (≥ 60 % overlap), or lower \
+             [reconstruct] min_registered_fraction to accept a partial model. No training was \
+             started.",
+            q.registered,
+            q.images,
+            100.0 * q.registered_fraction,
+            100.0 * q.min_registered_fraction,
+            q.models,
+            q.points,
+            listed.join(", ")
+        ),
+    }
+}
+
+/// Quality figures of the best model (or of no model) against the gate.
+fn quality(
+    names: &[String],
+    models: usize,
+    best: Option<&ColmapModelStats>,
+    params: &ReconstructParams,
+) -> ReconstructQuality {
+    let registered_names: std::collections::HashSet<&str> = best
+        .map(|s| s.image_names.iter().map(String::as_str).collect())
+        .unwrap_or_default();
+    let mut unregistered: Vec<String> = names
+        .iter()
+        .filter(|n| !registered_names.contains(n.as_str()))
+        .cloned()
+        .collect();
+    unregistered.sort();
+    let registered = best.map_or(0, |s| s.registered_images);
+    let registered_fraction = registered as f64 / names.len().max(1) as f64;
+    let points = best.map_or(0, |s| s.points);
+    ReconstructQuality {
+        images: names.len(),
+        registered,
+        registered_fraction,
+        unregistered,
+        points,
+        observations: best.map_or(0, |s| s.observations),
+        mean_reprojection_error_px: best.map_or(0.0, |s| s.mean_reprojection_error_px),
+        models,
+        min_registered_fraction: params.min_registered_fraction,
+        passed: registered >= 2
+            && points > 0
+            && registered_fraction + 1e-12 >= params.min_registered_fraction,
+    }
+}
+
+/// The mapper's model directories under `sparse` (`0`, `1`, …) and the one with the most
+/// registered images (ties: the lower number).
+fn best_model(sparse: &Path) -> Result<(usize, Option<(PathBuf, ColmapModelStats)>)> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(sparse)
+        .map_err(|e| Error::io(sparse, e))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("images.bin").is_file())
+        .collect();
+    dirs.sort();
+    let mut best: Option<(PathBuf, ColmapModelStats)> = None;
+    for dir in &dirs {
+        let stats = read_colmap_model_stats(dir)?;
+        if best
+            .as_ref()
+            .is_none_or(|(_, b)| stats.registered_images > b.registered_images)
+        {
+            best = Some((dir.clone(), stats));
+        }
+    }
+    Ok((dirs.len(), best))
+}
+
+/// Progress counter in a COLMAP log line of `step`, if the line carries one.
+///
+/// COLMAP 3.8 prints `Processed file [i/N]` (feature extraction), `Matching image [i/N]`
+/// (sequential) or `Matching block [i/N, j/M]` (exhaustive), and `Registering image #id (n)`
+/// (mapping, n = images registered so far).
+fn progress_count(step: &str, line: &str) -> Option<usize> {
+    let after = |prefix: &str| line.trim().strip_prefix(prefix).map(str::to_string);
+    let leading_number = |s: &str| -> Option<usize> {
+        let digits: String = s.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    };
+    match step {
+        "features" => after("Processed file [").and_then(|s| leading_number(&s)),
+        "matching" => after("Matching image [").and_then(|s| leading_number(&s)),
+        "mapping" => {
+            let rest = after("Registering image #")?;
+            let open = rest.find('(')?;
+            leading_number(&rest[open + 1..])
+        }
+        _ => None,
+    }
+}
+
+/// First line of `colmap help` (its version and build).
+fn colmap_version(colmap: &Tool) -> Result<String> {
+    let out = colmap.command(&["help"]).output()?;
+    Ok(String::from_utf8_lossy(&out)
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("COLMAP (unknown version)")
+        .to_string())
+}
+
+/// The initial focal length factor (focal px / longer side) passed to COLMAP, and a sentence
+/// saying where it came from.
+fn focal_prior(
+    params: &ReconstructParams,
+    selection: Option<&video::FrameSelection>,
+    input: &Path,
+) -> (Option<f64>, String) {
+    // A 35 mm frame is 36 mm wide: focal px = f35 / 36 × the longer side of the image.
+    if let Some(f) = params.focal_length_35mm {
+        return (
+            Some(f / 36.0),
+            format!(
+                "job file: focal_length_35mm = {f} mm → factor {:.4}",
+                f / 36.0
+            ),
+        );
+    }
+    if selection.is_some()
+        && let Some(f) = video::focal_length_35mm_tag(input)
+    {
+        return (
+            Some(f / 36.0),
+            format!(
+                "video metadata: 35 mm-equivalent focal length {f} mm → factor {:.4}",
+                f / 36.0
+            ),
+        );
+    }
+    (
+        None,
+        "EXIF focal length where present, else COLMAP's default (1.2 × the longer side), \
+         refined by bundle adjustment"
+            .into(),
+    )
+}
+
+/// Copy the photos of `input` (its `images/` folder when that holds images, else the folder
+/// itself, recursively) into `images_dir`, keeping relative names. Photos whose EXIF orientation
+/// is not upright are written upright (re-encoded), since COLMAP reads stored pixels while Kiln's
+/// ingest applies the orientation: both must see the same pixels. Others are hard-linked when
+/// possible, else copied. Returns the relative names, sorted.
+fn copy_photos(input: &Path, images_dir: &Path) -> Result<Vec<String>> {
+    let nested = input.join("images");
+    let root = if input.is_file() {
+        return Err(Error::Input {
+            path: input.to_path_buf(),
+            field: "input".into(),
+            problem: format!(
+                "not a video ({}) nor a folder of photos; a capture without poses needs one",
+                video::VIDEO_EXTENSIONS.join(", ")
+            ),
+        });
+    } else if list_images(&nested)?.is_empty() {
+        input.to_path_buf()
+    } else {
+        nested
+    };
+    let names = list_images(&root)?;
+    for name in &names {
+        let from = root.join(name);
+        let to = images_dir.join(name);
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+        }
+        if !write_upright(&from, &to)? && std::fs::hard_link(&from, &to).is_err() {
+            std::fs::copy(&from, &to).map_err(|e| Error::io(&from, e))?;
+        }
+    }
+    Ok(names)
+}
+
+/// Relative `/`-separated names of the image files under `root` (recursively; hidden entries
+/// skipped), sorted. Empty when `root` does not exist.
+fn list_images(root: &Path) -> Result<Vec<String>> {
+    if !root.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut names: Vec<String> = crate::file_tree::files_under(root)?
+        .into_iter()
+        .map(|p| p.to_string_lossy().replace('\\', "/"))
+        .filter(|n| !n.split('/').any(|part| part.starts_with('.')))
+        .filter(|n| has_extension(n, &IMAGE_EXTENSIONS))
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// When `from` has an EXIF orientation other than upright, write it upright to `to` (same
+/// format, JPEG quality 95) and return true; otherwise write nothing and return false.
+fn write_upright(from: &Path, to: &Path) -> Result<bool> {
+    use image::ImageDecoder;
+    use image::metadata::Orientation;
+    let orientation = image::ImageReader::open(from)
+        .ok()
+        .and_then(|r| r.with_guessed_format().ok())
+        .and_then(|r| r.into_decoder().ok())
+        .and_then(|mut d| d.orientation().ok());
+    if matches!(orientation, None | Some(Orientation::NoTransforms)) {
+        return Ok(false);
+    }
+    let bad = |e: image::ImageError| Error::Input {
+        path: from.to_path_buf(),
+        field: "image".into(),
+        problem: format!("cannot decode ({e}); replace or remove the file"),
+    };
+    let mut img = image::open(from).map_err(bad)?;
+    img.apply_orientation(orientation.unwrap_or(Orientation::NoTransforms));
+    let tmp = to.with_extension("upright.tmp");
+    let file = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    let mut writer = std::io::BufWriter::new(file);
+    let is_jpeg = has_extension(&from.to_string_lossy(), &["jpg", "jpeg"]);
+    let result = if is_jpeg {
+        image::codecs::jpeg::JpegEncoder::new_with_quality(&mut writer, 95)
+            .encode_image(&img.to_rgb8())
+    } else {
+        img.write_to(
+            &mut writer,
+            image::ImageFormat::from_path(from).unwrap_or(image::ImageFormat::Png),
+        )
+    };
+    result.map_err(|e| Error::Input {
+        path: tmp.clone(),
+        field: "image".into(),
+        problem: format!("cannot write the upright copy: {e}"),
+    })?;
+    drop(writer);
+    std::fs::rename(&tmp, to).map_err(|e| Error::io(to, e))?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests;

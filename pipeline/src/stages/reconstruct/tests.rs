@@ -1,0 +1,235 @@
+use super::*;
+
+fn names(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn inputs_are_classified_by_their_file_names() {
+    use InputShape::*;
+    let cases: [(&[&str], InputShape); 9] = [
+        (&["transforms.json", "images/a.jpg"], Posed),
+        (&["transforms_train.json", "a.png"], Posed),
+        (&["poses_bounds.npy", "images/a.JPG"], Posed),
+        (
+            &[
+                "sparse/0/cameras.bin",
+                "sparse/0/images.bin",
+                "images/a.jpg",
+            ],
+            Posed,
+        ),
+        (&["colmap/cameras.txt", "colmap/images.txt", "x.png"], Posed),
+        (&["images/a.JPG", "images/b.jpeg", "notes.txt"], Photos),
+        (&["walk.MOV"], Video),
+        (&["walk.mp4", "b.mp4"], Unknown),
+        (&["readme.md"], Unknown),
+    ];
+    for (files, want) in cases {
+        assert_eq!(classify(&names(files)), want, "{files:?}");
+    }
+}
+
+#[test]
+fn the_dag_choice_follows_mode_and_input() {
+    use InputShape::*;
+    use ReconstructMode::*;
+    assert!(decide(Auto, Posed).unwrap().is_none());
+    assert!(
+        decide(Auto, Photos)
+            .unwrap()
+            .unwrap()
+            .contains("no camera poses")
+    );
+    assert!(decide(Auto, Video).unwrap().unwrap().contains("video"));
+    assert!(decide(Always, Posed).unwrap().unwrap().contains("ignored"));
+    assert!(decide(Never, Posed).unwrap().is_none());
+    let err = decide(Never, Photos).unwrap_err().to_string();
+    assert!(err.contains("reconstruct") && err.contains("mode"), "{err}");
+    // Nothing recognisable: ingest reports what it expected.
+    assert!(decide(Auto, Unknown).unwrap().is_none());
+}
+
+#[test]
+fn every_parameter_range_is_checked_naming_the_field() {
+    let ok = ReconstructParams::default();
+    ok.validate().unwrap();
+    let cases: Vec<(ReconstructParams, &str)> = vec![
+        (
+            ReconstructParams {
+                camera_model: "OPENCV_FISHEYE".into(),
+                ..ok.clone()
+            },
+            "camera_model",
+        ),
+        (
+            ReconstructParams {
+                min_registered_fraction: 1.5,
+                ..ok.clone()
+            },
+            "min_registered_fraction",
+        ),
+        (
+            ReconstructParams {
+                min_registered_fraction: f64::NAN,
+                ..ok.clone()
+            },
+            "min_registered_fraction",
+        ),
+        (
+            ReconstructParams {
+                max_image_size: 10,
+                ..ok.clone()
+            },
+            "max_image_size",
+        ),
+        (
+            ReconstructParams {
+                max_num_features: Some(3),
+                ..ok.clone()
+            },
+            "max_num_features",
+        ),
+        (
+            ReconstructParams {
+                max_frames: 1,
+                ..ok.clone()
+            },
+            "max_frames",
+        ),
+        (
+            ReconstructParams {
+                focal_length_35mm: Some(0.0),
+                ..ok.clone()
+            },
+            "focal_length_35mm",
+        ),
+        (
+            ReconstructParams {
+                min_frame_interval_s: -1.0,
+                ..ok.clone()
+            },
+            "min_frame_interval_s",
+        ),
+        (
+            ReconstructParams {
+                sequential_overlap: 0,
+                ..ok.clone()
+            },
+            "sequential_overlap",
+        ),
+    ];
+    for (p, field) in cases {
+        let err = p.validate().unwrap_err().to_string();
+        assert!(err.contains(field), "{field}: {err}");
+    }
+}
+
+#[test]
+fn colmap_progress_lines_are_parsed() {
+    assert_eq!(
+        progress_count("features", "Processed file [12/50]"),
+        Some(12)
+    );
+    assert_eq!(progress_count("matching", "Matching image [3/40]"), Some(3));
+    assert_eq!(
+        progress_count("mapping", "Registering image #17 (23)"),
+        Some(23)
+    );
+    assert_eq!(progress_count("mapping", "Bundle adjustment report"), None);
+    assert_eq!(progress_count("features", "Name: 0001.jpg"), None);
+}
+
+fn stats(registered: &[&str], points: usize) -> ColmapModelStats {
+    ColmapModelStats {
+        cameras: 1,
+        registered_images: registered.len(),
+        image_names: names(registered),
+        points,
+        observations: 3 * points as u64,
+        mean_reprojection_error_px: 0.7,
+    }
+}
+
+#[test]
+fn the_gate_passes_at_the_threshold_and_fails_below_it() {
+    let all = names(&["a.jpg", "b.jpg", "c.jpg", "d.jpg", "e.jpg"]);
+    let p = ReconstructParams::default();
+    let three = quality(&all, 1, Some(&stats(&["a.jpg", "c.jpg", "e.jpg"], 100)), &p);
+    assert!(three.passed, "3/5 = 60 % meets the default 60 %");
+    assert_eq!(three.unregistered, ["b.jpg", "d.jpg"]);
+    let two = quality(&all, 2, Some(&stats(&["a.jpg", "b.jpg"], 100)), &p);
+    assert!(!two.passed);
+    assert!((two.registered_fraction - 0.4).abs() < 1e-12);
+    let none = quality(&all, 0, None, &p);
+    assert!(!none.passed && none.registered == 0 && none.unregistered.len() == 5);
+    let msg = gate_error(&two, Path::new("/w/reconstruct.partial")).to_string();
+    for want in [
+        "2 of 5 images registered",
+        "40 %",
+        "60 %",
+        "c.jpg, d.jpg, e.jpg",
+        "min_registered_fraction",
+        "reconstruct.json",
+        "No training was started",
+    ] {
+        assert!(msg.contains(want), "missing {want:?} in {msg}");
+    }
+    // A model without points is never good enough, whatever the share.
+    let lenient = ReconstructParams {
+        min_registered_fraction: 0.0,
+        ..p
+    };
+    assert!(!quality(&all, 1, Some(&stats(&["a.jpg", "b.jpg"], 0)), &lenient).passed);
+}
+
+#[test]
+fn photos_are_found_in_images_or_at_the_top_and_linked_with_their_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    std::fs::create_dir_all(input.join("sub")).unwrap();
+    std::fs::write(input.join("b.JPG"), b"x").unwrap();
+    std::fs::write(input.join("sub/a.png"), b"y").unwrap();
+    std::fs::write(input.join("notes.txt"), b"z").unwrap();
+    std::fs::write(input.join(".hidden.jpg"), b"z").unwrap();
+    let out = dir.path().join("out");
+    let got = copy_photos(&input, &out).unwrap();
+    assert_eq!(got, ["b.JPG", "sub/a.png"]);
+    assert_eq!(std::fs::read(out.join("sub/a.png")).unwrap(), b"y");
+    // An `images/` folder wins over loose files at the top.
+    std::fs::create_dir_all(input.join("images")).unwrap();
+    std::fs::write(input.join("images/c.jpg"), b"w").unwrap();
+    let out2 = dir.path().join("out2");
+    assert_eq!(copy_photos(&input, &out2).unwrap(), ["c.jpg"]);
+}
+
+#[test]
+fn an_exif_rotated_photo_is_written_upright() {
+    // A 4×2 JPEG tagged orientation 6 (rotate 90° clockwise to display) must become 2×4.
+    let dir = tempfile::tempdir().unwrap();
+    let img = image::RgbImage::from_fn(4, 2, |x, _| image::Rgb([(x * 60) as u8, 0, 0]));
+    let mut jpeg = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 95)
+        .encode_image(&img)
+        .unwrap();
+    // Insert an APP1 Exif segment with one IFD0 entry: Orientation (0x0112) = 6.
+    let mut exif =
+        b"Exif\0\0II*\0\x08\0\0\0\x01\0\x12\x01\x03\0\x01\0\0\0\x06\0\0\0\0\0\0\0".to_vec();
+    let len = (exif.len() + 2) as u16;
+    let mut app1 = vec![0xFF, 0xE1];
+    app1.extend_from_slice(&len.to_be_bytes());
+    app1.append(&mut exif);
+    let mut tagged = jpeg[..2].to_vec();
+    tagged.extend_from_slice(&app1);
+    tagged.extend_from_slice(&jpeg[2..]);
+    let from = dir.path().join("r.jpg");
+    std::fs::write(&from, &tagged).unwrap();
+    let to = dir.path().join("upright.jpg");
+    assert!(write_upright(&from, &to).unwrap());
+    let out = image::open(&to).unwrap();
+    assert_eq!((out.width(), out.height()), (2, 4));
+    // Upright photos are left for linking.
+    let plain = dir.path().join("p.jpg");
+    std::fs::write(&plain, &jpeg).unwrap();
+    assert!(!write_upright(&plain, &dir.path().join("p2.jpg")).unwrap());
+}
