@@ -86,9 +86,11 @@ fn params_json(plan: &JobPlan, kind: StageKind) -> serde_json::Value {
 /// The DAG of `plan`'s job, and why it has a `reconstruct` stage when it has one.
 ///
 /// Capture jobs look at the input's file names (without downloading anything): images or a video
-/// without camera poses add `reconstruct` (see [`reconstruct::decide`]).
+/// without camera poses add `reconstruct` (see [`reconstruct::classify`] and
+/// [`reconstruct::decide`]).
 ///
 /// # Errors
+/// [`Error::Input`] when a capture input holds neither poses, photos nor one video (or nothing);
 /// [`Error::Param`] on `reconstruct.mode` when it contradicts the input; [`Error::Storage`] when
 /// the input cannot be listed.
 pub async fn job_dag(plan: &JobPlan) -> Result<(Dag, Option<String>)> {
@@ -98,6 +100,9 @@ pub async fn job_dag(plan: &JobPlan) -> Result<(Dag, Option<String>)> {
     }
     let names = crate::storage::list_names(&plan.input).await?;
     let shape = reconstruct::classify(&names);
+    if shape == reconstruct::InputShape::Unknown {
+        return Err(reconstruct::unusable_input_error(&plan.input, &names));
+    }
     match reconstruct::decide(plan.reconstruct.mode, shape)? {
         Some(reason) => Ok((dag.with_reconstruct(), Some(reason))),
         None => Ok((dag, None)),

@@ -84,10 +84,9 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
             deps.join(", ")
         };
         println!(
-            "  {}. {:<12} after {:<28} {state}",
+            "  {}. {:<12} {state} (after {deps})",
             i + 1,
-            s["stage"].as_str().unwrap_or(""),
-            deps
+            s["stage"].as_str().unwrap_or("")
         );
     }
     Ok(())

@@ -25,8 +25,9 @@ use super::{Capture, Distortion, Frame, Intrinsics, SfmPoints, sort_frames, warn
 use crate::rotation::quaternion_to_rotation;
 use crate::{Error, Result};
 
-/// Sub-directories of the given directory searched, in order, for a COLMAP model.
-const MODEL_DIRS: [&str; 8] = [
+/// Sub-directories (relative, `/`-separated; `""` is the directory itself) of a capture directory
+/// searched, in order, for a COLMAP model by [`read_colmap`].
+pub const MODEL_DIRS: [&str; 8] = [
     "",
     "sparse/0",
     "sparse",

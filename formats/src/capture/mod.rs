@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use crate::{Error, Result};
 
-pub use self::colmap::read_colmap;
+pub use self::colmap::{MODEL_DIRS as COLMAP_MODEL_DIRS, read_colmap};
 pub use self::colmap_bin::{ColmapModelStats, read_colmap_model_stats};
 pub use self::distortion::{Distortion, undistort};
 pub use self::image::{RgbImage, load_rgb, scaled_size};

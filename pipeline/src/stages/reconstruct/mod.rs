@@ -226,27 +226,93 @@ fn has_extension(name: &str, list: &[&str]) -> bool {
         .is_some_and(|e| list.contains(&e.to_ascii_lowercase().as_str()))
 }
 
-/// Classify a capture input from the relative names of its files (`/`-separated).
+/// Classify a capture input from the relative names of its files (`/`-separated), looking where
+/// `ingest` looks for poses: a single `.json` / `.npy` / COLMAP model file given as the input, or
+/// in the input folder `transforms.json`, `poses_bounds.npy`, or a COLMAP model (`cameras` +
+/// `images`, `.bin` or `.txt`) in one of [`kiln_formats::capture::COLMAP_MODEL_DIRS`]. Pose-like
+/// files elsewhere (notes, earlier outputs) do not count. Otherwise images make it
+/// [`InputShape::Photos`], and a single video file without images [`InputShape::Video`].
 #[must_use]
 pub fn classify(names: &[String]) -> InputShape {
-    let file = |n: &String| n.rsplit('/').next().unwrap_or(n).to_string();
-    let posed = names.iter().map(file).any(|f| {
-        let lower = f.to_ascii_lowercase();
-        (lower.starts_with("transforms") && lower.ends_with(".json"))
-            || lower == "poses_bounds.npy"
+    let set: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
+    if let [only] = names
+        && !only.contains('/')
+    {
+        let lower = only.to_ascii_lowercase();
+        if lower.ends_with(".json")
+            || lower.ends_with(".npy")
             || matches!(
                 lower.as_str(),
                 "cameras.txt" | "images.txt" | "cameras.bin" | "images.bin"
             )
-    });
+        {
+            return InputShape::Posed;
+        }
+    }
+    let model_at = |dir: &str| {
+        ["bin", "txt"].iter().any(|ext| {
+            let at = |f: &str| {
+                if dir.is_empty() {
+                    format!("{f}.{ext}")
+                } else {
+                    format!("{dir}/{f}.{ext}")
+                }
+            };
+            set.contains(at("cameras").as_str()) && set.contains(at("images").as_str())
+        })
+    };
+    let posed = set.contains("transforms.json")
+        || set.contains("poses_bounds.npy")
+        || kiln_formats::capture::COLMAP_MODEL_DIRS
+            .iter()
+            .any(|d| model_at(d));
     if posed {
-        InputShape::Posed
-    } else if names.len() == 1 && has_extension(&names[0], &video::VIDEO_EXTENSIONS) {
+        return InputShape::Posed;
+    }
+    if names.iter().any(|n| has_extension(n, &IMAGE_EXTENSIONS)) {
+        return InputShape::Photos;
+    }
+    let videos = names
+        .iter()
+        .filter(|n| has_extension(n, &video::VIDEO_EXTENSIONS))
+        .count();
+    if videos == 1 {
         InputShape::Video
-    } else if names.iter().any(|n| has_extension(n, &IMAGE_EXTENSIONS)) {
-        InputShape::Photos
     } else {
         InputShape::Unknown
+    }
+}
+
+/// The error for a capture input that holds neither poses, photos nor one video: what was
+/// expected, and what is there.
+pub fn unusable_input_error(input: &str, names: &[String]) -> Error {
+    let found = if names.is_empty() {
+        "nothing is there (no file, or an empty folder)".to_string()
+    } else {
+        let videos = names
+            .iter()
+            .filter(|n| has_extension(n, &video::VIDEO_EXTENSIONS))
+            .count();
+        let mut shown: Vec<&str> = names.iter().map(String::as_str).take(8).collect();
+        if names.len() > 8 {
+            shown.push("…");
+        }
+        let extra = if videos > 1 {
+            format!(" ({videos} videos: give one video per job)")
+        } else {
+            String::new()
+        };
+        format!("found {} file(s){extra}: {}", names.len(), shown.join(", "))
+    };
+    Error::Input {
+        path: PathBuf::from(input),
+        field: "input".into(),
+        problem: format!(
+            "a capture job needs camera poses (transforms.json, poses_bounds.npy, or a COLMAP \
+             model in sparse/0, sparse, colmap, …), photos ({}) or one video ({}); {found}",
+            IMAGE_EXTENSIONS.join(", "),
+            video::VIDEO_EXTENSIONS.join(", ")
+        ),
     }
 }
 
@@ -320,6 +386,8 @@ pub struct ReconstructReport {
     /// Whether SIFT ran on the GPU.
     pub gpu_sift: bool,
     pub camera_model: String,
+    /// Whether all images shared one camera (false when asked, or when the photos' sizes differ).
+    pub single_camera: bool,
     /// `exhaustive` or `sequential`.
     pub matcher: Matcher,
     /// Where the initial focal length came from: `exif-or-colmap-default`, `job file`, or
@@ -330,6 +398,9 @@ pub struct ReconstructReport {
     /// Wall seconds per step (`frames`, `features`, `matching`, `mapping`).
     pub step_seconds: Vec<(String, f64)>,
     pub quality: ReconstructQuality,
+    /// Warnings about the input (ignored or unreadable files, per-photo cameras, a video that
+    /// decoded short), also logged.
+    pub notes: Vec<String>,
     /// Video input: frame selection (decoded frames, window, kept indices, sharpness).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub video: Option<video::FrameSelection>,
@@ -367,11 +438,29 @@ pub fn reconstruct(
     let mut commands = Vec::new();
     let mut step_seconds = Vec::new();
 
-    let is_video = input.is_file() && video::is_video(input);
-    let (shape, selection, names) = if is_video {
+    let mut notes = Vec::new();
+    let photos = if input.is_dir() {
+        gather_photos(input)?
+    } else {
+        PhotoSet::default()
+    };
+    let video_file = if photos.names.is_empty() {
+        the_video(input)?
+    } else {
+        if !photos.videos.is_empty() {
+            notes.push(format!(
+                "ignored {} video file(s) beside the photos ({}): give a video alone in its own job",
+                photos.videos.len(),
+                photos.videos.join(", ")
+            ));
+        }
+        None
+    };
+    let mut single_camera = params.single_camera;
+    let (shape, selection, names) = if let Some(video_path) = &video_file {
         let t = Instant::now();
         let selection = video::extract_frames(
-            input,
+            video_path,
             &images_dir,
             params.max_frames as usize,
             params.min_frame_interval_s,
@@ -379,26 +468,89 @@ pub fn reconstruct(
         )?;
         step_seconds.push(("frames".to_string(), t.elapsed().as_secs_f64()));
         commands.extend(selection.commands.iter().cloned());
+        if let Some(short) = selection.short_decode_note() {
+            notes.push(short);
+        }
         let names: Vec<String> = selection
             .kept
             .iter()
             .map(|n| video::frame_name(*n))
             .collect();
+        if names.len() < 2 {
+            return Err(Error::Input {
+                path: video_path.clone(),
+                field: "video frames".into(),
+                problem: format!(
+                    "{} frame(s) kept of {} decoded; structure-from-motion needs at least 2: give \
+                     a longer video, or raise [reconstruct] max_frames / lower \
+                     min_frame_interval_s",
+                    names.len(),
+                    selection.decoded
+                ),
+            });
+        }
         (InputShape::Video, Some(selection), names)
     } else {
-        let names = copy_photos(input, &images_dir)?;
-        (InputShape::Photos, None, names)
+        if !photos.ignored.is_empty() {
+            notes.push(format!(
+                "ignored {} file(s) in formats COLMAP and Kiln do not read ({}); convert them to \
+                 JPEG or PNG to use them",
+                photos.ignored.len(),
+                photos.ignored.join(", ")
+            ));
+        }
+        if !photos.unreadable.is_empty() {
+            notes.push(format!(
+                "skipped {} unreadable image(s) ({}): they are not valid images; replace or \
+                 remove them",
+                photos.unreadable.len(),
+                photos.unreadable.join(", ")
+            ));
+        }
+        if photos.names.len() < 2 {
+            return Err(Error::Input {
+                path: input.to_path_buf(),
+                field: "images".into(),
+                problem: format!(
+                    "{} readable image(s) found{}; structure-from-motion needs at least 2 \
+                     overlapping photos ({}) or one video ({})",
+                    photos.names.len(),
+                    if photos.unreadable.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            " ({} unreadable: {})",
+                            photos.unreadable.len(),
+                            photos.unreadable.join(", ")
+                        )
+                    },
+                    IMAGE_EXTENSIONS.join(", "),
+                    video::VIDEO_EXTENSIONS.join(", ")
+                ),
+            });
+        }
+        let mut sizes: Vec<(u32, u32)> = photos.sizes.clone();
+        sizes.sort_unstable();
+        sizes.dedup();
+        if single_camera && sizes.len() > 1 {
+            single_camera = false;
+            notes.push(format!(
+                "the photos have {} different sizes ({}), so each photo gets its own camera \
+                 (single_camera = false); photos of one size from one device share intrinsics",
+                sizes.len(),
+                sizes
+                    .iter()
+                    .take(4)
+                    .map(|(w, h)| format!("{w}×{h}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        link_photos(&photos, &images_dir)?;
+        (InputShape::Photos, None, photos.names.clone())
     };
-    if names.len() < 2 {
-        return Err(Error::Input {
-            path: input.to_path_buf(),
-            field: "images".into(),
-            problem: format!(
-                "{} image(s) found; structure-from-motion needs at least 2 overlapping photos \
-                 (.jpg, .png, .tif) or a video",
-                names.len()
-            ),
-        });
+    for note in &notes {
+        tracing::warn!("reconstruct: {note}");
     }
 
     let matcher = match (params.matcher, shape) {
@@ -427,7 +579,7 @@ pub fn reconstruct(
         "--ImageReader.camera_model".into(),
         params.camera_model.clone(),
         "--ImageReader.single_camera".into(),
-        u8::from(params.single_camera).to_string(),
+        u8::from(single_camera).to_string(),
         "--SiftExtraction.use_gpu".into(),
         use_gpu.into(),
         "--SiftExtraction.max_image_size".into(),
@@ -445,6 +597,7 @@ pub fn reconstruct(
     let mut run_step = |step: &str, args: Vec<String>| -> Result<()> {
         let t = Instant::now();
         let cmd = colmap.command(&args);
+        tracing::info!("reconstruct: {step} ({total} images): {}", cmd.display());
         commands.push(cmd.display());
         on_progress(step, 0, total);
         let mut done = 0;
@@ -515,11 +668,13 @@ pub fn reconstruct(
         colmap_version,
         gpu_sift,
         camera_model: params.camera_model.clone(),
+        single_camera,
         matcher,
         focal_prior,
         commands,
         step_seconds,
         quality,
+        notes,
         video: selection,
     };
     let json = serde_json::to_vec_pretty(&report).expect("report serialises");
@@ -684,30 +839,100 @@ fn focal_prior(
     )
 }
 
-/// Copy the photos of `input` (its `images/` folder when that holds images, else the folder
-/// itself, recursively) into `images_dir`, keeping relative names. Photos whose EXIF orientation
-/// is not upright are written upright (re-encoded), since COLMAP reads stored pixels while Kiln's
-/// ingest applies the orientation: both must see the same pixels. Others are hard-linked when
-/// possible, else copied. Returns the relative names, sorted.
-fn copy_photos(input: &Path, images_dir: &Path) -> Result<Vec<String>> {
+/// The photos of a capture folder, before any is copied.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct PhotoSet {
+    /// Folder the names are relative to: `input/images` when that holds images, else `input`.
+    root: PathBuf,
+    /// Readable images, relative `/`-separated names, sorted.
+    names: Vec<String>,
+    /// Stored size (width, height) of each of `names`, pixels, EXIF orientation applied.
+    sizes: Vec<(u32, u32)>,
+    /// Files with an image extension whose header cannot be read.
+    unreadable: Vec<String>,
+    /// Files in photo formats neither COLMAP nor Kiln reads (HEIC, RAW, …).
+    ignored: Vec<String>,
+    /// Video files found among the files.
+    videos: Vec<String>,
+}
+
+/// Photo formats a phone or camera writes that this stage does not read (lower-case extensions).
+const UNREAD_PHOTO_EXTENSIONS: [&str; 10] = [
+    "heic", "heif", "avif", "webp", "dng", "cr2", "cr3", "nef", "arw", "raf",
+];
+
+/// The photos of `input`: its `images/` folder when that holds images, else the folder itself,
+/// recursively (hidden entries skipped). Each image's header is read for its size (EXIF
+/// orientation applied); files whose header cannot be read are listed as unreadable.
+fn gather_photos(input: &Path) -> Result<PhotoSet> {
     let nested = input.join("images");
-    let root = if input.is_file() {
-        return Err(Error::Input {
-            path: input.to_path_buf(),
-            field: "input".into(),
-            problem: format!(
-                "not a video ({}) nor a folder of photos; a capture without poses needs one",
-                video::VIDEO_EXTENSIONS.join(", ")
-            ),
-        });
-    } else if list_images(&nested)?.is_empty() {
+    let root = if list_files(&nested, &IMAGE_EXTENSIONS)?.is_empty() {
         input.to_path_buf()
     } else {
         nested
     };
-    let names = list_images(&root)?;
-    for name in &names {
-        let from = root.join(name);
+    let mut set = PhotoSet {
+        ignored: list_files(&root, &UNREAD_PHOTO_EXTENSIONS)?,
+        videos: list_files(input, &video::VIDEO_EXTENSIONS)?,
+        root: root.clone(),
+        ..PhotoSet::default()
+    };
+    for name in list_files(&root, &IMAGE_EXTENSIONS)? {
+        match upright_size(&root.join(&name)) {
+            Some(size) => {
+                set.names.push(name);
+                set.sizes.push(size);
+            }
+            None => set.unreadable.push(name),
+        }
+    }
+    Ok(set)
+}
+
+/// Size of an image as displayed (EXIF orientation applied), from its header; `None` when the
+/// header cannot be read.
+fn upright_size(path: &Path) -> Option<(u32, u32)> {
+    use image::ImageDecoder;
+    let mut decoder = image::ImageReader::open(path)
+        .ok()?
+        .with_guessed_format()
+        .ok()?
+        .into_decoder()
+        .ok()?;
+    let (w, h) = decoder.dimensions();
+    let orientation = decoder
+        .orientation()
+        .unwrap_or(image::metadata::Orientation::NoTransforms);
+    use image::metadata::Orientation::*;
+    match orientation {
+        Rotate90 | Rotate270 | Rotate90FlipH | Rotate270FlipH => Some((h, w)),
+        _ => Some((w, h)),
+    }
+}
+
+/// The one video a capture input is: the input itself, or the only video file in the input
+/// folder; `None` when neither.
+///
+/// # Errors
+/// [`Error::Io`] listing the folder.
+fn the_video(input: &Path) -> Result<Option<PathBuf>> {
+    if input.is_file() {
+        return Ok(video::is_video(input).then(|| input.to_path_buf()));
+    }
+    let videos = list_files(input, &video::VIDEO_EXTENSIONS)?;
+    Ok(match videos.as_slice() {
+        [one] => Some(input.join(one)),
+        _ => None,
+    })
+}
+
+/// Put the photos of `set` into `images_dir`, keeping relative names. Photos whose EXIF
+/// orientation is not upright are written upright (re-encoded, EXIF kept with the orientation
+/// reset), since COLMAP reads stored pixels while Kiln's ingest applies the orientation: both
+/// must see the same pixels. Others are hard-linked when possible, else copied.
+fn link_photos(set: &PhotoSet, images_dir: &Path) -> Result<()> {
+    for name in &set.names {
+        let from = set.root.join(name);
         let to = images_dir.join(name);
         if let Some(parent) = to.parent() {
             std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
@@ -716,12 +941,12 @@ fn copy_photos(input: &Path, images_dir: &Path) -> Result<Vec<String>> {
             std::fs::copy(&from, &to).map_err(|e| Error::io(&from, e))?;
         }
     }
-    Ok(names)
+    Ok(())
 }
 
-/// Relative `/`-separated names of the image files under `root` (recursively; hidden entries
-/// skipped), sorted. Empty when `root` does not exist.
-fn list_images(root: &Path) -> Result<Vec<String>> {
+/// Relative `/`-separated names of the files under `root` with one of `extensions`
+/// (recursively; hidden entries skipped), sorted. Empty when `root` is not a folder.
+fn list_files(root: &Path, extensions: &[&str]) -> Result<Vec<String>> {
     if !root.is_dir() {
         return Ok(Vec::new());
     }
@@ -729,7 +954,7 @@ fn list_images(root: &Path) -> Result<Vec<String>> {
         .into_iter()
         .map(|p| p.to_string_lossy().replace('\\', "/"))
         .filter(|n| !n.split('/').any(|part| part.starts_with('.')))
-        .filter(|n| has_extension(n, &IMAGE_EXTENSIONS))
+        .filter(|n| has_extension(n, extensions))
         .collect();
     names.sort();
     Ok(names)
@@ -740,14 +965,22 @@ fn list_images(root: &Path) -> Result<Vec<String>> {
 fn write_upright(from: &Path, to: &Path) -> Result<bool> {
     use image::ImageDecoder;
     use image::metadata::Orientation;
-    let orientation = image::ImageReader::open(from)
+    let mut decoder = match image::ImageReader::open(from)
         .ok()
         .and_then(|r| r.with_guessed_format().ok())
         .and_then(|r| r.into_decoder().ok())
-        .and_then(|mut d| d.orientation().ok());
+    {
+        Some(d) => d,
+        None => return Ok(false),
+    };
+    let orientation = decoder.orientation().ok();
     if matches!(orientation, None | Some(Orientation::NoTransforms)) {
         return Ok(false);
     }
+    // The rest of the EXIF block (focal length, camera model: COLMAP's focal prior) is kept.
+    let mut exif = decoder.exif_metadata().ok().flatten().unwrap_or_default();
+    let _ = Orientation::remove_from_exif_chunk(&mut exif);
+    drop(decoder);
     let bad = |e: image::ImageError| Error::Input {
         path: from.to_path_buf(),
         field: "image".into(),
@@ -760,8 +993,12 @@ fn write_upright(from: &Path, to: &Path) -> Result<bool> {
     let mut writer = std::io::BufWriter::new(file);
     let is_jpeg = has_extension(&from.to_string_lossy(), &["jpg", "jpeg"]);
     let result = if is_jpeg {
-        image::codecs::jpeg::JpegEncoder::new_with_quality(&mut writer, 95)
-            .encode_image(&img.to_rgb8())
+        let mut encoder = image::codecs::jpeg::JpegEncoder::new_with_quality(&mut writer, 95);
+        if !exif.is_empty() {
+            use image::ImageEncoder;
+            let _ = encoder.set_exif_metadata(exif);
+        }
+        encoder.encode_image(&img.to_rgb8())
     } else {
         img.write_to(
             &mut writer,

@@ -7,9 +7,10 @@ fn names(list: &[&str]) -> Vec<String> {
 #[test]
 fn inputs_are_classified_by_their_file_names() {
     use InputShape::*;
-    let cases: [(&[&str], InputShape); 9] = [
+    let cases: [(&[&str], InputShape); 15] = [
         (&["transforms.json", "images/a.jpg"], Posed),
-        (&["transforms_train.json", "a.png"], Posed),
+        (&["my_transforms.json"], Posed),
+        (&["poses_bounds.npy"], Posed),
         (&["poses_bounds.npy", "images/a.JPG"], Posed),
         (
             &[
@@ -20,10 +21,23 @@ fn inputs_are_classified_by_their_file_names() {
             Posed,
         ),
         (&["colmap/cameras.txt", "colmap/images.txt", "x.png"], Posed),
+        // Pose-like files where ingest does not look for a model do not count.
+        (&["notes/images.txt", "a.jpg", "b.jpg"], Photos),
+        (
+            &[
+                "out/reconstruct/sparse/0/cameras.bin",
+                "out/reconstruct/sparse/0/images.bin",
+                "a.jpg",
+            ],
+            Photos,
+        ),
+        (&["sparse/0/cameras.bin", "a.jpg"], Photos),
         (&["images/a.JPG", "images/b.jpeg", "notes.txt"], Photos),
         (&["walk.MOV"], Video),
+        (&["clips/walk.mp4", "readme.md"], Video),
         (&["walk.mp4", "b.mp4"], Unknown),
         (&["readme.md"], Unknown),
+        (&[], Unknown),
     ];
     for (files, want) in cases {
         assert_eq!(classify(&names(files)), want, "{files:?}");
@@ -183,24 +197,70 @@ fn the_gate_passes_at_the_threshold_and_fails_below_it() {
     assert!(!quality(&all, 1, Some(&stats(&["a.jpg", "b.jpg"], 0)), &lenient).passed);
 }
 
+/// A small valid PNG of `w × h` pixels.
+fn png(path: &Path, w: u32, h: u32) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    image::RgbImage::new(w, h).save(path).unwrap();
+}
+
 #[test]
 fn photos_are_found_in_images_or_at_the_top_and_linked_with_their_names() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in");
-    std::fs::create_dir_all(input.join("sub")).unwrap();
-    std::fs::write(input.join("b.JPG"), b"x").unwrap();
-    std::fs::write(input.join("sub/a.png"), b"y").unwrap();
+    png(&input.join("b.PNG"), 4, 3);
+    png(&input.join("sub dir/a.png"), 4, 3);
     std::fs::write(input.join("notes.txt"), b"z").unwrap();
-    std::fs::write(input.join(".hidden.jpg"), b"z").unwrap();
+    std::fs::write(input.join(".hidden.png"), b"z").unwrap();
+    std::fs::write(input.join("broken.jpg"), b"not a jpeg").unwrap();
+    std::fs::write(input.join("IMG_1.HEIC"), b"heic").unwrap();
+    std::fs::write(input.join("walk.mp4"), b"video").unwrap();
+    let set = gather_photos(&input).unwrap();
+    assert_eq!(set.names, ["b.PNG", "sub dir/a.png"]);
+    assert_eq!(set.sizes, [(4, 3), (4, 3)]);
+    assert_eq!(set.unreadable, ["broken.jpg"]);
+    assert_eq!(set.ignored, ["IMG_1.HEIC"]);
+    assert_eq!(set.videos, ["walk.mp4"]);
     let out = dir.path().join("out");
-    let got = copy_photos(&input, &out).unwrap();
-    assert_eq!(got, ["b.JPG", "sub/a.png"]);
-    assert_eq!(std::fs::read(out.join("sub/a.png")).unwrap(), b"y");
+    link_photos(&set, &out).unwrap();
+    assert_eq!(
+        std::fs::read(out.join("sub dir/a.png")).unwrap(),
+        std::fs::read(input.join("sub dir/a.png")).unwrap()
+    );
     // An `images/` folder wins over loose files at the top.
-    std::fs::create_dir_all(input.join("images")).unwrap();
-    std::fs::write(input.join("images/c.jpg"), b"w").unwrap();
-    let out2 = dir.path().join("out2");
-    assert_eq!(copy_photos(&input, &out2).unwrap(), ["c.jpg"]);
+    png(&input.join("images/c.png"), 2, 2);
+    assert_eq!(gather_photos(&input).unwrap().names, ["c.png"]);
+}
+
+#[test]
+fn a_folder_holding_one_video_is_that_video() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("walk.MOV"), b"v").unwrap();
+    assert_eq!(
+        the_video(dir.path()).unwrap(),
+        Some(dir.path().join("walk.MOV"))
+    );
+    std::fs::write(dir.path().join("second.mp4"), b"v").unwrap();
+    assert_eq!(the_video(dir.path()).unwrap(), None);
+    assert_eq!(
+        the_video(&dir.path().join("walk.MOV")).unwrap(),
+        Some(dir.path().join("walk.MOV"))
+    );
+}
+
+#[test]
+fn an_unusable_input_says_what_a_capture_needs_and_what_is_there() {
+    let msg = unusable_input_error("in/", &names(&["a.txt", "b.csv"])).to_string();
+    for want in [
+        "transforms.json",
+        "photos",
+        "video",
+        "a.txt, b.csv",
+        "2 file(s)",
+    ] {
+        assert!(msg.contains(want), "missing {want:?}: {msg}");
+    }
+    let empty = unusable_input_error("in/", &[]).to_string();
+    assert!(empty.contains("nothing is there"), "{empty}");
 }
 
 #[test]
@@ -228,6 +288,19 @@ fn an_exif_rotated_photo_is_written_upright() {
     assert!(write_upright(&from, &to).unwrap());
     let out = image::open(&to).unwrap();
     assert_eq!((out.width(), out.height()), (2, 4));
+    // The EXIF block survives (COLMAP reads its focal length), with the orientation reset.
+    use image::ImageDecoder;
+    let mut d = image::ImageReader::open(&to)
+        .unwrap()
+        .with_guessed_format()
+        .unwrap()
+        .into_decoder()
+        .unwrap();
+    let exif = d.exif_metadata().unwrap().expect("EXIF kept");
+    assert_eq!(
+        image::metadata::Orientation::from_exif_chunk(&exif),
+        Some(image::metadata::Orientation::NoTransforms)
+    );
     // Upright photos are left for linking.
     let plain = dir.path().join("p.jpg");
     std::fs::write(&plain, &jpeg).unwrap();

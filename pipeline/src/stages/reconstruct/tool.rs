@@ -17,19 +17,22 @@ pub struct Tool {
     pub program: PathBuf,
     /// How to install it, for the error when it is missing.
     install_hint: &'static str,
+    /// The environment variable that overrides the binary, when it is set.
+    overridden_by: Option<String>,
 }
 
 impl Tool {
     /// The tool `name`, overridden by the environment variable `env` (a path to the binary).
     pub fn new(name: &'static str, env: &str, install_hint: &'static str) -> Tool {
-        let program = std::env::var_os(env)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(name));
+        let set = std::env::var_os(env).filter(|v| !v.is_empty());
         Tool {
             name,
-            program,
+            program: set
+                .clone()
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(name)),
             install_hint,
+            overridden_by: set.map(|_| env.to_string()),
         }
     }
 
@@ -70,18 +73,22 @@ impl Tool {
     }
 
     fn spawn_error(&self, e: std::io::Error) -> Error {
-        let problem = if e.kind() == std::io::ErrorKind::NotFound {
-            format!(
-                "`{}` was not found; {}",
+        let problem = match (&self.overridden_by, e.kind()) {
+            (Some(env), std::io::ErrorKind::NotFound) => format!(
+                "{env} is set to `{}`, which does not exist; point it at the {} binary or unset \
+                 it",
                 self.program.display(),
-                self.install_hint
-            )
-        } else {
-            format!("could not start `{}`: {e}", self.program.display())
+                self.name
+            ),
+            (None, std::io::ErrorKind::NotFound) => format!(
+                "{} is not installed (not on PATH); {}",
+                self.name, self.install_hint
+            ),
+            _ => format!("could not start {}: {e}", self.name),
         };
         Error::Input {
             path: self.program.clone(),
-            field: self.name.into(),
+            field: "program".into(),
             problem,
         }
     }
@@ -124,15 +131,7 @@ impl CommandLine {
             .open(log)
             .map_err(|e| Error::io(log, e))?;
         writeln!(log_file, "$ {}", self.display()).map_err(|e| Error::io(log, e))?;
-        let mut child = Command::new(&self.tool.program)
-            .args(&self.args)
-            // COLMAP links Qt; without a display it must not try to open one.
-            .env("QT_QPA_PLATFORM", "offscreen")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| self.tool.spawn_error(e))?;
+        let mut child = self.spawn_piped()?;
         let stderr = child.stderr.take().expect("stderr is piped");
         let (tx, rx) = std::sync::mpsc::channel::<String>();
         let tx_err = tx.clone();
@@ -168,7 +167,7 @@ impl CommandLine {
         }
         Err(Error::Input {
             path: log.to_path_buf(),
-            field: self.tool.name.into(),
+            field: "run".into(),
             problem: format!(
                 "`{}` failed ({status}); last output:\n{}\n(full log in {})",
                 self.display(),
@@ -178,23 +177,65 @@ impl CommandLine {
         })
     }
 
+    /// The command, ready to start: no stdin, Qt kept off any display (COLMAP links Qt), and
+    /// killed when the thread that started it dies (Linux `PR_SET_PDEATHSIG`), so stopping Kiln
+    /// never leaves COLMAP or ffmpeg running.
+    fn prepared(&self) -> Command {
+        let mut cmd = Command::new(&self.tool.program);
+        cmd.args(&self.args)
+            .env("QT_QPA_PLATFORM", "offscreen")
+            .stdin(Stdio::null());
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: the closure runs in the forked child before exec and only calls prctl,
+            // which is async-signal-safe; it allocates nothing and takes no lock.
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        cmd
+    }
+
+    /// Start with stdout and stderr piped.
+    ///
+    /// # Errors
+    /// [`Error::Input`] naming the tool and how to install it when it cannot start.
+    pub fn spawn_piped(&self) -> Result<std::process::Child> {
+        self.prepared()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| self.tool.spawn_error(e))
+    }
+
+    /// Run to completion and return its exit status and output, whatever the status.
+    ///
+    /// # Errors
+    /// [`Error::Input`] naming the tool and how to install it when it cannot start.
+    pub fn run_captured(&self) -> Result<std::process::Output> {
+        self.prepared()
+            .output()
+            .map_err(|e| self.tool.spawn_error(e))
+    }
+
     /// Run to completion and return its stdout; stderr is kept for the error message.
     ///
     /// # Errors
     /// As [`Self::run_logged`], without a log file.
     pub fn output(&self) -> Result<Vec<u8>> {
-        let out = Command::new(&self.tool.program)
-            .args(&self.args)
-            .env("QT_QPA_PLATFORM", "offscreen")
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| self.tool.spawn_error(e))?;
+        let out = self.run_captured()?;
         if out.status.success() {
             return Ok(out.stdout);
         }
         Err(Error::Input {
             path: self.tool.program.clone(),
-            field: self.tool.name.into(),
+            field: "run".into(),
             problem: format!(
                 "`{}` failed ({}): {}",
                 self.display(),
@@ -215,10 +256,20 @@ mod tests {
             name: "colmap",
             program: PathBuf::from("/nonexistent/kiln-test/colmap"),
             install_hint: "install COLMAP",
+            overridden_by: None,
         };
         let err = tool.command(&["help"]).output().unwrap_err().to_string();
         assert!(
-            err.contains("not found") && err.contains("install COLMAP"),
+            err.contains("not installed") && err.contains("install COLMAP"),
+            "{err}"
+        );
+        let via_env = Tool {
+            overridden_by: Some("KILN_COLMAP".into()),
+            ..tool
+        };
+        let err = via_env.command(&["help"]).output().unwrap_err().to_string();
+        assert!(
+            err.contains("KILN_COLMAP is set to `/nonexistent/kiln-test/colmap`"),
             "{err}"
         );
     }
@@ -231,6 +282,7 @@ mod tests {
             name: "sh",
             program: PathBuf::from("sh"),
             install_hint: "",
+            overridden_by: None,
         };
         let mut lines = Vec::new();
         let err = tool

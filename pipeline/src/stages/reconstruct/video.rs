@@ -6,8 +6,7 @@
 //! filter, so scoring, extraction and the sizes recorded here all refer to the upright frames.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +46,8 @@ pub struct FrameSelection {
     pub video: VideoInfo,
     /// Frames decoded and scored.
     pub decoded: usize,
+    /// Frames the container's duration × frame rate promises (0 when unknown).
+    pub expected: usize,
     /// Window length used, in frames: one frame kept per window.
     pub window_frames: usize,
     /// Decoded indices of the kept frames, increasing.
@@ -79,9 +80,14 @@ pub fn probe(video: &Path) -> Result<(VideoInfo, String)> {
         field: "video stream".into(),
         problem,
     };
-    let stdout = cmd
-        .output()
-        .map_err(|e| bad(format!("not a readable video: {e}")))?;
+    let out = cmd.run_captured()?;
+    if !out.status.success() {
+        return Err(bad(format!(
+            "not a readable video (ffprobe: {})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let stdout = out.stdout;
     let json: serde_json::Value = serde_json::from_slice(&stdout)
         .map_err(|e| bad(format!("ffprobe printed no JSON ({e})")))?;
     let Some(stream) = json["streams"].as_array().and_then(|s| s.first()) else {
@@ -173,24 +179,11 @@ pub fn extract_frames(
         (even(f64::from(info.width)), even(f64::from(info.height)))
     };
     let input = video.display().to_string();
-    let score_cmd = Tool::ffmpeg().command(&[
-        "-nostdin",
-        "-v",
-        "error",
-        "-i",
+    let score_cmd = decode_command(
         &input,
-        "-map",
-        "0:v:0",
-        "-vf",
         &format!("scale={sw}:{sh}:flags=area,format=gray"),
-        "-fps_mode",
-        "passthrough",
-        "-f",
-        "rawvideo",
-        "-pix_fmt",
-        "gray",
-        "-",
-    ]);
+        &["-f", "rawvideo", "-pix_fmt", "gray", "-"],
+    );
     let expected = (info.duration_s * info.fps).round() as usize;
     let sharpness = score_frames(&score_cmd, video, sw as usize, sh as usize, &mut |n| {
         on_progress(n, expected)
@@ -216,22 +209,12 @@ pub fn extract_frames(
         .map(|n| format!("eq(n\\,{n})"))
         .collect::<Vec<_>>()
         .join("+");
-    let extract_cmd = Tool::ffmpeg().command(&[
-        "-nostdin",
-        "-v",
-        "error",
-        "-i",
+    let pattern = tmp.path().join("%06d.jpg").display().to_string();
+    let extract_cmd = decode_command(
         &input,
-        "-map",
-        "0:v:0",
-        "-vf",
         &format!("select='{select}'"),
-        "-fps_mode",
-        "passthrough",
-        "-q:v",
-        "2",
-        &tmp.path().join("%06d.jpg").display().to_string(),
-    ]);
+        &["-q:v", "2", &pattern],
+    );
     extract_cmd.output()?;
     for (k, n) in kept.iter().enumerate() {
         let from = tmp.path().join(format!("{:06}.jpg", k + 1));
@@ -253,11 +236,38 @@ pub fn extract_frames(
     Ok(FrameSelection {
         video: info,
         decoded: sharpness.len(),
+        expected,
         window_frames,
         kept,
         sharpness,
         commands: vec![probe_cmd, score_cmd.display(), extract_cmd.display()],
     })
+}
+
+impl FrameSelection {
+    /// A warning when the video decoded to clearly fewer frames than its container promises (a
+    /// truncated or damaged file): fewer than 90 % of them.
+    pub fn short_decode_note(&self) -> Option<String> {
+        (self.expected > 0 && (self.decoded as f64) < 0.9 * self.expected as f64).then(|| {
+            format!(
+                "the video decoded to {} frames but its header promises about {} ({:.1} s at \
+                 {:.2} fps): the file may be truncated or damaged",
+                self.decoded, self.expected, self.video.duration_s, self.video.fps
+            )
+        })
+    }
+}
+
+/// An ffmpeg command decoding every frame of the first video stream of `input` through the
+/// filter graph `filter`, one output frame per decoded frame (no frame-rate conversion), then
+/// `output` (format options and destination).
+fn decode_command(input: &str, filter: &str, output: &[&str]) -> CommandLine {
+    let mut args = vec![
+        "-nostdin", "-v", "error", "-i", input, "-map", "0:v:0", "-vf", filter, "-fps_mode",
+        "passthrough",
+    ];
+    args.extend_from_slice(output);
+    Tool::ffmpeg().command(&args)
 }
 
 /// Name of the extracted file of decoded frame `n`.
@@ -273,20 +283,7 @@ fn score_frames(
     h: usize,
     on_frame: &mut dyn FnMut(usize),
 ) -> Result<Vec<f64>> {
-    let mut child = Command::new(ffmpeg_program())
-        .args(&cmd.args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| Error::Input {
-            path: ffmpeg_program(),
-            field: "ffmpeg".into(),
-            problem: format!(
-                "could not start ffmpeg ({e}); install it (Debian/Ubuntu: `apt-get install \
-                 ffmpeg`) or set KILN_FFMPEG to its path"
-            ),
-        })?;
+    let mut child = cmd.spawn_piped()?;
     let mut stderr = child.stderr.take().expect("stderr is piped");
     let err_thread = std::thread::spawn(move || {
         let mut s = String::new();
@@ -316,10 +313,6 @@ fn score_frames(
         });
     }
     Ok(scores)
-}
-
-fn ffmpeg_program() -> PathBuf {
-    Tool::ffmpeg().program
 }
 
 /// The 35 mm-equivalent focal length a video's container metadata records, millimetres (e.g.

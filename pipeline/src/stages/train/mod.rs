@@ -42,7 +42,7 @@ use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 
 pub use init::InitPoints;
-pub use params::{Preset, TrainParams};
+pub use params::{Init, Preset, TrainParams};
 
 use density::{DensifyConfig, DensityStats};
 use gaussians::{GaussianGrads, Gaussians, GaussiansAdam};
@@ -171,8 +171,9 @@ fn prune_non_finite(
 /// - `views`: posed images, any order (sorted by name here); every 8th (`params.eval_every`,
 ///   index % 8 == 0) is held out for evaluation. With fewer than 2 views all views are trained on
 ///   and evaluated (logged, and `eval_on_train_views` in `metrics.json`).
-/// - `init`: SfM points (world metres, RGB in [0, 1]); `None` → `params.init_random_points`
-///   random points inside the training cameras' frustums.
+/// - `init`: SfM points (world metres, RGB in [0, 1]); `None`, or `params.init` =
+///   [`Init::Random`] → `params.init_random_points` random points inside the training cameras'
+///   frustums.
 /// - `params`: recipe ([`TrainParams`], INRIA scaled to `steps`).
 /// - `out_dir`: stage directory; receives `splats.ply` (INRIA PLY), `metrics.json`, `loss.svg`
 ///   and `eval/<name>.png` (ground truth left, render right). Created if missing.
@@ -216,7 +217,7 @@ pub fn train(
     let mut rng = SmallRng::seed_from_u64(params.seed);
 
     let host_init = match &init {
-        Some(points) if !points.positions.is_empty() => {
+        Some(points) if !points.positions.is_empty() && params.init == Init::Auto => {
             init::splats_from_points(points, params.sh_degree)
         }
         _ => {

@@ -45,6 +45,24 @@ pub enum Preset {
     Inria,
 }
 
+/// Where the initial splats come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Init {
+    /// The capture's SfM points (COLMAP `points3D`) when it has any, else random points.
+    #[default]
+    Auto,
+    /// `init_random_points` random points inside the training cameras' frustums, ignoring any SfM
+    /// points (e.g. to compare two sets of poses without the points' head start).
+    Random,
+}
+
+impl Init {
+    fn is_auto(&self) -> bool {
+        *self == Init::Auto
+    }
+}
+
 /// Everything that steers one training run. `Default` is [`TrainParams::inria`]`(3000)`.
 ///
 /// Units: steps are optimizer iterations (one training view each); `background` is linear RGB in
@@ -73,7 +91,10 @@ pub struct TrainParams {
     pub sh_increase_every: usize,
     /// Hard cap on the number of splats; densification stops adding splats at the cap.
     pub max_splats: usize,
-    /// Number of random points inside the camera frustums when no SfM points are given.
+    /// Initial splats: SfM points when present (`auto`), or `random`. Default `auto`.
+    #[serde(skip_serializing_if = "Init::is_auto")]
+    pub init: Init,
+    /// Number of random points inside the camera frustums when no SfM points are used.
     pub init_random_points: usize,
     /// Weight λ of the D-SSIM term: loss = (1 − λ)·L1 + λ·(1 − SSIM). Default 0.2.
     pub lambda_dssim: f32,
@@ -119,6 +140,7 @@ impl TrainParams {
             opacity_reset_every: (steps / 3).clamp(1, 3000),
             sh_increase_every: (steps / 30).clamp(1, 1000),
             max_splats: 1_000_000,
+            init: Init::Auto,
             init_random_points: 10_000,
             lambda_dssim: 0.2,
             background: [0.0; 3],
@@ -222,6 +244,7 @@ struct TrainParamsToml {
     opacity_reset_every: Option<usize>,
     sh_increase_every: Option<usize>,
     max_splats: Option<usize>,
+    init: Option<Init>,
     init_random_points: Option<usize>,
     lambda_dssim: Option<f32>,
     background: Option<[f32; 3]>,
@@ -253,6 +276,7 @@ impl<'de> Deserialize<'de> for TrainParams {
             opacity_reset_every,
             sh_increase_every,
             max_splats,
+            init,
             init_random_points,
             lambda_dssim,
             background,
