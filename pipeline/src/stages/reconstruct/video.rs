@@ -263,7 +263,16 @@ impl FrameSelection {
 /// `output` (format options and destination).
 fn decode_command(input: &str, filter: &str, output: &[&str]) -> CommandLine {
     let mut args = vec![
-        "-nostdin", "-v", "error", "-i", input, "-map", "0:v:0", "-vf", filter, "-fps_mode",
+        "-nostdin",
+        "-v",
+        "error",
+        "-i",
+        input,
+        "-map",
+        "0:v:0",
+        "-vf",
+        filter,
+        "-fps_mode",
         "passthrough",
     ];
     args.extend_from_slice(output);
