@@ -42,6 +42,13 @@ pub enum Error {
         "job `{job_id}` is not in the ledger {path}; `kiln report --list` shows the recorded jobs"
     )]
     NoSuchJob { job_id: String, path: String },
+    /// The job could not be planned (its input does not fit the job file); nothing ran.
+    #[error("job `{job_id}` cannot start (nothing was run)")]
+    Plan {
+        job_id: String,
+        #[source]
+        source: Box<kiln_pipeline::Error>,
+    },
     /// A stage failed; the job keeps what finished and can be resumed by running it again.
     #[error(
         "job `{job_id}`, stage `{stage}` failed (finished stages are kept: run the job again to resume)"

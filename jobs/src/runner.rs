@@ -33,7 +33,8 @@ pub fn new_job_id(name: &str) -> String {
 /// Run `plan` (already resolved), recording the job and every stage attempt in `ledger`.
 ///
 /// # Errors
-/// [`Error::Stage`] naming the failed stage (the ledger records it as failed);
+/// [`Error::Plan`] when the input does not fit the job (nothing ran); [`Error::Stage`] naming the
+/// failed stage (the ledger records it as failed);
 /// [`Error::Ledger`] when the ledger cannot be written.
 pub async fn run_job(plan: &JobPlan, spec_toml: &str, ledger: &Ledger) -> Result<JobOutcome> {
     let kind = serde_json::to_value(plan.kind)
@@ -50,9 +51,8 @@ pub async fn run_job(plan: &JobPlan, spec_toml: &str, ledger: &Ledger) -> Result
             spec_toml,
         )
         .await?;
-    let dag_err = |source: kiln_pipeline::Error| Error::Stage {
+    let dag_err = |source: kiln_pipeline::Error| Error::Plan {
         job_id: plan.job_id.clone(),
-        stage: "dag".into(),
         source: Box::new(source),
     };
     let dag = match job_dag(plan).await {
@@ -64,7 +64,7 @@ pub async fn run_job(plan: &JobPlan, spec_toml: &str, ledger: &Ledger) -> Result
         }
         Err(source) => {
             ledger
-                .finish_job(&plan.job_id, Some(&format!("dag: {source}")))
+                .finish_job(&plan.job_id, Some(&format!("plan: {source}")))
                 .await?;
             return Err(dag_err(source));
         }

@@ -393,7 +393,8 @@ pub struct ReconstructReport {
     /// Where the initial focal length came from: `exif-or-colmap-default`, `job file`, or
     /// `video metadata`; with the focal length factor passed to COLMAP when set.
     pub focal_prior: String,
-    /// Every external command run, in order.
+    /// Every external command run, in order, with the stage's output folder written `$STAGE`
+    /// and the input `$INPUT` (COLMAP's database lived in a temporary `$STAGE/.colmap*` folder).
     pub commands: Vec<String>,
     /// Wall seconds per step (`frames`, `features`, `matching`, `mapping`).
     pub step_seconds: Vec<(String, f64)>,
@@ -663,6 +664,13 @@ pub fn reconstruct(
         }
     }
     drop(work);
+    // Recorded with the stage folder and the input as `$STAGE` and `$INPUT`: the absolute paths
+    // are a temporary work folder that no longer exists when the report is read.
+    let (stage, input_path) = (out_dir.display().to_string(), input.display().to_string());
+    let commands = commands
+        .iter()
+        .map(|c| c.replace(&stage, "$STAGE").replace(&input_path, "$INPUT"))
+        .collect();
     let report = ReconstructReport {
         input: shape,
         colmap_version,
