@@ -7,6 +7,14 @@
 //! `src/colmap/scene/reconstruction_io.cc` (`ReadCamerasText`, `ReadImagesText`,
 //! `ReadPoints3DText`), `src/colmap/sensor/models.h` (model ids and parameter order).
 //!
+//! Camera models: the eleven of COLMAP 3.8 (model ids 0..=10): SIMPLE_PINHOLE, PINHOLE,
+//! SIMPLE_RADIAL, RADIAL, OPENCV, OPENCV_FISHEYE, FULL_OPENCV, FOV, SIMPLE_RADIAL_FISHEYE,
+//! RADIAL_FISHEYE and THIN_PRISM_FISHEYE, each to pinhole [`Intrinsics`] plus a [`Distortion`]
+//! (formulas in `distortion.rs`). Models added by later COLMAP versions (ids 11 and up, such as
+//! FISHEYE or EQUIRECTANGULAR) are rejected as unsupported. Fisheye cameras are undistorted to a
+//! pinhole image with the same focal length, which crops a wide lens's periphery
+//! ([`super::undistort`]).
+//!
 //! `images.txt` poses (QW QX QY QZ TX TY TZ) are already world_to_camera in the OpenCV camera
 //! frame: `X_cam = R(q)·X_world + t`, with q a Hamilton quaternion (w first), normalised on read.
 //! COLMAP's principal point uses the corner-origin pixel convention, as [`Intrinsics`] does.
@@ -38,43 +46,50 @@ pub const MODEL_DIRS: [&str; 8] = [
     "colmap/reconstruction",
 ];
 
-/// COLMAP camera models Kiln converts, and their parameter names, in COLMAP's order (`models.h`).
-const SUPPORTED_MODELS: [(&str, &[&str]); 5] = [
+/// The COLMAP camera models of COLMAP 3.8, indexed by `MODEL_ID` as stored in `cameras.bin`
+/// (ids 0..=10; `models.h`, `CameraModelId`), with their parameter names in COLMAP's order
+/// (`models.h`, each model's `InitializeParamsInfo`). Kiln converts every one of them
+/// ([`camera_from_model`]).
+pub(super) const CAMERA_MODELS: [(&str, &[&str]); 11] = [
     ("SIMPLE_PINHOLE", &["f", "cx", "cy"]),
     ("PINHOLE", &["fx", "fy", "cx", "cy"]),
     ("SIMPLE_RADIAL", &["f", "cx", "cy", "k"]),
     ("RADIAL", &["f", "cx", "cy", "k1", "k2"]),
     ("OPENCV", &["fx", "fy", "cx", "cy", "k1", "k2", "p1", "p2"]),
+    (
+        "OPENCV_FISHEYE",
+        &["fx", "fy", "cx", "cy", "k1", "k2", "k3", "k4"],
+    ),
+    (
+        "FULL_OPENCV",
+        &[
+            "fx", "fy", "cx", "cy", "k1", "k2", "p1", "p2", "k3", "k4", "k5", "k6",
+        ],
+    ),
+    ("FOV", &["fx", "fy", "cx", "cy", "omega"]),
+    ("SIMPLE_RADIAL_FISHEYE", &["f", "cx", "cy", "k"]),
+    ("RADIAL_FISHEYE", &["f", "cx", "cy", "k1", "k2"]),
+    (
+        "THIN_PRISM_FISHEYE",
+        &[
+            "fx", "fy", "cx", "cy", "k1", "k2", "p1", "p2", "k3", "k4", "sx1", "sy1",
+        ],
+    ),
 ];
 
-/// Every COLMAP camera model, indexed by its `MODEL_ID` as stored in `cameras.bin`, with its
-/// number of parameters (`models.h`, `CAMERA_MODEL_CASES`; ids 0..=10 as in COLMAP 3.8).
-pub(super) const CAMERA_MODELS: [(&str, usize); 11] = [
-    ("SIMPLE_PINHOLE", 3),
-    ("PINHOLE", 4),
-    ("SIMPLE_RADIAL", 4),
-    ("RADIAL", 5),
-    ("OPENCV", 8),
-    ("OPENCV_FISHEYE", 8),
-    ("FULL_OPENCV", 12),
-    ("FOV", 5),
-    ("SIMPLE_RADIAL_FISHEYE", 4),
-    ("RADIAL_FISHEYE", 5),
-    ("THIN_PRISM_FISHEYE", 12),
-];
-
-/// Parameter names of a supported camera model (COLMAP's order); `None` if Kiln does not convert
-/// that model.
+/// Parameter names of a COLMAP camera model (COLMAP's order); `None` for a name that is not one
+/// of [`CAMERA_MODELS`].
 pub(super) fn model_params(model: &str) -> Option<&'static [&'static str]> {
-    SUPPORTED_MODELS
+    CAMERA_MODELS
         .iter()
         .find(|(m, _)| *m == model)
         .map(|(_, names)| *names)
 }
 
-/// The [`Error::Unsupported`] for a camera model Kiln does not convert; `field` locates it.
+/// The [`Error::Unsupported`] for a camera model name not in [`CAMERA_MODELS`]; `field` locates
+/// it.
 pub(super) fn unsupported_model(path: &Path, field: String, found: String) -> Error {
-    let supported: Vec<&str> = SUPPORTED_MODELS.iter().map(|(m, _)| *m).collect();
+    let supported: Vec<&str> = CAMERA_MODELS.iter().map(|(m, _)| *m).collect();
     Error::Unsupported {
         path: path.to_path_buf(),
         field,
@@ -112,14 +127,15 @@ pub(super) fn image_size(width: u64, height: u64) -> std::result::Result<(u32, u
 
 /// Kiln intrinsics and distortion of a COLMAP camera: the one conversion both readers use.
 ///
-/// - `model`: COLMAP model name (`SIMPLE_PINHOLE`, …); one of [`SUPPORTED_MODELS`].
+/// - `model`: COLMAP model name (`SIMPLE_PINHOLE`, …); one of [`CAMERA_MODELS`].
 /// - `width`, `height`: image size, pixels (checked by [`image_size`]).
 /// - `params`: the model's parameters in COLMAP's order (focal lengths and principal point in
 ///   pixels, distortion coefficients unitless); must be exactly as many as the model has, finite,
 ///   with focal lengths > 0.
 ///
-/// Returns a [`CameraFault`] naming the size, count or parameter at fault (an unsupported model
-/// is reported as `MODEL`; callers check [`model_params`] first to report it as unsupported).
+/// Returns a [`CameraFault`] naming the size, count or parameter at fault (a name that is not a
+/// COLMAP model is reported as `MODEL`; callers check [`model_params`] first to report it as
+/// unsupported).
 pub(super) fn camera_from_model(
     model: &str,
     width: u64,
@@ -130,7 +146,7 @@ pub(super) fn camera_from_model(
         return Err(CameraFault {
             field: "MODEL",
             param: None,
-            expected: "a supported camera model".into(),
+            expected: "a COLMAP 3.8 camera model".into(),
             found: model.to_string(),
         });
     };
@@ -156,29 +172,52 @@ pub(super) fn camera_from_model(
         });
     }
     let p = params;
-    let (fx, fy, cx, cy, distortion) = match model {
-        "SIMPLE_PINHOLE" => (p[0], p[0], p[1], p[2], Distortion::None),
-        "PINHOLE" => (p[0], p[1], p[2], p[3], Distortion::None),
-        "SIMPLE_RADIAL" => (p[0], p[0], p[1], p[2], Distortion::SimpleRadial { k: p[3] }),
-        "RADIAL" => (
-            p[0],
-            p[0],
-            p[1],
-            p[2],
-            Distortion::Radial { k1: p[3], k2: p[4] },
-        ),
-        _ => (
-            p[0],
-            p[1],
-            p[2],
-            p[3],
-            Distortion::OpenCv {
-                k1: p[4],
-                k2: p[5],
-                p1: p[6],
-                p2: p[7],
-            },
-        ),
+    // Models with one focal length f (SIMPLE_*, RADIAL, RADIAL_FISHEYE) put cx, cy at 1, 2 and
+    // their coefficients from 3; the others have fx, fy, cx, cy then coefficients from 4.
+    let (fx, fy, cx, cy, c) = if names[0] == "f" {
+        (p[0], p[0], p[1], p[2], &p[3..])
+    } else {
+        (p[0], p[1], p[2], p[3], &p[4..])
+    };
+    let distortion = match model {
+        "SIMPLE_PINHOLE" | "PINHOLE" => Distortion::None,
+        "SIMPLE_RADIAL" => Distortion::SimpleRadial { k: c[0] },
+        "RADIAL" => Distortion::Radial { k1: c[0], k2: c[1] },
+        "OPENCV" => Distortion::OpenCv {
+            k1: c[0],
+            k2: c[1],
+            p1: c[2],
+            p2: c[3],
+        },
+        "OPENCV_FISHEYE" => Distortion::OpenCvFisheye {
+            k1: c[0],
+            k2: c[1],
+            k3: c[2],
+            k4: c[3],
+        },
+        "FULL_OPENCV" => Distortion::FullOpenCv {
+            k1: c[0],
+            k2: c[1],
+            p1: c[2],
+            p2: c[3],
+            k3: c[4],
+            k4: c[5],
+            k5: c[6],
+            k6: c[7],
+        },
+        "FOV" => Distortion::Fov { omega: c[0] },
+        "SIMPLE_RADIAL_FISHEYE" => Distortion::SimpleRadialFisheye { k: c[0] },
+        "RADIAL_FISHEYE" => Distortion::RadialFisheye { k1: c[0], k2: c[1] },
+        _ => Distortion::ThinPrismFisheye {
+            k1: c[0],
+            k2: c[1],
+            p1: c[2],
+            p2: c[3],
+            k3: c[4],
+            k4: c[5],
+            sx1: c[6],
+            sy1: c[7],
+        },
     };
     for (k, f) in [(0, fx), (1, fy)] {
         if f <= 0.0 {
@@ -256,8 +295,8 @@ pub(super) struct ParsedModel {
 ///   [`Capture::source`] is the model directory.
 ///
 /// # Errors
-/// [`Error::NotFound`] if no model is found; [`Error::Unsupported`] for a camera model other than
-/// SIMPLE_PINHOLE, PINHOLE, SIMPLE_RADIAL, RADIAL, OPENCV (naming it); for text,
+/// [`Error::NotFound`] if no model is found; [`Error::Unsupported`] for a MODEL name in
+/// `cameras.txt` other than the eleven COLMAP 3.8 models (module doc; naming it); for text,
 /// [`Error::InvalidLine`] naming file, line and column for a malformed line, a duplicate id or an
 /// unknown CAMERA_ID; for binary, [`Error::Corrupt`] (truncated file, impossible count, trailing
 /// bytes) or [`Error::Invalid`] (bad value, duplicate or unknown id), naming file, record, field
@@ -783,6 +822,107 @@ mod tests {
     }
 
     #[test]
+    fn colmap_reads_every_fisheye_and_full_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let cameras = "\
+            1 OPENCV_FISHEYE 40 30 50 51 20 15 0.1 -0.2 0.03 -0.04\n\
+            2 FULL_OPENCV 40 30 50 51 20 15 0.1 -0.2 0.003 -0.004 0.05 -0.06 0.07 -0.08\n\
+            3 FOV 40 30 50 51 20 15 0.9\n\
+            4 SIMPLE_RADIAL_FISHEYE 40 30 50 20 15 0.25\n\
+            5 RADIAL_FISHEYE 40 30 50 20 15 0.25 -0.5\n\
+            6 THIN_PRISM_FISHEYE 40 30 50 51 20 15 0.1 -0.2 0.003 -0.004 0.05 -0.06 0.007 -0.008\n";
+        let mut images = String::new();
+        for id in 1..=6 {
+            images += &format!("{id} 1 0 0 0 0 0 0 {id} {id}.png\n\n");
+            image_file(&dir.path().join(format!("images/{id}.png")));
+        }
+        model(dir.path(), cameras, &images, "");
+        let capture = read_colmap(dir.path()).unwrap();
+        let got: Vec<(f64, f64, f64, f64, Distortion)> = capture
+            .frames
+            .iter()
+            .map(|f| {
+                let k = f.intrinsics;
+                (k.fx, k.fy, k.cx, k.cy, f.distortion)
+            })
+            .collect();
+        let want = [
+            (
+                50.0,
+                51.0,
+                20.0,
+                15.0,
+                Distortion::OpenCvFisheye {
+                    k1: 0.1,
+                    k2: -0.2,
+                    k3: 0.03,
+                    k4: -0.04,
+                },
+            ),
+            (
+                50.0,
+                51.0,
+                20.0,
+                15.0,
+                Distortion::FullOpenCv {
+                    k1: 0.1,
+                    k2: -0.2,
+                    p1: 0.003,
+                    p2: -0.004,
+                    k3: 0.05,
+                    k4: -0.06,
+                    k5: 0.07,
+                    k6: -0.08,
+                },
+            ),
+            (50.0, 51.0, 20.0, 15.0, Distortion::Fov { omega: 0.9 }),
+            (
+                50.0,
+                50.0,
+                20.0,
+                15.0,
+                Distortion::SimpleRadialFisheye { k: 0.25 },
+            ),
+            (
+                50.0,
+                50.0,
+                20.0,
+                15.0,
+                Distortion::RadialFisheye { k1: 0.25, k2: -0.5 },
+            ),
+            (
+                50.0,
+                51.0,
+                20.0,
+                15.0,
+                Distortion::ThinPrismFisheye {
+                    k1: 0.1,
+                    k2: -0.2,
+                    p1: 0.003,
+                    p2: -0.004,
+                    k3: 0.05,
+                    k4: -0.06,
+                    sx1: 0.007,
+                    sy1: -0.008,
+                },
+            ),
+        ];
+        assert_eq!(got, want);
+        // A wrong parameter count names the model's own parameter list.
+        model(
+            dir.path(),
+            "1 THIN_PRISM_FISHEYE 40 30 50 51 20 15 0 0 0 0 0 0 0\n",
+            "1 1 0 0 0 0 0 0 1 1.png\n\n",
+            "",
+        );
+        let msg = read_colmap(dir.path()).unwrap_err().to_string();
+        assert!(
+            msg.contains("cameras.txt:1:") && msg.contains("12 parameters") && msg.contains("sy1"),
+            "{msg}"
+        );
+    }
+
+    #[test]
     fn colmap_bad_lines_are_rejected_naming_file_line_and_field() {
         let dir = tempfile::tempdir().unwrap();
         image_file(&dir.path().join("images/a.png"));
@@ -870,7 +1010,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         model(
             dir.path(),
-            "1 OPENCV_FISHEYE 40 30 50 51 20 15 0 0 0 0\n",
+            // A model of later COLMAP versions (id 15), which Kiln does not convert.
+            "1 FISHEYE 40 30 50 51 20 15\n",
             "1 1 0 0 0 0 0 0 1 a.png\n\n",
             "",
         );
@@ -878,7 +1019,7 @@ mod tests {
         let msg = err.to_string();
         assert!(matches!(err, Error::Unsupported { .. }), "{msg}");
         assert!(
-            msg.contains("OPENCV_FISHEYE") && msg.contains("line 1"),
+            msg.contains("FISHEYE") && msg.contains("line 1") && msg.contains("OPENCV_FISHEYE"),
             "{msg}"
         );
     }

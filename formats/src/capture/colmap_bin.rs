@@ -7,7 +7,8 @@
 //!
 //! Layout, little-endian, no padding or header beyond the counts:
 //! - `cameras.bin`: u64 num_cameras; per camera: u32 CAMERA_ID, i32 MODEL_ID, u64 WIDTH,
-//!   u64 HEIGHT, f64 PARAMS[n] (n fixed by MODEL_ID, see `colmap.rs` `CAMERA_MODELS`).
+//!   u64 HEIGHT, f64 PARAMS[n] (n fixed by MODEL_ID, see `colmap.rs` `CAMERA_MODELS`; every
+//!   MODEL_ID 0..=10 is converted).
 //! - `images.bin`: u64 num_reg_images; per image: u32 IMAGE_ID, f64 QW QX QY QZ, f64 TX TY TZ,
 //!   u32 CAMERA_ID, NAME as bytes ending in NUL, u64 num_points2D, then num_points2D ×
 //!   (f64 X, f64 Y, u64 POINT3D_ID).
@@ -32,7 +33,7 @@ use std::path::Path;
 use super::SfmPoints;
 use super::colmap::{
     CAMERA_MODELS, ImageEntry, ParsedModel, camera_from_model, image_name, image_size,
-    model_params, pose_from_colmap, unsupported_model,
+    pose_from_colmap,
 };
 use crate::{Error, Result};
 
@@ -316,8 +317,8 @@ impl<'a> Cursor<'a> {
 /// Converted camera (when `convert`) of each CAMERA_ID.
 type Cameras = HashMap<u32, Option<(super::Intrinsics, super::Distortion)>>;
 
-/// `cameras.bin` → cameras by id; with `convert`, each converted by
-/// [`camera_from_model`] (an unsupported model is then [`Error::Unsupported`]), else `None`.
+/// `cameras.bin` → cameras by id; with `convert`, each converted by [`camera_from_model`], else
+/// `None`.
 fn parse_cameras(path: &Path, bytes: &[u8], convert: bool) -> Result<Cameras> {
     let mut cur = Cursor::new(path, bytes);
     let n = cur.count("num_cameras", CAMERA_MIN_BYTES)?;
@@ -338,7 +339,7 @@ fn parse_cameras(path: &Path, bytes: &[u8], convert: bool) -> Result<Cameras> {
         }
         let model_at = cur.pos;
         let raw_model = cur.i32("MODEL_ID")?;
-        let Some(&(model, n_params)) = usize::try_from(raw_model)
+        let Some(&(model, names)) = usize::try_from(raw_model)
             .ok()
             .and_then(|m| CAMERA_MODELS.get(m))
         else {
@@ -361,20 +362,11 @@ fn parse_cameras(path: &Path, bytes: &[u8], convert: bool) -> Result<Cameras> {
             cur.invalid(f.field, at, f.expected, f.found)
         })?;
         let params_at = cur.pos;
-        let names = model_params(model);
-        let mut params = Vec::with_capacity(n_params);
-        for k in 0..n_params {
-            let field = names.and_then(|n| n.get(k)).copied().unwrap_or("PARAMS[]");
+        let mut params = Vec::with_capacity(names.len());
+        for field in names {
             params.push(cur.finite(field)?);
         }
         let camera = if convert {
-            if names.is_none() {
-                return Err(unsupported_model(
-                    path,
-                    cur.location("MODEL_ID", model_at),
-                    format!("camera model {model} (MODEL_ID {raw_model})"),
-                ));
-            }
             let camera = camera_from_model(model, width, height, &params).map_err(|f| {
                 let at = f.param.map_or(params_at, |k| params_at + 8 * k);
                 cur.invalid(f.field, at, f.expected, f.found)
@@ -805,8 +797,10 @@ mod tests {
     }
 
     #[test]
-    fn binary_supported_models_map_like_the_text_reader() {
-        let params = [50.5, 51.25, 20.125, 15.0625, 0.1, -0.2, 0.003, -0.004];
+    fn binary_every_camera_model_maps_like_the_text_reader() {
+        let params = [
+            50.5, 51.25, 20.125, 15.0625, 0.1, -0.2, 0.003, -0.004, 0.02, -0.03, 0.04, -0.05,
+        ];
         // (fx, fy, cx, cy, distortion) per model id, from COLMAP's parameter order.
         let expected = [
             (50.5, 50.5, 51.25, 20.125, Distortion::None),
@@ -840,9 +834,72 @@ mod tests {
                     p2: -0.004,
                 },
             ),
+            (
+                50.5,
+                51.25,
+                20.125,
+                15.0625,
+                Distortion::OpenCvFisheye {
+                    k1: 0.1,
+                    k2: -0.2,
+                    k3: 0.003,
+                    k4: -0.004,
+                },
+            ),
+            (
+                50.5,
+                51.25,
+                20.125,
+                15.0625,
+                Distortion::FullOpenCv {
+                    k1: 0.1,
+                    k2: -0.2,
+                    p1: 0.003,
+                    p2: -0.004,
+                    k3: 0.02,
+                    k4: -0.03,
+                    k5: 0.04,
+                    k6: -0.05,
+                },
+            ),
+            (50.5, 51.25, 20.125, 15.0625, Distortion::Fov { omega: 0.1 }),
+            (
+                50.5,
+                50.5,
+                51.25,
+                20.125,
+                Distortion::SimpleRadialFisheye { k: 15.0625 },
+            ),
+            (
+                50.5,
+                50.5,
+                51.25,
+                20.125,
+                Distortion::RadialFisheye {
+                    k1: 15.0625,
+                    k2: 0.1,
+                },
+            ),
+            (
+                50.5,
+                51.25,
+                20.125,
+                15.0625,
+                Distortion::ThinPrismFisheye {
+                    k1: 0.1,
+                    k2: -0.2,
+                    p1: 0.003,
+                    p2: -0.004,
+                    k3: 0.02,
+                    k4: -0.03,
+                    sx1: 0.04,
+                    sy1: -0.05,
+                },
+            ),
         ];
+        assert_eq!(expected.len(), CAMERA_MODELS.len());
         for (model_id, (fx, fy, cx, cy, distortion)) in expected.into_iter().enumerate() {
-            let n = CAMERA_MODELS[model_id].1;
+            let n = CAMERA_MODELS[model_id].1.len();
             let cams = [Cam {
                 id: 4,
                 model_id: model_id as i32,
@@ -867,6 +924,8 @@ mod tests {
                 "model {model_id}"
             );
             assert_eq!(frame.distortion, distortion, "model {model_id}");
+            let stats = read_colmap_model_stats(&dir.path().join("bin/sparse/0")).unwrap();
+            assert_eq!((stats.cameras, stats.registered_images), (1, 1));
         }
     }
 
@@ -1002,34 +1061,6 @@ mod tests {
         bytes[n - 8..].copy_from_slice(&(1_u64 << 61).to_le_bytes());
         let err = parse_points(path, &bytes).unwrap_err();
         assert!(err.to_string().contains("TRACK_LENGTH"), "{err}");
-    }
-
-    #[test]
-    fn binary_unsupported_camera_models_are_named() {
-        for (model_id, &(model, n)) in CAMERA_MODELS.iter().enumerate().skip(5) {
-            let dir = tempfile::tempdir().unwrap();
-            let cams = [Cam {
-                id: 9,
-                model_id: model_id as i32,
-                width: 40,
-                height: 30,
-                params: vec![10.0; n],
-            }];
-            write_binary(dir.path(), &cams, &[img(1, 9, "a.png")], &[]);
-            image_file(&dir.path().join("images/a.png"));
-            let err = read_colmap(dir.path()).unwrap_err();
-            let msg = err.to_string();
-            assert!(matches!(err, Error::Unsupported { .. }), "{msg}");
-            assert!(
-                msg.contains("cameras.bin")
-                    && msg.contains("CAMERA_ID 9")
-                    && msg.contains(&format!("camera model {model} ")),
-                "{msg}"
-            );
-            // The summary accepts every model: it converts no intrinsics.
-            let stats = read_colmap_model_stats(dir.path()).unwrap();
-            assert_eq!((stats.cameras, stats.registered_images), (1, 1));
-        }
     }
 
     #[test]

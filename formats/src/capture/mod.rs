@@ -5,8 +5,9 @@
 //! This module owns the capture domain types ([`Capture`], [`Frame`], [`Intrinsics`],
 //! [`Distortion`], [`SfmPoints`], [`RgbImage`]) and the format dispatch ([`read_capture`]). Each
 //! input format is one file (`nerfstudio.rs`, `colmap.rs`, `llff.rs`); pixels live in `image.rs`,
-//! lens models in `distortion.rs`. Readers never load pixels (at most an image header, for a
-//! missing size, or for LLFF every image's size).
+//! lens models in `distortion.rs` (all eleven COLMAP 3.8 camera models: pinhole, radial,
+//! OpenCV, full OpenCV, FOV and four fisheye models). Readers never load pixels (at most an
+//! image header, for a missing size, or for LLFF every image's size).
 //!
 //! Conventions (fixed for every reader):
 //! - camera frame OpenCV: x right, y down, z forward (viewing direction);

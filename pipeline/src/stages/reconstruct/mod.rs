@@ -63,13 +63,22 @@ pub enum Matcher {
     Sequential,
 }
 
-/// COLMAP camera models the stage accepts: those Kiln's COLMAP reader undistorts on ingest.
-pub const CAMERA_MODELS: [&str; 5] = [
+/// COLMAP camera models the stage accepts: those Kiln's COLMAP reader undistorts on ingest, which
+/// are all eleven of COLMAP 3.8 (model ids 0..=10; later COLMAP models such as `FISHEYE` are not).
+/// The fisheye models and `FOV` are undistorted to a pinhole image with the same focal length,
+/// which crops a wide lens's periphery ([`kiln_formats::capture::undistort`]).
+pub const CAMERA_MODELS: [&str; 11] = [
     "SIMPLE_PINHOLE",
     "PINHOLE",
     "SIMPLE_RADIAL",
     "RADIAL",
     "OPENCV",
+    "OPENCV_FISHEYE",
+    "FULL_OPENCV",
+    "FOV",
+    "SIMPLE_RADIAL_FISHEYE",
+    "RADIAL_FISHEYE",
+    "THIN_PRISM_FISHEYE",
 ];
 
 /// Parameters of the `reconstruct` stage (the job file's `[reconstruct]` table).
