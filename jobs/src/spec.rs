@@ -286,7 +286,7 @@ mod tests {
                 "reconstruct.min_registered_fraction",
             ),
             (
-                "[reconstruct]\ncamera_model = \"FOV\"\n",
+                "[reconstruct]\ncamera_model = \"FISHEYE\"\n",
                 "reconstruct.camera_model",
             ),
         ] {
