@@ -168,6 +168,30 @@ impl<'a> Cursor<'a> {
         self.id = None;
     }
 
+    /// Take `id`, read at byte `at` as column `field`, as the id of record `index`: it names the
+    /// record in later messages, and a repeat of an id already in `seen` is an error naming both
+    /// records (`what`: e.g. "each camera id once").
+    fn claim_id(
+        &mut self,
+        field: &'static str,
+        at: usize,
+        id: u64,
+        index: usize,
+        seen: &mut HashMap<u64, usize>,
+        what: &str,
+    ) -> Result<()> {
+        self.id = Some((field, id));
+        match seen.insert(id, index) {
+            Some(previous) => Err(self.invalid(
+                field,
+                at,
+                what,
+                format!("{id}, also in record {}", previous + 1),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// `images.bin record 3 of 4 (IMAGE_ID 7) QW at byte 1234`.
     fn location(&self, field: &str, at: usize) -> String {
         let mut s = self.file.clone();
@@ -328,15 +352,14 @@ fn parse_cameras(path: &Path, bytes: &[u8], convert: bool) -> Result<Cameras> {
         cur.begin_record(index, n);
         let id_at = cur.pos;
         let id = cur.u32("CAMERA_ID")?;
-        cur.id = Some(("CAMERA_ID", id.into()));
-        if let Some(previous) = records.insert(id, index) {
-            return Err(cur.invalid(
-                "CAMERA_ID",
-                id_at,
-                "each camera id once",
-                format!("{id}, also in record {}", previous + 1),
-            ));
-        }
+        cur.claim_id(
+            "CAMERA_ID",
+            id_at,
+            id.into(),
+            index,
+            &mut records,
+            "each camera id once",
+        )?;
         let model_at = cur.pos;
         let raw_model = cur.i32("MODEL_ID")?;
         let Some(&(model, names)) = usize::try_from(raw_model)
@@ -395,15 +418,14 @@ fn parse_images<V>(
         cur.begin_record(index, n);
         let id_at = cur.pos;
         let id = cur.u32("IMAGE_ID")?;
-        cur.id = Some(("IMAGE_ID", id.into()));
-        if let Some(previous) = ids.insert(id, index) {
-            return Err(cur.invalid(
-                "IMAGE_ID",
-                id_at,
-                "each image id once",
-                format!("{id}, also in record {}", previous + 1),
-            ));
-        }
+        cur.claim_id(
+            "IMAGE_ID",
+            id_at,
+            id.into(),
+            index,
+            &mut ids,
+            "each image id once",
+        )?;
         let q_at = cur.pos;
         let mut q = [0.0; 4];
         for (k, field) in ["QW", "QX", "QY", "QZ"].into_iter().enumerate() {
@@ -502,15 +524,14 @@ fn parse_points(path: &Path, bytes: &[u8]) -> Result<PointsSummary> {
         cur.begin_record(index, n);
         let id_at = cur.pos;
         let id = cur.u64("POINT3D_ID")?;
-        cur.id = Some(("POINT3D_ID", id));
-        if let Some(previous) = ids.insert(id, index) {
-            return Err(cur.invalid(
-                "POINT3D_ID",
-                id_at,
-                "each point id once",
-                format!("{id}, also in record {}", previous + 1),
-            ));
-        }
+        cur.claim_id(
+            "POINT3D_ID",
+            id_at,
+            id,
+            index,
+            &mut ids,
+            "each point id once",
+        )?;
         let mut xyz = [0.0; 3];
         for (k, field) in ["X", "Y", "Z"].into_iter().enumerate() {
             xyz[k] = cur.finite(field)?;
