@@ -1,8 +1,11 @@
-//! Public contract of the rasterizer: forward render of one camera and its backward pass.
-//!
-//! (Kernels helper: fill in the bodies; the signatures and field meanings below are the contract the
-//! trainer in kiln-pipeline codes against. Extend, do not change, without telling the trainer side.)
+//! Public contract of the rasterizer: forward render of one camera and its backward pass, on the
+//! CPU twin ([`render_forward`], [`render_backward`]) or on any device through a [`Renderer`].
 
+use std::sync::Arc;
+
+use crate::cuda::gpu::{DEFAULT_ALLOC_CAP_BYTES, GpuContext};
+use crate::cuda::render::{GpuRenderer, GpuSaved};
+use crate::device::Device;
 use crate::{Camera, Error};
 
 /// Borrowed splat parameters for one render. Shape letters: N splats, K SH coefficients per channel.
@@ -52,8 +55,36 @@ pub struct ForwardOutput {
     /// (behind the near plane, off screen, or degenerate).
     pub radii: Vec<f32>,
     /// Internal state saved for the backward pass (projected splats, tile ranges, sorted ids,
-    /// final transmittance and last contributor per pixel). Opaque to callers.
-    pub saved: crate::cpu::SavedForward,
+    /// final transmittance and last contributor per pixel), in host or device memory.
+    pub saved: Saved,
+}
+
+/// The forward state a backward pass needs, wherever the forward pass ran. Opaque to callers.
+#[derive(Debug, Clone)]
+pub enum Saved {
+    /// From the CPU twin.
+    Cpu(crate::cpu::SavedForward),
+    /// From a GPU renderer (device buffers, freed when the last clone drops).
+    Gpu(Arc<GpuSaved>),
+}
+
+impl Saved {
+    /// N, the number of splats of the render.
+    pub fn splat_count(&self) -> usize {
+        match self {
+            Saved::Cpu(s) => s.splat_count(),
+            Saved::Gpu(s) => s.splat_count(),
+        }
+    }
+
+    /// I, the tile–splat intersections rasterised (forward and backward work are roughly
+    /// proportional to it).
+    pub fn intersection_count(&self) -> usize {
+        match self {
+            Saved::Cpu(s) => s.intersection_count(),
+            Saved::Gpu(s) => s.intersection_count(),
+        }
+    }
 }
 
 /// Gradients of a scalar loss with respect to every input of [`render_forward`].
@@ -88,7 +119,8 @@ pub fn render_forward(
 /// Backward pass of [`render_forward`] given ∂L/∂image (`grad_image`, `[H, W, 3]`).
 ///
 /// # Errors
-/// [`Error::Shape`] when `grad_image` is not `[H, W, 3]` or `forward` came from different inputs.
+/// [`Error::Shape`] when `grad_image` is not `[H, W, 3]` or `forward` came from different inputs;
+/// [`Error::Invalid`] when `forward` came from a GPU renderer (use that [`Renderer::backward`]).
 pub fn render_backward(
     splats: &SplatsRef<'_>,
     camera: &Camera,
@@ -97,4 +129,141 @@ pub fn render_backward(
     grad_image: &[f32],
 ) -> Result<SplatGradients, Error> {
     crate::cpu::render_backward(splats, camera, options, forward, grad_image)
+}
+
+/// Environment variable overriding the per-allocation device memory cap, in bytes
+/// ([`DEFAULT_ALLOC_CAP_BYTES`] when unset).
+pub const ALLOC_CAP_ENV: &str = "KILN_GPU_ALLOC_CAP";
+
+/// The rasterizer on one device. Cheap to clone (the GPU state is shared).
+#[derive(Debug, Clone)]
+pub enum Renderer {
+    /// The rayon CPU twin.
+    Cpu,
+    /// The CUDA kernels on a GPU, or on the host emulator (`cuda::emulator`).
+    Gpu(Arc<GpuRenderer>),
+}
+
+fn alloc_cap() -> Result<usize, Error> {
+    match std::env::var(ALLOC_CAP_ENV) {
+        Err(_) => Ok(DEFAULT_ALLOC_CAP_BYTES),
+        Ok(v) => v
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&c| c > 0)
+            .ok_or_else(|| Error::Invalid {
+                field: "KILN_GPU_ALLOC_CAP",
+                reason: format!("{v:?} is not a positive number of bytes (e.g. 2147483648)"),
+            }),
+    }
+}
+
+impl Renderer {
+    /// A renderer on `device`: the CPU twin, or CUDA device N (driver probed, primary context,
+    /// kernels loaded).
+    ///
+    /// # Errors
+    /// [`Error::Device`] when CUDA was asked for and cannot be used (no driver, no such device,
+    /// kernels rejected); [`Error::Invalid`] for a bad `KILN_GPU_ALLOC_CAP`.
+    pub fn open(device: Device) -> Result<Self, Error> {
+        match device {
+            Device::Cpu => Ok(Renderer::Cpu),
+            Device::Cuda(n) => {
+                let cap = alloc_cap()?;
+                let driver = crate::cuda::driver::CudaDriver::open(n)?;
+                tracing::info!(device = %device, name = %crate::cuda::gpu::GpuBackend::name(&driver),
+                    ptx = driver.ptx_origin, "CUDA rasterizer ready");
+                let ctx = GpuContext::new(Box::new(driver), device.to_string(), cap);
+                Ok(Renderer::Gpu(Arc::new(GpuRenderer::new(Arc::new(ctx)))))
+            }
+        }
+    }
+
+    /// The CUDA kernels on the host emulator (slow; for tests and `kiln selftest --device emulator`).
+    ///
+    /// # Errors
+    /// [`Error::Device`] (device `emulator`) when no C++20 compiler is available or the kernels do
+    /// not compile; [`Error::Invalid`] for a bad `KILN_GPU_ALLOC_CAP`.
+    pub fn emulator() -> Result<Self, Error> {
+        let cap = alloc_cap()?;
+        let emu = crate::cuda::emulator::Emulator::open()?;
+        let ctx = GpuContext::new(Box::new(emu), "emulator".into(), cap);
+        Ok(Renderer::Gpu(Arc::new(GpuRenderer::new(Arc::new(ctx)))))
+    }
+
+    /// The device as the ledger records it: `cpu`, `cuda:N` or `emulator`.
+    pub fn device_label(&self) -> String {
+        match self {
+            Renderer::Cpu => "cpu".into(),
+            Renderer::Gpu(g) => g.context().device().to_string(),
+        }
+    }
+
+    /// The device's name (`"cpu"` or the GPU's marketing name, e.g. `"NVIDIA H200"`).
+    pub fn device_name(&self) -> String {
+        match self {
+            Renderer::Cpu => "cpu".into(),
+            Renderer::Gpu(g) => g.context().backend().name(),
+        }
+    }
+
+    /// Peak device memory allocated by this renderer, bytes (`None` on the CPU).
+    pub fn peak_device_bytes(&self) -> Option<usize> {
+        match self {
+            Renderer::Cpu => None,
+            Renderer::Gpu(g) => Some(g.context().peak_bytes()),
+        }
+    }
+
+    /// Forward render; same contract as [`render_forward`].
+    ///
+    /// # Errors
+    /// As [`render_forward`], plus [`Error::Device`] for device failures.
+    pub fn forward(
+        &self,
+        splats: &SplatsRef<'_>,
+        camera: &Camera,
+        options: &RenderOptions,
+    ) -> Result<ForwardOutput, Error> {
+        match self {
+            Renderer::Cpu => render_forward(splats, camera, options),
+            Renderer::Gpu(g) => {
+                let f = g.forward(splats, camera, options)?;
+                Ok(ForwardOutput {
+                    image: f.image,
+                    alpha: f.alpha,
+                    radii: f.radii,
+                    saved: Saved::Gpu(Arc::new(f.saved)),
+                })
+            }
+        }
+    }
+
+    /// Backward pass of a [`Renderer::forward`] of this renderer; same contract as
+    /// [`render_backward`].
+    ///
+    /// # Errors
+    /// As [`render_backward`]; [`Error::Invalid`] when `forward` came from another kind of renderer.
+    pub fn backward(
+        &self,
+        splats: &SplatsRef<'_>,
+        camera: &Camera,
+        options: &RenderOptions,
+        forward: &ForwardOutput,
+        grad_image: &[f32],
+    ) -> Result<SplatGradients, Error> {
+        match (self, &forward.saved) {
+            (Renderer::Cpu, Saved::Cpu(_)) => {
+                render_backward(splats, camera, options, forward, grad_image)
+            }
+            (Renderer::Gpu(g), Saved::Gpu(saved)) => g.backward(splats, camera, saved, grad_image),
+            _ => Err(Error::Invalid {
+                field: "forward",
+                reason: "this forward state comes from a different device's renderer; run the \
+                         backward pass on the renderer that ran the forward pass"
+                    .into(),
+            }),
+        }
+    }
 }

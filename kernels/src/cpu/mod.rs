@@ -18,6 +18,7 @@ pub mod rasterize_backward;
 pub mod rasterize_forward;
 pub mod scalar;
 pub mod sh;
+pub mod sh_constants;
 mod simd;
 pub mod sort;
 
@@ -330,7 +331,7 @@ pub fn render_forward(
         image: f.image,
         alpha: f.alpha,
         radii: f.radii,
-        saved: f.saved,
+        saved: crate::render::Saved::Cpu(f.saved),
     })
 }
 
@@ -346,11 +347,18 @@ pub fn render_backward(
     grad_image: &[f32],
 ) -> Result<SplatGradients, Error> {
     let sh_k = check_render_inputs(splats, camera)?;
+    let crate::render::Saved::Cpu(saved) = &forward.saved else {
+        return Err(Error::Invalid {
+            field: "forward",
+            reason: "this forward state comes from a GPU renderer; call Renderer::backward on it"
+                .into(),
+        });
+    };
     let g = backward(
         &params_of(splats, sh_k),
         camera,
         options.background,
-        &forward.saved,
+        saved,
         grad_image,
     )?;
     Ok(SplatGradients {
@@ -759,11 +767,15 @@ mod tests {
         let (f2, g2) = run();
         simd::FORCE_SCALAR.store(false, Ordering::Relaxed);
         assert!(f1.saved.intersection_count() > 4000);
-        assert!(f1.saved.n_contrib.iter().any(|&n| n > 0));
+        let contrib = |f: &ForwardOutput| match &f.saved {
+            crate::render::Saved::Cpu(s) => s.n_contrib.clone(),
+            crate::render::Saved::Gpu(_) => unreachable!("CPU render"),
+        };
+        assert!(contrib(&f1).iter().any(|&n| n > 0));
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&f1.image), bits(&f2.image));
         assert_eq!(bits(&f1.alpha), bits(&f2.alpha));
-        assert_eq!(f1.saved.n_contrib, f2.saved.n_contrib);
+        assert_eq!(contrib(&f1), contrib(&f2));
         for (a, b) in [
             (&g1.means, &g2.means),
             (&g1.log_scales, &g2.log_scales),

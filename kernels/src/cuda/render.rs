@@ -1,0 +1,536 @@
+//! The render passes on a [`GpuContext`]: the same stages and contract as the CPU twin
+//! (`cpu::render_forward` / `cpu::render_backward`), launched kernel by kernel.
+//!
+//! Forward: upload parameters → `kiln_project_forward` → exclusive scan of tile counts (the total
+//! comes back to size the intersection buffers) → `kiln_bin_emit` → radix sort, 8 bits per pass
+//! over the `32 + ⌈log2 tiles⌉` key bits that can be non-zero → `kiln_gather_ids` →
+//! `kiln_tile_ranges` → `kiln_rasterize_forward` → download image, alpha, radii.
+//! Backward: upload ∂L/∂image → `kiln_rasterize_backward` (per-intersection gradients, no atomics)
+//! → `kiln_project_backward` (per-splat sums in a fixed order, then the chain rule) → download.
+//! Both passes are deterministic for a fixed input on one GPU.
+
+use std::sync::Arc;
+
+use super::gpu::{DeviceBuffer, GpuContext, KernelArgs};
+use crate::consts::TILE_SIZE;
+use crate::cpu::check_render_inputs;
+use crate::cpu::project::CameraModel;
+use crate::render::{RenderOptions, SplatGradients, SplatsRef};
+use crate::{Camera, Error};
+
+/// Threads per block of the one-thread-per-item kernels.
+const BLOCK: u32 = 256;
+/// Items per block of the radix sort (`KILN_SORT_CHUNK` in sort.cu).
+const SORT_CHUNK: usize = 256 * 16;
+/// Threads of the single-block scan (`KILN_SCAN_THREADS` in scan.cu).
+const SCAN_THREADS: u32 = 1024;
+/// Values per intersection in the backward buffer (`KILN_ISECT_GRAD` in common.cuh).
+const ISECT_GRAD: usize = 9;
+
+/// The camera as the kernels take it (`struct KilnCamera` in common.cuh, same field order; every
+/// field is 4 bytes, so there is no padding on either side).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct GpuCamera {
+    rot: [f32; 9],
+    trans: [f32; 3],
+    centre: [f32; 3],
+    fx: f32,
+    fy: f32,
+    cx: f32,
+    cy: f32,
+    lim_x: [f32; 2],
+    lim_y: [f32; 2],
+    width: u32,
+    height: u32,
+    tiles_x: u32,
+    tiles_y: u32,
+}
+
+impl GpuCamera {
+    /// From a checked camera, through the CPU twin's `CameraModel<f32>` so derived values are
+    /// bit-identical.
+    fn new(camera: &Camera) -> Self {
+        let m = CameraModel::<f32>::new(camera);
+        let mut rot = [0.0; 9];
+        for r in 0..3 {
+            for c in 0..3 {
+                rot[r * 3 + c] = m.rotation[r][c];
+            }
+        }
+        Self {
+            rot,
+            trans: m.translation,
+            centre: m.centre,
+            fx: m.fx,
+            fy: m.fy,
+            cx: m.cx,
+            cy: m.cy,
+            lim_x: m.lim_x,
+            lim_y: m.lim_y,
+            width: m.width,
+            height: m.height,
+            tiles_x: m.tiles_x(),
+            tiles_y: m.tiles_y(),
+        }
+    }
+}
+
+type Args = KernelArgs<GpuCamera>;
+
+/// What the backward pass needs from a GPU forward pass: the parameters and every intermediate,
+/// still on the device. Opaque to callers.
+#[derive(Debug)]
+pub struct GpuSaved {
+    n: usize,
+    k: usize,
+    sh_degree: u32,
+    camera: Camera,
+    background: [f32; 3],
+    intersections: usize,
+    means: DeviceBuffer<f32>,
+    log_scales: DeviceBuffer<f32>,
+    rotations: DeviceBuffer<f32>,
+    sh_coeffs: DeviceBuffer<f32>,
+    conics: DeviceBuffer<f32>,
+    xys: DeviceBuffer<f32>,
+    radii: DeviceBuffer<f32>,
+    opacities: DeviceBuffer<f32>,
+    colors: DeviceBuffer<f32>,
+    tile_counts: DeviceBuffer<u32>,
+    offsets: DeviceBuffer<u32>,
+    sorted_ids: DeviceBuffer<u32>,
+    sorted_values: DeviceBuffer<u32>,
+    tile_ranges: DeviceBuffer<u32>,
+    final_t: DeviceBuffer<f32>,
+    n_contrib: DeviceBuffer<u32>,
+}
+
+impl GpuSaved {
+    /// N, the splat count of the render.
+    pub fn splat_count(&self) -> usize {
+        self.n
+    }
+
+    /// I, the tile–splat intersections rasterised.
+    pub fn intersection_count(&self) -> usize {
+        self.intersections
+    }
+}
+
+/// Host-side results of [`GpuRenderer::forward`].
+#[derive(Debug)]
+pub struct GpuForward {
+    /// `[H, W, 3]`.
+    pub image: Vec<f32>,
+    /// `[H, W]`.
+    pub alpha: Vec<f32>,
+    /// `[N]` pixels, 0 where culled.
+    pub radii: Vec<f32>,
+    /// Device state for the backward pass.
+    pub saved: GpuSaved,
+}
+
+/// The rasterizer on one GPU context (CUDA or the emulator).
+#[derive(Debug)]
+pub struct GpuRenderer {
+    ctx: Arc<GpuContext>,
+}
+
+fn blocks(items: usize, per_block: usize) -> u32 {
+    items.div_ceil(per_block) as u32
+}
+
+impl GpuRenderer {
+    /// A renderer on `ctx`.
+    pub fn new(ctx: Arc<GpuContext>) -> Self {
+        Self { ctx }
+    }
+
+    /// The context (device name, memory cap and peak).
+    pub fn context(&self) -> &Arc<GpuContext> {
+        &self.ctx
+    }
+
+    fn launch(
+        &self,
+        name: &str,
+        grid: [u32; 3],
+        block: [u32; 3],
+        mut args: Args,
+    ) -> Result<(), Error> {
+        if grid.contains(&0) {
+            return Ok(());
+        }
+        let mut ptrs = args.pointers();
+        // SAFETY: every call site passes arguments in the kernel's C signature order, with
+        // buffers sized for the launch (see each kernel's header comment).
+        unsafe { self.ctx.backend().launch(name, grid, block, &mut ptrs) }
+    }
+
+    /// Exclusive scan of `input` into `out` (same length); returns the u64 total.
+    fn scan(&self, input: &DeviceBuffer<u32>, out: &DeviceBuffer<u32>) -> Result<u64, Error> {
+        let total = DeviceBuffer::<u64>::zeros(&self.ctx, 1, "scan total")?;
+        if !input.is_empty() {
+            let args = Args::new()
+                .buf(input)
+                .u32(input.len() as u32)
+                .buf(out)
+                .buf(&total);
+            self.launch("kiln_exclusive_scan", [1, 1, 1], [SCAN_THREADS, 1, 1], args)?;
+        }
+        Ok(total.to_vec()?[0])
+    }
+
+    /// Stable radix sort of `count` (key, value) pairs over key bits `[0, end_bit)`; returns the
+    /// sorted buffers (possibly the inputs themselves).
+    fn sort(
+        &self,
+        keys: DeviceBuffer<u64>,
+        values: DeviceBuffer<u32>,
+        end_bit: u32,
+    ) -> Result<(DeviceBuffer<u64>, DeviceBuffer<u32>), Error> {
+        let count = keys.len();
+        if count == 0 {
+            return Ok((keys, values));
+        }
+        let nblocks = count.div_ceil(SORT_CHUNK).max(1);
+        let mut keys_in = keys;
+        let mut values_in = values;
+        let mut keys_out = DeviceBuffer::<u64>::uninit(&self.ctx, count, "sort keys (ping-pong)")?;
+        let mut values_out =
+            DeviceBuffer::<u32>::uninit(&self.ctx, count, "sort values (ping-pong)")?;
+        let hist = DeviceBuffer::<u32>::uninit(&self.ctx, 256 * nblocks, "radix histogram")?;
+        let slots = DeviceBuffer::<u32>::uninit(&self.ctx, 256 * nblocks, "radix slots")?;
+        let mut shift = 0;
+        while shift < end_bit {
+            let args = Args::new()
+                .buf(&keys_in)
+                .u32(count as u32)
+                .u32(shift)
+                .u32(nblocks as u32)
+                .buf(&hist);
+            self.launch(
+                "kiln_radix_histogram",
+                [nblocks as u32, 1, 1],
+                [256, 1, 1],
+                args,
+            )?;
+            self.scan(&hist, &slots)?;
+            let args = Args::new()
+                .buf(&keys_in)
+                .buf(&values_in)
+                .u32(count as u32)
+                .u32(shift)
+                .u32(nblocks as u32)
+                .buf(&slots)
+                .buf(&keys_out)
+                .buf(&values_out);
+            self.launch(
+                "kiln_radix_scatter",
+                [nblocks as u32, 1, 1],
+                [256, 1, 1],
+                args,
+            )?;
+            std::mem::swap(&mut keys_in, &mut keys_out);
+            std::mem::swap(&mut values_in, &mut values_out);
+            shift += 8;
+        }
+        Ok((keys_in, values_in))
+    }
+
+    /// Forward pass; same contract and errors as [`crate::render_forward`].
+    ///
+    /// # Errors
+    /// As [`crate::render_forward`], plus [`Error::Device`] for device failures or a buffer above
+    /// the allocation cap.
+    pub fn forward(
+        &self,
+        splats: &SplatsRef<'_>,
+        camera: &Camera,
+        options: &RenderOptions,
+    ) -> Result<GpuForward, Error> {
+        let k = check_render_inputs(splats, camera)?;
+        let ctx = &self.ctx;
+        let n = splats.logit_opacities.len();
+        let cam = GpuCamera::new(camera);
+        let (w, h) = (camera.width as usize, camera.height as usize);
+        let n_tiles = (cam.tiles_x * cam.tiles_y) as usize;
+
+        let means = DeviceBuffer::from_slice(ctx, splats.means, "means [N, 3]")?;
+        let log_scales = DeviceBuffer::from_slice(ctx, splats.log_scales, "log_scales [N, 3]")?;
+        let rotations = DeviceBuffer::from_slice(ctx, splats.rotations, "rotations [N, 4]")?;
+        let logits = DeviceBuffer::from_slice(ctx, splats.logit_opacities, "logit_opacities [N]")?;
+        let sh_coeffs = DeviceBuffer::from_slice(ctx, splats.sh_coeffs, "sh_coeffs [N, K, 3]")?;
+        let xys = DeviceBuffer::<f32>::uninit(ctx, 2 * n, "means2d [N, 2]")?;
+        let conics = DeviceBuffer::<f32>::uninit(ctx, 3 * n, "conics [N, 3]")?;
+        let depths = DeviceBuffer::<f32>::uninit(ctx, n, "depths [N]")?;
+        let radii = DeviceBuffer::<f32>::uninit(ctx, n, "radii [N]")?;
+        let opacities = DeviceBuffer::<f32>::uninit(ctx, n, "opacities [N]")?;
+        let colors = DeviceBuffer::<f32>::uninit(ctx, 3 * n, "colors [N, 3]")?;
+        let tile_rects = DeviceBuffer::<u32>::uninit(ctx, 4 * n, "tile rects [N, 4]")?;
+        let tile_counts = DeviceBuffer::<u32>::uninit(ctx, n, "tile counts [N]")?;
+        let args = Args::new()
+            .buf(&means)
+            .buf(&log_scales)
+            .buf(&rotations)
+            .buf(&logits)
+            .buf(&sh_coeffs)
+            .u32(n as u32)
+            .u32(k as u32)
+            .u32(splats.sh_degree)
+            .value(cam)
+            .buf(&xys)
+            .buf(&conics)
+            .buf(&depths)
+            .buf(&radii)
+            .buf(&opacities)
+            .buf(&colors)
+            .buf(&tile_rects)
+            .buf(&tile_counts);
+        self.launch(
+            "kiln_project_forward",
+            [blocks(n, 256), 1, 1],
+            [BLOCK, 1, 1],
+            args,
+        )?;
+
+        let offsets = DeviceBuffer::<u32>::uninit(ctx, n, "intersection offsets [N]")?;
+        let total = self.scan(&tile_counts, &offsets)?;
+        if total > u64::from(u32::MAX) {
+            return Err(Error::Invalid {
+                field: "splats",
+                reason: format!(
+                    "{total} tile intersections exceed 2^32; render fewer splats or a smaller image"
+                ),
+            });
+        }
+        let isects = total as usize;
+        let keys = DeviceBuffer::<u64>::uninit(ctx, isects, "intersection keys [I]")?;
+        let values = DeviceBuffer::<u32>::uninit(ctx, isects, "intersection values [I]")?;
+        let isect_splat = DeviceBuffer::<u32>::uninit(ctx, isects, "intersection splats [I]")?;
+        let args = Args::new()
+            .buf(&depths)
+            .buf(&tile_rects)
+            .buf(&tile_counts)
+            .buf(&offsets)
+            .u32(n as u32)
+            .u32(cam.tiles_x)
+            .buf(&keys)
+            .buf(&values)
+            .buf(&isect_splat);
+        self.launch("kiln_bin_emit", [blocks(n, 256), 1, 1], [BLOCK, 1, 1], args)?;
+        drop((depths, tile_rects, logits));
+
+        let tile_bits = u32::BITS - (n_tiles.max(1) as u32 - 1).leading_zeros();
+        let (sorted_keys, sorted_values) = self.sort(keys, values, 32 + tile_bits)?;
+        let sorted_ids = DeviceBuffer::<u32>::uninit(ctx, isects, "sorted splat ids [I]")?;
+        let args = Args::new()
+            .buf(&sorted_values)
+            .buf(&isect_splat)
+            .u32(isects as u32)
+            .buf(&sorted_ids);
+        self.launch(
+            "kiln_gather_ids",
+            [blocks(isects, 256), 1, 1],
+            [BLOCK, 1, 1],
+            args,
+        )?;
+        drop(isect_splat);
+        let tile_ranges = DeviceBuffer::<u32>::zeros(ctx, 2 * n_tiles, "tile ranges [T, 2]")?;
+        let args = Args::new()
+            .buf(&sorted_keys)
+            .u32(isects as u32)
+            .buf(&tile_ranges);
+        self.launch(
+            "kiln_tile_ranges",
+            [blocks(isects, 256), 1, 1],
+            [BLOCK, 1, 1],
+            args,
+        )?;
+        drop(sorted_keys);
+
+        let image = DeviceBuffer::<f32>::uninit(ctx, w * h * 3, "image [H, W, 3]")?;
+        let final_t = DeviceBuffer::<f32>::uninit(ctx, w * h, "final transmittance [H, W]")?;
+        let n_contrib = DeviceBuffer::<u32>::uninit(ctx, w * h, "contributors [H, W]")?;
+        let [bg_r, bg_g, bg_b] = options.background;
+        let args = Args::new()
+            .buf(&xys)
+            .buf(&conics)
+            .buf(&opacities)
+            .buf(&colors)
+            .buf(&sorted_ids)
+            .buf(&tile_ranges)
+            .u32(cam.width)
+            .u32(cam.height)
+            .u32(cam.tiles_x)
+            .f32(bg_r)
+            .f32(bg_g)
+            .f32(bg_b)
+            .buf(&image)
+            .buf(&final_t)
+            .buf(&n_contrib);
+        let ts = TILE_SIZE;
+        self.launch(
+            "kiln_rasterize_forward",
+            [cam.tiles_x, cam.tiles_y, 1],
+            [ts, ts, 1],
+            args,
+        )?;
+        let image_host = image.to_vec()?;
+        let alpha = final_t.to_vec()?.into_iter().map(|t| 1.0 - t).collect();
+        let radii_host = radii.to_vec()?;
+        Ok(GpuForward {
+            image: image_host,
+            alpha,
+            radii: radii_host,
+            saved: GpuSaved {
+                n,
+                k,
+                sh_degree: splats.sh_degree,
+                camera: *camera,
+                background: options.background,
+                intersections: isects,
+                means,
+                log_scales,
+                rotations,
+                sh_coeffs,
+                conics,
+                xys,
+                radii,
+                opacities,
+                colors,
+                tile_counts,
+                offsets,
+                sorted_ids,
+                sorted_values,
+                tile_ranges,
+                final_t,
+                n_contrib,
+            },
+        })
+    }
+
+    /// Backward pass; same contract as [`crate::render_backward`]. The splat parameters are the
+    /// ones saved on the device by the forward pass; `splats` is checked against them (shapes).
+    ///
+    /// # Errors
+    /// [`Error::Shape`] when `grad_image` or `splats` do not match the forward render;
+    /// [`Error::Device`] for device failures.
+    pub fn backward(
+        &self,
+        splats: &SplatsRef<'_>,
+        camera: &Camera,
+        saved: &GpuSaved,
+        grad_image: &[f32],
+    ) -> Result<SplatGradients, Error> {
+        let k = check_render_inputs(splats, camera)?;
+        let (w, h) = (camera.width as usize, camera.height as usize);
+        let shape = |what: &'static str, expected: usize, found: usize| {
+            if expected == found {
+                Ok(())
+            } else {
+                Err(Error::Shape {
+                    what,
+                    expected,
+                    found,
+                })
+            }
+        };
+        shape("grad_image [H, W, 3]", w * h * 3, grad_image.len())?;
+        let n = splats.logit_opacities.len();
+        shape(
+            "forward.saved splat count (N of the forward render)",
+            n,
+            saved.n,
+        )?;
+        shape(
+            "forward.saved SH coefficients per channel (K of the forward render)",
+            k,
+            saved.k,
+        )?;
+        shape(
+            "forward.saved image size (H·W of the forward render)",
+            w * h,
+            saved.camera.width as usize * saved.camera.height as usize,
+        )?;
+        shape("forward.saved image width", w, saved.camera.width as usize)?;
+        let ctx = &self.ctx;
+        let cam = GpuCamera::new(camera);
+        let grad = DeviceBuffer::from_slice(ctx, grad_image, "grad_image [H, W, 3]")?;
+        let isect_grads = DeviceBuffer::<f32>::zeros(
+            ctx,
+            saved.intersections * ISECT_GRAD,
+            "per-intersection gradients [I, 9]",
+        )?;
+        let [bg_r, bg_g, bg_b] = saved.background;
+        if saved.intersections > 0 {
+            let args = Args::new()
+                .buf(&saved.xys)
+                .buf(&saved.conics)
+                .buf(&saved.opacities)
+                .buf(&saved.colors)
+                .buf(&saved.sorted_ids)
+                .buf(&saved.sorted_values)
+                .buf(&saved.tile_ranges)
+                .buf(&saved.final_t)
+                .buf(&saved.n_contrib)
+                .buf(&grad)
+                .u32(cam.width)
+                .u32(cam.height)
+                .u32(cam.tiles_x)
+                .f32(bg_r)
+                .f32(bg_g)
+                .f32(bg_b)
+                .buf(&isect_grads);
+            self.launch(
+                "kiln_rasterize_backward",
+                [cam.tiles_x, cam.tiles_y, 1],
+                [TILE_SIZE, TILE_SIZE, 1],
+                args,
+            )?;
+        }
+        drop(grad);
+        let g_means = DeviceBuffer::<f32>::uninit(ctx, 3 * n, "grad means [N, 3]")?;
+        let g_scales = DeviceBuffer::<f32>::uninit(ctx, 3 * n, "grad log_scales [N, 3]")?;
+        let g_rots = DeviceBuffer::<f32>::uninit(ctx, 4 * n, "grad rotations [N, 4]")?;
+        let g_logits = DeviceBuffer::<f32>::uninit(ctx, n, "grad logit_opacities [N]")?;
+        let g_sh = DeviceBuffer::<f32>::uninit(ctx, 3 * k * n, "grad sh_coeffs [N, K, 3]")?;
+        let g_norm = DeviceBuffer::<f32>::uninit(ctx, n, "means2d grad norm [N]")?;
+        let args = Args::new()
+            .buf(&saved.means)
+            .buf(&saved.log_scales)
+            .buf(&saved.rotations)
+            .buf(&saved.sh_coeffs)
+            .u32(n as u32)
+            .u32(k as u32)
+            .u32(saved.sh_degree)
+            .value(cam)
+            .buf(&saved.conics)
+            .buf(&saved.radii)
+            .buf(&saved.opacities)
+            .buf(&saved.tile_counts)
+            .buf(&saved.offsets)
+            .buf(&isect_grads)
+            .buf(&g_means)
+            .buf(&g_scales)
+            .buf(&g_rots)
+            .buf(&g_logits)
+            .buf(&g_sh)
+            .buf(&g_norm);
+        self.launch(
+            "kiln_project_backward",
+            [blocks(n, 256), 1, 1],
+            [BLOCK, 1, 1],
+            args,
+        )?;
+        Ok(SplatGradients {
+            means: g_means.to_vec()?,
+            log_scales: g_scales.to_vec()?,
+            rotations: g_rots.to_vec()?,
+            logit_opacities: g_logits.to_vec()?,
+            sh_coeffs: g_sh.to_vec()?,
+            means2d_grad_norm: g_norm.to_vec()?,
+        })
+    }
+}

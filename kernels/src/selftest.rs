@@ -1,0 +1,406 @@
+//! Parity check of a device renderer against the CPU twin: seeded random scenes rendered on both,
+//! the images and every gradient compared tensor by tensor, then a few optimisation steps on both
+//! (`kiln selftest`). The CPU twin is the reference: it is itself checked against finite
+//! differences (`tests/finite_diff.rs`).
+//!
+//! Tolerances (issue 4): images within [`IMAGE_TOLERANCE`] absolute, gradients within
+//! [`GRADIENT_TOLERANCE`] relative to the tensor's largest CPU magnitude (per-element relative error
+//! is meaningless for the many near-zero gradients, and float sums in a different order legitimately
+//! differ by a few ulps of the largest term).
+
+use serde::Serialize;
+
+use crate::device::Device;
+use crate::render::{RenderOptions, Renderer, SplatsRef};
+use crate::{Camera, Error};
+
+/// Largest allowed absolute difference of an image or alpha value (linear RGB in [0, 1]).
+pub const IMAGE_TOLERANCE: f64 = 1e-4;
+/// Largest allowed `max |cpu − device| / max |cpu|` of a gradient tensor.
+pub const GRADIENT_TOLERANCE: f64 = 1e-3;
+
+/// A seeded random scene: N splats in front of one camera, every SH degree's coefficients filled.
+#[derive(Debug, Clone)]
+pub struct Scene {
+    /// `[N, 3]` metres.
+    pub means: Vec<f32>,
+    /// `[N, 3]` log metres.
+    pub log_scales: Vec<f32>,
+    /// `[N, 4]` wxyz.
+    pub rotations: Vec<f32>,
+    /// `[N]` logits.
+    pub logit_opacities: Vec<f32>,
+    /// `[N, K, 3]`, K = (sh_degree + 1)².
+    pub sh_coeffs: Vec<f32>,
+    /// Active SH degree.
+    pub sh_degree: u32,
+    /// The camera (identity pose, principal point off-centre).
+    pub camera: Camera,
+}
+
+impl Scene {
+    /// Borrowed view for the renderers.
+    pub fn splats(&self) -> SplatsRef<'_> {
+        SplatsRef {
+            means: &self.means,
+            log_scales: &self.log_scales,
+            rotations: &self.rotations,
+            logit_opacities: &self.logit_opacities,
+            sh_coeffs: &self.sh_coeffs,
+            sh_degree: self.sh_degree,
+        }
+    }
+}
+
+/// SplitMix64 (Steele, Lea, Flood 2014): a tiny seeded generator, so the scenes are identical on
+/// every machine without a `rand` dependency in the library.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[lo, hi)`.
+    fn range(&mut self, lo: f32, hi: f32) -> f32 {
+        let u = (self.next() >> 40) as f32 / (1u64 << 24) as f32;
+        lo + (hi - lo) * u
+    }
+}
+
+/// `n` splats spread through the frustum of a `width × height` camera 2–8 m deep, sizes from
+/// sub-pixel to a few tiles, random rotations, opacities and SH (degree `sh_degree`).
+pub fn random_scene(seed: u64, n: usize, width: u32, height: u32, sh_degree: u32) -> Scene {
+    let mut rng = SplitMix(seed);
+    let k = ((sh_degree + 1) * (sh_degree + 1)) as usize;
+    let f = 0.9 * width.max(height) as f32;
+    let camera = Camera {
+        width,
+        height,
+        fx: f,
+        fy: f * 1.02,
+        cx: 0.52 * width as f32,
+        cy: 0.47 * height as f32,
+        world_to_camera: [
+            [1.0, 0.0, 0.0, 0.05],
+            [0.0, 1.0, 0.0, -0.02],
+            [0.0, 0.0, 1.0, 0.1],
+            [0.0, 0.0, 0.0, 1.0],
+        ],
+    };
+    let mut s = Scene {
+        means: Vec::with_capacity(3 * n),
+        log_scales: Vec::with_capacity(3 * n),
+        rotations: Vec::with_capacity(4 * n),
+        logit_opacities: Vec::with_capacity(n),
+        sh_coeffs: Vec::with_capacity(3 * k * n),
+        sh_degree,
+        camera,
+    };
+    let (hx, hy) = (0.6 * width as f32 / f, 0.6 * height as f32 / f);
+    for _ in 0..n {
+        let z = rng.range(2.0, 8.0);
+        s.means
+            .extend([rng.range(-hx, hx) * z, rng.range(-hy, hy) * z, z]);
+        let base = rng.range(-4.5, -1.8);
+        s.log_scales.extend([
+            base + rng.range(-0.5, 0.5),
+            base + rng.range(-0.5, 0.5),
+            base + rng.range(-0.5, 0.5),
+        ]);
+        s.rotations.extend([
+            rng.range(-1.0, 1.0),
+            rng.range(-1.0, 1.0),
+            rng.range(-1.0, 1.0),
+            rng.range(-1.0, 1.0),
+        ]);
+        s.logit_opacities.push(rng.range(-2.0, 3.0));
+        for c in 0..k {
+            let amp = if c == 0 { 1.5 } else { 0.3 };
+            for _ in 0..3 {
+                s.sh_coeffs.push(rng.range(-amp, amp));
+            }
+        }
+    }
+    s
+}
+
+/// One tensor's comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct TensorDiff {
+    /// Tensor name, e.g. `"grad.means [N, 3]"`.
+    pub tensor: String,
+    /// Number of elements.
+    pub elements: usize,
+    /// `max |cpu − device|`.
+    pub max_abs: f64,
+    /// `max |cpu − device| / max |cpu|` (0 when both are all zero).
+    pub max_rel: f64,
+    /// Which of the two is tested and its bound: `"abs ≤ 1e-4"` or `"rel ≤ 1e-3"`.
+    pub bound: String,
+    /// Whether the tensor is within its bound (and has no NaN on either side).
+    pub pass: bool,
+}
+
+fn diff(tensor: &str, cpu: &[f32], dev: &[f32], relative: bool) -> TensorDiff {
+    let mut max_abs = 0.0f64;
+    let mut max_ref = 0.0f64;
+    let mut nan = cpu.len() != dev.len();
+    for (&a, &b) in cpu.iter().zip(dev) {
+        if a.is_nan() != b.is_nan() {
+            nan = true;
+        }
+        max_abs = max_abs.max((f64::from(a) - f64::from(b)).abs());
+        max_ref = max_ref.max(f64::from(a).abs());
+    }
+    let max_rel = if max_ref > 0.0 {
+        max_abs / max_ref
+    } else if max_abs > 0.0 {
+        f64::INFINITY
+    } else {
+        0.0
+    };
+    let (pass, bound) = if relative {
+        (
+            max_rel <= GRADIENT_TOLERANCE,
+            format!("rel ≤ {GRADIENT_TOLERANCE:e}"),
+        )
+    } else {
+        (
+            max_abs <= IMAGE_TOLERANCE,
+            format!("abs ≤ {IMAGE_TOLERANCE:e}"),
+        )
+    };
+    TensorDiff {
+        tensor: tensor.into(),
+        elements: cpu.len(),
+        max_abs,
+        max_rel,
+        bound,
+        pass: pass && !nan && max_abs.is_finite(),
+    }
+}
+
+/// One scene's comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct SceneReport {
+    /// Seed of [`random_scene`].
+    pub seed: u64,
+    /// Splats.
+    pub splats: usize,
+    /// Image width × height, pixels.
+    pub size: [u32; 2],
+    /// SH degree.
+    pub sh_degree: u32,
+    /// Tile intersections on the CPU and on the device (equal unless a splat's tile box differs).
+    pub intersections: [usize; 2],
+    /// Image, alpha, radii, then the six gradient tensors.
+    pub tensors: Vec<TensorDiff>,
+    /// Per step: loss on the CPU and on the device (mean squared error against a target render).
+    pub training_loss: Vec<[f64; 2]>,
+    /// Whether every tensor and the training losses are within bounds.
+    pub pass: bool,
+}
+
+/// The whole selftest result (printed as JSON by `kiln selftest`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The device as requested (`cuda:0`, `emulator`).
+    pub device: String,
+    /// The device's name.
+    pub device_name: String,
+    /// Peak device memory during the test, bytes.
+    pub peak_device_bytes: Option<usize>,
+    /// Per-scene results.
+    pub scenes: Vec<SceneReport>,
+    /// Whether every scene passed.
+    pub pass: bool,
+}
+
+/// The scenes `kiln selftest` runs: `(seed, splats, width, height, sh_degree)`. Small enough for the
+/// emulator; they cover every SH degree, several tiles, a partial edge tile, and splats straddling
+/// tiles. `large` adds a 20k-splat 640×360 scene (GPU only: minutes on the emulator).
+pub fn default_scenes(large: bool) -> Vec<(u64, usize, u32, u32, u32)> {
+    let mut v = vec![
+        (1, 200, 40, 28, 0),
+        (2, 400, 72, 40, 3),
+        (3, 600, 50, 50, 1),
+    ];
+    if large {
+        v.push((4, 20_000, 640, 360, 3));
+    }
+    v
+}
+
+/// Compares `device` against the CPU twin on one scene: forward, backward (with a fixed
+/// pseudo-random ∂L/∂image), then `steps` plain-gradient-descent steps on MSE to a target made by
+/// perturbing the scene, run independently on both renderers.
+///
+/// # Errors
+/// Any renderer error (the device failing is an error, a mismatch is a failing report).
+pub fn compare_scene(
+    device: &Renderer,
+    scene: &Scene,
+    seed: u64,
+    steps: usize,
+) -> Result<SceneReport, Error> {
+    let cpu = Renderer::Cpu;
+    let options = RenderOptions {
+        background: [0.1, 0.2, 0.3],
+    };
+    let splats = scene.splats();
+    let fc = cpu.forward(&splats, &scene.camera, &options)?;
+    let fd = device.forward(&splats, &scene.camera, &options)?;
+    let mut rng = SplitMix(seed ^ 0x5eed);
+    let grad_image: Vec<f32> = (0..fc.image.len()).map(|_| rng.range(-1.0, 1.0)).collect();
+    let gc = cpu.backward(&splats, &scene.camera, &options, &fc, &grad_image)?;
+    let gd = device.backward(&splats, &scene.camera, &options, &fd, &grad_image)?;
+    let mut tensors = vec![
+        diff("image [H, W, 3]", &fc.image, &fd.image, false),
+        diff("alpha [H, W]", &fc.alpha, &fd.alpha, false),
+        diff("radii [N]", &fc.radii, &fd.radii, false),
+        diff("grad.means [N, 3]", &gc.means, &gd.means, true),
+        diff(
+            "grad.log_scales [N, 3]",
+            &gc.log_scales,
+            &gd.log_scales,
+            true,
+        ),
+        diff("grad.rotations [N, 4]", &gc.rotations, &gd.rotations, true),
+        diff(
+            "grad.logit_opacities [N]",
+            &gc.logit_opacities,
+            &gd.logit_opacities,
+            true,
+        ),
+        diff(
+            "grad.sh_coeffs [N, K, 3]",
+            &gc.sh_coeffs,
+            &gd.sh_coeffs,
+            true,
+        ),
+        diff(
+            "means2d_grad_norm [N]",
+            &gc.means2d_grad_norm,
+            &gd.means2d_grad_norm,
+            true,
+        ),
+    ];
+    let training_loss = train_both(device, scene, &options, steps)?;
+    let loss_ok = training_loss
+        .iter()
+        .all(|[a, b]| a.is_finite() && (a - b).abs() <= GRADIENT_TOLERANCE * a.abs().max(1e-6));
+    let pass = tensors.iter().all(|t| t.pass) && loss_ok;
+    tensors.shrink_to_fit();
+    Ok(SceneReport {
+        seed,
+        splats: scene.logit_opacities.len(),
+        size: [scene.camera.width, scene.camera.height],
+        sh_degree: scene.sh_degree,
+        intersections: [fc.saved.intersection_count(), fd.saved.intersection_count()],
+        tensors,
+        training_loss,
+        pass,
+    })
+}
+
+/// MSE to a target image (the scene with shifted colours) and `steps` sign-free gradient steps on
+/// every parameter group, on the CPU and on `device` independently; returns the per-step losses.
+fn train_both(
+    device: &Renderer,
+    scene: &Scene,
+    options: &RenderOptions,
+    steps: usize,
+) -> Result<Vec<[f64; 2]>, Error> {
+    let mut target_scene = scene.clone();
+    for (i, v) in target_scene.sh_coeffs.iter_mut().enumerate() {
+        if i % 3 == 0 {
+            *v += 0.3;
+        }
+    }
+    let target = Renderer::Cpu
+        .forward(&target_scene.splats(), &scene.camera, options)?
+        .image;
+    let mut states = [scene.clone(), scene.clone()];
+    let renderers = [Renderer::Cpu, device.clone()];
+    let mut losses = Vec::with_capacity(steps);
+    for _ in 0..steps {
+        let mut pair = [0.0f64; 2];
+        for (slot, (s, r)) in states.iter_mut().zip(&renderers).enumerate() {
+            let f = r.forward(&s.splats(), &s.camera, options)?;
+            let m = f.image.len() as f32;
+            let grad: Vec<f32> = f
+                .image
+                .iter()
+                .zip(&target)
+                .map(|(a, b)| 2.0 * (a - b) / m)
+                .collect();
+            pair[slot] = f
+                .image
+                .iter()
+                .zip(&target)
+                .map(|(a, b)| f64::from(a - b).powi(2))
+                .sum::<f64>()
+                / f64::from(m);
+            let g = r.backward(&s.splats(), &s.camera, options, &f, &grad)?;
+            let step = |p: &mut [f32], g: &[f32], lr: f32| {
+                for (p, g) in p.iter_mut().zip(g) {
+                    *p -= lr * g;
+                }
+            };
+            step(&mut s.sh_coeffs, &g.sh_coeffs, 50.0);
+            step(&mut s.logit_opacities, &g.logit_opacities, 20.0);
+            step(&mut s.means, &g.means, 0.05);
+            step(&mut s.log_scales, &g.log_scales, 0.5);
+            step(&mut s.rotations, &g.rotations, 0.5);
+        }
+        losses.push(pair);
+    }
+    Ok(losses)
+}
+
+/// Runs every scene of [`default_scenes`] on `device` against the CPU twin.
+///
+/// # Errors
+/// Any renderer error.
+pub fn run(device: &Renderer, large: bool, steps: usize) -> Result<Report, Error> {
+    let mut scenes = Vec::new();
+    for (seed, n, w, h, degree) in default_scenes(large) {
+        let scene = random_scene(seed, n, w, h, degree);
+        scenes.push(compare_scene(device, &scene, seed, steps)?);
+    }
+    let pass = scenes.iter().all(|s| s.pass);
+    Ok(Report {
+        device: device.device_label(),
+        device_name: device.device_name(),
+        peak_device_bytes: device.peak_device_bytes(),
+        scenes,
+        pass,
+    })
+}
+
+/// Opens the renderer `kiln selftest --device D` tests: `emulator` or a CUDA device.
+///
+/// # Errors
+/// [`Error::Invalid`] for `cpu`/`auto` (nothing to compare), [`Error::Device`] when the device
+/// cannot be opened.
+pub fn open_device(name: &str) -> Result<Renderer, Error> {
+    if name.trim().eq_ignore_ascii_case("emulator") {
+        return Renderer::emulator();
+    }
+    match name.parse::<Device>() {
+        Ok(d @ Device::Cuda(_)) => {
+            crate::device::renderer_for(crate::device::DeviceRequest::Exact(d))
+        }
+        Ok(Device::Cpu) => Err(Error::Invalid {
+            field: "device",
+            reason: "the selftest compares a device with the CPU twin; use cuda[:N] or emulator"
+                .into(),
+        }),
+        Err(e) => Err(e),
+    }
+}
