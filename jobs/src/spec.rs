@@ -193,6 +193,7 @@ impl JobSpec {
             tile: self.tile,
             mesh_tile: self.mesh_tile,
             georef: self.georef,
+            device: Default::default(),
         })
     }
 }

@@ -30,6 +30,6 @@ pub mod selftest;
 pub use camera::Camera;
 pub use error::Error;
 pub use render::{
-    ForwardOutput, RenderOptions, Renderer, Saved, SplatGradients, SplatsRef, render_backward,
-    render_forward,
+    ForwardOutput, KernelTimings, RenderOptions, Renderer, Saved, SplatGradients, SplatsRef,
+    render_backward, render_forward,
 };

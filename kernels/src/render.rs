@@ -44,6 +44,24 @@ impl Default for RenderOptions {
     }
 }
 
+/// Wall time of the rasterizer's stages in one render, milliseconds. Forward fills `project`,
+/// `sort` (binning + sort + tile ranges) and `rasterize_forward`; backward fills
+/// `rasterize_backward` and `project_backward`. On a GPU each stage is synchronised before its
+/// clock stops, so the times are device times plus launch overhead.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct KernelTimings {
+    /// Projection (EWA, SH), ms.
+    pub project_ms: f64,
+    /// Binning, sort and tile ranges, ms.
+    pub sort_ms: f64,
+    /// Forward rasterization (including the image download on a GPU), ms.
+    pub rasterize_forward_ms: f64,
+    /// Backward rasterization, ms.
+    pub rasterize_backward_ms: f64,
+    /// Projection backward (including the gradient download on a GPU), ms.
+    pub project_backward_ms: f64,
+}
+
 /// Result of [`render_forward`]: the image plus everything the backward pass needs.
 #[derive(Debug, Clone)]
 pub struct ForwardOutput {
@@ -57,6 +75,8 @@ pub struct ForwardOutput {
     /// Internal state saved for the backward pass (projected splats, tile ranges, sorted ids,
     /// final transmittance and last contributor per pixel), in host or device memory.
     pub saved: Saved,
+    /// Stage times of this render (forward fields only).
+    pub timings: KernelTimings,
 }
 
 /// The forward state a backward pass needs, wherever the forward pass ran. Opaque to callers.
@@ -100,6 +120,8 @@ pub struct SplatGradients {
     /// (W/2, H/2) as in INRIA 3DGS / gsplat; 0 for culled splats. Used by densification
     /// (threshold 2e-4).
     pub means2d_grad_norm: Vec<f32>,
+    /// Stage times of this backward pass (backward fields only).
+    pub timings: KernelTimings,
 }
 
 /// Render one camera: project, bin into 16×16 tiles, depth-sort, alpha-composite front to back.
@@ -235,6 +257,7 @@ impl Renderer {
                     alpha: f.alpha,
                     radii: f.radii,
                     saved: Saved::Gpu(Arc::new(f.saved)),
+                    timings: f.timings,
                 })
             }
         }

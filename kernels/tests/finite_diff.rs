@@ -213,7 +213,7 @@ fn check_group_on(s: Scene, group: Group, sh_degree: u32) -> f64 {
         "scene must cover the image: radii {:?}",
         f.radii
     );
-    let g = backward(&params(&s, sh_degree), &cam, BACKGROUND, &f.saved, &w).unwrap();
+    let (g, _) = backward(&params(&s, sh_degree), &cam, BACKGROUND, &f.saved, &w).unwrap();
     let analytic = match group {
         Group::Means => g.means,
         Group::LogScales => g.log_scales,
@@ -287,7 +287,7 @@ fn sh_coeffs_above_the_active_degree_get_zero_gradient() {
     let s = scene();
     let w = weights();
     let f = forward(&params(&s, 1), &camera(), BACKGROUND).unwrap();
-    let g = backward(&params(&s, 1), &camera(), BACKGROUND, &f.saved, &w).unwrap();
+    let (g, _) = backward(&params(&s, 1), &camera(), BACKGROUND, &f.saved, &w).unwrap();
     for i in 0..4 {
         let per = &g.sh_coeffs[i * 48..(i + 1) * 48];
         assert!(per[..12].iter().all(|&v| v != 0.0));
@@ -305,7 +305,7 @@ fn f32_gradients_match_f64_gradients() {
     let w = weights();
     let cam = camera();
     let f = forward(&params(&s, 3), &cam, BACKGROUND).unwrap();
-    let g64 = backward(&params(&s, 3), &cam, BACKGROUND, &f.saved, &w).unwrap();
+    let (g64, _) = backward(&params(&s, 3), &cam, BACKGROUND, &f.saved, &w).unwrap();
     let to32 = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
     let (m, ls, r, o, sh, w32) = (
         to32(&s.means),

@@ -2,6 +2,7 @@
 //! `ingest`, `train` (3DGS trainer on burn), `decimate` (meshoptimizer), `tile` (3D Tiles 1.1),
 //! `publish`.
 
+pub mod bench;
 pub mod dag;
 pub mod error;
 pub mod file_tree;

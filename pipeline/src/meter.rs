@@ -34,6 +34,8 @@ pub struct Meter {
     cpu_at_start: f64,
     gpus: u32,
     device: String,
+    /// When the GPUs were acquired (GPU-seconds count from here).
+    gpus_since: Instant,
 }
 
 impl Meter {
@@ -44,7 +46,16 @@ impl Meter {
             cpu_at_start: process_cpu_s(),
             gpus,
             device: device.into(),
+            gpus_since: Instant::now(),
         }
+    }
+
+    /// Record that the stage now holds `gpus` GPUs of `device` (e.g. after opening the CUDA
+    /// renderer): the usage reports this device, and GPU-seconds count from now.
+    pub fn hold(&mut self, device: &str, gpus: u32) {
+        self.device = device.into();
+        self.gpus = gpus;
+        self.gpus_since = Instant::now();
     }
 
     /// Stop and report, with the byte counts the stage measured.
@@ -54,7 +65,7 @@ impl Meter {
             device: self.device,
             wall_s,
             cpu_s: (process_cpu_s() - self.cpu_at_start).max(0.0),
-            gpu_s: wall_s * f64::from(self.gpus),
+            gpu_s: self.gpus_since.elapsed().as_secs_f64() * f64::from(self.gpus),
             bytes_read,
             bytes_written,
         }

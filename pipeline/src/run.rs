@@ -39,6 +39,9 @@ pub struct JobPlan {
     pub mesh_tile: tile::mesh::MeshTileParams,
     /// Where the tileset sits on Earth; `None` leaves the root in the content's local metres.
     pub georef: Option<tile::georef::Georef>,
+    /// The rasterizer's device for `train` (`--device`): `auto` uses `cuda:0` when it opens, else
+    /// the CPU. Not part of any stage key: the devices agree to float rounding.
+    pub device: kiln_kernels::device::DeviceRequest,
 }
 
 /// Result of one stage attempt.
@@ -156,7 +159,7 @@ pub async fn run_stage(
     done: &HashMap<StageKind, StageOutcome>,
 ) -> Result<StageOutcome> {
     let kind = node.kind;
-    let meter = Meter::start("cpu", 0);
+    let mut meter = Meter::start("cpu", 0);
     let mut bytes_read = 0u64;
     let mut fetched_input: Option<PathBuf> = None;
     // The first stage of the DAG fetches the input; later stages key on their dependencies.
@@ -248,12 +251,28 @@ pub async fn run_stage(
                 },
                 StageKind::Publish => 0,
             };
+            let renderer = if kind == StageKind::Train {
+                let r = kiln_kernels::device::renderer_for(plan.device)?;
+                let gpus = u32::from(matches!(r, kiln_kernels::Renderer::Gpu(_)));
+                meter.hold(&r.device_label(), gpus);
+                tracing::info!(device = %r.device_label(), name = %r.device_name(), "train: rasterizer device");
+                r
+            } else {
+                kiln_kernels::Renderer::Cpu
+            };
             let plan2 = plan.clone();
             let out = partial.clone();
             let input = fetched_input.clone();
             let from_reconstruct = node.deps.contains(&StageKind::Reconstruct);
             let summary = tokio::task::spawn_blocking(move || {
-                run_local(&plan2, kind, input.as_deref(), from_reconstruct, &out)
+                run_local(
+                    &plan2,
+                    kind,
+                    input.as_deref(),
+                    from_reconstruct,
+                    &renderer,
+                    &out,
+                )
             })
             .await
             .map_err(join_err)??;
@@ -309,6 +328,7 @@ fn run_local(
     kind: StageKind,
     fetched: Option<&Path>,
     from_reconstruct: bool,
+    renderer: &kiln_kernels::Renderer,
     out: &Path,
 ) -> Result<serde_json::Value> {
     match kind {
@@ -405,7 +425,8 @@ fn run_local(
                     bar.set_message(format!("loss {loss:.4}"));
                 }
             };
-            let (_splats, report) = train::train(views, init, &plan.train, out, &progress)?;
+            let (_splats, report) =
+                train::train_on(renderer, views, init, &plan.train, out, &progress)?;
             bar.finish_and_clear();
             Ok(serde_json::to_value(&report).unwrap_or_default())
         }
@@ -504,7 +525,8 @@ fn find_input(dir: &Path, kind: JobKind) -> Result<PathBuf> {
     }
 }
 
-fn train_views(
+/// The ingested frames as training views (images decoded over `background`).
+pub(crate) fn train_views(
     ingest_dir: &Path,
     cap: &ingest::IngestedCapture,
     background: [f32; 3],

@@ -1,5 +1,6 @@
 //! The clap definitions of every subcommand (what the user typed, no I/O) and the dispatcher.
 
+mod bench;
 mod check;
 mod convert;
 mod datasets;
@@ -7,6 +8,7 @@ mod plan;
 mod regress;
 mod report;
 mod run;
+mod selftest;
 mod serve;
 
 use std::path::PathBuf;
@@ -50,6 +52,11 @@ pub enum Command {
     /// Check a 3D Tiles tileset: structure, geometricError, content inside bounding volumes,
     /// budgets, extension declarations, SPZ versions (exit 1 on any error).
     Check(check::CheckArgs),
+    /// Compare the CUDA kernels (on a GPU, or on the host emulator) with the CPU rasterizer:
+    /// images, every gradient and a few training steps; JSON out, exit 1 on mismatch.
+    Selftest(selftest::SelftestArgs),
+    /// Benchmarks on any device (`kiln bench train`: steps/s and ms per step part).
+    Bench(bench::BenchArgs),
 }
 
 /// Where the ledger lives: `--db`, else `$KILN_DB`, else `$KILN_HOME/ledger.sqlite`.
@@ -93,5 +100,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(a) => serve::run(a).await,
         Command::Convert(a) => convert::run(a),
         Command::Check(a) => check::run(a),
+        Command::Selftest(a) => selftest::run(a),
+        Command::Bench(a) => bench::run(a),
     }
 }

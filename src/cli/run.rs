@@ -26,6 +26,10 @@ pub struct RunArgs {
     /// above the WGS84 ellipsoid and degrees clockwise from north (overrides the job's `georef`).
     #[arg(long, value_name = "LON,LAT,H[,HEADING]", allow_hyphen_values = true)]
     pub georef: Option<kiln_pipeline::stages::tile::georef::Georef>,
+    /// Rasterizer device for training: auto (cuda:0 when usable, else CPU), cpu, cuda or cuda:N.
+    /// An explicit cuda that cannot be used fails the job before any stage runs.
+    #[arg(long, default_value = "auto", env = "KILN_DEVICE")]
+    pub device: kiln_kernels::device::DeviceRequest,
     #[command(flatten)]
     pub db: DbArgs,
 }
@@ -57,7 +61,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .work_dir
         .unwrap_or_else(kiln_jobs::spec::default_work_root);
     let resolve = |loc: &str| kiln_datasets::resolve_location(loc).map_err(|e| e.to_string());
-    let plan = spec.plan(&job_id, &work_root, &args.job, &resolve)?;
+    let mut plan = spec.plan(&job_id, &work_root, &args.job, &resolve)?;
+    plan.device = args.device;
+    // An explicit device is checked before anything runs (no half-run job on a machine without
+    // CUDA); `auto` falls back to the CPU when the train stage opens it.
+    if let kiln_kernels::device::DeviceRequest::Exact(d) = args.device {
+        kiln_kernels::device::Device::resolve(args.device)
+            .with_context(|| format!("--device {d}: cannot start (nothing was run)"))?;
+    }
     let ledger = Ledger::open(&args.db.path()).await?;
     tracing::info!(job = %job_id, input = %plan.input, output = %plan.output, work = %plan.work_dir.display(), "job started");
     let outcome = runner::run_job(&plan, &text, &ledger).await?;

@@ -180,6 +180,8 @@ pub struct Forward<T> {
     pub radii: Vec<T>,
     /// State for [`backward`].
     pub saved: SavedForward<T>,
+    /// Stage times (forward fields).
+    pub timings: crate::render::KernelTimings,
 }
 
 /// Forward pass on checked inputs (see [`check_render_inputs`]).
@@ -192,7 +194,10 @@ pub fn forward<T: Scalar>(
     background: [T; 3],
 ) -> Result<Forward<T>, Error> {
     let cam = CameraModel::<T>::new(camera);
+    let clock = std::time::Instant::now();
     let projected = project::project(params, &cam);
+    let project_ms = ms_since(clock);
+    let clock = std::time::Instant::now();
     let total: usize = projected.iter().map(bin::tile_count).sum();
     if total > u32::MAX as usize {
         return Err(Error::Invalid {
@@ -205,6 +210,8 @@ pub fn forward<T: Scalar>(
     let n_tiles = (cam.tiles_x() * cam.tiles_y()) as usize;
     let (keys, ids) = bin::bin(&projected, cam.tiles_x());
     let (sorted_ids, tile_ranges) = sort::sort(keys, ids, n_tiles);
+    let sort_ms = ms_since(clock);
+    let clock = std::time::Instant::now();
     let raster = rasterize_forward::rasterize_forward(
         &projected,
         &sorted_ids,
@@ -213,6 +220,7 @@ pub fn forward<T: Scalar>(
         cam.height,
         background,
     );
+    let rasterize_forward_ms = ms_since(clock);
     let alpha = raster.final_t.iter().map(|&t| T::ONE - t).collect();
     let radii = projected.iter().map(|p| p.radius).collect();
     Ok(Forward {
@@ -229,7 +237,18 @@ pub fn forward<T: Scalar>(
             final_t: raster.final_t,
             n_contrib: raster.n_contrib,
         },
+        timings: crate::render::KernelTimings {
+            project_ms,
+            sort_ms,
+            rasterize_forward_ms,
+            ..Default::default()
+        },
     })
+}
+
+/// Milliseconds since `clock`.
+pub(crate) fn ms_since(clock: std::time::Instant) -> f64 {
+    clock.elapsed().as_secs_f64() * 1e3
 }
 
 /// Checks that `saved` and `grad_image` belong to a render of `params` through `camera`.
@@ -272,7 +291,8 @@ fn check_backward_inputs<T>(
     Ok(())
 }
 
-/// Backward pass on checked inputs; `grad_image` is `[H, W, 3]`.
+/// Backward pass on checked inputs; `grad_image` is `[H, W, 3]`. Returns the gradients and the
+/// backward stage times.
 ///
 /// # Errors
 /// [`Error::Shape`] when `saved` or `grad_image` do not match `params` and `camera`.
@@ -282,9 +302,10 @@ pub fn backward<T: Scalar>(
     background: [T; 3],
     saved: &SavedForward<T>,
     grad_image: &[T],
-) -> Result<ParamGrads<T>, Error> {
+) -> Result<(ParamGrads<T>, crate::render::KernelTimings), Error> {
     check_backward_inputs(params.len(), params.sh_k, camera, saved, grad_image.len())?;
     let cam = CameraModel::<T>::new(camera);
+    let clock = std::time::Instant::now();
     let screen = rasterize_backward::rasterize_backward(
         &saved.projected,
         &saved.sorted_ids,
@@ -296,12 +317,15 @@ pub fn backward<T: Scalar>(
         background,
         grad_image,
     );
-    Ok(project_backward::project_backward(
-        params,
-        &cam,
-        &saved.projected,
-        &screen,
-    ))
+    let rasterize_backward_ms = ms_since(clock);
+    let clock = std::time::Instant::now();
+    let grads = project_backward::project_backward(params, &cam, &saved.projected, &screen);
+    let timings = crate::render::KernelTimings {
+        rasterize_backward_ms,
+        project_backward_ms: ms_since(clock),
+        ..Default::default()
+    };
+    Ok((grads, timings))
 }
 
 fn params_of<'a>(splats: &SplatsRef<'a>, sh_k: usize) -> SplatParams<'a, f32> {
@@ -332,6 +356,7 @@ pub fn render_forward(
         alpha: f.alpha,
         radii: f.radii,
         saved: crate::render::Saved::Cpu(f.saved),
+        timings: f.timings,
     })
 }
 
@@ -354,7 +379,7 @@ pub fn render_backward(
                 .into(),
         });
     };
-    let g = backward(
+    let (g, timings) = backward(
         &params_of(splats, sh_k),
         camera,
         options.background,
@@ -368,6 +393,7 @@ pub fn render_backward(
         logit_opacities: g.logit_opacities,
         sh_coeffs: g.sh_coeffs,
         means2d_grad_norm: g.means2d_grad_norm,
+        timings,
     })
 }
 

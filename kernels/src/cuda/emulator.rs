@@ -1,13 +1,16 @@
 //! [`GpuBackend`] that runs the CUDA kernels on the CPU: the kernel sources are compiled as C++20
-//! together with `cuda/host_emulator.h` (threads, barriers and warp intrinsics emulated with OS
-//! threads) into a shared library, loaded with libloading. Device memory is host memory.
+//! together with `cuda/host_emulator.h` (each block's threads run as cooperative fibers on one OS
+//! thread; `__syncthreads`, warp shuffles and votes are scheduler barriers) into a shared library,
+//! loaded with libloading. Device memory is host memory.
 //!
 //! Purpose: CI has no GPU. The emulator lets the tests run the real kernel text and the real host
 //! launch code (`render.rs`: sizes, scans, radix-sort passes, argument order) and compare them with
-//! the CPU twin, so a wrong index or a swapped argument is caught before a GPU ever sees it. It is
-//! slow (one OS thread per GPU thread, blocks in sequence): use small scenes. What it cannot check —
-//! real-GPU timing, memory-model races that the emulator's barriers hide, PTX/driver issues — is
-//! what `kiln selftest --device cuda` on a GPU machine checks (`scripts/gpu-check.sh`).
+//! the CPU twin, so a wrong index or a swapped argument is caught before a GPU ever sees it. Blocks
+//! run in sequence and threads one at a time between barriers, so it suits small scenes (the
+//! selftest's run in seconds). What it cannot check — real-GPU timing, races that a sequential
+//! schedule hides (a missing `__syncthreads` between a shared-memory write and another thread's
+//! read usually still "works" here), PTX/driver issues — is what `kiln selftest --device cuda` on a
+//! GPU machine checks (`scripts/gpu-check.sh`).
 //!
 //! Needs a C++20 compiler: `$CXX`, else `c++`. The library is cached under the system temp folder
 //! by a BLAKE3 hash of its source.

@@ -14,8 +14,9 @@ use std::sync::Arc;
 use super::gpu::{DeviceBuffer, GpuContext, KernelArgs};
 use crate::consts::TILE_SIZE;
 use crate::cpu::check_render_inputs;
+use crate::cpu::ms_since;
 use crate::cpu::project::CameraModel;
-use crate::render::{RenderOptions, SplatGradients, SplatsRef};
+use crate::render::{KernelTimings, RenderOptions, SplatGradients, SplatsRef};
 use crate::{Camera, Error};
 
 /// Threads per block of the one-thread-per-item kernels.
@@ -129,6 +130,8 @@ pub struct GpuForward {
     pub radii: Vec<f32>,
     /// Device state for the backward pass.
     pub saved: GpuSaved,
+    /// Stage times (forward fields).
+    pub timings: KernelTimings,
 }
 
 /// The rasterizer on one GPU context (CUDA or the emulator).
@@ -256,6 +259,8 @@ impl GpuRenderer {
         let cam = GpuCamera::new(camera);
         let (w, h) = (camera.width as usize, camera.height as usize);
         let n_tiles = (cam.tiles_x * cam.tiles_y) as usize;
+        let mut timings = KernelTimings::default();
+        let clock = std::time::Instant::now();
 
         let means = DeviceBuffer::from_slice(ctx, splats.means, "means [N, 3]")?;
         let log_scales = DeviceBuffer::from_slice(ctx, splats.log_scales, "log_scales [N, 3]")?;
@@ -294,6 +299,9 @@ impl GpuRenderer {
             [BLOCK, 1, 1],
             args,
         )?;
+        ctx.backend().synchronize()?;
+        timings.project_ms = ms_since(clock);
+        let clock = std::time::Instant::now();
 
         let offsets = DeviceBuffer::<u32>::uninit(ctx, n, "intersection offsets [N]")?;
         let total = self.scan(&tile_counts, &offsets)?;
@@ -349,6 +357,9 @@ impl GpuRenderer {
             args,
         )?;
         drop(sorted_keys);
+        ctx.backend().synchronize()?;
+        timings.sort_ms = ms_since(clock);
+        let clock = std::time::Instant::now();
 
         let image = DeviceBuffer::<f32>::uninit(ctx, w * h * 3, "image [H, W, 3]")?;
         let final_t = DeviceBuffer::<f32>::uninit(ctx, w * h, "final transmittance [H, W]")?;
@@ -380,6 +391,7 @@ impl GpuRenderer {
         let image_host = image.to_vec()?;
         let alpha = final_t.to_vec()?.into_iter().map(|t| 1.0 - t).collect();
         let radii_host = radii.to_vec()?;
+        timings.rasterize_forward_ms = ms_since(clock);
         Ok(GpuForward {
             image: image_host,
             alpha,
@@ -408,6 +420,7 @@ impl GpuRenderer {
                 final_t,
                 n_contrib,
             },
+            timings,
         })
     }
 
@@ -457,6 +470,8 @@ impl GpuRenderer {
         shape("forward.saved image width", w, saved.camera.width as usize)?;
         let ctx = &self.ctx;
         let cam = GpuCamera::new(camera);
+        let mut timings = KernelTimings::default();
+        let clock = std::time::Instant::now();
         let grad = DeviceBuffer::from_slice(ctx, grad_image, "grad_image [H, W, 3]")?;
         let isect_grads = DeviceBuffer::<f32>::zeros(
             ctx,
@@ -491,6 +506,9 @@ impl GpuRenderer {
             )?;
         }
         drop(grad);
+        ctx.backend().synchronize()?;
+        timings.rasterize_backward_ms = ms_since(clock);
+        let clock = std::time::Instant::now();
         let g_means = DeviceBuffer::<f32>::uninit(ctx, 3 * n, "grad means [N, 3]")?;
         let g_scales = DeviceBuffer::<f32>::uninit(ctx, 3 * n, "grad log_scales [N, 3]")?;
         let g_rots = DeviceBuffer::<f32>::uninit(ctx, 4 * n, "grad rotations [N, 4]")?;
@@ -524,13 +542,16 @@ impl GpuRenderer {
             [BLOCK, 1, 1],
             args,
         )?;
-        Ok(SplatGradients {
+        let mut grads = SplatGradients {
             means: g_means.to_vec()?,
             log_scales: g_scales.to_vec()?,
             rotations: g_rots.to_vec()?,
             logit_opacities: g_logits.to_vec()?,
             sh_coeffs: g_sh.to_vec()?,
             means2d_grad_norm: g_norm.to_vec()?,
-        })
+            timings,
+        };
+        grads.timings.project_backward_ms = ms_since(clock);
+        Ok(grads)
     }
 }

@@ -121,6 +121,7 @@ pub const PSNR_CURVE_EVALUATIONS: usize = 8;
 /// # Errors
 /// [`crate::Error::Kernel`] from the render.
 pub fn held_out_psnr(
+    renderer: &kiln_kernels::Renderer,
     splats: &GaussianSplats,
     sh_degree: u32,
     views: &[super::TrainView],
@@ -133,24 +134,25 @@ pub fn held_out_psnr(
     let mut sum = 0.0;
     for v in views {
         let render = to_f(&quantise_u8(&render_host(
-            splats, sh_degree, &v.camera, background,
+            renderer, splats, sh_degree, &v.camera, background,
         )?));
         sum += psnr(&render, &to_f(&quantise_u8(&v.image)));
     }
     Ok(sum / views.len() as f64)
 }
 
-/// Render `splats` from `camera` and return `[H, W, 3]` linear RGB (unclamped).
+/// Render `splats` from `camera` on `renderer` and return `[H, W, 3]` linear RGB (unclamped).
 ///
 /// # Errors
-/// [`crate::Error::Kernel`] when the rasterizer rejects the inputs.
+/// [`crate::Error::Kernel`] when the rasterizer rejects the inputs or the device fails.
 pub fn render_host(
+    renderer: &kiln_kernels::Renderer,
     splats: &GaussianSplats,
     sh_degree: u32,
     camera: &Camera,
     background: [f32; 3],
 ) -> crate::Result<Vec<f32>> {
-    let out = kiln_kernels::render_forward(
+    let out = renderer.forward(
         &SplatsRef {
             means: &splats.means,
             log_scales: &splats.log_scales,
@@ -171,6 +173,7 @@ pub fn render_host(
 /// # Errors
 /// [`crate::Error::Kernel`] from the render; [`crate::Error::Io`] when the PNG cannot be written.
 pub fn evaluate_view(
+    renderer: &kiln_kernels::Renderer,
     splats: &GaussianSplats,
     sh_degree: u32,
     name: &str,
@@ -180,7 +183,9 @@ pub fn evaluate_view(
     eval_dir: &Path,
 ) -> crate::Result<ViewMetrics> {
     let (w, h) = (camera.width as usize, camera.height as usize);
-    let render = quantise_u8(&render_host(splats, sh_degree, camera, background)?);
+    let render = quantise_u8(&render_host(
+        renderer, splats, sh_degree, camera, background,
+    )?);
     let gt = quantise_u8(ground_truth);
     let to_f = |v: &[u8]| v.iter().map(|&b| b as f32 / 255.0).collect::<Vec<f32>>();
     let (rf, gf) = (to_f(&render), to_f(&gt));

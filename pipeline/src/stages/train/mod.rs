@@ -36,7 +36,7 @@ use std::time::Instant;
 
 use burn::tensor::{Tensor, TensorData};
 use kiln_formats::splats::GaussianSplats;
-use kiln_kernels::{Camera, RenderOptions};
+use kiln_kernels::{Camera, RenderOptions, Renderer};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
@@ -84,6 +84,57 @@ pub struct TrainReport {
     pub steps_per_s: f64,
     /// Loss of the last step.
     pub final_loss: f64,
+    /// The rasterizer's device: `cpu`, `cuda:N` (or `emulator`).
+    #[serde(default)]
+    pub device: String,
+    /// The device's name, e.g. `NVIDIA H200` (`cpu` on the CPU).
+    #[serde(default)]
+    pub device_name: String,
+    /// Peak device memory allocated by the rasterizer, bytes (`None` on the CPU).
+    #[serde(default)]
+    pub peak_device_bytes: Option<usize>,
+    /// Mean milliseconds per training step, by stage.
+    #[serde(default)]
+    pub step_ms: StepTimings,
+}
+
+/// Mean wall milliseconds per training step of each part of the step (`kiln bench train`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StepTimings {
+    /// Projection (EWA, SH).
+    pub project: f64,
+    /// Binning, sort, tile ranges.
+    pub sort: f64,
+    /// Forward rasterization.
+    pub rasterize_forward: f64,
+    /// Photometric loss forward (L1 + SSIM, burn on the CPU).
+    pub loss: f64,
+    /// Backward rasterization.
+    pub rasterize_backward: f64,
+    /// Projection backward.
+    pub project_backward: f64,
+    /// The rest of `loss.backward()` (loss and SSIM gradients, tensor glue).
+    pub backward_other: f64,
+    /// Adam step and adaptive density control.
+    pub optimizer: f64,
+    /// Whole step, including parameter upload/download and bookkeeping.
+    pub total: f64,
+}
+
+impl StepTimings {
+    fn scaled(self, k: f64) -> Self {
+        Self {
+            project: self.project * k,
+            sort: self.sort * k,
+            rasterize_forward: self.rasterize_forward * k,
+            loss: self.loss * k,
+            rasterize_backward: self.rasterize_backward * k,
+            project_backward: self.project_backward * k,
+            backward_other: self.backward_other * k,
+            optimizer: self.optimizer * k,
+            total: self.total * k,
+        }
+    }
 }
 
 /// Split views (sorted by name) into (train, test): index % `eval_every` == 0 is held out.
@@ -196,6 +247,22 @@ pub fn train(
     out_dir: &Path,
     progress: &dyn Fn(usize, usize, f64),
 ) -> crate::Result<(GaussianSplats, TrainReport)> {
+    train_on(&Renderer::Cpu, views, init, params, out_dir, progress)
+}
+
+/// [`train`] with the rasterizer on `renderer` (CPU twin or CUDA). Same contract; with a GPU
+/// renderer the results match the CPU's to float rounding (`kiln selftest`), not bit for bit.
+///
+/// # Errors
+/// As [`train`], plus [`crate::Error::Kernel`] for device failures.
+pub fn train_on(
+    renderer: &Renderer,
+    views: Vec<TrainView>,
+    init: Option<InitPoints>,
+    params: &TrainParams,
+    out_dir: &Path,
+    progress: &dyn Fn(usize, usize, f64),
+) -> crate::Result<(GaussianSplats, TrainReport)> {
     let started = Instant::now();
     params.validate()?;
     check_views(&views)?;
@@ -279,7 +346,10 @@ pub fn train(
     let train_started = Instant::now();
     let mut log_mark = (Instant::now(), 0usize);
 
+    let mut timing_sum = StepTimings::default();
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
     for step in 1..=params.steps {
+        let step_clock = Instant::now();
         let sh_degree = params
             .sh_degree
             .min((step / params.sh_increase_every) as u32);
@@ -309,10 +379,16 @@ pub fn train(
             sh_degree,
             &view.camera,
             &options,
+            renderer,
         )?;
+        timing_sum.project += out.timings.project_ms;
+        timing_sum.sort += out.timings.sort_ms;
+        timing_sum.rasterize_forward += out.timings.rasterize_forward_ms;
+        let loss_clock = Instant::now();
         let target = Tensor::<TrainBackend, 3>::from_inner(targets[vi].clone());
         let loss = loss::photometric_loss(out.image, target, params.lambda_dssim);
         let loss_value = loss.clone().into_scalar() as f64;
+        timing_sum.loss += ms(loss_clock);
         if !loss_value.is_finite() {
             return Err(crate::Error::Numeric {
                 stage: STAGE,
@@ -320,7 +396,9 @@ pub fn train(
                 problem: format!("loss is {loss_value} on view `{}`", view.name),
             });
         }
+        let backward_clock = Instant::now();
         let mut grads = loss.backward();
+        let backward_ms = ms(backward_clock);
         {
             let mut side = out.side_channel.lock().map_err(|_| crate::Error::Numeric {
                 stage: STAGE,
@@ -329,6 +407,12 @@ pub fn train(
             })?;
             if let Some(e) = side.error.take() {
                 return Err(e.into());
+            }
+            if let Some(t) = side.timings.take() {
+                timing_sum.rasterize_backward += t.rasterize_backward_ms;
+                timing_sum.project_backward += t.project_backward_ms;
+                timing_sum.backward_other +=
+                    (backward_ms - t.rasterize_backward_ms - t.project_backward_ms).max(0.0);
             }
             if step < params.densify_until
                 && let Some(g2d) = side.means2d_grad_norm.take()
@@ -344,6 +428,7 @@ pub fn train(
             sh_coeffs: leaves.sh_coeffs.grad_remove(&mut grads),
         };
         drop(grads);
+        let optimizer_clock = Instant::now();
         adam.step(
             &mut g,
             step_grads,
@@ -380,6 +465,8 @@ pub fn train(
                 opacity_reset_done = true;
             }
         }
+        timing_sum.optimizer += ms(optimizer_clock);
+        timing_sum.total += ms(step_clock);
 
         final_loss = loss_value;
         window_sum += loss_value;
@@ -391,7 +478,13 @@ pub fn train(
         }
         // Read-only: renders a host copy, so training (and its RNG stream) is unchanged.
         if step.is_multiple_of(psnr_every) && step < params.steps {
-            let db = eval::held_out_psnr(&g.to_host(), sh_degree, &test_views, params.background)?;
+            let db = eval::held_out_psnr(
+                renderer,
+                &g.to_host(),
+                sh_degree,
+                &test_views,
+                params.background,
+            )?;
             psnr_curve.push((step, db));
         }
         progress(step, params.steps, loss_value);
@@ -429,6 +522,7 @@ pub fn train(
     let mut per_view = Vec::with_capacity(test_views.len());
     for v in &test_views {
         per_view.push(eval::evaluate_view(
+            renderer,
             &splats,
             params.sh_degree,
             &v.name,
@@ -459,6 +553,10 @@ pub fn train(
         wall_s,
         steps_per_s,
         final_loss,
+        device: renderer.device_label(),
+        device_name: renderer.device_name(),
+        peak_device_bytes: renderer.peak_device_bytes(),
+        step_ms: timing_sum.scaled(1.0 / params.steps.max(1) as f64),
     };
     let metrics = eval::Metrics {
         psnr_db,
@@ -630,6 +728,72 @@ mod tests {
             .collect();
         assert_eq!(psnr_steps, vec![3, 6, 9, 12, 15, 18, 20]);
         assert_eq!(m["psnr_curve"][6][1], m["psnr_db"]);
+    }
+
+    /// The trainer on the CUDA kernels (run by the host emulator, as CI has no GPU) follows the
+    /// CPU run: same loss at every step to float rounding, same splat count after densification,
+    /// and the report names the device.
+    #[test]
+    fn training_on_the_emulated_cuda_path_follows_the_cpu_run() {
+        let renderer = match Renderer::emulator() {
+            Ok(r) => r,
+            Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => panic!("{e}"),
+            Err(e) => return eprintln!("skipped: {e}"),
+        };
+        let mut views = Vec::new();
+        for k in 0..3 {
+            let mut v = view(&format!("v{k}"));
+            v.camera = Camera {
+                width: 40,
+                height: 24,
+                fx: 30.0,
+                fy: 30.0,
+                cx: 20.0,
+                cy: 12.0,
+                world_to_camera: [
+                    [1.0, 0.0, 0.0, 0.1 * k as f32],
+                    [0.0, 1.0, 0.0, 0.0],
+                    [0.0, 0.0, 1.0, 2.0],
+                    [0.0, 0.0, 0.0, 1.0],
+                ],
+            };
+            v.image = (0..40 * 24 * 3)
+                .map(|i| ((i / 3 + 7 * k) % 11) as f32 / 11.0)
+                .collect();
+            views.push(v);
+        }
+        let p = TrainParams {
+            steps: 12,
+            sh_degree: 1,
+            densify_from: 4,
+            densify_every: 5,
+            init_random_points: 300,
+            ..TrainParams::inria(12)
+        };
+        let losses = |r: &Renderer| {
+            let dir = tempfile::tempdir().unwrap();
+            let curve = std::cell::RefCell::new(Vec::new());
+            let (splats, report) = train_on(r, views.clone(), None, &p, dir.path(), &|_, _, l| {
+                curve.borrow_mut().push(l)
+            })
+            .unwrap();
+            (curve.into_inner(), splats.len(), report)
+        };
+        let (cpu, cpu_n, cpu_report) = losses(&Renderer::Cpu);
+        let (gpu, gpu_n, gpu_report) = losses(&renderer);
+        assert_eq!(
+            (cpu_report.device.as_str(), gpu_report.device.as_str()),
+            ("cpu", "emulator")
+        );
+        assert!(gpu_report.peak_device_bytes.is_some_and(|b| b > 0));
+        assert_eq!(cpu_n, gpu_n, "densification diverged");
+        for (step, (a, b)) in cpu.iter().zip(&gpu).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-4 * a.abs(),
+                "step {}: cpu {a} vs emulated cuda {b}",
+                step + 1
+            );
+        }
     }
 
     #[test]

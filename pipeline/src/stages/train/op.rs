@@ -29,7 +29,7 @@ use burn::backend::{Autodiff, Flex};
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
-use kiln_kernels::{Camera, ForwardOutput, RenderOptions, SplatsRef};
+use kiln_kernels::{Camera, ForwardOutput, KernelTimings, RenderOptions, Renderer, SplatsRef};
 
 /// The inner (non-autodiff) backend: burn's pure-Rust CPU backend.
 pub type InnerBackend = Flex;
@@ -44,6 +44,8 @@ pub struct BackwardSideChannel {
     pub means2d_grad_norm: Option<Vec<f32>>,
     /// The kernel's error, when `render_backward` failed (no gradients were registered then).
     pub error: Option<kiln_kernels::Error>,
+    /// Stage times of the backward pass (`None` until it has run).
+    pub timings: Option<KernelTimings>,
 }
 
 /// Output of [`rasterize`].
@@ -55,6 +57,8 @@ pub struct RasterizeOutput {
     pub radii: Vec<f32>,
     /// Filled by the backward pass of this render.
     pub side_channel: Arc<Mutex<BackwardSideChannel>>,
+    /// Stage times of the forward render.
+    pub timings: KernelTimings,
 }
 
 /// Everything the backward pass needs; shared (not copied) through an `Arc`.
@@ -70,6 +74,7 @@ struct SavedRender {
     k: usize,
     camera: Camera,
     options: RenderOptions,
+    renderer: Renderer,
     forward: ForwardOutput,
     side_channel: Arc<Mutex<BackwardSideChannel>>,
 }
@@ -98,7 +103,7 @@ impl<B: Backend> Backward<B, 5> for RasterizeBackward {
         let device = B::float_device(&grad_image);
         let grad_image = primitive_to_vec::<B, 3>(grad_image);
         let saved = ops.state;
-        let result = kiln_kernels::render_backward(
+        let result = saved.renderer.backward(
             &saved.splats(),
             &saved.camera,
             &saved.options,
@@ -130,6 +135,7 @@ impl<B: Backend> Backward<B, 5> for RasterizeBackward {
         reg(p_sh.map(|p| p.id), g.sh_coeffs, vec![n, k, 3]);
         if let Ok(mut side) = saved.side_channel.lock() {
             side.means2d_grad_norm = Some(g.means2d_grad_norm);
+            side.timings = Some(g.timings);
         }
     }
 }
@@ -148,7 +154,9 @@ fn primitive_to_vec<B: Backend, const D: usize>(p: FloatTensor<B>) -> Vec<f32> {
     tensor_to_vec(Tensor::<B, D>::from_primitive(TensorPrimitive::Float(p)))
 }
 
-/// Render one camera through the CPU rasterizer as a differentiable burn op.
+/// Render one camera through `renderer` (the CPU twin or the CUDA kernels) as a differentiable
+/// burn op. The parameters stay on burn's CPU backend; a GPU renderer copies them to the device
+/// and the gradients back (issue 4's burn CUDA bridge is not built yet).
 ///
 /// Inputs (shape letters N splats, K SH coefficients per channel, H × W image):
 /// - `means` `[N, 3]` world metres; `log_scales` `[N, 3]` ln σ (metres); `rotations` `[N, 4]`
@@ -174,6 +182,7 @@ pub fn rasterize(
     sh_degree: u32,
     camera: &Camera,
     options: &RenderOptions,
+    renderer: &Renderer,
 ) -> crate::Result<RasterizeOutput> {
     let [n, k, _] = sh_coeffs.dims();
     let device = means.device();
@@ -190,7 +199,7 @@ pub fn rasterize(
     let host_logit_opacities =
         primitive_to_vec::<InnerBackend, 1>(logit_opacities.primitive.clone());
     let host_sh_coeffs = primitive_to_vec::<InnerBackend, 3>(sh_coeffs.primitive.clone());
-    let forward = kiln_kernels::render_forward(
+    let forward = renderer.forward(
         &SplatsRef {
             means: &host_means,
             log_scales: &host_log_scales,
@@ -213,9 +222,11 @@ pub fn rasterize(
         k,
         camera: *camera,
         options: *options,
+        renderer: renderer.clone(),
         forward,
         side_channel: side_channel.clone(),
     };
+    let timings = saved.forward.timings;
     let radii = saved.forward.radii.clone();
     let (h, w) = (camera.height as usize, camera.width as usize);
     let image = Tensor::<InnerBackend, 3>::from_data(
@@ -244,6 +255,7 @@ pub fn rasterize(
         image: Tensor::from_primitive(TensorPrimitive::Float(out)),
         radii,
         side_channel,
+        timings,
     })
 }
 
@@ -311,6 +323,7 @@ mod tests {
             1,
             &cam,
             &opts,
+            &Renderer::Cpu,
         )
         .unwrap();
         let n_px = (cam.width * cam.height * 3) as usize;
@@ -379,6 +392,7 @@ mod tests {
             1,
             &cam,
             &RenderOptions::default(),
+            &Renderer::Cpu,
         )
         .unwrap();
         assert_eq!(out.image.dims(), [20, 24, 3]);
@@ -401,6 +415,7 @@ mod tests {
             1,
             &cam,
             &RenderOptions::default(),
+            &Renderer::Cpu,
         );
         assert!(matches!(r, Err(crate::Error::Kernel(_))), "{r:?}");
     }

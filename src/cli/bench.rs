@@ -1,0 +1,120 @@
+//! `kiln bench train`: steps/s and milliseconds per step part on one device, on a real capture
+//! at a fixed resolution and splat count (kiln_pipeline::bench).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use kiln_kernels::device::DeviceRequest;
+
+/// `kiln bench …`
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub what: BenchCommand,
+}
+
+/// What to benchmark.
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCommand {
+    /// Time training steps (densification off, fixed splat count).
+    Train(BenchTrainArgs),
+}
+
+/// Arguments of `kiln bench train`.
+#[derive(Debug, clap::Args)]
+pub struct BenchTrainArgs {
+    /// auto | cpu | cuda | cuda:N | emulator.
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    /// Capture to train on (path or dataset://NAME).
+    #[arg(long, default_value = "dataset://capture-fox-instantngp")]
+    pub capture: String,
+    /// Longest image side after ingest, pixels (fox's photos are 1080×1920; 0 = full size).
+    #[arg(long, default_value_t = 270)]
+    pub max_side: u32,
+    /// Timed steps.
+    #[arg(long, default_value_t = 20)]
+    pub steps: usize,
+    /// Untimed warm-up steps first.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: usize,
+    /// Splats (fixed for the whole run).
+    #[arg(long, default_value_t = 100_000)]
+    pub splats: usize,
+    /// Seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Working folder for the ingested images [default: a temporary folder].
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Run a benchmark.
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let BenchCommand::Train(a) = args.what;
+    let renderer = if a.device.trim().eq_ignore_ascii_case("emulator") {
+        kiln_kernels::Renderer::emulator()?
+    } else {
+        let request: DeviceRequest = a.device.parse()?;
+        kiln_kernels::device::renderer_for(request)?
+    };
+    let capture = kiln_datasets::resolve_location(&a.capture)
+        .with_context(|| format!("cannot resolve capture {}", a.capture))?;
+    let tmp;
+    let work_dir = match &a.work_dir {
+        Some(d) => d.clone(),
+        None => {
+            tmp = tempfile::tempdir().context("creating a temporary folder")?;
+            tmp.path().to_path_buf()
+        }
+    };
+    let cfg = kiln_pipeline::bench::BenchTrainConfig {
+        capture: PathBuf::from(capture),
+        max_side: (a.max_side > 0).then_some(a.max_side),
+        steps: a.steps,
+        warmup: a.warmup,
+        splats: a.splats,
+        seed: a.seed,
+    };
+    let r = kiln_pipeline::bench::bench_train(&renderer, &cfg, &work_dir)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    println!(
+        "device {} ({}), {} CPU threads; {}×{} px, {} views, {} splats, {} steps",
+        r.device,
+        r.device_name,
+        r.cpu_threads,
+        r.image_size[0],
+        r.image_size[1],
+        r.views,
+        r.splats,
+        r.steps
+    );
+    println!("{:.3} steps/s", r.steps_per_s);
+    let t = &r.step_ms;
+    for (name, ms) in [
+        ("project", t.project),
+        ("sort", t.sort),
+        ("rasterize_forward", t.rasterize_forward),
+        ("loss", t.loss),
+        ("rasterize_backward", t.rasterize_backward),
+        ("project_backward", t.project_backward),
+        ("backward_other", t.backward_other),
+        ("optimizer", t.optimizer),
+        ("total", t.total),
+    ] {
+        println!("  {name:<20} {ms:>10.2} ms/step");
+    }
+    if let Some(b) = r.peak_device_bytes {
+        println!("peak device memory {:.1} MiB", b as f64 / (1 << 20) as f64);
+    }
+    if let Some(b) = r.peak_rss_bytes {
+        println!("peak RSS {:.1} MiB", b as f64 / (1 << 20) as f64);
+    }
+    Ok(())
+}
