@@ -47,6 +47,25 @@ const SCHEMA: &[&str] = &[
     "CREATE INDEX IF NOT EXISTS stage_attempts_job ON stage_attempts(job_id)",
 ];
 
+/// Columns added after the first schema: `(name, ALTER statement)`, added to older ledgers on
+/// open (the statements are constants: no dynamic SQL).
+const ADDED_STAGE_COLUMNS: &[(&str, &str)] = &[
+    // Busy GPU-seconds from NVML sampling; NULL when not measured.
+    (
+        "gpu_busy_s",
+        "ALTER TABLE stage_attempts ADD COLUMN gpu_busy_s REAL",
+    ),
+    // GPU name and total memory in bytes; NULL on the CPU.
+    (
+        "device_name",
+        "ALTER TABLE stage_attempts ADD COLUMN device_name TEXT",
+    ),
+    (
+        "device_memory_bytes",
+        "ALTER TABLE stage_attempts ADD COLUMN device_memory_bytes INTEGER",
+    ),
+];
+
 /// An open ledger.
 #[derive(Debug, Clone)]
 pub struct Ledger {
@@ -55,7 +74,7 @@ pub struct Ledger {
 }
 
 /// One stage attempt as stored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StageRow {
     pub stage: String,
     pub attempt: i64,
@@ -69,6 +88,15 @@ pub struct StageRow {
     pub bytes_written: i64,
     pub summary: Option<serde_json::Value>,
     pub error: Option<String>,
+    /// Busy GPU-seconds (NVML), when measured.
+    #[serde(default)]
+    pub gpu_busy_s: Option<f64>,
+    /// GPU name, on GPU stages.
+    #[serde(default)]
+    pub device_name: Option<String>,
+    /// GPU total memory, bytes, on GPU stages.
+    #[serde(default)]
+    pub device_memory_bytes: Option<i64>,
 }
 
 /// One job as stored.
@@ -117,6 +145,19 @@ impl Ledger {
             .map_err(err)?;
         for stmt in SCHEMA {
             sqlx::query(*stmt).execute(&pool).await.map_err(err)?;
+        }
+        let existing: Vec<String> =
+            sqlx::query("SELECT name FROM pragma_table_info('stage_attempts')")
+                .fetch_all(&pool)
+                .await
+                .map_err(err)?
+                .iter()
+                .map(|r| r.get::<String, _>("name"))
+                .collect();
+        for (name, alter) in ADDED_STAGE_COLUMNS {
+            if !existing.iter().any(|c| c == name) {
+                sqlx::query(*alter).execute(&pool).await.map_err(err)?;
+            }
         }
         Ok(Ledger { pool, path: shown })
     }
@@ -206,10 +247,13 @@ impl Ledger {
         summary: Option<&serde_json::Value>,
         error: Option<&str>,
     ) -> Result<()> {
-        sqlx::query("UPDATE stage_attempts SET state = ?, stage_key = ?, device = ?, wall_s = ?, cpu_s = ?, gpu_s = ?, bytes_read = ?, bytes_written = ?, summary = ?, error = ? WHERE id = ?")
+        sqlx::query("UPDATE stage_attempts SET state = ?, stage_key = ?, device = ?, wall_s = ?, cpu_s = ?, gpu_s = ?, bytes_read = ?, bytes_written = ?, summary = ?, error = ?, gpu_busy_s = ?, device_name = ?, device_memory_bytes = ? WHERE id = ?")
             .bind(state).bind(key).bind(&usage.device).bind(usage.wall_s).bind(usage.cpu_s).bind(usage.gpu_s)
             .bind(usage.bytes_read as i64).bind(usage.bytes_written as i64)
-            .bind(summary.map(|s| s.to_string())).bind(error).bind(attempt_id)
+            .bind(summary.map(|s| s.to_string())).bind(error)
+            .bind(usage.gpu_busy_s).bind(usage.device_name.as_deref())
+            .bind(usage.device_memory_bytes.map(|b| b as i64))
+            .bind(attempt_id)
             .execute(&self.pool).await.map_err(self.err())?;
         Ok(())
     }
@@ -240,7 +284,7 @@ impl Ledger {
     /// # Errors
     /// [`Error::Ledger`].
     pub async fn stages(&self, id: &str) -> Result<Vec<StageRow>> {
-        let rows = sqlx::query("SELECT stage, attempt, state, device, wall_s, cpu_s, gpu_s, bytes_read, bytes_written, summary, error FROM stage_attempts WHERE job_id = ? ORDER BY id")
+        let rows = sqlx::query("SELECT stage, attempt, state, device, wall_s, cpu_s, gpu_s, bytes_read, bytes_written, summary, error, gpu_busy_s, device_name, device_memory_bytes FROM stage_attempts WHERE job_id = ? ORDER BY id")
             .bind(id).fetch_all(&self.pool).await.map_err(self.err())?;
         Ok(rows
             .iter()
@@ -258,6 +302,9 @@ impl Ledger {
                     .get::<Option<String>, _>("summary")
                     .and_then(|s| serde_json::from_str(&s).ok()),
                 error: r.get("error"),
+                gpu_busy_s: r.get("gpu_busy_s"),
+                device_name: r.get("device_name"),
+                device_memory_bytes: r.get("device_memory_bytes"),
             })
             .collect())
     }
@@ -289,6 +336,54 @@ pub fn default_path() -> std::path::PathBuf {
 mod tests {
     use super::*;
 
+    /// A ledger written before the GPU columns existed gets them on open and keeps its rows; a
+    /// GPU stage's busy seconds, device name and memory round-trip.
+    #[tokio::test]
+    async fn old_ledgers_gain_the_gpu_columns_and_gpu_figures_round_trip() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("old.sqlite");
+        {
+            let opts = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))
+                .unwrap()
+                .create_if_missing(true);
+            let pool = SqlitePoolOptions::new().connect_with(opts).await.unwrap();
+            for stmt in SCHEMA {
+                sqlx::query(*stmt).execute(&pool).await.unwrap();
+            }
+            sqlx::query("INSERT INTO jobs (id, name, kind, input, output, spec, state, created_at) VALUES ('old', 'n', 'capture', 'i', 'o', '{}', 'succeeded', '2026-01-01T00:00:00Z')")
+                .execute(&pool).await.unwrap();
+            sqlx::query("INSERT INTO stage_attempts (job_id, stage, attempt, state, device, started_at, wall_s) VALUES ('old', 'train', 1, 'succeeded', 'cpu', '2026-01-01T00:00:00Z', 3.5)")
+                .execute(&pool).await.unwrap();
+            pool.close().await;
+        }
+        let l = Ledger::open(&path).await.unwrap();
+        let old = l.stages("old").await.unwrap();
+        assert_eq!((old[0].wall_s, old[0].gpu_busy_s), (3.5, None));
+        l.start_job("gpu", "fox", "capture", "in", "out", "{}")
+            .await
+            .unwrap();
+        let a = l.start_stage("gpu", "train", "cuda:0").await.unwrap();
+        let usage = StageUsage {
+            device: "cuda:0".into(),
+            wall_s: 10.0,
+            gpu_s: 10.0,
+            gpu_busy_s: Some(7.25),
+            device_name: Some("NVIDIA H200".into()),
+            device_memory_bytes: Some(150_000_000_000),
+            ..Default::default()
+        };
+        l.finish_stage(a, "succeeded", Some("k"), &usage, None, None)
+            .await
+            .unwrap();
+        let rows = l.stages("gpu").await.unwrap();
+        assert_eq!(rows[0].gpu_busy_s, Some(7.25));
+        assert_eq!(rows[0].device_name.as_deref(), Some("NVIDIA H200"));
+        assert_eq!(rows[0].device_memory_bytes, Some(150_000_000_000));
+        // Opening again does not try to add the columns twice.
+        drop(l);
+        Ledger::open(&path).await.unwrap();
+    }
+
     #[tokio::test]
     async fn stage_attempts_round_trip_with_attempt_numbers() {
         let d = tempfile::tempdir().unwrap();
@@ -303,6 +398,7 @@ mod tests {
             gpu_s: 0.0,
             bytes_read: 10,
             bytes_written: 20,
+            ..Default::default()
         };
         let a = l.start_stage("j1", "ingest", "cpu").await.unwrap();
         l.finish_stage(a, "failed", None, &usage, None, Some("boom"))

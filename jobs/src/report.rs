@@ -118,6 +118,7 @@ mod tests {
             bytes_written: 50,
             summary: None,
             error: None,
+            ..Default::default()
         }
     }
 

@@ -230,6 +230,14 @@ impl Renderer {
         }
     }
 
+    /// Total memory of the device, bytes (`None` on the CPU; 0 when the backend cannot tell).
+    pub fn device_memory_bytes(&self) -> Option<u64> {
+        match self {
+            Renderer::Cpu => None,
+            Renderer::Gpu(g) => Some(g.context().backend().total_memory() as u64),
+        }
+    }
+
     /// Peak device memory allocated by this renderer, bytes (`None` on the CPU).
     pub fn peak_device_bytes(&self) -> Option<usize> {
         match self {

@@ -6,6 +6,7 @@ pub mod bench;
 pub mod dag;
 pub mod error;
 pub mod file_tree;
+pub mod gpu_monitor;
 pub mod meter;
 pub mod progress;
 pub mod run;

@@ -25,6 +25,16 @@ pub struct StageUsage {
     pub bytes_read: u64,
     /// Bytes written to stage outputs or object storage.
     pub bytes_written: u64,
+    /// Busy GPU-seconds: Σ NVML utilisation × time while the stage held the GPU; `None` when not
+    /// measured (CPU stages, or no NVML).
+    #[serde(default)]
+    pub gpu_busy_s: Option<f64>,
+    /// The device's name, e.g. `NVIDIA H200` (`None` on the CPU).
+    #[serde(default)]
+    pub device_name: Option<String>,
+    /// The device's total memory, bytes (`None` on the CPU).
+    #[serde(default)]
+    pub device_memory_bytes: Option<u64>,
 }
 
 /// A running meter; [`Meter::finish`] turns it into [`StageUsage`].
@@ -36,6 +46,9 @@ pub struct Meter {
     device: String,
     /// When the GPUs were acquired (GPU-seconds count from here).
     gpus_since: Instant,
+    device_name: Option<String>,
+    device_memory_bytes: Option<u64>,
+    monitor: Option<crate::gpu_monitor::GpuMonitor>,
 }
 
 impl Meter {
@@ -47,15 +60,26 @@ impl Meter {
             gpus,
             device: device.into(),
             gpus_since: Instant::now(),
+            device_name: None,
+            device_memory_bytes: None,
+            monitor: None,
         }
     }
 
     /// Record that the stage now holds `gpus` GPUs of `device` (e.g. after opening the CUDA
     /// renderer): the usage reports this device, and GPU-seconds count from now.
-    pub fn hold(&mut self, device: &str, gpus: u32) {
+    ///
+    /// `gpu`: the CUDA ordinal, name and total memory (bytes) of the held GPU; its utilisation is
+    /// then sampled through NVML for [`StageUsage::gpu_busy_s`] (when NVML loads).
+    pub fn hold(&mut self, device: &str, gpus: u32, gpu: Option<(u32, String, u64)>) {
         self.device = device.into();
         self.gpus = gpus;
         self.gpus_since = Instant::now();
+        if let Some((ordinal, name, memory)) = gpu {
+            self.device_name = Some(name);
+            self.device_memory_bytes = Some(memory);
+            self.monitor = crate::gpu_monitor::GpuMonitor::start(ordinal);
+        }
     }
 
     /// Stop and report, with the byte counts the stage measured.
@@ -68,6 +92,9 @@ impl Meter {
             gpu_s: self.gpus_since.elapsed().as_secs_f64() * f64::from(self.gpus),
             bytes_read,
             bytes_written,
+            gpu_busy_s: self.monitor.and_then(|m| m.finish()).map(|b| b.busy_s),
+            device_name: self.device_name,
+            device_memory_bytes: self.device_memory_bytes,
         }
     }
 }
@@ -142,6 +169,25 @@ mod tests {
         let m = Meter::start("cuda:0", 2);
         std::thread::sleep(std::time::Duration::from_millis(20));
         let u = m.finish(0, 0);
-        assert!((u.gpu_s - 2.0 * u.wall_s).abs() < 1e-9);
+        assert!((u.gpu_s - 2.0 * u.wall_s).abs() < 1e-4, "{u:?}");
+        assert_eq!(u.gpu_busy_s, None);
+    }
+
+    #[test]
+    fn gpu_seconds_count_from_when_the_gpu_was_acquired() {
+        let mut m = Meter::start("cpu", 0);
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        // A CUDA ordinal no machine has: NVML (present or not) gives no monitor, never a panic.
+        m.hold("cuda:0", 1, Some((999, "test GPU".into(), 1 << 30)));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let u = m.finish(0, 0);
+        assert_eq!(u.device, "cuda:0");
+        assert!(
+            u.wall_s >= 0.08 && u.gpu_s >= 0.02 && u.gpu_s < u.wall_s - 0.05,
+            "{u:?}"
+        );
+        assert_eq!(u.device_name.as_deref(), Some("test GPU"));
+        assert_eq!(u.device_memory_bytes, Some(1 << 30));
+        assert_eq!(u.gpu_busy_s, None);
     }
 }

@@ -253,8 +253,18 @@ pub async fn run_stage(
             };
             let renderer = if kind == StageKind::Train {
                 let r = kiln_kernels::device::renderer_for(plan.device)?;
-                let gpus = u32::from(matches!(r, kiln_kernels::Renderer::Gpu(_)));
-                meter.hold(&r.device_label(), gpus);
+                let gpu = match plan.device {
+                    _ if !matches!(r, kiln_kernels::Renderer::Gpu(_)) => None,
+                    kiln_kernels::device::DeviceRequest::Exact(
+                        kiln_kernels::device::Device::Cuda(n),
+                    ) => Some(n as u32),
+                    _ => Some(0),
+                };
+                meter.hold(
+                    &r.device_label(),
+                    u32::from(gpu.is_some()),
+                    gpu.map(|n| (n, r.device_name(), r.device_memory_bytes().unwrap_or(0))),
+                );
                 tracing::info!(device = %r.device_label(), name = %r.device_name(), "train: rasterizer device");
                 r
             } else {

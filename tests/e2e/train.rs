@@ -117,6 +117,58 @@ fn fox_capture_job_trains_tiles_and_publishes_at_tiny_settings() {
         "the root holds a coarser merged level"
     );
     validate_glbs(&files_with_ext(&out, "glb"));
+
+    // `--device auto` (the default) on a machine without CUDA trains on the CPU and the ledger
+    // says so; the report names the device.
+    if !kiln_kernels::device::cuda_available() {
+        let r = sb.kiln(&["report", &job_id(&o), "--json"]);
+        ok(&r);
+        let report: serde_json::Value = serde_json::from_str(&stdout(&r)).unwrap();
+        let train = report["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["stage"] == "train")
+            .expect("a train stage row");
+        assert_eq!(train["device"], "cpu", "{train}");
+        assert_eq!(train["gpu_s"], 0.0, "{train}");
+        assert_eq!(metrics["device"], "cpu");
+    }
+}
+
+/// `--device cuda` on a machine without the CUDA driver fails before any stage runs, with a
+/// message naming the device, the cause and the alternatives; nothing is written.
+#[test]
+fn device_cuda_without_a_driver_fails_clearly_before_running_anything() {
+    if kiln_kernels::device::cuda_available() {
+        eprintln!("skipped: this machine has a CUDA driver");
+        return;
+    }
+    let sb = Sandbox::new();
+    let fox = dataset("capture-fox-instantngp");
+    let job = capture_job(&sb, "fox-cuda", fox.to_str().unwrap(), 64, 10);
+    for device in ["cuda", "cuda:1"] {
+        let o = sb.kiln(&["run", job.to_str().unwrap(), "--device", device]);
+        assert!(!o.status.success(), "--device {device} must fail");
+        let err = stderr(&o);
+        for needle in ["nothing was run", "no CUDA driver", "--device cpu"] {
+            assert!(
+                err.contains(needle),
+                "--device {device}: missing {needle:?} in:\n{err}"
+            );
+        }
+        assert!(
+            !sb.path().join("out/fox-cuda").exists(),
+            "no output may be written"
+        );
+    }
+    let o = sb.kiln(&["run", job.to_str().unwrap(), "--device", "gpu"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("use auto, cpu, cuda or cuda:N"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -106,6 +106,7 @@ mod tests {
             bytes_written: 10,
             summary: None,
             error: (state == "failed").then(|| "boom <here>".into()),
+            ..Default::default()
         }
     }
 

@@ -588,6 +588,7 @@ mod tests {
             bytes_written: 2000,
             summary: Some(serde_json::json!({"note": "<b>bold</b>"})),
             error: None,
+            ..Default::default()
         }];
         JobReport {
             job: JobRow {

@@ -72,6 +72,14 @@ pub struct ViewMetrics {
 /// Contents of `metrics.json`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Metrics {
+    /// The rasterizer's device (`cpu`, `cuda:N`) and its name.
+    pub device: String,
+    /// The device's name, e.g. `NVIDIA H200`.
+    pub device_name: String,
+    /// Peak device memory of the rasterizer, bytes (`None` on the CPU).
+    pub peak_device_bytes: Option<usize>,
+    /// Mean milliseconds per training step, by part.
+    pub step_ms: super::StepTimings,
     /// Mean PSNR over the evaluated views, dB.
     pub psnr_db: f64,
     /// Mean SSIM over the evaluated views.

@@ -559,6 +559,10 @@ pub fn train_on(
         step_ms: timing_sum.scaled(1.0 / params.steps.max(1) as f64),
     };
     let metrics = eval::Metrics {
+        device: report.device.clone(),
+        device_name: report.device_name.clone(),
+        peak_device_bytes: report.peak_device_bytes,
+        step_ms: report.step_ms,
         psnr_db,
         ssim,
         views: per_view,
