@@ -271,6 +271,42 @@ impl Renderer {
         }
     }
 
+    /// The training loss `(1 − λ)·L1 + λ·(1 − SSIM)` of `image` against `target` (both
+    /// `[H, W, 3]`, linear RGB) and ∂loss/∂image, on this renderer's device
+    /// ([`crate::cpu::loss`] has the formulas and sources).
+    ///
+    /// # Errors
+    /// [`Error::Shape`] when a slice is not `height × width × 3`; [`Error::Device`] for device
+    /// failures.
+    pub fn photometric_loss(
+        &self,
+        image: &[f32],
+        target: &[f32],
+        height: usize,
+        width: usize,
+        lambda: f32,
+    ) -> Result<crate::cpu::loss::LossOutput, Error> {
+        let n = height * width * 3;
+        for (what, len) in [
+            ("loss image [H, W, 3]", image.len()),
+            ("loss target [H, W, 3]", target.len()),
+        ] {
+            if len != n {
+                return Err(Error::Shape {
+                    what,
+                    expected: n,
+                    found: len,
+                });
+            }
+        }
+        match self {
+            Renderer::Cpu => Ok(crate::cpu::loss::photometric_loss(
+                image, target, height, width, lambda,
+            )),
+            Renderer::Gpu(g) => g.photometric_loss(image, target, height, width, lambda),
+        }
+    }
+
     /// Backward pass of a [`Renderer::forward`] of this renderer; same contract as
     /// [`render_backward`].
     ///

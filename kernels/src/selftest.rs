@@ -290,6 +290,18 @@ pub fn compare_scene(
             true,
         ),
     ];
+    // The fused training loss on both devices, against a random target.
+    let (h, w) = (scene.camera.height as usize, scene.camera.width as usize);
+    let target: Vec<f32> = (0..fc.image.len()).map(|_| rng.range(0.0, 1.0)).collect();
+    let lc = cpu.photometric_loss(&fc.image, &target, h, w, 0.2)?;
+    let ld = device.photometric_loss(&fd.image, &target, h, w, 0.2)?;
+    tensors.push(diff("loss [1]", &[lc.loss as f32], &[ld.loss as f32], true));
+    tensors.push(diff(
+        "loss.grad_image [H, W, 3]",
+        &lc.grad_image,
+        &ld.grad_image,
+        true,
+    ));
     let training_loss = train_both(device, scene, &options, steps)?;
     let loss_ok = training_loss
         .iter()

@@ -12,6 +12,7 @@
 
 pub mod bin;
 pub mod linalg;
+pub mod loss;
 pub mod project;
 pub mod project_backward;
 pub mod rasterize_backward;

@@ -555,3 +555,123 @@ impl GpuRenderer {
         Ok(grads)
     }
 }
+
+impl GpuRenderer {
+    /// Sum of a device array (per-block sums on the device, the block sums added in order in
+    /// `f64` on the host).
+    fn sum(&self, values: &DeviceBuffer<f32>) -> Result<f64, Error> {
+        let n = values.len();
+        let nb = n.div_ceil(256).max(1);
+        let sums = DeviceBuffer::<f32>::zeros(&self.ctx, nb, "block sums")?;
+        let args = Args::new().buf(values).u32(n as u32).buf(&sums);
+        self.launch(
+            "kiln_block_sums",
+            [blocks(n, 256), 1, 1],
+            [BLOCK, 1, 1],
+            args,
+        )?;
+        Ok(sums.to_vec()?.iter().map(|&v| f64::from(v)).sum())
+    }
+
+    /// Both passes of the separable SSIM blur over a `[maps, H, W, 3]` stack.
+    fn blur(
+        &self,
+        input: &DeviceBuffer<f32>,
+        maps: usize,
+        height: usize,
+        width: usize,
+        window: &DeviceBuffer<f32>,
+    ) -> Result<DeviceBuffer<f32>, Error> {
+        let len = input.len();
+        let tmp = DeviceBuffer::<f32>::uninit(&self.ctx, len, "SSIM blur (rows)")?;
+        let out = DeviceBuffer::<f32>::uninit(&self.ctx, len, "SSIM blur (columns)")?;
+        for (src, dst, vertical) in [(input, &tmp, 0u32), (&tmp, &out, 1u32)] {
+            let args = Args::new()
+                .buf(src)
+                .u32(maps as u32)
+                .u32(height as u32)
+                .u32(width as u32)
+                .u32(vertical)
+                .buf(window)
+                .buf(dst);
+            self.launch(
+                "kiln_blur_pass",
+                [blocks(len, 256), 1, 1],
+                [BLOCK, 1, 1],
+                args,
+            )?;
+        }
+        Ok(out)
+    }
+
+    /// `(1 − λ)·L1 + λ·(1 − SSIM)` of `image` against `target` (`[H, W, 3]`) and its gradient;
+    /// same contract as [`crate::cpu::loss::photometric_loss`].
+    ///
+    /// # Errors
+    /// [`Error::Device`] for device failures.
+    pub fn photometric_loss(
+        &self,
+        image: &[f32],
+        target: &[f32],
+        height: usize,
+        width: usize,
+        lambda: f32,
+    ) -> Result<crate::cpu::loss::LossOutput, Error> {
+        let ctx = &self.ctx;
+        let n = height * width * 3;
+        let x = DeviceBuffer::from_slice(ctx, image, "loss image [H, W, 3]")?;
+        let y = DeviceBuffer::from_slice(ctx, target, "loss target [H, W, 3]")?;
+        let window =
+            DeviceBuffer::from_slice(ctx, &crate::cpu::loss::ssim_window(), "SSIM window")?;
+        let stats = DeviceBuffer::<f32>::uninit(ctx, 5 * n, "SSIM statistics [5, H, W, 3]")?;
+        let args = Args::new().buf(&x).buf(&y).u32(n as u32).buf(&stats);
+        self.launch(
+            "kiln_ssim_products",
+            [blocks(n, 256), 1, 1],
+            [BLOCK, 1, 1],
+            args,
+        )?;
+        let moments = self.blur(&stats, 5, height, width, &window)?;
+        drop(stats);
+        let ssim_map = DeviceBuffer::<f32>::uninit(ctx, n, "SSIM map [H, W, 3]")?;
+        let partials = DeviceBuffer::<f32>::uninit(ctx, 3 * n, "SSIM partials [3, H, W, 3]")?;
+        let args = Args::new()
+            .buf(&moments)
+            .u32(n as u32)
+            .buf(&ssim_map)
+            .buf(&partials);
+        self.launch(
+            "kiln_ssim_terms",
+            [blocks(n, 256), 1, 1],
+            [BLOCK, 1, 1],
+            args,
+        )?;
+        drop(moments);
+        let blurred = self.blur(&partials, 3, height, width, &window)?;
+        drop(partials);
+        let grad = DeviceBuffer::<f32>::uninit(ctx, n, "loss gradient [H, W, 3]")?;
+        let abs_diff = DeviceBuffer::<f32>::uninit(ctx, n, "|image − target| [H, W, 3]")?;
+        let args = Args::new()
+            .buf(&x)
+            .buf(&y)
+            .buf(&blurred)
+            .u32(n as u32)
+            .f32(lambda)
+            .buf(&grad)
+            .buf(&abs_diff);
+        self.launch(
+            "kiln_loss_grad",
+            [blocks(n, 256), 1, 1],
+            [BLOCK, 1, 1],
+            args,
+        )?;
+        let l1 = self.sum(&abs_diff)? / n as f64;
+        let ssim = self.sum(&ssim_map)? / n as f64;
+        Ok(crate::cpu::loss::LossOutput {
+            loss: f64::from(1.0 - lambda) * l1 + f64::from(lambda) * (1.0 - ssim),
+            l1,
+            ssim,
+            grad_image: grad.to_vec()?,
+        })
+    }
+}

@@ -32,6 +32,7 @@ pub const KERNEL_FILES: &[(&str, &str)] = &[
         "project_backward.cu",
         include_str!("../../cuda/project_backward.cu"),
     ),
+    ("loss.cu", include_str!("../../cuda/loss.cu")),
 ];
 
 /// Every `extern "C" __global__` entry point the host code launches.
@@ -46,6 +47,11 @@ pub const KERNEL_NAMES: &[&str] = &[
     "kiln_rasterize_forward",
     "kiln_rasterize_backward",
     "kiln_project_backward",
+    "kiln_ssim_products",
+    "kiln_blur_pass",
+    "kiln_ssim_terms",
+    "kiln_loss_grad",
+    "kiln_block_sums",
 ];
 
 /// An `f32` as a C float literal that parses back to exactly the same value (Rust's shortest

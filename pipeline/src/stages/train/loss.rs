@@ -1,6 +1,11 @@
 //! Photometric loss: (1 − λ)·L1 + λ·(1 − SSIM), written with burn tensor ops so autodiff
 //! differentiates it on any backend.
 //!
+//! Training now takes the loss through the fused op [`super::op::render_loss`], which computes it
+//! and its gradient on the rasterizer's device (`kiln_kernels::cpu::loss`, `cuda/loss.cu`); this
+//! burn version stays as the independent reference those are tested against, and [`ssim`] is the
+//! evaluation metric of `eval.rs`.
+//!
 //! Sources: Kerbl et al. 2023 §7 (λ = 0.2); Wang, Bovik, Sheikh, Simoncelli, "Image Quality
 //! Assessment: From Error Visibility to Structural Similarity", IEEE TIP 2004 (SSIM with an 11×11
 //! Gaussian window, σ = 1.5, C1 = (0.01·L)², C2 = (0.03·L)², L = 1); INRIA's `utils/loss_utils.py`
@@ -330,5 +335,40 @@ mod tests {
         assert_eq!(g.len(), h * w * 3);
         assert!(g.iter().all(|v| v.is_finite()));
         assert!(g.iter().any(|v| v.abs() > 0.0));
+    }
+
+    /// The fused loss the trainer uses (kiln_kernels::cpu::loss, twin of cuda/loss.cu) equals this
+    /// burn loss — value and gradient with respect to the render — on a non-trivial pair.
+    #[test]
+    fn fused_kernel_loss_matches_the_burn_loss_and_its_autodiff_gradient() {
+        let (h, w) = (19usize, 23usize);
+        let target = image(h, w, |y, x, c| ((y * 5 + 2 * x + 3 * c) % 13) as f32 / 13.0);
+        let render = image(h, w, |y, x, c| {
+            ((y * 3 + x * 7 + c) % 17) as f32 / 17.0 + 0.01
+        });
+        let fused = kiln_kernels::cpu::loss::photometric_loss(&render, &target, h, w, 0.2);
+        let r: Tensor<TrainBackend, 3> = Tensor::from_data(
+            TensorData::new(render.clone(), [h, w, 3]),
+            &Default::default(),
+        )
+        .require_grad();
+        let t: Tensor<TrainBackend, 3> =
+            Tensor::from_data(TensorData::new(target, [h, w, 3]), &Default::default());
+        let loss = photometric_loss(r.clone(), t, 0.2);
+        let value = f64::from(loss.clone().into_scalar());
+        let grads = loss.backward();
+        let g = crate::stages::train::op::tensor_to_vec(r.grad(&grads).unwrap());
+        assert!(
+            (fused.loss - value).abs() < 1e-6,
+            "fused {} vs burn {value}",
+            fused.loss
+        );
+        let max = g.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        for (i, (a, b)) in fused.grad_image.iter().zip(&g).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-4 * max,
+                "element {i}: fused {a} vs burn {b}"
+            );
+        }
     }
 }

@@ -34,7 +34,6 @@ pub mod params;
 use std::path::Path;
 use std::time::Instant;
 
-use burn::tensor::{Tensor, TensorData};
 use kiln_formats::splats::GaussianSplats;
 use kiln_kernels::{Camera, RenderOptions, Renderer};
 use rand::SeedableRng;
@@ -46,7 +45,6 @@ pub use params::{Init, Preset, TrainParams};
 
 use density::{DensifyConfig, DensityStats};
 use gaussians::{GaussianGrads, Gaussians, GaussiansAdam};
-use op::{InnerBackend, TrainBackend};
 
 const STAGE: &str = "train";
 
@@ -317,14 +315,6 @@ pub fn train_on(
     let mut g = Gaussians::from_host(&host_init);
     let mut adam = GaussiansAdam::new(&g);
     let mut stats = DensityStats::new(g.len());
-    let dev = Default::default();
-    let targets: Vec<Tensor<InnerBackend, 3>> = train_views
-        .iter()
-        .map(|v| {
-            let (w, h) = (v.camera.width as usize, v.camera.height as usize);
-            Tensor::from_data(TensorData::new(v.image.clone(), [h, w, 3]), &dev)
-        })
-        .collect();
     let options = RenderOptions {
         background: params.background,
     };
@@ -370,25 +360,27 @@ pub fn train_on(
         }
 
         let leaves = g.leaves();
-        let out = op::rasterize(
-            leaves.means.clone(),
-            leaves.log_scales.clone(),
-            leaves.rotations.clone(),
+        let out = op::render_loss(
+            [
+                leaves.means.clone(),
+                leaves.log_scales.clone(),
+                leaves.rotations.clone(),
+            ],
             leaves.logit_opacities.clone(),
             leaves.sh_coeffs.clone(),
             sh_degree,
             &view.camera,
             &options,
             renderer,
+            &view.image,
+            params.lambda_dssim,
         )?;
         timing_sum.project += out.timings.project_ms;
         timing_sum.sort += out.timings.sort_ms;
         timing_sum.rasterize_forward += out.timings.rasterize_forward_ms;
-        let loss_clock = Instant::now();
-        let target = Tensor::<TrainBackend, 3>::from_inner(targets[vi].clone());
-        let loss = loss::photometric_loss(out.image, target, params.lambda_dssim);
-        let loss_value = loss.clone().into_scalar() as f64;
-        timing_sum.loss += ms(loss_clock);
+        timing_sum.loss += out.loss_ms;
+        let loss = out.loss;
+        let loss_value = out.loss_value;
         if !loss_value.is_finite() {
             return Err(crate::Error::Numeric {
                 stage: STAGE,

@@ -77,6 +77,9 @@ struct SavedRender {
     renderer: Renderer,
     forward: ForwardOutput,
     side_channel: Arc<Mutex<BackwardSideChannel>>,
+    /// For [`render_loss`]: ∂loss/∂image `[H, W, 3]`; the op's output is then the scalar loss and
+    /// its upstream gradient scales this.
+    loss_grad_image: Option<Vec<f32>>,
 }
 
 impl SavedRender {
@@ -99,10 +102,19 @@ impl<B: Backend> Backward<B, 5> for RasterizeBackward {
     type State = Arc<SavedRender>;
 
     fn backward(self, ops: Ops<Self::State, 5>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let grad_image = grads.consume::<B>(&ops.node);
-        let device = B::float_device(&grad_image);
-        let grad_image = primitive_to_vec::<B, 3>(grad_image);
+        let upstream = grads.consume::<B>(&ops.node);
+        let device = B::float_device(&upstream);
         let saved = ops.state;
+        let grad_image = match &saved.loss_grad_image {
+            Some(g) => {
+                let scale = primitive_to_vec::<B, 1>(upstream)
+                    .first()
+                    .copied()
+                    .unwrap_or(0.0);
+                g.iter().map(|v| v * scale).collect()
+            }
+            None => primitive_to_vec::<B, 3>(upstream),
+        };
         let result = saved.renderer.backward(
             &saved.splats(),
             &saved.camera,
@@ -225,6 +237,7 @@ pub fn rasterize(
         renderer: renderer.clone(),
         forward,
         side_channel: side_channel.clone(),
+        loss_grad_image: None,
     };
     let timings = saved.forward.timings;
     let radii = saved.forward.radii.clone();
@@ -419,4 +432,122 @@ mod tests {
         );
         assert!(matches!(r, Err(crate::Error::Kernel(_))), "{r:?}");
     }
+}
+
+/// Output of [`render_loss`].
+#[derive(Debug)]
+pub struct RenderLossOutput {
+    /// `[1]` the loss, tracked: `backward()` on it reaches every parameter.
+    pub loss: Tensor<TrainBackend, 1>,
+    /// The loss value, `(1 − λ)·L1 + λ·(1 − SSIM)`.
+    pub loss_value: f64,
+    /// `[N]` screen-space radius in pixels (3σ), 0 where culled.
+    pub radii: Vec<f32>,
+    /// Filled by the backward pass of this render.
+    pub side_channel: Arc<Mutex<BackwardSideChannel>>,
+    /// Stage times of the forward render.
+    pub timings: KernelTimings,
+    /// Milliseconds spent in the fused loss (forward and gradient).
+    pub loss_ms: f64,
+}
+
+/// Render one camera and take the training loss against `target` in one differentiable op:
+/// `(1 − λ)·L1 + λ·(1 − SSIM)` ([`kiln_kernels::cpu::loss`]), computed with its gradient on the
+/// renderer's device (fused; no burn tensors for the image or the SSIM maps).
+///
+/// Same parameter tensors and camera as [`rasterize`]; `target` is `[H, W, 3]` linear RGB in
+/// [0, 1]; `lambda_dssim` λ in [0, 1] (INRIA 0.2). Source of the loss: Kerbl et al. 2023 eq. 7.
+///
+/// # Errors
+/// As [`rasterize`]; [`crate::Error::Kernel`] when `target` is not `[H, W, 3]`.
+pub fn render_loss(
+    params: [Tensor<TrainBackend, 2>; 3],
+    logit_opacities: Tensor<TrainBackend, 1>,
+    sh_coeffs: Tensor<TrainBackend, 3>,
+    sh_degree: u32,
+    camera: &Camera,
+    options: &RenderOptions,
+    renderer: &Renderer,
+    target: &[f32],
+    lambda_dssim: f32,
+) -> crate::Result<RenderLossOutput> {
+    let [means, log_scales, rotations] = params;
+    let [n, k, _] = sh_coeffs.dims();
+    let device = means.device();
+    let means = means.into_primitive().tensor();
+    let log_scales = log_scales.into_primitive().tensor();
+    let rotations = rotations.into_primitive().tensor();
+    let logit_opacities = logit_opacities.into_primitive().tensor();
+    let sh_coeffs = sh_coeffs.into_primitive().tensor();
+    let side_channel = Arc::new(Mutex::new(BackwardSideChannel::default()));
+    let host = [
+        primitive_to_vec::<InnerBackend, 2>(means.primitive.clone()),
+        primitive_to_vec::<InnerBackend, 2>(log_scales.primitive.clone()),
+        primitive_to_vec::<InnerBackend, 2>(rotations.primitive.clone()),
+        primitive_to_vec::<InnerBackend, 1>(logit_opacities.primitive.clone()),
+        primitive_to_vec::<InnerBackend, 3>(sh_coeffs.primitive.clone()),
+    ];
+    let forward = renderer.forward(
+        &SplatsRef {
+            means: &host[0],
+            log_scales: &host[1],
+            rotations: &host[2],
+            logit_opacities: &host[3],
+            sh_coeffs: &host[4],
+            sh_degree,
+        },
+        camera,
+        options,
+    )?;
+    let [h_means, h_log_scales, h_rotations, h_logits, h_sh] = host;
+    let mut saved = SavedRender {
+        means: h_means,
+        log_scales: h_log_scales,
+        rotations: h_rotations,
+        logit_opacities: h_logits,
+        sh_coeffs: h_sh,
+        sh_degree,
+        n,
+        k,
+        camera: *camera,
+        options: *options,
+        renderer: renderer.clone(),
+        forward,
+        side_channel: side_channel.clone(),
+        loss_grad_image: None,
+    };
+    let clock = std::time::Instant::now();
+    let (h, w) = (camera.height as usize, camera.width as usize);
+    let loss = renderer.photometric_loss(&saved.forward.image, target, h, w, lambda_dssim)?;
+    let loss_ms = clock.elapsed().as_secs_f64() * 1e3;
+    saved.loss_grad_image = Some(loss.grad_image);
+    let radii = saved.forward.radii.clone();
+    let timings = saved.forward.timings;
+    let value =
+        Tensor::<InnerBackend, 1>::from_data(TensorData::new(vec![loss.loss as f32], [1]), &device)
+            .into_primitive()
+            .tensor();
+    let nodes = [
+        means.node.clone(),
+        log_scales.node.clone(),
+        rotations.node.clone(),
+        logit_opacities.node.clone(),
+        sh_coeffs.node.clone(),
+    ];
+    let prep = <RasterizeBackward as Backward<InnerBackend, 5>>::prepare::<NoCheckpointing>(
+        RasterizeBackward,
+        nodes,
+    );
+    let out = match prep.compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish(Arc::new(saved), value),
+        OpsKind::UnTracked(prep) => prep.finish(value),
+    };
+    Ok(RenderLossOutput {
+        loss: Tensor::from_primitive(TensorPrimitive::Float(out)),
+        loss_value: loss.loss,
+        radii,
+        side_channel,
+        timings,
+        loss_ms,
+    })
 }

@@ -1,0 +1,226 @@
+//! The training loss `(1 − λ)·L1 + λ·(1 − SSIM)` of a render against its ground truth, and its
+//! gradient with respect to the render, in one pass (the CPU twin of `cuda/loss.cu`).
+//!
+//! Sources: Kerbl et al. 2023 eq. 7 (λ = 0.2); Wang, Bovik, Sheikh, Simoncelli, "Image Quality
+//! Assessment: From Error Visibility to Structural Similarity", IEEE TIP 2004 (11×11 Gaussian
+//! window, σ = 1.5, C1 = 0.01², C2 = 0.03²); INRIA `utils/loss_utils.py` `ssim` (zero padding of 5,
+//! mean of the SSIM map over pixels and channels). The same numbers as the burn version the trainer
+//! used before (`pipeline/.../train/loss.rs`, which the tests compare against).
+//!
+//! SSIM gradient: with the blurred moments μx = G∗x, mxx = G∗x², mxy = G∗xy (σx² = mxx − μx²,
+//! σxy = mxy − μx·μy) and S = A·B / (C·D), A = 2μxμy + C1, B = 2σxy + C2, C = μx² + μy² + C1,
+//! D = σx² + σy² + C2, the chain rule through the moments gives per pixel
+//! `∂S̄/∂x = G ⋆ (∂S/∂μx − 2μx·∂S/∂σx² − μy·∂S/∂σxy) + 2x·G ⋆ (∂S/∂σx²) + y·G ⋆ (∂S/∂σxy)`
+//! (all divided by the element count); the Gaussian window is symmetric and the padding zero, so
+//! the adjoint of the blur is the blur itself. The same derivation as fused-ssim (Mallick et al.,
+//! "Taming 3DGS", 2024).
+
+use rayon::prelude::*;
+
+/// Side of the SSIM window, pixels (Wang et al. 2004).
+pub const SSIM_WINDOW: usize = 11;
+/// Standard deviation of the SSIM window, pixels.
+pub const SSIM_SIGMA: f32 = 1.5;
+/// SSIM stabiliser C1 = (0.01·L)², L = 1.
+pub const SSIM_C1: f32 = 0.01 * 0.01;
+/// SSIM stabiliser C2 = (0.03·L)², L = 1.
+pub const SSIM_C2: f32 = 0.03 * 0.03;
+
+/// The normalised 1D Gaussian window `[SSIM_WINDOW]`, computed in `f32` exactly as the burn loss
+/// does (the GPU receives these very floats).
+pub fn ssim_window() -> [f32; SSIM_WINDOW] {
+    let half = (SSIM_WINDOW / 2) as f32;
+    let mut w = [0.0f32; SSIM_WINDOW];
+    for (i, v) in w.iter_mut().enumerate() {
+        let x = i as f32 - half;
+        *v = (-(x * x) / (2.0 * SSIM_SIGMA * SSIM_SIGMA)).exp();
+    }
+    let sum: f32 = w.iter().sum();
+    w.map(|v| v / sum)
+}
+
+/// Loss value and its gradient.
+#[derive(Debug, Clone)]
+pub struct LossOutput {
+    /// `(1 − λ)·L1 + λ·(1 − SSIM)`.
+    pub loss: f64,
+    /// Mean absolute error.
+    pub l1: f64,
+    /// Mean SSIM over pixels and channels.
+    pub ssim: f64,
+    /// `[H, W, 3]` ∂loss/∂image.
+    pub grad_image: Vec<f32>,
+}
+
+/// Separable zero-padded blur of `maps` stacked `[H, W, 3]` images (`[maps, H, W, 3]`), rows
+/// then columns.
+fn blur(data: &[f32], maps: usize, h: usize, w: usize, g: &[f32; SSIM_WINDOW]) -> Vec<f32> {
+    let half = SSIM_WINDOW / 2;
+    let plane = h * w * 3;
+    let mut tmp = vec![0.0f32; maps * plane];
+    tmp.par_chunks_mut(w * 3)
+        .enumerate()
+        .for_each(|(row, out)| {
+            let src = &data[row * w * 3..(row + 1) * w * 3];
+            for x in 0..w {
+                for c in 0..3 {
+                    let mut acc = 0.0f32;
+                    for (k, gk) in g.iter().enumerate() {
+                        let xx = x as isize + k as isize - half as isize;
+                        if xx >= 0 && (xx as usize) < w {
+                            acc += gk * src[xx as usize * 3 + c];
+                        }
+                    }
+                    out[x * 3 + c] = acc;
+                }
+            }
+        });
+    let mut out = vec![0.0f32; maps * plane];
+    out.par_chunks_mut(w * 3)
+        .enumerate()
+        .for_each(|(row, dst)| {
+            let (m, y) = (row / h, row % h);
+            for x in 0..w {
+                for c in 0..3 {
+                    let mut acc = 0.0f32;
+                    for (k, gk) in g.iter().enumerate() {
+                        let yy = y as isize + k as isize - half as isize;
+                        if yy >= 0 && (yy as usize) < h {
+                            acc += gk * tmp[m * plane + (yy as usize * w + x) * 3 + c];
+                        }
+                    }
+                    dst[x * 3 + c] = acc;
+                }
+            }
+        });
+    out
+}
+
+/// Per element of the SSIM map: `(S, ∂S/∂μx total, ∂S/∂mxx, ∂S/∂mxy)` from the five blurred
+/// moments (the formulas of the module doc). Shared by the CPU loss and mirrored in `loss.cu`.
+#[inline]
+pub fn ssim_terms(mu_x: f32, mu_y: f32, m_xx: f32, m_yy: f32, m_xy: f32) -> [f32; 4] {
+    let sigma_xx = m_xx - mu_x * mu_x;
+    let sigma_yy = m_yy - mu_y * mu_y;
+    let sigma_xy = m_xy - mu_x * mu_y;
+    let a = 2.0 * mu_x * mu_y + SSIM_C1;
+    let b = 2.0 * sigma_xy + SSIM_C2;
+    let c = mu_x * mu_x + mu_y * mu_y + SSIM_C1;
+    let d = sigma_xx + sigma_yy + SSIM_C2;
+    let s = (a * b) / (c * d);
+    let ds_dmu = (2.0 * mu_y * b) / (c * d) - s * (2.0 * mu_x) / c;
+    let ds_dsxx = -s / d;
+    let ds_dsxy = 2.0 * a / (c * d);
+    let dmu_total = ds_dmu - 2.0 * mu_x * ds_dsxx - mu_y * ds_dsxy;
+    [s, dmu_total, ds_dsxx, ds_dsxy]
+}
+
+/// `(1 − λ)·L1 + λ·(1 − SSIM)` of `image` against `target` (both `[H, W, 3]`) and its gradient.
+///
+/// The L1 gradient at `image == target` is 0 (as `torch.abs`). Sums are taken in `f64`.
+pub fn photometric_loss(
+    image: &[f32],
+    target: &[f32],
+    height: usize,
+    width: usize,
+    lambda: f32,
+) -> LossOutput {
+    let n = height * width * 3;
+    let g = ssim_window();
+    let mut stats = vec![0.0f32; 5 * n];
+    {
+        let (x, rest) = stats.split_at_mut(n);
+        let (y, rest) = rest.split_at_mut(n);
+        let (xx, rest) = rest.split_at_mut(n);
+        let (yy, xy) = rest.split_at_mut(n);
+        for i in 0..n {
+            let (a, b) = (image[i], target[i]);
+            x[i] = a;
+            y[i] = b;
+            xx[i] = a * a;
+            yy[i] = b * b;
+            xy[i] = a * b;
+        }
+    }
+    let m = blur(&stats, 5, height, width, &g);
+    let mut partials = vec![0.0f32; 3 * n];
+    let mut s_sum = 0.0f64;
+    for i in 0..n {
+        let [s, d_mu, d_xx, d_xy] =
+            ssim_terms(m[i], m[n + i], m[2 * n + i], m[3 * n + i], m[4 * n + i]);
+        s_sum += f64::from(s);
+        partials[i] = d_mu;
+        partials[n + i] = d_xx;
+        partials[2 * n + i] = d_xy;
+    }
+    let b = blur(&partials, 3, height, width, &g);
+    let inv_n = 1.0 / n as f32;
+    let mut l1_sum = 0.0f64;
+    let mut grad_image = vec![0.0f32; n];
+    for i in 0..n {
+        let diff = image[i] - target[i];
+        l1_sum += f64::from(diff.abs());
+        let sign = if diff > 0.0 {
+            1.0
+        } else if diff < 0.0 {
+            -1.0
+        } else {
+            0.0
+        };
+        let d_ssim = b[i] + 2.0 * image[i] * b[n + i] + target[i] * b[2 * n + i];
+        grad_image[i] = (1.0 - lambda) * sign * inv_n - lambda * d_ssim * inv_n;
+    }
+    let l1 = l1_sum / n as f64;
+    let ssim = s_sum / n as f64;
+    LossOutput {
+        loss: f64::from(1.0 - lambda) * l1 + f64::from(lambda) * (1.0 - ssim),
+        l1,
+        ssim,
+        grad_image,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(h: usize, w: usize, seed: u32) -> Vec<f32> {
+        (0..h * w * 3)
+            .map(|i| {
+                (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 1000) as f32
+                    / 1000.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn identical_images_have_ssim_one_and_zero_loss() {
+        let a = image(9, 13, 1);
+        let out = photometric_loss(&a, &a, 9, 13, 0.2);
+        assert!((out.ssim - 1.0).abs() < 1e-6 && out.l1 == 0.0, "{out:?}");
+        assert!(out.loss.abs() < 1e-6);
+    }
+
+    /// Central differences in f64 of the loss (recomputed) match the analytic gradient.
+    #[test]
+    fn gradient_matches_finite_differences() {
+        let (h, w) = (12, 14);
+        let x = image(h, w, 7);
+        let y = image(h, w, 99);
+        let out = photometric_loss(&x, &y, h, w, 0.2);
+        let eps = 1e-3f32;
+        for &i in &[0usize, 5, 77, 200, 3 * (6 * w + 7) + 1, h * w * 3 - 1] {
+            let (mut p, mut m) = (x.clone(), x.clone());
+            p[i] += eps;
+            m[i] -= eps;
+            let fd = (photometric_loss(&p, &y, h, w, 0.2).loss
+                - photometric_loss(&m, &y, h, w, 0.2).loss)
+                / (2.0 * f64::from(eps));
+            let an = f64::from(out.grad_image[i]);
+            assert!(
+                (fd - an).abs() < 2e-6 + 2e-2 * an.abs(),
+                "i={i}: fd {fd} vs analytic {an}"
+            );
+        }
+    }
+}
