@@ -94,5 +94,26 @@ fn bench_forward_backward(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_forward_backward);
+/// The fused training loss (L1 + SSIM value and gradient, `cpu::loss`) at 270×480 and 540×960;
+/// throughput in pixels per second.
+fn bench_loss(c: &mut Criterion) {
+    let mut group = c.benchmark_group("photometric_loss");
+    group.sample_size(10);
+    for (h, w) in [(270usize, 480usize), (540, 960)] {
+        let n = h * w * 3;
+        let image: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919) % 1000) as f32 / 1000.0)
+            .collect();
+        let target: Vec<f32> = (0..n)
+            .map(|i| ((i * 104_729) % 997) as f32 / 997.0)
+            .collect();
+        group.throughput(Throughput::Elements((h * w) as u64));
+        group.bench_function(format!("{h}x{w}"), |b| {
+            b.iter(|| kiln_kernels::cpu::loss::photometric_loss(&image, &target, h, w, 0.2))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_forward_backward, bench_loss);
 criterion_main!(benches);

@@ -10,7 +10,7 @@
 
 use serde::Serialize;
 
-use crate::device::Device;
+use crate::device::{Device, DeviceRequest};
 use crate::render::{RenderOptions, Renderer, SplatsRef};
 use crate::{Camera, Error};
 
@@ -395,24 +395,32 @@ pub fn run(device: &Renderer, large: bool, steps: usize) -> Result<Report, Error
     })
 }
 
-/// Opens the renderer `kiln selftest --device D` tests: `emulator` or a CUDA device.
+/// Opens the renderer `kiln selftest --device D` tests: `emulator`, `cuda` or `cuda:N`.
 ///
 /// # Errors
-/// [`Error::Invalid`] for `cpu`/`auto` (nothing to compare), [`Error::Device`] when the device
-/// cannot be opened.
+/// [`Error::Invalid`] for anything else (`cpu` and `auto` name nothing to compare with the CPU),
+/// [`Error::Device`] when the CUDA device cannot be opened (the message points at `emulator`).
 pub fn open_device(name: &str) -> Result<Renderer, Error> {
     if name.trim().eq_ignore_ascii_case("emulator") {
         return Renderer::emulator();
     }
-    match name.parse::<Device>() {
-        Ok(d @ Device::Cuda(_)) => {
-            crate::device::renderer_for(crate::device::DeviceRequest::Exact(d))
-        }
-        Ok(Device::Cpu) => Err(Error::Invalid {
-            field: "device",
-            reason: "the selftest compares a device with the CPU twin; use cuda[:N] or emulator"
+    let invalid = || Error::Invalid {
+        field: "device",
+        reason: format!(
+            "{name:?}: the selftest compares a device with the CPU rasterizer; use cuda, cuda:N, \
+             or emulator (the CUDA kernels run on the CPU, no GPU needed)"
+        ),
+    };
+    let Ok(DeviceRequest::Exact(d @ Device::Cuda(_))) = name.parse::<DeviceRequest>() else {
+        return Err(invalid());
+    };
+    if !crate::device::cuda_available() {
+        return Err(Error::Device {
+            device: d.to_string(),
+            reason: "no CUDA driver found (libcuda could not be loaded); on a machine without a \
+                     GPU, `kiln selftest --device emulator` checks the same kernels on the CPU"
                 .into(),
-        }),
-        Err(e) => Err(e),
+        });
     }
+    Renderer::open(d)
 }

@@ -97,3 +97,21 @@ fn emulated_cuda_rejects_mismatched_backward_state_and_oversized_buffers() {
         .unwrap_err();
     assert!(matches!(err, Error::Shape { .. }), "{err}");
 }
+
+/// On a machine with an NVIDIA GPU the real device must match the CPU twin too (the selftest
+/// scenes); elsewhere this says it was skipped. `kiln selftest --device cuda` runs the same check
+/// from a release binary (scripts/gpu-check.sh).
+#[test]
+fn real_cuda_device_matches_the_cpu_twin_when_present() {
+    if !kiln_kernels::device::cuda_available() {
+        eprintln!("skipped: no CUDA driver on this machine (the emulator tests above ran instead)");
+        return;
+    }
+    let gpu = Renderer::open(kiln_kernels::device::Device::Cuda(0)).unwrap();
+    let report = kiln_kernels::selftest::run(&gpu, true, 5).unwrap();
+    assert!(
+        report.pass,
+        "{}",
+        serde_json::to_string_pretty(&report).unwrap()
+    );
+}

@@ -47,8 +47,10 @@ pub struct BenchTrainReport {
     pub cpu_threads: usize,
     /// Image size trained on, `[width, height]` pixels (of the first view).
     pub image_size: [u32; 2],
-    /// Training views.
+    /// Views of the capture.
     pub views: usize,
+    /// Views trained on (the rest are held out for evaluation).
+    pub train_views: usize,
     /// Splats.
     pub splats: usize,
     /// Timed steps.
@@ -135,6 +137,7 @@ pub fn bench_train(
         cpu_threads: rayon::current_num_threads(),
         image_size,
         views: n_views,
+        train_views: report.train_views,
         splats: cfg.splats,
         steps: report.steps,
         steps_per_s: 1e3 / report.step_ms.total.max(1e-9),

@@ -29,18 +29,19 @@ pub struct BenchTrainArgs {
     /// Capture to train on (path or dataset://NAME).
     #[arg(long, default_value = "dataset://capture-fox-instantngp")]
     pub capture: String,
-    /// Longest image side after ingest, pixels (fox's photos are 1080×1920; 0 = full size).
+    /// Longest image side after ingest, pixels: 0 (full size) or ≥ 16 (fox's photos are
+    /// 1080×1920).
     #[arg(long, default_value_t = 270)]
     pub max_side: u32,
-    /// Timed steps.
-    #[arg(long, default_value_t = 20)]
-    pub steps: usize,
+    /// Timed steps (≥ 1).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub steps: u64,
     /// Untimed warm-up steps first.
     #[arg(long, default_value_t = 2)]
     pub warmup: usize,
-    /// Splats (fixed for the whole run).
-    #[arg(long, default_value_t = 100_000)]
-    pub splats: usize,
+    /// Splats (fixed for the whole run, ≥ 1).
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub splats: u64,
     /// Seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -55,10 +56,21 @@ pub struct BenchTrainArgs {
 /// Run a benchmark.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let BenchCommand::Train(a) = args.what;
+    if (1..16).contains(&a.max_side) {
+        anyhow::bail!(
+            "--max-side {}: use 0 (full size) or at least 16 pixels",
+            a.max_side
+        );
+    }
     let renderer = if a.device.trim().eq_ignore_ascii_case("emulator") {
         kiln_kernels::Renderer::emulator()?
     } else {
-        let request: DeviceRequest = a.device.parse()?;
+        let request: DeviceRequest = a.device.parse().map_err(|_| {
+            anyhow::anyhow!(
+                "--device {:?}: use auto, cpu, cuda, cuda:N or emulator",
+                a.device
+            )
+        })?;
         kiln_kernels::device::renderer_for(request)?
     };
     let capture = kiln_datasets::resolve_location(&a.capture)
@@ -74,9 +86,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let cfg = kiln_pipeline::bench::BenchTrainConfig {
         capture: PathBuf::from(capture),
         max_side: (a.max_side > 0).then_some(a.max_side),
-        steps: a.steps,
+        steps: a.steps as usize,
         warmup: a.warmup,
-        splats: a.splats,
+        splats: a.splats as usize,
         seed: a.seed,
     };
     let r = kiln_pipeline::bench::bench_train(&renderer, &cfg, &work_dir)?;
@@ -85,13 +97,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "device {} ({}), {} CPU threads; {}×{} px, {} views, {} splats, {} steps",
+        "device {} ({}), {} CPU threads; {}×{} px, {} views ({} trained on, the rest held out), {} splats, {} steps",
         r.device,
         r.device_name,
         r.cpu_threads,
         r.image_size[0],
         r.image_size[1],
         r.views,
+        r.train_views,
         r.splats,
         r.steps
     );

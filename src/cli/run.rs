@@ -65,7 +65,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     plan.device = args.device;
     // An explicit device is checked before anything runs (no half-run job on a machine without
     // CUDA); `auto` falls back to the CPU when the train stage opens it.
-    if let kiln_kernels::device::DeviceRequest::Exact(d) = args.device {
+    // Only capture jobs train; mesh and splats jobs ignore the device.
+    if let kiln_kernels::device::DeviceRequest::Exact(d) = args.device
+        && spec.kind == kiln_pipeline::dag::JobKind::Capture
+    {
         kiln_kernels::device::Device::resolve(args.device)
             .with_context(|| format!("--device {d}: cannot start (nothing was run)"))?;
     }

@@ -16,9 +16,9 @@ pub struct SelftestArgs {
     /// Also run a 20,000-splat 640×360 scene (GPU only: far too slow on the emulator).
     #[arg(long)]
     pub large: bool,
-    /// Optimisation steps compared per scene.
-    #[arg(long, default_value_t = 5)]
-    pub steps: usize,
+    /// Optimisation steps compared per scene (≥ 1).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub steps: u64,
     /// Also write the JSON report to this file.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
@@ -26,9 +26,15 @@ pub struct SelftestArgs {
 
 /// Run the selftest; exits the process with status 1 when a tensor is out of tolerance.
 pub fn run(args: SelftestArgs) -> anyhow::Result<()> {
+    if args.large && args.device.trim().eq_ignore_ascii_case("emulator") {
+        anyhow::bail!(
+            "--large is for a real GPU: its 20,000-splat scene takes hours on the emulator; drop \
+             --large, or use --device cuda on a GPU machine"
+        );
+    }
     let renderer = kiln_kernels::selftest::open_device(&args.device)
         .with_context(|| format!("cannot open device {}", args.device))?;
-    let report = kiln_kernels::selftest::run(&renderer, args.large, args.steps)?;
+    let report = kiln_kernels::selftest::run(&renderer, args.large, args.steps as usize)?;
     let json = serde_json::to_string_pretty(&report)?;
     println!("{json}");
     if let Some(path) = &args.out {

@@ -53,47 +53,57 @@ pub struct LossOutput {
 }
 
 /// Separable zero-padded blur of `maps` stacked `[H, W, 3]` images (`[maps, H, W, 3]`), rows
-/// then columns.
+/// then columns. Each pass adds the taps in window order into a zeroed row (`dst += g[k]·src`
+/// over contiguous slices, which vectorises), so every element sums its taps in the same order as
+/// `loss.cu`'s per-element loop and the two agree bit for bit.
 fn blur(data: &[f32], maps: usize, h: usize, w: usize, g: &[f32; SSIM_WINDOW]) -> Vec<f32> {
     let half = SSIM_WINDOW / 2;
     let plane = h * w * 3;
+    let row_len = w * 3;
     let mut tmp = vec![0.0f32; maps * plane];
-    tmp.par_chunks_mut(w * 3)
-        .enumerate()
-        .for_each(|(row, out)| {
-            let src = &data[row * w * 3..(row + 1) * w * 3];
-            for x in 0..w {
-                for c in 0..3 {
-                    let mut acc = 0.0f32;
-                    for (k, gk) in g.iter().enumerate() {
-                        let xx = x as isize + k as isize - half as isize;
-                        if xx >= 0 && (xx as usize) < w {
-                            acc += gk * src[xx as usize * 3 + c];
-                        }
-                    }
-                    out[x * 3 + c] = acc;
+    tmp.par_chunks_mut(row_len)
+        .zip(data.par_chunks(row_len))
+        .for_each(|(out, src)| {
+            for (k, &gk) in g.iter().enumerate() {
+                // Output pixel x reads input pixel x + k − half.
+                let (x0, x1) = (half.saturating_sub(k), (w + half).saturating_sub(k).min(w));
+                if x0 >= x1 {
+                    continue;
+                }
+                let (s0, len) = ((x0 + k - half) * 3, (x1 - x0) * 3);
+                let dst = &mut out[x0 * 3..x1 * 3];
+                for (d, &v) in dst.iter_mut().zip(&src[s0..s0 + len]) {
+                    *d += gk * v;
                 }
             }
         });
     let mut out = vec![0.0f32; maps * plane];
-    out.par_chunks_mut(w * 3)
+    out.par_chunks_mut(row_len)
         .enumerate()
         .for_each(|(row, dst)| {
             let (m, y) = (row / h, row % h);
-            for x in 0..w {
-                for c in 0..3 {
-                    let mut acc = 0.0f32;
-                    for (k, gk) in g.iter().enumerate() {
-                        let yy = y as isize + k as isize - half as isize;
-                        if yy >= 0 && (yy as usize) < h {
-                            acc += gk * tmp[m * plane + (yy as usize * w + x) * 3 + c];
-                        }
-                    }
-                    dst[x * 3 + c] = acc;
+            for (k, &gk) in g.iter().enumerate() {
+                let yy = y as isize + k as isize - half as isize;
+                if yy < 0 || yy as usize >= h {
+                    continue;
+                }
+                let s0 = m * plane + yy as usize * row_len;
+                for (d, &v) in dst.iter_mut().zip(&tmp[s0..s0 + row_len]) {
+                    *d += gk * v;
                 }
             }
         });
     out
+}
+
+/// Sum in `f64`, in fixed chunks added in order: the same value for any thread count.
+fn sum_f64(values: &[f32]) -> f64 {
+    values
+        .par_chunks(1 << 14)
+        .map(|c| c.iter().map(|&v| f64::from(v)).sum::<f64>())
+        .collect::<Vec<f64>>()
+        .iter()
+        .sum()
 }
 
 /// Per element of the SSIM map: `(S, ∂S/∂μx total, ∂S/∂mxx, ∂S/∂mxy)` from the five blurred
@@ -117,7 +127,8 @@ pub fn ssim_terms(mu_x: f32, mu_y: f32, m_xx: f32, m_yy: f32, m_xy: f32) -> [f32
 
 /// `(1 − λ)·L1 + λ·(1 − SSIM)` of `image` against `target` (both `[H, W, 3]`) and its gradient.
 ///
-/// The L1 gradient at `image == target` is 0 (as `torch.abs`). Sums are taken in `f64`.
+/// The L1 gradient at `image == target` is 0 (as `torch.abs`). Sums are taken in `f64`, in fixed
+/// chunks, so the value does not depend on the thread count.
 pub fn photometric_loss(
     image: &[f32],
     target: &[f32],
@@ -133,45 +144,61 @@ pub fn photometric_loss(
         let (y, rest) = rest.split_at_mut(n);
         let (xx, rest) = rest.split_at_mut(n);
         let (yy, xy) = rest.split_at_mut(n);
-        for i in 0..n {
-            let (a, b) = (image[i], target[i]);
-            x[i] = a;
-            y[i] = b;
-            xx[i] = a * a;
-            yy[i] = b * b;
-            xy[i] = a * b;
-        }
+        x.copy_from_slice(image);
+        y.copy_from_slice(target);
+        xx.par_iter_mut()
+            .zip(yy.par_iter_mut())
+            .zip(xy.par_iter_mut())
+            .enumerate()
+            .for_each(|(i, ((xx, yy), xy))| {
+                let (a, b) = (image[i], target[i]);
+                *xx = a * a;
+                *yy = b * b;
+                *xy = a * b;
+            });
     }
     let m = blur(&stats, 5, height, width, &g);
+    drop(stats);
+    let mut ssim_map = vec![0.0f32; n];
     let mut partials = vec![0.0f32; 3 * n];
-    let mut s_sum = 0.0f64;
-    for i in 0..n {
-        let [s, d_mu, d_xx, d_xy] =
-            ssim_terms(m[i], m[n + i], m[2 * n + i], m[3 * n + i], m[4 * n + i]);
-        s_sum += f64::from(s);
-        partials[i] = d_mu;
-        partials[n + i] = d_xx;
-        partials[2 * n + i] = d_xy;
+    {
+        let (p_mu, rest) = partials.split_at_mut(n);
+        let (p_xx, p_xy) = rest.split_at_mut(n);
+        ssim_map
+            .par_iter_mut()
+            .zip(p_mu.par_iter_mut())
+            .zip(p_xx.par_iter_mut())
+            .zip(p_xy.par_iter_mut())
+            .enumerate()
+            .for_each(|(i, (((s, d_mu), d_xx), d_xy))| {
+                let t = ssim_terms(m[i], m[n + i], m[2 * n + i], m[3 * n + i], m[4 * n + i]);
+                (*s, *d_mu, *d_xx, *d_xy) = (t[0], t[1], t[2], t[3]);
+            });
     }
+    drop(m);
     let b = blur(&partials, 3, height, width, &g);
     let inv_n = 1.0 / n as f32;
-    let mut l1_sum = 0.0f64;
+    let mut abs_diff = vec![0.0f32; n];
     let mut grad_image = vec![0.0f32; n];
-    for i in 0..n {
-        let diff = image[i] - target[i];
-        l1_sum += f64::from(diff.abs());
-        let sign = if diff > 0.0 {
-            1.0
-        } else if diff < 0.0 {
-            -1.0
-        } else {
-            0.0
-        };
-        let d_ssim = b[i] + 2.0 * image[i] * b[n + i] + target[i] * b[2 * n + i];
-        grad_image[i] = (1.0 - lambda) * sign * inv_n - lambda * d_ssim * inv_n;
-    }
-    let l1 = l1_sum / n as f64;
-    let ssim = s_sum / n as f64;
+    grad_image
+        .par_iter_mut()
+        .zip(abs_diff.par_iter_mut())
+        .enumerate()
+        .for_each(|(i, (grad, ad))| {
+            let diff = image[i] - target[i];
+            *ad = diff.abs();
+            let sign = if diff > 0.0 {
+                1.0
+            } else if diff < 0.0 {
+                -1.0
+            } else {
+                0.0
+            };
+            let d_ssim = b[i] + 2.0 * image[i] * b[n + i] + target[i] * b[2 * n + i];
+            *grad = (1.0 - lambda) * sign * inv_n - lambda * d_ssim * inv_n;
+        });
+    let l1 = sum_f64(&abs_diff) / n as f64;
+    let ssim = sum_f64(&ssim_map) / n as f64;
     LossOutput {
         loss: f64::from(1.0 - lambda) * l1 + f64::from(lambda) * (1.0 - ssim),
         l1,

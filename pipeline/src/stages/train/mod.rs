@@ -97,6 +97,8 @@ pub struct TrainReport {
 }
 
 /// Mean wall milliseconds per training step of each part of the step (`kiln bench train`).
+/// `total` covers the optimisation step only; [`TrainReport::steps_per_s`] divides the steps by the
+/// whole training loop's time, which also includes the held-out PSNR evaluations along the way.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepTimings {
     /// Projection (EWA, SH).
