@@ -252,43 +252,51 @@ pub(crate) fn ms_since(clock: std::time::Instant) -> f64 {
     clock.elapsed().as_secs_f64() * 1e3
 }
 
-/// Checks that `saved` and `grad_image` belong to a render of `params` through `camera`.
-fn check_backward_inputs<T>(
+/// What a saved forward pass was rendered with: N, K and the image size `(width, height)`.
+pub(crate) struct RenderShape {
+    pub n: usize,
+    pub sh_k: usize,
+    pub size: (u32, u32),
+}
+
+/// Checks that a saved forward pass (`saved`) and `grad_image` belong to a render of N splats with
+/// K SH coefficients through `camera`. Shared by the CPU and GPU backward passes.
+pub(crate) fn check_backward_shapes(
     n: usize,
     sh_k: usize,
     camera: &Camera,
-    saved: &SavedForward<T>,
+    saved: RenderShape,
     grad_image_len: usize,
 ) -> Result<(), Error> {
     let (w, h) = (camera.width as usize, camera.height as usize);
-    let shape = |what: &'static str, expected: usize, found: usize| {
-        if expected == found {
-            Ok(())
-        } else {
-            Err(Error::Shape {
+    let (sw, sh) = (saved.size.0 as usize, saved.size.1 as usize);
+    for (what, expected, found) in [
+        ("grad_image [H, W, 3]", w * h * 3, grad_image_len),
+        (
+            "forward.saved splat count (N of the forward render)",
+            n,
+            saved.n,
+        ),
+        (
+            "forward.saved SH coefficients per channel (K of the forward render)",
+            sh_k,
+            saved.sh_k,
+        ),
+        (
+            "forward.saved image size (H·W of the forward render)",
+            w * h,
+            sw * sh,
+        ),
+        ("forward.saved image width", w, sw),
+    ] {
+        if expected != found {
+            return Err(Error::Shape {
                 what,
                 expected,
                 found,
-            })
+            });
         }
-    };
-    shape("grad_image [H, W, 3]", w * h * 3, grad_image_len)?;
-    shape(
-        "forward.saved splat count (N of the forward render)",
-        n,
-        saved.projected.len(),
-    )?;
-    shape(
-        "forward.saved SH coefficients per channel (K of the forward render)",
-        sh_k,
-        saved.sh_k,
-    )?;
-    shape(
-        "forward.saved image size (H·W of the forward render)",
-        w * h,
-        saved.width as usize * saved.height as usize,
-    )?;
-    shape("forward.saved image width", w, saved.width as usize)?;
+    }
     Ok(())
 }
 
@@ -304,7 +312,12 @@ pub fn backward<T: Scalar>(
     saved: &SavedForward<T>,
     grad_image: &[T],
 ) -> Result<(ParamGrads<T>, crate::render::KernelTimings), Error> {
-    check_backward_inputs(params.len(), params.sh_k, camera, saved, grad_image.len())?;
+    let shape = RenderShape {
+        n: saved.projected.len(),
+        sh_k: saved.sh_k,
+        size: (saved.width, saved.height),
+    };
+    check_backward_shapes(params.len(), params.sh_k, camera, shape, grad_image.len())?;
     let cam = CameraModel::<T>::new(camera);
     let clock = std::time::Instant::now();
     let screen = rasterize_backward::rasterize_backward(

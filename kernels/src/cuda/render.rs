@@ -438,36 +438,13 @@ impl GpuRenderer {
         grad_image: &[f32],
     ) -> Result<SplatGradients, Error> {
         let k = check_render_inputs(splats, camera)?;
-        let (w, h) = (camera.width as usize, camera.height as usize);
-        let shape = |what: &'static str, expected: usize, found: usize| {
-            if expected == found {
-                Ok(())
-            } else {
-                Err(Error::Shape {
-                    what,
-                    expected,
-                    found,
-                })
-            }
-        };
-        shape("grad_image [H, W, 3]", w * h * 3, grad_image.len())?;
         let n = splats.logit_opacities.len();
-        shape(
-            "forward.saved splat count (N of the forward render)",
-            n,
-            saved.n,
-        )?;
-        shape(
-            "forward.saved SH coefficients per channel (K of the forward render)",
-            k,
-            saved.k,
-        )?;
-        shape(
-            "forward.saved image size (H·W of the forward render)",
-            w * h,
-            saved.camera.width as usize * saved.camera.height as usize,
-        )?;
-        shape("forward.saved image width", w, saved.camera.width as usize)?;
+        let shape = crate::cpu::RenderShape {
+            n: saved.n,
+            sh_k: saved.k,
+            size: (saved.camera.width, saved.camera.height),
+        };
+        crate::cpu::check_backward_shapes(n, k, camera, shape, grad_image.len())?;
         let ctx = &self.ctx;
         let cam = GpuCamera::new(camera);
         let mut timings = KernelTimings::default();

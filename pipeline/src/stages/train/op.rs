@@ -196,50 +196,10 @@ pub fn rasterize(
     options: &RenderOptions,
     renderer: &Renderer,
 ) -> crate::Result<RasterizeOutput> {
-    let [n, k, _] = sh_coeffs.dims();
     let device = means.device();
-    let means = means.into_primitive().tensor();
-    let log_scales = log_scales.into_primitive().tensor();
-    let rotations = rotations.into_primitive().tensor();
-    let logit_opacities = logit_opacities.into_primitive().tensor();
-    let sh_coeffs = sh_coeffs.into_primitive().tensor();
-
-    let side_channel = Arc::new(Mutex::new(BackwardSideChannel::default()));
-    let host_means = primitive_to_vec::<InnerBackend, 2>(means.primitive.clone());
-    let host_log_scales = primitive_to_vec::<InnerBackend, 2>(log_scales.primitive.clone());
-    let host_rotations = primitive_to_vec::<InnerBackend, 2>(rotations.primitive.clone());
-    let host_logit_opacities =
-        primitive_to_vec::<InnerBackend, 1>(logit_opacities.primitive.clone());
-    let host_sh_coeffs = primitive_to_vec::<InnerBackend, 3>(sh_coeffs.primitive.clone());
-    let forward = renderer.forward(
-        &SplatsRef {
-            means: &host_means,
-            log_scales: &host_log_scales,
-            rotations: &host_rotations,
-            logit_opacities: &host_logit_opacities,
-            sh_coeffs: &host_sh_coeffs,
-            sh_degree,
-        },
-        camera,
-        options,
-    )?;
-    let saved = SavedRender {
-        means: host_means,
-        log_scales: host_log_scales,
-        rotations: host_rotations,
-        logit_opacities: host_logit_opacities,
-        sh_coeffs: host_sh_coeffs,
-        sh_degree,
-        n,
-        k,
-        camera: *camera,
-        options: *options,
-        renderer: renderer.clone(),
-        forward,
-        side_channel: side_channel.clone(),
-        loss_grad_image: None,
-    };
-    let timings = saved.forward.timings;
+    let params = Params::new(means, log_scales, rotations, logit_opacities, sh_coeffs);
+    let saved = params.render(sh_degree, camera, options, renderer)?;
+    let (side_channel, timings) = (saved.side_channel.clone(), saved.forward.timings);
     let radii = saved.forward.radii.clone();
     let (h, w) = (camera.height as usize, camera.width as usize);
     let image = Tensor::<InnerBackend, 3>::from_data(
@@ -248,28 +208,105 @@ pub fn rasterize(
     )
     .into_primitive()
     .tensor();
-
-    let nodes = [
-        means.node.clone(),
-        log_scales.node.clone(),
-        rotations.node.clone(),
-        logit_opacities.node.clone(),
-        sh_coeffs.node.clone(),
-    ];
-    let prep = <RasterizeBackward as Backward<InnerBackend, 5>>::prepare::<NoCheckpointing>(
-        RasterizeBackward,
-        nodes,
-    );
-    let out = match prep.compute_bound().stateful() {
-        OpsKind::Tracked(prep) => prep.finish(Arc::new(saved), image),
-        OpsKind::UnTracked(prep) => prep.finish(image),
-    };
     Ok(RasterizeOutput {
-        image: Tensor::from_primitive(TensorPrimitive::Float(out)),
+        image: Tensor::from_primitive(TensorPrimitive::Float(params.finish(saved, image))),
         radii,
         side_channel,
         timings,
     })
+}
+
+/// The five parameter tensors of one render as autodiff primitives (graph node + inner tensor).
+struct Params {
+    tensors: [FloatTensor<TrainBackend>; 5],
+    n: usize,
+    k: usize,
+}
+
+impl Params {
+    fn new(
+        means: Tensor<TrainBackend, 2>,
+        log_scales: Tensor<TrainBackend, 2>,
+        rotations: Tensor<TrainBackend, 2>,
+        logit_opacities: Tensor<TrainBackend, 1>,
+        sh_coeffs: Tensor<TrainBackend, 3>,
+    ) -> Self {
+        let [n, k, _] = sh_coeffs.dims();
+        Self {
+            tensors: [
+                means.into_primitive().tensor(),
+                log_scales.into_primitive().tensor(),
+                rotations.into_primitive().tensor(),
+                logit_opacities.into_primitive().tensor(),
+                sh_coeffs.into_primitive().tensor(),
+            ],
+            n,
+            k,
+        }
+    }
+
+    /// Host copies of the parameters, the forward render on `renderer`, and the state the
+    /// backward pass needs.
+    fn render(
+        &self,
+        sh_degree: u32,
+        camera: &Camera,
+        options: &RenderOptions,
+        renderer: &Renderer,
+    ) -> crate::Result<SavedRender> {
+        let [m, s, r, o, sh] = &self.tensors;
+        let means = primitive_to_vec::<InnerBackend, 2>(m.primitive.clone());
+        let log_scales = primitive_to_vec::<InnerBackend, 2>(s.primitive.clone());
+        let rotations = primitive_to_vec::<InnerBackend, 2>(r.primitive.clone());
+        let logit_opacities = primitive_to_vec::<InnerBackend, 1>(o.primitive.clone());
+        let sh_coeffs = primitive_to_vec::<InnerBackend, 3>(sh.primitive.clone());
+        let forward = renderer.forward(
+            &SplatsRef {
+                means: &means,
+                log_scales: &log_scales,
+                rotations: &rotations,
+                logit_opacities: &logit_opacities,
+                sh_coeffs: &sh_coeffs,
+                sh_degree,
+            },
+            camera,
+            options,
+        )?;
+        Ok(SavedRender {
+            means,
+            log_scales,
+            rotations,
+            logit_opacities,
+            sh_coeffs,
+            sh_degree,
+            n: self.n,
+            k: self.k,
+            camera: *camera,
+            options: *options,
+            renderer: renderer.clone(),
+            forward,
+            side_channel: Arc::new(Mutex::new(BackwardSideChannel::default())),
+            loss_grad_image: None,
+        })
+    }
+
+    /// Registers the op in the autodiff graph: `output` (computed from `saved`) becomes a tensor
+    /// whose backward pass is [`RasterizeBackward`] when any parameter is tracked.
+    fn finish(
+        &self,
+        saved: SavedRender,
+        output: FloatTensor<InnerBackend>,
+    ) -> FloatTensor<TrainBackend> {
+        let nodes = self.tensors.each_ref().map(|t| t.node.clone());
+        let prep = <RasterizeBackward as Backward<InnerBackend, 5>>::prepare::<NoCheckpointing>(
+            RasterizeBackward,
+            nodes,
+        );
+        match prep.compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish(Arc::new(saved), output),
+            OpsKind::UnTracked(prep) => prep.finish(output),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -472,76 +509,21 @@ pub fn render_loss(
     lambda_dssim: f32,
 ) -> crate::Result<RenderLossOutput> {
     let [means, log_scales, rotations] = params;
-    let [n, k, _] = sh_coeffs.dims();
     let device = means.device();
-    let means = means.into_primitive().tensor();
-    let log_scales = log_scales.into_primitive().tensor();
-    let rotations = rotations.into_primitive().tensor();
-    let logit_opacities = logit_opacities.into_primitive().tensor();
-    let sh_coeffs = sh_coeffs.into_primitive().tensor();
-    let side_channel = Arc::new(Mutex::new(BackwardSideChannel::default()));
-    let host = [
-        primitive_to_vec::<InnerBackend, 2>(means.primitive.clone()),
-        primitive_to_vec::<InnerBackend, 2>(log_scales.primitive.clone()),
-        primitive_to_vec::<InnerBackend, 2>(rotations.primitive.clone()),
-        primitive_to_vec::<InnerBackend, 1>(logit_opacities.primitive.clone()),
-        primitive_to_vec::<InnerBackend, 3>(sh_coeffs.primitive.clone()),
-    ];
-    let forward = renderer.forward(
-        &SplatsRef {
-            means: &host[0],
-            log_scales: &host[1],
-            rotations: &host[2],
-            logit_opacities: &host[3],
-            sh_coeffs: &host[4],
-            sh_degree,
-        },
-        camera,
-        options,
-    )?;
-    let [h_means, h_log_scales, h_rotations, h_logits, h_sh] = host;
-    let mut saved = SavedRender {
-        means: h_means,
-        log_scales: h_log_scales,
-        rotations: h_rotations,
-        logit_opacities: h_logits,
-        sh_coeffs: h_sh,
-        sh_degree,
-        n,
-        k,
-        camera: *camera,
-        options: *options,
-        renderer: renderer.clone(),
-        forward,
-        side_channel: side_channel.clone(),
-        loss_grad_image: None,
-    };
+    let params = Params::new(means, log_scales, rotations, logit_opacities, sh_coeffs);
+    let mut saved = params.render(sh_degree, camera, options, renderer)?;
     let clock = std::time::Instant::now();
     let (h, w) = (camera.height as usize, camera.width as usize);
     let loss = renderer.photometric_loss(&saved.forward.image, target, h, w, lambda_dssim)?;
     let loss_ms = clock.elapsed().as_secs_f64() * 1e3;
     saved.loss_grad_image = Some(loss.grad_image);
+    let (side_channel, timings) = (saved.side_channel.clone(), saved.forward.timings);
     let radii = saved.forward.radii.clone();
-    let timings = saved.forward.timings;
     let value =
         Tensor::<InnerBackend, 1>::from_data(TensorData::new(vec![loss.loss as f32], [1]), &device)
             .into_primitive()
             .tensor();
-    let nodes = [
-        means.node.clone(),
-        log_scales.node.clone(),
-        rotations.node.clone(),
-        logit_opacities.node.clone(),
-        sh_coeffs.node.clone(),
-    ];
-    let prep = <RasterizeBackward as Backward<InnerBackend, 5>>::prepare::<NoCheckpointing>(
-        RasterizeBackward,
-        nodes,
-    );
-    let out = match prep.compute_bound().stateful() {
-        OpsKind::Tracked(prep) => prep.finish(Arc::new(saved), value),
-        OpsKind::UnTracked(prep) => prep.finish(value),
-    };
+    let out = params.finish(saved, value);
     Ok(RenderLossOutput {
         loss: Tensor::from_primitive(TensorPrimitive::Float(out)),
         loss_value: loss.loss,
