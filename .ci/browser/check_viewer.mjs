@@ -189,6 +189,17 @@ try {
     }
   }
 
+  // The loop above decided on one snapshot; Cesium can start another refinement request between
+  // that snapshot and this one (tilesLoaded flips back to false), so give an in-flight request
+  // the rest of the deadline to finish before reading the final state.
+  try {
+    await page.waitForFunction(() => {
+      const s = window.kilnViewer;
+      return !s || !!s.error || (s.failed && s.failed.length > 0) || (s.ready && s.tilesLoaded);
+    }, { timeout: Math.max(1000, deadline - Date.now()), polling: 200 });
+  } catch (e) {
+    // Reported below as "tiles never finished loading" with the viewer's statistics.
+  }
   const status = await page.evaluate(() => {
     const s = window.kilnViewer || null;
     return s ? JSON.parse(JSON.stringify(s)) : null;
