@@ -1,7 +1,8 @@
 //! Forward + backward benchmark of the CPU rasterizer on seeded random scenes.
 //!
 //! Cases: 20k splats at 270×150 (the trainer's low-resolution CPU setting) and 100k splats at
-//! 640×480. Throughput is reported in splats per second. Run with `cargo bench -p kiln-kernels`.
+//! 640×480. Throughput is reported in splats per second. Also the fused loss and the fused Adam
+//! step. Run with `cargo bench -p kiln-kernels`.
 
 use std::hint::black_box;
 
@@ -115,5 +116,29 @@ fn bench_loss(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_forward_backward, bench_loss);
+/// One fused Adam step (`cpu::adam`) over every parameter of 100k and 1M splats at SH degree 3
+/// (59 floats per splat, the five groups back to back); throughput in parameters per second.
+fn bench_adam(c: &mut Criterion) {
+    use kiln_kernels::cpu::adam::{AdamStep, adam_step};
+    let mut group = c.benchmark_group("adam_step");
+    group.sample_size(10);
+    let hyper = AdamStep::new(1e-3, 10, 0.9, 0.999, 1e-15).unwrap();
+    for splats in [100_000usize, 1_000_000] {
+        let n = splats * 59;
+        let mut p: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919) % 1000) as f32 / 1000.0)
+            .collect();
+        let g: Vec<f32> = (0..n)
+            .map(|i| ((i * 104_729) % 997) as f32 / 997.0 - 0.5)
+            .collect();
+        let (mut m, mut v) = (vec![0.0f32; n], vec![0.0f32; n]);
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_function(format!("{splats}_splats"), |b| {
+            b.iter(|| adam_step(&mut p, &g, &mut m, &mut v, None, &hyper).unwrap())
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_forward_backward, bench_loss, bench_adam);
 criterion_main!(benches);

@@ -307,6 +307,27 @@ impl Renderer {
         }
     }
 
+    /// One fused Adam step over a parameter group on this renderer's device, in place; same
+    /// contract as [`crate::cpu::adam::adam_step`] (formula and sources there).
+    ///
+    /// # Errors
+    /// [`Error::Shape`] / [`Error::Invalid`] as the CPU twin; [`Error::Device`] for device
+    /// failures.
+    pub fn adam_step(
+        &self,
+        param: &mut [f32],
+        grad: &[f32],
+        m: &mut [f32],
+        v: &mut [f32],
+        scale: Option<crate::cpu::adam::LrScale<'_>>,
+        hyper: &crate::cpu::adam::AdamStep,
+    ) -> Result<(), Error> {
+        match self {
+            Renderer::Cpu => crate::cpu::adam::adam_step(param, grad, m, v, scale, hyper),
+            Renderer::Gpu(g) => g.adam_step(param, grad, m, v, scale, hyper),
+        }
+    }
+
     /// Backward pass of a [`Renderer::forward`] of this renderer; same contract as
     /// [`render_backward`].
     ///

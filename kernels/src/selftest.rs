@@ -1,5 +1,6 @@
 //! Parity check of a device renderer against the CPU twin: seeded random scenes rendered on both,
-//! the images and every gradient compared tensor by tensor, then a few optimisation steps on both
+//! the images, every gradient, the fused loss and one fused Adam step compared tensor by tensor, then
+//! a few optimisation steps on both
 //! (`kiln selftest`). The CPU twin is the reference: it is itself checked against finite
 //! differences (`tests/finite_diff.rs`).
 //!
@@ -302,6 +303,7 @@ pub fn compare_scene(
         &ld.grad_image,
         true,
     ));
+    tensors.extend(compare_adam(device, scene, &gc.sh_coeffs, &mut rng)?);
     let training_loss = train_both(device, scene, &options, steps)?;
     let loss_ok = training_loss
         .iter()
@@ -318,6 +320,40 @@ pub fn compare_scene(
         training_loss,
         pass,
     })
+}
+
+/// One fused Adam step (step 3, SH learning-rate factors 1 and 1/20 per coefficient) on the
+/// scene's SH coefficients with the CPU's gradient `grad` and random moments, on both devices;
+/// compares the parameters and both moments.
+fn compare_adam(
+    device: &Renderer,
+    scene: &Scene,
+    grad: &[f32],
+    rng: &mut SplitMix,
+) -> Result<Vec<TensorDiff>, Error> {
+    let k = scene.sh_coeffs.len() / scene.logit_opacities.len().max(1) / 3;
+    let factors: Vec<f32> = (0..k.max(1))
+        .map(|i| if i == 0 { 1.0 } else { 0.05 })
+        .collect();
+    let scale = crate::cpu::adam::LrScale {
+        values: &factors,
+        stride: 3,
+    };
+    let hyper = crate::cpu::adam::AdamStep::new(2.5e-3, 3, 0.9, 0.999, 1e-15)?;
+    let m0: Vec<f32> = grad.iter().map(|_| rng.range(-1e-3, 1e-3)).collect();
+    let v0: Vec<f32> = grad.iter().map(|_| rng.range(0.0, 1e-6)).collect();
+    let mut out = Vec::new();
+    let mut results = Vec::new();
+    for r in [&Renderer::Cpu, device] {
+        let (mut p, mut m, mut v) = (scene.sh_coeffs.clone(), m0.clone(), v0.clone());
+        r.adam_step(&mut p, grad, &mut m, &mut v, Some(scale), &hyper)?;
+        results.push((p, m, v));
+    }
+    let (c, d) = (&results[0], &results[1]);
+    out.push(diff("adam.sh_coeffs [N, K, 3]", &c.0, &d.0, false));
+    out.push(diff("adam.m [N, K, 3]", &c.1, &d.1, true));
+    out.push(diff("adam.v [N, K, 3]", &c.2, &d.2, true));
+    Ok(out)
 }
 
 /// MSE to a target image (the scene with shifted colours) and `steps` sign-free gradient steps on

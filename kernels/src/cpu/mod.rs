@@ -2,7 +2,8 @@
 //!
 //! One file per stage, run in this order by [`render_forward`] / [`render_backward`]:
 //! [`project`] → [`bin`] → [`sort`] → [`rasterize_forward`]; then [`rasterize_backward`] →
-//! [`project_backward`]. [`sh`] holds the SH basis both projection passes use; `simd` holds the SSE2
+//! [`project_backward`]; [`loss`] is the fused training loss and [`adam`] the fused optimizer step.
+//! [`sh`] holds the SH basis both projection passes use; `simd` holds the SSE2
 //! (`f32`, x86-64) versions of the two per-tile raster loops.
 //!
 //! Everything is generic over [`Scalar`] (`f32` for the public API, `f64` for the finite-difference
@@ -10,6 +11,7 @@
 //! Outputs are bit-identical whatever the rayon thread count: every parallel loop writes disjoint
 //! outputs and the only reduction (per-splat gradient sums) runs in a fixed order.
 
+pub mod adam;
 pub mod bin;
 pub mod linalg;
 pub mod loss;

@@ -213,6 +213,30 @@ impl<T: bytemuck::Pod> DeviceBuffer<T> {
         Ok(out)
     }
 
+    /// Copies the whole buffer into `dst` (same length).
+    ///
+    /// # Errors
+    /// [`Error::Shape`] when `dst.len()` differs from the buffer's; [`Error::Device`] as
+    /// [`DeviceBuffer::to_vec`].
+    pub fn copy_to(&self, dst: &mut [T]) -> Result<(), Error> {
+        if dst.len() != self.len {
+            return Err(Error::Shape {
+                what: "device buffer download",
+                expected: self.len,
+                found: dst.len(),
+            });
+        }
+        if !dst.is_empty() {
+            // SAFETY: `dst.len() == len` elements lie inside this allocation.
+            unsafe {
+                self.ctx
+                    .backend
+                    .download(bytemuck::cast_slice_mut(dst), self.ptr)?
+            };
+        }
+        Ok(())
+    }
+
     /// Device address, for kernel arguments.
     pub fn ptr(&self) -> u64 {
         self.ptr
@@ -266,6 +290,12 @@ impl<C: Copy> KernelArgs<C> {
     /// Appends a device buffer's address.
     pub fn buf<T>(mut self, b: &DeviceBuffer<T>) -> Self {
         self.args.push(Arg::Ptr(b.ptr));
+        self
+    }
+
+    /// Appends a null device pointer (an optional buffer left out).
+    pub fn null(mut self) -> Self {
+        self.args.push(Arg::Ptr(0));
         self
     }
 

@@ -651,4 +651,68 @@ impl GpuRenderer {
             grad_image: grad.to_vec()?,
         })
     }
+
+    /// One fused Adam step on the device over host slices (uploaded, stepped by `kiln_adam_step`,
+    /// downloaded in place); same contract as [`crate::cpu::adam::adam_step`].
+    ///
+    /// # Errors
+    /// As [`crate::cpu::adam::adam_step`], plus [`Error::Device`] for device failures.
+    pub fn adam_step(
+        &self,
+        param: &mut [f32],
+        grad: &[f32],
+        m: &mut [f32],
+        v: &mut [f32],
+        scale: Option<crate::cpu::adam::LrScale<'_>>,
+        hyper: &crate::cpu::adam::AdamStep,
+    ) -> Result<(), Error> {
+        crate::cpu::adam::check_adam_inputs(param.len(), grad.len(), m.len(), v.len(), scale)?;
+        let n = param.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let ctx = &self.ctx;
+        let p_dev = DeviceBuffer::from_slice(ctx, param, "adam parameters [n]")?;
+        let g_dev = DeviceBuffer::from_slice(ctx, grad, "adam gradient [n]")?;
+        let m_dev = DeviceBuffer::from_slice(ctx, m, "adam first moment [n]")?;
+        let v_dev = DeviceBuffer::from_slice(ctx, v, "adam second moment [n]")?;
+        let scale_dev = match scale {
+            Some(s) => Some(DeviceBuffer::from_slice(
+                ctx,
+                s.values,
+                "adam lr scale [K]",
+            )?),
+            None => None,
+        };
+        let (stride, period) = scale.map_or((1, 1), |s| (s.stride as u32, s.values.len() as u32));
+        let args = Args::new()
+            .buf(&p_dev)
+            .buf(&g_dev)
+            .buf(&m_dev)
+            .buf(&v_dev)
+            .u32(n as u32);
+        let args = match &scale_dev {
+            Some(b) => args.buf(b),
+            None => args.null(),
+        };
+        let args = args
+            .u32(stride)
+            .u32(period)
+            .f32(hyper.step)
+            .f32(hyper.beta1)
+            .f32(hyper.one_minus_beta1)
+            .f32(hyper.beta2)
+            .f32(hyper.one_minus_beta2)
+            .f32(hyper.sqrt_bc2)
+            .f32(hyper.epsilon);
+        self.launch(
+            "kiln_adam_step",
+            [blocks(n, 256), 1, 1],
+            [BLOCK, 1, 1],
+            args,
+        )?;
+        p_dev.copy_to(param)?;
+        m_dev.copy_to(m)?;
+        v_dev.copy_to(v)
+    }
 }

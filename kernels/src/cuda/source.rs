@@ -33,6 +33,7 @@ pub const KERNEL_FILES: &[(&str, &str)] = &[
         include_str!("../../cuda/project_backward.cu"),
     ),
     ("loss.cu", include_str!("../../cuda/loss.cu")),
+    ("adam.cu", include_str!("../../cuda/adam.cu")),
 ];
 
 /// Every `extern "C" __global__` entry point the host code launches.
@@ -52,6 +53,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "kiln_ssim_terms",
     "kiln_loss_grad",
     "kiln_block_sums",
+    "kiln_adam_step",
 ];
 
 /// An `f32` as a C float literal that parses back to exactly the same value (Rust's shortest

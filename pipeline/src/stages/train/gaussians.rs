@@ -8,6 +8,8 @@
 
 use burn::tensor::{Tensor, TensorData};
 use kiln_formats::splats::GaussianSplats;
+use kiln_kernels::Renderer;
+use kiln_kernels::cpu::adam::LrScale;
 
 use super::adam::{AdamConfig, AdamState};
 use super::op::{InnerBackend, TrainBackend, tensor_to_vec};
@@ -135,17 +137,18 @@ pub struct GaussiansAdam {
     /// β1, β2, ε shared by all groups (INRIA values).
     pub config: AdamConfig,
     /// Moments of `means` `[N, 3]`.
-    pub means: AdamState<B, 2>,
+    pub means: AdamState,
     /// Moments of `log_scales` `[N, 3]`.
-    pub log_scales: AdamState<B, 2>,
+    pub log_scales: AdamState,
     /// Moments of `rotations` `[N, 4]`.
-    pub rotations: AdamState<B, 2>,
+    pub rotations: AdamState,
     /// Moments of `logit_opacities` `[N]`.
-    pub logit_opacities: AdamState<B, 1>,
+    pub logit_opacities: AdamState,
     /// Moments of `sh_coeffs` `[N, K, 3]`.
-    pub sh_coeffs: AdamState<B, 3>,
-    /// `[1, K, 1]`: 1 for the DC band, 1/20 for higher bands (INRIA `feature_lr / 20.0`).
-    sh_lr_scale: Tensor<B, 3>,
+    pub sh_coeffs: AdamState,
+    /// `[K]`: 1 for the DC band, 1/20 for higher bands (INRIA `feature_lr / 20.0`), applied per
+    /// coefficient (stride 3 over `[N, K, 3]`).
+    sh_lr_scale: Vec<f32>,
 }
 
 /// Gradients of one step, on the inner backend (missing groups are zero).
@@ -178,32 +181,50 @@ impl GaussiansAdam {
             rotations: AdamState::zeros_like(&g.rotations),
             logit_opacities: AdamState::zeros_like(&g.logit_opacities),
             sh_coeffs: AdamState::zeros_like(&g.sh_coeffs),
-            sh_lr_scale: Tensor::from_data(TensorData::new(scale, [1, k, 1]), &Default::default()),
+            sh_lr_scale: scale,
         }
     }
 
-    /// One Adam step of every group that has a gradient. `lr_means` is the scheduled means
-    /// learning rate in metres per step (already multiplied by the scene extent).
+    /// One Adam step of every group that has a gradient, on `renderer`'s device. `lr_means` is
+    /// the scheduled means learning rate in metres per step (already multiplied by the scene
+    /// extent).
+    ///
+    /// # Errors
+    /// [`kiln_kernels::Error`] when a gradient's shape disagrees with its moments or the device
+    /// fails.
     pub fn step(
         &mut self,
         g: &mut Gaussians,
         grads: GaussianGrads,
         params: &TrainParams,
         lr_means: f64,
-    ) {
+        renderer: &Renderer,
+    ) -> Result<(), kiln_kernels::Error> {
         let c = self.config;
         if let Some(gr) = grads.means {
-            g.means = self.means.step(g.means.clone(), gr, lr_means, None, &c);
+            g.means = self
+                .means
+                .step(g.means.clone(), gr, lr_means, None, &c, renderer)?;
         }
         if let Some(gr) = grads.log_scales {
-            g.log_scales =
-                self.log_scales
-                    .step(g.log_scales.clone(), gr, params.lr_log_scales, None, &c);
+            g.log_scales = self.log_scales.step(
+                g.log_scales.clone(),
+                gr,
+                params.lr_log_scales,
+                None,
+                &c,
+                renderer,
+            )?;
         }
         if let Some(gr) = grads.rotations {
-            g.rotations =
-                self.rotations
-                    .step(g.rotations.clone(), gr, params.lr_rotations, None, &c);
+            g.rotations = self.rotations.step(
+                g.rotations.clone(),
+                gr,
+                params.lr_rotations,
+                None,
+                &c,
+                renderer,
+            )?;
         }
         if let Some(gr) = grads.logit_opacities {
             g.logit_opacities = self.logit_opacities.step(
@@ -212,16 +233,23 @@ impl GaussiansAdam {
                 params.lr_logit_opacities,
                 None,
                 &c,
-            );
+                renderer,
+            )?;
         }
         if let Some(gr) = grads.sh_coeffs {
+            let scale = LrScale {
+                values: &self.sh_lr_scale,
+                stride: 3,
+            };
             g.sh_coeffs = self.sh_coeffs.step(
                 g.sh_coeffs.clone(),
                 gr,
                 params.lr_sh_dc,
-                Some(&self.sh_lr_scale),
+                Some(scale),
                 &c,
-            );
+                renderer,
+            )?;
         }
+        Ok(())
     }
 }

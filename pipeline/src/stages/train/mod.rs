@@ -7,7 +7,7 @@
 //! - [`init`]: initial splats from SfM points or random frustum points, scene extent;
 //! - [`op`]: the rasterizer as one custom burn autodiff op;
 //! - [`loss`]: (1 − λ)·L1 + λ·(1 − SSIM) in burn tensor ops;
-//! - [`adam`]: Adam on burn tensors with per-group learning rates;
+//! - [`adam`]: Adam moments per group, stepped by the renderer's fused kernel;
 //! - [`density`]: clone / split / prune / opacity reset;
 //! - [`gaussians`]: the parameter tensors and their optimizer state;
 //! - [`eval`]: PSNR/SSIM on held-out views, PNGs, `metrics.json` (with loss, held-out PSNR and
@@ -428,7 +428,8 @@ pub fn train_on(
             step_grads,
             params,
             params.lr_means(step, extent as f64),
-        );
+            renderer,
+        )?;
 
         // Adaptive density control (Kerbl et al. 2023 §5.2), INRIA timing.
         if step < params.densify_until {
@@ -811,7 +812,7 @@ mod tests {
         assert!(!g.all_finite());
         let after = prune_non_finite(&mut g, &mut adam, &mut stats, &mut rng).unwrap();
         assert_eq!(after.len(), 2);
-        assert_eq!(adam.log_scales.m.dims(), [2, 3]);
+        assert_eq!(adam.log_scales.m.len(), 2 * 3);
         assert_eq!(stats.grad_accum.len(), 2);
         assert!(g.all_finite());
         assert!(prune_non_finite(&mut g, &mut adam, &mut stats, &mut rng).is_none());

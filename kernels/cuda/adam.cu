@@ -1,0 +1,27 @@
+// One fused Adam step (Kingma & Ba, ICLR 2015, Algorithm 1, bias-corrected) over one parameter
+// group of `n` floats, in place:
+//   m ← β1·m + (1 − β1)·g
+//   v ← β2·v + (1 − β2)·g²
+//   p ← p − (step · (m / (√v / sqrt_bc2 + ε))) · s
+// with step = lr / (1 − β1^t) and sqrt_bc2 = √(1 − β2^t) computed on the host (f64, then f32), and
+// s = lr_scale[(i / scale_stride) % scale_period] when `lr_scale` is non-null (the SH band
+// multiplier of INRIA 3DGS), 1 otherwise. The operation order is the CPU twin's
+// (kernels/src/cpu/adam.rs) so the two agree to the rounding of fused multiply-adds.
+// One thread per element; no reductions, so a step is deterministic.
+extern "C" __global__ void kiln_adam_step(float* __restrict__ param, const float* __restrict__ grad,
+                                          float* __restrict__ m, float* __restrict__ v, unsigned int n,
+                                          const float* __restrict__ lr_scale, unsigned int scale_stride,
+                                          unsigned int scale_period, float step, float beta1,
+                                          float one_minus_beta1, float beta2, float one_minus_beta2,
+                                          float sqrt_bc2, float epsilon) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float g = grad[i];
+    float mi = m[i] * beta1 + g * one_minus_beta1;
+    float vi = v[i] * beta2 + (g * g) * one_minus_beta2;
+    m[i] = mi;
+    v[i] = vi;
+    float update = (mi / (sqrtf(vi) / sqrt_bc2 + epsilon)) * step;
+    if (lr_scale != nullptr) update = update * lr_scale[(i / scale_stride) % scale_period];
+    param[i] = param[i] - update;
+}
