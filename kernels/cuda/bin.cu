@@ -5,18 +5,25 @@
 // per-intersection gradients there, and each splat then sums its own contiguous range in a fixed
 // order: deterministic without atomics). `offsets [N]` is the exclusive scan of `tile_counts`.
 // One thread per splat; a splat's tiles are emitted in row-major order, as on the CPU.
+//
+// A render may be split into bands of tile rows [row_lo, row_hi) so that no intersection buffer
+// exceeds the allocation cap: `tile_counts`/`offsets` are then the band's (kiln_band_counts) and only
+// the band's tiles are emitted. One band covering every row is the unsplit render.
 extern "C" __global__ void kiln_bin_emit(const float* __restrict__ depths,
                                          const unsigned int* __restrict__ tile_rects,
                                          const unsigned int* __restrict__ tile_counts,
                                          const unsigned int* __restrict__ offsets, unsigned int n,
-                                         unsigned int tiles_x, unsigned long long* __restrict__ keys,
+                                         unsigned int tiles_x, unsigned int row_lo, unsigned int row_hi,
+                                         unsigned long long* __restrict__ keys,
                                          unsigned int* __restrict__ values,
                                          unsigned int* __restrict__ isect_splat) {
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n || tile_counts[i] == 0) return;
     unsigned long long depth_bits = (unsigned long long)__float_as_uint(depths[i]);
     unsigned int off = offsets[i];
-    for (unsigned int ty = tile_rects[4 * i + 1]; ty < tile_rects[4 * i + 3]; ++ty) {
+    unsigned int y0 = tile_rects[4 * i + 1] > row_lo ? tile_rects[4 * i + 1] : row_lo;
+    unsigned int y1 = tile_rects[4 * i + 3] < row_hi ? tile_rects[4 * i + 3] : row_hi;
+    for (unsigned int ty = y0; ty < y1; ++ty) {
         for (unsigned int tx = tile_rects[4 * i]; tx < tile_rects[4 * i + 2]; ++tx) {
             unsigned long long tile = (unsigned long long)ty * tiles_x + tx;
             keys[off] = (tile << 32) | depth_bits;
@@ -25,6 +32,19 @@ extern "C" __global__ void kiln_bin_emit(const float* __restrict__ depths,
             ++off;
         }
     }
+}
+
+// Tiles of each splat inside the band of tile rows [row_lo, row_hi): counts [N]. One thread per
+// splat.
+extern "C" __global__ void kiln_band_counts(const unsigned int* __restrict__ tile_rects, unsigned int n,
+                                            unsigned int row_lo, unsigned int row_hi,
+                                            unsigned int* __restrict__ counts) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    unsigned int y0 = tile_rects[4 * i + 1] > row_lo ? tile_rects[4 * i + 1] : row_lo;
+    unsigned int y1 = tile_rects[4 * i + 3] < row_hi ? tile_rects[4 * i + 3] : row_hi;
+    unsigned int cols = tile_rects[4 * i + 2] - tile_rects[4 * i];
+    counts[i] = y1 > y0 ? (y1 - y0) * cols : 0u;
 }
 
 // After the sort: sorted_ids[k] = splat of the intersection that landed at sorted position k.

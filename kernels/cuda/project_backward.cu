@@ -4,11 +4,29 @@
 // quaternion normalisation, pinhole mean2d, SH colour with clamped channels passing no gradient,
 // sigmoid). One thread per splat.
 //
-// The splat's screen gradient is the sum of its intersections' rows of `isect_grads [I, 9]` (see
-// rasterize_backward.cu), which bin.cu laid out contiguously per splat from `offsets[i]`, tiles in
-// row-major order: the same order the CPU sums them in. Outputs are fully written (zeros for
-// culled splats): grad_means [N, 3], grad_log_scales [N, 3], grad_rotations [N, 4],
-// grad_logits [N], grad_sh [N, K, 3], means2d_grad_norm [N] (pixel gradient × (W/2, H/2)).
+// The splat's screen gradient `screen_grads [N, 9]` is the sum of its intersections' rows of
+// `isect_grads [I, 9]` (see rasterize_backward.cu), added up by kiln_sum_isect_grads below. Outputs
+// are fully written (zeros for culled splats): grad_means [N, 3], grad_log_scales [N, 3],
+// grad_rotations [N, 4], grad_logits [N], grad_sh [N, K, 3], means2d_grad_norm [N] (pixel
+// gradient × (W/2, H/2)).
+
+// screen_grads[i] += the splat's rows of one band's `isect_grads [I_band, 9]`, which bin.cu laid
+// out contiguously per splat from `offsets[i]`, tiles in row-major order. The running sum starts
+// from the value already there, and bands run top to bottom, so a render split into bands adds
+// exactly the same terms in exactly the same order as one unsplit pass, and as the CPU twin. One
+// thread per splat; `screen_grads` must be zeroed before the first band.
+extern "C" __global__ void kiln_sum_isect_grads(const unsigned int* __restrict__ tile_counts,
+                                                const unsigned int* __restrict__ offsets, unsigned int n,
+                                                const float* __restrict__ isect_grads,
+                                                float* __restrict__ screen_grads) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n || tile_counts[i] == 0) return;
+    float sg[KILN_ISECT_GRAD];
+    for (int q = 0; q < KILN_ISECT_GRAD; ++q) sg[q] = screen_grads[(size_t)i * KILN_ISECT_GRAD + q];
+    for (unsigned int r = offsets[i], e = offsets[i] + tile_counts[i]; r < e; ++r)
+        for (int q = 0; q < KILN_ISECT_GRAD; ++q) sg[q] += isect_grads[(size_t)r * KILN_ISECT_GRAD + q];
+    for (int q = 0; q < KILN_ISECT_GRAD; ++q) screen_grads[(size_t)i * KILN_ISECT_GRAD + q] = sg[q];
+}
 
 // ∂L/∂q for the raw quaternion given ∂L/∂Rot of its unit version (cpu quat_backward).
 __device__ void kiln_quat_backward(const float q[4], float norm, const float g[9], float out[4]) {
@@ -30,8 +48,7 @@ extern "C" __global__ void kiln_project_backward(
     const float* __restrict__ rotations, const float* __restrict__ sh_coeffs, unsigned int n,
     unsigned int sh_k, unsigned int sh_degree, KilnCamera cam, const float* __restrict__ conics,
     const float* __restrict__ radii, const float* __restrict__ opacities,
-    const unsigned int* __restrict__ tile_counts, const unsigned int* __restrict__ offsets,
-    const float* __restrict__ isect_grads, float* __restrict__ grad_means,
+    const float* __restrict__ screen_grads, float* __restrict__ grad_means,
     float* __restrict__ grad_log_scales, float* __restrict__ grad_rotations,
     float* __restrict__ grad_logits, float* __restrict__ grad_sh, float* __restrict__ means2d_grad_norm) {
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -47,11 +64,7 @@ extern "C" __global__ void kiln_project_backward(
     KilnGeometry geo;
     if (!kiln_geometry(means, log_scales, rotations, cam, (int)i, geo)) return;
 
-    // Sum of the splat's per-intersection screen gradients, in list order.
-    float sg[KILN_ISECT_GRAD];
-    for (int q = 0; q < KILN_ISECT_GRAD; ++q) sg[q] = 0.0f;
-    for (unsigned int r = offsets[i], e = offsets[i] + tile_counts[i]; r < e; ++r)
-        for (int q = 0; q < KILN_ISECT_GRAD; ++q) sg[q] += isect_grads[(size_t)r * KILN_ISECT_GRAD + q];
+    const float* sg = screen_grads + (size_t)i * KILN_ISECT_GRAD;
     float sg_mean2d[2] = {sg[0], sg[1]};
     float sg_conic[3] = {sg[2], sg[3], sg[4]};
     float sg_color[3] = {sg[5], sg[6], sg[7]};

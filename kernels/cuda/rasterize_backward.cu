@@ -13,22 +13,24 @@
 #define KILN_BWD_BATCH (KILN_TILE_SIZE * KILN_TILE_SIZE)
 #define KILN_BWD_WARPS (KILN_BWD_BATCH / KILN_WARP)
 
+// The grid covers the tile rows [tile_y0, tile_y0 + gridDim.y) (one band, as the forward pass).
 extern "C" __global__ void kiln_rasterize_backward(
     const float* __restrict__ xys, const float* __restrict__ conics, const float* __restrict__ opacities,
     const float* __restrict__ colors, const unsigned int* __restrict__ sorted_ids,
     const unsigned int* __restrict__ sorted_values, const unsigned int* __restrict__ tile_ranges,
     const float* __restrict__ final_t, const unsigned int* __restrict__ n_contrib,
     const float* __restrict__ grad_image, unsigned int width, unsigned int height, unsigned int tiles_x,
-    float bg_r, float bg_g, float bg_b, float* __restrict__ isect_grads) {
+    unsigned int tile_y0, float bg_r, float bg_g, float bg_b, float* __restrict__ isect_grads) {
     __shared__ float s_xy[KILN_BWD_BATCH][2];
     __shared__ float s_conic[KILN_BWD_BATCH][3];
     __shared__ float s_opacity[KILN_BWD_BATCH];
     __shared__ float s_color[KILN_BWD_BATCH][3];
     __shared__ float s_warp[KILN_BWD_WARPS][KILN_ISECT_GRAD];
     __shared__ unsigned int s_max_n;
-    unsigned int tile = blockIdx.y * tiles_x + blockIdx.x;
+    unsigned int tile_y = tile_y0 + blockIdx.y;
+    unsigned int tile = tile_y * tiles_x + blockIdx.x;
     unsigned int px = blockIdx.x * KILN_TILE_SIZE + threadIdx.x;
-    unsigned int py = blockIdx.y * KILN_TILE_SIZE + threadIdx.y;
+    unsigned int py = tile_y * KILN_TILE_SIZE + threadIdx.y;
     unsigned int t = threadIdx.y * KILN_TILE_SIZE + threadIdx.x;
     unsigned int lane = t % KILN_WARP, warp = t / KILN_WARP;
     bool inside = px < width && py < height;

@@ -4,22 +4,24 @@
 // splat that would bring T below TRANSMITTANCE_THRESHOLD; α = min(MAX_ALPHA, opacity·e^(−σ))).
 //
 // Outputs: image [H, W, 3] = Σ colour·α·T + T_final·background; final_t [H, W]; n_contrib [H, W]
-// (entries of the tile's list walked up to and including the last contributor).
+// (entries of the tile's list walked up to and including the last contributor). The grid covers the
+// tile rows [tile_y0, tile_y0 + gridDim.y): one band of a render split to bound buffer sizes.
 #define KILN_BATCH (KILN_TILE_SIZE * KILN_TILE_SIZE)
 
 extern "C" __global__ void kiln_rasterize_forward(
     const float* __restrict__ xys, const float* __restrict__ conics, const float* __restrict__ opacities,
     const float* __restrict__ colors, const unsigned int* __restrict__ sorted_ids,
     const unsigned int* __restrict__ tile_ranges, unsigned int width, unsigned int height,
-    unsigned int tiles_x, float bg_r, float bg_g, float bg_b, float* __restrict__ image,
+    unsigned int tiles_x, unsigned int tile_y0, float bg_r, float bg_g, float bg_b, float* __restrict__ image,
     float* __restrict__ final_t, unsigned int* __restrict__ n_contrib) {
     __shared__ float s_xy[KILN_BATCH][2];
     __shared__ float s_conic[KILN_BATCH][3];
     __shared__ float s_opacity[KILN_BATCH];
     __shared__ float s_color[KILN_BATCH][3];
-    unsigned int tile = blockIdx.y * tiles_x + blockIdx.x;
+    unsigned int tile_y = tile_y0 + blockIdx.y;
+    unsigned int tile = tile_y * tiles_x + blockIdx.x;
     unsigned int px = blockIdx.x * KILN_TILE_SIZE + threadIdx.x;
-    unsigned int py = blockIdx.y * KILN_TILE_SIZE + threadIdx.y;
+    unsigned int py = tile_y * KILN_TILE_SIZE + threadIdx.y;
     unsigned int t = threadIdx.y * KILN_TILE_SIZE + threadIdx.x;
     bool inside = px < width && py < height;
     float fx = (float)px + 0.5f, fy = (float)py + 0.5f;

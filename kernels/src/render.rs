@@ -208,7 +208,15 @@ impl Renderer {
     /// [`Error::Device`] (device `emulator`) when no C++20 compiler is available or the kernels do
     /// not compile; [`Error::Invalid`] for a bad `KILN_GPU_ALLOC_CAP`.
     pub fn emulator() -> Result<Self, Error> {
-        let cap = alloc_cap()?;
+        Self::emulator_with_cap(alloc_cap()?)
+    }
+
+    /// [`Renderer::emulator`] with an explicit per-allocation cap in bytes instead of
+    /// `KILN_GPU_ALLOC_CAP` (tests use a small cap to exercise the banded render).
+    ///
+    /// # Errors
+    /// As [`Renderer::emulator`].
+    pub fn emulator_with_cap(cap: usize) -> Result<Self, Error> {
         let emu = crate::cuda::emulator::Emulator::open()?;
         let ctx = GpuContext::new(Box::new(emu), "emulator".into(), cap);
         Ok(Renderer::Gpu(Arc::new(GpuRenderer::new(Arc::new(ctx)))))

@@ -115,3 +115,96 @@ fn real_cuda_device_matches_the_cpu_twin_when_present() {
         serde_json::to_string_pretty(&report).unwrap()
     );
 }
+
+/// A cap too small for one intersection list forces the banded render (several bands of tile
+/// rows, each list under the cap); images and gradients must match the unsplit emulated render bit
+/// for bit, and the CPU twin within the selftest bounds. A cap below one tile row's needs is a
+/// clear error.
+#[test]
+fn emulated_cuda_splits_a_render_into_bands_under_a_small_allocation_cap() {
+    let Some(unsplit) = emulator() else { return };
+    // Large splats over a 6 × 3 tile image: about three intersections per pixel, so the [I, 9]
+    // gradient buffer dwarfs the per-pixel and per-splat ones.
+    let mut scene = random_scene(21, 1500, 96, 48, 0);
+    for s in scene.log_scales.iter_mut() {
+        *s += 2.0;
+    }
+    let opts = kiln_kernels::RenderOptions::default();
+    let whole = unsplit
+        .forward(&scene.splats(), &scene.camera, &opts)
+        .unwrap();
+    let isects = whole.saved.intersection_count();
+    let pixels = 96 * 48;
+    assert!(
+        isects > 2 * pixels,
+        "scene too sparse: {isects} intersections"
+    );
+    // [I, 9] f32 gradients: 36 bytes per intersection; half the list per buffer (a tile row
+    // holds about a third), so at least two bands.
+    let cap = isects * 36 / 2;
+    let banded = Renderer::emulator_with_cap(cap).unwrap();
+    let split = banded
+        .forward(&scene.splats(), &scene.camera, &opts)
+        .unwrap();
+    assert_eq!(split.saved.intersection_count(), isects);
+    assert_eq!(
+        split.image, whole.image,
+        "banded image differs from the unsplit one"
+    );
+    assert_eq!(split.alpha, whole.alpha);
+    let mut rng = 1u32;
+    let grad: Vec<f32> = (0..whole.image.len())
+        .map(|_| {
+            rng = rng.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (rng >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        })
+        .collect();
+    let g_whole = unsplit
+        .backward(&scene.splats(), &scene.camera, &opts, &whole, &grad)
+        .unwrap();
+    let g_split = banded
+        .backward(&scene.splats(), &scene.camera, &opts, &split, &grad)
+        .unwrap();
+    assert_eq!(g_whole.means, g_split.means);
+    assert_eq!(g_whole.log_scales, g_split.log_scales);
+    assert_eq!(g_whole.rotations, g_split.rotations);
+    assert_eq!(g_whole.logit_opacities, g_split.logit_opacities);
+    assert_eq!(g_whole.sh_coeffs, g_split.sh_coeffs);
+    assert_eq!(g_whole.means2d_grad_norm, g_split.means2d_grad_norm);
+    // And against the CPU twin.
+    let cpu = Renderer::Cpu
+        .forward(&scene.splats(), &scene.camera, &opts)
+        .unwrap();
+    let g_cpu = Renderer::Cpu
+        .backward(&scene.splats(), &scene.camera, &opts, &cpu, &grad)
+        .unwrap();
+    let max_abs = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max)
+    };
+    assert!(max_abs(&cpu.image, &split.image) <= 1e-4);
+    for (name, c, d) in [
+        ("means", &g_cpu.means, &g_split.means),
+        ("sh_coeffs", &g_cpu.sh_coeffs, &g_split.sh_coeffs),
+        ("rotations", &g_cpu.rotations, &g_split.rotations),
+    ] {
+        let scale = c.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        assert!(max_abs(c, d) <= 1e-3 * scale, "{name}");
+    }
+
+    // A cap that holds every per-splat and per-pixel buffer (the largest: the image, 55 kB) but
+    // not one tile row's intersections (about a third of the list, 12·I bytes): a clear error
+    // naming the variable to raise.
+    assert!(12 * isects > 2 * 60_000, "{isects} intersections");
+    let tiny = Renderer::emulator_with_cap(60_000).unwrap();
+    let err = tiny
+        .forward(&scene.splats(), &scene.camera, &opts)
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("KILN_GPU_ALLOC_CAP") && text.contains("tile row"),
+        "{text}"
+    );
+}

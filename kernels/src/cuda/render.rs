@@ -6,8 +6,15 @@
 //! over the `32 + ⌈log2 tiles⌉` key bits that can be non-zero → `kiln_gather_ids` →
 //! `kiln_tile_ranges` → `kiln_rasterize_forward` → download image, alpha, radii.
 //! Backward: upload ∂L/∂image → `kiln_rasterize_backward` (per-intersection gradients, no atomics)
-//! → `kiln_project_backward` (per-splat sums in a fixed order, then the chain rule) → download.
-//! Both passes are deterministic for a fixed input on one GPU.
+//! → `kiln_sum_isect_grads` (per-splat sums in a fixed order) → `kiln_project_backward` (the chain
+//! rule) → download. Both passes are deterministic for a fixed input on one GPU.
+//!
+//! Intersection buffers are sized from the scanned count. When the largest of them (`[I, 9]`
+//! gradients) would exceed the allocation cap, the render is split into bands of tile rows, each
+//! with its own intersection list, binned, sorted and rasterised in turn ([`plan_bands`]); the
+//! per-splat sums run band after band from the same running value, so the result is bit-identical
+//! to the unsplit render. Bands bound the size of each allocation, not the total: every band's list
+//! is kept for the backward pass.
 
 use std::sync::Arc;
 
@@ -89,6 +96,7 @@ pub struct GpuSaved {
     camera: Camera,
     background: [f32; 3],
     intersections: usize,
+    bands: Vec<Band>,
     means: DeviceBuffer<f32>,
     log_scales: DeviceBuffer<f32>,
     rotations: DeviceBuffer<f32>,
@@ -98,13 +106,68 @@ pub struct GpuSaved {
     radii: DeviceBuffer<f32>,
     opacities: DeviceBuffer<f32>,
     colors: DeviceBuffer<f32>,
-    tile_counts: DeviceBuffer<u32>,
-    offsets: DeviceBuffer<u32>,
-    sorted_ids: DeviceBuffer<u32>,
-    sorted_values: DeviceBuffer<u32>,
     tile_ranges: DeviceBuffer<u32>,
     final_t: DeviceBuffer<f32>,
     n_contrib: DeviceBuffer<u32>,
+}
+
+/// One band of tile rows `[rows.0, rows.1)` of a render with its own sorted intersection list.
+/// A render is split into bands only when one list would need a buffer above the allocation cap
+/// (see [`plan_bands`]); otherwise a single band covers every row.
+#[derive(Debug)]
+struct Band {
+    rows: (u32, u32),
+    intersections: usize,
+    /// `[N]` tiles of each splat inside the band.
+    counts: DeviceBuffer<u32>,
+    /// `[N]` exclusive scan of `counts`: where each splat's intersections start in the band's
+    /// unsorted list.
+    offsets: DeviceBuffer<u32>,
+    /// `[I_band]` splat of each sorted intersection.
+    sorted_ids: DeviceBuffer<u32>,
+    /// `[I_band]` unsorted position of each sorted intersection.
+    sorted_values: DeviceBuffer<u32>,
+}
+
+/// Bytes one intersection occupies in the largest per-intersection buffer (the backward pass's
+/// `[I, 9]` f32 gradients); bands are sized so that buffer stays under the allocation cap.
+const LARGEST_BYTES_PER_INTERSECTION: usize = ISECT_GRAD * 4;
+
+/// Splits tile rows `0..tiles_y` into consecutive bands whose intersection counts are each at most
+/// `limit`, given `[N, 4]` tile rects `(x0, y0, x1, y1)` (half-open, in tiles). Greedy from the top:
+/// the fewest bands for a row-ordered split.
+///
+/// # Errors
+/// The offending row and its count when a single tile row holds more than `limit` intersections
+/// (no split by rows can help; the caller names the cap to raise).
+fn plan_bands(tile_rects: &[u32], tiles_y: u32, limit: u64) -> Result<Vec<(u32, u32)>, (u32, u64)> {
+    let rows = tiles_y as usize;
+    let mut delta = vec![0i64; rows + 1];
+    for r in tile_rects.chunks_exact(4) {
+        let (y0, y1) = (r[1] as usize, (r[3] as usize).min(rows));
+        if y1 > y0 {
+            let cols = i64::from(r[2].saturating_sub(r[0]));
+            delta[y0] += cols;
+            delta[y1] -= cols;
+        }
+    }
+    let mut bands = Vec::new();
+    let (mut start, mut in_band, mut per_row) = (0u32, 0u64, 0i64);
+    for y in 0..rows {
+        per_row += delta[y];
+        let here = per_row.max(0) as u64;
+        if here > limit {
+            return Err((y as u32, here));
+        }
+        if in_band + here > limit {
+            bands.push((start, y as u32));
+            start = y as u32;
+            in_band = 0;
+        }
+        in_band += here;
+    }
+    bands.push((start, tiles_y));
+    Ok(bands)
 }
 
 impl GpuSaved {
@@ -242,6 +305,74 @@ impl GpuRenderer {
         Ok((keys_in, values_in))
     }
 
+    /// Bins, sorts and ranges one band's intersections: `counts`/`offsets` `[N]` are the band's
+    /// (the whole render's when there is one band), `isects` their total; writes the band's tiles'
+    /// entries of `tile_ranges [T, 2]`.
+    #[allow(clippy::too_many_arguments)]
+    fn bin_band(
+        &self,
+        depths: &DeviceBuffer<f32>,
+        tile_rects: &DeviceBuffer<u32>,
+        counts: DeviceBuffer<u32>,
+        offsets: DeviceBuffer<u32>,
+        isects: usize,
+        n: usize,
+        cam: &GpuCamera,
+        rows: (u32, u32),
+        tile_bits: u32,
+        tile_ranges: &DeviceBuffer<u32>,
+    ) -> Result<Band, Error> {
+        let ctx = &self.ctx;
+        let keys = DeviceBuffer::<u64>::uninit(ctx, isects, "intersection keys [I]")?;
+        let values = DeviceBuffer::<u32>::uninit(ctx, isects, "intersection values [I]")?;
+        let isect_splat = DeviceBuffer::<u32>::uninit(ctx, isects, "intersection splats [I]")?;
+        let args = Args::new()
+            .buf(depths)
+            .buf(tile_rects)
+            .buf(&counts)
+            .buf(&offsets)
+            .u32(n as u32)
+            .u32(cam.tiles_x)
+            .u32(rows.0)
+            .u32(rows.1)
+            .buf(&keys)
+            .buf(&values)
+            .buf(&isect_splat);
+        self.launch("kiln_bin_emit", [blocks(n, 256), 1, 1], [BLOCK, 1, 1], args)?;
+        let (sorted_keys, sorted_values) = self.sort(keys, values, 32 + tile_bits)?;
+        let sorted_ids = DeviceBuffer::<u32>::uninit(ctx, isects, "sorted splat ids [I]")?;
+        let args = Args::new()
+            .buf(&sorted_values)
+            .buf(&isect_splat)
+            .u32(isects as u32)
+            .buf(&sorted_ids);
+        self.launch(
+            "kiln_gather_ids",
+            [blocks(isects, 256), 1, 1],
+            [BLOCK, 1, 1],
+            args,
+        )?;
+        drop(isect_splat);
+        let args = Args::new()
+            .buf(&sorted_keys)
+            .u32(isects as u32)
+            .buf(tile_ranges);
+        self.launch(
+            "kiln_tile_ranges",
+            [blocks(isects, 256), 1, 1],
+            [BLOCK, 1, 1],
+            args,
+        )?;
+        Ok(Band {
+            rows,
+            intersections: isects,
+            counts,
+            offsets,
+            sorted_ids,
+            sorted_values,
+        })
+    }
+
     /// Forward pass; same contract and errors as [`crate::render_forward`].
     ///
     /// # Errors
@@ -305,58 +436,69 @@ impl GpuRenderer {
 
         let offsets = DeviceBuffer::<u32>::uninit(ctx, n, "intersection offsets [N]")?;
         let total = self.scan(&tile_counts, &offsets)?;
-        if total > u64::from(u32::MAX) {
-            return Err(Error::Invalid {
-                field: "splats",
-                reason: format!(
-                    "{total} tile intersections exceed 2^32; render fewer splats or a smaller image"
-                ),
-            });
+        let limit =
+            (ctx.alloc_cap() / LARGEST_BYTES_PER_INTERSECTION).min(u32::MAX as usize) as u64;
+        let rows = if total <= limit {
+            vec![(0, cam.tiles_y)]
+        } else {
+            plan_bands(&tile_rects.to_vec()?, cam.tiles_y, limit).map_err(|(row, count)| {
+                ctx.device_error(format!(
+                    "tile row {row} alone has {count} splat intersections, more than the {limit} \
+                     that fit one {} MiB buffer of per-intersection gradients; raise \
+                     KILN_GPU_ALLOC_CAP (bytes, now {}), or render fewer or smaller splats",
+                    ctx.alloc_cap() >> 20,
+                    ctx.alloc_cap()
+                ))
+            })?
+        };
+        if rows.len() > 1 {
+            tracing::debug!(
+                total,
+                bands = rows.len(),
+                limit,
+                "rasterizer: render split into bands of tile rows"
+            );
         }
-        let isects = total as usize;
-        let keys = DeviceBuffer::<u64>::uninit(ctx, isects, "intersection keys [I]")?;
-        let values = DeviceBuffer::<u32>::uninit(ctx, isects, "intersection values [I]")?;
-        let isect_splat = DeviceBuffer::<u32>::uninit(ctx, isects, "intersection splats [I]")?;
-        let args = Args::new()
-            .buf(&depths)
-            .buf(&tile_rects)
-            .buf(&tile_counts)
-            .buf(&offsets)
-            .u32(n as u32)
-            .u32(cam.tiles_x)
-            .buf(&keys)
-            .buf(&values)
-            .buf(&isect_splat);
-        self.launch("kiln_bin_emit", [blocks(n, 256), 1, 1], [BLOCK, 1, 1], args)?;
-        drop((depths, tile_rects, logits));
-
         let tile_bits = u32::BITS - (n_tiles.max(1) as u32 - 1).leading_zeros();
-        let (sorted_keys, sorted_values) = self.sort(keys, values, 32 + tile_bits)?;
-        let sorted_ids = DeviceBuffer::<u32>::uninit(ctx, isects, "sorted splat ids [I]")?;
-        let args = Args::new()
-            .buf(&sorted_values)
-            .buf(&isect_splat)
-            .u32(isects as u32)
-            .buf(&sorted_ids);
-        self.launch(
-            "kiln_gather_ids",
-            [blocks(isects, 256), 1, 1],
-            [BLOCK, 1, 1],
-            args,
-        )?;
-        drop(isect_splat);
         let tile_ranges = DeviceBuffer::<u32>::zeros(ctx, 2 * n_tiles, "tile ranges [T, 2]")?;
-        let args = Args::new()
-            .buf(&sorted_keys)
-            .u32(isects as u32)
-            .buf(&tile_ranges);
-        self.launch(
-            "kiln_tile_ranges",
-            [blocks(isects, 256), 1, 1],
-            [BLOCK, 1, 1],
-            args,
-        )?;
-        drop(sorted_keys);
+        let mut whole = Some((tile_counts, offsets));
+        let mut bands = Vec::with_capacity(rows.len());
+        for &(lo, hi) in &rows {
+            let (counts, offsets, isects) = match whole.take() {
+                Some((c, o)) if rows.len() == 1 => (c, o, total as usize),
+                _ => {
+                    let c = DeviceBuffer::<u32>::uninit(ctx, n, "band tile counts [N]")?;
+                    let args = Args::new()
+                        .buf(&tile_rects)
+                        .u32(n as u32)
+                        .u32(lo)
+                        .u32(hi)
+                        .buf(&c);
+                    self.launch(
+                        "kiln_band_counts",
+                        [blocks(n, 256), 1, 1],
+                        [BLOCK, 1, 1],
+                        args,
+                    )?;
+                    let o = DeviceBuffer::<u32>::uninit(ctx, n, "band intersection offsets [N]")?;
+                    let t = self.scan(&c, &o)?;
+                    (c, o, t as usize)
+                }
+            };
+            bands.push(self.bin_band(
+                &depths,
+                &tile_rects,
+                counts,
+                offsets,
+                isects,
+                n,
+                &cam,
+                (lo, hi),
+                tile_bits,
+                &tile_ranges,
+            )?);
+        }
+        drop((depths, tile_rects, logits));
         ctx.backend().synchronize()?;
         timings.sort_ms = ms_since(clock);
         let clock = std::time::Instant::now();
@@ -365,29 +507,32 @@ impl GpuRenderer {
         let final_t = DeviceBuffer::<f32>::uninit(ctx, w * h, "final transmittance [H, W]")?;
         let n_contrib = DeviceBuffer::<u32>::uninit(ctx, w * h, "contributors [H, W]")?;
         let [bg_r, bg_g, bg_b] = options.background;
-        let args = Args::new()
-            .buf(&xys)
-            .buf(&conics)
-            .buf(&opacities)
-            .buf(&colors)
-            .buf(&sorted_ids)
-            .buf(&tile_ranges)
-            .u32(cam.width)
-            .u32(cam.height)
-            .u32(cam.tiles_x)
-            .f32(bg_r)
-            .f32(bg_g)
-            .f32(bg_b)
-            .buf(&image)
-            .buf(&final_t)
-            .buf(&n_contrib);
-        let ts = TILE_SIZE;
-        self.launch(
-            "kiln_rasterize_forward",
-            [cam.tiles_x, cam.tiles_y, 1],
-            [ts, ts, 1],
-            args,
-        )?;
+        for band in &bands {
+            let args = Args::new()
+                .buf(&xys)
+                .buf(&conics)
+                .buf(&opacities)
+                .buf(&colors)
+                .buf(&band.sorted_ids)
+                .buf(&tile_ranges)
+                .u32(cam.width)
+                .u32(cam.height)
+                .u32(cam.tiles_x)
+                .u32(band.rows.0)
+                .f32(bg_r)
+                .f32(bg_g)
+                .f32(bg_b)
+                .buf(&image)
+                .buf(&final_t)
+                .buf(&n_contrib);
+            let ts = TILE_SIZE;
+            self.launch(
+                "kiln_rasterize_forward",
+                [cam.tiles_x, band.rows.1 - band.rows.0, 1],
+                [ts, ts, 1],
+                args,
+            )?;
+        }
         let image_host = image.to_vec()?;
         let alpha = final_t.to_vec()?.into_iter().map(|t| 1.0 - t).collect();
         let radii_host = radii.to_vec()?;
@@ -402,7 +547,8 @@ impl GpuRenderer {
                 sh_degree: splats.sh_degree,
                 camera: *camera,
                 background: options.background,
-                intersections: isects,
+                intersections: bands.iter().map(|b| b.intersections).sum(),
+                bands,
                 means,
                 log_scales,
                 rotations,
@@ -412,10 +558,6 @@ impl GpuRenderer {
                 radii,
                 opacities,
                 colors,
-                tile_counts,
-                offsets,
-                sorted_ids,
-                sorted_values,
                 tile_ranges,
                 final_t,
                 n_contrib,
@@ -450,20 +592,22 @@ impl GpuRenderer {
         let mut timings = KernelTimings::default();
         let clock = std::time::Instant::now();
         let grad = DeviceBuffer::from_slice(ctx, grad_image, "grad_image [H, W, 3]")?;
-        let isect_grads = DeviceBuffer::<f32>::zeros(
-            ctx,
-            saved.intersections * ISECT_GRAD,
-            "per-intersection gradients [I, 9]",
-        )?;
+        let screen_grads =
+            DeviceBuffer::<f32>::zeros(ctx, n * ISECT_GRAD, "screen gradients [N, 9]")?;
         let [bg_r, bg_g, bg_b] = saved.background;
-        if saved.intersections > 0 {
+        for band in saved.bands.iter().filter(|b| b.intersections > 0) {
+            let isect_grads = DeviceBuffer::<f32>::zeros(
+                ctx,
+                band.intersections * ISECT_GRAD,
+                "per-intersection gradients [I, 9]",
+            )?;
             let args = Args::new()
                 .buf(&saved.xys)
                 .buf(&saved.conics)
                 .buf(&saved.opacities)
                 .buf(&saved.colors)
-                .buf(&saved.sorted_ids)
-                .buf(&saved.sorted_values)
+                .buf(&band.sorted_ids)
+                .buf(&band.sorted_values)
                 .buf(&saved.tile_ranges)
                 .buf(&saved.final_t)
                 .buf(&saved.n_contrib)
@@ -471,14 +615,27 @@ impl GpuRenderer {
                 .u32(cam.width)
                 .u32(cam.height)
                 .u32(cam.tiles_x)
+                .u32(band.rows.0)
                 .f32(bg_r)
                 .f32(bg_g)
                 .f32(bg_b)
                 .buf(&isect_grads);
             self.launch(
                 "kiln_rasterize_backward",
-                [cam.tiles_x, cam.tiles_y, 1],
+                [cam.tiles_x, band.rows.1 - band.rows.0, 1],
                 [TILE_SIZE, TILE_SIZE, 1],
+                args,
+            )?;
+            let args = Args::new()
+                .buf(&band.counts)
+                .buf(&band.offsets)
+                .u32(n as u32)
+                .buf(&isect_grads)
+                .buf(&screen_grads);
+            self.launch(
+                "kiln_sum_isect_grads",
+                [blocks(n, 256), 1, 1],
+                [BLOCK, 1, 1],
                 args,
             )?;
         }
@@ -504,9 +661,7 @@ impl GpuRenderer {
             .buf(&saved.conics)
             .buf(&saved.radii)
             .buf(&saved.opacities)
-            .buf(&saved.tile_counts)
-            .buf(&saved.offsets)
-            .buf(&isect_grads)
+            .buf(&screen_grads)
             .buf(&g_means)
             .buf(&g_scales)
             .buf(&g_rots)
@@ -714,5 +869,27 @@ impl GpuRenderer {
         p_dev.copy_to(param)?;
         m_dev.copy_to(m)?;
         v_dev.copy_to(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plan_bands;
+
+    #[test]
+    fn bands_are_greedy_row_runs_under_the_limit() {
+        // Splat A covers rows 0..4 × 2 columns (2 per row), B rows 1..3 × 3 columns (3 per row):
+        // per-row counts 2, 5, 5, 2.
+        let rects = [0, 0, 2, 4, 1, 1, 4, 3];
+        assert_eq!(plan_bands(&rects, 4, 14), Ok(vec![(0, 4)]));
+        assert_eq!(plan_bands(&rects, 4, 7), Ok(vec![(0, 2), (2, 4)]));
+        assert_eq!(
+            plan_bands(&rects, 4, 5),
+            Ok(vec![(0, 1), (1, 2), (2, 3), (3, 4)])
+        );
+        // Row 1 alone holds 5.
+        assert_eq!(plan_bands(&rects, 4, 4), Err((1, 5)));
+        // Culled splats (empty rects) count for nothing.
+        assert_eq!(plan_bands(&[0, 0, 0, 0], 2, 1), Ok(vec![(0, 2)]));
     }
 }

@@ -40,6 +40,7 @@ pub const KERNEL_FILES: &[(&str, &str)] = &[
 pub const KERNEL_NAMES: &[&str] = &[
     "kiln_project_forward",
     "kiln_bin_emit",
+    "kiln_band_counts",
     "kiln_gather_ids",
     "kiln_tile_ranges",
     "kiln_exclusive_scan",
@@ -47,6 +48,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "kiln_radix_scatter",
     "kiln_rasterize_forward",
     "kiln_rasterize_backward",
+    "kiln_sum_isect_grads",
     "kiln_project_backward",
     "kiln_ssim_products",
     "kiln_blur_pass",
