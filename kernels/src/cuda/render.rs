@@ -97,10 +97,7 @@ pub struct GpuSaved {
     background: [f32; 3],
     intersections: usize,
     bands: Vec<Band>,
-    means: DeviceBuffer<f32>,
-    log_scales: DeviceBuffer<f32>,
-    rotations: DeviceBuffer<f32>,
-    sh_coeffs: DeviceBuffer<f32>,
+    splats: DeviceSplats,
     conics: DeviceBuffer<f32>,
     xys: DeviceBuffer<f32>,
     radii: DeviceBuffer<f32>,
@@ -180,6 +177,104 @@ impl GpuSaved {
     pub fn intersection_count(&self) -> usize {
         self.intersections
     }
+
+    /// `[N]` screen radii in pixels (0 where culled), on the device.
+    pub fn radii(&self) -> &DeviceBuffer<f32> {
+        &self.radii
+    }
+}
+
+/// Splat parameters on the device (shape letters N splats, K SH coefficients per channel; same
+/// layouts and units as [`SplatsRef`]). The handles are shared: a training state and the forward
+/// passes it runs point at the same buffers.
+#[derive(Debug, Clone)]
+pub struct DeviceSplats {
+    /// `[N, 3]` world positions, metres.
+    pub means: Arc<DeviceBuffer<f32>>,
+    /// `[N, 3]` ln σ, metres.
+    pub log_scales: Arc<DeviceBuffer<f32>>,
+    /// `[N, 4]` quaternions wxyz.
+    pub rotations: Arc<DeviceBuffer<f32>>,
+    /// `[N]` opacity logits.
+    pub logit_opacities: Arc<DeviceBuffer<f32>>,
+    /// `[N, K, 3]` SH coefficients.
+    pub sh_coeffs: Arc<DeviceBuffer<f32>>,
+    /// N.
+    pub n: usize,
+    /// K, 1, 4, 9 or 16.
+    pub k: usize,
+}
+
+impl DeviceSplats {
+    /// Checks `splats` (as [`crate::render_forward`] does, with `camera`) and uploads them.
+    ///
+    /// # Errors
+    /// [`Error::Shape`] / [`Error::Invalid`] for bad inputs; [`Error::Device`] for device failures.
+    pub fn upload(
+        ctx: &Arc<GpuContext>,
+        splats: &SplatsRef<'_>,
+        camera: &Camera,
+    ) -> Result<Self, Error> {
+        let k = check_render_inputs(splats, camera)?;
+        let up = |data: &[f32], what: &str| DeviceBuffer::from_slice(ctx, data, what).map(Arc::new);
+        Ok(Self {
+            means: up(splats.means, "means [N, 3]")?,
+            log_scales: up(splats.log_scales, "log_scales [N, 3]")?,
+            rotations: up(splats.rotations, "rotations [N, 4]")?,
+            logit_opacities: up(splats.logit_opacities, "logit_opacities [N]")?,
+            sh_coeffs: up(splats.sh_coeffs, "sh_coeffs [N, K, 3]")?,
+            n: splats.logit_opacities.len(),
+            k,
+        })
+    }
+
+    /// The five buffers in the trainer's group order: means, log_scales, rotations,
+    /// logit_opacities, sh_coeffs.
+    pub fn groups(&self) -> [&Arc<DeviceBuffer<f32>>; 5] {
+        [
+            &self.means,
+            &self.log_scales,
+            &self.rotations,
+            &self.logit_opacities,
+            &self.sh_coeffs,
+        ]
+    }
+}
+
+/// Device-side results of [`GpuRenderer::forward_device`].
+#[derive(Debug)]
+pub struct DeviceForward {
+    /// `[H, W, 3]` linear RGB.
+    pub image: DeviceBuffer<f32>,
+    /// State for the backward pass (also holds `[N]` radii and `[H, W]` final transmittance).
+    pub saved: GpuSaved,
+    /// Stage times (forward fields; the rasterisation time excludes any download).
+    pub timings: KernelTimings,
+}
+
+/// Device-side results of [`GpuRenderer::backward_device`], in the trainer's group order.
+#[derive(Debug)]
+pub struct DeviceGrads {
+    /// ∂L/∂ means `[N, 3]`, log_scales `[N, 3]`, rotations `[N, 4]`, logit_opacities `[N]`,
+    /// sh_coeffs `[N, K, 3]`.
+    pub groups: [DeviceBuffer<f32>; 5],
+    /// `[N]` ‖∂L/∂means2d‖ in NDC units (densification statistic).
+    pub means2d_grad_norm: DeviceBuffer<f32>,
+    /// Stage times (backward fields).
+    pub timings: KernelTimings,
+}
+
+/// Device-side results of [`GpuRenderer::loss_device`].
+#[derive(Debug)]
+pub struct DeviceLoss {
+    /// `(1 − λ)·L1 + λ·(1 − SSIM)`.
+    pub loss: f64,
+    /// Mean absolute error.
+    pub l1: f64,
+    /// Mean SSIM.
+    pub ssim: f64,
+    /// ∂loss/∂image `[H, W, 3]`.
+    pub grad_image: DeviceBuffer<f32>,
 }
 
 /// Host-side results of [`GpuRenderer::forward`].
@@ -384,20 +479,67 @@ impl GpuRenderer {
         camera: &Camera,
         options: &RenderOptions,
     ) -> Result<GpuForward, Error> {
-        let k = check_render_inputs(splats, camera)?;
+        let clock = std::time::Instant::now();
+        let device = DeviceSplats::upload(&self.ctx, splats, camera)?;
+        let upload_ms = ms_since(clock);
+        let f = self.forward_device(&device, splats.sh_degree, camera, options)?;
+        let clock = std::time::Instant::now();
+        let image = f.image.to_vec()?;
+        let alpha = f.saved.final_t.to_vec()?.into_iter().map(|t| 1.0 - t).collect();
+        let radii = f.saved.radii.to_vec()?;
+        let mut timings = f.timings;
+        timings.project_ms += upload_ms;
+        timings.rasterize_forward_ms += ms_since(clock);
+        Ok(GpuForward {
+            image,
+            alpha,
+            radii,
+            saved: f.saved,
+            timings,
+        })
+    }
+
+    /// Forward pass on parameters already on the device; the image stays there.
+    ///
+    /// - `sh_degree`: active degree, ≤ the degree `splats.k` holds.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad camera or SH degree; [`Error::Device`] for device failures or a
+    /// buffer above the allocation cap.
+    pub fn forward_device(
+        &self,
+        splats: &DeviceSplats,
+        sh_degree: u32,
+        camera: &Camera,
+        options: &RenderOptions,
+    ) -> Result<DeviceForward, Error> {
+        let none = SplatsRef {
+            means: &[],
+            log_scales: &[],
+            rotations: &[],
+            logit_opacities: &[],
+            sh_coeffs: &[],
+            sh_degree,
+        };
+        let needed = check_render_inputs(&none, camera)?;
+        if needed > splats.k {
+            return Err(Error::Invalid {
+                field: "sh_degree",
+                reason: format!(
+                    "degree {sh_degree} needs {needed} SH coefficients per channel but the \
+                     device splats hold K = {}",
+                    splats.k
+                ),
+            });
+        }
+        let (n, k) = (splats.n, splats.k);
         let ctx = &self.ctx;
-        let n = splats.logit_opacities.len();
         let cam = GpuCamera::new(camera);
         let (w, h) = (camera.width as usize, camera.height as usize);
         let n_tiles = (cam.tiles_x * cam.tiles_y) as usize;
         let mut timings = KernelTimings::default();
         let clock = std::time::Instant::now();
 
-        let means = DeviceBuffer::from_slice(ctx, splats.means, "means [N, 3]")?;
-        let log_scales = DeviceBuffer::from_slice(ctx, splats.log_scales, "log_scales [N, 3]")?;
-        let rotations = DeviceBuffer::from_slice(ctx, splats.rotations, "rotations [N, 4]")?;
-        let logits = DeviceBuffer::from_slice(ctx, splats.logit_opacities, "logit_opacities [N]")?;
-        let sh_coeffs = DeviceBuffer::from_slice(ctx, splats.sh_coeffs, "sh_coeffs [N, K, 3]")?;
         let xys = DeviceBuffer::<f32>::uninit(ctx, 2 * n, "means2d [N, 2]")?;
         let conics = DeviceBuffer::<f32>::uninit(ctx, 3 * n, "conics [N, 3]")?;
         let depths = DeviceBuffer::<f32>::uninit(ctx, n, "depths [N]")?;
@@ -407,14 +549,14 @@ impl GpuRenderer {
         let tile_rects = DeviceBuffer::<u32>::uninit(ctx, 4 * n, "tile rects [N, 4]")?;
         let tile_counts = DeviceBuffer::<u32>::uninit(ctx, n, "tile counts [N]")?;
         let args = Args::new()
-            .buf(&means)
-            .buf(&log_scales)
-            .buf(&rotations)
-            .buf(&logits)
-            .buf(&sh_coeffs)
+            .buf(&splats.means)
+            .buf(&splats.log_scales)
+            .buf(&splats.rotations)
+            .buf(&splats.logit_opacities)
+            .buf(&splats.sh_coeffs)
             .u32(n as u32)
             .u32(k as u32)
-            .u32(splats.sh_degree)
+            .u32(sh_degree)
             .value(cam)
             .buf(&xys)
             .buf(&conics)
@@ -498,7 +640,7 @@ impl GpuRenderer {
                 &tile_ranges,
             )?);
         }
-        drop((depths, tile_rects, logits));
+        drop((depths, tile_rects));
         ctx.backend().synchronize()?;
         timings.sort_ms = ms_since(clock);
         let clock = std::time::Instant::now();
@@ -533,26 +675,19 @@ impl GpuRenderer {
                 args,
             )?;
         }
-        let image_host = image.to_vec()?;
-        let alpha = final_t.to_vec()?.into_iter().map(|t| 1.0 - t).collect();
-        let radii_host = radii.to_vec()?;
+        ctx.backend().synchronize()?;
         timings.rasterize_forward_ms = ms_since(clock);
-        Ok(GpuForward {
-            image: image_host,
-            alpha,
-            radii: radii_host,
+        Ok(DeviceForward {
+            image,
             saved: GpuSaved {
                 n,
                 k,
-                sh_degree: splats.sh_degree,
+                sh_degree,
                 camera: *camera,
                 background: options.background,
                 intersections: bands.iter().map(|b| b.intersections).sum(),
                 bands,
-                means,
-                log_scales,
-                rotations,
-                sh_coeffs,
+                splats: splats.clone(),
                 conics,
                 xys,
                 radii,
@@ -587,11 +722,51 @@ impl GpuRenderer {
             size: (saved.camera.width, saved.camera.height),
         };
         crate::cpu::check_backward_shapes(n, k, camera, shape, grad_image.len())?;
+        let clock = std::time::Instant::now();
+        let grad = DeviceBuffer::from_slice(&self.ctx, grad_image, "grad_image [H, W, 3]")?;
+        let upload_ms = ms_since(clock);
+        let g = self.backward_device(saved, &grad)?;
+        let clock = std::time::Instant::now();
+        let [g_means, g_scales, g_rots, g_logits, g_sh] = &g.groups;
+        let mut grads = SplatGradients {
+            means: g_means.to_vec()?,
+            log_scales: g_scales.to_vec()?,
+            rotations: g_rots.to_vec()?,
+            logit_opacities: g_logits.to_vec()?,
+            sh_coeffs: g_sh.to_vec()?,
+            means2d_grad_norm: g.means2d_grad_norm.to_vec()?,
+            timings: g.timings,
+        };
+        grads.timings.rasterize_backward_ms += upload_ms;
+        grads.timings.project_backward_ms += ms_since(clock);
+        Ok(grads)
+    }
+
+    /// Backward pass of a forward pass of this renderer with ∂L/∂image `[H, W, 3]` on the device;
+    /// the gradients stay there.
+    ///
+    /// # Errors
+    /// [`Error::Shape`] when `grad_image` is not `[H, W, 3]` of the forward render;
+    /// [`Error::Device`] for device failures.
+    pub fn backward_device(
+        &self,
+        saved: &GpuSaved,
+        grad: &DeviceBuffer<f32>,
+    ) -> Result<DeviceGrads, Error> {
+        let (n, k) = (saved.n, saved.k);
+        let camera = &saved.camera;
+        let pixels = camera.width as usize * camera.height as usize;
+        if grad.len() != 3 * pixels {
+            return Err(Error::Shape {
+                what: "grad_image [H, W, 3]",
+                expected: 3 * pixels,
+                found: grad.len(),
+            });
+        }
         let ctx = &self.ctx;
         let cam = GpuCamera::new(camera);
         let mut timings = KernelTimings::default();
         let clock = std::time::Instant::now();
-        let grad = DeviceBuffer::from_slice(ctx, grad_image, "grad_image [H, W, 3]")?;
         let screen_grads =
             DeviceBuffer::<f32>::zeros(ctx, n * ISECT_GRAD, "screen gradients [N, 9]")?;
         let [bg_r, bg_g, bg_b] = saved.background;
@@ -611,7 +786,7 @@ impl GpuRenderer {
                 .buf(&saved.tile_ranges)
                 .buf(&saved.final_t)
                 .buf(&saved.n_contrib)
-                .buf(&grad)
+                .buf(grad)
                 .u32(cam.width)
                 .u32(cam.height)
                 .u32(cam.tiles_x)
@@ -639,7 +814,6 @@ impl GpuRenderer {
                 args,
             )?;
         }
-        drop(grad);
         ctx.backend().synchronize()?;
         timings.rasterize_backward_ms = ms_since(clock);
         let clock = std::time::Instant::now();
@@ -650,10 +824,10 @@ impl GpuRenderer {
         let g_sh = DeviceBuffer::<f32>::uninit(ctx, 3 * k * n, "grad sh_coeffs [N, K, 3]")?;
         let g_norm = DeviceBuffer::<f32>::uninit(ctx, n, "means2d grad norm [N]")?;
         let args = Args::new()
-            .buf(&saved.means)
-            .buf(&saved.log_scales)
-            .buf(&saved.rotations)
-            .buf(&saved.sh_coeffs)
+            .buf(&saved.splats.means)
+            .buf(&saved.splats.log_scales)
+            .buf(&saved.splats.rotations)
+            .buf(&saved.splats.sh_coeffs)
             .u32(n as u32)
             .u32(k as u32)
             .u32(saved.sh_degree)
@@ -674,17 +848,13 @@ impl GpuRenderer {
             [BLOCK, 1, 1],
             args,
         )?;
-        let mut grads = SplatGradients {
-            means: g_means.to_vec()?,
-            log_scales: g_scales.to_vec()?,
-            rotations: g_rots.to_vec()?,
-            logit_opacities: g_logits.to_vec()?,
-            sh_coeffs: g_sh.to_vec()?,
-            means2d_grad_norm: g_norm.to_vec()?,
+        ctx.backend().synchronize()?;
+        timings.project_backward_ms = ms_since(clock);
+        Ok(DeviceGrads {
+            groups: [g_means, g_scales, g_rots, g_logits, g_sh],
+            means2d_grad_norm: g_norm,
             timings,
-        };
-        grads.timings.project_backward_ms = ms_since(clock);
-        Ok(grads)
+        })
     }
 }
 
@@ -749,14 +919,49 @@ impl GpuRenderer {
         width: usize,
         lambda: f32,
     ) -> Result<crate::cpu::loss::LossOutput, Error> {
+        let x = DeviceBuffer::from_slice(&self.ctx, image, "loss image [H, W, 3]")?;
+        let y = DeviceBuffer::from_slice(&self.ctx, target, "loss target [H, W, 3]")?;
+        let out = self.loss_device(&x, &y, height, width, lambda)?;
+        Ok(crate::cpu::loss::LossOutput {
+            loss: out.loss,
+            l1: out.l1,
+            ssim: out.ssim,
+            grad_image: out.grad_image.to_vec()?,
+        })
+    }
+
+    /// [`GpuRenderer::photometric_loss`] on images already on the device; the gradient stays
+    /// there.
+    ///
+    /// # Errors
+    /// [`Error::Shape`] when a buffer is not `height × width × 3`; [`Error::Device`] for device
+    /// failures.
+    pub fn loss_device(
+        &self,
+        x: &DeviceBuffer<f32>,
+        y: &DeviceBuffer<f32>,
+        height: usize,
+        width: usize,
+        lambda: f32,
+    ) -> Result<DeviceLoss, Error> {
         let ctx = &self.ctx;
         let n = height * width * 3;
-        let x = DeviceBuffer::from_slice(ctx, image, "loss image [H, W, 3]")?;
-        let y = DeviceBuffer::from_slice(ctx, target, "loss target [H, W, 3]")?;
+        for (what, len) in [
+            ("loss image [H, W, 3]", x.len()),
+            ("loss target [H, W, 3]", y.len()),
+        ] {
+            if len != n {
+                return Err(Error::Shape {
+                    what,
+                    expected: n,
+                    found: len,
+                });
+            }
+        }
         let window =
             DeviceBuffer::from_slice(ctx, &crate::cpu::loss::ssim_window(), "SSIM window")?;
         let stats = DeviceBuffer::<f32>::uninit(ctx, 5 * n, "SSIM statistics [5, H, W, 3]")?;
-        let args = Args::new().buf(&x).buf(&y).u32(n as u32).buf(&stats);
+        let args = Args::new().buf(x).buf(y).u32(n as u32).buf(&stats);
         self.launch(
             "kiln_ssim_products",
             [blocks(n, 256), 1, 1],
@@ -784,8 +989,8 @@ impl GpuRenderer {
         let grad = DeviceBuffer::<f32>::uninit(ctx, n, "loss gradient [H, W, 3]")?;
         let abs_diff = DeviceBuffer::<f32>::uninit(ctx, n, "|image − target| [H, W, 3]")?;
         let args = Args::new()
-            .buf(&x)
-            .buf(&y)
+            .buf(x)
+            .buf(y)
             .buf(&blurred)
             .u32(n as u32)
             .f32(lambda)
@@ -799,11 +1004,11 @@ impl GpuRenderer {
         )?;
         let l1 = self.sum(&abs_diff)? / n as f64;
         let ssim = self.sum(&ssim_map)? / n as f64;
-        Ok(crate::cpu::loss::LossOutput {
+        Ok(DeviceLoss {
             loss: f64::from(1.0 - lambda) * l1 + f64::from(lambda) * (1.0 - ssim),
             l1,
             ssim,
-            grad_image: grad.to_vec()?,
+            grad_image: grad,
         })
     }
 
@@ -832,22 +1037,67 @@ impl GpuRenderer {
         let m_dev = DeviceBuffer::from_slice(ctx, m, "adam first moment [n]")?;
         let v_dev = DeviceBuffer::from_slice(ctx, v, "adam second moment [n]")?;
         let scale_dev = match scale {
-            Some(s) => Some(DeviceBuffer::from_slice(
-                ctx,
-                s.values,
-                "adam lr scale [K]",
-            )?),
+            Some(s) => Some((
+                DeviceBuffer::from_slice(ctx, s.values, "adam lr scale [K]")?,
+                s.stride,
+            )),
             None => None,
         };
-        let (stride, period) = scale.map_or((1, 1), |s| (s.stride as u32, s.values.len() as u32));
-        let args = Args::new()
-            .buf(&p_dev)
-            .buf(&g_dev)
-            .buf(&m_dev)
-            .buf(&v_dev)
-            .u32(n as u32);
-        let args = match &scale_dev {
-            Some(b) => args.buf(b),
+        let scale_ref = scale_dev.as_ref().map(|(b, stride)| (b, *stride));
+        self.adam_device(&p_dev, &g_dev, &m_dev, &v_dev, scale_ref, hyper)?;
+        p_dev.copy_to(param)?;
+        m_dev.copy_to(m)?;
+        v_dev.copy_to(v)
+    }
+
+    /// One fused Adam step in place on device buffers (`param`, `grad`, `m`, `v` all `[n]`);
+    /// `scale` is an optional `(factors [K], stride)` per-column multiplier (see
+    /// [`crate::cpu::adam::LrScale`]). Same math as [`crate::cpu::adam::adam_step`].
+    ///
+    /// # Errors
+    /// [`Error::Shape`] when the buffers differ in length; [`Error::Invalid`] for an empty scale
+    /// or zero stride; [`Error::Device`] for device failures.
+    pub fn adam_device(
+        &self,
+        param: &DeviceBuffer<f32>,
+        grad: &DeviceBuffer<f32>,
+        m: &DeviceBuffer<f32>,
+        v: &DeviceBuffer<f32>,
+        scale: Option<(&DeviceBuffer<f32>, usize)>,
+        hyper: &crate::cpu::adam::AdamStep,
+    ) -> Result<(), Error> {
+        let n = param.len();
+        for (what, len) in [
+            ("adam grad [n]", grad.len()),
+            ("adam first moment m [n]", m.len()),
+            ("adam second moment v [n]", v.len()),
+        ] {
+            if len != n {
+                return Err(Error::Shape {
+                    what,
+                    expected: n,
+                    found: len,
+                });
+            }
+        }
+        if let Some((b, stride)) = scale
+            && (b.is_empty() || stride == 0)
+        {
+            return Err(Error::Invalid {
+                field: "adam.lr_scale",
+                reason: format!(
+                    "{} factors with stride {stride}: pass at least one factor and a stride ≥ 1",
+                    b.len()
+                ),
+            });
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let (stride, period) = scale.map_or((1, 1), |(b, s)| (s as u32, b.len() as u32));
+        let args = Args::new().buf(param).buf(grad).buf(m).buf(v).u32(n as u32);
+        let args = match scale {
+            Some((b, _)) => args.buf(b),
             None => args.null(),
         };
         let args = args
@@ -860,15 +1110,16 @@ impl GpuRenderer {
             .f32(hyper.one_minus_beta2)
             .f32(hyper.sqrt_bc2)
             .f32(hyper.epsilon);
-        self.launch(
-            "kiln_adam_step",
-            [blocks(n, 256), 1, 1],
-            [BLOCK, 1, 1],
-            args,
-        )?;
-        p_dev.copy_to(param)?;
-        m_dev.copy_to(m)?;
-        v_dev.copy_to(v)
+        self.launch("kiln_adam_step", [blocks(n, 256), 1, 1], [BLOCK, 1, 1], args)
+    }
+
+    /// Whether every element of `values` is finite: one device sum (non-finite iff some element
+    /// is, or on overflow, which only costs the caller a needless host check).
+    ///
+    /// # Errors
+    /// [`Error::Device`] for device failures.
+    pub fn all_finite(&self, values: &DeviceBuffer<f32>) -> Result<bool, Error> {
+        Ok(values.is_empty() || self.sum(values)?.is_finite())
     }
 }
 
