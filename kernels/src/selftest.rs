@@ -203,6 +203,10 @@ pub struct SceneReport {
     pub tensors: Vec<TensorDiff>,
     /// Per step: loss on the CPU and on the device (mean squared error against a target render).
     pub training_loss: Vec<[f64; 2]>,
+    /// Per step: the training loss `(1 − λ)·L1 + λ·(1 − SSIM)` of the device-resident training
+    /// state (forward, fused loss, backward, fused Adam all on the device) and of the same
+    /// sequence run with the CPU twin's functions. Empty for a CPU "device".
+    pub resident_training_loss: Vec<[f64; 2]>,
     /// Whether every tensor and the training losses are within bounds.
     pub pass: bool,
 }
@@ -305,8 +309,10 @@ pub fn compare_scene(
     ));
     tensors.extend(compare_adam(device, scene, &gc.sh_coeffs, &mut rng)?);
     let training_loss = train_both(device, scene, &options, steps)?;
+    let resident_training_loss = train_resident(device, scene, &options, steps)?;
     let loss_ok = training_loss
         .iter()
+        .chain(&resident_training_loss)
         .all(|[a, b]| a.is_finite() && (a - b).abs() <= GRADIENT_TOLERANCE * a.abs().max(1e-6));
     let pass = tensors.iter().all(|t| t.pass) && loss_ok;
     tensors.shrink_to_fit();
@@ -318,6 +324,7 @@ pub fn compare_scene(
         intersections: [fc.saved.intersection_count(), fd.saved.intersection_count()],
         tensors,
         training_loss,
+        resident_training_loss,
         pass,
     })
 }
@@ -354,6 +361,114 @@ fn compare_adam(
     out.push(diff("adam.m [N, K, 3]", &c.1, &d.1, true));
     out.push(diff("adam.v [N, K, 3]", &c.2, &d.2, true));
     Ok(out)
+}
+
+/// `steps` steps of [`crate::cuda::train::GpuTrainState`] on `device` towards a target render (the
+/// scene with shifted colours), and the same steps with the CPU twin's forward, fused loss,
+/// backward and fused Adam; returns the per-step losses (CPU first). Empty when `device` is the
+/// CPU.
+fn train_resident(
+    device: &Renderer,
+    scene: &Scene,
+    options: &RenderOptions,
+    steps: usize,
+) -> Result<Vec<[f64; 2]>, Error> {
+    use crate::cpu::adam::{AdamStep, LrScale, adam_step};
+    use crate::cuda::train::{GpuTrainState, HostTrainState, TrainStep};
+    let Renderer::Gpu(gpu) = device else {
+        return Ok(Vec::new());
+    };
+    let mut target_scene = scene.clone();
+    for (i, v) in target_scene.sh_coeffs.iter_mut().enumerate() {
+        if i % 3 == 1 {
+            *v -= 0.25;
+        }
+    }
+    let cam = &scene.camera;
+    let target = Renderer::Cpu
+        .forward(&target_scene.splats(), cam, options)?
+        .image;
+    let (h, w) = (cam.height as usize, cam.width as usize);
+    let n = scene.logit_opacities.len();
+    let k = scene.sh_coeffs.len() / (3 * n.max(1));
+    let sh_lr_scale: Vec<f32> = (0..k).map(|i| if i == 0 { 1.0 } else { 0.05 }).collect();
+    let lrs = [1e-3, 5e-3, 1e-3, 5e-2, 2.5e-3];
+    let adam = [0.9, 0.999, 1e-15];
+    let zeros = |len: usize| vec![0.0f32; len];
+    let mut host = HostTrainState {
+        groups: [
+            scene.means.clone(),
+            scene.log_scales.clone(),
+            scene.rotations.clone(),
+            scene.logit_opacities.clone(),
+            scene.sh_coeffs.clone(),
+        ],
+        m: [
+            zeros(3 * n),
+            zeros(3 * n),
+            zeros(4 * n),
+            zeros(n),
+            zeros(3 * k * n),
+        ],
+        v: [
+            zeros(3 * n),
+            zeros(3 * n),
+            zeros(4 * n),
+            zeros(n),
+            zeros(3 * k * n),
+        ],
+        t: [0; 5],
+        k: k.max(1),
+    };
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let mut state = GpuTrainState::upload(std::sync::Arc::clone(gpu), &host, &sh_lr_scale)?;
+    let mut losses = Vec::with_capacity(steps);
+    for t in 1..=steps {
+        let step = TrainStep {
+            camera: cam,
+            target_key: 0,
+            target: &target,
+            sh_degree: scene.sh_degree,
+            options,
+            lambda: 0.2,
+            lrs,
+            adam,
+        };
+        let dev_loss = state.step(&step)?.loss;
+        // The CPU twin, function by function.
+        let [means, log_scales, rotations, logits, sh] = &host.groups;
+        let splats = SplatsRef {
+            means,
+            log_scales,
+            rotations,
+            logit_opacities: logits,
+            sh_coeffs: sh,
+            sh_degree: scene.sh_degree,
+        };
+        let f = Renderer::Cpu.forward(&splats, cam, options)?;
+        let l = crate::cpu::loss::photometric_loss(&f.image, &target, h, w, 0.2);
+        let g = Renderer::Cpu.backward(&splats, cam, options, &f, &l.grad_image)?;
+        let grads = [
+            g.means,
+            g.log_scales,
+            g.rotations,
+            g.logit_opacities,
+            g.sh_coeffs,
+        ];
+        for i in 0..5 {
+            let hyper = AdamStep::new(lrs[i], t as u32, adam[0], adam[1], adam[2])?;
+            let scale = (i == 4).then_some(LrScale {
+                values: &sh_lr_scale,
+                stride: 3,
+            });
+            let (p, m, v) = (&mut host.groups[i], &mut host.m[i], &mut host.v[i]);
+            adam_step(p, &grads[i], m, v, scale, &hyper)?;
+        }
+        losses.push([l.loss, dev_loss]);
+    }
+    Ok(losses)
 }
 
 /// MSE to a target image (the scene with shifted colours) and `steps` sign-free gradient steps on

@@ -46,6 +46,8 @@ fn emulated_cuda_kernels_match_the_cpu_twin_on_every_sh_degree() {
         let first = report.training_loss[0][0];
         let last = report.training_loss.last().unwrap()[0];
         assert!(last < first, "{text}");
+        // The device-resident training state ran (and agreed with the CPU twin: `pass`).
+        assert_eq!(report.resident_training_loss.len(), 2, "{text}");
     }
 }
 

@@ -7,7 +7,8 @@
 //! - [`driver`]: that interface on a real GPU (CUDA driver API, PTX from the build or NVRTC);
 //! - [`emulator`]: the same interface on the CPU, running the kernel text compiled as C++ — how CI,
 //!   which has no GPU, checks the kernels and the launch code against the CPU twin;
-//! - [`render`]: the forward and backward passes on either.
+//! - [`render`]: the forward and backward passes on either;
+//! - [`train`]: a training state resident on the device (parameters, Adam moments, targets).
 //!
 //! Sources of the kernel design: gsplat (Ye et al. 2024) `IntersectTile.cu`,
 //! `RasterizeToPixels3DGSFwd.cu` / `Bwd.cu` (one block per 16×16 tile, shared-memory batches);
@@ -20,3 +21,4 @@ pub mod emulator;
 pub mod gpu;
 pub mod render;
 pub mod source;
+pub mod train;

@@ -485,7 +485,13 @@ impl GpuRenderer {
         let f = self.forward_device(&device, splats.sh_degree, camera, options)?;
         let clock = std::time::Instant::now();
         let image = f.image.to_vec()?;
-        let alpha = f.saved.final_t.to_vec()?.into_iter().map(|t| 1.0 - t).collect();
+        let alpha = f
+            .saved
+            .final_t
+            .to_vec()?
+            .into_iter()
+            .map(|t| 1.0 - t)
+            .collect();
         let radii = f.saved.radii.to_vec()?;
         let mut timings = f.timings;
         timings.project_ms += upload_ms;
@@ -1110,7 +1116,12 @@ impl GpuRenderer {
             .f32(hyper.one_minus_beta2)
             .f32(hyper.sqrt_bc2)
             .f32(hyper.epsilon);
-        self.launch("kiln_adam_step", [blocks(n, 256), 1, 1], [BLOCK, 1, 1], args)
+        self.launch(
+            "kiln_adam_step",
+            [blocks(n, 256), 1, 1],
+            [BLOCK, 1, 1],
+            args,
+        )
     }
 
     /// Whether every element of `values` is finite: one device sum (non-finite iff some element

@@ -167,6 +167,11 @@ pub struct GaussianGrads {
 }
 
 impl GaussiansAdam {
+    /// `[K]` per-coefficient SH learning-rate factors (1 for DC, 1/20 above).
+    pub fn sh_lr_scale(&self) -> &[f32] {
+        &self.sh_lr_scale
+    }
+
     /// Zero moments for `g`.
     pub fn new(g: &Gaussians) -> Self {
         let k = g.sh_coeffs_per_channel();

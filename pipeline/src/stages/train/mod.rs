@@ -10,6 +10,7 @@
 //! - [`adam`]: Adam moments per group, stepped by the renderer's fused kernel;
 //! - [`density`]: clone / split / prune / opacity reset;
 //! - [`gaussians`]: the parameter tensors and their optimizer state;
+//! - [`store`]: where they live during training (burn tensors on the CPU, or resident on a GPU);
 //! - [`eval`]: PSNR/SSIM on held-out views, PNGs, `metrics.json` (with loss, held-out PSNR and
 //!   splat-count curves), `loss.svg`.
 //!
@@ -30,6 +31,7 @@ pub mod init;
 pub mod loss;
 pub mod op;
 pub mod params;
+pub mod store;
 
 use std::path::Path;
 use std::time::Instant;
@@ -44,7 +46,8 @@ pub use init::InitPoints;
 pub use params::{Init, Preset, TrainParams};
 
 use density::{DensifyConfig, DensityStats};
-use gaussians::{GaussianGrads, Gaussians, GaussiansAdam};
+use gaussians::{Gaussians, GaussiansAdam};
+use store::ParamStore;
 
 const STAGE: &str = "train";
 
@@ -122,6 +125,18 @@ pub struct StepTimings {
 }
 
 impl StepTimings {
+    fn add(&mut self, o: &StepTimings) {
+        self.project += o.project;
+        self.sort += o.sort;
+        self.rasterize_forward += o.rasterize_forward;
+        self.loss += o.loss;
+        self.rasterize_backward += o.rasterize_backward;
+        self.project_backward += o.project_backward;
+        self.backward_other += o.backward_other;
+        self.optimizer += o.optimizer;
+        self.total += o.total;
+    }
+
     fn scaled(self, k: f64) -> Self {
         Self {
             project: self.project * k,
@@ -314,9 +329,8 @@ pub fn train_on(
         "train: start"
     );
 
-    let mut g = Gaussians::from_host(&host_init);
-    let mut adam = GaussiansAdam::new(&g);
-    let mut stats = DensityStats::new(g.len());
+    let mut store = ParamStore::new(renderer, Gaussians::from_host(&host_init))?;
+    let mut stats = DensityStats::new(store.len());
     let options = RenderOptions {
         background: params.background,
     };
@@ -352,8 +366,10 @@ pub fn train_on(
         let vi = order.pop().unwrap_or(0);
         let view = &train_views[vi];
 
-        prune_non_finite(&mut g, &mut adam, &mut stats, &mut rng);
-        if g.is_empty() {
+        if !store.all_finite()? {
+            store.with_host(|g, adam| prune_non_finite(g, adam, &mut stats, &mut rng))?;
+        }
+        if store.is_empty() {
             return Err(crate::Error::Numeric {
                 stage: STAGE,
                 step,
@@ -361,28 +377,17 @@ pub fn train_on(
             });
         }
 
-        let leaves = g.leaves();
-        let out = op::render_loss(
-            [
-                leaves.means.clone(),
-                leaves.log_scales.clone(),
-                leaves.rotations.clone(),
-            ],
-            leaves.logit_opacities.clone(),
-            leaves.sh_coeffs.clone(),
-            sh_degree,
-            &view.camera,
-            &options,
+        let out = store.step(
             renderer,
-            &view.image,
-            params.lambda_dssim,
+            view,
+            vi,
+            sh_degree,
+            &options,
+            params,
+            params.lr_means(step, extent as f64),
+            step,
         )?;
-        timing_sum.project += out.timings.project_ms;
-        timing_sum.sort += out.timings.sort_ms;
-        timing_sum.rasterize_forward += out.timings.rasterize_forward_ms;
-        timing_sum.loss += out.loss_ms;
-        let loss = out.loss;
-        let loss_value = out.loss_value;
+        let loss_value = out.loss;
         if !loss_value.is_finite() {
             return Err(crate::Error::Numeric {
                 stage: STAGE,
@@ -390,52 +395,17 @@ pub fn train_on(
                 problem: format!("loss is {loss_value} on view `{}`", view.name),
             });
         }
-        let backward_clock = Instant::now();
-        let mut grads = loss.backward();
-        let backward_ms = ms(backward_clock);
+        timing_sum.add(&out.timings);
+        if step < params.densify_until
+            && let Some(g2d) = &out.means2d_grad_norm
         {
-            let mut side = out.side_channel.lock().map_err(|_| crate::Error::Numeric {
-                stage: STAGE,
-                step,
-                problem: "rasterizer side channel poisoned by a panic in the backward pass".into(),
-            })?;
-            if let Some(e) = side.error.take() {
-                return Err(e.into());
-            }
-            if let Some(t) = side.timings.take() {
-                timing_sum.rasterize_backward += t.rasterize_backward_ms;
-                timing_sum.project_backward += t.project_backward_ms;
-                timing_sum.backward_other +=
-                    (backward_ms - t.rasterize_backward_ms - t.project_backward_ms).max(0.0);
-            }
-            if step < params.densify_until
-                && let Some(g2d) = side.means2d_grad_norm.take()
-            {
-                stats.accumulate(&g2d, &out.radii);
-            }
+            stats.accumulate(g2d, &out.radii);
         }
-        let step_grads = GaussianGrads {
-            means: leaves.means.grad_remove(&mut grads),
-            log_scales: leaves.log_scales.grad_remove(&mut grads),
-            rotations: leaves.rotations.grad_remove(&mut grads),
-            logit_opacities: leaves.logit_opacities.grad_remove(&mut grads),
-            sh_coeffs: leaves.sh_coeffs.grad_remove(&mut grads),
-        };
-        drop(grads);
         let optimizer_clock = Instant::now();
-        adam.step(
-            &mut g,
-            step_grads,
-            params,
-            params.lr_means(step, extent as f64),
-            renderer,
-        )?;
 
         // Adaptive density control (Kerbl et al. 2023 §5.2), INRIA timing.
         if step < params.densify_until {
             if step > params.densify_from && step % params.densify_every == 0 {
-                let host = prune_non_finite(&mut g, &mut adam, &mut stats, &mut rng)
-                    .unwrap_or_else(|| g.to_host());
                 let cfg = DensifyConfig {
                     grad_threshold: params.densify_grad_threshold,
                     scene_extent: extent,
@@ -444,19 +414,23 @@ pub fn train_on(
                     max_splats: params.max_splats,
                     grow: true,
                 };
-                let plan = density::plan_densify(&host, &stats, &cfg);
-                tracing::debug!(
-                    step,
-                    before = host.len(),
-                    cloned = plan.clone.len(),
-                    split = plan.split.len(),
-                    pruned = plan.pruned(host.len()),
-                    "train: densify"
-                );
-                density::apply_plan(&plan, &host, &mut g, &mut adam, &mut stats, true, &mut rng);
+                store.with_host(|g, adam| {
+                    let host = prune_non_finite(g, adam, &mut stats, &mut rng)
+                        .unwrap_or_else(|| g.to_host());
+                    let plan = density::plan_densify(&host, &stats, &cfg);
+                    tracing::debug!(
+                        step,
+                        before = host.len(),
+                        cloned = plan.clone.len(),
+                        split = plan.split.len(),
+                        pruned = plan.pruned(host.len()),
+                        "train: densify"
+                    );
+                    density::apply_plan(&plan, &host, g, adam, &mut stats, true, &mut rng);
+                })?;
             }
             if step % params.opacity_reset_every == 0 {
-                density::reset_opacities(&mut g, &mut adam);
+                store.with_host(density::reset_opacities)?;
                 opacity_reset_done = true;
             }
         }
@@ -468,14 +442,14 @@ pub fn train_on(
         window_n += 1;
         if step % curve_every == 0 || step == params.steps {
             loss_curve.push((step, window_sum / window_n as f64));
-            splat_count_curve.push((step, g.len()));
+            splat_count_curve.push((step, store.len()));
             (window_sum, window_n) = (0.0, 0);
         }
         // Read-only: renders a host copy, so training (and its RNG stream) is unchanged.
         if step.is_multiple_of(psnr_every) && step < params.steps {
             let db = eval::held_out_psnr(
                 renderer,
-                &g.to_host(),
+                &store.to_host()?,
                 sh_degree,
                 &test_views,
                 params.background,
@@ -489,7 +463,7 @@ pub fn train_on(
                 step,
                 total = params.steps,
                 loss = loss_value,
-                splats = g.len(),
+                splats = store.len(),
                 sh_degree,
                 steps_per_s = (step - log_mark.1) as f64 / dt,
                 "train"
@@ -501,8 +475,9 @@ pub fn train_on(
     let steps_per_s = params.steps as f64 / train_s.max(1e-9);
 
     // Final clean-up: drop non-finite and fully transparent splats, normalise quaternions.
-    let host =
-        prune_non_finite(&mut g, &mut adam, &mut stats, &mut rng).unwrap_or_else(|| g.to_host());
+    let host = store.with_host(|g, adam| {
+        prune_non_finite(g, adam, &mut stats, &mut rng).unwrap_or_else(|| g.to_host())
+    })?;
     let mut splats = finalize(host);
     if splats.is_empty() {
         return Err(crate::Error::Numeric {

@@ -168,7 +168,8 @@ fn primitive_to_vec<B: Backend, const D: usize>(p: FloatTensor<B>) -> Vec<f32> {
 
 /// Render one camera through `renderer` (the CPU twin or the CUDA kernels) as a differentiable
 /// burn op. The parameters stay on burn's CPU backend; a GPU renderer copies them to the device
-/// and the gradients back (issue 4's burn CUDA bridge is not built yet).
+/// and the gradients back. (Training on a GPU does not come through here: it keeps the parameters
+/// on the device, see [`super::store`].)
 ///
 /// Inputs (shape letters N splats, K SH coefficients per channel, H × W image):
 /// - `means` `[N, 3]` world metres; `log_scales` `[N, 3]` ln σ (metres); `rotations` `[N, 4]`
