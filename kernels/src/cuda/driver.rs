@@ -2,7 +2,9 @@
 //! device, the Kiln module loaded from PTX, and synchronous copies on the default stream.
 //!
 //! PTX comes from the build (`build.rs` runs NVRTC when it can load it, so a release binary needs
-//! only the NVIDIA driver) or, failing that or when the driver rejects it, from NVRTC at run time.
+//! only the NVIDIA driver). A driver older than that NVRTC rejects its PTX ISA version; the loader
+//! then retries the same text under the newest ISA header the driver accepts ([`max_ptx_isa`],
+//! [`ptx_with_isa`]), and only then falls back to NVRTC at run time.
 //! The PTX targets `compute_70` (Volta; `__match_any_sync` needs it), which every GPU Kiln rents
 //! (T4, L4, A100, H100, H200) can JIT.
 //!
@@ -50,6 +52,57 @@ pub fn compile_ptx(source: &str) -> Result<String, Error> {
             device: "nvrtc".into(),
             reason: format!("compiling the CUDA kernels failed: {e:?}"),
         })
+}
+
+/// The newest PTX ISA version `(major, minor)` a driver of CUDA version `driver_version`
+/// (`cuDriverGetVersion`'s encoding: 1000·major + 10·minor, e.g. 12040 for 12.4) can JIT, from
+/// NVIDIA's PTX ISA release history (PTX ISA 8.x for CUDA 12.0–12.9, with 12.6 still at 8.5 and
+/// 12.8 at 8.7; 7.x for 11.x; 9.x for 13.x). `None` for drivers older than CUDA 11.0.
+pub fn max_ptx_isa(driver_version: i32) -> Option<(u32, u32)> {
+    let (major, minor) = (driver_version / 1000, (driver_version % 1000) / 10);
+    let minor = minor as u32;
+    match major {
+        11 => Some((7, minor.min(8))),
+        12 => Some((
+            8,
+            match minor {
+                0..=5 => minor,
+                6 => 5,
+                7 => 6,
+                8 => 7,
+                _ => 8,
+            },
+        )),
+        m if m >= 13 => Some((9, if m == 13 { minor } else { 9 })),
+        _ => None,
+    }
+}
+
+/// `ptx` with its `.version` directive set to `isa` when that is older than the one it declares
+/// (`None` when it already is at most `isa`, or has no `.version` line). The kernels use nothing
+/// newer than PTX ISA 6.4 (sm_70 warp intrinsics), so NVRTC 12.9's text assembles unchanged under
+/// an older header: checked with ptxas 12.4 for sm_70 and sm_90 down to ISA 6.4
+/// (`tests/cuda_compile.rs`).
+pub fn ptx_with_isa(ptx: &str, isa: (u32, u32)) -> Option<String> {
+    let line = ptx.lines().find(|l| l.starts_with(".version "))?;
+    let (maj, min) = line
+        .trim_start_matches(".version ")
+        .trim()
+        .split_once('.')?;
+    let declared = (maj.parse::<u32>().ok()?, min.parse::<u32>().ok()?);
+    if declared <= isa {
+        return None;
+    }
+    Some(ptx.replacen(line, &format!(".version {}.{}", isa.0, isa.1), 1))
+}
+
+/// CUDA version of the loaded driver (`cuDriverGetVersion`), e.g. 12040; `None` when the call
+/// fails.
+fn driver_version() -> Option<i32> {
+    let mut v = 0;
+    // SAFETY: writes one int; the driver library is loaded (callers checked `cuda_available`).
+    let r = unsafe { sys::cuDriverGetVersion(&mut v) };
+    (r == sys::CUresult::CUDA_SUCCESS).then_some(v)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -127,8 +180,25 @@ impl CudaDriver {
             unsafe { result::module::load_data(image.as_ptr() as *const c_void) }
                 .map_err(err("cuModuleLoadData"))
         };
-        let (module, ptx_origin) = match (!BUILD_PTX.is_empty()).then(|| load(BUILD_PTX)) {
-            Some(Ok(m)) => (m, "build"),
+        // The built PTX as is; then, for a driver older than the NVRTC that wrote it, the same text
+        // under the newest ISA header that driver accepts; then NVRTC at run time (which a
+        // driver-only machine lacks, hence the second try).
+        let mut built = (!BUILD_PTX.is_empty()).then(|| load(BUILD_PTX));
+        let mut origin = "build";
+        if let Some(Err(e)) = &built {
+            let version = driver_version();
+            let lowered = version
+                .and_then(max_ptx_isa)
+                .and_then(|isa| ptx_with_isa(BUILD_PTX, isa));
+            tracing::warn!(error = %e, driver_cuda_version = ?version, retry_with_older_isa = lowered.is_some(),
+                "built-in PTX rejected by the driver");
+            if let Some(ptx) = lowered {
+                built = Some(load(&ptx));
+                origin = "build (ISA lowered to the driver's)";
+            }
+        }
+        let (module, ptx_origin) = match built {
+            Some(Ok(m)) => (m, origin),
             built => {
                 if let Some(Err(e)) = &built {
                     tracing::warn!(error = %e, "built-in PTX rejected by the driver; compiling with NVRTC");
@@ -243,5 +313,32 @@ impl GpuBackend for CudaDriver {
     fn synchronize(&self) -> Result<(), Error> {
         self.bind()?;
         self.check("cuCtxSynchronize", result::ctx::synchronize())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_cuda_versions_map_to_their_ptx_isa() {
+        assert_eq!(max_ptx_isa(12090), Some((8, 8)));
+        assert_eq!(max_ptx_isa(12080), Some((8, 7)));
+        assert_eq!(max_ptx_isa(12060), Some((8, 5)));
+        assert_eq!(max_ptx_isa(12040), Some((8, 4)));
+        assert_eq!(max_ptx_isa(12000), Some((8, 0)));
+        assert_eq!(max_ptx_isa(11080), Some((7, 8)));
+        assert_eq!(max_ptx_isa(13000), Some((9, 0)));
+        assert_eq!(max_ptx_isa(10020), None);
+    }
+
+    #[test]
+    fn only_a_newer_isa_header_is_lowered() {
+        let ptx = "//\n.version 8.8\n.target sm_70\n.address_size 64\n";
+        let low = ptx_with_isa(ptx, (8, 4)).unwrap();
+        assert_eq!(low, "//\n.version 8.4\n.target sm_70\n.address_size 64\n");
+        assert_eq!(ptx_with_isa(ptx, (8, 8)), None);
+        assert_eq!(ptx_with_isa(ptx, (9, 0)), None);
+        assert_eq!(ptx_with_isa(".target sm_70\n", (8, 0)), None);
     }
 }
