@@ -23,6 +23,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(1);
         }
     };
+    rt.spawn(watch_signals());
     match rt.block_on(cli::dispatch(args)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -31,7 +32,42 @@ fn main() -> std::process::ExitCode {
             for cause in e.chain().skip(1) {
                 eprintln!("  caused by: {cause}");
             }
-            std::process::ExitCode::from(1)
+            let interrupted = e.chain().any(|c| {
+                let inner = c
+                    .downcast_ref::<kiln_pipeline::Error>()
+                    .or_else(|| c.downcast_ref::<Box<kiln_pipeline::Error>>().map(|b| &**b));
+                matches!(inner, Some(kiln_pipeline::Error::Interrupted { .. }))
+            });
+            // 128 + SIGINT, as a shell reports a process stopped by Ctrl-C.
+            std::process::ExitCode::from(if interrupted { 130 } else { 1 })
         }
+    }
+}
+
+/// SIGINT / SIGTERM: the first asks a running training loop to checkpoint and stop after its
+/// current step (`kiln_pipeline::interrupt`); with nothing checkpointable running, or on a second
+/// signal, the process exits at once with status 130.
+async fn watch_signals() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return;
+    };
+    let mut asked = false;
+    loop {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        if asked || !kiln_pipeline::interrupt::request_stop() {
+            std::process::exit(130);
+        }
+        asked = true;
+        eprintln!(
+            "\nstopping after the current training step and writing a checkpoint \
+             (send the signal again to quit at once)"
+        );
     }
 }

@@ -52,6 +52,14 @@ pub enum Error {
         step: usize,
         problem: String,
     },
+    /// Stopped by SIGINT/SIGTERM ([`crate::interrupt`]) after `step`; `resume` says how to go on
+    /// (the checkpoint written, or that there is none).
+    #[error("stage `{stage}`: stopped by a signal after step {step}; {resume}")]
+    Interrupted {
+        stage: &'static str,
+        step: usize,
+        resume: String,
+    },
 }
 
 impl Error {

@@ -7,6 +7,7 @@ pub mod dag;
 pub mod error;
 pub mod file_tree;
 pub mod gpu_monitor;
+pub mod interrupt;
 pub mod meter;
 pub mod progress;
 pub mod run;

@@ -3,7 +3,8 @@
 //! Each stage writes into `WORK/<stage>.partial/`, which is renamed to `WORK/<stage>/` when the stage
 //! succeeds, with a `.kiln-stage.json` marker holding its content key. A rerun whose key matches the
 //! marker reuses the output (a cache hit); a failed stage leaves the finished stages intact, so the
-//! job resumes where it stopped.
+//! job resumes where it stopped. The train stage also resumes mid-way, from `WORK/train.ckpt`
+//! (written every `checkpoint_every` steps and on SIGINT/SIGTERM) when its key matches.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -274,6 +275,7 @@ pub async fn run_stage(
             let out = partial.clone();
             let input = fetched_input.clone();
             let from_reconstruct = node.deps.contains(&StageKind::Reconstruct);
+            let key2 = key.clone();
             let summary = tokio::task::spawn_blocking(move || {
                 run_local(
                     &plan2,
@@ -282,6 +284,7 @@ pub async fn run_stage(
                     from_reconstruct,
                     &renderer,
                     &out,
+                    &key2,
                 )
             })
             .await
@@ -301,6 +304,10 @@ pub async fn run_stage(
             std::fs::remove_dir_all(&final_dir).map_err(|e| Error::io(&final_dir, e))?;
         }
         std::fs::rename(&partial, &final_dir).map_err(|e| Error::io(&final_dir, e))?;
+        if kind == StageKind::Train {
+            // The finished stage supersedes its checkpoint.
+            let _ = std::fs::remove_file(checkpoint_path(plan));
+        }
     } else {
         let _ = std::fs::remove_dir_all(&partial);
     }
@@ -316,6 +323,12 @@ pub async fn run_stage(
         usage: meter.finish(bytes_read, written),
         summary,
     })
+}
+
+/// The train stage's checkpoint: `WORK/train.ckpt`, beside (not inside) `train.partial/`, which
+/// each attempt rebuilds from scratch.
+pub fn checkpoint_path(plan: &JobPlan) -> PathBuf {
+    plan.work_dir.join(train::checkpoint::FILE_NAME)
 }
 
 fn join_err(e: tokio::task::JoinError) -> Error {
@@ -340,6 +353,7 @@ fn run_local(
     from_reconstruct: bool,
     renderer: &kiln_kernels::Renderer,
     out: &Path,
+    key: &str,
 ) -> Result<serde_json::Value> {
     match kind {
         StageKind::Reconstruct => {
@@ -435,9 +449,22 @@ fn run_local(
                     bar.set_message(format!("loss {loss:.4}"));
                 }
             };
-            let (_splats, report) =
-                train::train_on(renderer, views, init, &plan.train, out, &progress)?;
+            let policy = train::CheckpointPolicy {
+                path: checkpoint_path(plan),
+                key: key.to_string(),
+                stop: crate::interrupt::stop_requested,
+            };
+            let result = train::train_checkpointed(
+                renderer,
+                views,
+                init,
+                &plan.train,
+                out,
+                &progress,
+                Some(&policy),
+            );
             bar.finish_and_clear();
+            let (_splats, report) = result?;
             Ok(serde_json::to_value(&report).unwrap_or_default())
         }
         StageKind::Decimate => {

@@ -11,6 +11,7 @@
 //! - [`density`]: clone / split / prune / opacity reset;
 //! - [`gaussians`]: the parameter tensors and their optimizer state;
 //! - [`store`]: where they live during training (burn tensors on the CPU, or resident on a GPU);
+//! - [`checkpoint`]: the loop's whole state in one file, for resuming after a crash or a signal;
 //! - [`eval`]: PSNR/SSIM on held-out views, PNGs, `metrics.json` (with loss, held-out PSNR and
 //!   splat-count curves), `loss.svg`.
 //!
@@ -19,11 +20,14 @@
 //! stops training with [`crate::Error::Numeric`]; nothing panics on NaN.
 //!
 //! # Determinism
-//! Every random choice (init, view order, split samples) comes from one `SmallRng` seeded with
-//! [`TrainParams::seed`]; the CPU rasterizer is deterministic, so the same inputs and seed give the
-//! same splats and metrics.
+//! Every random choice comes from a `SmallRng` seeded with [`TrainParams::seed`]: initialisation
+//! from the seed itself, and each step's choices (view order, split samples) from
+//! [`step_rng`]`(seed, step)`, so that a run resumed from a checkpoint draws what an uninterrupted
+//! one would. The CPU rasterizer is deterministic, so the same inputs and seed give the same splats
+//! and metrics, resumed or not.
 
 pub mod adam;
+pub mod checkpoint;
 pub mod density;
 pub mod eval;
 pub mod gaussians;
@@ -278,6 +282,50 @@ pub fn train_on(
     out_dir: &Path,
     progress: &dyn Fn(usize, usize, f64),
 ) -> crate::Result<(GaussianSplats, TrainReport)> {
+    train_checkpointed(renderer, views, init, params, out_dir, progress, None)
+}
+
+/// Where a run keeps its checkpoint and what identifies it.
+#[derive(Debug, Clone)]
+pub struct CheckpointPolicy {
+    /// The checkpoint file (kept outside the stage's output folder, which is rebuilt per attempt).
+    pub path: std::path::PathBuf,
+    /// The stage's cache key: a checkpoint with another key is ignored (and later overwritten).
+    pub key: String,
+    /// Polled after every step; `true` writes a checkpoint and stops with
+    /// [`crate::Error::Interrupted`]. Job runs pass [`crate::interrupt::stop_requested`].
+    pub stop: fn() -> bool,
+}
+
+/// The RNG of step `step` (1-based) of a run seeded with `seed`: SplitMix-style mixing of the two
+/// into one `SmallRng` seed, so steps draw independent streams and a resumed run draws the same
+/// numbers as an uninterrupted one.
+pub fn step_rng(seed: u64, step: usize) -> SmallRng {
+    let mut z = seed ^ (step as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    SmallRng::seed_from_u64(z ^ (z >> 31))
+}
+
+/// [`train_on`] with checkpoints: with a `checkpoint` policy, a checkpoint with the same key is
+/// resumed from (the result is the same, bit for bit on the CPU, as an uninterrupted run), a
+/// checkpoint is written every [`TrainParams::checkpoint_every`] steps, and when the policy's
+/// `stop` says so (SIGINT/SIGTERM in the CLI, through [`crate::interrupt`]) one is written and
+/// [`crate::Error::Interrupted`] returned. The caller removes the checkpoint once the stage's
+/// output is committed.
+///
+/// # Errors
+/// As [`train_on`]; [`crate::Error::Interrupted`] when stopped by a signal; an unreadable
+/// checkpoint file is an [`crate::Error::Input`] naming it (delete it to start afresh).
+pub fn train_checkpointed(
+    renderer: &Renderer,
+    views: Vec<TrainView>,
+    init: Option<InitPoints>,
+    params: &TrainParams,
+    out_dir: &Path,
+    progress: &dyn Fn(usize, usize, f64),
+    checkpoint: Option<&CheckpointPolicy>,
+) -> crate::Result<(GaussianSplats, TrainReport)> {
     let started = Instant::now();
     params.validate()?;
     check_views(&views)?;
@@ -331,6 +379,8 @@ pub fn train_on(
 
     let mut store = ParamStore::new(renderer, Gaussians::from_host(&host_init))?;
     let mut stats = DensityStats::new(store.len());
+    let k_init = host_init.sh_coeffs_per_channel();
+    drop(host_init);
     let options = RenderOptions {
         background: params.background,
     };
@@ -353,9 +403,41 @@ pub fn train_on(
     let mut log_mark = (Instant::now(), 0usize);
 
     let mut timing_sum = StepTimings::default();
+    let mut train_s_before = 0.0;
+    let mut first_step = 1;
+    // While a checkpointed run is going, SIGINT/SIGTERM ask it to stop instead of killing it.
+    let resumable = checkpoint.map(|_| crate::interrupt::Checkpointable::begin());
+    if let Some(policy) = checkpoint.filter(|p| p.path.exists()) {
+        let c = checkpoint::read(&policy.path)?;
+        if c.key != policy.key {
+            tracing::warn!(checkpoint = %policy.path.display(),
+                "train: ignoring a checkpoint of another configuration (it will be overwritten)");
+        } else if c.state.step >= params.steps || c.params.k != k_init {
+            tracing::warn!(checkpoint = %policy.path.display(), step = c.state.step,
+                "train: ignoring a checkpoint that does not fit this run");
+        } else {
+            tracing::info!(checkpoint = %policy.path.display(), step = c.state.step,
+                splats = c.params.len(), "train: resuming from checkpoint");
+            store = ParamStore::from_state(renderer, c.params)?;
+            stats = c.stats;
+            let l = c.state;
+            first_step = l.step + 1;
+            order = l.order;
+            opacity_reset_done = l.opacity_reset_done;
+            loss_curve = l.loss_curve;
+            splat_count_curve = l.splat_count_curve;
+            psnr_curve = l.psnr_curve;
+            (window_sum, window_n) = l.window;
+            final_loss = l.final_loss.unwrap_or(f64::NAN);
+            timing_sum = l.timing_sum;
+            train_s_before = l.train_s;
+            log_mark.1 = l.step;
+        }
+    }
     let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
-    for step in 1..=params.steps {
+    for step in first_step..=params.steps {
         let step_clock = Instant::now();
+        let mut rng = step_rng(params.seed, step);
         let sh_degree = params
             .sh_degree
             .min((step / params.sh_increase_every) as u32);
@@ -470,11 +552,48 @@ pub fn train_on(
             );
             log_mark = (Instant::now(), step);
         }
+        if let Some(policy) = checkpoint {
+            let stop = (policy.stop)();
+            let due = params.checkpoint_every > 0 && step % params.checkpoint_every == 0;
+            if (stop || due) && step < params.steps {
+                let c = checkpoint::Checkpoint {
+                    key: policy.key.clone(),
+                    params: store.state()?,
+                    stats: stats.clone(),
+                    state: checkpoint::LoopState {
+                        step,
+                        order: order.clone(),
+                        opacity_reset_done,
+                        loss_curve: loss_curve.clone(),
+                        splat_count_curve: splat_count_curve.clone(),
+                        psnr_curve: psnr_curve.clone(),
+                        window: (window_sum, window_n),
+                        final_loss: Some(final_loss),
+                        timing_sum,
+                        train_s: train_s_before + train_started.elapsed().as_secs_f64(),
+                    },
+                };
+                checkpoint::write(&policy.path, &c)?;
+                tracing::debug!(step, path = %policy.path.display(), "train: checkpoint written");
+            }
+            if stop {
+                return Err(crate::Error::Interrupted {
+                    stage: STAGE,
+                    step,
+                    resume: format!(
+                        "checkpoint written to {}; run the same job again to resume",
+                        policy.path.display()
+                    ),
+                });
+            }
+        }
     }
-    let train_s = train_started.elapsed().as_secs_f64();
+    drop(resumable);
+    let train_s = train_s_before + train_started.elapsed().as_secs_f64();
     let steps_per_s = params.steps as f64 / train_s.max(1e-9);
 
     // Final clean-up: drop non-finite and fully transparent splats, normalise quaternions.
+    let mut rng = step_rng(params.seed, params.steps + 1);
     let host = store.with_host(|g, adam| {
         prune_non_finite(g, adam, &mut stats, &mut rng).unwrap_or_else(|| g.to_host())
     })?;
@@ -615,6 +734,126 @@ mod tests {
             },
             image: vec![0.5; 12],
         }
+    }
+
+    /// Three 40×24 views of a striped target, for short training runs.
+    fn small_views() -> Vec<TrainView> {
+        (0..3)
+            .map(|k| {
+                let mut v = view(&format!("v{k}"));
+                v.camera = Camera {
+                    width: 40,
+                    height: 24,
+                    fx: 30.0,
+                    fy: 30.0,
+                    cx: 20.0,
+                    cy: 12.0,
+                    world_to_camera: [
+                        [1.0, 0.0, 0.0, 0.1 * k as f32],
+                        [0.0, 1.0, 0.0, 0.0],
+                        [0.0, 0.0, 1.0, 2.0],
+                        [0.0, 0.0, 0.0, 1.0],
+                    ],
+                };
+                v.image = (0..40 * 24 * 3)
+                    .map(|i| ((i / 3 + 7 * k) % 11) as f32 / 11.0)
+                    .collect();
+                v
+            })
+            .collect()
+    }
+
+    static STOP_RESUME_TEST: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+
+    fn resume_test_stop() -> bool {
+        STOP_RESUME_TEST.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn never() -> bool {
+        false
+    }
+
+    /// Stopped after step 13 of 30 (two training views, so mid-epoch; densifying every 5 steps,
+    /// checkpoints every 7), then run again:
+    /// the result is bit for bit the uninterrupted run's, as the "same step count and PSNR"
+    /// asks; a checkpoint of another configuration is ignored.
+    #[test]
+    fn a_stopped_run_resumes_from_its_checkpoint_to_the_uninterrupted_result() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let p = TrainParams {
+            steps: 30,
+            sh_degree: 1,
+            densify_from: 4,
+            densify_every: 5,
+            init_random_points: 300,
+            checkpoint_every: 7,
+            ..TrainParams::inria(30)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let policy = |name: &str, stop: fn() -> bool| CheckpointPolicy {
+            path: dir.path().join(name).join(checkpoint::FILE_NAME),
+            key: "key-1".into(),
+            stop,
+        };
+        let quiet = |_: usize, _: usize, _: f64| {};
+        let run = |pol: &CheckpointPolicy, out: &str, progress: &dyn Fn(usize, usize, f64)| {
+            train_checkpointed(
+                &Renderer::Cpu,
+                small_views(),
+                None,
+                &p,
+                &dir.path().join(out),
+                progress,
+                Some(pol),
+            )
+        };
+        let straight = policy("a", never);
+        let (splats_a, report_a) = run(&straight, "out-a", &quiet).unwrap();
+        // Periodic checkpoints were written (the last at step 28).
+        let c = checkpoint::read(&straight.path).unwrap();
+        assert_eq!(c.state.step, 28);
+
+        let stopped = policy("b", resume_test_stop);
+        let stop_at_13 = |step: usize, _: usize, _: f64| {
+            if step == 13 {
+                STOP_RESUME_TEST.store(true, SeqCst);
+            }
+        };
+        let err = run(&stopped, "out-b", &stop_at_13).unwrap_err();
+        STOP_RESUME_TEST.store(false, SeqCst);
+        assert!(
+            matches!(err, crate::Error::Interrupted { step: 13, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("resume"), "{err}");
+        assert_eq!(checkpoint::read(&stopped.path).unwrap().state.step, 13);
+        let (splats_b, report_b) = run(&stopped, "out-b", &quiet).unwrap();
+        assert_eq!(splats_a, splats_b, "resumed splats differ");
+        assert_eq!(report_a.psnr_db, report_b.psnr_db);
+        assert_eq!(report_a.steps, report_b.steps);
+        assert_eq!(report_a.final_loss, report_b.final_loss);
+
+        // A checkpoint with another key is ignored: the run starts from step 1 and gets the same
+        // result again.
+        let mut other = policy("b", never);
+        other.key = "key-2".into();
+        let stopped_again = |step: usize, _: usize, _: f64| {
+            if step == 12 {
+                STOP_RESUME_TEST.store(true, SeqCst);
+            }
+        };
+        let _ = run(&stopped, "out-c", &stopped_again);
+        STOP_RESUME_TEST.store(false, SeqCst);
+        let steps_seen = std::cell::Cell::new(0usize);
+        let count = |_: usize, _: usize, _: f64| steps_seen.set(steps_seen.get() + 1);
+        let (splats_c, _) = run(&other, "out-c", &count).unwrap();
+        assert_eq!(
+            steps_seen.get(),
+            30,
+            "a foreign checkpoint must not be resumed"
+        );
+        assert_eq!(splats_a, splats_c);
     }
 
     #[test]

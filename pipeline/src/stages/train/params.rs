@@ -117,6 +117,11 @@ pub struct TrainParams {
     pub lr_sh_dc: f64,
     /// Log progress with `tracing::info!` every this many steps. Default 100.
     pub log_every: usize,
+    /// Write a checkpoint (parameters, Adam moments, statistics) every this many steps when the
+    /// run has a checkpoint file (job runs do); 0 = only when stopped by a signal. Default 500.
+    /// Not part of the stage's cache key: checkpoints do not change the result.
+    #[serde(skip_serializing)]
+    pub checkpoint_every: usize,
 }
 
 impl Default for TrainParams {
@@ -152,6 +157,7 @@ impl TrainParams {
             lr_logit_opacities: 5e-2,
             lr_sh_dc: 2.5e-3,
             log_every: 100,
+            checkpoint_every: 500,
         }
     }
 
@@ -256,6 +262,7 @@ struct TrainParamsToml {
     lr_logit_opacities: Option<f64>,
     lr_sh_dc: Option<f64>,
     log_every: Option<usize>,
+    checkpoint_every: Option<usize>,
 }
 
 impl<'de> Deserialize<'de> for TrainParams {
@@ -287,7 +294,8 @@ impl<'de> Deserialize<'de> for TrainParams {
             lr_rotations,
             lr_logit_opacities,
             lr_sh_dc,
-            log_every
+            log_every,
+            checkpoint_every
         );
         Ok(p)
     }

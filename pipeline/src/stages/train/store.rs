@@ -148,6 +148,41 @@ impl ParamStore {
         }
     }
 
+    /// Puts a saved state (a checkpoint's parameters and moments) on `renderer`'s device.
+    ///
+    /// # Errors
+    /// [`crate::Error::Kernel`] when the arrays are inconsistent or the device cannot hold them.
+    pub fn from_state(renderer: &Renderer, s: HostTrainState) -> crate::Result<Self> {
+        let k = s.k;
+        let mut sh_lr_scale = vec![1.0f32 / 20.0; k];
+        if let Some(dc) = sh_lr_scale.first_mut() {
+            *dc = 1.0;
+        }
+        let config = AdamConfig::default();
+        match renderer {
+            Renderer::Cpu => {
+                let (g, adam) = from_host_state(s, config, &sh_lr_scale);
+                Ok(Self::Host { g, adam })
+            }
+            Renderer::Gpu(gpu) => Ok(Self::Device {
+                state: GpuTrainState::upload(Arc::clone(gpu), &s, &sh_lr_scale)?,
+                config,
+                sh_lr_scale,
+            }),
+        }
+    }
+
+    /// Parameters and moments as host arrays (for a checkpoint).
+    ///
+    /// # Errors
+    /// [`crate::Error::Kernel`] for device failures.
+    pub fn state(&self) -> crate::Result<HostTrainState> {
+        match self {
+            Self::Host { g, adam } => Ok(host_state(g, adam)),
+            Self::Device { state, .. } => Ok(state.download()?),
+        }
+    }
+
     /// N, the splat count.
     pub fn len(&self) -> usize {
         match self {

@@ -1,0 +1,300 @@
+//! Training checkpoints: everything the training loop needs to carry on exactly where it stopped
+//! (the parameters, their Adam moments and step counts, the densification statistics, the view
+//! order, the curves) in one file, written atomically (temporary name, then rename), so a crash
+//! while writing leaves the previous checkpoint intact.
+//!
+//! Random draws need no saved state: each step's choices come from an RNG seeded with
+//! `(seed, step)` ([`super::step_rng`]), so a resumed run draws exactly what the uninterrupted run
+//! would have, and a checkpoint can be taken after any step.
+//!
+//! File layout (`train.ckpt`, little-endian): the 8-byte magic `KILNCKPT`; a `u32` format version;
+//! a `u64` header length; the JSON [`Header`]; then the arrays: the five parameter groups, their
+//! first moments, their second moments (`f32`, group order means `[N, 3]`, log_scales `[N, 3]`,
+//! rotations `[N, 4]`, logit_opacities `[N]`, sh_coeffs `[N, K, 3]`), `grad_accum [N]` and
+//! `max_radius_px [N]` (`f32`) and `visible_count [N]` (`u32`).
+
+use std::io::Write;
+use std::path::Path;
+
+use kiln_kernels::cuda::train::HostTrainState;
+use serde::{Deserialize, Serialize};
+
+use super::StepTimings;
+use super::density::DensityStats;
+
+/// File name of a training checkpoint.
+pub const FILE_NAME: &str = "train.ckpt";
+const MAGIC: &[u8; 8] = b"KILNCKPT";
+const VERSION: u32 = 1;
+
+/// The training loop's own state at a checkpoint (everything but the arrays).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoopState {
+    /// Steps completed (the next step is `step + 1`).
+    pub step: usize,
+    /// Training views not yet visited in the current epoch (popped from the back).
+    pub order: Vec<usize>,
+    /// Whether an opacity reset has happened (enables size-based pruning).
+    pub opacity_reset_done: bool,
+    /// `(step, mean loss)` samples so far.
+    pub loss_curve: Vec<(usize, f64)>,
+    /// `(step, splats)` samples so far.
+    pub splat_count_curve: Vec<(usize, usize)>,
+    /// `(step, held-out PSNR dB)` samples so far.
+    pub psnr_curve: Vec<(usize, f64)>,
+    /// Loss sum and count of the curve window in progress.
+    pub window: (f64, usize),
+    /// Loss of the last step (`None` before the first).
+    pub final_loss: Option<f64>,
+    /// Summed stage times of the steps so far, ms.
+    pub timing_sum: StepTimings,
+    /// Seconds spent in the training loop so far (for steps/s across a resume).
+    pub train_s: f64,
+}
+
+/// The JSON header of a checkpoint file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    /// The train stage's cache key: a checkpoint only resumes the configuration it came from.
+    pub key: String,
+    /// Splats N.
+    pub n: usize,
+    /// SH coefficients per channel K.
+    pub k: usize,
+    /// Adam steps per group.
+    pub t: [u32; 5],
+    /// The loop's state.
+    pub state: LoopState,
+}
+
+/// A whole checkpoint in memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    /// Cache key of the run (see [`Header::key`]).
+    pub key: String,
+    /// Parameters and moments.
+    pub params: HostTrainState,
+    /// Densification statistics, `[N]` each.
+    pub stats: DensityStats,
+    /// The loop's state.
+    pub state: LoopState,
+}
+
+fn group_lens(n: usize, k: usize) -> [usize; 5] {
+    [3 * n, 3 * n, 4 * n, n, 3 * k * n]
+}
+
+/// Writes `ckpt` to `path` atomically.
+///
+/// # Errors
+/// [`crate::Error::Io`] / [`crate::Error::Format`] naming `path` when it cannot be written;
+/// [`crate::Error::Param`] when the arrays' lengths disagree with N and K (a bug upstream).
+pub fn write(path: &Path, ckpt: &Checkpoint) -> crate::Result<()> {
+    let p = &ckpt.params;
+    let (n, k) = (p.len(), p.k);
+    let lens = group_lens(n, k);
+    let consistent = (0..5).all(|i| {
+        p.groups[i].len() == lens[i] && p.m[i].len() == lens[i] && p.v[i].len() == lens[i]
+    }) && ckpt.stats.grad_accum.len() == n
+        && ckpt.stats.max_radius_px.len() == n
+        && ckpt.stats.visible_count.len() == n;
+    if !consistent {
+        return Err(crate::Error::Param {
+            stage: "train",
+            field: "checkpoint".into(),
+            expected: format!("arrays sized for N = {n}, K = {k}"),
+            found: "arrays of other lengths".into(),
+        });
+    }
+    let header = Header {
+        key: ckpt.key.clone(),
+        n,
+        k,
+        t: p.t,
+        state: ckpt.state.clone(),
+    };
+    let json = serde_json::to_vec(&header)
+        .map_err(|e| crate::Error::io(path, std::io::Error::other(e)))?;
+    kiln_formats::atomic_write::write_atomic_with(path, |w| {
+        w.write_all(MAGIC)?;
+        w.write_all(&VERSION.to_le_bytes())?;
+        w.write_all(&(json.len() as u64).to_le_bytes())?;
+        w.write_all(&json)?;
+        for arrays in [&p.groups, &p.m, &p.v] {
+            for a in arrays.iter() {
+                w.write_all(bytemuck::cast_slice(a))?;
+            }
+        }
+        w.write_all(bytemuck::cast_slice(&ckpt.stats.grad_accum))?;
+        w.write_all(bytemuck::cast_slice(&ckpt.stats.max_radius_px))?;
+        w.write_all(bytemuck::cast_slice(&ckpt.stats.visible_count))?;
+        Ok(())
+    })?;
+    Ok(())
+}
+
+/// Reads a checkpoint written by [`write`].
+///
+/// # Errors
+/// [`crate::Error::Io`] when the file cannot be read; [`crate::Error::Input`] naming the file and
+/// the part that is wrong (magic, version, header, array sizes) when it is not a complete
+/// checkpoint of this format (delete it to start the stage afresh).
+pub fn read(path: &Path) -> crate::Result<Checkpoint> {
+    let bytes = std::fs::read(path).map_err(|e| crate::Error::io(path, e))?;
+    let bad = |field: &str, problem: String| crate::Error::Input {
+        path: path.to_path_buf(),
+        field: field.into(),
+        problem: format!("{problem}; delete the file to train this stage from the start"),
+    };
+    if bytes.len() < 20 || &bytes[..8] != MAGIC {
+        return Err(bad("magic", "not a Kiln training checkpoint".into()));
+    }
+    let version = u32::from_le_bytes(bytes[8..12].try_into().unwrap_or_default());
+    if version != VERSION {
+        return Err(bad(
+            "version",
+            format!("format version {version}, this Kiln reads {VERSION}"),
+        ));
+    }
+    let header_len = u64::from_le_bytes(bytes[12..20].try_into().unwrap_or_default()) as usize;
+    let body = &bytes[20..];
+    if header_len > body.len() {
+        return Err(bad(
+            "header",
+            format!("header of {header_len} bytes, file truncated"),
+        ));
+    }
+    let header: Header = serde_json::from_slice(&body[..header_len])
+        .map_err(|e| bad("header", format!("unreadable JSON header: {e}")))?;
+    let (n, k) = (header.n, header.k);
+    if ![1, 4, 9, 16].contains(&k) {
+        return Err(bad("header.k", format!("{k} is not 1, 4, 9 or 16")));
+    }
+    let lens = group_lens(n, k);
+    let floats: usize = 3 * lens.iter().sum::<usize>() + 2 * n;
+    let expected = floats
+        .checked_add(n)
+        .and_then(|w| w.checked_mul(4))
+        .unwrap_or(usize::MAX);
+    let data = &body[header_len..];
+    if data.len() != expected {
+        return Err(bad(
+            "arrays",
+            format!(
+                "{} bytes of arrays, expected {expected} for N = {n}, K = {k} (truncated or \
+                 written by another version)",
+                data.len()
+            ),
+        ));
+    }
+    let mut at = 0usize;
+    let mut f32s = |len: usize| -> Vec<f32> {
+        let v = data[at..at + 4 * len]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        at += 4 * len;
+        v
+    };
+    let groups = lens.map(&mut f32s);
+    let m = lens.map(&mut f32s);
+    let v = lens.map(&mut f32s);
+    let grad_accum = f32s(n);
+    let max_radius_px = f32s(n);
+    let visible_count = data[at..at + 4 * n]
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    Ok(Checkpoint {
+        key: header.key,
+        params: HostTrainState {
+            groups,
+            m,
+            v,
+            t: header.t,
+            k,
+        },
+        stats: DensityStats {
+            grad_accum,
+            visible_count,
+            max_radius_px,
+        },
+        state: header.state,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Checkpoint {
+        let (n, k) = (3usize, 4usize);
+        let lens = group_lens(n, k);
+        let ramp = |len: usize, o: f32| (0..len).map(|i| i as f32 * 0.5 + o).collect::<Vec<_>>();
+        Checkpoint {
+            key: "abc123".into(),
+            params: HostTrainState {
+                groups: lens.map(|l| ramp(l, 1.0)),
+                m: lens.map(|l| ramp(l, -2.0)),
+                v: lens.map(|l| ramp(l, 0.25)),
+                t: [5, 5, 5, 4, 5],
+                k,
+            },
+            stats: DensityStats {
+                grad_accum: vec![0.1, 0.2, 0.3],
+                visible_count: vec![1, 0, 7],
+                max_radius_px: vec![2.0, 0.0, 9.5],
+            },
+            state: LoopState {
+                step: 42,
+                order: vec![3, 1],
+                opacity_reset_done: true,
+                loss_curve: vec![(10, 0.5), (20, 0.25)],
+                splat_count_curve: vec![(10, 3)],
+                psnr_curve: vec![(20, 18.5)],
+                window: (0.75, 2),
+                final_loss: Some(0.2),
+                timing_sum: StepTimings {
+                    total: 12.0,
+                    ..Default::default()
+                },
+                train_s: 3.5,
+            },
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_round_trips_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let c = sample();
+        write(&path, &c).unwrap();
+        assert_eq!(read(&path).unwrap(), c);
+        // Rewriting replaces it in place (atomic rename, no leftovers).
+        write(&path, &c).unwrap();
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn truncated_or_foreign_files_are_clear_errors_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        write(&path, &sample()).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 4]).unwrap();
+        let e = read(&path).unwrap_err().to_string();
+        assert!(
+            e.contains(FILE_NAME) && e.contains("arrays") && e.contains("delete"),
+            "{e}"
+        );
+        std::fs::write(&path, b"PLY not a checkpoint at all").unwrap();
+        let e = read(&path).unwrap_err().to_string();
+        assert!(e.contains("magic"), "{e}");
+        let mut wrong = bytes.clone();
+        wrong[8] = 9;
+        std::fs::write(&path, &wrong).unwrap();
+        let e = read(&path).unwrap_err().to_string();
+        assert!(e.contains("version 9"), "{e}");
+    }
+}
