@@ -1,80 +1,103 @@
 #!/usr/bin/env bash
 # GPU check of the CUDA rasterizer, prepared to run as-is on a machine with an NVIDIA GPU and driver but no
-# Rust toolchain (the `device` tool's machine): the CUDA kernels against the CPU twin, then the
-# training benchmark on fox at full resolution (1080×1920) on the GPU and on the CPU.
+# Rust toolchain (the `device` tool's machine): the CUDA kernels against the CPU twin (images, gradients,
+# fused loss, fused Adam, the device-resident training state), then the training benchmark on fox at full
+# resolution (1080×1920) on the GPU and on the CPU, then a short `--device cuda` job and its ledger.
 #
 # On the build machine (needs NVRTC on LD_LIBRARY_PATH so the PTX is embedded in the binary;
-# `.ci/run` installs it under ~/.cache/kiln-ci/cuda):
+# `.ci/run` installs it under ~/.cache/kiln-ci/cuda; switching LD_LIBRARY_PATH rebuilds kiln-kernels):
 #   scripts/gpu-check.sh --prepare
-# which builds the release binary, strips it into target/gpu-check/kiln (26 MB) and copies the fox
-# capture (18 MB) to target/gpu-check/datasets. Then, on the GPU machine, from the repository
-# root, with target/gpu-check carried over (44 MB):
-#   scripts/gpu-check.sh [OUT_DIR]
-# Writes OUT_DIR/selftest.json, bench-cuda.json, bench-cpu.json, nvidia-smi.txt and a summary;
-# exits 1 if the selftest fails. Budget: about 5 minutes on an H100/H200.
+# builds the release binary from the working tree, strips it into target/gpu-check/kiln (about 27 MB),
+# checks that the PTX is embedded, records the commit in target/gpu-check/BUILD_INFO and copies the fox
+# capture (18 MB) to target/gpu-check/datasets. Then, on the GPU machine, from the repository root,
+# with target/gpu-check carried over (about 45 MB):
+#   scripts/gpu-check.sh [OUT_DIR]      (default $OUT, else out/gpu-check; relative to the caller)
+# Writes OUT_DIR/summary.txt, selftest.json, bench-cuda.json, bench-cpu.json, a .err file per step,
+# nvidia-smi.txt, BUILD_INFO, fox-gpu.toml, run.txt, report.txt, ledger.sqlite and fox/ (the job's
+# output). Exits 1 if any step fails. Budget: about 5 minutes on an H100/H200.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-KILN="${KILN_BIN:-target/gpu-check/kiln}"
-DATASETS="${KILN_DATASETS:-$PWD/target/gpu-check/datasets}"
+usage_end=17
+die() { echo "$1" >&2; exit "${2:-1}"; }
 
 case "${1:-}" in
   -h|--help)
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n "2,${usage_end}p" "$0" | sed 's/^# \{0,1\}//'
     exit 0 ;;
-  -*)
-    [ "$1" = "--prepare" ] || { echo "unknown option $1 (use --prepare, --help or an output folder)"; exit 2; } ;;
+  --prepare) [ $# -eq 1 ] || die "--prepare takes no other argument" 2 ;;
+  -*) die "unknown option $1 (use --prepare, --help or an output folder)" 2 ;;
+  *) [ $# -le 1 ] || die "one output folder at most (got: $*)" 2 ;;
 esac
+# The output folder is relative to where the script was called from.
+if [ "${1:-}" != "--prepare" ]; then
+  OUT="$(realpath -m "${1:-${OUT:-out/gpu-check}}")"
+fi
+cd "$(dirname "$0")/.."
+KILN="${KILN_BIN:-target/gpu-check/kiln}"
+PREPARED_DATASETS="$PWD/target/gpu-check/datasets"
 
 if [ "${1:-}" = "--prepare" ]; then
-  if [ -z "${LD_LIBRARY_PATH:-}" ] || ! ls ${LD_LIBRARY_PATH//:/ } 2>/dev/null | grep -q libnvrtc; then
+  if ! ls ${LD_LIBRARY_PATH//:/ } 2>/dev/null | grep -q libnvrtc; then
     NVRTC_LIB="$(echo "${KILN_CI_CACHE:-$HOME/.cache/kiln-ci}"/cuda/lib/python3*/site-packages/nvidia/cuda_nvrtc/lib)"
-    [ -d "$NVRTC_LIB" ] || { echo "NVRTC not found: run .ci/run once (it installs nvidia-cuda-nvrtc-cu12) or set LD_LIBRARY_PATH"; exit 1; }
+    [ -d "$NVRTC_LIB" ] || die "NVRTC not found: run .ci/run once (it installs nvidia-cuda-nvrtc-cu12) or put libnvrtc on LD_LIBRARY_PATH"
     export LD_LIBRARY_PATH="$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   fi
   cargo build --release --bin kiln
   mkdir -p target/gpu-check
   cp target/release/kiln target/gpu-check/kiln
   strip target/gpu-check/kiln
-  mkdir -p "$DATASETS"
-  src="${KILN_SOURCE_DATASETS:-../shared/datasets}/capture-fox-instantngp"
-  [ -d "$src" ] || { echo "fox capture not found at $src; set KILN_SOURCE_DATASETS"; exit 1; }
-  rm -rf "$DATASETS/capture-fox-instantngp"
-  cp -r "$src" "$DATASETS/capture-fox-instantngp"
+  # build.rs leaves the PTX empty when NVRTC fails; the GPU machine has no NVRTC to fall back on.
+  grep -q kiln_adam_step target/gpu-check/kiln \
+    || die "the binary has no embedded PTX (NVRTC did not run at build time): check LD_LIBRARY_PATH"
+  { echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)"; echo "built $(date -u +%FT%TZ)";
+    echo "uncommitted changes:"; git status --short 2>/dev/null || true; } > target/gpu-check/BUILD_INFO
+  src="$(realpath -m "${KILN_SOURCE_DATASETS:-../shared/datasets}/capture-fox-instantngp")"
+  [ -d "$src" ] || die "fox capture not found at $src; set KILN_SOURCE_DATASETS to the shared datasets folder"
+  [ "$src" != "$PREPARED_DATASETS/capture-fox-instantngp" ] || die "source and destination are the same folder: $src"
+  mkdir -p "$PREPARED_DATASETS"
+  rm -rf "$PREPARED_DATASETS/capture-fox-instantngp"
+  cp -r "$src" "$PREPARED_DATASETS/capture-fox-instantngp"
   echo "prepared: target/gpu-check ($(du -sh target/gpu-check | cut -f1)): carry target/gpu-check"
   exit 0
 fi
 
-[ -x "$KILN" ] || { echo "no kiln binary at $KILN: run scripts/gpu-check.sh --prepare on the build machine and carry target/gpu-check"; exit 2; }
-OUT="${1:-${OUT:-out/gpu-check}}"
+[ -x "$KILN" ] || die "no kiln binary at $KILN: run scripts/gpu-check.sh --prepare on the build machine and carry target/gpu-check" 2
 mkdir -p "$OUT"
-export KILN_DATASETS="$DATASETS"
+export KILN_DATASETS="${KILN_DATASETS:-$PREPARED_DATASETS}"
 export RUST_LOG="${RUST_LOG:-warn}"
+# A fresh work root and ledger: a cached train stage from an earlier run would skip the GPU.
+export KILN_HOME="$(mktemp -d)"
+cp target/gpu-check/BUILD_INFO "$OUT/" 2>/dev/null || true
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || echo "nvidia-smi unavailable" > "$OUT/nvidia-smi.txt"
 
-status=0
-echo "== selftest (CUDA vs CPU: images 1e-4 abs, gradients 1e-3 rel, 5 training steps)"
-"$KILN" selftest --device cuda --large --steps 5 --out "$OUT/selftest.json" > /dev/null || status=1
-
+step() { # step NAME CMD...: stdout to OUT/NAME, stderr to OUT/NAME.err; prints ok or FAILED
+  local name="$1"; shift
+  if "$@" > "$OUT/$name" 2> "$OUT/${name%.*}.err"; then echo "ok"; else echo "FAILED (see ${name%.*}.err)"; fi
+}
+echo "== selftest (CUDA vs CPU: images 1e-4 abs, gradients 1e-3 rel, loss, Adam, 5 training steps)"
+r_self=$(step selftest.out "$KILN" selftest --device cuda --large --steps 5 --out "$OUT/selftest.json")
+echo "$r_self"
 echo "== bench train, fox 1080×1920, 100k splats, cuda"
-"$KILN" bench train --device cuda --max-side 0 --splats 100000 --steps 20 --warmup 3 \
-  --json > "$OUT/bench-cuda.json" || status=1
+r_cuda=$(step bench-cuda.json "$KILN" bench train --device cuda --max-side 0 --splats 100000 --steps 20 --warmup 3 --json)
+echo "$r_cuda"
 echo "== bench train, fox 1080×1920, 100k splats, cpu ($(nproc) cores)"
-"$KILN" bench train --device cpu --max-side 0 --splats 100000 --steps 3 --warmup 1 \
-  --json > "$OUT/bench-cpu.json" || status=1
+r_cpu=$(step bench-cpu.json "$KILN" bench train --device cpu --max-side 0 --splats 100000 --steps 3 --warmup 1 --json)
+echo "$r_cpu"
 echo "== --device cuda job run (fox, 300 steps at max side 540) and its ledger"
-sed -e 's/^max_side = .*/max_side = 540/' -e 's/^steps = .*/steps = 300/' \
-  -e "s#^output = .*#output = \"$OUT/fox\"#" datasets/jobs/fox.toml > "$OUT/fox-gpu.toml"
-"$KILN" run "$OUT/fox-gpu.toml" --device cuda --db "$OUT/ledger.sqlite" > "$OUT/run.txt" 2>&1 || status=1
-job="$(grep -o 'kiln report [^ ]*' "$OUT/run.txt" | head -1 | cut -d' ' -f3 || true)"
-[ -n "$job" ] && "$KILN" report "$job" --db "$OUT/ledger.sqlite" > "$OUT/report.txt" 2>&1 || true
+sed -e 's/^max_side = .*/max_side = 540/' -e 's/^steps = .*/steps = 300/' datasets/jobs/fox.toml > "$OUT/fox-gpu.toml"
+r_run=$(step run.txt "$KILN" run "$OUT/fox-gpu.toml" --device cuda --output "$OUT/fox" --db "$OUT/ledger.sqlite")
+echo "$r_run"
+job="$(grep -o 'kiln report [^ ]*' "$OUT/run.txt" "$OUT/run.err" 2>/dev/null | head -1 | awk '{print $3}' || true)"
+if [ -n "$job" ]; then "$KILN" report "$job" --db "$OUT/ledger.sqlite" > "$OUT/report.txt" 2>&1 || true; fi
 
 {
+  echo "build: $(head -1 "$OUT/BUILD_INFO" 2>/dev/null || echo unknown)"
   # The report's overall verdict is its last "pass" key (each tensor has one too).
-  echo "selftest pass: $(grep '"pass"' "$OUT/selftest.json" 2>/dev/null | tail -1)"
-  for d in cuda cpu; do
-    echo "bench $d: $(grep -E '"steps_per_s"|"device_name"|"total"|"peak_device_bytes"' "$OUT/bench-$d.json" 2>/dev/null | tr -s ' ' | tr '\n' ' ')"
-  done
-  tail -4 "$OUT/run.txt" 2>/dev/null
-  cat "$OUT/report.txt" 2>/dev/null
+  echo "selftest: $r_self $(grep '"pass"' "$OUT/selftest.json" 2>/dev/null | tail -1 || true)"
+  echo "bench cuda: $r_cuda $(grep -E '"steps_per_s"|"device_name"|"total"|"peak_device_bytes"' "$OUT/bench-cuda.json" 2>/dev/null | tr -s ' ' | tr '\n' ' ' || true)"
+  echo "bench cpu: $r_cpu $(grep -E '"steps_per_s"|"device_name"|"total"' "$OUT/bench-cpu.json" 2>/dev/null | tr -s ' ' | tr '\n' ' ' || true)"
+  echo "job --device cuda: $r_run"
+  tail -4 "$OUT/run.txt" 2>/dev/null || true
+  tail -3 "$OUT/run.err" 2>/dev/null || true
+  cat "$OUT/report.txt" 2>/dev/null || true
 } | tee "$OUT/summary.txt"
-exit $status
+case "$r_self $r_cuda $r_cpu $r_run" in *FAILED*) exit 1 ;; esac

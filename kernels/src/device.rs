@@ -64,6 +64,12 @@ impl FromStr for DeviceRequest {
             "cuda" => Ok(DeviceRequest::Exact(Device::Cuda(0))),
             _ => match t.strip_prefix("cuda:").map(str::parse::<usize>) {
                 Some(Ok(n)) => Ok(DeviceRequest::Exact(Device::Cuda(n))),
+                _ if t == "emulator" => Err(Error::Invalid {
+                    field: "device",
+                    reason: "\"emulator\" (the CUDA kernels run on the CPU, very slowly) is for \
+                             `kiln selftest` and `kiln bench train` only; train with cpu, or auto"
+                        .into(),
+                }),
                 _ => Err(Error::Invalid {
                     field: "device",
                     reason: format!(
@@ -151,6 +157,9 @@ pub fn renderer_for(request: DeviceRequest) -> Result<crate::Renderer, Error> {
             }
             match crate::Renderer::open(Device::Cuda(0)) {
                 Ok(r) => Ok(r),
+                // A bad setting (KILN_GPU_ALLOC_CAP) is the user's to fix, not a reason to train
+                // quietly on the CPU.
+                Err(e @ Error::Invalid { .. }) => Err(e),
                 Err(e) => {
                     tracing::warn!(error = %e, "device auto: CUDA unusable, using the CPU");
                     Ok(crate::Renderer::Cpu)

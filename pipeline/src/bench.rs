@@ -70,7 +70,7 @@ fn bench_params(cfg: &BenchTrainConfig, steps: usize) -> TrainParams {
         steps,
         seed: cfg.seed,
         sh_degree: 3,
-        sh_increase_every: 1,
+        sh_increase_every: 0,
         // No densification: the splat count stays `splats` for every step.
         densify_from: usize::MAX / 2,
         densify_until: 0,
@@ -78,6 +78,7 @@ fn bench_params(cfg: &BenchTrainConfig, steps: usize) -> TrainParams {
         init: Init::Random,
         init_random_points: cfg.splats,
         log_every: usize::MAX / 2,
+        psnr_curve_evaluations: 0,
         ..TrainParams::default()
     }
 }

@@ -13,9 +13,10 @@ pub enum Error {
     /// A file format error (names the file and field).
     #[error(transparent)]
     Format(#[from] kiln_formats::Error),
-    /// The rasterizer rejected its inputs or the device.
+    /// The rasterizer rejected its inputs or the device. (Not a `#[source]`: the message already
+    /// carries the whole cause, and a chain would print it twice.)
     #[error("rasterizer: {0}")]
-    Kernel(#[from] kiln_kernels::Error),
+    Kernel(kiln_kernels::Error),
     /// A local file operation failed.
     #[error("{path}: {source}")]
     Io {
@@ -60,6 +61,12 @@ pub enum Error {
         step: usize,
         resume: String,
     },
+}
+
+impl From<kiln_kernels::Error> for Error {
+    fn from(e: kiln_kernels::Error) -> Self {
+        Error::Kernel(e)
+    }
 }
 
 impl Error {

@@ -393,7 +393,7 @@ pub fn train_checkpointed(
     let mut psnr_curve: Vec<(usize, f64)> = Vec::new();
     let psnr_every = params
         .steps
-        .div_ceil(eval::PSNR_CURVE_EVALUATIONS + 1)
+        .div_ceil(params.psnr_curve_evaluations + 1)
         .max(1);
     let (mut window_sum, mut window_n) = (0.0f64, 0usize);
     let mut order: Vec<usize> = Vec::new();
@@ -438,9 +438,10 @@ pub fn train_checkpointed(
     for step in first_step..=params.steps {
         let step_clock = Instant::now();
         let mut rng = step_rng(params.seed, step);
-        let sh_degree = params
-            .sh_degree
-            .min((step / params.sh_increase_every) as u32);
+        let sh_degree = match params.sh_increase_every {
+            0 => params.sh_degree,
+            every => params.sh_degree.min((step / every) as u32),
+        };
         if order.is_empty() {
             order = (0..train_views.len()).collect();
             order.shuffle(&mut rng);
@@ -528,7 +529,10 @@ pub fn train_checkpointed(
             (window_sum, window_n) = (0.0, 0);
         }
         // Read-only: renders a host copy, so training (and its RNG stream) is unchanged.
-        if step.is_multiple_of(psnr_every) && step < params.steps {
+        if params.psnr_curve_evaluations > 0
+            && step.is_multiple_of(psnr_every)
+            && step < params.steps
+        {
             let db = eval::held_out_psnr(
                 renderer,
                 &store.to_host()?,
