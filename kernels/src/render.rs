@@ -294,19 +294,7 @@ impl Renderer {
         width: usize,
         lambda: f32,
     ) -> Result<crate::cpu::loss::LossOutput, Error> {
-        let n = height * width * 3;
-        for (what, len) in [
-            ("loss image [H, W, 3]", image.len()),
-            ("loss target [H, W, 3]", target.len()),
-        ] {
-            if len != n {
-                return Err(Error::Shape {
-                    what,
-                    expected: n,
-                    found: len,
-                });
-            }
-        }
+        crate::cpu::loss::check_loss_shapes(height, width, image.len(), target.len())?;
         match self {
             Renderer::Cpu => Ok(crate::cpu::loss::photometric_loss(
                 image, target, height, width, lambda,

@@ -100,7 +100,13 @@ pub fn adam_step(
     scale: Option<LrScale<'_>>,
     hyper: &AdamStep,
 ) -> Result<(), Error> {
-    check_adam_inputs(param.len(), grad.len(), m.len(), v.len(), scale)?;
+    check_adam_inputs(
+        param.len(),
+        grad.len(),
+        m.len(),
+        v.len(),
+        scale.map(|s| (s.values.len(), s.stride)),
+    )?;
     let h = *hyper;
     param
         .par_chunks_mut(CHUNK)
@@ -126,13 +132,14 @@ pub fn adam_step(
     Ok(())
 }
 
-/// The shape checks of [`adam_step`], shared with the GPU entry point.
+/// The shape checks of [`adam_step`], shared with the GPU entry points: the four lengths, and the
+/// scale's `(factors, stride)` when there is one.
 pub(crate) fn check_adam_inputs(
     param: usize,
     grad: usize,
     m: usize,
     v: usize,
-    scale: Option<LrScale<'_>>,
+    scale: Option<(usize, usize)>,
 ) -> Result<(), Error> {
     for (what, len) in [
         ("adam grad [n]", grad),
@@ -147,15 +154,13 @@ pub(crate) fn check_adam_inputs(
             });
         }
     }
-    if let Some(s) = scale
-        && (s.values.is_empty() || s.stride == 0)
+    if let Some((factors, stride)) = scale
+        && (factors == 0 || stride == 0)
     {
         return Err(Error::Invalid {
             field: "adam.lr_scale",
             reason: format!(
-                "{} factors with stride {}: pass at least one factor and a stride ≥ 1",
-                s.values.len(),
-                s.stride
+                "{factors} factors with stride {stride}: pass at least one factor and a stride ≥ 1"
             ),
         });
     }

@@ -207,6 +207,33 @@ pub fn photometric_loss(
     }
 }
 
+/// The shape check of the loss entry points: `image` and `target` must both hold
+/// `height × width × 3` values.
+///
+/// # Errors
+/// [`crate::Error::Shape`] naming the first slice of another length.
+pub(crate) fn check_loss_shapes(
+    height: usize,
+    width: usize,
+    image_len: usize,
+    target_len: usize,
+) -> Result<(), crate::Error> {
+    let n = height * width * 3;
+    for (what, len) in [
+        ("loss image [H, W, 3]", image_len),
+        ("loss target [H, W, 3]", target_len),
+    ] {
+        if len != n {
+            return Err(crate::Error::Shape {
+                what,
+                expected: n,
+                found: len,
+            });
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -950,20 +950,9 @@ impl GpuRenderer {
         width: usize,
         lambda: f32,
     ) -> Result<DeviceLoss, Error> {
+        crate::cpu::loss::check_loss_shapes(height, width, x.len(), y.len())?;
         let ctx = &self.ctx;
         let n = height * width * 3;
-        for (what, len) in [
-            ("loss image [H, W, 3]", x.len()),
-            ("loss target [H, W, 3]", y.len()),
-        ] {
-            if len != n {
-                return Err(Error::Shape {
-                    what,
-                    expected: n,
-                    found: len,
-                });
-            }
-        }
         let window =
             DeviceBuffer::from_slice(ctx, &crate::cpu::loss::ssim_window(), "SSIM window")?;
         let stats = DeviceBuffer::<f32>::uninit(ctx, 5 * n, "SSIM statistics [5, H, W, 3]")?;
@@ -1032,7 +1021,13 @@ impl GpuRenderer {
         scale: Option<crate::cpu::adam::LrScale<'_>>,
         hyper: &crate::cpu::adam::AdamStep,
     ) -> Result<(), Error> {
-        crate::cpu::adam::check_adam_inputs(param.len(), grad.len(), m.len(), v.len(), scale)?;
+        crate::cpu::adam::check_adam_inputs(
+            param.len(),
+            grad.len(),
+            m.len(),
+            v.len(),
+            scale.map(|s| (s.values.len(), s.stride)),
+        )?;
         let n = param.len();
         if n == 0 {
             return Ok(());
@@ -1073,30 +1068,13 @@ impl GpuRenderer {
         hyper: &crate::cpu::adam::AdamStep,
     ) -> Result<(), Error> {
         let n = param.len();
-        for (what, len) in [
-            ("adam grad [n]", grad.len()),
-            ("adam first moment m [n]", m.len()),
-            ("adam second moment v [n]", v.len()),
-        ] {
-            if len != n {
-                return Err(Error::Shape {
-                    what,
-                    expected: n,
-                    found: len,
-                });
-            }
-        }
-        if let Some((b, stride)) = scale
-            && (b.is_empty() || stride == 0)
-        {
-            return Err(Error::Invalid {
-                field: "adam.lr_scale",
-                reason: format!(
-                    "{} factors with stride {stride}: pass at least one factor and a stride ≥ 1",
-                    b.len()
-                ),
-            });
-        }
+        crate::cpu::adam::check_adam_inputs(
+            n,
+            grad.len(),
+            m.len(),
+            v.len(),
+            scale.map(|(b, stride)| (b.len(), stride)),
+        )?;
         if n == 0 {
             return Ok(());
         }

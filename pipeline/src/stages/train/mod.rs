@@ -957,28 +957,7 @@ mod tests {
             Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => panic!("{e}"),
             Err(e) => return eprintln!("skipped: {e}"),
         };
-        let mut views = Vec::new();
-        for k in 0..3 {
-            let mut v = view(&format!("v{k}"));
-            v.camera = Camera {
-                width: 40,
-                height: 24,
-                fx: 30.0,
-                fy: 30.0,
-                cx: 20.0,
-                cy: 12.0,
-                world_to_camera: [
-                    [1.0, 0.0, 0.0, 0.1 * k as f32],
-                    [0.0, 1.0, 0.0, 0.0],
-                    [0.0, 0.0, 1.0, 2.0],
-                    [0.0, 0.0, 0.0, 1.0],
-                ],
-            };
-            v.image = (0..40 * 24 * 3)
-                .map(|i| ((i / 3 + 7 * k) % 11) as f32 / 11.0)
-                .collect();
-            views.push(v);
-        }
+        let views = small_views();
         let p = TrainParams {
             steps: 12,
             sh_degree: 1,
