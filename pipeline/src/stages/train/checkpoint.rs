@@ -3,9 +3,9 @@
 //! order, the curves) in one file, written atomically (temporary name, then rename), so a crash
 //! while writing leaves the previous checkpoint intact.
 //!
-//! Random draws need no saved state: each step's choices come from an RNG seeded with
-//! `(seed, step)` ([`super::step_rng`]), so a resumed run draws exactly what the uninterrupted run
-//! would have, and a checkpoint can be taken after any step.
+//! The RNG is restored from the seed and the number of draws taken ([`super::rng::TrainRng`]), so
+//! a resumed run draws exactly what the uninterrupted run would have, and a checkpoint can be
+//! taken after any step.
 //!
 //! File layout (`train.ckpt`, little-endian): the 8-byte magic `KILNCKPT`; a `u32` format version;
 //! a `u64` header length; the JSON [`Header`]; then the arrays: the five parameter groups, their
@@ -50,6 +50,8 @@ pub struct LoopState {
     pub timing_sum: StepTimings,
     /// Seconds spent in the training loop so far (for steps/s across a resume).
     pub train_s: f64,
+    /// Draws taken from the run's RNG ([`super::rng::TrainRng::draws`]).
+    pub rng_draws: u64,
 }
 
 /// The JSON header of a checkpoint file.
@@ -259,6 +261,7 @@ mod tests {
                     ..Default::default()
                 },
                 train_s: 3.5,
+                rng_draws: 12345,
             },
         }
     }

@@ -23,8 +23,6 @@
 
 use burn::tensor::{Int, Tensor, TensorData};
 use kiln_formats::splats::GaussianSplats;
-use rand::Rng;
-use rand::rngs::SmallRng;
 use rand_distr::StandardNormal;
 
 use super::gaussians::{Gaussians, GaussiansAdam};
@@ -292,7 +290,7 @@ pub fn apply_plan(
     adam: &mut GaussiansAdam,
     stats: &mut DensityStats,
     reset_stats: bool,
-    rng: &mut SmallRng,
+    rng: &mut impl rand::Rng,
 ) {
     let old_n = g.len();
     if plan.is_identity(old_n) {
@@ -371,6 +369,7 @@ pub fn reset_opacities(g: &mut Gaussians, adam: &mut GaussiansAdam) {
 mod tests {
     use super::*;
     use rand::SeedableRng;
+    use rand::rngs::SmallRng;
 
     /// Four splats: 0 small & high grad (clone), 1 big & high grad (split), 2 transparent (prune),
     /// 3 low grad (keep).

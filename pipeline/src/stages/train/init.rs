@@ -8,8 +8,6 @@
 
 use kiln_formats::splats::GaussianSplats;
 use kiln_kernels::Camera;
-use rand::Rng;
-use rand::rngs::SmallRng;
 
 /// Zeroth-order real SH basis constant, 1/(2√π). Colour = C0·dc + 0.5 (INRIA `RGB2SH`).
 pub const SH_C0: f32 = 0.282_094_8;
@@ -266,7 +264,7 @@ pub fn random_points_in_frustums(
     cameras: &[Camera],
     count: usize,
     scene_extent: f32,
-    rng: &mut SmallRng,
+    rng: &mut impl rand::Rng,
 ) -> InitPoints {
     let mut pts = InitPoints::default();
     if cameras.is_empty() {
@@ -295,7 +293,9 @@ pub fn random_points_in_frustums(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::Rng;
     use rand::SeedableRng;
+    use rand::rngs::SmallRng;
 
     #[test]
     fn subject_distance_of_cameras_looking_at_a_point_is_their_distance() {

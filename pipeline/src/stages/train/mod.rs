@@ -12,6 +12,7 @@
 //! - [`gaussians`]: the parameter tensors and their optimizer state;
 //! - [`store`]: where they live during training (burn tensors on the CPU, or resident on a GPU);
 //! - [`checkpoint`]: the loop's whole state in one file, for resuming after a crash or a signal;
+//! - [`rng`]: the seeded RNG with a draw count, so a checkpoint can restore its position;
 //! - [`eval`]: PSNR/SSIM on held-out views, PNGs, `metrics.json` (with loss, held-out PSNR and
 //!   splat-count curves), `loss.svg`.
 //!
@@ -20,11 +21,10 @@
 //! stops training with [`crate::Error::Numeric`]; nothing panics on NaN.
 //!
 //! # Determinism
-//! Every random choice comes from a `SmallRng` seeded with [`TrainParams::seed`]: initialisation
-//! from the seed itself, and each step's choices (view order, split samples) from
-//! [`step_rng`]`(seed, step)`, so that a run resumed from a checkpoint draws what an uninterrupted
-//! one would. The CPU rasterizer is deterministic, so the same inputs and seed give the same splats
-//! and metrics, resumed or not.
+//! Every random choice (init, view order, split samples) comes from one stream seeded with
+//! [`TrainParams::seed`] ([`rng::TrainRng`]); a checkpoint records its position, so a resumed run
+//! draws what an uninterrupted one would. The CPU rasterizer is deterministic, so the same inputs
+//! and seed give the same splats and metrics, resumed or not.
 
 pub mod adam;
 pub mod checkpoint;
@@ -35,6 +35,7 @@ pub mod init;
 pub mod loss;
 pub mod op;
 pub mod params;
+pub mod rng;
 pub mod store;
 
 use std::path::Path;
@@ -42,8 +43,6 @@ use std::time::Instant;
 
 use kiln_formats::splats::GaussianSplats;
 use kiln_kernels::{Camera, RenderOptions, Renderer};
-use rand::SeedableRng;
-use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 
 pub use init::InitPoints;
@@ -218,7 +217,7 @@ fn prune_non_finite(
     g: &mut Gaussians,
     adam: &mut GaussiansAdam,
     stats: &mut DensityStats,
-    rng: &mut SmallRng,
+    rng: &mut impl rand::Rng,
 ) -> Option<GaussianSplats> {
     if g.all_finite() {
         return None;
@@ -297,16 +296,6 @@ pub struct CheckpointPolicy {
     pub stop: fn() -> bool,
 }
 
-/// The RNG of step `step` (1-based) of a run seeded with `seed`: SplitMix-style mixing of the two
-/// into one `SmallRng` seed, so steps draw independent streams and a resumed run draws the same
-/// numbers as an uninterrupted one.
-pub fn step_rng(seed: u64, step: usize) -> SmallRng {
-    let mut z = seed ^ (step as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    SmallRng::seed_from_u64(z ^ (z >> 31))
-}
-
 /// [`train_on`] with checkpoints: with a `checkpoint` policy, a checkpoint with the same key is
 /// resumed from (the result is the same, bit for bit on the CPU, as an uninterrupted run), a
 /// checkpoint is written every [`TrainParams::checkpoint_every`] steps, and when the policy's
@@ -344,7 +333,7 @@ pub fn train_checkpointed(
         .map(|c| c.width.max(c.height))
         .max()
         .unwrap_or(1);
-    let mut rng = SmallRng::seed_from_u64(params.seed);
+    let mut rng = rng::TrainRng::new(params.seed);
 
     let host_init = match &init {
         Some(points) if !points.positions.is_empty() && params.init == Init::Auto => {
@@ -431,13 +420,13 @@ pub fn train_checkpointed(
             final_loss = l.final_loss.unwrap_or(f64::NAN);
             timing_sum = l.timing_sum;
             train_s_before = l.train_s;
+            rng = rng::TrainRng::restore(params.seed, l.rng_draws);
             log_mark.1 = l.step;
         }
     }
     let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
     for step in first_step..=params.steps {
         let step_clock = Instant::now();
-        let mut rng = step_rng(params.seed, step);
         let sh_degree = match params.sh_increase_every {
             0 => params.sh_degree,
             every => params.sh_degree.min((step / every) as u32),
@@ -575,6 +564,7 @@ pub fn train_checkpointed(
                         final_loss: Some(final_loss),
                         timing_sum,
                         train_s: train_s_before + train_started.elapsed().as_secs_f64(),
+                        rng_draws: rng.draws(),
                     },
                 };
                 checkpoint::write(&policy.path, &c)?;
@@ -597,7 +587,6 @@ pub fn train_checkpointed(
     let steps_per_s = params.steps as f64 / train_s.max(1e-9);
 
     // Final clean-up: drop non-finite and fully transparent splats, normalise quaternions.
-    let mut rng = step_rng(params.seed, params.steps + 1);
     let host = store.with_host(|g, adam| {
         prune_non_finite(g, adam, &mut stats, &mut rng).unwrap_or_else(|| g.to_host())
     })?;
@@ -718,6 +707,8 @@ fn finalize(host: GaussianSplats) -> GaussianSplats {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::SeedableRng;
+    use rand::rngs::SmallRng;
 
     fn view(name: &str) -> TrainView {
         TrainView {
