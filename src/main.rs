@@ -61,13 +61,21 @@ async fn watch_signals() {
             _ = int.recv() => {}
             _ = term.recv() => {}
         }
-        if asked || !kiln_pipeline::interrupt::request_stop() {
+        if asked {
+            eprintln!("\nstopped at once (a training step in progress is lost)");
+            std::process::exit(130);
+        }
+        if !kiln_pipeline::interrupt::request_stop() {
+            eprintln!(
+                "\nstopped: this stage cannot checkpoint, so it will run again from its start; \
+                 the stages finished before it are kept"
+            );
             std::process::exit(130);
         }
         asked = true;
         eprintln!(
-            "\nstopping after the current training step and writing a checkpoint \
-             (send the signal again to quit at once)"
+            "\nstopping after the current training step and writing a checkpoint, or, if \
+             training is done, after the stage is saved (send the signal again to quit at once)"
         );
     }
 }

@@ -53,12 +53,12 @@ pub enum Error {
         step: usize,
         problem: String,
     },
-    /// Stopped by SIGINT/SIGTERM ([`crate::interrupt`]) after `step`; `resume` says how to go on
-    /// (the checkpoint written, or that there is none).
-    #[error("stage `{stage}`: stopped by a signal after step {step}; {resume}")]
+    /// Stopped by SIGINT/SIGTERM ([`crate::interrupt`]): `at` says where (e.g. "after step 51",
+    /// "before it started"), `resume` how to go on (the checkpoint written, or what is kept).
+    #[error("stage `{stage}`: stopped by a signal {at}; {resume}")]
     Interrupted {
         stage: &'static str,
-        step: usize,
+        at: String,
         resume: String,
     },
 }

@@ -160,6 +160,13 @@ pub async fn run_stage(
     done: &HashMap<StageKind, StageOutcome>,
 ) -> Result<StageOutcome> {
     let kind = node.kind;
+    if crate::interrupt::stop_requested() {
+        return Err(Error::Interrupted {
+            stage: kind.name(),
+            at: "before it started".into(),
+            resume: "the stages finished so far are kept: run the same job again to go on".into(),
+        });
+    }
     let mut meter = Meter::start("cpu", 0);
     let mut bytes_read = 0u64;
     let mut fetched_input: Option<PathBuf> = None;

@@ -135,6 +135,23 @@ pub fn write(path: &Path, ckpt: &Checkpoint) -> crate::Result<()> {
     Ok(())
 }
 
+/// Removes temporary files that an interrupted [`write`] left beside `path` (a process killed
+/// while writing cannot remove its own). Best effort: failures are ignored.
+pub fn remove_stale_temporaries(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let prefix = format!(".{}.tmp-", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 /// Reads a checkpoint written by [`write`].
 ///
 /// # Errors
@@ -171,6 +188,13 @@ pub fn read(path: &Path) -> crate::Result<Checkpoint> {
     let (n, k) = (header.n, header.k);
     if ![1, 4, 9, 16].contains(&k) {
         return Err(bad("header.k", format!("{k} is not 1, 4, 9 or 16")));
+    }
+    // Every splat takes more than 4 bytes of arrays: bounds `n` before any size arithmetic.
+    if n > body.len() / 4 {
+        return Err(bad(
+            "header.n",
+            format!("{n} splats cannot fit in a {} byte file", bytes.len()),
+        ));
     }
     let lens = group_lens(n, k);
     let floats: usize = 3 * lens.iter().sum::<usize>() + 2 * n;
@@ -280,6 +304,27 @@ mod tests {
     }
 
     #[test]
+    fn temporaries_of_an_interrupted_write_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        for name in [
+            ".train.ckpt.tmp-123",
+            ".train.ckpt.tmp-9",
+            "keep.txt",
+            FILE_NAME,
+        ] {
+            std::fs::write(dir.path().join(name), b"x").unwrap();
+        }
+        remove_stale_temporaries(&path);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, vec!["keep.txt".to_string(), FILE_NAME.to_string()]);
+    }
+
+    #[test]
     fn truncated_or_foreign_files_are_clear_errors_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(FILE_NAME);
@@ -294,6 +339,18 @@ mod tests {
         std::fs::write(&path, b"PLY not a checkpoint at all").unwrap();
         let e = read(&path).unwrap_err().to_string();
         assert!(e.contains("magic"), "{e}");
+        // A header claiming an absurd splat count is refused before any size arithmetic.
+        let header_len = u64::from_le_bytes(bytes[12..20].try_into().unwrap()) as usize;
+        let mut h: serde_json::Value = serde_json::from_slice(&bytes[20..20 + header_len]).unwrap();
+        h["n"] = serde_json::json!(1u64 << 62);
+        let json = serde_json::to_vec(&h).unwrap();
+        let mut crafted = bytes[..12].to_vec();
+        crafted.extend_from_slice(&(json.len() as u64).to_le_bytes());
+        crafted.extend_from_slice(&json);
+        crafted.extend_from_slice(&bytes[20 + header_len..]);
+        std::fs::write(&path, &crafted).unwrap();
+        let e = read(&path).unwrap_err().to_string();
+        assert!(e.contains("header.n"), "{e}");
         let mut wrong = bytes.clone();
         wrong[8] = 9;
         std::fs::write(&path, &wrong).unwrap();

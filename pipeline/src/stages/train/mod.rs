@@ -396,12 +396,18 @@ pub fn train_checkpointed(
     let mut first_step = 1;
     // While a checkpointed run is going, SIGINT/SIGTERM ask it to stop instead of killing it.
     let resumable = checkpoint.map(|_| crate::interrupt::Checkpointable::begin());
+    if let Some(policy) = checkpoint {
+        checkpoint::remove_stale_temporaries(&policy.path);
+    }
     if let Some(policy) = checkpoint.filter(|p| p.path.exists()) {
         let c = checkpoint::read(&policy.path)?;
         if c.key != policy.key {
             tracing::warn!(checkpoint = %policy.path.display(),
                 "train: ignoring a checkpoint of another configuration (it will be overwritten)");
-        } else if c.state.step >= params.steps || c.params.k != k_init {
+        } else if c.state.step >= params.steps
+            || c.params.k != k_init
+            || c.state.order.iter().any(|&i| i >= train_views.len())
+        {
             tracing::warn!(checkpoint = %policy.path.display(), step = c.state.step,
                 "train: ignoring a checkpoint that does not fit this run");
         } else {
@@ -570,10 +576,12 @@ pub fn train_checkpointed(
                 checkpoint::write(&policy.path, &c)?;
                 tracing::debug!(step, path = %policy.path.display(), "train: checkpoint written");
             }
-            if stop {
+            // A stop during the last step lets the stage finish (no checkpoint is needed); the
+            // job then stops before its next stage (`run::run_stage`).
+            if stop && step < params.steps {
                 return Err(crate::Error::Interrupted {
                     stage: STAGE,
-                    step,
+                    at: format!("after step {step}"),
                     resume: format!(
                         "checkpoint written to {}; run the same job again to resume",
                         policy.path.display()
@@ -582,7 +590,6 @@ pub fn train_checkpointed(
             }
         }
     }
-    drop(resumable);
     let train_s = train_s_before + train_started.elapsed().as_secs_f64();
     let steps_per_s = params.steps as f64 / train_s.max(1e-9);
 
@@ -671,6 +678,8 @@ pub fn train_checkpointed(
         wall_s,
         "train: done"
     );
+    // Held to here: a signal during the final evaluation lets the stage finish and be kept.
+    drop(resumable);
     Ok((splats, report))
 }
 
@@ -818,7 +827,7 @@ mod tests {
         let err = run(&stopped, "out-b", &stop_at_13).unwrap_err();
         STOP_RESUME_TEST.store(false, SeqCst);
         assert!(
-            matches!(err, crate::Error::Interrupted { step: 13, .. }),
+            matches!(&err, crate::Error::Interrupted { at, .. } if at == "after step 13"),
             "{err}"
         );
         assert!(err.to_string().contains("resume"), "{err}");
@@ -828,6 +837,17 @@ mod tests {
         assert_eq!(report_a.psnr_db, report_b.psnr_db);
         assert_eq!(report_a.steps, report_b.steps);
         assert_eq!(report_a.final_loss, report_b.final_loss);
+
+        // A stop requested during the last step lets the run finish (nothing would be gained by
+        // a checkpoint of a finished run).
+        let stop_at_end = |step: usize, _: usize, _: f64| {
+            if step == 30 {
+                STOP_RESUME_TEST.store(true, SeqCst);
+            }
+        };
+        let finished = run(&policy("d", resume_test_stop), "out-d", &stop_at_end);
+        STOP_RESUME_TEST.store(false, SeqCst);
+        assert_eq!(finished.unwrap().0, splats_a);
 
         // A checkpoint with another key is ignored: the run starts from step 1 and gets the same
         // result again.

@@ -116,7 +116,9 @@ pub struct TrainParams {
     pub lr_logit_opacities: f64,
     /// Learning rate of the SH DC coefficient (INRIA 2.5e-3); higher bands use it / 20.
     pub lr_sh_dc: f64,
-    /// Log progress with `tracing::info!` every this many steps. Default 100.
+    /// Log progress with `tracing::info!` every this many steps. Default 100. Logging only, so not
+    /// part of the stage's cache key.
+    #[serde(skip_serializing)]
     pub log_every: usize,
     /// Write a checkpoint (parameters, Adam moments, statistics) every this many steps when the
     /// run has a checkpoint file (job runs do); 0 = only when stopped by a signal. Default 500.
