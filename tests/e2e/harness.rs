@@ -91,12 +91,16 @@ pub fn dataset(name: &str) -> PathBuf {
     kiln_datasets::resolve(name).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// All files under `dir` with extension `ext`.
+/// All files under `dir` with extension `ext`. A folder that vanishes during the walk (a running
+/// job renaming `<stage>.partial/`) is skipped.
 pub fn files_with_ext(dir: &Path, ext: &str) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);

@@ -190,20 +190,9 @@ fn maupertuis_colmap_job_initialises_from_sfm_points() {
     assert!(sb.path().join("out/maup/manifest.json").exists());
 }
 
-/// Finds `name` anywhere under `dir`.
-fn find_file(dir: &std::path::Path, name: &str) -> Option<std::path::PathBuf> {
-    for entry in std::fs::read_dir(dir).ok()?.flatten() {
-        let p = entry.path();
-        if p.file_name().is_some_and(|n| n == name) {
-            return Some(p);
-        }
-        if p.is_dir()
-            && let Some(found) = find_file(&p, name)
-        {
-            return Some(found);
-        }
-    }
-    None
+/// The train stage's checkpoint (`train.ckpt`) anywhere under `dir`, if there is one.
+fn find_checkpoint(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    files_with_ext(dir, "ckpt").into_iter().next()
 }
 
 /// Starts `kiln run JOB` in the sandbox and waits (up to 5 minutes) until the train stage has
@@ -220,7 +209,7 @@ fn run_until_checkpoint(sb: &Sandbox, job: &std::path::Path) -> std::process::Ch
         .spawn()
         .expect("start kiln run");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
-    while find_file(sb.path(), "train.ckpt").is_none() {
+    while find_checkpoint(sb.path()).is_none() {
         if let Ok(Some(status)) = child.try_wait() {
             panic!("kiln run ended ({status}) before writing a checkpoint");
         }
@@ -262,7 +251,7 @@ fn killed_or_interrupted_training_resumes_from_its_checkpoint() {
     ok(&reference.kiln(&["run", job(&reference).to_str().unwrap()]));
     let (psnr_ref, steps_ref) = published_psnr(&reference, "fox");
     assert!(
-        find_file(reference.path(), "train.ckpt").is_none(),
+        find_checkpoint(reference.path()).is_none(),
         "a finished stage removes its checkpoint"
     );
 
@@ -300,7 +289,7 @@ fn killed_or_interrupted_training_resumes_from_its_checkpoint() {
         err.contains("stopped by a signal") && err.contains("run the same job again to resume"),
         "{err}"
     );
-    assert!(find_file(interrupted.path(), "train.ckpt").is_some());
+    assert!(find_checkpoint(interrupted.path()).is_some());
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["run", job_i.to_str().unwrap()])
         .env("KILN_HOME", interrupted.path())

@@ -131,6 +131,16 @@ pub fn degree_of_k(k: usize) -> u32 {
     }
 }
 
+/// `[K]` per-coefficient SH learning-rate factors: 1 for the DC coefficient, 1/20 for the higher
+/// bands (INRIA `scene/gaussian_model.py`, `feature_lr / 20.0`).
+pub fn sh_lr_scale(k: usize) -> Vec<f32> {
+    let mut scale = vec![1.0f32 / 20.0; k];
+    if let Some(dc) = scale.first_mut() {
+        *dc = 1.0;
+    }
+    scale
+}
+
 /// Adam states of the five groups plus the per-band SH learning-rate multiplier.
 #[derive(Debug, Clone)]
 pub struct GaussiansAdam {
@@ -174,11 +184,6 @@ impl GaussiansAdam {
 
     /// Zero moments for `g`.
     pub fn new(g: &Gaussians) -> Self {
-        let k = g.sh_coeffs_per_channel();
-        let mut scale = vec![1.0f32 / 20.0; k];
-        if let Some(dc) = scale.first_mut() {
-            *dc = 1.0;
-        }
         Self {
             config: AdamConfig::default(),
             means: AdamState::zeros_like(&g.means),
@@ -186,7 +191,7 @@ impl GaussiansAdam {
             rotations: AdamState::zeros_like(&g.rotations),
             logit_opacities: AdamState::zeros_like(&g.logit_opacities),
             sh_coeffs: AdamState::zeros_like(&g.sh_coeffs),
-            sh_lr_scale: scale,
+            sh_lr_scale: sh_lr_scale(g.sh_coeffs_per_channel()),
         }
     }
 

@@ -18,7 +18,7 @@ use kiln_kernels::cuda::train::{GpuTrainState, HostTrainState, TrainStep};
 use kiln_kernels::{RenderOptions, Renderer};
 
 use super::adam::AdamConfig;
-use super::gaussians::{GaussianGrads, Gaussians, GaussiansAdam};
+use super::gaussians::{GaussianGrads, Gaussians, GaussiansAdam, sh_lr_scale};
 use super::params::TrainParams;
 use super::{STAGE, StepTimings, TrainView};
 
@@ -39,8 +39,6 @@ pub enum ParamStore {
         state: GpuTrainState,
         /// β1, β2, ε.
         config: AdamConfig,
-        /// `[K]` SH learning-rate factors (for rebuilding the host form).
-        sh_lr_scale: Vec<f32>,
     },
 }
 
@@ -94,11 +92,7 @@ fn host_state(g: &Gaussians, adam: &GaussiansAdam) -> HostTrainState {
     }
 }
 
-fn from_host_state(
-    s: HostTrainState,
-    config: AdamConfig,
-    sh_lr_scale: &[f32],
-) -> (Gaussians, GaussiansAdam) {
+fn from_host_state(s: HostTrainState, config: AdamConfig) -> (Gaussians, GaussiansAdam) {
     let [means, log_scales, rotations, logit_opacities, sh_coeffs] = s.groups;
     let g = Gaussians::from_host(&GaussianSplats {
         means,
@@ -110,7 +104,6 @@ fn from_host_state(
     });
     let mut adam = GaussiansAdam::new(&g);
     adam.config = config;
-    debug_assert_eq!(adam.sh_lr_scale(), sh_lr_scale);
     let [m0, m1, m2, m3, m4] = s.m;
     let [v0, v1, v2, v3, v4] = s.v;
     for (a, m, v, t) in [
@@ -136,13 +129,14 @@ impl ParamStore {
         match renderer {
             Renderer::Cpu => Ok(Self::Host { g, adam }),
             Renderer::Gpu(gpu) => {
-                let sh_lr_scale = adam.sh_lr_scale().to_vec();
-                let state =
-                    GpuTrainState::upload(Arc::clone(gpu), &host_state(&g, &adam), &sh_lr_scale)?;
+                let state = GpuTrainState::upload(
+                    Arc::clone(gpu),
+                    &host_state(&g, &adam),
+                    adam.sh_lr_scale(),
+                )?;
                 Ok(Self::Device {
                     state,
                     config: adam.config,
-                    sh_lr_scale,
                 })
             }
         }
@@ -153,21 +147,15 @@ impl ParamStore {
     /// # Errors
     /// [`crate::Error::Kernel`] when the arrays are inconsistent or the device cannot hold them.
     pub fn from_state(renderer: &Renderer, s: HostTrainState) -> crate::Result<Self> {
-        let k = s.k;
-        let mut sh_lr_scale = vec![1.0f32 / 20.0; k];
-        if let Some(dc) = sh_lr_scale.first_mut() {
-            *dc = 1.0;
-        }
         let config = AdamConfig::default();
         match renderer {
             Renderer::Cpu => {
-                let (g, adam) = from_host_state(s, config, &sh_lr_scale);
+                let (g, adam) = from_host_state(s, config);
                 Ok(Self::Host { g, adam })
             }
             Renderer::Gpu(gpu) => Ok(Self::Device {
-                state: GpuTrainState::upload(Arc::clone(gpu), &s, &sh_lr_scale)?,
+                state: GpuTrainState::upload(Arc::clone(gpu), &s, &sh_lr_scale(s.k))?,
                 config,
-                sh_lr_scale,
             }),
         }
     }
@@ -241,12 +229,8 @@ impl ParamStore {
     ) -> crate::Result<R> {
         match self {
             Self::Host { g, adam } => Ok(f(g, adam)),
-            Self::Device {
-                state,
-                config,
-                sh_lr_scale,
-            } => {
-                let (mut g, mut adam) = from_host_state(state.download()?, *config, sh_lr_scale);
+            Self::Device { state, config } => {
+                let (mut g, mut adam) = from_host_state(state.download()?, *config);
                 let r = f(&mut g, &mut adam);
                 state.replace(&host_state(&g, &adam))?;
                 Ok(r)
@@ -417,7 +401,7 @@ mod tests {
         adam.rotations.t = 7;
         let s = host_state(&g, &adam);
         assert_eq!(s.t, [0, 0, 7, 0, 0]);
-        let (g2, adam2) = from_host_state(s.clone(), adam.config, adam.sh_lr_scale());
+        let (g2, adam2) = from_host_state(s.clone(), adam.config);
         assert_eq!(g2.to_host(), splats);
         assert_eq!(host_state(&g2, &adam2), s);
     }
