@@ -59,4 +59,20 @@ pub enum Error {
         #[source]
         source: Box<kiln_pipeline::Error>,
     },
+    /// No queued job with this id (or it belongs to another team).
+    #[error("job `{job_id}` is not in the queue {db}; `kiln jobs` lists the queued jobs")]
+    NotInQueue { job_id: String, db: String },
+    /// A submission was refused (nothing was queued).
+    #[error("job not queued: {message}")]
+    Submit { message: String },
+    /// The worker's lease on a stage attempt was lost (it expired and another worker took the
+    /// stage, or the job was cancelled): its results are refused so work is committed once.
+    #[error(
+        "job `{job_id}`, stage `{stage}`: lease with fencing token {token} is no longer held (it expired or the job was cancelled); this attempt's result is discarded"
+    )]
+    LeaseLost {
+        job_id: String,
+        stage: String,
+        token: i64,
+    },
 }

@@ -5,72 +5,19 @@
 //! `--db PATH` or `KILN_DB` overrides it. The schema is created on open (idempotent).
 
 use std::path::Path;
-use std::str::FromStr;
 
 use kiln_pipeline::meter::StageUsage;
 use serde::{Deserialize, Serialize};
 use sqlx::Row;
-use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
+use sqlx::any::AnyRow;
 
-use crate::{Error, Result};
-
-const SCHEMA: &[&str] = &[
-    "CREATE TABLE IF NOT EXISTS jobs (
-        id TEXT PRIMARY KEY,
-        name TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        input TEXT NOT NULL,
-        output TEXT NOT NULL,
-        spec TEXT NOT NULL,
-        state TEXT NOT NULL CHECK (state IN ('running', 'succeeded', 'failed')),
-        created_at TEXT NOT NULL,
-        finished_at TEXT,
-        error TEXT
-    )",
-    "CREATE TABLE IF NOT EXISTS stage_attempts (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        job_id TEXT NOT NULL REFERENCES jobs(id),
-        stage TEXT NOT NULL,
-        attempt INTEGER NOT NULL,
-        state TEXT NOT NULL CHECK (state IN ('running', 'succeeded', 'failed', 'cached')),
-        device TEXT NOT NULL,
-        stage_key TEXT,
-        started_at TEXT NOT NULL,
-        wall_s REAL NOT NULL DEFAULT 0,
-        cpu_s REAL NOT NULL DEFAULT 0,
-        gpu_s REAL NOT NULL DEFAULT 0,
-        bytes_read INTEGER NOT NULL DEFAULT 0,
-        bytes_written INTEGER NOT NULL DEFAULT 0,
-        summary TEXT,
-        error TEXT
-    )",
-    "CREATE INDEX IF NOT EXISTS stage_attempts_job ON stage_attempts(job_id)",
-];
-
-/// Columns added after the first schema: `(name, ALTER statement)`, added to older ledgers on
-/// open (the statements are constants: no dynamic SQL).
-const ADDED_STAGE_COLUMNS: &[(&str, &str)] = &[
-    // Busy GPU-seconds from NVML sampling; NULL when not measured.
-    (
-        "gpu_busy_s",
-        "ALTER TABLE stage_attempts ADD COLUMN gpu_busy_s REAL",
-    ),
-    // GPU name and total memory in bytes; NULL on the CPU.
-    (
-        "device_name",
-        "ALTER TABLE stage_attempts ADD COLUMN device_name TEXT",
-    ),
-    (
-        "device_memory_bytes",
-        "ALTER TABLE stage_attempts ADD COLUMN device_memory_bytes INTEGER",
-    ),
-];
+use crate::Result;
+use crate::db::Db;
 
 /// An open ledger.
 #[derive(Debug, Clone)]
 pub struct Ledger {
-    pool: SqlitePool,
-    path: String,
+    db: Db,
 }
 
 /// One stage attempt as stored.
@@ -121,57 +68,41 @@ impl Ledger {
     /// Open (creating if missing) the SQLite ledger at `path`.
     ///
     /// # Errors
-    /// [`Error::Ledger`] naming the path when the file cannot be created or is not a Kiln ledger.
+    /// [`crate::Error::Ledger`] naming the path when the file cannot be created or is not a Kiln
+    /// ledger; [`crate::Error::Io`] when its folder cannot be created.
     pub async fn open(path: &Path) -> Result<Ledger> {
-        let shown = path.display().to_string();
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| Error::Io {
-                path: dir.into(),
-                source,
-            })?;
-        }
-        let err = |source| Error::Ledger {
-            path: shown.clone(),
-            source,
-        };
-        let opts = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))
-            .map_err(err)?
-            .create_if_missing(true)
-            .busy_timeout(std::time::Duration::from_secs(10));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(opts)
-            .await
-            .map_err(err)?;
-        for stmt in SCHEMA {
-            sqlx::query(*stmt).execute(&pool).await.map_err(err)?;
-        }
-        let existing: Vec<String> =
-            sqlx::query("SELECT name FROM pragma_table_info('stage_attempts')")
-                .fetch_all(&pool)
-                .await
-                .map_err(err)?
-                .iter()
-                .map(|r| r.get::<String, _>("name"))
-                .collect();
-        for (name, alter) in ADDED_STAGE_COLUMNS {
-            if !existing.iter().any(|c| c == name) {
-                sqlx::query(*alter).execute(&pool).await.map_err(err)?;
-            }
-        }
-        Ok(Ledger { pool, path: shown })
+        Ok(Ledger {
+            db: Db::open_sqlite(path).await?,
+        })
     }
 
-    /// The ledger's file path, for messages.
+    /// Open the ledger at `target`: an SQLite path or a `postgres://` URL (see [`Db::open`]).
+    ///
+    /// # Errors
+    /// As [`Db::open`].
+    pub async fn connect(target: &str) -> Result<Ledger> {
+        Ok(Ledger {
+            db: Db::open(target).await?,
+        })
+    }
+
+    /// The ledger in an already open database (the queue's).
+    pub fn with_db(db: Db) -> Ledger {
+        Ledger { db }
+    }
+
+    /// The database behind this ledger.
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// The ledger's file path or URL (password redacted), for messages.
     pub fn path(&self) -> &str {
-        &self.path
+        self.db.shown()
     }
 
-    fn err(&self) -> impl Fn(sqlx::Error) -> Error + '_ {
-        |source| Error::Ledger {
-            path: self.path.clone(),
-            source,
-        }
+    fn err(&self) -> impl Fn(sqlx::Error) -> crate::Error + '_ {
+        self.db.err()
     }
 
     /// Record a new running job.
@@ -187,9 +118,9 @@ impl Ledger {
         output: &str,
         spec: &str,
     ) -> Result<()> {
-        sqlx::query("INSERT INTO jobs (id, name, kind, input, output, spec, state, created_at) VALUES (?, ?, ?, ?, ?, ?, 'running', ?)")
+        sqlx::query("INSERT INTO jobs (id, name, kind, input, output, spec, state, created_at) VALUES ($1, $2, $3, $4, $5, $6, 'running', $7)")
             .bind(id).bind(name).bind(kind).bind(input).bind(output).bind(spec).bind(now())
-            .execute(&self.pool).await.map_err(self.err())?;
+            .execute(&self.db.pool).await.map_err(self.err())?;
         Ok(())
     }
 
@@ -203,12 +134,12 @@ impl Ledger {
         } else {
             "succeeded"
         };
-        sqlx::query("UPDATE jobs SET state = ?, finished_at = ?, error = ? WHERE id = ?")
+        sqlx::query("UPDATE jobs SET state = $1, finished_at = $2, error = $3 WHERE id = $4")
             .bind(state)
             .bind(now())
             .bind(error)
             .bind(id)
-            .execute(&self.pool)
+            .execute(&self.db.pool)
             .await
             .map_err(self.err())?;
         Ok(())
@@ -220,17 +151,17 @@ impl Ledger {
     /// [`Error::Ledger`].
     pub async fn start_stage(&self, job_id: &str, stage: &str, device: &str) -> Result<i64> {
         let attempt: i64 =
-            sqlx::query("SELECT COUNT(*) FROM stage_attempts WHERE job_id = ? AND stage = ?")
+            sqlx::query("SELECT COUNT(*) FROM stage_attempts WHERE job_id = $1 AND stage = $2")
                 .bind(job_id)
                 .bind(stage)
-                .fetch_one(&self.pool)
+                .fetch_one(&self.db.pool)
                 .await
                 .map_err(self.err())?
                 .get::<i64, _>(0)
                 + 1;
-        let row = sqlx::query("INSERT INTO stage_attempts (job_id, stage, attempt, state, device, started_at) VALUES (?, ?, ?, 'running', ?, ?) RETURNING id")
+        let row = sqlx::query("INSERT INTO stage_attempts (job_id, stage, attempt, state, device, started_at) VALUES ($1, $2, $3, 'running', $4, $5) RETURNING id")
             .bind(job_id).bind(stage).bind(attempt).bind(device).bind(now())
-            .fetch_one(&self.pool).await.map_err(self.err())?;
+            .fetch_one(&self.db.pool).await.map_err(self.err())?;
         Ok(row.get::<i64, _>(0))
     }
 
@@ -247,25 +178,25 @@ impl Ledger {
         summary: Option<&serde_json::Value>,
         error: Option<&str>,
     ) -> Result<()> {
-        sqlx::query("UPDATE stage_attempts SET state = ?, stage_key = ?, device = ?, wall_s = ?, cpu_s = ?, gpu_s = ?, bytes_read = ?, bytes_written = ?, summary = ?, error = ?, gpu_busy_s = ?, device_name = ?, device_memory_bytes = ? WHERE id = ?")
+        sqlx::query("UPDATE stage_attempts SET state = $1, stage_key = $2, device = $3, wall_s = $4, cpu_s = $5, gpu_s = $6, bytes_read = $7, bytes_written = $8, summary = $9, error = $10, gpu_busy_s = $11, device_name = $12, device_memory_bytes = $13 WHERE id = $14")
             .bind(state).bind(key).bind(&usage.device).bind(usage.wall_s).bind(usage.cpu_s).bind(usage.gpu_s)
             .bind(usage.bytes_read as i64).bind(usage.bytes_written as i64)
             .bind(summary.map(|s| s.to_string())).bind(error)
             .bind(usage.gpu_busy_s).bind(usage.device_name.as_deref())
             .bind(usage.device_memory_bytes.map(|b| b as i64))
             .bind(attempt_id)
-            .execute(&self.pool).await.map_err(self.err())?;
+            .execute(&self.db.pool).await.map_err(self.err())?;
         Ok(())
     }
 
     /// The job `id`.
     ///
     /// # Errors
-    /// [`Error::NoSuchJob`] when absent; [`Error::Ledger`].
+    /// [`crate::Error::NoSuchJob`] when absent; [`Error::Ledger`].
     pub async fn job(&self, id: &str) -> Result<JobRow> {
-        let row = sqlx::query("SELECT id, name, kind, input, output, state, created_at, finished_at, error FROM jobs WHERE id = ?")
-            .bind(id).fetch_optional(&self.pool).await.map_err(self.err())?
-            .ok_or_else(|| Error::NoSuchJob { job_id: id.into(), path: self.path.clone() })?;
+        let row = sqlx::query("SELECT id, name, kind, input, output, state, created_at, finished_at, error FROM jobs WHERE id = $1")
+            .bind(id).fetch_optional(&self.db.pool).await.map_err(self.err())?
+            .ok_or_else(|| crate::Error::NoSuchJob { job_id: id.into(), path: self.path().to_string() })?;
         Ok(job_row(&row))
     }
 
@@ -275,7 +206,7 @@ impl Ledger {
     /// [`Error::Ledger`].
     pub async fn jobs(&self) -> Result<Vec<JobRow>> {
         let rows = sqlx::query("SELECT id, name, kind, input, output, state, created_at, finished_at, error FROM jobs ORDER BY created_at DESC, id DESC")
-            .fetch_all(&self.pool).await.map_err(self.err())?;
+            .fetch_all(&self.db.pool).await.map_err(self.err())?;
         Ok(rows.iter().map(job_row).collect())
     }
 
@@ -284,8 +215,8 @@ impl Ledger {
     /// # Errors
     /// [`Error::Ledger`].
     pub async fn stages(&self, id: &str) -> Result<Vec<StageRow>> {
-        let rows = sqlx::query("SELECT stage, attempt, state, device, wall_s, cpu_s, gpu_s, bytes_read, bytes_written, summary, error, gpu_busy_s, device_name, device_memory_bytes FROM stage_attempts WHERE job_id = ? ORDER BY id")
-            .bind(id).fetch_all(&self.pool).await.map_err(self.err())?;
+        let rows = sqlx::query("SELECT stage, attempt, state, device, wall_s, cpu_s, gpu_s, bytes_read, bytes_written, summary, error, gpu_busy_s, device_name, device_memory_bytes FROM stage_attempts WHERE job_id = $1 ORDER BY id")
+            .bind(id).fetch_all(&self.db.pool).await.map_err(self.err())?;
         Ok(rows
             .iter()
             .map(|r| StageRow {
@@ -300,7 +231,7 @@ impl Ledger {
                 bytes_written: r.get("bytes_written"),
                 summary: r
                     .get::<Option<String>, _>("summary")
-                    .and_then(|s| serde_json::from_str(&s).ok()),
+                    .and_then(|s: String| serde_json::from_str(&s).ok()),
                 error: r.get("error"),
                 gpu_busy_s: r.get("gpu_busy_s"),
                 device_name: r.get("device_name"),
@@ -310,7 +241,7 @@ impl Ledger {
     }
 }
 
-fn job_row(r: &sqlx::sqlite::SqliteRow) -> JobRow {
+fn job_row(r: &AnyRow) -> JobRow {
     JobRow {
         id: r.get("id"),
         name: r.get("name"),
@@ -343,13 +274,18 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join("old.sqlite");
         {
+            use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+            use std::str::FromStr;
             let opts = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))
                 .unwrap()
                 .create_if_missing(true);
             let pool = SqlitePoolOptions::new().connect_with(opts).await.unwrap();
-            for stmt in SCHEMA {
-                sqlx::query(*stmt).execute(&pool).await.unwrap();
-            }
+            // The ledger as written before migrations existed: the first schema, no
+            // `_sqlx_migrations` table, no GPU columns.
+            sqlx::raw_sql(include_str!("../migrations/sqlite/0001_ledger.sql"))
+                .execute(&pool)
+                .await
+                .unwrap();
             sqlx::query("INSERT INTO jobs (id, name, kind, input, output, spec, state, created_at) VALUES ('old', 'n', 'capture', 'i', 'o', '{}', 'succeeded', '2026-01-01T00:00:00Z')")
                 .execute(&pool).await.unwrap();
             sqlx::query("INSERT INTO stage_attempts (job_id, stage, attempt, state, device, started_at, wall_s) VALUES ('old', 'train', 1, 'succeeded', 'cpu', '2026-01-01T00:00:00Z', 3.5)")

@@ -1,9 +1,11 @@
 //! kiln-jobs: job specs (TOML), the job runner over the pipeline DAG, and the per-job ledger
 //! (embedded SQLite through sqlx) with its reports.
 
+pub mod db;
 pub mod error;
 pub mod job_page;
 pub mod ledger;
+pub mod queue;
 pub mod regress;
 pub mod report;
 pub mod runner;

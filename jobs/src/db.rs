@@ -1,0 +1,248 @@
+//! The one database behind the ledger and the job queue: an SQLite file (the default, for one
+//! machine) or PostgreSQL (a `postgres://` URL, for workers on many machines), through sqlx's
+//! `Any` driver with runtime-checked queries, so no database is needed to build.
+//!
+//! Both backends get the same tables from the versioned migrations under `jobs/migrations/`
+//! (one folder per backend, same version numbers; applied on open by sqlx's migrator, which takes
+//! an advisory lock on PostgreSQL so workers starting together migrate once). Queries are written
+//! once, with `$1` placeholders, which both backends accept.
+
+use std::borrow::Cow;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::AnyPool;
+use sqlx::SqlSafeStr;
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+
+use crate::{Error, Result};
+
+/// Which database a [`Db`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// An open, migrated database.
+#[derive(Debug, Clone)]
+pub struct Db {
+    pub(crate) pool: AnyPool,
+    backend: Backend,
+    /// Where it is, for messages (a path, or the URL without its password).
+    shown: String,
+}
+
+const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "ledger",
+        include_str!("../migrations/sqlite/0001_ledger.sql"),
+    ),
+    (
+        2,
+        "queue",
+        include_str!("../migrations/sqlite/0002_queue.sql"),
+    ),
+];
+const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "ledger",
+        include_str!("../migrations/postgres/0001_ledger.sql"),
+    ),
+    (
+        2,
+        "queue",
+        include_str!("../migrations/postgres/0002_queue.sql"),
+    ),
+];
+
+/// Columns added to SQLite ledgers after their first schema, before migrations existed:
+/// `(name, ALTER statement)`, added on open when missing (SQLite has no `ADD COLUMN IF NOT EXISTS`).
+const ADDED_STAGE_COLUMNS: &[(&str, &str)] = &[
+    // Busy GPU-seconds from NVML sampling; NULL when not measured.
+    (
+        "gpu_busy_s",
+        "ALTER TABLE stage_attempts ADD COLUMN gpu_busy_s REAL",
+    ),
+    // GPU name and total memory in bytes; NULL on the CPU.
+    (
+        "device_name",
+        "ALTER TABLE stage_attempts ADD COLUMN device_name TEXT",
+    ),
+    (
+        "device_memory_bytes",
+        "ALTER TABLE stage_attempts ADD COLUMN device_memory_bytes INTEGER",
+    ),
+];
+
+/// `url` with any password replaced by `***`, for messages and logs.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, tail) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+impl Db {
+    /// Open `target`: a `postgres://` / `postgresql://` URL, an `sqlite://PATH` URL, or a plain file
+    /// path (an SQLite file, created with its folder when missing). Applies pending migrations.
+    ///
+    /// # Errors
+    /// [`Error::Ledger`] naming the database (password redacted) when it cannot be reached or
+    /// created, or is not a Kiln database (a migration fails or was changed).
+    pub async fn open(target: &str) -> Result<Db> {
+        if target.starts_with("postgres://") || target.starts_with("postgresql://") {
+            Self::connect(target, Backend::Postgres, redact(target)).await
+        } else {
+            let path = target.strip_prefix("sqlite://").unwrap_or(target);
+            Self::open_sqlite(Path::new(path)).await
+        }
+    }
+
+    /// Open (creating if missing) the SQLite file at `path`.
+    ///
+    /// # Errors
+    /// As [`Db::open`]; [`Error::Io`] when its folder cannot be created.
+    pub async fn open_sqlite(path: &Path) -> Result<Db> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+                path: dir.into(),
+                source,
+            })?;
+        }
+        let url = format!("sqlite://{}?mode=rwc", path.display());
+        Self::connect(&url, Backend::Sqlite, path.display().to_string()).await
+    }
+
+    async fn connect(url: &str, backend: Backend, shown: String) -> Result<Db> {
+        sqlx::any::install_default_drivers();
+        let err = |source| Error::Ledger {
+            path: shown.clone(),
+            source,
+        };
+        let opts = AnyConnectOptions::from_str(url).map_err(err)?;
+        let pool = match backend {
+            // One writer at a time in a file: WAL lets readers in other processes (`kiln jobs`,
+            // `kiln serve`) read while a worker writes, and the busy timeout makes writers from
+            // other processes wait for the lock instead of failing.
+            Backend::Sqlite => AnyPoolOptions::new()
+                .max_connections(1)
+                .after_connect(|conn, _| {
+                    Box::pin(async move {
+                        use sqlx::Executor;
+                        conn.execute("PRAGMA busy_timeout = 30000").await?;
+                        conn.execute("PRAGMA journal_mode = WAL").await?;
+                        conn.execute("PRAGMA foreign_keys = ON").await?;
+                        Ok(())
+                    })
+                })
+                .connect_with(opts)
+                .await
+                .map_err(err)?,
+            Backend::Postgres => AnyPoolOptions::new()
+                .max_connections(4)
+                .acquire_timeout(Duration::from_secs(20))
+                .connect_with(opts)
+                .await
+                .map_err(err)?,
+        };
+        let db = Db {
+            pool,
+            backend,
+            shown,
+        };
+        db.migrate().await?;
+        Ok(db)
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        let list = match self.backend {
+            Backend::Sqlite => SQLITE_MIGRATIONS,
+            Backend::Postgres => POSTGRES_MIGRATIONS,
+        };
+        let migrations = list
+            .iter()
+            .map(|&(version, description, sql)| {
+                Migration::new(
+                    version,
+                    Cow::Borrowed(description),
+                    MigrationType::Simple,
+                    sql.into_sql_str(),
+                    false,
+                )
+            })
+            .collect();
+        Migrator::with_migrations(migrations)
+            .run(&self.pool)
+            .await
+            .map_err(|e| self.err()(sqlx::Error::Migrate(Box::new(e))))?;
+        if self.backend == Backend::Sqlite {
+            let existing: Vec<String> =
+                sqlx::query_scalar("SELECT name FROM pragma_table_info('stage_attempts')")
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(self.err())?;
+            for (name, alter) in ADDED_STAGE_COLUMNS {
+                if !existing.iter().any(|c| c == name) {
+                    sqlx::query(*alter)
+                        .execute(&self.pool)
+                        .await
+                        .map_err(self.err())?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Which backend this is.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The database's path or URL (password redacted), for messages.
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// Map a sqlx error to [`Error::Ledger`] naming this database.
+    pub(crate) fn err(&self) -> impl Fn(sqlx::Error) -> Error + '_ {
+        |source| Error::Ledger {
+            path: self.shown.clone(),
+            source,
+        }
+    }
+
+    /// Close the pool (waits for connections to be returned).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted_from_urls() {
+        assert_eq!(
+            redact("postgres://kiln:s3cret@db.internal:5432/kiln"),
+            "postgres://kiln:***@db.internal:5432/kiln"
+        );
+        assert_eq!(redact("postgres://kiln@db/kiln"), "postgres://kiln@db/kiln");
+        assert_eq!(redact("/var/lib/kiln.sqlite"), "/var/lib/kiln.sqlite");
+    }
+}

@@ -1,0 +1,417 @@
+//! Queue behaviour on SQLite, and on PostgreSQL when `KILN_TEST_POSTGRES_URL` names a server
+//! (`.ci/run` starts one; under `CI=true` its absence fails the tests instead of skipping them).
+
+use std::time::Duration;
+
+use super::*;
+
+/// A fresh database per backend: a temporary SQLite file, and a new PostgreSQL database on the
+/// test server when there is one. The guard keeps the temporary folder alive.
+async fn backends() -> Vec<(Queue, tempfile::TempDir)> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("queue.sqlite");
+    let mut out = vec![(Queue::open(path.to_str().unwrap()).await.unwrap(), dir)];
+    match std::env::var("KILN_TEST_POSTGRES_URL") {
+        Ok(url) => out.push((fresh_postgres(&url).await, tempfile::tempdir().unwrap())),
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("CI is set but KILN_TEST_POSTGRES_URL is not: .ci/run starts PostgreSQL")
+        }
+        Err(_) => eprintln!("KILN_TEST_POSTGRES_URL unset: queue tests run on SQLite only"),
+    }
+    out
+}
+
+/// A new, empty database on the server of `url` (so tests do not see each other's jobs).
+pub(crate) async fn fresh_postgres(url: &str) -> Queue {
+    use sqlx::Connection;
+    sqlx::any::install_default_drivers();
+    let name = format!("kiln_t_{}_{:x}", std::process::id(), rand_suffix());
+    let mut conn = sqlx::AnyConnection::connect(url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    let base = url.rsplit_once('/').map(|(b, _)| b).unwrap_or(url);
+    Queue::open(&format!("{base}/{name}")).await.unwrap()
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    t ^ (N.fetch_add(1, Ordering::Relaxed) << 48)
+}
+
+fn job(id: &str, team: &str, priority: i64, stages: &[(&str, bool)]) -> NewJob {
+    NewJob {
+        id: id.into(),
+        team: team.into(),
+        name: id.into(),
+        kind: "mesh".into(),
+        input: "in".into(),
+        output: "out".into(),
+        spec: "name = 'x'".into(),
+        priority,
+        max_attempts: 3,
+        budget_usd: None,
+        stages: stages.iter().map(|(s, g)| (s.to_string(), *g)).collect(),
+    }
+}
+
+const NOW: RetryPolicy = RetryPolicy {
+    base: Duration::ZERO,
+    max: Duration::ZERO,
+};
+const TTL: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn stages_run_in_order_and_priority_and_age_pick_the_job() {
+    for (q, _g) in backends().await {
+        q.submit(&job("low", "a", 0, &[("ingest", false), ("tile", false)]))
+            .await
+            .unwrap();
+        q.submit(&job("high", "a", 5, &[("ingest", false)]))
+            .await
+            .unwrap();
+        let c = q.claim("w1", true, TTL, &NOW).await.unwrap().unwrap();
+        assert_eq!((c.lease.job_id.as_str(), c.lease.token), ("high", 1));
+        q.complete(&c.lease, "k-high", &serde_json::json!({"n": 1}))
+            .await
+            .unwrap();
+        assert_eq!(q.job("high", None).await.unwrap().state, "succeeded");
+
+        let c = q.claim("w1", true, TTL, &NOW).await.unwrap().unwrap();
+        assert_eq!(
+            (c.lease.job_id.as_str(), c.lease.stage.as_str()),
+            ("low", "ingest")
+        );
+        // `tile` waits for `ingest`: nothing else is claimable meanwhile.
+        assert!(q.claim("w2", true, TTL, &NOW).await.unwrap().is_none());
+        assert_eq!(q.job("low", None).await.unwrap().state, "running");
+        q.complete(&c.lease, "k1", &serde_json::json!({}))
+            .await
+            .unwrap();
+        let c = q.claim("w2", true, TTL, &NOW).await.unwrap().unwrap();
+        assert_eq!(c.lease.stage, "tile");
+        assert_eq!(c.stages[0].stage_key.as_deref(), Some("k1"));
+        q.complete(&c.lease, "k2", &serde_json::json!({}))
+            .await
+            .unwrap();
+        let j = q.job("low", None).await.unwrap();
+        assert_eq!(j.state, "succeeded");
+        assert!(j.finished_at.is_some());
+        let kinds: Vec<String> = q
+            .events("low", 0)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "submitted",
+                "claimed",
+                "stage_succeeded",
+                "claimed",
+                "stage_succeeded",
+                "succeeded"
+            ]
+        );
+        // Duplicate ids and empty jobs are refused.
+        let e = q
+            .submit(&job("low", "a", 0, &[("x", false)]))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("already queued"), "{e}");
+        let e = q.submit(&job("empty", "a", 0, &[])).await.unwrap_err();
+        assert!(e.to_string().contains("no stages"), "{e}");
+    }
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_reclaimed_and_the_stale_worker_cannot_commit() {
+    for (q, _g) in backends().await {
+        q.submit(&job("j", "a", 0, &[("train", true)]))
+            .await
+            .unwrap();
+        let stale = q
+            .claim("w-old", true, Duration::from_millis(200), &NOW)
+            .await
+            .unwrap()
+            .unwrap()
+            .lease;
+        // Still held: nobody else gets it.
+        assert!(q.claim("w-new", true, TTL, &NOW).await.unwrap().is_none());
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        // Expired: the stale worker's heartbeat says so, and the next claim takes it over.
+        assert_eq!(q.heartbeat(&stale, TTL).await.unwrap(), Heartbeat::Lost);
+        let fresh = q.claim("w-new", true, TTL, &NOW).await.unwrap().unwrap();
+        assert_eq!((fresh.lease.attempt, fresh.lease.token), (2, 2));
+        let e = q
+            .complete(&stale, "stale-key", &serde_json::json!({}))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::LeaseLost { token: 1, .. }), "{e}");
+        assert_eq!(
+            q.heartbeat(&fresh.lease, TTL).await.unwrap(),
+            Heartbeat::Held {
+                cancel_requested: false
+            }
+        );
+        q.complete(&fresh.lease, "good-key", &serde_json::json!({}))
+            .await
+            .unwrap();
+        let s = &q.stages("j").await.unwrap()[0];
+        assert_eq!(
+            (s.state.as_str(), s.stage_key.as_deref()),
+            ("succeeded", Some("good-key"))
+        );
+        let states: Vec<(i64, String)> = q
+            .attempts("j")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|a| (a.token, a.state))
+            .collect();
+        assert_eq!(
+            states,
+            [(1, "lost".to_string()), (2, "succeeded".to_string())]
+        );
+        let kinds: Vec<String> = q
+            .events("j", 0)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        assert!(kinds.contains(&"rejected".to_string()), "{kinds:?}");
+    }
+}
+
+#[tokio::test]
+async fn failures_back_off_then_dead_letter_with_the_error_history() {
+    for (q, _g) in backends().await {
+        let mut j = job("j", "a", 0, &[("ingest", false)]);
+        j.max_attempts = 2;
+        q.submit(&j).await.unwrap();
+        let slow = RetryPolicy {
+            base: Duration::from_secs(60),
+            max: Duration::from_secs(60),
+        };
+        let c = q.claim("w", true, TTL, &slow).await.unwrap().unwrap();
+        let before = now_ms();
+        let Failure::Retry { not_before } =
+            q.fail(&c.lease, "disk full", true, &slow).await.unwrap()
+        else {
+            panic!("first failure of two allowed should retry");
+        };
+        // Equal jitter: between half and all of the 60 s first delay.
+        assert!(
+            not_before >= before + 30_000 && not_before <= now_ms() + 60_000,
+            "{}",
+            not_before - before
+        );
+        assert!(
+            q.claim("w", true, TTL, &slow).await.unwrap().is_none(),
+            "claimed during backoff"
+        );
+        // Skip the wait: make it due now.
+        sqlx::query("UPDATE queue_stages SET not_before = 0")
+            .execute(&q.db().pool)
+            .await
+            .unwrap();
+        let c = q.claim("w", true, TTL, &slow).await.unwrap().unwrap();
+        assert_eq!(c.lease.attempt, 2);
+        assert_eq!(
+            q.fail(&c.lease, "disk still full", true, &slow)
+                .await
+                .unwrap(),
+            Failure::Dead
+        );
+        let jr = q.job("j", None).await.unwrap();
+        assert_eq!(jr.state, "dead");
+        assert!(
+            jr.error.as_deref().unwrap().contains("2 failed attempts"),
+            "{jr:?}"
+        );
+        let errors: Vec<Option<String>> = q
+            .attempts("j")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|a| a.error)
+            .collect();
+        assert_eq!(
+            errors,
+            [
+                Some("disk full".to_string()),
+                Some("disk still full".to_string())
+            ]
+        );
+        assert!(q.claim("w", true, TTL, &slow).await.unwrap().is_none());
+
+        // A job's own error fails it at once.
+        q.submit(&job("bad", "a", 0, &[("ingest", false), ("tile", false)]))
+            .await
+            .unwrap();
+        let c = q.claim("w", true, TTL, &NOW).await.unwrap().unwrap();
+        assert_eq!(
+            q.fail(&c.lease, "transforms.json: bad field", false, &NOW)
+                .await
+                .unwrap(),
+            Failure::Failed
+        );
+        assert_eq!(q.job("bad", None).await.unwrap().state, "failed");
+        let st: Vec<String> = q
+            .stages("bad")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.state)
+            .collect();
+        assert_eq!(st, ["failed", "cancelled"]);
+    }
+}
+
+#[tokio::test]
+async fn cancel_is_scoped_to_the_team_and_stops_running_stages_at_the_heartbeat() {
+    for (q, _g) in backends().await {
+        q.submit(&job("queued", "a", 0, &[("ingest", false)]))
+            .await
+            .unwrap();
+        q.submit(&job(
+            "running",
+            "a",
+            0,
+            &[("ingest", false), ("tile", false)],
+        ))
+        .await
+        .unwrap();
+        // Another team can neither see nor cancel it.
+        assert!(matches!(
+            q.cancel("queued", Some("b")).await.unwrap_err(),
+            Error::NotInQueue { .. }
+        ));
+        assert!(q.job("queued", Some("b")).await.is_err());
+        assert_eq!(q.jobs(Some("b"), None, 100).await.unwrap().len(), 0);
+        assert_eq!(q.jobs(Some("a"), None, 100).await.unwrap().len(), 2);
+
+        let c = q.claim("w", true, TTL, &NOW).await.unwrap().unwrap();
+        assert_eq!(c.lease.job_id, "queued", "older job first");
+        q.complete(&c.lease, "k", &serde_json::json!({}))
+            .await
+            .unwrap();
+        let c = q.claim("w", true, TTL, &NOW).await.unwrap().unwrap();
+        assert_eq!(c.lease.job_id, "running");
+        assert_eq!(
+            q.cancel("running", Some("a")).await.unwrap(),
+            CancelOutcome::Requested
+        );
+        assert_eq!(
+            q.heartbeat(&c.lease, TTL).await.unwrap(),
+            Heartbeat::Held {
+                cancel_requested: true
+            }
+        );
+        q.cancelled(&c.lease).await.unwrap();
+        assert_eq!(q.job("running", None).await.unwrap().state, "cancelled");
+        let st: Vec<String> = q
+            .stages("running")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.state)
+            .collect();
+        assert_eq!(st, ["cancelled", "cancelled"]);
+        assert_eq!(
+            q.cancel("queued", None).await.unwrap(),
+            CancelOutcome::AlreadyFinished
+        );
+
+        q.submit(&job("never", "a", 0, &[("ingest", false)]))
+            .await
+            .unwrap();
+        assert_eq!(
+            q.cancel("never", None).await.unwrap(),
+            CancelOutcome::Cancelled
+        );
+        assert!(q.claim("w", true, TTL, &NOW).await.unwrap().is_none());
+    }
+}
+
+#[tokio::test]
+async fn team_limits_and_gpu_slots_gate_claims() {
+    for (q, _g) in backends().await {
+        q.set_team_limit("a", 1).await.unwrap();
+        q.submit(&job("a1", "a", 9, &[("ingest", false)]))
+            .await
+            .unwrap();
+        q.submit(&job("a2", "a", 9, &[("ingest", false)]))
+            .await
+            .unwrap();
+        q.submit(&job("b1", "b", 0, &[("train", true)]))
+            .await
+            .unwrap();
+        let a = q.claim("w", true, TTL, &NOW).await.unwrap().unwrap();
+        assert_eq!(a.lease.job_id, "a1");
+        // Team a is at its limit; b's stage needs a GPU this worker does not have free.
+        assert!(q.claim("w", false, TTL, &NOW).await.unwrap().is_none());
+        let b = q.claim("w", true, TTL, &NOW).await.unwrap().unwrap();
+        assert_eq!(b.lease.job_id, "b1");
+        q.complete(&a.lease, "k", &serde_json::json!({}))
+            .await
+            .unwrap();
+        assert_eq!(
+            q.claim("w", false, TTL, &NOW)
+                .await
+                .unwrap()
+                .unwrap()
+                .lease
+                .job_id,
+            "a2"
+        );
+        let d = q.depth().await.unwrap();
+        assert_eq!((d.running_stages, d.queued_stages), (2, 0));
+    }
+}
+
+#[tokio::test]
+async fn concurrent_claims_take_each_stage_exactly_once() {
+    for (q, _g) in backends().await {
+        for i in 0..40 {
+            q.submit(&job(&format!("j{i:02}"), "a", 0, &[("ingest", false)]))
+                .await
+                .unwrap();
+        }
+        let mut tasks = Vec::new();
+        for w in 0..4 {
+            let q = q.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut mine = Vec::new();
+                while let Some(c) = q.claim(&format!("w{w}"), true, TTL, &NOW).await.unwrap() {
+                    q.complete(&c.lease, "k", &serde_json::json!({}))
+                        .await
+                        .unwrap();
+                    mine.push(c.lease.job_id);
+                }
+                mine
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap());
+        }
+        all.sort();
+        let expected: Vec<String> = (0..40).map(|i| format!("j{i:02}")).collect();
+        assert_eq!(all, expected);
+        assert_eq!(
+            q.jobs(None, Some("succeeded"), 100).await.unwrap().len(),
+            40
+        );
+    }
+}
