@@ -23,7 +23,10 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(1);
         }
     };
-    rt.spawn(watch_signals());
+    // The worker handles its own signals (stop claiming, hand its stages back).
+    if !matches!(args.command, cli::Command::Worker(_)) {
+        rt.spawn(watch_signals());
+    }
     match rt.block_on(cli::dispatch(args)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -124,6 +124,26 @@ impl Ledger {
         Ok(())
     }
 
+    /// Record job `id` as running unless the ledger has it already (a queued job's first stage
+    /// attempt, on whichever worker claims it).
+    ///
+    /// # Errors
+    /// [`crate::Error::Ledger`].
+    pub async fn ensure_job(
+        &self,
+        id: &str,
+        name: &str,
+        kind: &str,
+        input: &str,
+        output: &str,
+        spec: &str,
+    ) -> Result<()> {
+        sqlx::query("INSERT INTO jobs (id, name, kind, input, output, spec, state, created_at) VALUES ($1, $2, $3, $4, $5, $6, 'running', $7) ON CONFLICT (id) DO NOTHING")
+            .bind(id).bind(name).bind(kind).bind(input).bind(output).bind(spec).bind(now())
+            .execute(&self.db.pool).await.map_err(self.err())?;
+        Ok(())
+    }
+
     /// Mark a job finished (`succeeded` or `failed` with its error).
     ///
     /// # Errors

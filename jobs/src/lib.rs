@@ -11,5 +11,6 @@ pub mod report;
 pub mod runner;
 pub mod serve;
 pub mod spec;
+pub mod worker;
 
 pub use error::{Error, Result};

@@ -194,6 +194,7 @@ impl JobSpec {
             mesh_tile: self.mesh_tile,
             georef: self.georef,
             device: Default::default(),
+            stage_cache: None,
         })
     }
 }

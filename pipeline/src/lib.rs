@@ -11,6 +11,7 @@ pub mod interrupt;
 pub mod meter;
 pub mod progress;
 pub mod run;
+pub mod stage_cache;
 pub mod stages;
 pub mod storage;
 

@@ -43,6 +43,10 @@ pub struct JobPlan {
     /// The rasterizer's device for `train` (`--device`): `auto` uses `cuda:0` when it opens, else
     /// the CPU. Not part of any stage key: the devices agree to float rounding.
     pub device: kiln_kernels::device::DeviceRequest,
+    /// The shared stage cache (an object-store URL or folder; see [`crate::stage_cache`]):
+    /// finished stages are restored from it by key and stored in it. `None`: the work directory
+    /// is the only cache.
+    pub stage_cache: Option<String>,
 }
 
 /// Result of one stage attempt.
@@ -58,7 +62,7 @@ pub struct StageOutcome {
     pub summary: serde_json::Value,
 }
 
-const MARKER: &str = ".kiln-stage.json";
+use crate::stage_cache::MARKER;
 
 #[derive(Serialize, Deserialize)]
 struct Marker {
@@ -210,6 +214,10 @@ pub async fn run_stage(
         {
             if m.key == key {
                 tracing::info!(stage = %kind, key = &key[..12], "cache hit: reusing earlier output");
+                // An earlier attempt may have finished here but failed to reach the shared cache.
+                if let Some(cache) = &plan.stage_cache {
+                    crate::stage_cache::store(cache, kind, &key, &final_dir).await?;
+                }
                 return Ok(StageOutcome {
                     kind,
                     key,
@@ -219,6 +227,20 @@ pub async fn run_stage(
                 });
             }
         }
+    }
+
+    if kind != StageKind::Publish
+        && let Some(cache) = &plan.stage_cache
+        && let Some(bytes) = crate::stage_cache::restore(cache, kind, &key, &final_dir).await?
+        && let Some(m) = read_marker(&final_dir).filter(|m| m.key == key)
+    {
+        return Ok(StageOutcome {
+            kind,
+            key,
+            cache_hit: true,
+            usage: meter.finish(bytes_read + bytes, 0),
+            summary: m.summary,
+        });
     }
 
     let partial = plan.work_dir.join(format!("{}.partial", kind.name()));
@@ -321,7 +343,11 @@ pub async fn run_stage(
     let written = if kind == StageKind::Publish {
         extra_written
     } else {
-        meter::dir_bytes(&final_dir)
+        let uploaded = match &plan.stage_cache {
+            Some(cache) => crate::stage_cache::store(cache, kind, &key, &final_dir).await?,
+            None => 0,
+        };
+        meter::dir_bytes(&final_dir) + uploaded
     };
     Ok(StageOutcome {
         kind,

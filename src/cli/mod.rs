@@ -5,13 +5,13 @@ mod check;
 mod convert;
 mod datasets;
 mod plan;
+mod queue;
 mod regress;
 mod report;
 mod run;
 mod selftest;
 mod serve;
-
-use std::path::PathBuf;
+mod worker;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -55,23 +55,42 @@ pub enum Command {
     /// Compare the CUDA kernels (on a GPU, or on the host emulator) with the CPU rasterizer:
     /// images, every gradient and a few training steps; JSON out, exit 1 on mismatch.
     Selftest(selftest::SelftestArgs),
+    /// Queue a job file for workers (`kiln worker`); prints the job id.
+    Submit(queue::SubmitArgs),
+    /// List queued jobs, or show one job's stages, attempts and events.
+    Jobs(queue::JobsArgs),
+    /// Cancel a queued or running job (a running stage stops at its next heartbeat).
+    Cancel(queue::CancelArgs),
+    /// Claim and run queued stages until SIGTERM (one stage per GPU slot).
+    Worker(worker::WorkerArgs),
+    /// (internal) Run one claimed stage for `kiln worker`.
+    #[command(hide = true)]
+    StageExec(worker::StageExecArgs),
     /// Benchmarks on any device (`kiln bench train`: steps/s and ms per step part).
     Bench(bench::BenchArgs),
 }
 
-/// Where the ledger lives: `--db`, else `$KILN_DB`, else `$KILN_HOME/ledger.sqlite`.
+/// Where the ledger and queue live: `--db`, else `$KILN_DB`, else `$KILN_HOME/ledger.sqlite`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DbArgs {
-    /// SQLite ledger file [default: $KILN_DB or <data dir>/kiln/ledger.sqlite].
-    #[arg(long, value_name = "PATH")]
-    pub db: Option<PathBuf>,
+    /// The ledger and queue database: an SQLite file, or a postgres:// URL shared by many
+    /// machines [default: $KILN_DB or <data dir>/kiln/ledger.sqlite].
+    #[arg(
+        long,
+        visible_alias = "queue",
+        value_name = "PATH|URL",
+        env = "KILN_DB"
+    )]
+    pub db: Option<String>,
 }
 
 impl DbArgs {
-    fn path(&self) -> PathBuf {
-        self.db
-            .clone()
-            .unwrap_or_else(kiln_jobs::ledger::default_path)
+    fn target(&self) -> String {
+        self.db.clone().unwrap_or_else(|| {
+            kiln_jobs::ledger::default_path()
+                .to_string_lossy()
+                .into_owned()
+        })
     }
 }
 
@@ -102,5 +121,10 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Check(a) => check::run(a),
         Command::Selftest(a) => selftest::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Submit(a) => queue::submit(a).await,
+        Command::Jobs(a) => queue::jobs(a).await,
+        Command::Cancel(a) => queue::cancel(a).await,
+        Command::Worker(a) => worker::run(a).await,
+        Command::StageExec(a) => worker::stage_exec(a).await,
     }
 }

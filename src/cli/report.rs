@@ -34,7 +34,7 @@ pub struct ReportArgs {
 
 /// Print the report.
 pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
-    let ledger = Ledger::open(&args.db.path()).await?;
+    let ledger = Ledger::connect(&args.db.target()).await?;
     if args.list {
         let jobs = ledger.jobs().await?;
         if args.json {

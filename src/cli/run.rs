@@ -72,7 +72,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         kiln_kernels::device::Device::resolve(args.device)
             .with_context(|| format!("--device {d}: cannot start (nothing was run)"))?;
     }
-    let ledger = Ledger::open(&args.db.path()).await?;
+    let ledger = Ledger::connect(&args.db.target()).await?;
     tracing::info!(job = %job_id, input = %plan.input, output = %plan.output, work = %plan.work_dir.display(), "job started");
     let outcome = runner::run_job(&plan, &text, &ledger).await?;
     println!(

@@ -26,7 +26,7 @@ pub struct ServeArgs {
 
 /// Serve until Ctrl-C.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let ledger = Ledger::open(&args.db.path()).await?;
+    let ledger = Ledger::connect(&args.db.target()).await?;
     let cesium = CesiumDir::resolve(args.cesium.as_deref());
     match &cesium {
         CesiumDir::Found(_) => {}

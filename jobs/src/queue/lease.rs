@@ -678,6 +678,33 @@ impl Queue {
             Self::close_attempt(&mut tx, &lease, now, "lost", Some(&error))
                 .await
                 .map_err(&err)?;
+            // The ledger's row of the lost attempt: failed, charged for the time its lease held
+            // (allocated, wasted), GPU-seconds too when it held a GPU.
+            let held = sqlx::query(
+                "SELECT started_at, ledger_attempt_id FROM queue_attempts WHERE job_id = $1 AND stage = $2 AND token = $3",
+            )
+            .bind(&lease.job_id)
+            .bind(&lease.stage)
+            .bind(lease.token)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(&err)?;
+            if let Some(h) = held
+                && let Some(ledger_id) = h.get::<Option<i64>, _>("ledger_attempt_id")
+            {
+                let wall_s = (now - h.get::<i64, _>("started_at")) as f64 / 1000.0;
+                sqlx::query(
+                    "UPDATE stage_attempts SET state = 'failed', error = $1, wall_s = $2, \
+                       gpu_s = CASE WHEN device LIKE 'cuda%' THEN $2 ELSE 0 END \
+                     WHERE id = $3 AND state = 'running'",
+                )
+                .bind(&error)
+                .bind(wall_s)
+                .bind(ledger_id)
+                .execute(&mut *tx)
+                .await
+                .map_err(&err)?;
+            }
             event(
                 &mut tx,
                 &lease.job_id,

@@ -1,0 +1,159 @@
+//! One stage of a queued job, run in a child process of the worker (`kiln stage-exec`): the
+//! process boundary gives each stage its own signal handling (SIGTERM checkpoints training), its
+//! own device, and dies with the worker (`PR_SET_PDEATHSIG`).
+//!
+//! Inputs are files the worker writes in the job's work directory: the job file, and the keys and
+//! summaries of the stages already done (`done.json`). Earlier stages' outputs come from the work
+//! directory when this machine ran them, else from the shared stage cache by key. The result is
+//! written atomically to an outcome file the worker reads after the child exits.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use kiln_pipeline::dag::StageKind;
+use kiln_pipeline::run::{JobPlan, StageOutcome, job_dag, run_stage};
+use serde::{Deserialize, Serialize};
+
+/// An earlier stage of the job: its content key and summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DoneStage {
+    pub stage: String,
+    pub key: String,
+    pub summary: serde_json::Value,
+}
+
+/// What the child reports: the stage outcome, or an error and whether retrying may help.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecOutcome {
+    Succeeded(StageOutcome),
+    Failed {
+        /// The error with its causes, one per line.
+        message: String,
+        /// False when the job itself is at fault (bad input or parameters): retrying cannot help.
+        retryable: bool,
+    },
+    /// Stopped by a signal (worker shutdown or cancel); a training checkpoint may be kept.
+    Interrupted {
+        message: String,
+    },
+}
+
+/// Whether a pipeline error may go away on retry (infrastructure) or is the job's own (input,
+/// parameters, numerics of its data).
+pub fn retryable(e: &kiln_pipeline::Error) -> bool {
+    use kiln_pipeline::Error as E;
+    !matches!(
+        e,
+        E::Input { .. } | E::Param { .. } | E::Format(_) | E::Numeric { .. }
+    )
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        out.push_str(&format!("\n  caused by: {s}"));
+        src = s.source();
+    }
+    out
+}
+
+/// Run stage `stage` of `plan` (its work directory and device already set), after the stages in
+/// `done`, and return what to report.
+pub async fn exec_stage(plan: &JobPlan, stage: &str, done: &[DoneStage]) -> ExecOutcome {
+    let fail = |e: &kiln_pipeline::Error| match e {
+        kiln_pipeline::Error::Interrupted { .. } => ExecOutcome::Interrupted { message: chain(e) },
+        _ => ExecOutcome::Failed {
+            message: chain(e),
+            retryable: retryable(e),
+        },
+    };
+    let dag = match job_dag(plan).await {
+        Ok((dag, _)) => dag,
+        Err(e) => return fail(&e),
+    };
+    let order = match dag.topo_order() {
+        Ok(o) => o,
+        Err(e) => return fail(&e),
+    };
+    let Some(node) = order.iter().find(|n| n.kind.name() == stage) else {
+        return ExecOutcome::Failed {
+            message: format!(
+                "stage `{stage}` is not in this job's DAG ({}); the queue and the job file disagree",
+                order
+                    .iter()
+                    .map(|n| n.kind.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            retryable: false,
+        };
+    };
+    let mut outcomes: HashMap<StageKind, StageOutcome> = HashMap::new();
+    for d in done {
+        let Some(n) = order.iter().find(|n| n.kind.name() == d.stage) else {
+            continue;
+        };
+        // Bring an earlier stage's output here when this machine did not run it.
+        let dir = plan.work_dir.join(n.kind.name());
+        let local_key = std::fs::read(dir.join(".kiln-stage.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["key"].as_str().map(String::from));
+        if n.kind != StageKind::Publish && local_key.as_deref() != Some(d.key.as_str()) {
+            let restored = match &plan.stage_cache {
+                Some(cache) => {
+                    kiln_pipeline::stage_cache::restore(cache, n.kind, &d.key, &dir).await
+                }
+                None => Ok(None),
+            };
+            match restored {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    return ExecOutcome::Failed {
+                        message: format!(
+                            "the output of stage `{}` (key {}) is neither in this worker's work directory nor in the stage cache {}; give every worker the same --cache",
+                            d.stage,
+                            &d.key[..d.key.len().min(12)],
+                            plan.stage_cache.as_deref().unwrap_or("(none)")
+                        ),
+                        retryable: true,
+                    };
+                }
+                Err(e) => return fail(&e),
+            }
+        }
+        outcomes.insert(
+            n.kind,
+            StageOutcome {
+                kind: n.kind,
+                key: d.key.clone(),
+                cache_hit: true,
+                usage: Default::default(),
+                summary: d.summary.clone(),
+            },
+        );
+    }
+    match run_stage(plan, node, &outcomes).await {
+        Ok(o) => ExecOutcome::Succeeded(o),
+        Err(e) => fail(&e),
+    }
+}
+
+/// Write `outcome` to `path` atomically (temporary file, then rename).
+///
+/// # Errors
+/// The I/O error naming the file.
+pub fn write_outcome(path: &Path, outcome: &ExecOutcome) -> crate::Result<()> {
+    let json = serde_json::to_vec_pretty(outcome).expect("outcome serialises");
+    kiln_formats::atomic_write::write_atomic(path, &json).map_err(|e| crate::Error::Io {
+        path: PathBuf::from(path),
+        source: std::io::Error::other(e.to_string()),
+    })
+}
+
+/// Read the outcome a child wrote; `None` when it wrote none (it crashed or was killed).
+pub fn read_outcome(path: &Path) -> Option<ExecOutcome> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}

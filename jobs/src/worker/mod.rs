@@ -1,0 +1,504 @@
+//! `kiln worker`: claims stages from the queue and runs each in a child process (`kiln
+//! stage-exec`, see [`exec`]), heartbeating its lease, until told to stop.
+//!
+//! Slots: `gpus` GPU slots (slot *i* runs its stages with `--device cuda:i`, one stage per GPU),
+//! each claiming any stage; and `cpu_slots` CPU slots that claim only CPU stages. With `gpus = 0`
+//! the CPU slots claim every stage and train on the CPU.
+//!
+//! Stateless: the queue database and the stage cache (an object store) hold everything another
+//! worker needs to take over; the local work directory only saves downloads. On shutdown (SIGTERM)
+//! the worker stops claiming, sends SIGTERM to its running stages (training checkpoints), releases
+//! their leases and returns. A worker that dies without releasing (kill -9, lost machine) stops
+//! heartbeating; its leases expire and other workers reclaim the stages.
+
+pub mod exec;
+pub mod health;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::ledger::Ledger;
+use crate::queue::{Claimed, Failure, Heartbeat, Lease, Queue, RetryPolicy};
+use crate::{Error, Result};
+use exec::{DoneStage, ExecOutcome};
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Unique per process start (leases name it).
+    pub id: String,
+    /// Human name (host, pod) for listings.
+    pub name: String,
+    /// GPU slots.
+    pub gpus: usize,
+    /// CPU-only slots.
+    pub cpu_slots: usize,
+    /// Shared stage cache URL or folder (see `kiln_pipeline::stage_cache`).
+    pub cache: String,
+    /// Root of this worker's work directories (`<root>/<job id>/`).
+    pub work_root: PathBuf,
+    /// How long a claim holds without a heartbeat.
+    pub lease_ttl: Duration,
+    /// Heartbeat period (well under `lease_ttl`).
+    pub heartbeat: Duration,
+    /// Wait between claims when nothing is claimable.
+    pub poll: Duration,
+    pub retry: RetryPolicy,
+    /// The `kiln` binary to run stages with (`kiln stage-exec`).
+    pub exe: PathBuf,
+    /// Return once nothing is claimable and nothing runs (batch use: Slurm, tests).
+    pub drain: bool,
+}
+
+/// What a worker did before it stopped.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct WorkerSummary {
+    pub succeeded: usize,
+    pub failed: usize,
+    pub released: usize,
+    pub lost: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    index: usize,
+    gpu: Option<usize>,
+    claims_gpu: bool,
+}
+
+/// Run the worker until `shutdown` turns true (or, with `drain`, until the queue is empty).
+///
+/// # Errors
+/// [`Error::Ledger`] when the database cannot be reached at start; later database errors are
+/// logged and retried.
+pub async fn run(
+    cfg: WorkerConfig,
+    queue: Queue,
+    shutdown: watch::Receiver<bool>,
+) -> Result<WorkerSummary> {
+    queue
+        .register_worker(&cfg.id, &cfg.name, cfg.gpus as i64)
+        .await?;
+    let ledger = Ledger::with_db(queue.db().clone());
+    let mut slots: Vec<Slot> = (0..cfg.gpus)
+        .map(|i| Slot {
+            index: i,
+            gpu: Some(i),
+            claims_gpu: true,
+        })
+        .collect();
+    for i in 0..cfg.cpu_slots.max(usize::from(cfg.gpus == 0)) {
+        slots.push(Slot {
+            index: cfg.gpus + i,
+            gpu: None,
+            claims_gpu: cfg.gpus == 0,
+        });
+    }
+    tracing::info!(worker = %cfg.id, name = %cfg.name, gpus = cfg.gpus, slots = slots.len(), db = %queue.db().shown(), cache = %cfg.cache, "worker started");
+    let idle = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for slot in slots.clone() {
+        let (cfg, queue, ledger, shutdown, idle) = (
+            cfg.clone(),
+            queue.clone(),
+            ledger.clone(),
+            shutdown.clone(),
+            idle.clone(),
+        );
+        let n = slots.len();
+        tasks.push(tokio::spawn(async move {
+            slot_loop(&cfg, &queue, &ledger, slot, shutdown, idle, n).await
+        }));
+    }
+    let mut summary = WorkerSummary::default();
+    for t in tasks {
+        if let Ok(s) = t.await {
+            summary.succeeded += s.succeeded;
+            summary.failed += s.failed;
+            summary.released += s.released;
+            summary.lost += s.lost;
+        }
+    }
+    let _ = queue.worker_seen(&cfg.id, true).await;
+    tracing::info!(worker = %cfg.id, ?summary, "worker stopped");
+    Ok(summary)
+}
+
+async fn slot_loop(
+    cfg: &WorkerConfig,
+    queue: &Queue,
+    ledger: &Ledger,
+    slot: Slot,
+    mut shutdown: watch::Receiver<bool>,
+    idle: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    slots: usize,
+) -> WorkerSummary {
+    use std::sync::atomic::Ordering;
+    let mut summary = WorkerSummary::default();
+    let mut is_idle = false;
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        let claimed = match queue
+            .claim(&cfg.id, slot.claims_gpu, cfg.lease_ttl, &cfg.retry)
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(slot = slot.index, "claim failed, retrying: {e}");
+                None
+            }
+        };
+        let _ = queue.worker_seen(&cfg.id, false).await;
+        match claimed {
+            Some(c) => {
+                if is_idle {
+                    idle.fetch_sub(1, Ordering::SeqCst);
+                    is_idle = false;
+                }
+                match run_claimed(cfg, queue, ledger, slot, c, &mut shutdown).await {
+                    Ended::Succeeded => summary.succeeded += 1,
+                    Ended::Failed => summary.failed += 1,
+                    Ended::Released => summary.released += 1,
+                    Ended::Lost => summary.lost += 1,
+                }
+            }
+            None => {
+                if !is_idle {
+                    idle.fetch_add(1, Ordering::SeqCst);
+                    is_idle = true;
+                }
+                // Drain: stop when every slot found nothing to do.
+                if cfg.drain && idle.load(Ordering::SeqCst) == slots {
+                    break;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(cfg.poll) => {}
+                    _ = shutdown.changed() => {}
+                }
+            }
+        }
+    }
+    summary
+}
+
+enum Ended {
+    Succeeded,
+    Failed,
+    Released,
+    Lost,
+}
+
+/// Run one claimed stage to its end, keeping the lease, and record the result in the queue
+/// and the ledger.
+async fn run_claimed(
+    cfg: &WorkerConfig,
+    queue: &Queue,
+    ledger: &Ledger,
+    slot: Slot,
+    c: Claimed,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Ended {
+    let lease = c.lease.clone();
+    let device = match slot.gpu {
+        Some(i) => format!("cuda:{i}"),
+        None => "cpu".to_string(),
+    };
+    tracing::info!(job = %lease.job_id, stage = %lease.stage, attempt = lease.attempt, token = lease.token, %device, "claimed");
+    let work_dir = cfg.work_root.join(&lease.job_id);
+    let prepared = prepare(cfg, ledger, &c, &work_dir, &device).await;
+    let (ledger_attempt, mut child, outcome_path) = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(job = %lease.job_id, stage = %lease.stage, "cannot start the stage: {e}");
+            return report_failure(
+                queue,
+                ledger,
+                &lease,
+                None,
+                &format!("worker could not start the stage: {e}"),
+                true,
+                cfg,
+            )
+            .await;
+        }
+    };
+    let _ = queue.set_ledger_attempt(&lease, ledger_attempt).await;
+    let mut beat = tokio::time::interval(cfg.heartbeat);
+    beat.tick().await;
+    enum Stop {
+        Exited,
+        Cancel,
+        Shutdown,
+        Lost,
+    }
+    let stop = loop {
+        tokio::select! {
+            _ = child.wait() => break Stop::Exited,
+            _ = beat.tick() => match queue.heartbeat(&lease, cfg.lease_ttl).await {
+                Ok(Heartbeat::Held { cancel_requested: true }) => break Stop::Cancel,
+                Ok(Heartbeat::Held { .. }) => {}
+                Ok(Heartbeat::Lost) => break Stop::Lost,
+                // A database hiccup: keep going; the lease outlives a few missed beats.
+                Err(e) => tracing::warn!(job = %lease.job_id, "heartbeat failed: {e}"),
+            },
+            r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { break Stop::Shutdown },
+        }
+    };
+    match stop {
+        Stop::Exited => {}
+        Stop::Lost => {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            let msg = "lease lost (expired or taken over); the attempt's work is discarded";
+            let _ = ledger
+                .finish_stage(
+                    ledger_attempt,
+                    "failed",
+                    None,
+                    &Default::default(),
+                    None,
+                    Some(msg),
+                )
+                .await;
+            tracing::warn!(job = %lease.job_id, stage = %lease.stage, "{msg}");
+            return Ended::Lost;
+        }
+        Stop::Cancel | Stop::Shutdown => {
+            terminate(&mut child).await;
+        }
+    }
+    let outcome = exec::read_outcome(&outcome_path);
+    let usage = match &outcome {
+        Some(ExecOutcome::Succeeded(o)) => o.usage.clone(),
+        _ => Default::default(),
+    };
+    match (stop, outcome) {
+        (Stop::Cancel, _) => {
+            let _ = queue.cancelled(&lease).await;
+            let _ = ledger
+                .finish_stage(
+                    ledger_attempt,
+                    "failed",
+                    None,
+                    &usage,
+                    None,
+                    Some("cancelled"),
+                )
+                .await;
+            let _ = ledger.finish_job(&lease.job_id, Some("cancelled")).await;
+            Ended::Failed
+        }
+        (Stop::Shutdown, Some(ExecOutcome::Succeeded(o)))
+        | (Stop::Exited, Some(ExecOutcome::Succeeded(o))) => {
+            commit(queue, ledger, &lease, ledger_attempt, &o).await
+        }
+        (Stop::Shutdown, _) | (Stop::Exited, Some(ExecOutcome::Interrupted { .. })) => {
+            let reason = "worker shutting down (SIGTERM): the stage is handed back; training resumes from its checkpoint on this machine";
+            let _ = queue.release(&lease, reason).await;
+            let _ = ledger
+                .finish_stage(ledger_attempt, "failed", None, &usage, None, Some(reason))
+                .await;
+            Ended::Released
+        }
+        (Stop::Exited, Some(ExecOutcome::Failed { message, retryable })) => {
+            report_failure(
+                queue,
+                ledger,
+                &lease,
+                Some(ledger_attempt),
+                &message,
+                retryable,
+                cfg,
+            )
+            .await
+        }
+        (Stop::Exited, None) => {
+            let status = child.try_wait().ok().flatten();
+            let msg = format!(
+                "the stage process ended without a result ({status:?}); see the worker's log"
+            );
+            report_failure(queue, ledger, &lease, Some(ledger_attempt), &msg, true, cfg).await
+        }
+        (Stop::Lost, _) => Ended::Lost,
+    }
+}
+
+/// SIGTERM the child (training writes a checkpoint), then SIGKILL after a grace period.
+async fn terminate(child: &mut tokio::process::Child) {
+    if let Some(pid) = child.id() {
+        // SAFETY: signalling our own child process by pid.
+        unsafe {
+            libc::kill(pid as i32, libc::SIGTERM);
+        }
+    }
+    if tokio::time::timeout(Duration::from_secs(90), child.wait())
+        .await
+        .is_err()
+    {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+}
+
+async fn prepare(
+    cfg: &WorkerConfig,
+    ledger: &Ledger,
+    c: &Claimed,
+    work_dir: &std::path::Path,
+    device: &str,
+) -> Result<(i64, tokio::process::Child, PathBuf)> {
+    let io = |path: &std::path::Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Io { path, source }
+    };
+    std::fs::create_dir_all(work_dir).map_err(io(work_dir))?;
+    let job_file = work_dir.join("job.toml");
+    std::fs::write(&job_file, &c.job.spec).map_err(io(&job_file))?;
+    let done: Vec<DoneStage> = c
+        .stages
+        .iter()
+        .filter(|s| s.state == "succeeded")
+        .filter_map(|s| {
+            Some(DoneStage {
+                stage: s.stage.clone(),
+                key: s.stage_key.clone()?,
+                summary: s.summary.clone().unwrap_or_default(),
+            })
+        })
+        .collect();
+    let done_file = work_dir.join(format!("{}.done.json", c.lease.stage));
+    std::fs::write(
+        &done_file,
+        serde_json::to_vec_pretty(&done).expect("serialises"),
+    )
+    .map_err(io(&done_file))?;
+    let outcome = work_dir.join(format!("{}.outcome.json", c.lease.stage));
+    let _ = std::fs::remove_file(&outcome);
+    ledger
+        .ensure_job(
+            &c.job.id,
+            &c.job.name,
+            &c.job.kind,
+            &c.job.input,
+            &c.job.output,
+            &c.job.spec,
+        )
+        .await?;
+    let attempt = ledger
+        .start_stage(&c.job.id, &c.lease.stage, device)
+        .await?;
+    let mut cmd = tokio::process::Command::new(&cfg.exe);
+    cmd.arg("stage-exec")
+        .arg("--job-file")
+        .arg(&job_file)
+        .arg("--job-id")
+        .arg(&c.job.id)
+        .arg("--stage")
+        .arg(&c.lease.stage)
+        .arg("--work-dir")
+        .arg(work_dir)
+        .arg("--done")
+        .arg(&done_file)
+        .arg("--outcome")
+        .arg(&outcome)
+        .arg("--device")
+        .arg(device)
+        .arg("--cache")
+        .arg(&cfg.cache)
+        .arg("--input")
+        .arg(&c.job.input)
+        .arg("--output")
+        .arg(&c.job.output)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    // SAFETY: prctl in the forked child before exec, async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().map_err(io(&cfg.exe))?;
+    Ok((attempt, child, outcome))
+}
+
+async fn commit(
+    queue: &Queue,
+    ledger: &Ledger,
+    lease: &Lease,
+    ledger_attempt: i64,
+    o: &kiln_pipeline::run::StageOutcome,
+) -> Ended {
+    match queue.complete(lease, &o.key, &o.summary).await {
+        Ok(()) => {
+            let state = if o.cache_hit { "cached" } else { "succeeded" };
+            let _ = ledger
+                .finish_stage(
+                    ledger_attempt,
+                    state,
+                    Some(&o.key),
+                    &o.usage,
+                    Some(&o.summary),
+                    None,
+                )
+                .await;
+            if let Ok(job) = queue.job(&lease.job_id, None).await
+                && job.state != "running"
+            {
+                let error = (job.state != "succeeded").then(|| job.state.clone());
+                let _ = ledger.finish_job(&lease.job_id, error.as_deref()).await;
+            }
+            tracing::info!(job = %lease.job_id, stage = %lease.stage, cached = o.cache_hit, wall_s = o.usage.wall_s, "stage committed");
+            Ended::Succeeded
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            let _ = ledger
+                .finish_stage(
+                    ledger_attempt,
+                    "failed",
+                    Some(&o.key),
+                    &o.usage,
+                    Some(&o.summary),
+                    Some(&msg),
+                )
+                .await;
+            tracing::warn!(job = %lease.job_id, stage = %lease.stage, "{msg}");
+            Ended::Lost
+        }
+    }
+}
+
+async fn report_failure(
+    queue: &Queue,
+    ledger: &Ledger,
+    lease: &Lease,
+    ledger_attempt: Option<i64>,
+    message: &str,
+    retryable: bool,
+    cfg: &WorkerConfig,
+) -> Ended {
+    if let Some(a) = ledger_attempt {
+        let _ = ledger
+            .finish_stage(a, "failed", None, &Default::default(), None, Some(message))
+            .await;
+    }
+    match queue.fail(lease, message, retryable, &cfg.retry).await {
+        Ok(Failure::Retry { not_before }) => {
+            tracing::warn!(job = %lease.job_id, stage = %lease.stage, retry_in_s = (not_before - crate::queue::now_ms()) as f64 / 1000.0, "stage failed, will retry: {message}");
+        }
+        Ok(f) => {
+            tracing::error!(job = %lease.job_id, stage = %lease.stage, outcome = ?f, "stage failed: {message}");
+            let _ = ledger.finish_job(&lease.job_id, Some(message)).await;
+        }
+        Err(e) => tracing::warn!(job = %lease.job_id, "{e}"),
+    }
+    Ended::Failed
+}

@@ -1,0 +1,177 @@
+//! `kiln worker` (claim and run queued stages) and the hidden `kiln stage-exec` it starts for each
+//! stage. The work is in `kiln_jobs::worker`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use kiln_jobs::queue::{Queue, RetryPolicy};
+use kiln_jobs::spec::JobSpec;
+use kiln_jobs::worker::{self, WorkerConfig, exec};
+
+use super::DbArgs;
+
+/// Arguments of `kiln worker`.
+#[derive(Debug, clap::Args)]
+pub struct WorkerArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// GPU slots: stages run one per GPU, slot i on cuda:i. 0: a CPU-only worker that also trains
+    /// on the CPU.
+    #[arg(long, default_value_t = 0, env = "KILN_GPUS")]
+    pub gpus: usize,
+    /// Extra slots for CPU stages (ingest, decimate, tile, publish) beside the GPU slots.
+    #[arg(long, default_value_t = 1)]
+    pub cpu_slots: usize,
+    /// Shared stage cache every worker reads and writes: s3://BUCKET/PREFIX or a folder
+    /// [default: $KILN_HOME/stage-cache].
+    #[arg(long, value_name = "URL", env = "KILN_CACHE")]
+    pub cache: Option<String>,
+    /// Root of this worker's work directories [default: $KILN_HOME/worker].
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+    /// Serve GET /healthz and /readyz on this address (for Kubernetes probes).
+    #[arg(long, value_name = "HOST:PORT", env = "KILN_HEALTH")]
+    pub health: Option<String>,
+    /// Name shown in listings [default: host name and process id].
+    #[arg(long, env = "KILN_WORKER_NAME")]
+    pub name: Option<String>,
+    /// Seconds a claim holds without a heartbeat; a dead worker's stages are retaken after it.
+    #[arg(long, default_value_t = 60.0)]
+    pub lease_ttl: f64,
+    /// Seconds between claims when the queue is empty.
+    #[arg(long, default_value_t = 2.0)]
+    pub poll: f64,
+    /// Seconds before the first retry of a failed stage (doubling, with jitter, up to 10 min).
+    #[arg(long, default_value_t = 10.0)]
+    pub retry_base: f64,
+    /// Exit once nothing is claimable and nothing runs (batch jobs, tests).
+    #[arg(long)]
+    pub drain: bool,
+}
+
+fn seconds(name: &str, v: f64) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(v)
+        .ok()
+        .filter(|d| !d.is_zero() || name == "retry-base")
+        .with_context(|| format!("--{name} {v}: expected a positive number of seconds"))
+}
+
+/// Run the worker until SIGTERM/SIGINT (or, with --drain, until the queue is empty).
+pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
+    let home = kiln_jobs::spec::kiln_home();
+    let lease_ttl = seconds("lease-ttl", args.lease_ttl)?;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "host".into());
+    let id = format!(
+        "{host}-{}-{}",
+        std::process::id(),
+        chrono::Utc::now().format("%Y%m%dT%H%M%S")
+    );
+    let cache = match args.cache {
+        Some(c) => c,
+        None => home.join("stage-cache").to_string_lossy().into_owned(),
+    };
+    let cfg = WorkerConfig {
+        name: args.name.unwrap_or_else(|| id.clone()),
+        id,
+        gpus: args.gpus,
+        cpu_slots: args.cpu_slots,
+        cache,
+        work_root: args.work_dir.unwrap_or_else(|| home.join("worker")),
+        lease_ttl,
+        heartbeat: lease_ttl / 4,
+        poll: seconds("poll", args.poll)?,
+        retry: RetryPolicy {
+            base: seconds("retry-base", args.retry_base)?,
+            ..RetryPolicy::default()
+        },
+        exe: std::env::current_exe().context("cannot find the kiln binary to run stages with")?,
+        drain: args.drain,
+    };
+    let queue = Queue::open(&args.db.target()).await?;
+    if let Some(addr) = &args.health {
+        worker::health::serve(addr, queue.clone()).await?;
+    }
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            return;
+        };
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!(
+            "stopping: no new claims; running stages are asked to checkpoint and handed back"
+        );
+        let _ = tx.send(true);
+    });
+    let summary = worker::run(cfg, queue, rx).await?;
+    println!(
+        "worker stopped: {} stages succeeded, {} failed, {} handed back, {} lost",
+        summary.succeeded, summary.failed, summary.released, summary.lost
+    );
+    Ok(())
+}
+
+/// Arguments of the hidden `kiln stage-exec` (written by the worker, not by people).
+#[derive(Debug, clap::Args)]
+pub struct StageExecArgs {
+    #[arg(long)]
+    pub job_file: PathBuf,
+    #[arg(long)]
+    pub job_id: String,
+    #[arg(long)]
+    pub stage: String,
+    #[arg(long)]
+    pub work_dir: PathBuf,
+    #[arg(long)]
+    pub done: PathBuf,
+    #[arg(long)]
+    pub outcome: PathBuf,
+    #[arg(long)]
+    pub device: kiln_kernels::device::DeviceRequest,
+    #[arg(long)]
+    pub cache: String,
+    /// The queue's input (resolved at submit time), overriding the job file's.
+    #[arg(long)]
+    pub input: String,
+    /// The queue's output, overriding the job file's.
+    #[arg(long)]
+    pub output: String,
+}
+
+/// Run one stage and write its outcome file.
+pub async fn stage_exec(args: StageExecArgs) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&args.job_file)
+        .with_context(|| format!("cannot read {}", args.job_file.display()))?;
+    let mut spec = JobSpec::from_toml(&text, &args.job_file)?;
+    spec.input = args.input;
+    spec.output = args.output;
+    let done: Vec<exec::DoneStage> = serde_json::from_slice(
+        &std::fs::read(&args.done).with_context(|| format!("{}", args.done.display()))?,
+    )
+    .with_context(|| format!("{}", args.done.display()))?;
+    let mut plan = spec.plan(&args.job_id, &args.work_dir, &args.job_file, &|l| {
+        Ok(l.to_string())
+    })?;
+    plan.work_dir = args.work_dir;
+    plan.device = args.device;
+    plan.stage_cache = Some(args.cache);
+    let outcome = exec::exec_stage(&plan, &args.stage, &done).await;
+    exec::write_outcome(&args.outcome, &outcome)?;
+    match outcome {
+        exec::ExecOutcome::Succeeded(_) => Ok(()),
+        exec::ExecOutcome::Failed { message, .. } => anyhow::bail!("{message}"),
+        exec::ExecOutcome::Interrupted { message } => {
+            eprintln!("{message}");
+            std::process::exit(130)
+        }
+    }
+}
