@@ -6,6 +6,7 @@ mod e2e {
     pub mod check;
     pub mod harness;
     pub mod mesh;
+    pub mod queue;
     pub mod reconstruct;
     pub mod regress;
     pub mod report_html;

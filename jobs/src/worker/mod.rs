@@ -172,8 +172,16 @@ async fn slot_loop(
                     idle.fetch_add(1, Ordering::SeqCst);
                     is_idle = true;
                 }
-                // Drain: stop when every slot found nothing to do.
-                if cfg.drain && idle.load(Ordering::SeqCst) == slots {
+                // Drain: stop when every slot found nothing to do and no job is left that could
+                // still need a worker (a stage held by a dead worker comes back when its lease
+                // expires; one in backoff when its delay ends).
+                if cfg.drain
+                    && idle.load(Ordering::SeqCst) == slots
+                    && queue
+                        .depth()
+                        .await
+                        .is_ok_and(|d| d.queued_jobs + d.running_jobs == 0)
+                {
                     break;
                 }
                 tokio::select! {

@@ -1,0 +1,314 @@
+//! The queue end to end: `kiln submit`, `kiln worker` processes, `kiln jobs`, `kiln report`, on the
+//! SQLite default and on PostgreSQL (`KILN_TEST_POSTGRES_URL`, started by `.ci/run`; required
+//! under `CI=true`).
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::harness::{Sandbox, dataset, ok, stderr, stdout};
+
+/// A new empty PostgreSQL database on the test server, or `None` without one (outside CI).
+fn fresh_postgres() -> Option<String> {
+    let url = match std::env::var("KILN_TEST_POSTGRES_URL") {
+        Ok(u) => u,
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("CI is set but KILN_TEST_POSTGRES_URL is not: .ci/run starts PostgreSQL")
+        }
+        Err(_) => return None,
+    };
+    let name = format!(
+        "kiln_e2e_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+            % 1_000_000_000
+    );
+    let o = Command::new("psql")
+        .args([url.as_str(), "-v", "ON_ERROR_STOP=1", "-c"])
+        .arg(format!("CREATE DATABASE {name}"))
+        .output()
+        .expect("psql");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let base = url.rsplit_once('/').unwrap().0;
+    Some(format!("{base}/{name}"))
+}
+
+fn worker(sb: &Sandbox, db: &str, work: &str, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["worker", "--db", db, "--work-dir", work])
+        .args(extra)
+        .env("KILN_HOME", sb.path())
+        .env("RUST_LOG", "kiln_jobs=info")
+        .current_dir(sb.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kiln worker")
+}
+
+fn job_json(sb: &Sandbox, db: &str, id: &str) -> serde_json::Value {
+    let o = sb.kiln(&["jobs", id, "--json", "--db", db]);
+    ok(&o);
+    serde_json::from_str(&stdout(&o)).unwrap()
+}
+
+fn stage_state(doc: &serde_json::Value, stage: &str) -> String {
+    doc["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["stage"] == stage)
+        .map(|s| s["state"].as_str().unwrap().to_string())
+        .unwrap_or_default()
+}
+
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn finish(child: Child) -> std::process::Output {
+    let o = child.wait_with_output().unwrap();
+    ok(&o);
+    o
+}
+
+fn manifests(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("manifest"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_queued_job_runs_on_a_worker_and_the_same_inputs_again_run_no_stage() {
+    let sb = Sandbox::new();
+    let db = sb.path().join("queue.sqlite");
+    let db = db.to_str().unwrap();
+    let gltf = dataset("mesh-khronos-gltf-samples").join("Avocado/glTF/Avocado.gltf");
+    let job = sb.job(
+        "avocado",
+        &format!(
+            "name = \"avocado\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"out/a\"\n",
+            gltf.display()
+        ),
+    );
+    let submit = |out: &str| {
+        let o = sb.kiln(&[
+            "submit",
+            job.to_str().unwrap(),
+            "--db",
+            db,
+            "--team",
+            "art",
+            "--output",
+            out,
+        ]);
+        ok(&o);
+        stdout(&o).trim().to_string()
+    };
+    let first = submit("out/a");
+    assert_eq!(job_json(&sb, db, &first)["job"]["state"], "queued");
+    finish(worker(&sb, db, "w1", &["--drain", "--poll", "0.2"]));
+    let doc = job_json(&sb, db, &first);
+    assert_eq!(doc["job"]["state"], "succeeded", "{doc:#}");
+    assert!(sb.path().join("out/a/tileset.json").is_file());
+
+    // Same inputs, another worker with an empty work directory: every stage but publish is
+    // restored from the shared stage cache, and the ledger shows no compute.
+    let second = submit("out/b");
+    finish(worker(&sb, db, "w2", &["--drain", "--poll", "0.2"]));
+    assert_eq!(job_json(&sb, db, &second)["job"]["state"], "succeeded");
+    let o = sb.kiln(&["report", &second, "--json", "--db", db]);
+    ok(&o);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let states: Vec<(String, String)> = report["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["stage"].as_str().unwrap().to_string(),
+                s["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expect = |s: &str, st: &str| (s.to_string(), st.to_string());
+    assert_eq!(
+        states,
+        [
+            expect("ingest", "cached"),
+            expect("decimate", "cached"),
+            expect("tile", "cached"),
+            expect("publish", "succeeded"),
+        ]
+    );
+    assert_eq!(report["totals"]["gpu_s"], 0.0);
+    assert!(sb.path().join("out/b/tileset.json").is_file());
+
+    // Another team sees nothing and cannot cancel.
+    let o = sb.kiln(&["cancel", &first, "--team", "other", "--db", db]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("is not in the queue"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_killed_worker_s_stage_is_rerun_by_another_worker_and_the_job_succeeds_once() {
+    let sb = Sandbox::new();
+    let sqlite = sb.path().join("queue.sqlite");
+    let db = fresh_postgres().unwrap_or_else(|| sqlite.to_string_lossy().into_owned());
+    let fox = dataset("capture-fox-instantngp");
+    let job = sb.job(
+        "fox",
+        &format!(
+            "name = \"fox\"\nkind = \"capture\"\ninput = \"{}\"\noutput = \"out/fox\"\n\
+             [ingest]\nmax_side = 64\n[train]\nsteps = 400\nseed = 3\n",
+            fox.display()
+        ),
+    );
+    let o = sb.kiln(&["submit", job.to_str().unwrap(), "--db", &db]);
+    ok(&o);
+    let id = stdout(&o).trim().to_string();
+
+    // Worker A takes training, then dies without a word (kill -9; its stage process dies with it).
+    let mut a = worker(&sb, &db, "wa", &["--lease-ttl", "2", "--poll", "0.2"]);
+    wait_for(
+        "worker A to start training",
+        Duration::from_secs(120),
+        || stage_state(&job_json(&sb, &db, &id), "train") == "running",
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    a.kill().unwrap();
+    a.wait().unwrap();
+
+    // Worker B (another work directory: ingest comes from the stage cache) retakes the stage
+    // once A's lease expires, and finishes the job.
+    let b = worker(
+        &sb,
+        &db,
+        "wb",
+        &[
+            "--drain",
+            "--lease-ttl",
+            "10",
+            "--poll",
+            "0.2",
+            "--retry-base",
+            "0",
+        ],
+    );
+    let out = finish(b);
+    let doc = job_json(&sb, &db, &id);
+    assert_eq!(
+        doc["job"]["state"],
+        "succeeded",
+        "{doc:#}\n{}",
+        stderr(&out)
+    );
+    let train: Vec<(String, i64)> = doc["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["stage"] == "train")
+        .map(|a| {
+            (
+                a["state"].as_str().unwrap().to_string(),
+                a["token"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        train,
+        [("lost".to_string(), 1), ("succeeded".to_string(), 2)],
+        "{doc:#}"
+    );
+    assert_eq!(manifests(&sb.path().join("out/fox")), 1, "published once");
+    // The ledger charges the lost attempt as wasted time.
+    let o = sb.kiln(&["report", &id, "--json", "--db", &db]);
+    ok(&o);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let lost = report["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["stage"] == "train" && s["state"] == "failed")
+        .unwrap_or_else(|| panic!("no failed train row: {report:#}"))
+        .clone();
+    assert!(lost["wall_s"].as_f64().unwrap() > 0.5, "{lost:#}");
+    assert!(
+        lost["error"].as_str().unwrap().contains("lease expired"),
+        "{lost:#}"
+    );
+}
+
+#[test]
+fn sigterm_hands_the_running_stage_back_and_cancel_stops_a_running_job() {
+    let sb = Sandbox::new();
+    let db = sb.path().join("queue.sqlite");
+    let db = db.to_str().unwrap();
+    let fox = dataset("capture-fox-instantngp");
+    let job = sb.job(
+        "fox",
+        &format!(
+            "name = \"fox\"\nkind = \"capture\"\ninput = \"{}\"\noutput = \"out/fox\"\n\
+             [ingest]\nmax_side = 64\n[train]\nsteps = 3000\nseed = 3\ncheckpoint_every = 20\n",
+            fox.display()
+        ),
+    );
+    let o = sb.kiln(&["submit", job.to_str().unwrap(), "--db", db]);
+    ok(&o);
+    let id = stdout(&o).trim().to_string();
+    let a = worker(&sb, db, "wa", &["--poll", "0.2"]);
+    wait_for("training to start", Duration::from_secs(120), || {
+        stage_state(&job_json(&sb, db, &id), "train") == "running"
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: signals our own child process.
+    unsafe {
+        libc::kill(a.id() as i32, libc::SIGTERM);
+    }
+    let out = finish(a);
+    assert!(stdout(&out).contains("1 handed back"), "{}", stdout(&out));
+    let doc = job_json(&sb, db, &id);
+    assert_eq!(stage_state(&doc, "train"), "queued", "{doc:#}");
+    let last = doc["attempts"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["state"], "released", "{doc:#}");
+    assert!(
+        sb.path().join("wa").join(&id).join("train.ckpt").is_file(),
+        "training checkpointed on SIGTERM"
+    );
+
+    // A running job is cancelled at the next heartbeat.
+    let b = worker(&sb, db, "wa", &["--poll", "0.2", "--lease-ttl", "2"]);
+    wait_for("training to resume", Duration::from_secs(120), || {
+        stage_state(&job_json(&sb, db, &id), "train") == "running"
+    });
+    let o = sb.kiln(&["cancel", &id, "--db", db]);
+    ok(&o);
+    assert!(stdout(&o).contains("cancel requested"), "{}", stdout(&o));
+    wait_for("the cancel to land", Duration::from_secs(60), || {
+        job_json(&sb, db, &id)["job"]["state"] == "cancelled"
+    });
+    // SAFETY: signals our own child process.
+    unsafe {
+        libc::kill(b.id() as i32, libc::SIGTERM);
+    }
+    finish(b);
+    let doc = job_json(&sb, db, &id);
+    let states: Vec<String> = doc["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["state"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(states, ["succeeded", "cancelled", "cancelled", "cancelled"]);
+}
