@@ -11,6 +11,7 @@ pub mod report;
 pub mod runner;
 pub mod serve;
 pub mod spec;
+pub mod submit;
 pub mod worker;
 
 pub use error::{Error, Result};

@@ -4,9 +4,8 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use kiln_jobs::queue::{CancelOutcome, NewJob, Queue};
-use kiln_jobs::spec::JobSpec;
-use kiln_pipeline::dag::StageKind;
+use kiln_jobs::queue::{CancelOutcome, Queue};
+use kiln_jobs::submit::SubmitOptions;
 
 use super::DbArgs;
 
@@ -27,6 +26,9 @@ pub struct SubmitArgs {
     /// Override the job file's output URL or path.
     #[arg(long, value_name = "URL")]
     pub output: Option<String>,
+    /// Stop the job before it would spend more than this many US dollars (price catalog rates).
+    #[arg(long, value_name = "USD")]
+    pub budget_usd: Option<f64>,
     #[command(flatten)]
     pub db: DbArgs,
 }
@@ -36,61 +38,24 @@ pub struct SubmitArgs {
 pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.job)
         .with_context(|| format!("cannot read job file {}", args.job.display()))?;
-    let mut spec = JobSpec::from_toml(&text, &args.job)?;
-    if let Some(o) = args.output {
-        spec.output = o;
-    }
-    // Workers run elsewhere and later: pin paths and dataset:// names to absolute locations now.
-    if !spec.output.contains("://") {
-        spec.output = std::path::absolute(&spec.output)
-            .with_context(|| format!("output path {}", spec.output))?
-            .to_string_lossy()
-            .into_owned();
-    }
-    let resolve = |loc: &str| kiln_datasets::resolve_location(loc).map_err(|e| e.to_string());
-    let mut input = resolve(&spec.input).map_err(|problem| kiln_jobs::Error::Field {
-        path: args.job.clone(),
-        field: "input".into(),
-        expected: "a reachable URL, path or dataset://NAME".into(),
-        found: format!("{} ({problem})", spec.input),
-    })?;
-    if !input.contains("://") {
-        input = std::path::absolute(&input)?.to_string_lossy().into_owned();
-    }
-    spec.input = input;
-    let job_id = kiln_jobs::runner::new_job_id(&spec.name);
-    let plan = spec.plan(&job_id, &std::env::temp_dir(), &args.job, &|l| {
-        Ok(l.to_string())
-    })?;
-    let (dag, _) = kiln_pipeline::run::job_dag(&plan)
+    let opts = SubmitOptions {
+        team: args.team,
+        priority: args.priority,
+        max_attempts: args.max_attempts,
+        output: args.output,
+        budget_usd: args.budget_usd,
+    };
+    let base = std::env::current_dir().context("current directory")?;
+    let job = kiln_jobs::submit::prepare(&text, &args.job, &base, &opts)
         .await
         .with_context(|| format!("{}: cannot queue (nothing was queued)", args.job.display()))?;
-    let stages = dag
-        .topo_order()?
-        .iter()
-        .map(|n| (n.kind.name().to_string(), n.kind == StageKind::Train))
-        .collect();
     let queue = Queue::open(&args.db.target()).await?;
-    queue
-        .submit(&NewJob {
-            id: job_id.clone(),
-            team: args.team,
-            name: spec.name.clone(),
-            kind: spec.kind.name().to_string(),
-            input: spec.input.clone(),
-            output: spec.output.clone(),
-            // As written: workers take input and output from the queue's columns.
-            spec: text,
-            priority: args.priority,
-            max_attempts: args.max_attempts,
-            budget_usd: None,
-            stages,
-        })
-        .await?;
-    println!("{job_id}");
+    queue.submit(&job).await?;
+    println!("{}", job.id);
     eprintln!(
-        "queued in {}; `kiln worker` runs it, `kiln jobs {job_id}` follows it",
-        queue.db().shown()
+        "queued in {}; `kiln worker` runs it, `kiln jobs {}` follows it",
+        queue.db().shown(),
+        job.id
     );
     Ok(())
 }
