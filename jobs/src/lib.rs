@@ -1,10 +1,13 @@
 //! kiln-jobs: job specs (TOML), the job runner over the pipeline DAG, and the per-job ledger
-//! (embedded SQLite through sqlx) with its reports.
+//! (SQLite or PostgreSQL through sqlx), the durable queue and its workers, the price catalog and
+//! cost estimates, and reports.
 
 pub mod db;
 pub mod error;
+pub mod estimate;
 pub mod job_page;
 pub mod ledger;
+pub mod prices;
 pub mod queue;
 pub mod regress;
 pub mod report;

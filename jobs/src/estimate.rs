@@ -1,0 +1,822 @@
+//! Before a job runs: estimated GPU-hours and USD per stage and per SKU (`kiln plan`).
+//!
+//! **This is a rough model.** Its purpose is to tell a user "a few cents" from "tens of dollars"
+//! before they start a job, not to quote a bill. It works in two steps:
+//!
+//! 1. **Seconds per stage on reference hardware.** Each stage of the plan gets vCPU-seconds (when
+//!    it runs on the CPU) and, for `train`, GPU-seconds on the reference GPU
+//!    ([`REFERENCE_GPU_SKU`]). When the ledger has successful attempts of the same stage on the
+//!    same kind of job, the *median* rate of those attempts is scaled to this job
+//!    ([`Basis::History`], with the number of rows used):
+//!    - `train`: seconds per *pixel-step* (steps × pixels per training view; steps come from the
+//!      train row's summary, the view size from the same job's ingest summary). GPU rows are first
+//!      converted to the reference GPU with [`relative_speed`]; CPU rows give vCPU-seconds.
+//!    - every other stage: vCPU-seconds per byte the stage read, times this job's input bytes
+//!      (this assumes each stage reads about as many bytes as the job's input: close for
+//!      `ingest` and `tile` of a splats job, an overestimate for `publish`).
+//!
+//!    Without history the constants below are used ([`Basis::Model`]); each says where it comes
+//!    from. `reconstruct` (COLMAP) has no model and is reported as [`Basis::Unknown`] with 0 s.
+//! 2. **Money per SKU.** GPU-seconds on SKU *s* = reference GPU-seconds ÷ [`relative_speed`]
+//!    (*s*), billed at least the catalog's `billing_minimum_s` (one lease for the GPU stages);
+//!    every non-GPU stage is charged at the catalog's vCPU rate, as if run on a separate CPU
+//!    worker (pipeline-anchors.md §3.5 `cpu_$`). The `cpu` row runs the whole job, training
+//!    included, on CPUs. Spot totals exist only where the catalog has both a GPU and a CPU spot
+//!    rate.
+//!
+//! What the model leaves out: per-step fixed overheads on the GPU (kernel launches, host round
+//! trips; they dominate small views, so small jobs are underestimated, although the billing
+//! minimum usually covers them), the growth of the splat count during training, queueing, image
+//! pulls and data staging, storage and egress, failed attempts. No Kiln training run on a GPU is
+//! recorded yet, so the GPU constant comes from a published gsplat figure, not from Kiln.
+//!
+//! The estimating functions are pure: the caller gathers the plan's shape and the ledger rows
+//! ([`local_bytes`] and [`capture_train_shape`] are the two helpers that read the local input).
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::ledger::StageRow;
+use crate::prices::{PriceCatalog, PriceError};
+
+/// The GPU whose speed is 1.0 in [`relative_speed`], and on which [`MODEL_GPU_S_PER_PIXEL_STEP`]
+/// was measured.
+pub const REFERENCE_GPU_SKU: &str = "A100-40GB";
+
+/// Fallback model for `train` on a GPU: GPU-seconds per pixel-step on the reference GPU
+/// (≈ 2.25e-8 s).
+///
+/// Source: gsplat's MCMC strategy with a 1 M splat cap trains Mip-NeRF 360 (7 scenes) for 30 000
+/// steps in 15.42 min on an A100 (research note splat-anchors.md §1, from gsplat
+/// `docs/source/tests/eval.rst`): 0.03084 s per step. Its views are about 1.37 Mpx on average
+/// (outdoor scenes at ¼ and indoor at ½ of the original resolution, gsplat's benchmark
+/// settings; the view size is our assumption, not re-checked). Assumes Kiln's CUDA path reaches
+/// gsplat's throughput, which has not been measured; per-step overheads are not modelled.
+pub const MODEL_GPU_S_PER_PIXEL_STEP: f64 = 0.03084 / 1.37e6;
+
+/// Fallback model for `train` on CPUs: vCPU-seconds per pixel-step (≈ 1.40e-5 s).
+///
+/// Source: `datasets/baselines.toml`, scene fox, full mode: 3.49002 steps/s at 152×270 px
+/// (41 040 px) views on the 2-core CI machine, ending at 56 204 splats: 2 vCPU ÷ 3.49002 steps/s
+/// ÷ 41 040 px (both cores counted busy for the whole stage).
+pub const MODEL_CPU_VCPU_S_PER_PIXEL_STEP: f64 = 2.0 / 3.49002 / 41_040.0;
+
+/// Fallback model for every CPU stage but `reconstruct`: vCPU-seconds per byte of job input.
+///
+/// Source: the README's avocado example (`kiln report`): each of ingest, decimate, tile and
+/// publish used ≤ 0.06 CPU-s for an 8.3 MB input (≤ 7.2e-9 s/B), rounded up to 1e-8 s/B.
+pub const MODEL_CPU_STAGE_VCPU_S_PER_BYTE: f64 = 1e-8;
+
+/// Stages that use a GPU when one is leased (the others always run on CPUs).
+pub const GPU_STAGES: &[&str] = &["train"];
+
+/// The name of the CPU-only row in [`Estimate::skus`].
+pub const CPU_SKU: &str = "cpu";
+
+/// What is known about the job before it runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobShape {
+    /// Job kind as in the ledger (`capture`, `mesh`, `splats`); history of other kinds is ignored.
+    pub kind: String,
+    /// Stage names in run order (`ingest`, `train`, …).
+    pub stages: Vec<String>,
+    /// Bytes of the job's input (file, or all files under a folder); 0 when unknown (remote).
+    pub input_bytes: u64,
+    /// Capture jobs: the training workload; `None` for other jobs or when unknown.
+    pub train: Option<TrainShape>,
+}
+
+/// The training workload of a capture job.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TrainShape {
+    /// Optimizer steps (one view per step).
+    pub steps: u64,
+    /// Pixels of one training view after ingest's downscale (width × height).
+    pub pixels_per_view: u64,
+}
+
+impl TrainShape {
+    /// Steps × pixels per view: the unit training time is scaled by.
+    pub fn pixel_steps(&self) -> f64 {
+        self.steps as f64 * self.pixels_per_view as f64
+    }
+}
+
+/// One past job from the ledger: its kind and its stage attempts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryJob {
+    pub kind: String,
+    pub stages: Vec<StageRow>,
+}
+
+/// Where a stage's seconds come from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "from", rename_all = "snake_case")]
+pub enum Basis {
+    /// The median rate of `rows` successful ledger attempts, scaled to this job.
+    History { rows: usize },
+    /// A fallback constant of this module (`source` names it).
+    Model { source: String },
+    /// No figure: counted as 0 s.
+    Unknown { reason: String },
+}
+
+impl std::fmt::Display for Basis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Basis::History { rows } => write!(f, "history ({rows} rows)"),
+            Basis::Model { source } => write!(f, "model ({source})"),
+            Basis::Unknown { reason } => write!(f, "unknown ({reason})"),
+        }
+    }
+}
+
+/// Seconds of one stage on reference hardware.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StageEstimate {
+    pub stage: String,
+    /// True for stages that use a GPU when one is leased ([`GPU_STAGES`]).
+    pub gpu_stage: bool,
+    /// vCPU-seconds when the stage runs on CPUs (always for non-GPU stages; the `cpu` row for
+    /// GPU stages).
+    pub vcpu_s: f64,
+    pub vcpu_basis: Basis,
+    /// GPU stages: GPU-seconds on the reference GPU ([`REFERENCE_GPU_SKU`]).
+    pub reference_gpu_s: Option<f64>,
+    pub gpu_basis: Option<Basis>,
+}
+
+/// The job's cost on one SKU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SkuEstimate {
+    /// Catalog SKU name, or [`CPU_SKU`] for the CPU-only row.
+    pub sku: String,
+    /// This SKU's speed relative to the reference GPU (`None` on the `cpu` row).
+    pub relative_speed: Option<f64>,
+    /// Estimated GPU-seconds of the GPU stages on this SKU, before the billing minimum.
+    pub gpu_s: f64,
+    /// GPU-hours billed: max(`gpu_s`, billing minimum) / 3600, 0 without GPU stages.
+    pub gpu_hours: f64,
+    /// vCPU-hours of the stages run on CPUs.
+    pub vcpu_hours: f64,
+    /// USD on-demand: GPU-hours × $/GPU-hour + vCPU-hours × $/vCPU-hour.
+    pub usd_on_demand: f64,
+    /// USD at spot rates; `None` when the catalog lacks the SKU's or the CPU's spot rate (and
+    /// GPU-hours are needed).
+    pub usd_spot: Option<f64>,
+}
+
+/// The estimate of one job.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Estimate {
+    /// The price catalog's `version`.
+    pub catalog_version: String,
+    pub reference_sku: String,
+    /// Per stage, in plan order.
+    pub stages: Vec<StageEstimate>,
+    /// Per SKU, in the order asked.
+    pub skus: Vec<SkuEstimate>,
+}
+
+/// Speed of `sku` relative to [`REFERENCE_GPU_SKU`]: √(FP32 TFLOPS ratio × memory bandwidth
+/// ratio), from the catalog's datasheet figures.
+///
+/// An assumption, not a measurement: splat training mixes compute-bound blending with
+/// bandwidth-bound sorting and gradient scatter, so both ratios are weighted equally (geometric
+/// mean). With the built-in catalog: T4 0.29, L4 0.55, A10G 0.79, L40S 1.62, A100-80GB 1.15,
+/// H100 2.72, H200 3.26.
+///
+/// # Errors
+/// [`PriceError::UnknownSku`] for `sku` or a catalog without the reference SKU.
+pub fn relative_speed(catalog: &PriceCatalog, sku: &str) -> Result<f64, PriceError> {
+    let s = catalog.sku(sku)?;
+    let r = catalog.sku(REFERENCE_GPU_SKU)?;
+    Ok(
+        ((s.fp32_tflops / r.fp32_tflops) * (s.memory_bandwidth_gbs / r.memory_bandwidth_gbs))
+            .sqrt(),
+    )
+}
+
+/// The catalog SKU a GPU's reported name (`NVIDIA A100-SXM4-80GB`, `Tesla T4`) is: every
+/// `-`-separated part of the SKU name must be a token of the device name (tokens split at
+/// anything not alphanumeric, compared case-insensitively); the longest SKU name wins (`L40S`
+/// over `L4`). `None` when no SKU matches.
+pub fn sku_for_device_name<'a>(catalog: &'a PriceCatalog, device_name: &str) -> Option<&'a str> {
+    let tokens: Vec<String> = device_name
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|t| !t.is_empty())
+        .map(|t| t.to_ascii_uppercase())
+        .collect();
+    catalog
+        .sku
+        .keys()
+        .filter(|k| {
+            k.split('-')
+                .all(|part| tokens.iter().any(|t| *t == part.to_ascii_uppercase()))
+        })
+        .max_by_key(|k| k.len())
+        .map(|k| k.as_str())
+}
+
+/// Median of `v` (mean of the middle two for an even count); `None` when empty.
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// The vCPU-seconds of a row: `cpu_s`, or `wall_s` when no CPU time was measured.
+fn vcpu_seconds(r: &StageRow) -> f64 {
+    if r.cpu_s > 0.0 { r.cpu_s } else { r.wall_s }
+}
+
+/// Pixel-steps of a job's train attempt `train`: steps from its summary, view size from the job's
+/// ingest summary (`width`, `height`).
+fn history_pixel_steps(job: &HistoryJob, train: &StageRow) -> Option<f64> {
+    let steps = train.summary.as_ref()?.get("steps")?.as_f64()?;
+    let ingest = job.stages.iter().rev().find(|r| {
+        r.stage == "ingest"
+            && matches!(r.state.as_str(), "succeeded" | "cached")
+            && r.summary.is_some()
+    })?;
+    let s = ingest.summary.as_ref()?;
+    let px = s.get("width")?.as_f64()? * s.get("height")?.as_f64()?;
+    (steps > 0.0 && px > 0.0).then_some(steps * px)
+}
+
+/// Rates of a non-GPU stage from history: vCPU-seconds per byte read.
+fn cpu_stage_rates(stage: &str, kind: &str, history: &[HistoryJob]) -> Vec<f64> {
+    history
+        .iter()
+        .filter(|j| j.kind == kind)
+        .flat_map(|j| j.stages.iter())
+        .filter(|r| r.stage == stage && r.state == "succeeded" && r.bytes_read > 0)
+        .map(|r| vcpu_seconds(r) / r.bytes_read as f64)
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .collect()
+}
+
+/// Rates of `train` from history: (reference GPU-seconds per pixel-step from GPU rows whose
+/// device maps to a catalog SKU, vCPU-seconds per pixel-step from CPU rows).
+fn train_rates(
+    kind: &str,
+    history: &[HistoryJob],
+    catalog: &PriceCatalog,
+) -> Result<(Vec<f64>, Vec<f64>), PriceError> {
+    let (mut gpu, mut cpu) = (Vec::new(), Vec::new());
+    for job in history.iter().filter(|j| j.kind == kind) {
+        for r in job
+            .stages
+            .iter()
+            .filter(|r| r.stage == "train" && r.state == "succeeded")
+        {
+            let Some(units) = history_pixel_steps(job, r) else {
+                continue;
+            };
+            if r.device == "cpu" {
+                let s = vcpu_seconds(r);
+                if s > 0.0 {
+                    cpu.push(s / units);
+                }
+            } else if r.gpu_s > 0.0 {
+                let sku = r
+                    .device_name
+                    .as_deref()
+                    .and_then(|n| sku_for_device_name(catalog, n));
+                if let Some(sku) = sku {
+                    gpu.push(r.gpu_s * relative_speed(catalog, sku)? / units);
+                }
+            }
+        }
+    }
+    Ok((gpu, cpu))
+}
+
+/// Seconds of every stage of `shape` on reference hardware (step 1 of the module docs).
+///
+/// # Errors
+/// [`PriceError::UnknownSku`] when the catalog lacks [`REFERENCE_GPU_SKU`] and GPU history must be
+/// converted.
+pub fn stage_estimates(
+    shape: &JobShape,
+    history: &[HistoryJob],
+    catalog: &PriceCatalog,
+) -> Result<Vec<StageEstimate>, PriceError> {
+    let mut out = Vec::with_capacity(shape.stages.len());
+    for stage in &shape.stages {
+        let gpu_stage = GPU_STAGES.contains(&stage.as_str());
+        let est = if gpu_stage {
+            let (gpu_rates, cpu_rates) = train_rates(&shape.kind, history, catalog)?;
+            match shape.train {
+                None => StageEstimate {
+                    stage: stage.clone(),
+                    gpu_stage,
+                    vcpu_s: 0.0,
+                    vcpu_basis: Basis::Unknown {
+                        reason: "training steps or view size unknown".into(),
+                    },
+                    reference_gpu_s: Some(0.0),
+                    gpu_basis: Some(Basis::Unknown {
+                        reason: "training steps or view size unknown".into(),
+                    }),
+                },
+                Some(t) => {
+                    let units = t.pixel_steps();
+                    let (gpu_s, gpu_basis) = match median(gpu_rates.clone()) {
+                        Some(m) => (
+                            m * units,
+                            Basis::History {
+                                rows: gpu_rates.len(),
+                            },
+                        ),
+                        None => (
+                            units * MODEL_GPU_S_PER_PIXEL_STEP,
+                            Basis::Model {
+                                source: "gsplat MCMC-1M on A100, 0.0308 s/step at ~1.37 Mpx".into(),
+                            },
+                        ),
+                    };
+                    let (vcpu_s, vcpu_basis) = match median(cpu_rates.clone()) {
+                        Some(m) => (
+                            m * units,
+                            Basis::History {
+                                rows: cpu_rates.len(),
+                            },
+                        ),
+                        None => (
+                            units * MODEL_CPU_VCPU_S_PER_PIXEL_STEP,
+                            Basis::Model {
+                                source: "fox baseline, 3.49 steps/s at 152×270 on 2 cores".into(),
+                            },
+                        ),
+                    };
+                    StageEstimate {
+                        stage: stage.clone(),
+                        gpu_stage,
+                        vcpu_s,
+                        vcpu_basis,
+                        reference_gpu_s: Some(gpu_s),
+                        gpu_basis: Some(gpu_basis),
+                    }
+                }
+            }
+        } else {
+            let rates = cpu_stage_rates(stage, &shape.kind, history);
+            let (vcpu_s, vcpu_basis) = match median(rates.clone()) {
+                Some(m) => (
+                    m * shape.input_bytes as f64,
+                    Basis::History { rows: rates.len() },
+                ),
+                None if stage == "reconstruct" => (
+                    0.0,
+                    Basis::Unknown {
+                        reason: "no model for COLMAP structure-from-motion".into(),
+                    },
+                ),
+                None => (
+                    MODEL_CPU_STAGE_VCPU_S_PER_BYTE * shape.input_bytes as f64,
+                    Basis::Model {
+                        source: "1e-8 vCPU-s per input byte".into(),
+                    },
+                ),
+            };
+            StageEstimate {
+                stage: stage.clone(),
+                gpu_stage,
+                vcpu_s,
+                vcpu_basis,
+                reference_gpu_s: None,
+                gpu_basis: None,
+            }
+        };
+        out.push(est);
+    }
+    Ok(out)
+}
+
+/// The cost of `stages` on `sku` ([`CPU_SKU`] for CPUs only; step 2 of the module docs).
+///
+/// # Errors
+/// [`PriceError::UnknownSku`] listing the catalog's SKUs.
+pub fn sku_estimate(
+    stages: &[StageEstimate],
+    catalog: &PriceCatalog,
+    sku: &str,
+) -> Result<SkuEstimate, PriceError> {
+    let cpu_od = catalog.cpu.vcpu_hour_usd_on_demand;
+    let cpu_spot = catalog.cpu.vcpu_hour_usd_spot;
+    if sku == CPU_SKU {
+        let vcpu_hours = stages.iter().map(|s| s.vcpu_s).fold(0.0, |a, b| a + b) / 3600.0;
+        return Ok(SkuEstimate {
+            sku: sku.to_string(),
+            relative_speed: None,
+            gpu_s: 0.0,
+            gpu_hours: 0.0,
+            vcpu_hours,
+            usd_on_demand: vcpu_hours * cpu_od,
+            usd_spot: cpu_spot.map(|r| vcpu_hours * r),
+        });
+    }
+    let entry = catalog.sku(sku)?;
+    let speed = relative_speed(catalog, sku)?;
+    let gpu_s: f64 = stages
+        .iter()
+        .filter_map(|s| s.reference_gpu_s)
+        .fold(0.0, |a, b| a + b)
+        / speed;
+    let gpu_hours = catalog.billed_seconds(gpu_s) / 3600.0;
+    let vcpu_hours = stages
+        .iter()
+        .filter(|s| !s.gpu_stage)
+        .map(|s| s.vcpu_s)
+        .fold(0.0, |a, b| a + b)
+        / 3600.0;
+    let usd_on_demand = gpu_hours * entry.gpu_hour_usd_on_demand + vcpu_hours * cpu_od;
+    let gpu_spot = if gpu_hours > 0.0 {
+        entry.gpu_hour_usd_spot.map(|r| gpu_hours * r)
+    } else {
+        Some(0.0)
+    };
+    let usd_spot = match (gpu_spot, cpu_spot) {
+        (Some(g), Some(c)) => Some(g + vcpu_hours * c),
+        (Some(g), None) if vcpu_hours == 0.0 => Some(g),
+        _ => None,
+    };
+    Ok(SkuEstimate {
+        sku: catalog
+            .sku
+            .keys()
+            .find(|k| k.eq_ignore_ascii_case(sku))
+            .cloned()
+            .unwrap_or_else(|| sku.to_string()),
+        relative_speed: Some(speed),
+        gpu_s,
+        gpu_hours,
+        vcpu_hours,
+        usd_on_demand,
+        usd_spot,
+    })
+}
+
+/// The whole estimate of `shape` for `skus` (catalog names or [`CPU_SKU`]; empty = every catalog
+/// SKU from the cheapest on-demand GPU-hour up, then `cpu`), from `history` (past jobs' ledger rows) and `catalog`.
+///
+/// # Errors
+/// [`PriceError::UnknownSku`] for a SKU not in the catalog (listing the known ones) or a catalog
+/// without [`REFERENCE_GPU_SKU`].
+pub fn estimate(
+    shape: &JobShape,
+    history: &[HistoryJob],
+    catalog: &PriceCatalog,
+    skus: &[String],
+) -> Result<Estimate, PriceError> {
+    catalog.sku(REFERENCE_GPU_SKU)?;
+    let stages = stage_estimates(shape, history, catalog)?;
+    let all: Vec<String>;
+    let skus = if skus.is_empty() {
+        let mut by_price: Vec<(&String, f64)> = catalog
+            .sku
+            .iter()
+            .map(|(k, v)| (k, v.gpu_hour_usd_on_demand))
+            .collect();
+        by_price.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(b.0)));
+        all = by_price
+            .into_iter()
+            .map(|(k, _)| k.clone())
+            .chain(std::iter::once(CPU_SKU.to_string()))
+            .collect();
+        &all
+    } else {
+        skus
+    };
+    let skus = skus
+        .iter()
+        .map(|s| sku_estimate(&stages, catalog, s))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Estimate {
+        catalog_version: catalog.version.clone(),
+        reference_sku: REFERENCE_GPU_SKU.to_string(),
+        stages,
+        skus,
+    })
+}
+
+// Gathering the shape from the local input (the only functions here that touch the disk).
+
+/// Bytes of a local file, or of every file under a local folder; 0 for anything else (a remote
+/// URL, a missing path).
+pub fn local_bytes(path: &Path) -> u64 {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => m.len(),
+        Ok(m) if m.is_dir() => std::fs::read_dir(path)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| local_bytes(&e.path()))
+            .sum(),
+        _ => 0,
+    }
+}
+
+/// The training workload of a capture at `input`: `steps` and the pixels of one view after
+/// ingest's downscale to `max_side`, read from the header of the first image (`.jpg`, `.jpeg`,
+/// `.png`) in `input/images` or `input` (a file input: its folder). `None` when no image is found
+/// locally.
+pub fn capture_train_shape(
+    input: &Path,
+    steps: usize,
+    max_side: Option<u32>,
+) -> Option<TrainShape> {
+    let dir = if input.is_file() {
+        input.parent()?
+    } else {
+        input
+    };
+    let first = [dir.join("images"), dir.to_path_buf()]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .find_map(|rd| {
+            let mut imgs: Vec<PathBuf> = rd
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.extension().and_then(|e| e.to_str()).is_some_and(|e| {
+                        ["jpg", "jpeg", "png"].contains(&e.to_ascii_lowercase().as_str())
+                    })
+                })
+                .collect();
+            imgs.sort();
+            imgs.into_iter().next()
+        })?;
+    let (w, h) = image::image_dimensions(&first).ok()?;
+    let long = w.max(h);
+    let scale = match max_side {
+        Some(m) if m > 0 && m < long => f64::from(m) / f64::from(long),
+        _ => 1.0,
+    };
+    let px = (f64::from(w) * scale).round() * (f64::from(h) * scale).round();
+    Some(TrainShape {
+        steps: steps as u64,
+        pixels_per_view: px as u64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A catalog with round numbers: the reference GPU at $3.60/GPU-h (spot $1.80), `FAST` four
+    /// times as fast (4× FP32, 4× bandwidth → speed √16 = 4) at $7.20 without spot, CPUs at
+    /// $0.036/vCPU-h (spot $0.018), 60 s billing minimum.
+    fn catalog() -> PriceCatalog {
+        let sku = |name: &str, od: f64, spot: &str, tf: f64, bw: f64| {
+            format!(
+                "[sku.{name}]\nprovider = \"t\"\nbasis = \"t\"\nanchor = \"t\"\nas_of = \"t\"\n\
+                 confidence = \"v\"\ngpu_hour_usd_on_demand = {od}\n{spot}memory_gib = 40\n\
+                 fp32_tflops = {tf}\nmemory_bandwidth_gbs = {bw}\n"
+            )
+        };
+        let text = format!(
+            "version = \"test-1\"\ncurrency = \"USD\"\nsources = []\nbilling_minimum_s = 60.0\n\
+             [cpu]\nprovider = \"t\"\nbasis = \"t\"\nanchor = \"t\"\nas_of = \"t\"\n\
+             confidence = \"v\"\nvcpu_hour_usd_on_demand = 0.036\nvcpu_hour_usd_spot = 0.018\n{}{}",
+            sku("A100-40GB", 3.6, "gpu_hour_usd_spot = 1.8\n", 10.0, 1000.0),
+            sku("FAST", 7.2, "", 40.0, 4000.0),
+        );
+        PriceCatalog::from_toml_str(&text, "test.toml").unwrap()
+    }
+
+    fn capture_shape(steps: u64, pixels_per_view: u64, input_bytes: u64) -> JobShape {
+        JobShape {
+            kind: "capture".into(),
+            stages: ["ingest", "train", "tile", "publish"]
+                .map(String::from)
+                .to_vec(),
+            input_bytes,
+            train: Some(TrainShape {
+                steps,
+                pixels_per_view,
+            }),
+        }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+    }
+
+    fn row(stage: &str, state: &str, device: &str) -> StageRow {
+        StageRow {
+            stage: stage.into(),
+            attempt: 1,
+            state: state.into(),
+            device: device.into(),
+            ..StageRow::default()
+        }
+    }
+
+    /// A past capture job: ingest at 200×100 px views, one GPU train attempt of 1000 steps.
+    fn gpu_history_job(gpu_s: f64, state: &str) -> HistoryJob {
+        let mut ingest = row("ingest", "succeeded", "cpu");
+        ingest.summary = Some(serde_json::json!({"frames": 10, "width": 200, "height": 100}));
+        let mut train = row("train", state, "cuda:0");
+        train.gpu_s = gpu_s;
+        train.device_name = Some("NVIDIA FAST 80GB".into());
+        train.summary = Some(serde_json::json!({"steps": 1000}));
+        HistoryJob {
+            kind: "capture".into(),
+            stages: vec![ingest, train],
+        }
+    }
+
+    #[test]
+    fn model_only_reproduces_the_gsplat_anchor_on_the_reference_gpu() {
+        // 30 000 steps at 1.37 Mpx: the anchor itself, 15.42 min = 925.2 GPU-s on the reference.
+        let cat = catalog();
+        let e = estimate(
+            &capture_shape(30_000, 1_370_000, 1_000_000_000),
+            &[],
+            &cat,
+            &["A100-40GB".into(), "FAST".into(), "cpu".into()],
+        )
+        .unwrap();
+        let train = &e.stages[1];
+        assert!(close(train.reference_gpu_s.unwrap(), 925.2));
+        assert!(matches!(train.gpu_basis, Some(Basis::Model { .. })));
+        // Three CPU stages × 1e-8 vCPU-s/B × 1e9 B = 30 vCPU-s.
+        let cpu_s: f64 = e
+            .stages
+            .iter()
+            .filter(|s| !s.gpu_stage)
+            .map(|s| s.vcpu_s)
+            .sum();
+        assert!(close(cpu_s, 30.0));
+
+        let a100 = &e.skus[0];
+        assert!(close(a100.gpu_hours, 0.257)); // 925.2 / 3600
+        // 0.257 h × $3.60 + 30/3600 h × $0.036 = 0.9252 + 0.0003.
+        assert!(close(a100.usd_on_demand, 0.9255));
+        // 0.257 × $1.80 + 30/3600 × $0.018 = 0.4626 + 0.00015.
+        assert!(close(a100.usd_spot.unwrap(), 0.46275));
+
+        let fast = &e.skus[1];
+        assert!(close(fast.relative_speed.unwrap(), 4.0));
+        assert!(close(fast.gpu_s, 231.3)); // 925.2 / 4
+        // 231.3/3600 h × $7.20 + $0.0003 = 0.4626 + 0.0003; no spot rate for FAST.
+        assert!(close(fast.usd_on_demand, 0.4629));
+        assert_eq!(fast.usd_spot, None);
+
+        // CPU only: training at 2/3.49002/41040 vCPU-s per pixel-step, plus the 30 vCPU-s.
+        let cpu = &e.skus[2];
+        let train_vcpu_s = 30_000.0 * 1_370_000.0 * 2.0 / 3.49002 / 41_040.0;
+        assert!(close(cpu.vcpu_hours, (train_vcpu_s + 30.0) / 3600.0));
+        assert!(close(cpu.usd_on_demand, cpu.vcpu_hours * 0.036));
+        assert_eq!(cpu.gpu_hours, 0.0);
+    }
+
+    #[test]
+    fn gpu_history_median_is_converted_to_the_reference_and_scaled_to_the_job() {
+        let cat = catalog();
+        // Two successful FAST runs: 50 and 60 GPU-s for 1000 steps × 20 000 px = 2e7 pixel-steps,
+        // i.e. 1.0e-5 and 1.2e-5 reference-GPU-s per pixel-step (× speed 4); median 1.1e-5. The
+        // failed attempt is ignored.
+        let history = [
+            gpu_history_job(50.0, "succeeded"),
+            gpu_history_job(60.0, "succeeded"),
+            gpu_history_job(1000.0, "failed"),
+        ];
+        // This job: 2000 steps × 20 000 px = 4e7 → 440 reference GPU-s; 110 s on FAST.
+        let e = estimate(
+            &capture_shape(2000, 20_000, 0),
+            &history,
+            &cat,
+            &["FAST".into(), "A100-40GB".into()],
+        )
+        .unwrap();
+        assert_eq!(e.stages[1].gpu_basis, Some(Basis::History { rows: 2 }));
+        assert!(close(e.stages[1].reference_gpu_s.unwrap(), 440.0));
+        assert!(close(e.skus[0].gpu_s, 110.0));
+        // 110 s / 3600 × $7.20 = $0.22 (input 0 B: the CPU stages cost nothing).
+        assert!(close(e.skus[0].usd_on_demand, 0.22));
+        // 440 s / 3600 × $3.60 = $0.44.
+        assert!(close(e.skus[1].usd_on_demand, 0.44));
+    }
+
+    #[test]
+    fn cpu_stage_history_uses_the_median_rate_per_byte_of_the_same_job_kind() {
+        let cat = catalog();
+        let tile = |cpu_s: f64, state: &str| {
+            let mut r = row("tile", state, "cpu");
+            r.cpu_s = cpu_s;
+            r.bytes_read = 1_000_000;
+            r
+        };
+        let history = [
+            HistoryJob {
+                kind: "splats".into(),
+                stages: vec![
+                    tile(1.0, "succeeded"),
+                    tile(3.0, "succeeded"),
+                    tile(0.0, "cached"),
+                ],
+            },
+            HistoryJob {
+                kind: "splats".into(),
+                stages: vec![tile(2.0, "succeeded")],
+            },
+            // Another kind: ignored.
+            HistoryJob {
+                kind: "mesh".into(),
+                stages: vec![tile(100.0, "succeeded")],
+            },
+        ];
+        let shape = JobShape {
+            kind: "splats".into(),
+            stages: vec!["tile".into()],
+            input_bytes: 5_000_000,
+            train: None,
+        };
+        let e = estimate(&shape, &history, &cat, &["FAST".into()]).unwrap();
+        // Median of 1e-6, 3e-6, 2e-6 s/B = 2e-6 × 5e6 B = 10 vCPU-s.
+        assert_eq!(e.stages[0].vcpu_basis, Basis::History { rows: 3 });
+        assert!(close(e.stages[0].vcpu_s, 10.0));
+        // No GPU stage: no GPU-hours and no billing minimum; 10/3600 h × $0.036 = $0.0001.
+        assert_eq!(e.skus[0].gpu_hours, 0.0);
+        assert!(close(e.skus[0].usd_on_demand, 0.0001));
+        // FAST has no GPU spot rate but needs no GPU: spot is the CPU spot cost, $0.00005.
+        assert!(close(e.skus[0].usd_spot.unwrap(), 0.00005));
+    }
+
+    #[test]
+    fn short_gpu_stage_is_billed_the_minimum() {
+        let cat = catalog();
+        // 1000 steps × 1000 px = 1e6 pixel-steps × 2.2511e-8 s = 0.0225 s: billed 60 s.
+        let e = estimate(
+            &capture_shape(1000, 1000, 0),
+            &[],
+            &cat,
+            &["A100-40GB".into()],
+        )
+        .unwrap();
+        assert!(e.skus[0].gpu_s < 1.0);
+        assert!(close(e.skus[0].gpu_hours, 60.0 / 3600.0));
+        assert!(close(e.skus[0].usd_on_demand, 0.06)); // 1/60 h × $3.60
+    }
+
+    #[test]
+    fn unknown_sku_is_an_error_listing_the_catalog() {
+        let e = estimate(&capture_shape(1, 1, 0), &[], &catalog(), &["B200".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`B200`") && e.contains("A100-40GB, FAST"), "{e}");
+    }
+
+    #[test]
+    fn reconstruct_has_no_model() {
+        let shape = JobShape {
+            kind: "capture".into(),
+            stages: vec!["reconstruct".into()],
+            input_bytes: 1_000_000,
+            train: None,
+        };
+        let e = estimate(&shape, &[], &catalog(), &[]).unwrap();
+        assert!(matches!(e.stages[0].vcpu_basis, Basis::Unknown { .. }));
+        assert_eq!(e.stages[0].vcpu_s, 0.0);
+        // Empty list: every catalog SKU, then cpu.
+        let names: Vec<&str> = e.skus.iter().map(|s| s.sku.as_str()).collect();
+        assert_eq!(names, ["A100-40GB", "FAST", "cpu"]);
+    }
+
+    #[test]
+    fn device_names_map_to_catalog_skus() {
+        let cat = PriceCatalog::default_catalog();
+        assert_eq!(sku_for_device_name(&cat, "NVIDIA H200"), Some("H200"));
+        assert_eq!(
+            sku_for_device_name(&cat, "NVIDIA A100-SXM4-80GB"),
+            Some("A100-80GB")
+        );
+        assert_eq!(sku_for_device_name(&cat, "NVIDIA L40S"), Some("L40S"));
+        assert_eq!(sku_for_device_name(&cat, "NVIDIA L4"), Some("L4"));
+        assert_eq!(sku_for_device_name(&cat, "Tesla T4"), Some("T4"));
+        assert_eq!(sku_for_device_name(&cat, "NVIDIA GeForce RTX 4090"), None);
+    }
+
+    #[test]
+    fn relative_speeds_of_the_default_catalog() {
+        // √(FP32 ratio × bandwidth ratio) against the A100 40GB (19.5 TFLOPS, 1555 GB/s).
+        let cat = PriceCatalog::default_catalog();
+        let h200 = relative_speed(&cat, "H200").unwrap();
+        assert!(close(h200, ((67.0 / 19.5) * (4800.0 / 1555.0_f64)).sqrt()));
+        assert!((h200 - 3.257).abs() < 1e-3, "{h200}");
+        let t4 = relative_speed(&cat, "T4").unwrap();
+        assert!((t4 - 0.2924).abs() < 1e-3, "{t4}");
+        assert_eq!(relative_speed(&cat, "A100-40GB").unwrap(), 1.0);
+    }
+}
