@@ -2,6 +2,7 @@
 //! directory, on the sample datasets found by the dataset resolver.
 
 mod e2e {
+    pub mod api;
     pub mod bad_input;
     pub mod check;
     pub mod harness;

@@ -46,6 +46,11 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "queue",
         include_str!("../migrations/sqlite/0002_queue.sql"),
     ),
+    (
+        3,
+        "api_tokens",
+        include_str!("../migrations/sqlite/0003_api_tokens.sql"),
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -57,6 +62,11 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         2,
         "queue",
         include_str!("../migrations/postgres/0002_queue.sql"),
+    ),
+    (
+        3,
+        "api_tokens",
+        include_str!("../migrations/postgres/0003_api_tokens.sql"),
     ),
 ];
 

@@ -230,6 +230,34 @@ impl Ledger {
         Ok(rows.iter().map(job_row).collect())
     }
 
+    /// Jobs created in `[since, until)` (RFC 3339 UTC strings, either bound optional), oldest
+    /// first, each with its queue team (`local` for `kiln run` jobs, which have none).
+    ///
+    /// # Errors
+    /// [`crate::Error::Ledger`].
+    pub async fn jobs_between(
+        &self,
+        since: Option<&str>,
+        until: Option<&str>,
+    ) -> Result<Vec<(JobRow, String)>> {
+        let rows = sqlx::query(
+            "SELECT j.id, j.name, j.kind, j.input, j.output, j.state, j.created_at, j.finished_at, j.error, \
+               COALESCE(q.team, 'local') AS team \
+             FROM jobs j LEFT JOIN queue_jobs q ON q.id = j.id \
+             WHERE ($1 IS NULL OR j.created_at >= $1) AND ($2 IS NULL OR j.created_at < $2) \
+             ORDER BY j.created_at, j.id",
+        )
+        .bind(since)
+        .bind(until)
+        .fetch_all(&self.db.pool)
+        .await
+        .map_err(self.err())?;
+        Ok(rows
+            .iter()
+            .map(|r| (job_row(r), r.get::<String, _>("team")))
+            .collect())
+    }
+
     /// The stage attempts of job `id`, in run order.
     ///
     /// # Errors

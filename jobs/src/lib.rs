@@ -1,13 +1,12 @@
 //! kiln-jobs: job specs (TOML), the job runner over the pipeline DAG, and the per-job ledger
-//! (SQLite or PostgreSQL through sqlx), the durable queue and its workers, the price catalog and
-//! cost estimates, and reports.
+//! (embedded SQLite through sqlx) with its reports.
 
+pub mod api;
+pub mod costing;
 pub mod db;
 pub mod error;
-pub mod estimate;
 pub mod job_page;
 pub mod ledger;
-pub mod prices;
 pub mod queue;
 pub mod regress;
 pub mod report;
@@ -18,3 +17,5 @@ pub mod submit;
 pub mod worker;
 
 pub use error::{Error, Result};
+pub mod estimate;
+pub mod prices;

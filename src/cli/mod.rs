@@ -11,6 +11,7 @@ mod report;
 mod run;
 mod selftest;
 mod serve;
+mod token;
 mod worker;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -61,6 +62,8 @@ pub enum Command {
     Jobs(queue::JobsArgs),
     /// Cancel a queued or running job (a running stage stops at its next heartbeat).
     Cancel(queue::CancelArgs),
+    /// Create, list or revoke the HTTP API's team bearer tokens.
+    Token(token::TokenArgs),
     /// Claim and run queued stages until SIGTERM (one stage per GPU slot).
     Worker(worker::WorkerArgs),
     /// (internal) Run one claimed stage for `kiln worker`.
@@ -124,6 +127,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Submit(a) => queue::submit(a).await,
         Command::Jobs(a) => queue::jobs(a).await,
         Command::Cancel(a) => queue::cancel(a).await,
+        Command::Token(a) => token::run(a).await,
         Command::Worker(a) => worker::run(a).await,
         Command::StageExec(a) => worker::stage_exec(a).await,
     }

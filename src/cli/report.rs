@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
+use kiln_jobs::costing::{self, CostLine, Pricing};
+use kiln_jobs::prices::{PriceCatalog, Tier};
 use kiln_jobs::{job_page, ledger::Ledger, report};
 
 use super::DbArgs;
@@ -11,8 +13,8 @@ use super::DbArgs;
 /// Arguments of `kiln report`.
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
-    /// Job id as printed by `kiln run` (omit with --list).
-    #[arg(required_unless_present = "list")]
+    /// Job id as printed by `kiln run` or `kiln submit`. Without it (and without --list): the
+    /// cost of every job in a period, per job or per team.
     pub job_id: Option<String>,
     /// List recorded jobs instead.
     #[arg(long)]
@@ -28,8 +30,39 @@ pub struct ReportArgs {
     /// (for outputs published to S3 and copied down, or moved since).
     #[arg(long, value_name = "PATH", requires = "html")]
     pub output_dir: Option<PathBuf>,
+    /// Period report: only this team's jobs (`local` = jobs run with `kiln run`).
+    #[arg(long, conflicts_with = "job_id")]
+    pub team: Option<String>,
+    /// Period report: jobs created at or after this UTC time (RFC 3339 or a date, 2026-11-01).
+    #[arg(long, value_name = "TIME", conflicts_with = "job_id")]
+    pub since: Option<String>,
+    /// Period report: jobs created before this UTC time (RFC 3339 or a date).
+    #[arg(long, value_name = "TIME", conflicts_with = "job_id")]
+    pub until: Option<String>,
+    /// Period report: one line per job, or per team.
+    #[arg(long, value_enum, default_value_t = By::Job, conflicts_with = "job_id")]
+    pub by: By,
+    /// Print CSV instead of a table.
+    #[arg(long, conflicts_with_all = ["json", "html"])]
+    pub csv: bool,
+    /// Price catalog TOML [default: the built-in one; see `kiln plan --prices`].
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
+    /// Price GPU rows whose device is not in the catalog as this SKU [default: the dearest].
+    #[arg(long)]
+    pub sku: Option<String>,
+    /// Spot prices instead of on-demand (on-demand where the catalog has no spot price).
+    #[arg(long)]
+    pub spot: bool,
     #[command(flatten)]
     pub db: DbArgs,
+}
+
+/// One line per job or per team.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum By {
+    Job,
+    Team,
 }
 
 /// Print the report.
@@ -46,7 +79,25 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let id = args.job_id.unwrap_or_default();
+    let catalog = match &args.prices {
+        Some(p) => PriceCatalog::from_file(p)?,
+        None => PriceCatalog::default_catalog(),
+    };
+    if let Some(s) = &args.sku {
+        catalog.sku(s)?;
+    }
+    let pricing = Pricing {
+        catalog: &catalog,
+        tier: if args.spot {
+            Tier::Spot
+        } else {
+            Tier::OnDemand
+        },
+        fallback_sku: args.sku.clone(),
+    };
+    let Some(id) = args.job_id.clone() else {
+        return period_report(&ledger, &args, &pricing).await;
+    };
     let r = report::job_report(&ledger, &id).await?;
     if let Some(dest) = &args.html {
         let output_dir = match &args.output_dir {
@@ -65,12 +116,128 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    let cost = pricing.total(&r.stages);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        let mut doc = serde_json::to_value(&r)?;
+        doc["cost"] = serde_json::json!({
+            "usd": cost.usd,
+            "gpu_usd": cost.gpu_usd,
+            "cpu_usd": cost.cpu_usd,
+            "waste_usd": cost.waste_usd,
+            "price_catalog": catalog.version,
+            "tier": pricing.tier,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else if args.csv {
+        let line = CostLine::for_job(&r.job.id, "", &r.job.state, &r.stages, &pricing);
+        print!("{}", cost_csv(&[line])?);
     } else {
         print!("{}", report::render_table(&r));
+        println!(
+            "cost ${:.4} (GPU ${:.4}, CPU ${:.4}; waste ${:.4}), price catalog {} {}",
+            cost.usd,
+            cost.gpu_usd,
+            cost.cpu_usd,
+            cost.waste_usd,
+            catalog.version,
+            if args.spot { "spot" } else { "on-demand" }
+        );
     }
     Ok(())
+}
+
+async fn period_report(
+    ledger: &Ledger,
+    args: &ReportArgs,
+    pricing: &Pricing<'_>,
+) -> anyhow::Result<()> {
+    let mut lines = Vec::new();
+    for (job, team) in ledger
+        .jobs_between(args.since.as_deref(), args.until.as_deref())
+        .await?
+    {
+        if args.team.as_ref().is_some_and(|t| *t != team) {
+            continue;
+        }
+        let rows = ledger.stages(&job.id).await?;
+        lines.push(CostLine::for_job(
+            &job.id, &team, &job.state, &rows, pricing,
+        ));
+    }
+    if args.by == By::Team {
+        lines = costing::by_team(&lines);
+    }
+    let mut total = CostLine {
+        key: "total".into(),
+        ..Default::default()
+    };
+    for l in &lines {
+        total.add(l);
+    }
+    if args.json {
+        let doc = serde_json::json!({
+            "since": args.since,
+            "until": args.until,
+            "team": args.team,
+            "by": if args.by == By::Team { "team" } else { "job" },
+            "price_catalog": pricing.catalog.version,
+            "tier": pricing.tier,
+            "lines": lines,
+            "total": total,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    if args.csv {
+        print!("{}", cost_csv(&lines)?);
+        return Ok(());
+    }
+    println!(
+        "{:<40} {:<10} {:<10} {:>5} {:>6} {:>10} {:>9} {:>11} {:>10}",
+        if args.by == By::Team { "team" } else { "job" },
+        "team",
+        "state",
+        "tries",
+        "waste",
+        "CPU s",
+        "GPU-h",
+        "USD",
+        "waste USD"
+    );
+    for l in lines.iter().chain(std::iter::once(&total)) {
+        println!(
+            "{:<40} {:<10} {:<10} {:>5} {:>6} {:>10.1} {:>9.4} {:>11.4} {:>10.4}",
+            l.key,
+            l.team,
+            l.state,
+            l.attempts,
+            l.wasted_attempts,
+            l.cpu_s,
+            l.gpu_hours,
+            l.usd,
+            l.waste_usd
+        );
+    }
+    println!(
+        "prices: catalog {} ({}), {}",
+        pricing.catalog.version,
+        pricing.catalog.file,
+        if pricing.tier == Tier::Spot {
+            "spot"
+        } else {
+            "on-demand"
+        }
+    );
+    Ok(())
+}
+
+/// Cost lines as CSV (header row first).
+fn cost_csv(lines: &[CostLine]) -> anyhow::Result<String> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for l in lines {
+        w.serialize(l)?;
+    }
+    Ok(String::from_utf8(w.into_inner()?)?)
 }
 
 /// The local folder of a job's recorded `output` (a path, possibly relative to where `kiln run`

@@ -48,6 +48,12 @@ pub struct WorkerArgs {
     /// Exit once nothing is claimable and nothing runs (batch jobs, tests).
     #[arg(long)]
     pub drain: bool,
+    /// This machine's GPU SKU in the price catalog (for job budgets) [default: the dearest].
+    #[arg(long, env = "KILN_SKU")]
+    pub sku: Option<String>,
+    /// Price catalog TOML for job budgets [default: the built-in one].
+    #[arg(long, value_name = "FILE", env = "KILN_PRICES")]
+    pub prices: Option<PathBuf>,
 }
 
 fn seconds(name: &str, v: f64) -> anyhow::Result<Duration> {
@@ -73,7 +79,16 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         Some(c) => c,
         None => home.join("stage-cache").to_string_lossy().into_owned(),
     };
+    let catalog = match &args.prices {
+        Some(p) => kiln_jobs::prices::PriceCatalog::from_file(p)?,
+        None => kiln_jobs::prices::PriceCatalog::default_catalog(),
+    };
+    if let Some(s) = &args.sku {
+        catalog.sku(s)?;
+    }
     let cfg = WorkerConfig {
+        catalog,
+        sku: args.sku,
         name: args.name.unwrap_or_else(|| id.clone()),
         id,
         gpus: args.gpus,

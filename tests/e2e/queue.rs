@@ -312,3 +312,79 @@ fn sigterm_hands_the_running_stage_back_and_cancel_stops_a_running_job() {
         .collect();
     assert_eq!(states, ["succeeded", "cancelled", "cancelled", "cancelled"]);
 }
+
+#[test]
+fn a_budget_stops_training_before_the_cap_and_reports_sum_cost_per_team() {
+    let sb = Sandbox::new();
+    let db = sb.path().join("queue.sqlite");
+    let db = db.to_str().unwrap();
+    let fox = dataset("capture-fox-instantngp");
+    let job = sb.job(
+        "fox",
+        &format!(
+            "name = \"fox\"\nkind = \"capture\"\ninput = \"{}\"\noutput = \"out/fox\"\n\
+             [ingest]\nmax_side = 64\n[train]\nsteps = 100000\nseed = 3\n",
+            fox.display()
+        ),
+    );
+    // A CPU slot costs every core at the catalog's vCPU rate: allow about 15 s (ingest and a few
+    // seconds of training).
+    let catalog = kiln_jobs::prices::PriceCatalog::default_catalog();
+    let cores = std::thread::available_parallelism().unwrap().get() as f64;
+    let per_s = catalog.cpu.vcpu_hour_usd_on_demand / 3600.0 * cores;
+    let budget = 15.0 * per_s;
+    let o = sb.kiln(&[
+        "submit",
+        job.to_str().unwrap(),
+        "--db",
+        db,
+        "--team",
+        "vfx",
+        "--budget-usd",
+        &format!("{budget:.12}"),
+    ]);
+    ok(&o);
+    let id = stdout(&o).trim().to_string();
+    let t = Instant::now();
+    finish(worker(
+        &sb,
+        db,
+        "w",
+        &["--drain", "--poll", "0.2", "--lease-ttl", "2"],
+    ));
+    let doc = job_json(&sb, db, &id);
+    assert_eq!(doc["job"]["state"], "failed", "{doc:#}");
+    let err = doc["job"]["error"].as_str().unwrap();
+    assert!(err.contains("budget: stopped `train`"), "{err}");
+    // 100,000 steps take far longer; the stop came within a few heartbeats of the cap.
+    assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
+
+    // The period report per team, as CSV: one vfx line holding both attempts.
+    let o = sb.kiln(&[
+        "report",
+        "--by",
+        "team",
+        "--csv",
+        "--since",
+        "2000-01-01",
+        "--db",
+        db,
+    ]);
+    ok(&o);
+    let csv = stdout(&o);
+    let mut lines = csv.lines();
+    assert!(
+        lines
+            .next()
+            .unwrap()
+            .starts_with("key,team,state,attempts,wasted_attempts")
+    );
+    let vfx: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!((vfx[0], vfx[3], vfx[4]), ("vfx", "2", "1"), "{csv}");
+    assert!(lines.next().is_none(), "{csv}");
+    // Nothing before the job was created.
+    let o = sb.kiln(&["report", "--json", "--until", "2000-01-01", "--db", db]);
+    ok(&o);
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(doc["lines"].as_array().unwrap().len(), 0);
+}

@@ -78,11 +78,12 @@ impl Queue {
                lease_expires_at = $2, attempts = attempts + 1 \
              WHERE (job_id, stage) = ( \
                SELECT s.job_id, s.stage FROM queue_stages s JOIN queue_jobs j ON j.id = s.job_id \
+               LEFT JOIN (SELECT rj.team, COUNT(*) AS n FROM queue_stages r JOIN queue_jobs rj ON rj.id = r.job_id \
+                          WHERE r.state = 'running' GROUP BY rj.team) tr ON tr.team = j.team \
+               LEFT JOIN queue_teams t ON t.team = j.team \
                WHERE s.state = 'queued' AND s.not_before <= $3 AND j.cancel_requested = 0 \
                  AND j.state IN ('queued', 'running') AND (s.uses_gpu = 0 OR $4 = 1) \
-                 AND (SELECT COUNT(*) FROM queue_stages r JOIN queue_jobs rj ON rj.id = r.job_id \
-                      WHERE rj.team = j.team AND r.state = 'running') \
-                     < COALESCE((SELECT t.max_running FROM queue_teams t WHERE t.team = j.team), 1000000000) \
+                 AND COALESCE(tr.n, 0) < COALESCE(t.max_running, 1000000000) \
                ORDER BY j.priority DESC, j.submitted_at, j.id, s.position LIMIT 1 {skip_locked}) \
              RETURNING job_id, stage, attempts, lease_token"
         );
@@ -637,6 +638,17 @@ impl Queue {
     /// [`Error::Ledger`].
     pub async fn reap_expired(&self, policy: &RetryPolicy) -> Result<usize> {
         let now = now_ms();
+        // The common case, nothing expired, costs one read and no lock.
+        let expired: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM queue_stages WHERE state = 'running' AND lease_expires_at < $1",
+        )
+        .bind(now)
+        .fetch_one(&self.db.pool)
+        .await
+        .map_err(self.db.err())?;
+        if expired == 0 {
+            return Ok(0);
+        }
         let skip_locked = match self.db.backend() {
             Backend::Postgres => "FOR UPDATE SKIP LOCKED",
             Backend::Sqlite => "",

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::db::Backend;
 
 /// A fresh database per backend: a temporary SQLite file, and a new PostgreSQL database on the
 /// test server when there is one. The guard keeps the temporary folder alive.
@@ -414,4 +415,90 @@ async fn concurrent_claims_take_each_stage_exactly_once() {
             40
         );
     }
+}
+
+/// Load: 1,000 two-stage jobs, 4 workers (each its own connection pool, as separate processes
+/// would have), claim + commit with no stage work. Every job completes exactly once; claims/s
+/// and claim latency percentiles are printed (`--nocapture`); the claim path's benchmark is
+/// `cargo bench -p kiln-jobs --bench claim`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn load_1000_jobs_on_4_workers_complete_exactly_once() {
+    for (q, g) in backends().await {
+        let target = match q.db().backend() {
+            Backend::Sqlite => g.path().join("queue.sqlite").to_string_lossy().into_owned(),
+            Backend::Postgres => postgres_url_of(&q).await,
+        };
+        for i in 0..1000 {
+            q.submit(&job(
+                &format!("j{i:04}"),
+                "a",
+                0,
+                &[("ingest", false), ("tile", false)],
+            ))
+            .await
+            .unwrap();
+        }
+        let start = std::time::Instant::now();
+        let mut tasks = Vec::new();
+        for w in 0..4 {
+            let target = target.clone();
+            tasks.push(tokio::spawn(async move {
+                let q = Queue::open(&target).await.unwrap();
+                let mut latencies = Vec::new();
+                let mut committed = Vec::new();
+                loop {
+                    let t = std::time::Instant::now();
+                    let Some(c) = q.claim(&format!("w{w}"), true, TTL, &NOW).await.unwrap() else {
+                        break;
+                    };
+                    latencies.push(t.elapsed());
+                    q.complete(&c.lease, "k", &serde_json::json!({}))
+                        .await
+                        .unwrap();
+                    committed.push((c.lease.job_id, c.lease.stage));
+                }
+                (latencies, committed)
+            }));
+        }
+        let mut latencies = Vec::new();
+        let mut committed = Vec::new();
+        for t in tasks {
+            let (l, c) = t.await.unwrap();
+            latencies.extend(l);
+            committed.extend(c);
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        committed.sort();
+        let n = committed.len();
+        committed.dedup();
+        assert_eq!(
+            (n, committed.len()),
+            (2000, 2000),
+            "each stage committed exactly once"
+        );
+        assert_eq!(
+            q.jobs(None, Some("succeeded"), 2000).await.unwrap().len(),
+            1000
+        );
+        latencies.sort();
+        let pct =
+            |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+        eprintln!(
+            "load {:?}: 1000 jobs × 2 stages, 4 workers: {:.0} claims/s, claim latency p50 {:.2} ms, p99 {:.2} ms",
+            q.db().backend(),
+            2000.0 / elapsed,
+            pct(0.5).as_secs_f64() * 1e3,
+            pct(0.99).as_secs_f64() * 1e3
+        );
+    }
+}
+
+/// The URL of the fresh database behind `q` (tests open more pools on it).
+async fn postgres_url_of(q: &Queue) -> String {
+    let name: String = sqlx::query_scalar("SELECT current_database()::text")
+        .fetch_one(&q.db().pool)
+        .await
+        .unwrap();
+    let url = std::env::var("KILN_TEST_POSTGRES_URL").unwrap();
+    format!("{}/{name}", url.rsplit_once('/').unwrap().0)
 }

@@ -51,6 +51,41 @@ pub struct WorkerConfig {
     pub exe: PathBuf,
     /// Return once nothing is claimable and nothing runs (batch use: Slurm, tests).
     pub drain: bool,
+    /// Prices for job budgets (`budget_usd`).
+    pub catalog: crate::prices::PriceCatalog,
+    /// This machine's GPU SKU in the catalog; `None`: budgets assume the dearest GPU.
+    pub sku: Option<String>,
+}
+
+impl WorkerConfig {
+    fn pricing(&self) -> crate::costing::Pricing<'_> {
+        crate::costing::Pricing {
+            catalog: &self.catalog,
+            tier: crate::prices::Tier::OnDemand,
+            fallback_sku: self.sku.clone(),
+        }
+    }
+
+    /// What one slot costs per second while it runs a stage: a GPU slot one GPU of this SKU, a
+    /// CPU slot every core of the machine (the CPU stages use them all).
+    fn slot_usd_per_s(&self, slot: Slot) -> f64 {
+        let p = self.pricing();
+        match slot.gpu {
+            Some(_) => {
+                let sku = self.sku.clone().unwrap_or_else(|| {
+                    p.sku_of(&crate::ledger::StageRow {
+                        device: "cuda:0".into(),
+                        ..Default::default()
+                    })
+                });
+                p.gpu_rate(&sku) / 3600.0
+            }
+            None => {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                p.cpu_rate() / 3600.0 * cores as f64
+            }
+        }
+    }
 }
 
 /// What a worker did before it stopped.
@@ -217,6 +252,28 @@ async fn run_claimed(
         None => "cpu".to_string(),
     };
     tracing::info!(job = %lease.job_id, stage = %lease.stage, attempt = lease.attempt, token = lease.token, %device, "claimed");
+    // Budget: what the job has cost so far (every attempt, at catalog prices), and this slot's
+    // rate, so the stage is stopped before the job would pass its cap.
+    let budget = c.job.budget_usd;
+    let spent = match budget {
+        Some(_) => ledger
+            .stages(&lease.job_id)
+            .await
+            .map(|rows| cfg.pricing().total(&rows).usd)
+            .unwrap_or(0.0),
+        None => 0.0,
+    };
+    if let Some(b) = budget
+        && spent >= b
+    {
+        let msg = format!(
+            "budget exhausted: the job has cost ${spent:.6} of its ${b:.6} (price catalog {}); not starting `{}`",
+            cfg.catalog.version, lease.stage
+        );
+        return report_failure(queue, ledger, &lease, None, &msg, false, cfg).await;
+    }
+    let rate = cfg.slot_usd_per_s(slot);
+    let started = std::time::Instant::now();
     let work_dir = cfg.work_root.join(&lease.job_id);
     let prepared = prepare(cfg, ledger, &c, &work_dir, &device).await;
     let (ledger_attempt, mut child, outcome_path) = match prepared {
@@ -243,17 +300,23 @@ async fn run_claimed(
         Cancel,
         Shutdown,
         Lost,
+        Budget,
     }
     let stop = loop {
         tokio::select! {
             _ = child.wait() => break Stop::Exited,
-            _ = beat.tick() => match queue.heartbeat(&lease, cfg.lease_ttl).await {
-                Ok(Heartbeat::Held { cancel_requested: true }) => break Stop::Cancel,
-                Ok(Heartbeat::Held { .. }) => {}
-                Ok(Heartbeat::Lost) => break Stop::Lost,
-                // A database hiccup: keep going; the lease outlives a few missed beats.
-                Err(e) => tracing::warn!(job = %lease.job_id, "heartbeat failed: {e}"),
-            },
+            _ = beat.tick() => {
+                if budget.is_some_and(|b| spent + started.elapsed().as_secs_f64() * rate > b) {
+                    break Stop::Budget;
+                }
+                match queue.heartbeat(&lease, cfg.lease_ttl).await {
+                    Ok(Heartbeat::Held { cancel_requested: true }) => break Stop::Cancel,
+                    Ok(Heartbeat::Held { .. }) => {}
+                    Ok(Heartbeat::Lost) => break Stop::Lost,
+                    // A database hiccup: keep going; the lease outlives a few missed beats.
+                    Err(e) => tracing::warn!(job = %lease.job_id, "heartbeat failed: {e}"),
+                }
+            }
             r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { break Stop::Shutdown },
         }
     };
@@ -276,14 +339,25 @@ async fn run_claimed(
             tracing::warn!(job = %lease.job_id, stage = %lease.stage, "{msg}");
             return Ended::Lost;
         }
-        Stop::Cancel | Stop::Shutdown => {
+        Stop::Cancel | Stop::Shutdown | Stop::Budget => {
             terminate(&mut child).await;
         }
     }
     let outcome = exec::read_outcome(&outcome_path);
+    // Attempts that end without a result are charged the time they held the slot (allocated
+    // GPU-seconds on a GPU slot); their CPU-seconds are not known here.
     let usage = match &outcome {
         Some(ExecOutcome::Succeeded(o)) => o.usage.clone(),
-        _ => Default::default(),
+        _ => kiln_pipeline::meter::StageUsage {
+            device: device.clone(),
+            wall_s: started.elapsed().as_secs_f64(),
+            gpu_s: if slot.gpu.is_some() {
+                started.elapsed().as_secs_f64()
+            } else {
+                0.0
+            },
+            ..Default::default()
+        },
     };
     match (stop, outcome) {
         (Stop::Cancel, _) => {
@@ -318,7 +392,7 @@ async fn run_claimed(
                 queue,
                 ledger,
                 &lease,
-                Some(ledger_attempt),
+                Some((ledger_attempt, &usage)),
                 &message,
                 retryable,
                 cfg,
@@ -330,9 +404,38 @@ async fn run_claimed(
             let msg = format!(
                 "the stage process ended without a result ({status:?}); see the worker's log"
             );
-            report_failure(queue, ledger, &lease, Some(ledger_attempt), &msg, true, cfg).await
+            report_failure(
+                queue,
+                ledger,
+                &lease,
+                Some((ledger_attempt, &usage)),
+                &msg,
+                true,
+                cfg,
+            )
+            .await
         }
         (Stop::Lost, _) => Ended::Lost,
+        (Stop::Budget, _) => {
+            let b = budget.unwrap_or_default();
+            let msg = format!(
+                "budget: stopped `{}` after {:.0} s, before the job would pass its ${b:.6} cap (${spent:.6} spent before this stage, about ${:.4}/h on this slot; price catalog {})",
+                lease.stage,
+                started.elapsed().as_secs_f64(),
+                rate * 3600.0,
+                cfg.catalog.version
+            );
+            report_failure(
+                queue,
+                ledger,
+                &lease,
+                Some((ledger_attempt, &usage)),
+                &msg,
+                false,
+                cfg,
+            )
+            .await
+        }
     }
 }
 
@@ -488,14 +591,14 @@ async fn report_failure(
     queue: &Queue,
     ledger: &Ledger,
     lease: &Lease,
-    ledger_attempt: Option<i64>,
+    ledger_attempt: Option<(i64, &kiln_pipeline::meter::StageUsage)>,
     message: &str,
     retryable: bool,
     cfg: &WorkerConfig,
 ) -> Ended {
-    if let Some(a) = ledger_attempt {
+    if let Some((a, usage)) = ledger_attempt {
         let _ = ledger
-            .finish_stage(a, "failed", None, &Default::default(), None, Some(message))
+            .finish_stage(a, "failed", None, usage, None, Some(message))
             .await;
     }
     match queue.fail(lease, message, retryable, &cfg.retry).await {

@@ -1,0 +1,311 @@
+//! The HTTP API end to end: `kiln token create` for two teams, `kiln serve` on a free port over a
+//! sandbox SQLite queue, submissions and refusals over HTTP, a `kiln worker` running the job, its
+//! event stream to the end, `/metrics`, and `kiln jobs --api`.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use reqwest::blocking::{Client, Response};
+
+use super::harness::{Sandbox, dataset, ok, stdout};
+
+/// A `kiln serve` child, killed when dropped (a failed assertion must not leave it running).
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `kiln serve --addr 127.0.0.1:0 --db DB` and read the bound address from its first line.
+fn serve(sb: &Sandbox, db: &str) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--db", db])
+        .env("KILN_HOME", sb.path())
+        .env("RUST_LOG", "warn")
+        .current_dir(sb.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start kiln serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .strip_prefix("serving http://")
+        .and_then(|r| r.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    Server {
+        child,
+        base: format!("http://{addr}"),
+    }
+}
+
+fn token(sb: &Sandbox, db: &str, team: &str) -> String {
+    let o = sb.kiln(&["token", "create", "--team", team, "--db", db]);
+    ok(&o);
+    let t = stdout(&o).trim().to_string();
+    assert!(t.starts_with("kiln_"), "{t}");
+    t
+}
+
+fn json(r: Response) -> (StatusCode, serde_json::Value) {
+    let status = r.status();
+    let text = r.text().unwrap();
+    let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{status}: not JSON: {text}"));
+    (status, v)
+}
+
+fn error_of(v: &serde_json::Value) -> &str {
+    v["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error: {v}"))
+}
+
+#[test]
+fn teams_submit_and_follow_their_jobs_over_http_and_see_nothing_of_others() {
+    let sb = Sandbox::new();
+    let db = sb.path().join("queue.sqlite");
+    let db = db.to_str().unwrap();
+    let art = token(&sb, db, "art");
+    let geo = token(&sb, db, "geo");
+    let server = serve(&sb, db);
+    let api = format!("{}/api/v1", server.base);
+    let http = Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+
+    // Team art submits the Avocado mesh job as a TOML body.
+    let gltf = dataset("mesh-khronos-gltf-samples").join("Avocado/glTF/Avocado.gltf");
+    let job = format!(
+        "name = \"avocado\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"out/a\"\n",
+        gltf.display()
+    );
+    let (status, body) = json(
+        http.post(format!("{api}/jobs"))
+            .bearer_auth(&art)
+            .header("content-type", "application/toml")
+            .body(job.clone())
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["team"], "art");
+    assert_eq!(body["state"], "queued");
+    let id = body["id"].as_str().unwrap().to_string();
+
+    // Team geo: 404 on the job and on cancelling it, and an empty list.
+    let (status, _) = json(
+        http.get(format!("{api}/jobs/{id}"))
+            .bearer_auth(&geo)
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = json(
+        http.post(format!("{api}/jobs/{id}/cancel"))
+            .bearer_auth(&geo)
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, list) = json(
+        http.get(format!("{api}/jobs"))
+            .bearer_auth(&geo)
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(list["jobs"].as_array().unwrap().len(), 0, "{list}");
+
+    // No token: 401 with a challenge.
+    let r = http.get(format!("{api}/jobs")).send().unwrap();
+    assert_eq!(r.headers()["www-authenticate"], "Bearer");
+    let (status, body) = json(r);
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(error_of(&body).contains("Authorization"), "{body}");
+
+    // A 2 MiB body: 413 naming the 1 MiB limit.
+    let (status, body) = json(
+        http.post(format!("{api}/jobs"))
+            .bearer_auth(&art)
+            .header("content-type", "application/toml")
+            .body(vec![b'#'; 2 << 20])
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(error_of(&body).contains("1048576 bytes"), "{body}");
+
+    // Malformed TOML: 400 with the parser's line.
+    let (status, body) = json(
+        http.post(format!("{api}/jobs"))
+            .bearer_auth(&art)
+            .header("content-type", "text/plain")
+            .body("name = \"x\"\nkind = mesh\n")
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(error_of(&body).contains("line 2"), "{body}");
+
+    // JSON with a bad field type: 400 naming the field.
+    let (status, body) = json(
+        http.post(format!("{api}/jobs"))
+            .bearer_auth(&art)
+            .header("content-type", "application/json")
+            .body(serde_json::json!({"job": job, "priority": "high"}).to_string())
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(error_of(&body).contains("priority"), "{body}");
+
+    // A worker runs the job; its event stream then holds submitted … succeeded and ends.
+    let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args([
+            "worker",
+            "--drain",
+            "--poll",
+            "0.2",
+            "--db",
+            db,
+            "--work-dir",
+            "w",
+        ])
+        .env("KILN_HOME", sb.path())
+        .env("RUST_LOG", "warn")
+        .current_dir(sb.path())
+        .output()
+        .unwrap();
+    ok(&o);
+    let r = http
+        .get(format!("{api}/jobs/{id}/events"))
+        .bearer_auth(&art)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let mut events = String::new();
+    // read_to_string returns only when the server ends the stream.
+    r.take(1 << 20).read_to_string(&mut events).unwrap();
+    assert!(events.contains("event: submitted"), "{events}");
+    assert!(events.contains("event: succeeded"), "{events}");
+
+    // Resuming after the last event id sends nothing more and ends.
+    let last: String = events
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .next_back()
+        .unwrap()
+        .to_string();
+    let rest = http
+        .get(format!("{api}/jobs/{id}/events"))
+        .bearer_auth(&art)
+        .header("last-event-id", last)
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(!rest.contains("event:"), "{rest}");
+
+    // The job, its outputs' manifest and its report.
+    let (_, detail) = json(
+        http.get(format!("{api}/jobs/{id}"))
+            .bearer_auth(&art)
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(detail["job"]["state"], "succeeded", "{detail}");
+    let (status, outputs) = json(
+        http.get(format!("{api}/jobs/{id}/outputs"))
+            .bearer_auth(&art)
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(status, StatusCode::OK);
+    let files = outputs["manifest"]["files"].as_array().unwrap();
+    assert!(
+        files.iter().any(|f| f["path"] == "tileset.json"),
+        "{outputs}"
+    );
+    let (status, report) = json(
+        http.get(format!("{api}/jobs/{id}/report"))
+            .bearer_auth(&art)
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(status, StatusCode::OK, "{report}");
+    assert!(
+        report["totals"]["attempts"].as_u64().unwrap() >= 4,
+        "{report}"
+    );
+
+    // Metrics, no token needed.
+    let metrics = http.get(format!("{}/metrics", server.base)).send().unwrap();
+    assert_eq!(metrics.status(), StatusCode::OK);
+    let metrics = metrics.text().unwrap();
+    assert!(
+        metrics.contains(r#"kiln_queue_depth{kind="jobs",state="queued"} 0"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"kiln_jobs{state="succeeded"} 1"#),
+        "{metrics}"
+    );
+
+    // The CLI over the API lists the job, and shows it with its events.
+    let o = sb.kiln(&["jobs", "--api", &server.base, "--token", &art]);
+    ok(&o);
+    assert!(stdout(&o).contains(&id), "{}", stdout(&o));
+    let o = sb.kiln(&["jobs", &id, "--api", &server.base, "--token", &art]);
+    ok(&o);
+    assert!(stdout(&o).contains("succeeded"), "{}", stdout(&o));
+    let o = sb.kiln(&["jobs", &id, "--api", &server.base, "--token", &geo]);
+    assert!(!o.status.success());
+
+    // `kiln submit` and `kiln cancel` over the API.
+    let file = sb.job("avocado", &job);
+    let o = sb.kiln(&[
+        "submit",
+        file.to_str().unwrap(),
+        "--api",
+        &server.base,
+        "--token",
+        &geo,
+    ]);
+    ok(&o);
+    let second = stdout(&o).trim().to_string();
+    let o = sb.kiln(&["cancel", &second, "--api", &server.base, "--token", &art]);
+    assert!(!o.status.success(), "art cancelled geo's job");
+    let o = sb.kiln(&["cancel", &second, "--api", &server.base, "--token", &geo]);
+    ok(&o);
+    assert_eq!(stdout(&o).trim(), format!("{second}: cancelled"));
+}
+
+#[test]
+fn the_kubernetes_command_line_of_kiln_serve_parses() {
+    // deploy/kubernetes/api.yaml runs `kiln serve --queue=… --listen=0.0.0.0:8080`.
+    let sb = Sandbox::new();
+    let o = sb.kiln(&["serve", "--queue=x.sqlite", "--listen=not-an-address"]);
+    assert!(!o.status.success());
+    let err = super::harness::stderr(&o);
+    assert!(
+        err.contains("not-an-address") && !err.contains("unexpected argument"),
+        "{err}"
+    );
+}
