@@ -51,6 +51,11 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "api_tokens",
         include_str!("../migrations/sqlite/0003_api_tokens.sql"),
     ),
+    (
+        4,
+        "key_recipe",
+        include_str!("../migrations/sqlite/0004_key_recipe.sql"),
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -67,6 +72,11 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         3,
         "api_tokens",
         include_str!("../migrations/postgres/0003_api_tokens.sql"),
+    ),
+    (
+        4,
+        "key_recipe",
+        include_str!("../migrations/postgres/0004_key_recipe.sql"),
     ),
 ];
 

@@ -44,6 +44,11 @@ pub struct StageRow {
     /// GPU total memory, bytes, on GPU stages.
     #[serde(default)]
     pub device_memory_bytes: Option<i64>,
+    /// The content key and what it was made of (`kiln why`), on attempts that computed one.
+    #[serde(default)]
+    pub stage_key: Option<String>,
+    #[serde(default)]
+    pub key_recipe: Option<serde_json::Value>,
 }
 
 /// One job as stored.
@@ -209,6 +214,25 @@ impl Ledger {
         Ok(())
     }
 
+    /// Record what attempt `attempt_id`'s content key was made of.
+    ///
+    /// # Errors
+    /// [`crate::Error::Ledger`].
+    pub async fn set_key_recipe(
+        &self,
+        attempt_id: i64,
+        recipe: &kiln_pipeline::dag::KeyRecipe,
+    ) -> Result<()> {
+        let json = serde_json::to_string(recipe).expect("recipe serialises");
+        sqlx::query("UPDATE stage_attempts SET key_recipe = $1 WHERE id = $2")
+            .bind(json)
+            .bind(attempt_id)
+            .execute(&self.db.pool)
+            .await
+            .map_err(self.err())?;
+        Ok(())
+    }
+
     /// The job `id`.
     ///
     /// # Errors
@@ -263,7 +287,7 @@ impl Ledger {
     /// # Errors
     /// [`Error::Ledger`].
     pub async fn stages(&self, id: &str) -> Result<Vec<StageRow>> {
-        let rows = sqlx::query("SELECT stage, attempt, state, device, wall_s, cpu_s, gpu_s, bytes_read, bytes_written, summary, error, gpu_busy_s, device_name, device_memory_bytes FROM stage_attempts WHERE job_id = $1 ORDER BY id")
+        let rows = sqlx::query("SELECT stage, attempt, state, device, wall_s, cpu_s, gpu_s, bytes_read, bytes_written, summary, error, gpu_busy_s, device_name, device_memory_bytes, stage_key, key_recipe FROM stage_attempts WHERE job_id = $1 ORDER BY id")
             .bind(id).fetch_all(&self.db.pool).await.map_err(self.err())?;
         Ok(rows
             .iter()
@@ -284,6 +308,10 @@ impl Ledger {
                 gpu_busy_s: r.get("gpu_busy_s"),
                 device_name: r.get("device_name"),
                 device_memory_bytes: r.get("device_memory_bytes"),
+                stage_key: r.get("stage_key"),
+                key_recipe: r
+                    .get::<Option<String>, _>("key_recipe")
+                    .and_then(|s: String| serde_json::from_str(&s).ok()),
             })
             .collect())
     }

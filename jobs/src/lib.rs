@@ -14,6 +14,7 @@ pub mod runner;
 pub mod serve;
 pub mod spec;
 pub mod submit;
+pub mod why;
 pub mod worker;
 
 pub use error::{Error, Result};

@@ -95,6 +95,9 @@ pub async fn run_job(plan: &JobPlan, spec_toml: &str, ledger: &Ledger) -> Result
                         None,
                     )
                     .await?;
+                if let Some(recipe) = &outcome.recipe {
+                    ledger.set_key_recipe(attempt, recipe).await?;
+                }
                 tracing::info!(
                     job = %plan.job_id, stage = %node.kind, cached = outcome.cache_hit,
                     wall_s = format_args!("{:.2}", outcome.usage.wall_s), "stage finished"

@@ -174,6 +174,32 @@ impl Dag {
     }
 }
 
+/// What a stage's content key is made of, kept beside the key so `kiln why` can say what changed
+/// between two runs.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct KeyRecipe {
+    /// The stage kind's name.
+    pub stage: String,
+    /// The stage's parameters as hashed (canonical JSON).
+    pub params: serde_json::Value,
+    /// The keys it depends on: `(dependency stage name, or "input" for the fetched input, key)`.
+    pub inputs: Vec<(String, String)>,
+    /// The Kiln version that computed it.
+    pub version: String,
+}
+
+impl KeyRecipe {
+    /// The recipe of a stage of `kind` with `params` over `inputs`, under this Kiln version.
+    pub fn new(kind: StageKind, params: &serde_json::Value, inputs: Vec<(String, String)>) -> Self {
+        KeyRecipe {
+            stage: kind.name().to_string(),
+            params: params.clone(),
+            inputs,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+}
+
 /// The content key of a stage: hex BLAKE3 of kind, canonical parameter JSON, input keys and the
 /// Kiln version.
 pub fn stage_key(kind: StageKind, params: &serde_json::Value, input_keys: &[String]) -> String {

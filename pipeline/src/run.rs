@@ -60,6 +60,9 @@ pub struct StageOutcome {
     pub usage: StageUsage,
     /// Stage-specific figures (PSNR, splat count, triangles per LOD, tiles, …).
     pub summary: serde_json::Value,
+    /// What the key is made of (for `kiln why`); `None` from outcomes recorded before it existed.
+    #[serde(default)]
+    pub recipe: Option<dag::KeyRecipe>,
 }
 
 use crate::stage_cache::MARKER;
@@ -205,7 +208,21 @@ pub async fn run_stage(
             })
             .collect::<Result<_>>()?
     };
-    let key = dag::stage_key(kind, &params_json(plan, kind), &input_keys);
+    let params = params_json(plan, kind);
+    let key = dag::stage_key(kind, &params, &input_keys);
+    let recipe = Some(dag::KeyRecipe::new(
+        kind,
+        &params,
+        if node.deps.is_empty() {
+            vec![("input".to_string(), input_keys[0].clone())]
+        } else {
+            node.deps
+                .iter()
+                .map(|d| d.name().to_string())
+                .zip(input_keys.iter().cloned())
+                .collect()
+        },
+    ));
     let final_dir = stage_dir(plan, kind);
 
     if kind != StageKind::Publish
@@ -224,6 +241,7 @@ pub async fn run_stage(
                     cache_hit: true,
                     usage: meter.finish(bytes_read, 0),
                     summary: m.summary,
+                    recipe,
                 });
             }
         }
@@ -240,6 +258,7 @@ pub async fn run_stage(
             cache_hit: true,
             usage: meter.finish(bytes_read + bytes, 0),
             summary: m.summary,
+            recipe,
         });
     }
 
@@ -355,6 +374,7 @@ pub async fn run_stage(
         cache_hit: false,
         usage: meter.finish(bytes_read, written),
         summary,
+        recipe,
     })
 }
 

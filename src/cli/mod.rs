@@ -12,6 +12,7 @@ mod run;
 mod selftest;
 mod serve;
 mod token;
+mod why;
 mod worker;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -66,6 +67,10 @@ pub enum Command {
     Token(token::TokenArgs),
     /// Claim and run queued stages until SIGTERM (one stage per GPU slot).
     Worker(worker::WorkerArgs),
+    /// Limit how many of a team's stages run at once across all workers.
+    TeamLimit(queue::TeamLimitArgs),
+    /// Why a stage ran again: what changed in its content key since an earlier run of the job.
+    Why(why::WhyArgs),
     /// (internal) Run one claimed stage for `kiln worker`.
     #[command(hide = true)]
     StageExec(worker::StageExecArgs),
@@ -130,5 +135,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Token(a) => token::run(a).await,
         Command::Worker(a) => worker::run(a).await,
         Command::StageExec(a) => worker::stage_exec(a).await,
+        Command::Why(a) => why::run(a).await,
+        Command::TeamLimit(a) => queue::team_limit(a).await,
     }
 }

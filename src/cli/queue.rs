@@ -424,3 +424,25 @@ mod tests {
         assert_eq!(events[0].kind, "submitted");
     }
 }
+
+/// Arguments of `kiln team-limit`.
+#[derive(Debug, clap::Args)]
+pub struct TeamLimitArgs {
+    /// The team.
+    pub team: String,
+    /// Most stages of this team running at once, across all workers (0 pauses the team).
+    pub max_running: i64,
+    #[command(flatten)]
+    pub db: DbArgs,
+}
+
+/// Set a team's concurrency limit.
+pub async fn team_limit(args: TeamLimitArgs) -> anyhow::Result<()> {
+    let queue = Queue::open(&args.db.target()).await?;
+    queue.set_team_limit(&args.team, args.max_running).await?;
+    println!(
+        "team {}: at most {} stages running at once",
+        args.team, args.max_running
+    );
+    Ok(())
+}

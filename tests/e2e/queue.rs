@@ -388,3 +388,172 @@ fn a_budget_stops_training_before_the_cap_and_reports_sum_cost_per_team() {
     let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(doc["lines"].as_array().unwrap().len(), 0);
 }
+
+#[test]
+fn kiln_why_names_the_parameter_that_made_a_stage_run_again() {
+    let sb = Sandbox::new();
+    let gltf = dataset("mesh-khronos-gltf-samples").join("Avocado/glTF/Avocado.gltf");
+    let job = |ratios: &str| {
+        sb.job(
+            "avocado",
+            &format!(
+                "name = \"avocado\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"out/a\"\n\
+                 [decimate]\nratios = {ratios}\n",
+                gltf.display()
+            ),
+        )
+    };
+    let o = sb.kiln(&["run", job("[1.0, 0.5]").to_str().unwrap()]);
+    ok(&o);
+    let first = super::harness::job_id(&o);
+    let o = sb.kiln(&["run", job("[1.0, 0.25]").to_str().unwrap()]);
+    ok(&o);
+    let second = super::harness::job_id(&o);
+
+    let o = sb.kiln(&["why", &second, "decimate"]);
+    ok(&o);
+    let out = stdout(&o);
+    assert!(out.contains(&first), "compares with the earlier run: {out}");
+    assert!(
+        out.contains("parameter ratios: [1.0,0.5] → [1.0,0.25]"),
+        "{out}"
+    );
+    let o = sb.kiln(&["why", &second, "tile"]);
+    ok(&o);
+    assert!(
+        stdout(&o).contains(&format!("input from `decimate` changed")),
+        "{}",
+        stdout(&o)
+    );
+    let o = sb.kiln(&["why", &second, "ingest", "--json"]);
+    ok(&o);
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(doc["changes"].as_array().unwrap().len(), 0, "{doc:#}");
+    let o = sb.kiln(&["why", &second, "train"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("no recorded key for stage `train`"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// The moto S3 server binary (`.ci/run` installs it and sets `KILN_TEST_MOTO_SERVER`).
+fn moto_server() -> Option<String> {
+    match std::env::var("KILN_TEST_MOTO_SERVER") {
+        Ok(p) => Some(p),
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("CI is set but KILN_TEST_MOTO_SERVER is not: .ci/run installs moto")
+        }
+        Err(_) => {
+            eprintln!("SKIP: KILN_TEST_MOTO_SERVER not set (run .ci/run)");
+            None
+        }
+    }
+}
+
+fn start_moto(bin: &str, port: u16) -> Child {
+    let child = Command::new(bin)
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start moto_server");
+    let url = format!("http://127.0.0.1:{port}/");
+    wait_for("moto to listen", Duration::from_secs(30), || {
+        Command::new("curl")
+            .args(["-s", "-o", "/dev/null", &url])
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    child
+}
+
+fn create_bucket(port: u16, bucket: &str) {
+    let o = Command::new("curl")
+        .args([
+            "-sf",
+            "-X",
+            "PUT",
+            &format!("http://127.0.0.1:{port}/{bucket}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "create bucket: {}", stderr(&o));
+}
+
+#[test]
+fn an_s3_outage_while_a_stage_stores_its_output_is_ridden_out_and_the_job_succeeds() {
+    let Some(bin) = moto_server() else { return };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let bucket = "kiln-cache";
+    let mut moto = start_moto(&bin, port);
+    create_bucket(port, bucket);
+    let sb = Sandbox::new();
+    let db = sb.path().join("queue.sqlite");
+    let db = db.to_str().unwrap();
+    let gltf = dataset("mesh-khronos-gltf-samples").join("Avocado/glTF/Avocado.gltf");
+    let job = sb.job(
+        "avocado",
+        &format!(
+            "name = \"avocado\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"out/a\"\n",
+            gltf.display()
+        ),
+    );
+    let o = sb.kiln(&["submit", job.to_str().unwrap(), "--db", db]);
+    ok(&o);
+    let id = stdout(&o).trim().to_string();
+    // The S3 server goes away before the first stage stores its output …
+    moto.kill().unwrap();
+    moto.wait().unwrap();
+    let cache = format!("s3://{bucket}/cache");
+    let w = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["worker", "--db", db, "--work-dir", "w", "--cache", &cache])
+        .args(["--drain", "--poll", "0.2", "--retry-base", "0.5"])
+        .env("KILN_HOME", sb.path())
+        .env("RUST_LOG", "kiln_jobs=info")
+        .env("AWS_ENDPOINT", format!("http://127.0.0.1:{port}"))
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .current_dir(sb.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // … and comes back (empty, as a restarted moto is) a few seconds later.
+    std::thread::sleep(Duration::from_secs(3));
+    let moto = start_moto(&bin, port);
+    create_bucket(port, bucket);
+    let out = finish(w);
+    let mut moto = moto;
+    let doc = job_json(&sb, db, &id);
+    assert_eq!(
+        doc["job"]["state"],
+        "succeeded",
+        "{doc:#}\n{}",
+        stderr(&out)
+    );
+    // Every cacheable stage's output reached the restarted server, marker included.
+    let o = Command::new("curl")
+        .args([
+            "-sf",
+            &format!("http://127.0.0.1:{port}/{bucket}?list-type=2&prefix=cache/"),
+        ])
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&o.stdout);
+    for stage in ["ingest", "decimate", "tile"] {
+        assert!(
+            listing.contains(&format!("cache/{stage}/")) && listing.contains(".kiln-stage.json"),
+            "{stage} not in the cache:\n{listing}"
+        );
+    }
+    moto.kill().unwrap();
+    moto.wait().unwrap();
+}

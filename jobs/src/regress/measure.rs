@@ -120,6 +120,7 @@ mod tests {
                 ..StageUsage::default()
             },
             summary,
+            recipe: None,
         }
     }
 

@@ -132,6 +132,7 @@ pub async fn exec_stage(plan: &JobPlan, stage: &str, done: &[DoneStage]) -> Exec
                 cache_hit: true,
                 usage: Default::default(),
                 summary: d.summary.clone(),
+                recipe: None,
             },
         );
     }

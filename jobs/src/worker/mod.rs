@@ -560,6 +560,9 @@ async fn commit(
                     None,
                 )
                 .await;
+            if let Some(recipe) = &o.recipe {
+                let _ = ledger.set_key_recipe(ledger_attempt, recipe).await;
+            }
             if let Ok(job) = queue.job(&lease.job_id, None).await
                 && job.state != "running"
             {
