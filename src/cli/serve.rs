@@ -1,24 +1,26 @@
 //! `kiln serve`: one web server for the job queue's HTTP API (`/api/v1`, team bearer tokens,
-//! `/metrics`, `/healthz`; `kiln_jobs::api`) and the local viewer pages over the ledger (the job
-//! list, and per job its output tileset in CesiumJS beside its HTML report; `kiln_jobs::serve`).
+//! `/metrics`, `/healthz`; `kiln_jobs::api`) and the viewer pages over the ledger (the job list,
+//! and per job its output tileset in CesiumJS beside its HTML report; `kiln_jobs::serve`). Who may
+//! see the viewer follows the listen address and `--viewer` (`kiln_jobs::serve::access`); whether
+//! API submissions may name local paths follows `--allow-local-paths` (`kiln_jobs::api::locations`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use kiln_jobs::api::{self, ApiConfig};
+use kiln_jobs::api::{self, ApiConfig, LocalPaths};
 use kiln_jobs::db::Db;
 use kiln_jobs::ledger::Ledger;
 use kiln_jobs::queue::Queue;
-use kiln_jobs::serve::{self, CesiumDir, ServeConfig};
+use kiln_jobs::serve::{self, CesiumDir, ServeConfig, ViewerAccess};
 
 use super::DbArgs;
 
 /// Arguments of `kiln serve`.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
-    /// Address to listen on. Loopback by default: the viewer pages have no authentication (the
-    /// API under /api/v1 needs team tokens from `kiln token create`). Port 0 picks a free port;
-    /// the address is printed on stdout.
+    /// Address to listen on. Loopback by default. The API under /api/v1 always needs team
+    /// tokens (`kiln token create`); the viewer pages depend on the address, see --viewer. Port 0
+    /// picks a free port; the address is printed on stdout.
     #[arg(
         long,
         visible_alias = "listen",
@@ -35,10 +37,58 @@ pub struct ServeArgs {
     /// Largest accepted API request body, bytes (larger ones get 413).
     #[arg(long, value_name = "BYTES", default_value_t = api::DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
+    /// Who may see the viewer pages (job list, 3D viewer, output files). Not given: open to
+    /// anyone on a loopback address (every job, including `kiln run` ones), off on any other
+    /// address. `--viewer` (= token): every viewer page and file needs a team token (header
+    /// `Authorization: Bearer kiln_…`, or sign in at /login, which sets an HttpOnly cookie; never
+    /// put a token in a URL) and shows only that team's queued jobs; `kiln run` jobs (no team)
+    /// are never shown then. `off`: never serve them. `open` is refused on non-loopback
+    /// addresses.
+    #[arg(
+        long,
+        value_name = "MODE",
+        num_args = 0..=1,
+        default_missing_value = "token",
+        value_enum
+    )]
+    pub viewer: Option<ViewerArg>,
+    /// Let API submissions name local paths (plain paths, file://) on this machine for input and
+    /// output. Off by default: a request could otherwise read or overwrite any file the server
+    /// and workers can reach, so the API answers 400 and asks for s3://… (or dataset://NAME for
+    /// the built-in samples). Only for single-user machines.
+    #[arg(long)]
+    pub allow_local_paths: bool,
+}
+
+/// `--viewer MODE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ViewerArg {
+    /// Team token required; only that team's jobs.
+    Token,
+    /// No authentication; every job (loopback addresses only).
+    Open,
+    /// No viewer pages.
+    Off,
+}
+
+impl From<ViewerArg> for ViewerAccess {
+    fn from(v: ViewerArg) -> Self {
+        match v {
+            ViewerArg::Token => ViewerAccess::Token,
+            ViewerArg::Open => ViewerAccess::Open,
+            ViewerArg::Off => ViewerAccess::Off,
+        }
+    }
 }
 
 /// Serve until Ctrl-C or SIGTERM.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let access = ViewerAccess::resolve(args.addr, args.viewer.map(ViewerAccess::from))?;
+    let local_paths = if args.allow_local_paths {
+        LocalPaths::Allow
+    } else {
+        LocalPaths::Refuse
+    };
     let db = Db::open(&args.db.target()).await?;
     let cesium = CesiumDir::resolve(args.cesium.as_deref());
     match &cesium {
@@ -65,12 +115,31 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         ledger: Ledger::with_db(db.clone()),
         cesium,
         relative_base: relative_base.clone(),
+        access,
     });
+    match access {
+        ViewerAccess::Open => {}
+        ViewerAccess::Token => eprintln!(
+            "note: viewer pages need a team token (sign in at /login, or Authorization: Bearer)"
+        ),
+        ViewerAccess::Off => eprintln!(
+            "note: viewer pages are off on {}, which is not loopback; --viewer serves them to \
+             holders of a team token",
+            args.addr
+        ),
+    }
+    if local_paths == LocalPaths::Allow {
+        eprintln!(
+            "warning: --allow-local-paths: API clients may read and write any path this server \
+             and its workers can reach"
+        );
+    }
     let app = viewer.merge(api::router(ApiConfig {
         queue: Queue::with_db(db.clone()),
         ledger: Ledger::with_db(db),
         max_body_bytes: args.max_body_bytes,
         relative_base,
+        local_paths,
     }));
     api::serve(args.addr, app, |addr| {
         // Tests and scripts read this line to learn the port when --addr has port 0.

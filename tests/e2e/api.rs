@@ -1,6 +1,8 @@
 //! The HTTP API end to end: `kiln token create` for two teams, `kiln serve` on a free port over a
 //! sandbox SQLite queue, submissions and refusals over HTTP, a `kiln worker` running the job, its
-//! event stream to the end, `/metrics`, and `kiln jobs --api`.
+//! event stream to the end, `/metrics`, and `kiln jobs --api`; the refusal of local paths without
+//! `--allow-local-paths`; and the viewer pages on a non-loopback address (off, or token-only with
+//! `--viewer`).
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
@@ -26,8 +28,15 @@ impl Drop for Server {
 
 /// Start `kiln serve --addr 127.0.0.1:0 --db DB` and read the bound address from its first line.
 fn serve(sb: &Sandbox, db: &str) -> Server {
+    serve_with(sb, db, &["--addr", "127.0.0.1:0"])
+}
+
+/// Start `kiln serve --db DB EXTRA…` and read the bound address from its first line (a wildcard
+/// address is reached through 127.0.0.1).
+fn serve_with(sb: &Sandbox, db: &str, extra: &[&str]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--db", db])
+        .args(["serve", "--db", db])
+        .args(extra)
         .env("KILN_HOME", sb.path())
         .env("RUST_LOG", "warn")
         .current_dir(sb.path())
@@ -43,7 +52,7 @@ fn serve(sb: &Sandbox, db: &str) -> Server {
         .strip_prefix("serving http://")
         .and_then(|r| r.split('/').next())
         .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_string();
+        .replace("0.0.0.0", "127.0.0.1");
     Server {
         child,
         base: format!("http://{addr}"),
@@ -78,7 +87,8 @@ fn teams_submit_and_follow_their_jobs_over_http_and_see_nothing_of_others() {
     let db = db.to_str().unwrap();
     let art = token(&sb, db, "art");
     let geo = token(&sb, db, "geo");
-    let server = serve(&sb, db);
+    // The job reads a local sample file and writes a local folder: a single-user setup.
+    let server = serve_with(&sb, db, &["--addr", "127.0.0.1:0", "--allow-local-paths"]);
     let api = format!("{}/api/v1", server.base);
     let http = Client::builder()
         .timeout(Duration::from_secs(120))
@@ -308,4 +318,131 @@ fn the_kubernetes_command_line_of_kiln_serve_parses() {
         err.contains("not-an-address") && !err.contains("unexpected argument"),
         "{err}"
     );
+}
+
+#[test]
+fn local_paths_over_the_api_are_refused_without_allow_local_paths() {
+    let sb = Sandbox::new();
+    let db = sb.path().join("queue.sqlite");
+    let db = db.to_str().unwrap();
+    let art = token(&sb, db, "art");
+    let server = serve(&sb, db);
+    let http = Client::new();
+    let gltf = dataset("mesh-khronos-gltf-samples").join("Avocado/glTF/Avocado.gltf");
+    for (input, output, field) in [
+        (
+            gltf.display().to_string(),
+            "s3://bucket/out".to_string(),
+            "`input`",
+        ),
+        (
+            "s3://bucket/a.glb".to_string(),
+            "out/a".to_string(),
+            "`output`",
+        ),
+        (
+            "file:///etc/passwd".to_string(),
+            "s3://bucket/out".to_string(),
+            "`input`",
+        ),
+    ] {
+        let job = format!(
+            "name = \"avocado\"\nkind = \"mesh\"\ninput = \"{input}\"\noutput = \"{output}\"\n"
+        );
+        let (status, body) = json(
+            http.post(format!("{}/api/v1/jobs", server.base))
+                .bearer_auth(&art)
+                .header("content-type", "application/toml")
+                .body(job)
+                .send()
+                .unwrap(),
+        );
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{input} {output}: {body}");
+        let e = error_of(&body);
+        assert!(
+            e.contains(field)
+                && e.contains("s3://")
+                && e.contains("dataset://NAME") == (field == "`input`")
+                && e.contains("--allow-local-paths"),
+            "{e}"
+        );
+    }
+    let (_, list) = json(
+        http.get(format!("{}/api/v1/jobs", server.base))
+            .bearer_auth(&art)
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(list["jobs"].as_array().unwrap().len(), 0, "{list}");
+}
+
+#[test]
+fn the_viewer_on_a_network_address_is_off_or_needs_a_token() {
+    let sb = Sandbox::new();
+    let db = sb.path().join("queue.sqlite");
+    let db = db.to_str().unwrap();
+    let art = token(&sb, db, "art");
+    let http = Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+
+    // Without --viewer: no viewer page, the API still answers.
+    let server = serve_with(&sb, db, &["--addr", "0.0.0.0:0"]);
+    let r = http.get(format!("{}/", server.base)).send().unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert!(r.text().unwrap().contains("--viewer"));
+    let r = http
+        .get(format!("{}/api/v1/jobs", server.base))
+        .bearer_auth(&art)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    drop(server);
+
+    // `--viewer open` on a network address is refused at start.
+    let o = sb.kiln(&[
+        "serve",
+        "--db",
+        db,
+        "--addr",
+        "0.0.0.0:0",
+        "--viewer",
+        "open",
+    ]);
+    assert!(!o.status.success());
+    assert!(super::harness::stderr(&o).contains("--viewer"));
+
+    // With --viewer: sign-in needed; a token opens the list, by header or by the /login cookie.
+    let server = serve_with(&sb, db, &["--addr", "0.0.0.0:0", "--viewer"]);
+    let r = http.get(format!("{}/", server.base)).send().unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()["location"], "/login");
+    let r = http
+        .get(format!("{}/jobs/x/files/tileset.json", server.base))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let r = http
+        .get(format!("{}/", server.base))
+        .bearer_auth(&art)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.text().unwrap().contains("team <code>art</code>"));
+    let r = http
+        .post(format!("{}/login", server.base))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={art}"))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(cookie.contains("HttpOnly"), "{cookie}");
+    let r = http
+        .get(format!("{}/", server.base))
+        .header("cookie", cookie.split(';').next().unwrap())
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
 }

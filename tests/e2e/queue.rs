@@ -421,7 +421,7 @@ fn kiln_why_names_the_parameter_that_made_a_stage_run_again() {
     let o = sb.kiln(&["why", &second, "tile"]);
     ok(&o);
     assert!(
-        stdout(&o).contains(&format!("input from `decimate` changed")),
+        stdout(&o).contains("input from `decimate` changed"),
         "{}",
         stdout(&o)
     );

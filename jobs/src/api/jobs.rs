@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::Team;
 use super::body::SubmitJson;
+use super::locations::check_submitted_locations;
 use super::{ApiError, AppState, body};
 use crate::queue::{Attempt, CancelOutcome, QueuedJob, QueuedStage};
 use crate::serve::output::{OutputLocation, resolve_output};
@@ -108,7 +109,8 @@ pub struct ListParams {
     pub limit: Option<i64>,
 }
 
-/// Submit a job file for the caller's team.
+/// Submit a job file for the caller's team. Local input and output paths are refused unless the
+/// server allows them ([`super::locations`]).
 #[utoipa::path(
     post,
     path = "/api/v1/jobs",
@@ -123,7 +125,7 @@ pub struct ListParams {
     ),
     responses(
         (status = 201, description = "Queued; the job as stored (Location: its URL).", body = Object),
-        (status = 400, description = "Malformed TOML or JSON, or a bad job field.", body = ErrorBody),
+        (status = 400, description = "Malformed TOML or JSON, a bad job field, or a local input or output path (refused unless kiln serve --allow-local-paths).", body = ErrorBody),
         (status = 401, description = "Missing or invalid token.", body = ErrorBody),
         (status = 413, description = "Body over the size limit.", body = ErrorBody),
         (status = 415, description = "Unsupported Content-Type.", body = ErrorBody),
@@ -143,6 +145,13 @@ pub async fn submit(
     let media = body::media(content_type.as_deref())?;
     let bytes = body::read_limited(request_body, state.max_body_bytes).await?;
     let sub = body::parse(media, &bytes)?;
+    // Checked on the job file as written: `prepare` resolves `dataset://` to a local cache path.
+    let spec = crate::spec::JobSpec::from_toml(&sub.job_toml, Path::new("request body"))?;
+    check_submitted_locations(
+        &spec.input,
+        sub.output.as_deref().unwrap_or(&spec.output),
+        state.local_paths,
+    )?;
     let opts = SubmitOptions {
         team,
         priority: sub.priority,

@@ -4,6 +4,9 @@
 //! token from `kiln token create`, see [`token`]) and only ever shows that team's jobs — another
 //! team's job id answers 404 exactly like a missing one:
 //! - `POST /api/v1/jobs` — submit a job file (TOML body, or JSON `{"job": "<toml>", …}`) → 201;
+//!   its input and output must be object-store URLs (`s3://…`) or, for the input, `dataset://NAME`:
+//!   local paths are refused with 400 unless the server runs with `--allow-local-paths`
+//!   ([`locations`]);
 //! - `GET /api/v1/jobs?state=&limit=` — the team's jobs, newest first;
 //! - `GET /api/v1/jobs/{id}` — one job with its stages and attempts;
 //! - `POST /api/v1/jobs/{id}/cancel` — cancel it (a running stage stops at its next heartbeat);
@@ -22,6 +25,7 @@ pub mod body;
 pub mod error;
 pub mod events;
 pub mod jobs;
+pub mod locations;
 pub mod metrics;
 pub mod openapi;
 pub mod token;
@@ -34,6 +38,7 @@ use axum::Router;
 use axum::routing::{get, post};
 
 pub use error::ApiError;
+pub use locations::LocalPaths;
 
 use crate::ledger::Ledger;
 use crate::queue::Queue;
@@ -53,6 +58,9 @@ pub struct ApiConfig {
     /// Base for relative local paths in submitted job files (the server's working directory) and
     /// for relative outputs in `GET …/outputs`.
     pub relative_base: PathBuf,
+    /// Whether submitted job files may name local paths on the server's machine
+    /// ([`LocalPaths::Refuse`] unless `kiln serve --allow-local-paths`).
+    pub local_paths: LocalPaths,
 }
 
 /// Shared state of the handlers.

@@ -1,5 +1,8 @@
-//! Router-level tests of the API on a temporary SQLite queue: authentication, team isolation,
-//! error statuses and bodies, and that every documented route is routed.
+//! Router-level tests of the API: authentication, team isolation, error statuses and bodies, the
+//! local-path policy, and that every documented route is routed. Most run on a temporary SQLite
+//! database; the ones marked "every backend" also run on PostgreSQL when `KILN_TEST_POSTGRES_URL`
+//! names a server (under `CI=true` its absence fails them instead of skipping), because the
+//! token table, `/metrics` (its CAST) and the job routes' queries must work on both.
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
@@ -17,9 +20,56 @@ struct Fixture {
     geo: String,
 }
 
-async fn fixture(max_body_bytes: usize) -> Fixture {
+/// A temporary SQLite database, and a fresh PostgreSQL database when `KILN_TEST_POSTGRES_URL`
+/// is set. The folder guard keeps the SQLite file alive.
+async fn backends() -> Vec<(Db, tempfile::TempDir)> {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::open_sqlite(&dir.path().join("q.sqlite")).await.unwrap();
+    let mut out = vec![(
+        Db::open_sqlite(&dir.path().join("q.sqlite")).await.unwrap(),
+        dir,
+    )];
+    match std::env::var("KILN_TEST_POSTGRES_URL") {
+        Ok(url) => out.push((fresh_postgres(&url).await, tempfile::tempdir().unwrap())),
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("CI is set but KILN_TEST_POSTGRES_URL is not: .ci/run starts PostgreSQL")
+        }
+        Err(_) => eprintln!("KILN_TEST_POSTGRES_URL unset: API tests run on SQLite only"),
+    }
+    out
+}
+
+/// A new, empty database on the server of `url`, migrated (so tests do not see each other's
+/// rows). The same as the queue tests' helper, which is private to `queue`.
+async fn fresh_postgres(url: &str) -> Db {
+    use sqlx::Connection;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    sqlx::any::install_default_drivers();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let name = format!(
+        "kiln_api_t_{}_{:x}",
+        std::process::id(),
+        nanos ^ (N.fetch_add(1, Ordering::Relaxed) << 48)
+    );
+    let mut conn = sqlx::AnyConnection::connect(url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    let base = url.rsplit_once('/').map(|(b, _)| b).unwrap_or(url);
+    Db::open(&format!("{base}/{name}")).await.unwrap()
+}
+
+async fn fixture_on(
+    db: Db,
+    dir: tempfile::TempDir,
+    max_body_bytes: usize,
+    local_paths: LocalPaths,
+) -> Fixture {
     let art = token::create(&db, "art", None).await.unwrap().token;
     let geo = token::create(&db, "geo", Some("second team"))
         .await
@@ -31,6 +81,7 @@ async fn fixture(max_body_bytes: usize) -> Fixture {
         ledger: Ledger::with_db(db),
         max_body_bytes,
         relative_base: dir.path().to_path_buf(),
+        local_paths,
     });
     Fixture {
         _dir: dir,
@@ -39,6 +90,22 @@ async fn fixture(max_body_bytes: usize) -> Fixture {
         art,
         geo,
     }
+}
+
+/// One fixture per backend ([`backends`]).
+async fn fixtures(local_paths: LocalPaths) -> Vec<Fixture> {
+    let mut out = Vec::new();
+    for (db, dir) in backends().await {
+        out.push(fixture_on(db, dir, DEFAULT_MAX_BODY_BYTES, local_paths).await);
+    }
+    out
+}
+
+/// A fixture on SQLite only.
+async fn fixture(max_body_bytes: usize) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open_sqlite(&dir.path().join("q.sqlite")).await.unwrap();
+    fixture_on(db, dir, max_body_bytes, LocalPaths::Refuse).await
 }
 
 fn new_job(id: &str, team: &str) -> NewJob {
@@ -89,7 +156,13 @@ async fn call(
 
 #[tokio::test]
 async fn requests_without_a_valid_token_are_401_with_www_authenticate() {
-    let f = fixture(DEFAULT_MAX_BODY_BYTES).await;
+    // Every backend.
+    for f in fixtures(LocalPaths::Refuse).await {
+        requests_without_a_valid_token_are_401_on(f).await;
+    }
+}
+
+async fn requests_without_a_valid_token_are_401_on(f: Fixture) {
     let revoked = f.art.clone();
     let fake = format!("kiln_{}", "0".repeat(64));
     for token in [None, Some("nonsense"), Some(fake.as_str())] {
@@ -350,7 +423,13 @@ async fn every_documented_route_is_routed() {
 
 #[tokio::test]
 async fn metrics_and_healthz_need_no_token() {
-    let f = fixture(DEFAULT_MAX_BODY_BYTES).await;
+    // Every backend: `/metrics` sums with a CAST that each database must accept.
+    for f in fixtures(LocalPaths::Refuse).await {
+        metrics_and_healthz_need_no_token_on(f).await;
+    }
+}
+
+async fn metrics_and_healthz_need_no_token_on(f: Fixture) {
     f.queue.submit(&new_job("j1", "art")).await.unwrap();
     let (status, headers, body) = call(&f.app, "GET", "/metrics", None, None, vec![]).await;
     assert_eq!(status, StatusCode::OK);
@@ -379,4 +458,171 @@ async fn metrics_and_healthz_need_no_token() {
     .await;
     assert_eq!(status, StatusCode::OK);
     assert!(doc["paths"]["/api/v1/jobs"].is_object());
+}
+
+/// A mesh job whose input and output are object-store URLs (mesh jobs list no input to plan).
+const REMOTE_MESH_JOB: &str = "name = \"avocado\"\nkind = \"mesh\"\ninput = \"s3://bucket/avocado.glb\"\noutput = \"s3://bucket/out/avocado\"\n";
+
+#[tokio::test]
+async fn a_submitted_job_can_be_read_listed_and_cancelled() {
+    // Every backend.
+    for f in fixtures(LocalPaths::Refuse).await {
+        let (status, headers, body) = call(
+            &f.app,
+            "POST",
+            "/api/v1/jobs",
+            Some(&f.art),
+            Some("application/toml"),
+            REMOTE_MESH_JOB.as_bytes().to_vec(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        assert_eq!(
+            (&body["team"], &body["state"]),
+            (&"art".into(), &"queued".into())
+        );
+        let id = body["id"].as_str().unwrap().to_string();
+        assert_eq!(headers[header::LOCATION], format!("/api/v1/jobs/{id}"));
+        let uri = format!("/api/v1/jobs/{id}");
+        let (status, _, got) = call(&f.app, "GET", &uri, Some(&f.art), None, vec![]).await;
+        assert_eq!(status, StatusCode::OK, "{got}");
+        assert_eq!(got["job"]["output"], "s3://bucket/out/avocado");
+        assert!(!got["stages"].as_array().unwrap().is_empty(), "{got}");
+        let (_, _, list) = call(&f.app, "GET", "/api/v1/jobs", Some(&f.art), None, vec![]).await;
+        assert_eq!(list["jobs"][0]["id"], id.as_str());
+        let (status, ..) = call(&f.app, "GET", &uri, Some(&f.geo), None, vec![]).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let (status, _, cancelled) = call(
+            &f.app,
+            "POST",
+            &format!("{uri}/cancel"),
+            Some(&f.art),
+            None,
+            vec![],
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{cancelled}");
+        assert_eq!(cancelled["state"], "cancelled");
+        let (_, _, got) = call(&f.app, "GET", &uri, Some(&f.art), None, vec![]).await;
+        assert_eq!(got["job"]["state"], "cancelled");
+    }
+}
+
+#[tokio::test]
+async fn tokens_can_be_created_listed_and_revoked() {
+    // Every backend: the `api_tokens` table of migration 0003.
+    for (db, _dir) in backends().await {
+        let a = token::create(&db, "art", Some("ci")).await.unwrap();
+        let b = token::create(&db, "geo", None).await.unwrap();
+        let listed = token::list(&db).await.unwrap();
+        assert_eq!(listed.len(), 2);
+        let a_row = listed.iter().find(|t| t.token_hash == a.hash).unwrap();
+        assert_eq!(
+            (a_row.team.as_str(), a_row.label.as_deref()),
+            ("art", Some("ci"))
+        );
+        assert_eq!(a_row.revoked_at, None);
+        assert_eq!(
+            token::team_for(&db, &b.hash).await.unwrap().as_deref(),
+            Some("geo")
+        );
+        let revoked = token::revoke(&db, &a.hash[..12]).await.unwrap();
+        assert!(revoked.revoked_at.is_some());
+        assert_eq!(token::team_for(&db, &a.hash).await.unwrap(), None);
+        let listed = token::list(&db).await.unwrap();
+        assert!(
+            listed
+                .iter()
+                .any(|t| t.token_hash == a.hash && t.revoked_at.is_some())
+        );
+        assert!(matches!(
+            token::revoke(&db, &a.hash[..12]).await,
+            Err(token::TokenError::NoMatch { .. })
+        ));
+    }
+}
+
+#[tokio::test]
+async fn metrics_count_usage_from_the_ledger() {
+    // Every backend: SUM over `stage_attempts` and the CAST around it.
+    for f in fixtures(LocalPaths::Refuse).await {
+        let cfg = ApiConfig {
+            queue: f.queue.clone(),
+            ledger: Ledger::with_db(f.queue.db().clone()),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            relative_base: std::env::temp_dir(),
+            local_paths: LocalPaths::Refuse,
+        };
+        let s = metrics::snapshot(&cfg).await.unwrap();
+        assert_eq!((s.gpu_s, s.cpu_s, s.workers_alive), (0.0, 0.0, 0));
+        f.queue.submit(&new_job("j1", "art")).await.unwrap();
+        let s = metrics::snapshot(&cfg).await.unwrap();
+        assert_eq!(s.jobs_by_state, vec![("queued".to_string(), 1)]);
+        assert!(metrics::render(&s).contains(r#"kiln_jobs{state="queued"} 1"#));
+    }
+}
+
+#[tokio::test]
+async fn local_input_and_output_paths_are_refused_with_400_naming_the_fix() {
+    let f = fixture(DEFAULT_MAX_BODY_BYTES).await;
+    for (input, output, field) in [
+        ("/etc/passwd", "s3://b/o", "`input`"),
+        ("file:///etc/passwd", "s3://b/o", "`input`"),
+        ("s3://b/i.glb", "/var/lib/kiln/out", "`output`"),
+        ("s3://b/i.glb", "out/relative", "`output`"),
+        ("s3://b/i.glb", "file:///tmp/out", "`output`"),
+    ] {
+        let job =
+            format!("name = \"a\"\nkind = \"mesh\"\ninput = \"{input}\"\noutput = \"{output}\"\n");
+        let (status, _, body) = call(
+            &f.app,
+            "POST",
+            "/api/v1/jobs",
+            Some(&f.art),
+            Some("application/toml"),
+            job.into_bytes(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{input} {output}: {body}");
+        let e = body["error"].as_str().unwrap();
+        assert!(
+            e.contains(field) && e.contains("s3://") && e.contains("--allow-local-paths"),
+            "{e}"
+        );
+    }
+    // The JSON `output` option replaces the job file's output, and is checked too.
+    let body = serde_json::json!({"job": REMOTE_MESH_JOB, "output": "/tmp/x"}).to_string();
+    let (status, _, body) = call(
+        &f.app,
+        "POST",
+        "/api/v1/jobs",
+        Some(&f.art),
+        Some("application/json"),
+        body.into_bytes(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(f.queue.jobs(None, None, 10).await.unwrap().len(), 0);
+}
+
+#[tokio::test]
+async fn allow_local_paths_accepts_a_local_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open_sqlite(&dir.path().join("q.sqlite")).await.unwrap();
+    let f = fixture_on(db, dir, DEFAULT_MAX_BODY_BYTES, LocalPaths::Allow).await;
+    let body = serde_json::json!({"job": REMOTE_MESH_JOB, "output": "out/a"}).to_string();
+    let (status, _, body) = call(
+        &f.app,
+        "POST",
+        "/api/v1/jobs",
+        Some(&f.art),
+        Some("application/json"),
+        body.into_bytes(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert!(
+        body["output"].as_str().unwrap().ends_with("out/a"),
+        "{body}"
+    );
 }

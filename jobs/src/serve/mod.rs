@@ -1,18 +1,24 @@
-//! `kiln serve`: a small local web server over the job ledger. It lists the jobs, shows each job's
+//! `kiln serve`: a small web server over the job ledger. It lists the jobs, shows each job's
 //! output tileset in CesiumJS beside the job's HTML report, and serves the job's output files.
 //!
 //! Routes ([`router`]):
-//! - `GET /` — the jobs in the ledger, newest first;
+//! - `GET /` — the jobs in the ledger the caller may see, newest first;
 //! - `GET /jobs/{id}` — the viewer page (see [`pages`] for the `window.kilnViewer` contract);
 //! - `GET /jobs/{id}/files/{*path}` — a file of the job's local output folder;
-//! - `GET /cesium/{*path}` — the vendored CesiumJS build (`node_modules/cesium/Build/Cesium`).
+//! - `GET /cesium/{*path}` — the vendored CesiumJS build (`node_modules/cesium/Build/Cesium`);
+//! - `GET /login`, `POST /login`, `POST /logout` — sign-in for [`ViewerAccess::Token`] only.
+//!
+//! Who may see them depends on the listen address and `--viewer` ([`access`]): on loopback the
+//! pages are open and show every job, as they always were; on any other address they are off
+//! unless `--viewer` is given, and then every route needs a team token (Bearer header, or the
+//! `HttpOnly` cookie `/login` sets) and shows only that team's jobs.
 //!
 //! Only local outputs are served (absolute paths, `file://` URLs, and relative paths resolved
 //! against the server's working directory); remote outputs (`s3://…`) get a note instead. CesiumJS
 //! is never fetched from a CDN: without `--cesium`/`$KILN_CESIUM_DIR` the page says how to install
-//! it. The server binds where it is told (default loopback only) and has no authentication, so it
-//! is for looking at one's own jobs, not for exposing to a network.
+//! it.
 
+pub mod access;
 pub mod files;
 pub mod output;
 pub mod pages;
@@ -22,12 +28,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Path as UrlPath, Request, State};
+use axum::extract::{Extension, Path as UrlPath, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
+
+pub use access::{Scope, ViewerAccess};
 
 use crate::ledger::Ledger;
+use crate::queue::Queue;
 use files::{html_error, serve_under};
 use output::{OutputLocation, resolve_output};
 use pages::{CesiumState, JobPageInput, escape_html};
@@ -51,6 +60,15 @@ pub enum Error {
         addr: SocketAddr,
         #[source]
         source: std::io::Error,
+    },
+    /// `--viewer open` on an address other machines can reach.
+    #[error(
+        "refusing to serve the viewer without authentication on {addr}, which is not a loopback \
+         address: use --viewer (team tokens) or listen on 127.0.0.1"
+    )]
+    OpenViewerOnNetwork {
+        /// The listen address.
+        addr: SocketAddr,
     },
     /// The working directory (used to resolve relative outputs) cannot be read.
     #[error(
@@ -106,8 +124,8 @@ impl CesiumDir {
     }
 }
 
-/// What the server needs: an open ledger, the CesiumJS folder, and the directory relative job
-/// outputs resolve against.
+/// What the server needs: an open ledger, the CesiumJS folder, the directory relative job
+/// outputs resolve against, and who may see the pages.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     /// The job ledger.
@@ -116,21 +134,37 @@ pub struct ServeConfig {
     pub cesium: CesiumDir,
     /// Base for relative `output` values in the ledger (normally the current directory).
     pub relative_base: PathBuf,
+    /// Who may see the pages and files, from [`ViewerAccess::resolve`].
+    pub access: ViewerAccess,
 }
 
 type AppState = Arc<ServeConfig>;
 
-/// The router with every route of `kiln serve`. Call it directly in tests
+/// The router with every viewer route of `kiln serve` for `config.access` (with
+/// [`ViewerAccess::Off`], only a fallback that says the viewer is off). Call it directly in tests
 /// (`tower::ServiceExt::oneshot`).
 pub fn router(config: ServeConfig) -> Router {
-    Router::new()
+    let access = config.access;
+    let state: AppState = Arc::new(config);
+    if access == ViewerAccess::Off {
+        return Router::new().fallback(access::viewer_off).with_state(state);
+    }
+    let mut app = Router::new()
         .route("/", get(index))
         .route("/jobs/{id}", get(job))
         .route("/jobs/{id}/files/{*path}", get(job_file))
         .route("/cesium/{*path}", get(cesium_file))
-        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
-        .fallback(not_found)
-        .with_state(Arc::new(config))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            access::require_viewer,
+        ))
+        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }));
+    if access == ViewerAccess::Token {
+        app = app
+            .route("/login", get(access::login_form).post(access::login))
+            .route("/logout", post(access::logout));
+    }
+    app.fallback(not_found).with_state(state)
 }
 
 /// Bind `addr` and serve until Ctrl-C. `on_listening` is called once with the bound address (the
@@ -164,38 +198,92 @@ pub async fn serve(
         })
 }
 
+/// How pages name the ledger: its path on an open (loopback) viewer; nothing about the server's
+/// storage to token holders on a network.
+fn ledger_shown(state: &ServeConfig) -> &str {
+    match state.access {
+        ViewerAccess::Open => state.ledger.path(),
+        ViewerAccess::Token | ViewerAccess::Off => "(the server's ledger)",
+    }
+}
+
 fn ledger_error(state: &ServeConfig, e: &crate::Error) -> Response {
+    tracing::error!(error = %e, "viewer: ledger read failed");
+    let detail = match state.access {
+        ViewerAccess::Open => e.to_string(),
+        ViewerAccess::Token | ViewerAccess::Off => "see the server's log".to_string(),
+    };
     html_error(
         StatusCode::INTERNAL_SERVER_ERROR,
         "ledger error",
         &format!(
             "Cannot read the ledger <code>{}</code>: {}",
-            escape_html(state.ledger.path()),
-            escape_html(&e.to_string())
+            escape_html(ledger_shown(state)),
+            escape_html(&detail)
         ),
     )
 }
 
-/// Look up a job; a 404 page for an unknown id, 500 for a ledger failure.
-async fn find_job(state: &ServeConfig, id: &str) -> Result<crate::ledger::JobRow, Response> {
-    match state.ledger.job(id).await {
-        Ok(j) => Ok(j),
-        Err(crate::Error::NoSuchJob { .. }) => Err(html_error(
+/// Look up a job the request's `scope` may see; a 404 page for an unknown id and for another
+/// team's job alike, 500 for a database failure.
+async fn find_job(
+    state: &ServeConfig,
+    scope: &Scope,
+    id: &str,
+) -> Result<crate::ledger::JobRow, Response> {
+    let not_found = || {
+        html_error(
             StatusCode::NOT_FOUND,
             "no such job",
             &format!(
                 "Job <code>{}</code> is not in the ledger <code>{}</code>. \
                  The <a href=\"/\">job list</a> shows the recorded jobs.",
                 escape_html(id),
-                escape_html(state.ledger.path())
+                escape_html(ledger_shown(state))
             ),
-        )),
+        )
+    };
+    if let Scope::Team(team) = scope {
+        match Queue::with_db(state.ledger.db().clone())
+            .job(id, Some(team))
+            .await
+        {
+            Ok(_) => {}
+            Err(crate::Error::NotInQueue { .. }) => return Err(not_found()),
+            Err(e) => return Err(ledger_error(state, &e)),
+        }
+    }
+    match state.ledger.job(id).await {
+        Ok(j) => Ok(j),
+        Err(crate::Error::NoSuchJob { .. }) => Err(not_found()),
         Err(e) => Err(ledger_error(state, &e)),
     }
 }
 
-async fn index(State(state): State<AppState>) -> Response {
-    match state.ledger.jobs().await {
+/// The ledger's jobs that `scope` may see, newest first. A team sees the jobs it queued (by id);
+/// jobs with no queue row (`kiln run`, team `local`) only [`Scope::All`] sees.
+async fn visible_jobs(
+    state: &ServeConfig,
+    scope: &Scope,
+) -> crate::Result<Vec<crate::ledger::JobRow>> {
+    let jobs = state.ledger.jobs().await?;
+    let Scope::Team(team) = scope else {
+        return Ok(jobs);
+    };
+    let queued: std::collections::HashSet<String> = Queue::with_db(state.ledger.db().clone())
+        .jobs(Some(team), None, i64::MAX)
+        .await?
+        .into_iter()
+        .map(|j| j.id)
+        .collect();
+    Ok(jobs
+        .into_iter()
+        .filter(|j| queued.contains(&j.id))
+        .collect())
+}
+
+async fn index(State(state): State<AppState>, Extension(scope): Extension<Scope>) -> Response {
+    match visible_jobs(&state, &scope).await {
         Ok(jobs) => {
             let rows: Vec<_> = jobs
                 .into_iter()
@@ -204,14 +292,22 @@ async fn index(State(state): State<AppState>) -> Response {
                     (j, loc)
                 })
                 .collect();
-            Html(pages::index_page(&rows, state.ledger.path())).into_response()
+            let team = match &scope {
+                Scope::All => None,
+                Scope::Team(t) => Some(t.as_str()),
+            };
+            Html(pages::index_page(&rows, ledger_shown(&state), team)).into_response()
         }
         Err(e) => ledger_error(&state, &e),
     }
 }
 
-async fn job(State(state): State<AppState>, UrlPath(id): UrlPath<String>) -> Response {
-    let job = match find_job(&state, &id).await {
+async fn job(
+    State(state): State<AppState>,
+    Extension(scope): Extension<Scope>,
+    UrlPath(id): UrlPath<String>,
+) -> Response {
+    let job = match find_job(&state, &scope, &id).await {
         Ok(j) => j,
         Err(r) => return r,
     };
@@ -240,10 +336,11 @@ async fn job(State(state): State<AppState>, UrlPath(id): UrlPath<String>) -> Res
 
 async fn job_file(
     State(state): State<AppState>,
+    Extension(scope): Extension<Scope>,
     UrlPath((id, path)): UrlPath<(String, String)>,
     req: Request,
 ) -> Response {
-    let job = match find_job(&state, &id).await {
+    let job = match find_job(&state, &scope, &id).await {
         Ok(j) => j,
         Err(r) => return r,
     };
@@ -361,6 +458,7 @@ mod tests {
             ledger,
             cesium: CesiumDir::resolve(Some(&cesium)),
             relative_base: root.clone(),
+            access: ViewerAccess::Open,
         };
         Fixture {
             _dir: dir,
@@ -370,10 +468,11 @@ mod tests {
     }
 
     async fn get(config: &ServeConfig, uri: &str) -> (StatusCode, String, String) {
-        let resp = router(config.clone())
-            .oneshot(HttpRequest::get(uri).body(Body::empty()).unwrap())
-            .await
-            .unwrap();
+        send(config, HttpRequest::get(uri).body(Body::empty()).unwrap()).await
+    }
+
+    async fn send(config: &ServeConfig, req: HttpRequest<Body>) -> (StatusCode, String, String) {
+        let resp = router(config.clone()).oneshot(req).await.unwrap();
         let status = resp.status();
         let ctype = resp
             .headers()
@@ -581,5 +680,225 @@ mod tests {
         assert!(text.starts_with("HTTP/1.1 200"), "{text}");
         assert!(text.contains("local-1"));
         task.abort();
+    }
+
+    /// The fixture in token mode: `local-1` and `rel-1` queued by team `art`, `s3-1` by team
+    /// `geo`, `url-1` recorded by `kiln run` (no team); a token for each team and one for a team
+    /// literally named `local`.
+    async fn token_fixture() -> (Fixture, String, String, String) {
+        let mut f = fixture().await;
+        f.config.access = ViewerAccess::Token;
+        let db = f.config.ledger.db().clone();
+        let queue = Queue::with_db(db.clone());
+        for (id, team) in [("local-1", "art"), ("rel-1", "art"), ("s3-1", "geo")] {
+            queue
+                .submit(&crate::queue::NewJob {
+                    id: id.into(),
+                    team: team.into(),
+                    name: "avo".into(),
+                    kind: "mesh".into(),
+                    input: "in".into(),
+                    output: "out".into(),
+                    spec: String::new(),
+                    priority: 0,
+                    max_attempts: 3,
+                    budget_usd: None,
+                    stages: vec![("ingest".into(), false)],
+                })
+                .await
+                .unwrap();
+        }
+        let art = crate::api::token::create(&db, "art", None)
+            .await
+            .unwrap()
+            .token;
+        let geo = crate::api::token::create(&db, "geo", None)
+            .await
+            .unwrap()
+            .token;
+        let local = crate::api::token::create(&db, "local", None)
+            .await
+            .unwrap()
+            .token;
+        (f, art, geo, local)
+    }
+
+    fn with_token(uri: &str, token: &str) -> HttpRequest<Body> {
+        HttpRequest::get(uri)
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .body(Body::empty())
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn token_viewer_refuses_every_page_and_file_without_a_valid_token() {
+        let (f, art, ..) = token_fixture().await;
+        let resp = router(f.config.clone())
+            .oneshot(HttpRequest::get("/").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+        assert_eq!(resp.headers()[header::LOCATION], "/login");
+        for uri in [
+            "/jobs/local-1",
+            "/jobs/local-1/files/tileset.json",
+            "/jobs/local-1/files/report/index.html",
+            "/cesium/Cesium.js",
+        ] {
+            let (s, _, body) = get(&f.config, uri).await;
+            assert_eq!(s, StatusCode::UNAUTHORIZED, "{uri}");
+            assert!(
+                body.contains("/login") && !body.contains("1.1"),
+                "{uri}: {body}"
+            );
+        }
+        let fake = format!("kiln_{}", "0".repeat(64));
+        let (s, ..) = send(&f.config, with_token("/jobs/local-1", &fake)).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED);
+        crate::api::token::revoke(f.config.ledger.db(), &crate::api::token::hash(&art)[..10])
+            .await
+            .unwrap();
+        let (s, ..) = send(&f.config, with_token("/jobs/local-1", &art)).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED);
+    }
+
+    #[tokio::test]
+    async fn token_viewer_shows_only_the_teams_jobs_and_never_teamless_ones() {
+        let (f, art, geo, local) = token_fixture().await;
+        let (s, _, body) = send(&f.config, with_token("/", &art)).await;
+        assert_eq!(s, StatusCode::OK);
+        assert!(
+            body.contains("/jobs/local-1") && body.contains("/jobs/rel-1"),
+            "{body}"
+        );
+        assert!(
+            !body.contains("/jobs/s3-1") && !body.contains("/jobs/url-1"),
+            "{body}"
+        );
+        assert!(
+            !body.contains("ledger.sqlite"),
+            "the ledger path leaks: {body}"
+        );
+        let (s, _, body) = send(
+            &f.config,
+            with_token("/jobs/local-1/files/tileset.json", &art),
+        )
+        .await;
+        assert_eq!(
+            (s, body.as_str()),
+            (StatusCode::OK, r#"{"asset":{"version":"1.1"}}"#)
+        );
+        // Another team's job, and a team-less `kiln run` job, answer like a missing one.
+        let (_, _, missing) = send(&f.config, with_token("/jobs/nope", &geo)).await;
+        for (uri, token) in [
+            ("/jobs/local-1", &geo),
+            ("/jobs/local-1/files/tileset.json", &geo),
+            ("/jobs/url-1", &art),
+            ("/jobs/url-1", &local),
+            ("/jobs/url-1/files/tileset.json", &local),
+        ] {
+            let (s, _, body) = send(&f.config, with_token(uri, token)).await;
+            assert_eq!(s, StatusCode::NOT_FOUND, "{uri}");
+            let id = uri.split('/').nth(2).unwrap();
+            if !uri.contains("/files/") {
+                assert_eq!(body.replace(id, "X"), missing.replace("nope", "X"), "{uri}");
+            }
+        }
+        let (_, _, body) = send(&f.config, with_token("/", &local)).await;
+        assert!(!body.contains("/jobs/url-1"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn login_sets_an_httponly_cookie_that_opens_the_pages() {
+        let (f, art, ..) = token_fixture().await;
+        let (s, _, body) = get(&f.config, "/login").await;
+        assert_eq!(s, StatusCode::OK);
+        assert!(body.contains("method=\"post\""), "{body}");
+        let login = |form: String, proto: Option<&str>| {
+            let mut r = HttpRequest::post("/login")
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+            if let Some(p) = proto {
+                r = r.header("x-forwarded-proto", p);
+            }
+            r.body(Body::from(form)).unwrap()
+        };
+        let resp = router(f.config.clone())
+            .oneshot(login("token=kiln_nope".into(), None))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+        assert!(resp.headers().get(header::SET_COOKIE).is_none());
+        let resp = router(f.config.clone())
+            .oneshot(login(format!("token={art}"), Some("https")))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+        let cookie = resp.headers()[header::SET_COOKIE]
+            .to_str()
+            .unwrap()
+            .to_string();
+        for attr in [
+            "HttpOnly",
+            "SameSite=Lax",
+            "Path=/",
+            "Secure",
+            "Max-Age=28800",
+        ] {
+            assert!(cookie.contains(attr), "{attr}: {cookie}");
+        }
+        let pair = cookie.split(';').next().unwrap().to_string();
+        let req = HttpRequest::get("/jobs/local-1/files/report/index.html")
+            .header(header::COOKIE, format!("other=1; {pair}"))
+            .body(Body::empty())
+            .unwrap();
+        let resp = router(f.config.clone()).oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.headers()[header::CACHE_CONTROL], "private, no-cache");
+        let resp = router(f.config.clone())
+            .oneshot(login(format!("token={art}"), None))
+            .await
+            .unwrap();
+        let cookie = resp.headers()[header::SET_COOKIE].to_str().unwrap();
+        assert!(!cookie.contains("Secure"), "{cookie}");
+        let resp = router(f.config.clone())
+            .oneshot(HttpRequest::post("/logout").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert!(
+            resp.headers()[header::SET_COOKIE]
+                .to_str()
+                .unwrap()
+                .contains("Max-Age=0")
+        );
+    }
+
+    #[tokio::test]
+    async fn an_off_viewer_serves_no_page_or_file() {
+        let f = fixture().await;
+        let config = ServeConfig {
+            access: ViewerAccess::Off,
+            ..f.config.clone()
+        };
+        for uri in [
+            "/",
+            "/jobs/local-1",
+            "/jobs/local-1/files/tileset.json",
+            "/cesium/Cesium.js",
+            "/login",
+        ] {
+            let (s, _, body) = get(&config, uri).await;
+            assert_eq!(s, StatusCode::NOT_FOUND, "{uri}");
+            assert!(
+                body.contains("--viewer") && !body.contains("local-1"),
+                "{uri}: {body}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn the_open_viewer_has_no_login_route() {
+        let f = fixture().await;
+        let (s, ..) = get(&f.config, "/login").await;
+        assert_eq!(s, StatusCode::NOT_FOUND);
     }
 }

@@ -101,9 +101,24 @@ pub fn output_note(loc: &OutputLocation) -> String {
 ///
 /// - `jobs`: as [`crate::ledger::Ledger::jobs`] returns them, paired with each output resolved.
 /// - `ledger_path`: shown so people know which ledger they are looking at.
-pub fn index_page(jobs: &[(JobRow, OutputLocation)], ledger_path: &str) -> String {
+/// - `signed_in_team`: the team of a token-mode viewer (shown with a sign-out button); `None` on
+///   an open viewer.
+pub fn index_page(
+    jobs: &[(JobRow, OutputLocation)],
+    ledger_path: &str,
+    signed_in_team: Option<&str>,
+) -> String {
+    let who = signed_in_team
+        .map(|t| {
+            format!(
+                " · team <code>{}</code> <form method=\"post\" action=\"/logout\" \
+                 style=\"display:inline\"><button type=\"submit\">sign out</button></form>",
+                escape_html(t)
+            )
+        })
+        .unwrap_or_default();
     let mut body = format!(
-        "<header><h1>Kiln jobs</h1>ledger <code>{}</code></header>\n",
+        "<header><h1>Kiln jobs</h1>ledger <code>{}</code>{who}</header>\n",
         escape_html(ledger_path)
     );
     if jobs.is_empty() {

@@ -26,7 +26,7 @@ pub struct DoneStage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ExecOutcome {
-    Succeeded(StageOutcome),
+    Succeeded(Box<StageOutcome>),
     Failed {
         /// The error with its causes, one per line.
         message: String,
@@ -137,7 +137,7 @@ pub async fn exec_stage(plan: &JobPlan, stage: &str, done: &[DoneStage]) -> Exec
         );
     }
     match run_stage(plan, node, &outcomes).await {
-        Ok(o) => ExecOutcome::Succeeded(o),
+        Ok(o) => ExecOutcome::Succeeded(Box::new(o)),
         Err(e) => fail(&e),
     }
 }
