@@ -125,12 +125,47 @@ impl Db {
     /// [`Error::Ledger`] naming the database (password redacted) when it cannot be reached or
     /// created, or is not a Kiln database (a migration fails or was changed).
     pub async fn open(target: &str) -> Result<Db> {
+        let bad = |problem: &str| {
+            Err(Error::Database {
+                target: redact(target),
+                problem: problem.into(),
+            })
+        };
+        if target.trim().is_empty() {
+            return bad(
+                "empty; give an SQLite file path or a postgres:// URL (or unset KILN_DB for the default)",
+            );
+        }
+        if let Some((scheme, _)) = target.split_once("://")
+            && !matches!(scheme, "postgres" | "postgresql" | "sqlite")
+        {
+            return bad(&format!(
+                "`{scheme}://` is not supported; use an SQLite file path, sqlite://PATH or postgres://USER@HOST/DB"
+            ));
+        }
         if target.starts_with("postgres://") || target.starts_with("postgresql://") {
             Self::connect(target, Backend::Postgres, redact(target)).await
         } else {
             let path = target.strip_prefix("sqlite://").unwrap_or(target);
             Self::open_sqlite(Path::new(path)).await
         }
+    }
+
+    /// Open `target` like [`Db::open`], but never create an SQLite file: for commands that only
+    /// read or change what is already there (`kiln jobs`, `cancel`, `report`, `why`).
+    ///
+    /// # Errors
+    /// [`Error::Database`] when the SQLite file does not exist; otherwise as [`Db::open`].
+    pub async fn open_existing(target: &str) -> Result<Db> {
+        let is_url = target.contains("://") && !target.starts_with("sqlite://");
+        let path = target.strip_prefix("sqlite://").unwrap_or(target);
+        if !is_url && !target.trim().is_empty() && !Path::new(path).is_file() {
+            return Err(Error::Database {
+                target: target.into(),
+                problem: "no such database file: nothing has been queued or run with this --db / KILN_DB yet".into(),
+            });
+        }
+        Self::open(target).await
     }
 
     /// Open (creating if missing) the SQLite file at `path`.
@@ -161,6 +196,7 @@ impl Db {
             // other processes wait for the lock instead of failing.
             Backend::Sqlite => AnyPoolOptions::new()
                 .max_connections(1)
+                .acquire_timeout(Duration::from_secs(10))
                 .after_connect(|conn, _| {
                     Box::pin(async move {
                         use sqlx::Executor;
@@ -175,7 +211,7 @@ impl Db {
                 .map_err(err)?,
             Backend::Postgres => AnyPoolOptions::new()
                 .max_connections(4)
-                .acquire_timeout(Duration::from_secs(20))
+                .acquire_timeout(Duration::from_secs(10))
                 .connect_with(opts)
                 .await
                 .map_err(err)?,

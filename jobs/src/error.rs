@@ -75,4 +75,7 @@ pub enum Error {
         stage: String,
         token: i64,
     },
+    /// `--db` / `KILN_DB` names no usable database.
+    #[error("database `{target}`: {problem}")]
+    Database { target: String, problem: String },
 }

@@ -91,6 +91,16 @@ impl Ledger {
         })
     }
 
+    /// Open an existing ledger (never creates an SQLite file; see [`Db::open_existing`]).
+    ///
+    /// # Errors
+    /// As [`Db::open_existing`].
+    pub async fn connect_existing(target: &str) -> Result<Ledger> {
+        Ok(Ledger {
+            db: Db::open_existing(target).await?,
+        })
+    }
+
     /// The ledger in an already open database (the queue's).
     pub fn with_db(db: Db) -> Ledger {
         Ledger { db }

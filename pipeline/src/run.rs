@@ -272,7 +272,27 @@ pub async fn run_stage(
         StageKind::Publish => {
             let files = publish_files(plan, node.deps.contains(&StageKind::Reconstruct))?;
             bytes_read += files.iter().map(|f| file_len(&f.local)).sum::<u64>();
-            let r = publish::publish(&files, &plan.output, &plan.job_id).await?;
+            // Published already with this very key (same inputs, same output): nothing to write.
+            if let Some(m) = publish::read_manifest(&plan.output).await
+                && m.stage_key.as_deref() == Some(key.as_str())
+            {
+                tracing::info!(output = %plan.output, "publish: the output already holds this job's result");
+                let _ = std::fs::remove_dir_all(&partial);
+                return Ok(StageOutcome {
+                    kind,
+                    key,
+                    cache_hit: true,
+                    usage: meter.finish(bytes_read, 0),
+                    summary: serde_json::json!({
+                        "output": plan.output,
+                        "files": m.files.len(),
+                        "bytes": 0,
+                        "published_by": m.job_id,
+                    }),
+                    recipe,
+                });
+            }
+            let r = publish::publish_keyed(&files, &plan.output, &plan.job_id, Some(&key)).await?;
             let summary = serde_json::json!({
                 "output": plan.output,
                 "files": r.manifest.files.len(),

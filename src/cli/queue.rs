@@ -237,6 +237,22 @@ struct JobDetail {
 
 /// List jobs, or show one.
 pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
+    const STATES: [&str; 6] = [
+        "queued",
+        "running",
+        "succeeded",
+        "failed",
+        "cancelled",
+        "dead",
+    ];
+    if let Some(s) = &args.state
+        && !STATES.contains(&s.as_str())
+    {
+        anyhow::bail!("--state {s}: expected one of {}", STATES.join(", "));
+    }
+    if args.limit < 1 {
+        anyhow::bail!("--limit {}: expected at least 1", args.limit);
+    }
     let api = args.api.resolve()?;
     if let Some(id) = &args.job {
         let d = match &api {
@@ -252,7 +268,7 @@ pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
                 }
             }
             None => {
-                let queue = Queue::open(&args.db.target()).await?;
+                let queue = Queue::open_existing(&args.db.target()).await?;
                 JobDetail {
                     job: queue.job(id, args.team.as_deref()).await?,
                     stages: queue.stages(id).await?,
@@ -276,7 +292,7 @@ pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
             (l.jobs, api.base.clone())
         }
         None => {
-            let queue = Queue::open(&args.db.target()).await?;
+            let queue = Queue::open_existing(&args.db.target()).await?;
             let l = queue
                 .jobs(args.team.as_deref(), args.state.as_deref(), args.limit)
                 .await?;
@@ -331,7 +347,13 @@ fn print_job(d: &JobDetail, json: bool) -> anyhow::Result<()> {
             s.attempts,
             s.lease_worker
                 .as_deref()
-                .map(|w| format!(", held by {w}"))
+                .map(|w| match s.lease_expires_at {
+                    Some(t) if t < kiln_jobs::queue::now_ms() => format!(
+                        ", held by {w}, whose lease expired {:.0} s ago (the next worker to poll retakes it)",
+                        (kiln_jobs::queue::now_ms() - t) as f64 / 1000.0
+                    ),
+                    _ => format!(", held by {w}"),
+                })
                 .unwrap_or_default()
         );
     }
@@ -394,7 +416,7 @@ pub async fn cancel(args: CancelArgs) -> anyhow::Result<()> {
             (outcome, a.state)
         }
         None => {
-            let queue = Queue::open(&args.db.target()).await?;
+            let queue = Queue::open_existing(&args.db.target()).await?;
             let outcome = queue.cancel(&args.job, args.team.as_deref()).await?;
             (outcome, queue.job(&args.job, None).await?.state)
         }
@@ -438,6 +460,9 @@ pub struct TeamLimitArgs {
 
 /// Set a team's concurrency limit.
 pub async fn team_limit(args: TeamLimitArgs) -> anyhow::Result<()> {
+    if args.team.trim().is_empty() {
+        anyhow::bail!("the team name is empty");
+    }
     let queue = Queue::open(&args.db.target()).await?;
     queue.set_team_limit(&args.team, args.max_running).await?;
     println!(

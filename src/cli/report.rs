@@ -67,7 +67,7 @@ pub enum By {
 
 /// Print the report.
 pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
-    let ledger = Ledger::connect(&args.db.target()).await?;
+    let ledger = Ledger::connect_existing(&args.db.target()).await?;
     if args.list {
         let jobs = ledger.jobs().await?;
         if args.json {
@@ -151,9 +151,24 @@ async fn period_report(
     args: &ReportArgs,
     pricing: &Pricing<'_>,
 ) -> anyhow::Result<()> {
+    let since = args
+        .since
+        .as_deref()
+        .map(|t| utc_bound("--since", t))
+        .transpose()?;
+    let until = args
+        .until
+        .as_deref()
+        .map(|t| utc_bound("--until", t))
+        .transpose()?;
+    if let (Some(a), Some(b)) = (&since, &until)
+        && a >= b
+    {
+        bail!("--since {a} is not before --until {b}: the period is empty");
+    }
     let mut lines = Vec::new();
     for (job, team) in ledger
-        .jobs_between(args.since.as_deref(), args.until.as_deref())
+        .jobs_between(since.as_deref(), until.as_deref())
         .await?
     {
         if args.team.as_ref().is_some_and(|t| *t != team) {
@@ -229,6 +244,23 @@ async fn period_report(
         }
     );
     Ok(())
+}
+
+/// `text` (RFC 3339 with any offset, or a date `YYYY-MM-DD` meaning its UTC midnight) as the
+/// ledger's UTC timestamp format, so that text order is time order.
+fn utc_bound(flag: &str, text: &str) -> anyhow::Result<String> {
+    let t = chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .or_else(|_| {
+            chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
+                .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight").and_utc())
+        })
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "{flag} {text}: expected a date (2026-11-01) or an RFC 3339 time (2026-11-01T12:00:00Z, 2026-11-01T14:00:00+02:00)"
+            )
+        })?;
+    Ok(t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
 }
 
 /// Cost lines as CSV (header row first).

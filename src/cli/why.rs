@@ -33,7 +33,7 @@ fn recipe_of(rows: &[StageRow], stage: &str) -> Option<(String, KeyRecipe)> {
 
 /// Print what changed.
 pub async fn run(args: WhyArgs) -> anyhow::Result<()> {
-    let ledger = Ledger::connect(&args.db.target()).await?;
+    let ledger = Ledger::connect_existing(&args.db.target()).await?;
     let job = ledger.job(&args.job).await?;
     let rows = ledger.stages(&args.job).await?;
     let Some((key, recipe)) = recipe_of(&rows, &args.stage) else {

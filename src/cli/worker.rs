@@ -105,6 +105,29 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         exe: std::env::current_exe().context("cannot find the kiln binary to run stages with")?,
         drain: args.drain,
     };
+    // A worker that cannot run stages would claim every job and burn its attempts: check the
+    // GPUs and the shared cache before claiming anything.
+    for i in 0..cfg.gpus {
+        use kiln_kernels::device::{Device, DeviceRequest};
+        Device::resolve(DeviceRequest::Exact(Device::Cuda(i))).with_context(|| {
+            format!(
+                "--gpus {}: cuda:{i} is not usable on this machine (use --gpus 0 for a CPU-only worker); nothing was claimed",
+                cfg.gpus
+            )
+        })?;
+    }
+    let probe = format!(".kiln-probe/{}", cfg.id);
+    let store = kiln_pipeline::storage::open(&cfg.cache)?;
+    store
+        .put_bytes(&format!("{probe}/check"), b"kiln worker write check".to_vec())
+        .await
+        .and(store.delete_prefix(&probe).await)
+        .with_context(|| {
+            format!(
+                "--cache {}: this worker cannot write the shared stage cache (for s3:// check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_REGION / AWS_ENDPOINT and the bucket); nothing was claimed",
+                cfg.cache
+            )
+        })?;
     let queue = Queue::open(&args.db.target()).await?;
     if let Some(addr) = &args.health {
         worker::health::serve(addr, queue.clone()).await?;

@@ -155,6 +155,32 @@ fn a_queued_job_runs_on_a_worker_and_the_same_inputs_again_run_no_stage() {
     assert_eq!(report["totals"]["gpu_s"], 0.0);
     assert!(sb.path().join("out/b/tileset.json").is_file());
 
+    // The same job with the same output again: even publish has nothing to write.
+    let third = submit("out/a");
+    finish(worker(&sb, db, "w3", &["--drain", "--poll", "0.2"]));
+    let o = sb.kiln(&["report", &third, "--json", "--db", db]);
+    ok(&o);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let states: Vec<&str> = report["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        states,
+        ["cached", "cached", "cached", "cached"],
+        "{report:#}"
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(sb.path().join("out/a/manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        manifest["job_id"],
+        first.as_str(),
+        "the first job's publish stands"
+    );
+
     // Another team sees nothing and cannot cancel.
     let o = sb.kiln(&["cancel", &first, "--team", "other", "--db", db]);
     assert!(!o.status.success());
@@ -504,16 +530,11 @@ fn an_s3_outage_while_a_stage_stores_its_output_is_ridden_out_and_the_job_succee
             gltf.display()
         ),
     );
-    let o = sb.kiln(&["submit", job.to_str().unwrap(), "--db", db]);
-    ok(&o);
-    let id = stdout(&o).trim().to_string();
-    // The S3 server goes away before the first stage stores its output …
-    moto.kill().unwrap();
-    moto.wait().unwrap();
+    // The worker starts (and checks it can write the cache) while S3 is up …
     let cache = format!("s3://{bucket}/cache");
     let w = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["worker", "--db", db, "--work-dir", "w", "--cache", &cache])
-        .args(["--drain", "--poll", "0.2", "--retry-base", "0.5"])
+        .args(["--poll", "0.2", "--retry-base", "0.5"])
         .env("KILN_HOME", sb.path())
         .env("RUST_LOG", "kiln_jobs=info")
         .env("AWS_ENDPOINT", format!("http://127.0.0.1:{port}"))
@@ -526,10 +547,26 @@ fn an_s3_outage_while_a_stage_stores_its_output_is_ridden_out_and_the_job_succee
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // … and comes back (empty, as a restarted moto is) a few seconds later.
+    std::thread::sleep(Duration::from_secs(2));
+    // … then S3 goes away, and only then does a job arrive: its first stage cannot store its
+    // output …
+    moto.kill().unwrap();
+    moto.wait().unwrap();
+    let o = sb.kiln(&["submit", job.to_str().unwrap(), "--db", db]);
+    ok(&o);
+    let id = stdout(&o).trim().to_string();
+    // … until S3 comes back (empty, as a restarted moto is) a few seconds later.
     std::thread::sleep(Duration::from_secs(3));
     let moto = start_moto(&bin, port);
     create_bucket(port, bucket);
+    wait_for("the job to finish", Duration::from_secs(180), || {
+        let s = job_json(&sb, db, &id)["job"]["state"].clone();
+        s != "queued" && s != "running"
+    });
+    // SAFETY: signals our own child process.
+    unsafe {
+        libc::kill(w.id() as i32, libc::SIGTERM);
+    }
     let out = finish(w);
     let mut moto = moto;
     let doc = job_json(&sb, db, &id);

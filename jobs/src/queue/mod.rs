@@ -229,6 +229,16 @@ impl Queue {
         })
     }
 
+    /// Open an existing queue (never creates an SQLite file; see [`Db::open_existing`]).
+    ///
+    /// # Errors
+    /// As [`Db::open_existing`].
+    pub async fn open_existing(target: &str) -> Result<Queue> {
+        Ok(Queue {
+            db: Db::open_existing(target).await?,
+        })
+    }
+
     /// The queue in an already open database.
     pub fn with_db(db: Db) -> Queue {
         Queue { db }
@@ -457,6 +467,8 @@ impl Queue {
     /// [`Error::NotInQueue`]; [`Error::Ledger`].
     pub async fn cancel(&self, id: &str, team: Option<&str>) -> Result<CancelOutcome> {
         let job = self.job(id, team).await?;
+        // A stage held by a dead worker would otherwise wait for another worker to reclaim it.
+        self.reap_expired(&RetryPolicy::default()).await?;
         if !matches!(job.state.as_str(), "queued" | "running") {
             return Ok(CancelOutcome::AlreadyFinished);
         }

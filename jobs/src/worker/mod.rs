@@ -344,20 +344,25 @@ async fn run_claimed(
         }
     }
     let outcome = exec::read_outcome(&outcome_path);
-    // Attempts that end without a result are charged the time they held the slot (allocated
-    // GPU-seconds on a GPU slot); their CPU-seconds are not known here.
+    // Attempts that end without a result are charged what their slot held while they ran:
+    // one GPU on a GPU slot, every core on a CPU slot (allocated, not measured, seconds).
     let usage = match &outcome {
         Some(ExecOutcome::Succeeded(o)) => o.usage.clone(),
-        _ => kiln_pipeline::meter::StageUsage {
-            device: device.clone(),
-            wall_s: started.elapsed().as_secs_f64(),
-            gpu_s: if slot.gpu.is_some() {
-                started.elapsed().as_secs_f64()
-            } else {
-                0.0
-            },
-            ..Default::default()
-        },
+        _ => {
+            let held = started.elapsed().as_secs_f64();
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+            kiln_pipeline::meter::StageUsage {
+                device: device.clone(),
+                wall_s: held,
+                gpu_s: if slot.gpu.is_some() { held } else { 0.0 },
+                cpu_s: if slot.gpu.is_some() {
+                    0.0
+                } else {
+                    held * cores
+                },
+                ..Default::default()
+            }
+        }
     };
     match (stop, outcome) {
         (Stop::Cancel, _) => {

@@ -39,6 +39,10 @@ pub struct Manifest {
     pub job_id: String,
     pub kiln_version: String,
     pub files: Vec<ManifestEntry>,
+    /// The publish stage's content key (its inputs' keys and the output location): a job whose
+    /// publish key matches an existing manifest's has nothing new to write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_key: Option<String>,
 }
 
 /// Name of the manifest at the output root.
@@ -58,6 +62,19 @@ pub struct PublishReport {
 /// [`Error::Io`] when a local file cannot be read, [`Error::Storage`] when an upload or rename
 /// fails, [`Error::Param`] when two files map to the same relative path.
 pub async fn publish(files: &[PublishFile], output: &str, job_id: &str) -> Result<PublishReport> {
+    publish_keyed(files, output, job_id, None).await
+}
+
+/// [`publish`], recording the publish stage's content key in the manifest.
+///
+/// # Errors
+/// As [`publish`].
+pub async fn publish_keyed(
+    files: &[PublishFile],
+    output: &str,
+    job_id: &str,
+    stage_key: Option<&str>,
+) -> Result<PublishReport> {
     let mut seen = std::collections::BTreeSet::new();
     for f in files {
         if !seen.insert(f.relative.as_str()) || f.relative == MANIFEST_JSON {
@@ -142,6 +159,7 @@ pub async fn publish(files: &[PublishFile], output: &str, job_id: &str) -> Resul
     let manifest = Manifest {
         job_id: job_id.into(),
         kiln_version: env!("CARGO_PKG_VERSION").into(),
+        stage_key: stage_key.map(String::from),
         files: entries,
     };
     let json = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
@@ -150,6 +168,15 @@ pub async fn publish(files: &[PublishFile], output: &str, job_id: &str) -> Resul
         manifest,
         bytes_written,
     })
+}
+
+/// The manifest committed at `output`, if there is a readable one.
+pub async fn read_manifest(output: &str) -> Option<Manifest> {
+    use object_store::ObjectStoreExt;
+    let store = storage::open(output).ok()?;
+    let got = store.store.get(&store.child(MANIFEST_JSON)).await.ok()?;
+    let bytes = got.bytes().await.ok()?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 #[cfg(test)]
