@@ -89,7 +89,8 @@ fn avocado_mesh_job_publishes_a_valid_replace_tileset_and_ledger() {
         .iter()
         .map(|s| s["state"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(states, ["cached", "cached", "cached", "succeeded"]);
+    // publish too: the output already holds this result (its manifest carries the same key).
+    assert_eq!(states, ["cached", "cached", "cached", "cached"]);
 }
 
 #[test]
