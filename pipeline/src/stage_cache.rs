@@ -98,7 +98,8 @@ mod tests {
             None
         );
         let written = store(cache, StageKind::Tile, &key, &out).await.unwrap();
-        assert_eq!(written, 9 + 27);
+        // 9 bytes of GLB and the 25-byte marker.
+        assert_eq!(written, 9 + 25);
         // Storing again is a no-op.
         assert_eq!(store(cache, StageKind::Tile, &key, &out).await.unwrap(), 0);
 
@@ -106,7 +107,7 @@ mod tests {
         std::fs::create_dir_all(&other).unwrap();
         std::fs::write(other.join("stale"), b"x").unwrap();
         let read = restore(cache, StageKind::Tile, &key, &other).await.unwrap();
-        assert_eq!(read, Some(36));
+        assert_eq!(read, Some(34));
         assert_eq!(
             std::fs::read(other.join("tiles/0.glb")).unwrap(),
             b"glb bytes"
