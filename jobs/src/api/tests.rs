@@ -38,31 +38,7 @@ async fn backends() -> Vec<(Db, tempfile::TempDir)> {
     out
 }
 
-/// A new, empty database on the server of `url`, migrated (so tests do not see each other's
-/// rows). The same as the queue tests' helper, which is private to `queue`.
-async fn fresh_postgres(url: &str) -> Db {
-    use sqlx::Connection;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    sqlx::any::install_default_drivers();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    let name = format!(
-        "kiln_api_t_{}_{:x}",
-        std::process::id(),
-        nanos ^ (N.fetch_add(1, Ordering::Relaxed) << 48)
-    );
-    let mut conn = sqlx::AnyConnection::connect(url).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    conn.close().await.unwrap();
-    let base = url.rsplit_once('/').map(|(b, _)| b).unwrap_or(url);
-    Db::open(&format!("{base}/{name}")).await.unwrap()
-}
+use crate::queue::tests::fresh_postgres_db as fresh_postgres;
 
 async fn fixture_on(
     db: Db,

@@ -290,6 +290,35 @@ impl Queue {
         Ok(())
     }
 
+    /// Open a transaction ending `lease`'s attempt: the stage row takes `set` (only while the
+    /// lease is held) and the attempt closes as `attempt_state` with `error`. When the lease is no
+    /// longer held nothing changes and the attempt is recorded `rejected` (`what` names the
+    /// refused write).
+    async fn end_attempt(
+        &self,
+        lease: &Lease,
+        now: i64,
+        set: &str,
+        attempt_state: &str,
+        error: Option<&str>,
+        what: &str,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
+        let mut tx = self.begin().await?;
+        let err = self.db.err();
+        if !self
+            .end_lease(&mut tx, lease, now, set)
+            .await
+            .map_err(&err)?
+        {
+            tx.rollback().await.map_err(&err)?;
+            return Err(self.reject(lease, what).await);
+        }
+        Self::close_attempt(&mut tx, lease, now, attempt_state, error)
+            .await
+            .map_err(&err)?;
+        Ok(tx)
+    }
+
     /// Commit `lease`'s stage as succeeded with its content `key` and `summary`; queue the next
     /// stage, or finish the job when it was the last (or `cancelled` when a cancel came in).
     ///
@@ -429,19 +458,17 @@ impl Queue {
         policy: &RetryPolicy,
     ) -> Result<Failure> {
         let now = now_ms();
-        let mut tx = self.begin().await?;
+        let mut tx = self
+            .end_attempt(
+                lease,
+                now,
+                "state = 'failed'",
+                "failed",
+                Some(error),
+                "failure report",
+            )
+            .await?;
         let err = self.db.err();
-        if !self
-            .end_lease(&mut tx, lease, now, "state = 'failed'")
-            .await
-            .map_err(&err)?
-        {
-            tx.rollback().await.map_err(&err)?;
-            return Err(self.reject(lease, "failure report").await);
-        }
-        Self::close_attempt(&mut tx, lease, now, "failed", Some(error))
-            .await
-            .map_err(&err)?;
         let outcome = self
             .after_failure(
                 &mut tx,
@@ -559,19 +586,17 @@ impl Queue {
     /// [`Error::LeaseLost`] when the lease is no longer held; [`Error::Ledger`].
     pub async fn release(&self, lease: &Lease, reason: &str) -> Result<()> {
         let now = now_ms();
-        let mut tx = self.begin().await?;
+        let mut tx = self
+            .end_attempt(
+                lease,
+                now,
+                "state = 'queued'",
+                "released",
+                Some(reason),
+                "release",
+            )
+            .await?;
         let err = self.db.err();
-        if !self
-            .end_lease(&mut tx, lease, now, "state = 'queued'")
-            .await
-            .map_err(&err)?
-        {
-            tx.rollback().await.map_err(&err)?;
-            return Err(self.reject(lease, "release").await);
-        }
-        Self::close_attempt(&mut tx, lease, now, "released", Some(reason))
-            .await
-            .map_err(&err)?;
         sqlx::query("UPDATE queue_stages SET not_before = $3 WHERE job_id = $1 AND stage = $2")
             .bind(&lease.job_id)
             .bind(&lease.stage)
@@ -612,19 +637,17 @@ impl Queue {
     /// [`Error::LeaseLost`] when the lease is no longer held; [`Error::Ledger`].
     pub async fn cancelled(&self, lease: &Lease) -> Result<()> {
         let now = now_ms();
-        let mut tx = self.begin().await?;
+        let mut tx = self
+            .end_attempt(
+                lease,
+                now,
+                "state = 'cancelled'",
+                "cancelled",
+                Some("job cancelled"),
+                "cancellation",
+            )
+            .await?;
         let err = self.db.err();
-        if !self
-            .end_lease(&mut tx, lease, now, "state = 'cancelled'")
-            .await
-            .map_err(&err)?
-        {
-            tx.rollback().await.map_err(&err)?;
-            return Err(self.reject(lease, "cancellation").await);
-        }
-        Self::close_attempt(&mut tx, lease, now, "cancelled", Some("job cancelled"))
-            .await
-            .map_err(&err)?;
         self.finish_cancelled(&mut tx, &lease.job_id, now)
             .await
             .map_err(&err)?;

@@ -601,4 +601,4 @@ pub(crate) async fn event(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -24,6 +24,11 @@ async fn backends() -> Vec<(Queue, tempfile::TempDir)> {
 
 /// A new, empty database on the server of `url` (so tests do not see each other's jobs).
 pub(crate) async fn fresh_postgres(url: &str) -> Queue {
+    Queue::with_db(fresh_postgres_db(url).await)
+}
+
+/// A new, empty, migrated database on the server of `url`; shared with the API tests.
+pub(crate) async fn fresh_postgres_db(url: &str) -> crate::db::Db {
     use sqlx::Connection;
     sqlx::any::install_default_drivers();
     let name = format!("kiln_t_{}_{:x}", std::process::id(), rand_suffix());
@@ -34,7 +39,9 @@ pub(crate) async fn fresh_postgres(url: &str) -> Queue {
         .unwrap();
     conn.close().await.unwrap();
     let base = url.rsplit_once('/').map(|(b, _)| b).unwrap_or(url);
-    Queue::open(&format!("{base}/{name}")).await.unwrap()
+    crate::db::Db::open(&format!("{base}/{name}"))
+        .await
+        .unwrap()
 }
 
 fn rand_suffix() -> u64 {
