@@ -7,7 +7,8 @@
 //! off, so the splat count stays fixed and steps are comparable between devices and runs; the
 //! splats start at `splats` random points in the training cameras' frustums (the INRIA recipe's
 //! random initialisation), SH degree 3 from the first step. Criterion benchmarks of the CPU kernels
-//! at fixed sizes live in `kernels/benches/rasterize.rs`; this command measures what a user pays for
+//! at fixed sizes live in `kernels/benches/raster_stages.rs` (project, sort, forward, backward)
+//! and `kernels/benches/rasterize.rs`; this command measures what a user pays for
 //! per step, on any device, including a GPU.
 
 use std::path::Path;

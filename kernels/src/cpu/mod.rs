@@ -3,8 +3,8 @@
 //! One file per stage, run in this order by [`render_forward`] / [`render_backward`]:
 //! [`project`] → [`bin`] → [`sort`] → [`rasterize_forward`]; then [`rasterize_backward`] →
 //! [`project_backward`]; [`loss`] is the fused training loss and [`adam`] the fused optimizer step.
-//! [`sh`] holds the SH basis both projection passes use; `simd` holds the SSE2
-//! (`f32`, x86-64) versions of the two per-tile raster loops.
+//! [`sh`] holds the SH basis both projection passes use; `simd` holds the AVX2 / SSE2
+//! (`f32`, x86-64) versions of the two per-tile raster loops, over the vectors of `lanes`.
 //!
 //! Everything is generic over [`Scalar`] (`f32` for the public API, `f64` for the finite-difference
 //! tests). Inputs are checked once, in [`check_render_inputs`]; the stages then assume valid shapes.
@@ -13,6 +13,7 @@
 
 pub mod adam;
 pub mod bin;
+mod lanes;
 pub mod linalg;
 pub mod loss;
 pub mod project;
@@ -784,8 +785,9 @@ mod tests {
         (s, cam)
     }
 
-    /// The `f32` SSE2 tile loops (`simd.rs`) against the scalar loops they replace: image, alpha
-    /// and every gradient bit for bit, on a dense random scene with SH degree 3 and a background.
+    /// The `f32` SIMD tile loops (`simd.rs`: AVX2 when this CPU has it, and SSE2) against the scalar
+    /// loops they replace: image, alpha and every gradient bit for bit, on a dense random scene with
+    /// SH degree 3 and a background.
     #[test]
     fn simd_tile_loops_match_scalar_loops_bit_for_bit() {
         use std::sync::atomic::Ordering;
@@ -804,10 +806,22 @@ mod tests {
             (f, g)
         };
         let (f1, g1) = run();
-        // Other tests running meanwhile may take the scalar path too; results are the same by design.
+        // Other tests running meanwhile may take these paths too; results are the same by design.
         simd::FORCE_SCALAR.store(true, Ordering::Relaxed);
         let (f2, g2) = run();
         simd::FORCE_SCALAR.store(false, Ordering::Relaxed);
+        simd::FORCE_SSE.store(true, Ordering::Relaxed);
+        let (f3, g3) = run();
+        simd::FORCE_SSE.store(false, Ordering::Relaxed);
+        #[cfg(target_arch = "x86_64")]
+        println!(
+            "default SIMD path: {}",
+            if std::arch::is_x86_feature_detected!("avx2") {
+                "AVX2"
+            } else {
+                "SSE2"
+            }
+        );
         assert!(f1.saved.intersection_count() > 4000);
         let contrib = |f: &ForwardOutput| match &f.saved {
             crate::render::Saved::Cpu(s) => s.n_contrib.clone(),
@@ -818,6 +832,18 @@ mod tests {
         assert_eq!(bits(&f1.image), bits(&f2.image));
         assert_eq!(bits(&f1.alpha), bits(&f2.alpha));
         assert_eq!(contrib(&f1), contrib(&f2));
+        assert_eq!(bits(&f3.image), bits(&f2.image));
+        assert_eq!(contrib(&f3), contrib(&f2));
+        for (a, b) in [
+            (&g3.means, &g2.means),
+            (&g3.log_scales, &g2.log_scales),
+            (&g3.rotations, &g2.rotations),
+            (&g3.logit_opacities, &g2.logit_opacities),
+            (&g3.sh_coeffs, &g2.sh_coeffs),
+            (&g3.means2d_grad_norm, &g2.means2d_grad_norm),
+        ] {
+            assert_eq!(bits(a), bits(b));
+        }
         for (a, b) in [
             (&g1.means, &g2.means),
             (&g1.log_scales, &g2.log_scales),

@@ -11,15 +11,18 @@
 //! Determinism without atomics: each tile writes the gradients of its own slice of the sorted
 //! intersection list (tiles own disjoint slices), pixels in a fixed order; the slices are then summed
 //! per splat sequentially in list order. The result is bit-identical for any thread count.
-//! No allocation per pixel: one gather buffer per worker. For `f32` on x86-64 the per-tile loop runs
-//! in `simd.rs` (SSE2, four pixels per step, each splat's sums still taken pixel by pixel in
-//! row-major order), bit-identical to the scalar loop here, which remains the `f64` path.
+//! No allocation per pixel: one gather buffer per worker. Each splat's gradient is summed in eight
+//! lane sums (pixel `x` of a row of its pixel rectangle in lane `(x − row start) mod 8`), combined
+//! once per splat ([`combine_lanes`]). For `f32` on x86-64 the per-tile loop runs in `simd.rs`
+//! (AVX2 or SSE2, eight or four pixels per step, one per lane), bit-identical to the scalar loop
+//! here, which remains the `f64` path.
 
 use rayon::prelude::*;
 
 use super::project::ProjectedSplat;
 use super::rasterize_forward::{PIXELS, TileSplat, splat_hit, tile_splats};
 use super::scalar::Scalar;
+use super::simd::SUM_LANES;
 use crate::consts::{MAX_ALPHA, TILE_SIZE};
 
 /// ∂L/∂ of one splat's screen-space quantities.
@@ -63,11 +66,11 @@ struct BwdScratch<T> {
     bg_dot: [T; PIXELS],
     /// Contributor count (0 for pixels with zero upstream gradient).
     n: [u32; PIXELS],
-    /// State of the `f32` SSE2 loop ([`super::simd`]).
+    /// State of the `f32` SIMD loop ([`super::simd`]).
     simd: Box<super::simd::SimdBwdTile>,
 }
 
-/// Runs the tile through the SSE2 loop of [`super::simd`] when `T` is `f32` on x86-64 (writing
+/// Runs the tile through the SIMD loop of [`super::simd`] when `T` is `f32` on x86-64 (writing
 /// `grads` bit for bit as the scalar loop would); returns whether it did.
 #[inline]
 fn backward_tile_simd<T: Scalar>(
@@ -104,6 +107,36 @@ fn backward_tile_simd<T: Scalar>(
     }
     let _ = (sc, rect, grads);
     false
+}
+
+/// One splat's gradient from its [`SUM_LANES`] lane sums: a pairwise tree per field,
+/// `((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))`.
+///
+/// Why lanes: the SIMD loops sum several pixels of a row at once, one pixel per lane (pixel `x` of
+/// a row starting at `rx0` in lane `(x − rx0) mod 8`), and add the lanes once per splat. The scalar
+/// loop keeps the same eight sums so that every path gives the same bits.
+#[inline(always)]
+fn combine_lanes<T: Scalar>(l: &[ScreenGrad<T>; SUM_LANES]) -> ScreenGrad<T> {
+    ScreenGrad {
+        mean2d: [lane_tree(|k| l[k].mean2d[0]), lane_tree(|k| l[k].mean2d[1])],
+        conic: [
+            lane_tree(|k| l[k].conic[0]),
+            lane_tree(|k| l[k].conic[1]),
+            lane_tree(|k| l[k].conic[2]),
+        ],
+        color: [
+            lane_tree(|k| l[k].color[0]),
+            lane_tree(|k| l[k].color[1]),
+            lane_tree(|k| l[k].color[2]),
+        ],
+        opacity: lane_tree(|k| l[k].opacity),
+    }
+}
+
+/// `((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7))` for lane values `v(k)`, k < [`SUM_LANES`].
+#[inline(always)]
+pub(crate) fn lane_tree<T: Scalar>(v: impl Fn(usize) -> T) -> T {
+    ((v(0) + v(1)) + (v(2) + v(3))) + ((v(4) + v(5)) + (v(6) + v(7)))
 }
 
 /// Per-splat screen-space gradients `[N]` given `grad_image [H, W, 3]` and the forward state.
@@ -194,13 +227,15 @@ pub fn rasterize_backward<T: Scalar>(
                 return;
             }
             // Splats back to front; each pixel sees its contributors in exactly the reverse of the
-            // forward order, and each splat's gradient is summed over its pixels in row-major order.
+            // forward order, and each splat's gradient is summed in lanes (see `combine_lanes`).
             for (j, s) in sc.splats.iter().enumerate().rev() {
                 let [rx0, rx1, ry0, ry1] = s.pixel_rect(x0, x1, y0, y1);
-                let mut acc = ScreenGrad::<T>::default();
+                // Lane sums per splat, as the SIMD loops keep them (see `combine_lanes`).
+                let mut lanes = [ScreenGrad::<T>::default(); SUM_LANES];
                 for y in ry0..ry1 {
                     let py = T::of(y as f64 + 0.5);
-                    let (sx0, sx1) = s.row_span(py, rx0, rx1);
+                    // The whole row of the pixel rectangle, as the SIMD loops walk it.
+                    let (sx0, sx1) = (rx0, rx1);
                     // This row's pixels [sx0, sx1) of the tile's state, walked in step.
                     let r = (y - y0) * ts + (sx0 - x0)..(y - y0) * ts + (sx1 - x0);
                     let pixels = sc.t[r.clone()]
@@ -212,7 +247,8 @@ pub fn rasterize_backward<T: Scalar>(
                         .zip(&sc.bg_dot[r]);
                     // Pixel centres x + ½, stepped exactly (small integers plus ½).
                     let mut px = T::of(sx0 as f64 - 0.5);
-                    for (((((t_px, behind), &n), g), &t_final), &bg_dot) in pixels {
+                    for (k, (((((t_px, behind), &n), g), &t_final), &bg_dot)) in pixels.enumerate()
+                    {
                         px += T::ONE;
                         if j as u32 >= n {
                             continue;
@@ -220,6 +256,7 @@ pub fn rasterize_backward<T: Scalar>(
                         let Some(hit) = splat_hit(s, px, py) else {
                             continue;
                         };
+                        let acc = &mut lanes[k % SUM_LANES];
                         let ra = T::ONE / (T::ONE - hit.alpha);
                         let t = *t_px * ra;
                         *t_px = t;
@@ -243,7 +280,7 @@ pub fn rasterize_backward<T: Scalar>(
                         }
                     }
                 }
-                grads[j] = acc;
+                grads[j] = combine_lanes(&lanes);
             }
         });
 

@@ -24,9 +24,9 @@
 //! the per-pixel state row slices with iterators (no bounds checks inside); the span ends are rounded
 //! without libm `floor`/`ceil` calls; and `e^(−σ)` is an inlined copy of libm's `expf`
 //! ([`Scalar::exp_inline`]), so the loop keeps its registers instead of spilling them around a call.
-//! For `f32` on x86-64 the per-tile loop runs in `simd.rs` (SSE2, four pixels of a row chord per
-//! step), bit-identical to the scalar loop below, which remains the `f64` path (checked by
-//! `simd_tile_loops_match_scalar_loops_bit_for_bit`).
+//! For `f32` on x86-64 the per-tile loop runs in `simd.rs` (AVX2 or SSE2, eight or four pixels of a
+//! row of the splat's pixel rectangle per step), bit-identical to the scalar loop below, which
+//! remains the `f64` path (checked by `simd_tile_loops_match_scalar_loops_bit_for_bit`).
 
 use rayon::prelude::*;
 
@@ -210,7 +210,7 @@ struct TileScratch<T> {
     rgb: [[T; 3]; PIXELS],
     last: [u32; PIXELS],
     done: [bool; PIXELS],
-    /// State of the `f32` SSE2 loop ([`super::simd`]).
+    /// State of the `f32` SIMD loop ([`super::simd`]).
     simd: Box<super::simd::SimdTile>,
 }
 
@@ -239,7 +239,7 @@ fn write_tile<T: Scalar>(
     }
 }
 
-/// Runs the tile through the SSE2 loop of [`super::simd`] when `T` is `f32` on x86-64 (filling
+/// Runs the tile through the SIMD loop of [`super::simd`] when `T` is `f32` on x86-64 (filling
 /// `sc.t`, `sc.rgb`, `sc.last` bit for bit as the scalar loop would); returns whether it did.
 #[inline]
 fn forward_tile_simd<T: Scalar>(sc: &mut TileScratch<T>, rect: [usize; 4], t_stop: T) -> bool {
