@@ -22,6 +22,11 @@ pub const MIN_KNN_DIST2: f32 = 1e-7;
 /// around it and behind it (backgrounds), not as floaters right in front of the lenses; forward-facing
 /// phone captures (fox: cameras ~6.4 units from the subject, extent 4.4) need the far end past d₀.
 pub const RANDOM_DEPTH_RANGE: (f32, f32) = (0.25, 1.75);
+/// SfM points closer to a camera centre than this fraction of the scene extent are dropped before
+/// initialisation: a point on a lens gives a degenerate, near-zero-scale splat that fills the
+/// view, a NaN loss, and in INRIA's CUDA rasterizer an illegal memory access (gaussian-splatting
+/// #41, whose suggested fix this is; 1e-2 at the unit extent INRIA normalises scenes to).
+pub const NEAR_CAMERA_FRACTION: f32 = 1e-2;
 /// Extent used when the cameras do not span a volume (one camera, or all at one point), metres.
 pub const FALLBACK_EXTENT: f32 = 1.0;
 
@@ -60,6 +65,29 @@ pub fn scene_extent(cameras: &[Camera]) -> f32 {
     } else {
         FALLBACK_EXTENT
     }
+}
+
+/// `points` without those that are not finite or lie within `min_dist` (metres) of a camera
+/// centre of `cameras`, and the number dropped. Colours follow their points.
+///
+/// Use `min_dist` = [`NEAR_CAMERA_FRACTION`] × [`scene_extent`].
+pub fn drop_points_near_cameras(
+    points: &InitPoints,
+    cameras: &[Camera],
+    min_dist: f32,
+) -> (InitPoints, usize) {
+    let centres: Vec<[f32; 3]> = cameras.iter().map(camera_centre).collect();
+    let min_d2 = min_dist * min_dist;
+    let mut kept = InitPoints::default();
+    for (p, c) in points.positions.iter().zip(&points.colors) {
+        let finite = p.iter().all(|v| v.is_finite());
+        if finite && centres.iter().all(|k| dist2(p, k) >= min_d2) {
+            kept.positions.push(*p);
+            kept.colors.push(*c);
+        }
+    }
+    let dropped = points.positions.len() - kept.positions.len();
+    (kept, dropped)
 }
 
 fn dist2(a: &[f32; 3], b: &[f32; 3]) -> f32 {
@@ -348,6 +376,34 @@ mod tests {
                 [0.0, 0.0, 0.0, 1.0],
             ],
         }
+    }
+
+    /// gaussian-splatting #41: points on (or within 1e-2·extent of) a camera centre, and
+    /// non-finite points, are dropped; the rest keep their colours and order.
+    #[test]
+    fn points_on_camera_centres_and_non_finite_points_are_dropped() {
+        let cams = [
+            look_at_origin([0.0, 0.0, 5.0]),
+            look_at_origin([5.0, 0.0, 0.0]),
+        ];
+        let points = InitPoints {
+            positions: vec![
+                [0.0, 0.0, 0.0],
+                [0.0, 0.0, 5.0],   // on camera 0
+                [5.0, 0.004, 0.0], // 4 mm from camera 1
+                [5.0, 0.02, 0.0],  // 2 cm from camera 1: kept
+                [f32::NAN, 0.0, 0.0],
+                [1.0, 1.0, 1.0],
+            ],
+            colors: (0..6).map(|i| [i as f32 / 10.0; 3]).collect(),
+        };
+        let (kept, dropped) = drop_points_near_cameras(&points, &cams, 0.01);
+        assert_eq!(dropped, 3);
+        assert_eq!(
+            kept.positions,
+            vec![[0.0, 0.0, 0.0], [5.0, 0.02, 0.0], [1.0, 1.0, 1.0]]
+        );
+        assert_eq!(kept.colors, vec![[0.0; 3], [0.3; 3], [0.5; 3]]);
     }
 
     #[test]

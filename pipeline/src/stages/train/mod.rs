@@ -30,6 +30,7 @@ pub mod adam;
 pub mod checkpoint;
 pub mod density;
 pub mod eval;
+pub mod frame;
 pub mod gaussians;
 pub mod init;
 pub mod loss;
@@ -45,6 +46,7 @@ use kiln_formats::splats::GaussianSplats;
 use kiln_kernels::{Camera, RenderOptions, Renderer};
 use rand::seq::SliceRandom;
 
+pub use frame::{FRAME_JSON, FrameInfo, frame_info};
 pub use init::InitPoints;
 pub use params::{Init, Preset, TrainParams};
 
@@ -335,6 +337,23 @@ pub fn train_checkpointed(
         .unwrap_or(1);
     let mut rng = rng::TrainRng::new(params.seed);
 
+    let all_cameras: Vec<Camera> = train_views
+        .iter()
+        .chain(test_views.iter())
+        .map(|v| v.camera)
+        .collect();
+    let init = init.map(|points| {
+        let min_dist = init::NEAR_CAMERA_FRACTION * extent;
+        let (kept, dropped) = init::drop_points_near_cameras(&points, &all_cameras, min_dist);
+        if dropped > 0 {
+            tracing::warn!(
+                dropped,
+                min_dist,
+                "train: dropped SfM points that are not finite or lie on a camera centre"
+            );
+        }
+        kept
+    });
     let host_init = match &init {
         Some(points) if !points.positions.is_empty() && params.init == Init::Auto => {
             init::splats_from_points(points, params.sh_degree)
@@ -627,6 +646,10 @@ pub fn train_checkpointed(
     psnr_curve.push((params.steps, psnr_db));
 
     kiln_formats::splats::ply::write_inria_ply(&out_dir.join("splats.ply"), &splats)?;
+    let frame = frame::frame_info(&all_cameras);
+    let frame_json = serde_json::to_vec_pretty(&frame)
+        .map_err(|e| crate::Error::io(out_dir.join(frame::FRAME_JSON), std::io::Error::other(e)))?;
+    kiln_formats::atomic_write::write_atomic(&out_dir.join(frame::FRAME_JSON), &frame_json)?;
     kiln_formats::atomic_write::write_atomic(
         &out_dir.join("loss.svg"),
         eval::loss_svg(&loss_curve).as_bytes(),
@@ -938,7 +961,13 @@ mod tests {
         assert_eq!((report.train_views, report.test_views), (1, 1));
         assert_eq!(splats.len(), report.splats);
         assert!(report.final_loss.is_finite() && report.psnr_db > 0.0);
-        for f in ["splats.ply", "metrics.json", "loss.svg", "eval/only.png"] {
+        for f in [
+            "splats.ply",
+            "frame.json",
+            "metrics.json",
+            "loss.svg",
+            "eval/only.png",
+        ] {
             assert!(dir.path().join(f).is_file(), "missing {f}");
         }
         // Report curves: a splat count per loss sample; held-out PSNR every ⌈20/9⌉ = 3 steps
