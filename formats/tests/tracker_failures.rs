@@ -568,7 +568,8 @@ fn item_28_colmap_model_id_2_in_cameras_bin_is_accepted() {
 const IDENTITY_M: &str = "[[1,0,0,0],[0,1,0,0],[0,0,1,0],[0,0,0,1]]";
 
 /// brush#41: nerfstudio content in a JSON named `transform_train.json` (no "s"), next to an init
-/// PLY, gave "Couldn't parse dataset". `read_capture` on the file reads any `*.json`.
+/// PLY, gave "Couldn't parse dataset". `read_capture` on the file reads any `*.json`, and on the
+/// folder finds the one `transform*.json` in it (`capture::tests` cover several such files).
 #[test]
 fn item_21_transform_train_json_is_read_by_read_capture() {
     let dir = tempfile::tempdir().unwrap();
@@ -625,6 +626,11 @@ fn item_21_transform_train_json_is_read_by_read_capture() {
     }
     // camera_to_world translation (0.5, 0, 0) → camera centre (0.5, 0, 0).
     assert_eq!(capture.frames[1].camera_center(), [0.5, 0.0, 0.0]);
+
+    // The folder itself (no `transforms.json` in it) finds the one `transform*.json` and reads
+    // the same frames.
+    let from_dir = read_capture(root).unwrap();
+    assert_eq!(from_dir, capture);
 }
 
 /// brush#535: nerfstudio `camera_model: "PINHOLE"` was rejected after a refactor. Kiln reads it

@@ -2,8 +2,9 @@
 //! an image's size from its header without decoding pixels.
 //!
 //! EXIF orientation is applied on decode and in [`image_size`], so sizes agree between the two.
-//! Alpha is dropped (not composited); gray is replicated to RGB; 16-bit samples are scaled by
-//! 1/65535. Values are the stored (sRGB-encoded) values, not linearised.
+//! [`load_rgb`] drops alpha (not composited); [`load_rgb_alpha`] keeps it, premultiplied; gray is
+//! replicated to RGB; 16-bit samples are scaled by 1/65535. Values are the stored (sRGB-encoded)
+//! values, not linearised.
 
 use std::io::Cursor;
 use std::path::Path;
@@ -77,6 +78,83 @@ pub fn scaled_size(width: u32, height: u32, max_side: Option<u32>) -> (u32, u32)
 ///
 /// Source: `image` crate `imageops::resize` with `FilterType::Triangle`.
 pub fn load_rgb(path: &Path, max_side: Option<u32>) -> Result<RgbImage> {
+    Ok(load_from_decoded(decode(path, max_side)?, max_side))
+}
+
+/// Decode an image file keeping its alpha channel: `(colour, alpha)` where the colour is
+/// premultiplied by alpha (the image composited over black) and `alpha` is `[H, W]` in [0, 1], or
+/// `None` when the file has no alpha channel or every pixel is opaque (then the colour is what
+/// [`load_rgb`] returns).
+///
+/// Composite over a background `bg` as `colour + (1 − alpha)·bg`. The downscale filters the
+/// premultiplied colour and the alpha together (as resampling RGBA must, or the colour of fully
+/// transparent pixels, often arbitrary, would bleed into the edges).
+/// - `path`, `max_side`: as [`load_rgb`].
+///
+/// # Errors
+/// As [`load_rgb`].
+pub fn load_rgb_alpha(path: &Path, max_side: Option<u32>) -> Result<(RgbImage, Option<Vec<f32>>)> {
+    let img = decode(path, max_side)?;
+    if !img.color().has_alpha() {
+        let rgb = load_from_decoded(img, max_side);
+        return Ok((rgb, None));
+    }
+    let mut rgba = img.into_rgba32f();
+    for px in rgba.pixels_mut() {
+        let a = px.0[3].clamp(0.0, 1.0);
+        for c in &mut px.0[..3] {
+            *c = c.clamp(0.0, 1.0) * a;
+        }
+        px.0[3] = a;
+    }
+    let (w, h) = rgba.dimensions();
+    let (nw, nh) = scaled_size(w, h, max_side);
+    let rgba = if (nw, nh) == (w, h) {
+        rgba
+    } else {
+        ::image::imageops::resize(&rgba, nw, nh, FilterType::Triangle)
+    };
+    let n = (nw * nh) as usize;
+    let mut data = Vec::with_capacity(n * 3);
+    let mut alpha = Vec::with_capacity(n);
+    for px in rgba.pixels() {
+        let a = px.0[3].clamp(0.0, 1.0);
+        data.extend(px.0[..3].iter().map(|c| c.clamp(0.0, a)));
+        alpha.push(a);
+    }
+    let image = RgbImage {
+        width: nw,
+        height: nh,
+        data,
+    };
+    let opaque = alpha.iter().all(|&a| a >= 1.0);
+    Ok((image, (!opaque).then_some(alpha)))
+}
+
+/// [`load_rgb`]'s resize and clamp of an already decoded image.
+fn load_from_decoded(img: DynamicImage, max_side: Option<u32>) -> RgbImage {
+    let rgb = img.into_rgb32f();
+    let (w, h) = rgb.dimensions();
+    let (nw, nh) = scaled_size(w, h, max_side);
+    let rgb = if (nw, nh) == (w, h) {
+        rgb
+    } else {
+        ::image::imageops::resize(&rgb, nw, nh, FilterType::Triangle)
+    };
+    let mut data = rgb.into_raw();
+    for v in &mut data {
+        *v = v.clamp(0.0, 1.0);
+    }
+    RgbImage {
+        width: nw,
+        height: nh,
+        data,
+    }
+}
+
+/// Read and decode an image file with its EXIF orientation applied (what [`load_rgb`] and
+/// [`load_rgb_alpha`] share); `max_side` is only checked here.
+fn decode(path: &Path, max_side: Option<u32>) -> Result<DynamicImage> {
     if max_side == Some(0) {
         return Err(Error::Invalid {
             path: path.to_path_buf(),
@@ -108,23 +186,7 @@ pub fn load_rgb(path: &Path, max_side: Option<u32>) -> Result<RgbImage> {
     let orientation = decoder.orientation().unwrap_or(Orientation::NoTransforms);
     let mut img = DynamicImage::from_decoder(decoder).map_err(image_err)?;
     img.apply_orientation(orientation);
-    let rgb = img.into_rgb32f();
-    let (w, h) = rgb.dimensions();
-    let (nw, nh) = scaled_size(w, h, max_side);
-    let rgb = if (nw, nh) == (w, h) {
-        rgb
-    } else {
-        ::image::imageops::resize(&rgb, nw, nh, FilterType::Triangle)
-    };
-    let mut data = rgb.into_raw();
-    for v in &mut data {
-        *v = v.clamp(0.0, 1.0);
-    }
-    Ok(RgbImage {
-        width: nw,
-        height: nh,
-        data,
-    })
+    Ok(img)
 }
 
 /// Size `(W, H)` of an image file from its header, after EXIF orientation; pixels not decoded.
@@ -223,6 +285,48 @@ fn open_decoder(path: &Path) -> Result<impl ImageDecoder> {
 mod tests {
     use super::*;
     use crate::capture::test_dataset;
+
+    /// An RGBA PNG (opaque red on every other pixel of every other row, the rest transparent
+    /// green): premultiplied colour and alpha at full size, and after a 2× downscale partial alpha
+    /// with premultiplied red equal to it and no green bleeding in; an opaque RGBA file reports no
+    /// alpha.
+    #[test]
+    fn load_rgb_alpha_premultiplies_and_filters_colour_with_alpha() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rgba.png");
+        let mut img = ::image::RgbaImage::new(4, 4);
+        for (x, y, px) in img.enumerate_pixels_mut() {
+            *px = if x % 2 == 0 && y % 2 == 0 {
+                ::image::Rgba([255, 0, 0, 255])
+            } else {
+                ::image::Rgba([0, 255, 0, 0])
+            };
+        }
+        img.save(&path).unwrap();
+        let (full, alpha) = load_rgb_alpha(&path, None).unwrap();
+        let alpha = alpha.unwrap();
+        assert_eq!((full.width, full.height), (4, 4));
+        assert_eq!(&full.data[..6], &[1.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+        assert_eq!(&alpha[..2], &[1.0, 0.0]);
+        let (half, alpha) = load_rgb_alpha(&path, Some(2)).unwrap();
+        let alpha = alpha.unwrap();
+        assert_eq!((half.width, half.height), (2, 2));
+        for (px, a) in half.data.chunks_exact(3).zip(&alpha) {
+            assert!(*a > 0.1 && *a < 0.9, "alpha {a}");
+            // Premultiplied red equals alpha; no green from the transparent pixels.
+            assert!(
+                (px[0] - a).abs() < 1e-6 && px[1].abs() < 1e-6,
+                "{px:?} at alpha {a}"
+            );
+        }
+        let opaque = dir.path().join("opaque.png");
+        ::image::RgbaImage::from_pixel(3, 3, ::image::Rgba([10, 20, 30, 255]))
+            .save(&opaque)
+            .unwrap();
+        let (rgb, alpha) = load_rgb_alpha(&opaque, None).unwrap();
+        assert!(alpha.is_none());
+        assert_eq!(rgb, load_rgb(&opaque, None).unwrap());
+    }
 
     #[test]
     fn scaled_size_rounds_and_never_upscales() {

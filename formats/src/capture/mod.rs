@@ -34,7 +34,7 @@ use crate::{Error, Result};
 pub use self::colmap::{MODEL_DIRS as COLMAP_MODEL_DIRS, read_colmap};
 pub use self::colmap_bin::{ColmapModelStats, read_colmap_model_stats};
 pub use self::distortion::{Distortion, undistort};
-pub use self::image::{RgbImage, load_rgb, scaled_size};
+pub use self::image::{RgbImage, load_rgb, load_rgb_alpha, scaled_size};
 pub use self::llff::{read_llff, read_llff_file};
 pub use self::nerfstudio::read_transforms;
 
@@ -165,10 +165,13 @@ pub struct Capture {
 ///
 /// - `path`: one of
 ///   - a `*.json` file: nerfstudio / instant-ngp `transforms.json` ([`read_transforms`]);
-///   - a directory holding `transforms.json`;
+///   - a directory holding `transforms.json`, or else exactly one other `transform*.json`
+///     (name matched ASCII case-insensitively, e.g. `transform_train.json`), or several of which
+///     exactly one has `train` in its name (Blender synthetic `transforms_{train,val,test}.json`:
+///     the training split is read);
 ///   - a `*.npy` file: LLFF `poses_bounds.npy`, images in `images/` beside it
 ///     ([`read_llff_file`]);
-///   - a directory holding `poses_bounds.npy` (and no `transforms.json`) ([`read_llff`]);
+///   - a directory holding `poses_bounds.npy` (and no `transform*.json`) ([`read_llff`]);
 ///   - a COLMAP model file (`cameras.bin`, `images.bin`, `points3D.bin`, `cameras.txt`,
 ///     `images.txt`, `points3D.txt`): its directory, read as [`read_colmap`] reads it (so the
 ///     binary form is read when both are there, whichever file was named);
@@ -180,8 +183,10 @@ pub struct Capture {
 ///
 /// # Errors
 /// [`Error::NotFound`] if `path` does not exist or holds no recognised capture;
-/// [`Error::Unsupported`] for an unknown file type; otherwise the errors of [`read_transforms`],
-/// [`read_llff`] and [`read_colmap`].
+/// [`Error::Unsupported`] for an unknown file type, or for a directory with several
+/// `transform*.json` files none or several of which has `train` in its name (the message lists
+/// them; pass the file itself); [`Error::Io`] if the directory cannot be listed; otherwise the
+/// errors of [`read_transforms`], [`read_llff`] and [`read_colmap`].
 pub fn read_capture(path: &Path) -> Result<Capture> {
     if path.is_file() {
         let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -213,7 +218,7 @@ pub fn read_capture(path: &Path) -> Result<Capture> {
             path: path.to_path_buf(),
             field: "path".into(),
             found: format!("file `{file_name}`"),
-            supported: "a transforms*.json file, a directory holding transforms.json, an LLFF \
+            supported: "a transforms*.json file, a directory holding a transform*.json, an LLFF \
                         poses_bounds.npy file or its directory, or a COLMAP model (binary or text) or its \
                         directory"
                 .into(),
@@ -224,6 +229,9 @@ pub fn read_capture(path: &Path) -> Result<Capture> {
         if transforms.is_file() {
             return read_transforms(&transforms);
         }
+        if let Some(json) = other_transforms_json(path)? {
+            return read_transforms(&json);
+        }
         if path.join(llff::POSES_BOUNDS).is_file() {
             return read_llff(path);
         }
@@ -231,8 +239,73 @@ pub fn read_capture(path: &Path) -> Result<Capture> {
     }
     Err(Error::NotFound {
         path: path.to_path_buf(),
-        what: "capture: a transforms.json file, an LLFF poses_bounds.npy or a COLMAP directory",
+        what: "capture: a transform*.json file, an LLFF poses_bounds.npy or a COLMAP directory",
     })
+}
+
+/// The nerfstudio / instant-ngp JSON of directory `dir` when it is not named `transforms.json`
+/// (brush#41: `transform_train.json`; Blender synthetic scenes: `transforms_{train,val,test}.json`).
+///
+/// Candidates are the regular files directly in `dir` whose name starts with `transform` and ends
+/// with `.json` (both ASCII case-insensitive; names that are not UTF-8 are ignored). One candidate
+/// is returned; among several, the only one whose name contains `train` (case-insensitive) is.
+/// - `dir`: an existing directory.
+///
+/// Returns `Ok(None)` when there is no candidate.
+///
+/// # Errors
+/// [`Error::Unsupported`] listing the candidates (sorted) when there are several and not exactly
+/// one of them contains `train`; [`Error::Io`] if `dir` cannot be listed.
+fn other_transforms_json(dir: &Path) -> Result<Option<PathBuf>> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    let mut candidates = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        let lower = name.to_ascii_lowercase();
+        if lower.starts_with("transform") && lower.ends_with(".json") && entry.path().is_file() {
+            candidates.push(name);
+        }
+    }
+    candidates.sort();
+    let chosen = match candidates.as_slice() {
+        [] => return Ok(None),
+        [one] => one,
+        several => {
+            let train: Vec<&String> = several
+                .iter()
+                .filter(|n| n.to_ascii_lowercase().contains("train"))
+                .collect();
+            match train.as_slice() {
+                [one] => *one,
+                _ => {
+                    let listed = several
+                        .iter()
+                        .map(|n| format!("`{n}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    return Err(Error::Unsupported {
+                        path: dir.to_path_buf(),
+                        field: "transform*.json".into(),
+                        found: format!(
+                            "{} candidate JSON files ({listed}), {} of them with `train` in the \
+                             name,",
+                            several.len(),
+                            train.len()
+                        ),
+                        supported: format!(
+                            "one transform*.json per directory, or exactly one whose name \
+                             contains `train`; pass the file itself instead, e.g. `{}`",
+                            dir.join(&several[0]).display()
+                        ),
+                    });
+                }
+            }
+        }
+    };
+    Ok(Some(dir.join(chosen)))
 }
 
 /// Rotation part of a 4×4 row-major matrix times `diag(1, −1, −1)`, i.e. its camera y and z axes
@@ -424,5 +497,85 @@ mod tests {
         std::fs::write(&other, "v 0 0 0\n").unwrap();
         let err = read_capture(&other).unwrap_err();
         assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+    }
+
+    /// A nerfstudio JSON `name` in `dir` listing the images `images/<frame>.png` (written as 4×3
+    /// PNGs), each with an identity camera-to-world except for translation x = `x`, so a test can
+    /// tell which JSON was read from the frames' camera centres.
+    fn transforms_json(dir: &Path, name: &str, frames: &[&str], x: f64) -> PathBuf {
+        let mut listed = Vec::new();
+        for frame in frames {
+            let png = dir.join("images").join(format!("{frame}.png"));
+            std::fs::create_dir_all(png.parent().unwrap()).unwrap();
+            ::image::RgbImage::new(4, 3).save(&png).unwrap();
+            listed.push(format!(
+                r#"{{"file_path": "images/{frame}.png", "transform_matrix": [[1,0,0,{x}],[0,1,0,0],[0,0,1,0],[0,0,0,1]]}}"#
+            ));
+        }
+        let json = dir.join(name);
+        let text = format!(
+            r#"{{"fl_x": 5, "w": 4, "h": 3, "frames": [{}]}}"#,
+            listed.join(",")
+        );
+        std::fs::write(&json, text).unwrap();
+        json
+    }
+
+    fn frame_names(capture: &Capture) -> Vec<&str> {
+        capture.frames.iter().map(|f| f.name.as_str()).collect()
+    }
+
+    #[test]
+    fn read_capture_reads_a_directory_with_one_transform_json_of_another_name() {
+        for name in ["transform_train.json", "Transforms_Scene.JSON"] {
+            let dir = tempfile::tempdir().unwrap();
+            let json = transforms_json(dir.path(), name, &["b", "a"], 0.5);
+            // Neither a JSON not starting with `transform` nor a `transform*` non-JSON counts.
+            std::fs::write(dir.path().join("metadata.json"), "{}").unwrap();
+            std::fs::write(dir.path().join("transforms_backup.txt"), "x").unwrap();
+            let capture = read_capture(dir.path()).unwrap();
+            assert_eq!(capture.source, json);
+            assert_eq!(frame_names(&capture), ["a.png", "b.png"]);
+            assert_eq!(capture.frames[0].camera_center(), [0.5, 0.0, 0.0]);
+        }
+    }
+
+    #[test]
+    fn read_capture_prefers_the_train_split_among_train_val_test() {
+        let dir = tempfile::tempdir().unwrap();
+        transforms_json(dir.path(), "transforms_test.json", &["t0"], 3.0);
+        let train = transforms_json(dir.path(), "transforms_train.json", &["r0", "r1"], 1.0);
+        transforms_json(dir.path(), "transforms_val.json", &["v0"], 2.0);
+        let capture = read_capture(dir.path()).unwrap();
+        assert_eq!(capture.source, train);
+        assert_eq!(frame_names(&capture), ["r0.png", "r1.png"]);
+        assert_eq!(capture.frames[1].camera_center(), [1.0, 0.0, 0.0]);
+        // A transforms.json beside the splits still wins.
+        let main = transforms_json(dir.path(), "transforms.json", &["m0"], 4.0);
+        let capture = read_capture(dir.path()).unwrap();
+        assert_eq!(capture.source, main);
+        assert_eq!(frame_names(&capture), ["m0.png"]);
+    }
+
+    #[test]
+    fn read_capture_rejects_ambiguous_transform_jsons_naming_each() {
+        // Neither has `train`, then both have it: each is ambiguous.
+        for names in [
+            ["transforms_left.json", "transforms_right.json"],
+            ["transform_train.json", "transforms_train.json"],
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            for name in names {
+                transforms_json(dir.path(), name, &["a"], 0.0);
+            }
+            let err = read_capture(dir.path()).unwrap_err();
+            let msg = err.to_string();
+            assert!(matches!(err, Error::Unsupported { .. }), "{msg}");
+            for name in names {
+                assert!(msg.contains(&format!("`{name}`")), "{msg}");
+            }
+            assert!(msg.contains("pass the file itself"), "{msg}");
+            assert!(msg.contains(&dir.path().display().to_string()), "{msg}");
+        }
     }
 }

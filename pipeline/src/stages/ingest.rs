@@ -103,6 +103,12 @@ pub struct IngestedFrame {
     /// size as `image`; `None` when masks are off or the frame has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mask: Option<String>,
+    /// Alpha PNG (8-bit gray, 255 = opaque) relative to the stage directory, same size as `image`,
+    /// when the source image has an alpha channel that is not opaque everywhere; `image` then holds
+    /// the colour premultiplied by alpha (composited over black). Training composites it over its
+    /// background, so transparent parts of the photo are learnt as empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alpha: Option<String>,
 }
 
 /// SfM points carried from the capture (COLMAP `points3D`), world frame, metres.
@@ -143,7 +149,7 @@ pub fn ingest_capture(
 ) -> Result<IngestedCapture> {
     params.validate()?;
     let cap: Capture = capture::read_capture(input)?;
-    for sub in ["images", "masks"] {
+    for sub in ["images", "masks", "alpha"] {
         let d = out_dir.join(sub);
         std::fs::create_dir_all(&d).map_err(|e| Error::io(&d, e))?;
     }
@@ -151,12 +157,32 @@ pub fn ingest_capture(
         .frames
         .par_iter()
         .map(|f| -> Result<IngestedFrame> {
-            let img = capture::load_rgb(&f.image_path, params.max_side)?;
+            let (img, alpha) = capture::load_rgb_alpha(&f.image_path, params.max_side)?;
             let k = f.intrinsics.scaled_to(img.width, img.height);
             let img = capture::undistort(&img, &k, &f.distortion);
             let png_name = format!("{}.png", f.name.replace(['/', '\\'], "_"));
             let rel = format!("images/{png_name}");
             write_png(&out_dir.join(&rel), &img)?;
+            let alpha = match alpha {
+                Some(a) => {
+                    // Undistorted like the colour: as a grey RGB image through the same map.
+                    let grey = capture::RgbImage {
+                        width: img.width,
+                        height: img.height,
+                        data: a.iter().flat_map(|&v| [v; 3]).collect(),
+                    };
+                    let grey = capture::undistort(&grey, &k, &f.distortion);
+                    let bytes: Vec<u8> = grey
+                        .data
+                        .chunks_exact(3)
+                        .map(|p| (p[0].clamp(0.0, 1.0) * 255.0).round() as u8)
+                        .collect();
+                    let alpha_rel = format!("alpha/{png_name}");
+                    write_mask_png(&out_dir.join(&alpha_rel), img.width, img.height, bytes)?;
+                    Some(alpha_rel)
+                }
+                None => None,
+            };
             let mask = match (&f.mask_path, params.masks) {
                 (Some(mask_path), true) => {
                     let m = capture::load_rgb(mask_path, params.max_side)?;
@@ -198,6 +224,7 @@ pub fn ingest_capture(
                 cy: k.cy,
                 world_to_camera: f.world_to_camera,
                 mask,
+                alpha,
             })
         })
         .collect::<Result<_>>()?;
@@ -243,7 +270,8 @@ pub fn load_ingested(stage_dir: &Path) -> Result<IngestedCapture> {
 
 /// Load an ingested frame's PNG as `[H, W, 3]` floats in [0, 1]; with a mask, pixels outside it
 /// are replaced by `background` (linear RGB in [0, 1], the colour training renders behind the
-/// splats), so the trainer learns them as empty.
+/// splats), so the trainer learns them as empty; with alpha, the (premultiplied) colour is
+/// composited over `background` (`colour + (1 − alpha)·background`), likewise.
 ///
 /// # Errors
 /// Decode errors name the PNG; a mask of the wrong size names the mask.
@@ -274,6 +302,32 @@ pub fn load_frame_rgb(
         for (px, m) in img.data.chunks_exact_mut(3).zip(mask.as_raw()) {
             if *m < 128 {
                 px.copy_from_slice(&background);
+            }
+        }
+    }
+    if let Some(alpha_rel) = &frame.alpha {
+        let path = stage_dir.join(alpha_rel);
+        let alpha = image::open(&path)
+            .map_err(|e| Error::io(&path, std::io::Error::other(e)))?
+            .to_luma8();
+        if alpha.width() != img.width || alpha.height() != img.height {
+            return Err(Error::Input {
+                path,
+                field: "alpha".into(),
+                problem: format!(
+                    "alpha is {}×{}, image is {}×{}; run ingest again",
+                    alpha.width(),
+                    alpha.height(),
+                    img.width,
+                    img.height
+                ),
+            });
+        }
+        // The colour is premultiplied: composite over the background.
+        for (px, &a) in img.data.chunks_exact_mut(3).zip(alpha.as_raw()) {
+            let t = 1.0 - f32::from(a) / 255.0;
+            for (c, bg) in px.iter_mut().zip(background) {
+                *c += t * bg;
             }
         }
     }
@@ -429,7 +483,54 @@ mod tests {
             cy: 0.5,
             world_to_camera: [[0.0; 4]; 4],
             mask: mask.map(String::from),
+            alpha: None,
         }
+    }
+
+    /// brush #20: an RGBA capture (a transforms.json over two 4×2 RGBA PNGs whose right half is
+    /// transparent) ingests without error; the premultiplied colour and the alpha PNG are written,
+    /// and loading composites over the training background: opaque pixels keep their colour,
+    /// transparent ones become the background exactly, a half-transparent one is the mix.
+    #[test]
+    fn rgba_images_are_trained_over_the_background() {
+        let d = tempfile::tempdir().unwrap();
+        let cap = d.path().join("cap");
+        std::fs::create_dir_all(cap.join("images")).unwrap();
+        for name in ["a", "b"] {
+            let mut img = image::RgbaImage::new(4, 2);
+            for (x, _, px) in img.enumerate_pixels_mut() {
+                *px = match x {
+                    0 => image::Rgba([255, 0, 0, 255]),
+                    1 => image::Rgba([0, 0, 255, 128]),
+                    _ => image::Rgba([0, 255, 0, 0]),
+                };
+            }
+            img.save(cap.join(format!("images/{name}.png"))).unwrap();
+        }
+        let json = r#"{"fl_x": 4, "fl_y": 4, "cx": 2, "cy": 1, "w": 4, "h": 2, "frames": [
+            {"file_path": "images/a.png", "transform_matrix": [[1,0,0,0],[0,1,0,0],[0,0,1,2],[0,0,0,1]]},
+            {"file_path": "images/b.png", "transform_matrix": [[1,0,0,1],[0,1,0,0],[0,0,1,2],[0,0,0,1]]}]}"#;
+        std::fs::write(cap.join("transforms.json"), json).unwrap();
+        let out = d.path().join("ingest");
+        let ing =
+            ingest_capture(&cap.join("transforms.json"), &IngestParams::default(), &out).unwrap();
+        let f = &ing.frames[0];
+        assert_eq!(f.alpha.as_deref(), Some("alpha/a.png.png"));
+        let bg = [0.0, 0.5, 1.0];
+        let px = load_frame_rgb(&out, f, bg).unwrap();
+        assert_eq!(&px[0..3], &[1.0, 0.0, 0.0]);
+        // 128/255 opaque blue over the background: 0.502·1 + 0.498·bg (8-bit round trips).
+        let a = 128.0 / 255.0;
+        let want = [(1.0 - a) * bg[0], (1.0 - a) * bg[1], a + (1.0 - a) * bg[2]];
+        for (got, want) in px[3..6].iter().zip(want) {
+            assert!(
+                (got - want).abs() < 2.0 / 255.0,
+                "{:?} vs {want:?}",
+                &px[3..6]
+            );
+        }
+        assert_eq!(&px[6..9], &bg);
+        assert_eq!(&px[9..12], &bg);
     }
 
     #[test]

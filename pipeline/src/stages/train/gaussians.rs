@@ -121,6 +121,13 @@ impl Gaussians {
     }
 }
 
+/// Moves a parameter tensor out of its group, leaving an empty one, so that the Adam step owns
+/// the only handle to its buffer and reading it out does not copy (a clone would share it).
+fn take<const D: usize>(t: &mut Tensor<B, D>) -> Tensor<B, D> {
+    let empty = Tensor::empty([0; D], &t.device());
+    std::mem::replace(t, empty)
+}
+
 /// SH degree whose K = (degree + 1)² equals `k` (0 for an unexpected K).
 pub fn degree_of_k(k: usize) -> u32 {
     match k {
@@ -214,11 +221,11 @@ impl GaussiansAdam {
         if let Some(gr) = grads.means {
             g.means = self
                 .means
-                .step(g.means.clone(), gr, lr_means, None, &c, renderer)?;
+                .step(take(&mut g.means), gr, lr_means, None, &c, renderer)?;
         }
         if let Some(gr) = grads.log_scales {
             g.log_scales = self.log_scales.step(
-                g.log_scales.clone(),
+                take(&mut g.log_scales),
                 gr,
                 params.lr_log_scales,
                 None,
@@ -228,7 +235,7 @@ impl GaussiansAdam {
         }
         if let Some(gr) = grads.rotations {
             g.rotations = self.rotations.step(
-                g.rotations.clone(),
+                take(&mut g.rotations),
                 gr,
                 params.lr_rotations,
                 None,
@@ -238,7 +245,7 @@ impl GaussiansAdam {
         }
         if let Some(gr) = grads.logit_opacities {
             g.logit_opacities = self.logit_opacities.step(
-                g.logit_opacities.clone(),
+                take(&mut g.logit_opacities),
                 gr,
                 params.lr_logit_opacities,
                 None,
@@ -252,7 +259,7 @@ impl GaussiansAdam {
                 stride: 3,
             };
             g.sh_coeffs = self.sh_coeffs.step(
-                g.sh_coeffs.clone(),
+                take(&mut g.sh_coeffs),
                 gr,
                 params.lr_sh_dc,
                 Some(scale),

@@ -367,12 +367,16 @@ fn host_step(
         sh_coeffs: leaves.sh_coeffs.grad_remove(&mut grads),
     };
     drop(grads);
+    // The leaves and the loss graph share the parameters' buffers; release them so the optimizer
+    // holds the only handle and reads the parameters without a copy.
+    let (loss_value, radii) = (out.loss_value, out.radii);
+    drop((leaves, out.loss));
     let optimizer_clock = Instant::now();
     adam.step(g, step_grads, params, lr_means, renderer)?;
     timings.optimizer = ms(optimizer_clock);
     Ok(StepOutput {
-        loss: out.loss_value,
-        radii: out.radii,
+        loss: loss_value,
+        radii,
         means2d_grad_norm,
         timings,
     })
