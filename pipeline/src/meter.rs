@@ -139,15 +139,23 @@ mod tests {
     #[test]
     fn busy_loop_is_counted_as_cpu_time_and_no_gpu_time_on_cpu() {
         let m = Meter::start("cpu", 0);
-        let t = Instant::now();
+        // Spin until this thread has used 50 ms of CPU by its own clock (not by wall time, which
+        // a loaded machine stretches without giving the thread the CPU).
+        let thread_cpu_s = || {
+            // SAFETY: clock_gettime writes into the timespec we pass.
+            let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+            ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+        };
+        let start = thread_cpu_s();
         let mut x = 0u64;
-        while t.elapsed().as_millis() < 50 {
+        while thread_cpu_s() - start < 0.05 {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
         }
         std::hint::black_box(x);
         let u = m.finish(1, 2);
         assert!(u.wall_s >= 0.05);
-        assert!(u.cpu_s >= 0.02, "cpu_s {}", u.cpu_s);
+        assert!(u.cpu_s >= 0.05, "cpu_s {}", u.cpu_s);
         assert_eq!(u.gpu_s, 0.0);
         assert_eq!((u.bytes_read, u.bytes_written), (1, 2));
     }

@@ -288,8 +288,10 @@ fn unposed_fox_photos_reconstruct_register_and_train_within_1_db_of_the_shipped_
         stage["cpu_s"].as_f64().unwrap(),
         stage["wall_s"].as_f64().unwrap(),
     );
+    // COLMAP is multi-threaded: on an idle machine cpu > wall. A fifth still holds when other
+    // jobs share the machine, and a meter that missed the child's CPU time would report ~0.
     assert!(
-        cpu > 0.5 * wall,
+        cpu > 0.2 * wall,
         "COLMAP CPU time missing: cpu {cpu} s, wall {wall} s"
     );
 }

@@ -158,6 +158,7 @@ pub fn ingest_capture(
         .par_iter()
         .map(|f| -> Result<IngestedFrame> {
             let (img, alpha) = capture::load_rgb_alpha(&f.image_path, params.max_side)?;
+            check_size_matches_intrinsics(f, img.width, img.height)?;
             let k = f.intrinsics.scaled_to(img.width, img.height);
             let img = capture::undistort(&img, &k, &f.distortion);
             let png_name = format!("{}.png", f.name.replace(['/', '\\'], "_"));
@@ -249,6 +250,34 @@ pub fn ingest_capture(
     let json = serde_json::to_vec_pretty(&ingested).expect("IngestedCapture serialises");
     kiln_formats::atomic_write::write_atomic(&out_dir.join(CAPTURE_JSON), &json)?;
     Ok(ingested)
+}
+
+/// Checks that an image decoded at `width × height` (after EXIF orientation and any downscale) is
+/// the camera's `intrinsics.width × height` scaled uniformly, to within one pixel on either side:
+/// the rounding of a downscaled copy (2588 vs 2589 px, gaussian-splatting #25) or a folder of
+/// half-size images passes (the intrinsics are rescaled to the image), while another aspect ratio
+/// (a photo rotated by its EXIF tag when the poses were computed on the stored pixels, or the wrong
+/// image) is an error, since rescaling would silently distort the camera.
+fn check_size_matches_intrinsics(f: &capture::Frame, width: u32, height: u32) -> Result<()> {
+    let (kw, kh) = (
+        f64::from(f.intrinsics.width),
+        f64::from(f.intrinsics.height),
+    );
+    let (w, h) = (f64::from(width), f64::from(height));
+    // Predict each side from the other side's scale; either prediction within a pixel passes.
+    let w_from_h = kw * h / kh;
+    let h_from_w = kh * w / kw;
+    if (w - w_from_h).abs() <= 1.0 || (h - h_from_w).abs() <= 1.0 {
+        return Ok(());
+    }
+    Err(Error::Input {
+        path: f.image_path.clone(),
+        field: "image size".into(),
+        problem: format!(
+            "decoded at {width}×{height} (after EXIF orientation{}), but its camera is              {}×{}: not the same aspect ratio. If the photo carries an EXIF rotation the poses              did not use, re-export it without the tag; otherwise fix the camera's width/height",
+            "", f.intrinsics.width, f.intrinsics.height
+        ),
+    })
 }
 
 /// Read back the `capture.json` written by [`ingest_capture`].
@@ -485,6 +514,46 @@ mod tests {
             mask: mask.map(String::from),
             alpha: None,
         }
+    }
+
+    /// gaussian-splatting #25: images one pixel narrower than their camera (41 → 40 px) ingest,
+    /// with the intrinsics rescaled to the image; images of another aspect ratio (the camera's
+    /// 41×30 stored as 30×41, as an unapplied EXIF rotation gives) are an error naming the image.
+    #[test]
+    fn a_one_pixel_size_mismatch_is_rescaled_and_another_aspect_ratio_is_an_error() {
+        let d = tempfile::tempdir().unwrap();
+        for (folder, (w, h)) in [("near", (40u32, 30u32)), ("rotated", (30, 41))] {
+            let cap = d.path().join(folder);
+            std::fs::create_dir_all(cap.join("images")).unwrap();
+            image::RgbImage::from_pixel(w, h, image::Rgb([90, 90, 90]))
+                .save(cap.join("images/a.png"))
+                .unwrap();
+            let json = r#"{"fl_x": 41, "fl_y": 41, "cx": 20.5, "cy": 15, "w": 41, "h": 30,
+                "frames": [{"file_path": "images/a.png",
+                "transform_matrix": [[1,0,0,0],[0,1,0,0],[0,0,1,2],[0,0,0,1]]}]}"#;
+            std::fs::write(cap.join("transforms.json"), json).unwrap();
+        }
+        let params = IngestParams::default();
+        let near = d.path().join("near/transforms.json");
+        let ing = ingest_capture(&near, &params, &d.path().join("out1")).unwrap();
+        let f = &ing.frames[0];
+        assert_eq!((f.width, f.height), (40, 30));
+        assert!(
+            (f.fx - 40.0).abs() < 1e-9 && (f.cx - 20.0).abs() < 1e-9,
+            "{f:?}"
+        );
+        assert!(
+            (f.fy - 41.0).abs() < 1e-9 && (f.cy - 15.0).abs() < 1e-9,
+            "{f:?}"
+        );
+        let rotated = d.path().join("rotated/transforms.json");
+        let err = ingest_capture(&rotated, &params, &d.path().join("out2"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("a.png") && err.contains("30×41") && err.contains("41×30"),
+            "{err}"
+        );
     }
 
     /// brush #20: an RGBA capture (a transforms.json over two 4×2 RGBA PNGs whose right half is
