@@ -44,6 +44,8 @@ pub(crate) trait Lanes: Copy {
     unsafe fn or(self, o: Self) -> Self;
     /// `!self & o`.
     unsafe fn andnot(self, o: Self) -> Self;
+    /// `mask ? new : old` lane by lane (`mask` all-ones or all-zeros per lane).
+    unsafe fn select(mask: Self, new: Self, old: Self) -> Self;
     unsafe fn xor(self, o: Self) -> Self;
     /// One bit per lane, lane 0 lowest: the lane's sign bit.
     unsafe fn movemask(self) -> u32;
@@ -142,6 +144,14 @@ impl Lanes for Sse {
     #[inline(always)]
     unsafe fn xor(self, o: Self) -> Self {
         Sse(_mm_xor_ps(self.0, o.0))
+    }
+    #[inline(always)]
+    unsafe fn select(mask: Self, new: Self, old: Self) -> Self {
+        // SSE2 has no blend: (mask & new) | (!mask & old).
+        Sse(_mm_or_ps(
+            _mm_and_ps(mask.0, new.0),
+            _mm_andnot_ps(mask.0, old.0),
+        ))
     }
     #[inline(always)]
     unsafe fn movemask(self) -> u32 {
@@ -271,6 +281,12 @@ impl Lanes for Avx {
     #[target_feature(enable = "avx2")]
     unsafe fn xor(self, o: Self) -> Self {
         Avx(_mm256_xor_ps(self.0, o.0))
+    }
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn select(mask: Self, new: Self, old: Self) -> Self {
+        // One instruction; picks by each lane's sign bit, which a compare mask sets with the rest.
+        Avx(_mm256_blendv_ps(old.0, new.0, mask.0))
     }
     #[inline]
     #[target_feature(enable = "avx2")]
