@@ -373,7 +373,7 @@ fn train_resident(
     options: &RenderOptions,
     steps: usize,
 ) -> Result<Vec<[f64; 2]>, Error> {
-    use crate::cpu::adam::{AdamStep, LrScale, adam_step};
+    use crate::cpu::adam::{ActivationL1, AdamStep, LrScale, adam_step};
     use crate::cuda::train::{GpuTrainState, HostTrainState, TrainStep};
     let Renderer::Gpu(gpu) = device else {
         return Ok(Vec::new());
@@ -397,6 +397,11 @@ fn train_resident(
     // between the devices then moves the next loss by 0.6 %, far more than the rasterizers differ.
     let lrs = [1e-4, 5e-4, 1e-4, 5e-3, 2.5e-4];
     let adam = [0.9, 0.999, 1e-15];
+    // MCMC's opacity and scale L1 penalties (weight 0.01 over the mean), so the regularised path
+    // of the Adam kernel is compared too.
+    let mut regularisers = [ActivationL1::None; 5];
+    regularisers[1] = ActivationL1::Exp(0.01 / (3 * n.max(1)) as f32);
+    regularisers[3] = ActivationL1::Sigmoid(0.01 / n.max(1) as f32);
     let zeros = |len: usize| vec![0.0f32; len];
     let mut host = HostTrainState {
         groups: [
@@ -438,6 +443,7 @@ fn train_resident(
             lambda: 0.2,
             lrs,
             adam,
+            regularisers,
         };
         let dev_loss = state.step(&step)?.loss;
         // The CPU twin, function by function.
@@ -461,7 +467,8 @@ fn train_resident(
             g.sh_coeffs,
         ];
         for i in 0..5 {
-            let hyper = AdamStep::new(lrs[i], t as u32, adam[0], adam[1], adam[2])?;
+            let hyper = AdamStep::new(lrs[i], t as u32, adam[0], adam[1], adam[2])?
+                .with_regulariser(regularisers[i]);
             let scale = (i == 4).then_some(LrScale {
                 values: &sh_lr_scale,
                 stride: 3,

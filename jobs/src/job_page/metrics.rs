@@ -46,6 +46,9 @@ pub struct CaptureMetrics {
     /// Training steps per second.
     #[serde(default)]
     pub steps_per_s: Option<f64>,
+    /// Peak resident memory of the training process, bytes; `None` in older files.
+    #[serde(default)]
+    pub peak_rss_bytes: Option<u64>,
     /// Per held-out view metrics.
     #[serde(default)]
     pub views: Vec<ViewEntry>,

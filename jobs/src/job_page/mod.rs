@@ -286,13 +286,14 @@ fn captures_section(page: &mut PageBuilder, output_dir: &Path, metrics_path: &Pa
     };
     page.body.push_str(&format!(
         "<p>held-out PSNR <b>{}</b> dB, SSIM <b>{}</b>; {} splats after {} steps; \
-         {} s wall, {} steps/s.</p>\n",
+         {} s wall, {} steps/s; peak RSS {} MiB.</p>\n",
         fmt_opt(m.psnr_db, 2),
         fmt_opt(m.ssim, 4),
         m.splats.map_or("?".into(), |n| n.to_string()),
         m.steps.map_or("?".into(), |n| n.to_string()),
         fmt_opt(m.wall_s, 1),
         fmt_opt(m.steps_per_s, 2),
+        fmt_opt(m.peak_rss_bytes.map(|b| b as f64 / 1048576.0), 0),
     ));
     page.body.push_str("<div class=\"grid\">\n");
     let charts = [

@@ -10,6 +10,11 @@
 //! `p ← p − (step·(m / (√v / √(1 − β2^t) + ε)))·s`, `step = lr / (1 − β1^t)`, `s` the optional
 //! per-column multiplier ([`LrScale`]). Elementwise, so the result does not depend on the rayon
 //! thread count.
+//!
+//! An optional [`ActivationL1`] penalty on the activated parameter is added to the gradient first
+//! (`g ← g + w·f'(p)`), which is how the MCMC recipe's opacity and scale regularisers
+//! (Kheradmand et al. 2024, §4.3; gsplat `opacity_reg`, `scale_reg`) reach the moments without an
+//! extra pass over the group.
 
 use rayon::prelude::*;
 
@@ -17,6 +22,47 @@ use crate::Error;
 
 /// Elements per rayon task: large enough that scheduling costs little next to the arithmetic.
 const CHUNK: usize = 1 << 14;
+
+/// An L1 penalty `w · mean(f(p))` on a group's activated values, as a gradient term `w·f'(p)`
+/// added before the moments update. The weight already includes the `1 / count` of the mean.
+///
+/// Source: Kheradmand et al., "3D Gaussian Splatting as Markov Chain Monte Carlo", NeurIPS 2024,
+/// §4.3 (L1 on opacities σ(x) and on scales exp(x)); gsplat `simple_trainer.py` `opacity_reg`,
+/// `scale_reg`.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum ActivationL1 {
+    /// No penalty.
+    #[default]
+    None,
+    /// `f = sigmoid` (opacities stored as logits): `g += w·σ(p)·(1 − σ(p))`.
+    Sigmoid(f32),
+    /// `f = exp` (scales stored as logs): `g += w·exp(p)`.
+    Exp(f32),
+}
+
+impl ActivationL1 {
+    /// The kernel's encoding: `(kind, weight)` with kind 0 none, 1 sigmoid, 2 exp.
+    pub fn kind_and_weight(self) -> (u32, f32) {
+        match self {
+            Self::None => (0, 0.0),
+            Self::Sigmoid(w) => (1, w),
+            Self::Exp(w) => (2, w),
+        }
+    }
+
+    /// The gradient term at parameter value `p` (`cuda/adam.cu` computes the same, in this order).
+    #[inline(always)]
+    pub fn grad(self, p: f32) -> f32 {
+        match self {
+            Self::None => 0.0,
+            Self::Sigmoid(w) => {
+                let s = 1.0 / (1.0 + (-p).exp());
+                w * (s * (1.0 - s))
+            }
+            Self::Exp(w) => w * p.exp(),
+        }
+    }
+}
 
 /// The scalars of one Adam step, as the kernel receives them (`f32`, derived in `f64`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -36,6 +82,8 @@ pub struct AdamStep {
     pub sqrt_bc2: f32,
     /// ε added to the bias-corrected √v (INRIA: 1e-15).
     pub epsilon: f32,
+    /// Penalty added to the gradient first ([`ActivationL1::None`] from [`AdamStep::new`]).
+    pub regulariser: ActivationL1,
 }
 
 impl AdamStep {
@@ -69,7 +117,16 @@ impl AdamStep {
             one_minus_beta2: (1.0 - beta2) as f32,
             sqrt_bc2: (1.0 - beta2.powi(t)).sqrt() as f32,
             epsilon: epsilon as f32,
+            regulariser: ActivationL1::None,
         })
+    }
+
+    /// The same step with `regulariser` added to the gradient.
+    pub fn with_regulariser(self, regulariser: ActivationL1) -> Self {
+        Self {
+            regulariser,
+            ..self
+        }
     }
 }
 
@@ -117,7 +174,7 @@ pub fn adam_step(
         .for_each(|(c, (((p, g), m), v))| {
             let base = c * CHUNK;
             for j in 0..p.len() {
-                let gi = g[j];
+                let gi = g[j] + h.regulariser.grad(p[j]);
                 let mi = m[j] * h.beta1 + gi * h.one_minus_beta1;
                 let vi = v[j] * h.beta2 + (gi * gi) * h.one_minus_beta2;
                 m[j] = mi;
@@ -290,5 +347,26 @@ mod tests {
         };
         let e = adam_step(&mut p, &[0.0; 4], &mut m, &mut v, Some(s), &h).unwrap_err();
         assert!(e.to_string().contains("lr_scale"), "{e}");
+    }
+
+    #[test]
+    fn regulariser_adds_the_derivative_of_the_activated_value() {
+        // d/dx σ(x) = σ(1 − σ) = 1/4 at 0; d/dx e^x = 2 at ln 2.
+        assert_eq!(ActivationL1::Sigmoid(0.5).grad(0.0), 0.125);
+        assert!((ActivationL1::Exp(0.5).grad(2f32.ln()) - 1.0).abs() < 1e-6);
+        assert_eq!(ActivationL1::None.grad(3.0), 0.0);
+        // With no image gradient the penalty alone drives the first step: −lr·sign(w·f'(p)).
+        let mut p = vec![0.0f32, 1.0];
+        let (mut m, mut v) = (vec![0.0f32; 2], vec![0.0f32; 2]);
+        let h = AdamStep::new(0.1, 1, 0.9, 0.999, 1e-15)
+            .unwrap()
+            .with_regulariser(ActivationL1::Exp(1e-3));
+        adam_step(&mut p, &[0.0, 0.0], &mut m, &mut v, None, &h).unwrap();
+        assert!(
+            (p[0] + 0.1).abs() < 1e-6 && (p[1] - 0.9).abs() < 1e-6,
+            "{p:?}"
+        );
+        // The first moment holds (1 − β1)·w·e^p.
+        assert!((m[0] - 0.1 * 1e-3).abs() < 1e-9);
     }
 }

@@ -1094,6 +1094,8 @@ impl GpuRenderer {
             .f32(hyper.one_minus_beta2)
             .f32(hyper.sqrt_bc2)
             .f32(hyper.epsilon);
+        let (reg_kind, reg_weight) = hyper.regulariser.kind_and_weight();
+        let args = args.u32(reg_kind).f32(reg_weight);
         self.launch(
             "kiln_adam_step",
             [blocks(n, 256), 1, 1],

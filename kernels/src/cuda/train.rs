@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use super::gpu::DeviceBuffer;
 use super::render::{DeviceSplats, GpuRenderer};
-use crate::cpu::adam::AdamStep;
+use crate::cpu::adam::{ActivationL1, AdamStep};
 use crate::cpu::ms_since;
 use crate::{Camera, Error, KernelTimings, RenderOptions};
 
@@ -99,6 +99,9 @@ pub struct TrainStep<'a> {
     pub lrs: [f64; 5],
     /// Adam β1, β2, ε.
     pub adam: [f64; 3],
+    /// Penalty added to each group's gradient before its Adam step (MCMC's opacity and scale
+    /// regularisers; [`ActivationL1::None`] for the INRIA recipe).
+    pub regularisers: [ActivationL1; 5],
 }
 
 /// What a step copies back to the host.
@@ -314,7 +317,8 @@ impl GpuTrainState {
         let params = self.splats.groups();
         for i in 0..5 {
             self.t[i] += 1;
-            let hyper = AdamStep::new(s.lrs[i], self.t[i], beta1, beta2, epsilon)?;
+            let hyper = AdamStep::new(s.lrs[i], self.t[i], beta1, beta2, epsilon)?
+                .with_regulariser(s.regularisers[i]);
             let scale = (i == 4).then_some((&self.sh_lr_scale, 3));
             r.adam_device(
                 params[i],

@@ -14,7 +14,7 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use kiln_kernels::Renderer;
-use kiln_kernels::cpu::adam::{AdamStep, LrScale};
+use kiln_kernels::cpu::adam::{ActivationL1, AdamStep, LrScale};
 
 use super::op::tensor_to_vec;
 
@@ -85,8 +85,36 @@ impl AdamState {
         config: &AdamConfig,
         renderer: &Renderer,
     ) -> Result<Tensor<B, D>, kiln_kernels::Error> {
+        self.step_regularised(
+            param,
+            grad,
+            lr,
+            lr_scale,
+            ActivationL1::None,
+            config,
+            renderer,
+        )
+    }
+
+    /// [`AdamState::step`] with `regulariser`'s gradient term added to `grad` first (the MCMC
+    /// recipe's opacity and scale penalties).
+    ///
+    /// # Errors
+    /// As [`AdamState::step`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn step_regularised<B: Backend, const D: usize>(
+        &mut self,
+        param: Tensor<B, D>,
+        grad: Tensor<B, D>,
+        lr: f64,
+        lr_scale: Option<LrScale<'_>>,
+        regulariser: ActivationL1,
+        config: &AdamConfig,
+        renderer: &Renderer,
+    ) -> Result<Tensor<B, D>, kiln_kernels::Error> {
         self.t += 1;
-        let hyper = AdamStep::new(lr, self.t, config.beta1, config.beta2, config.epsilon)?;
+        let hyper = AdamStep::new(lr, self.t, config.beta1, config.beta2, config.epsilon)?
+            .with_regulariser(regulariser);
         let dims = param.dims();
         let device = param.device();
         let mut p = tensor_to_vec(param);

@@ -94,6 +94,9 @@ pub struct Metrics {
     pub wall_s: f64,
     /// Training steps per second (training loop only).
     pub steps_per_s: f64,
+    /// Peak resident memory of the process when the report was written, bytes (Linux `VmHWM`;
+    /// `None` elsewhere). Covers the whole process, so in a job it includes earlier stages.
+    pub peak_rss_bytes: Option<u64>,
     /// Views trained on.
     pub train_views: usize,
     /// Views evaluated.

@@ -218,17 +218,19 @@ impl GaussiansAdam {
         renderer: &Renderer,
     ) -> Result<(), kiln_kernels::Error> {
         let c = self.config;
+        let reg = params.regularisers(g.len());
         if let Some(gr) = grads.means {
             g.means = self
                 .means
                 .step(take(&mut g.means), gr, lr_means, None, &c, renderer)?;
         }
         if let Some(gr) = grads.log_scales {
-            g.log_scales = self.log_scales.step(
+            g.log_scales = self.log_scales.step_regularised(
                 take(&mut g.log_scales),
                 gr,
                 params.lr_log_scales,
                 None,
+                reg[1],
                 &c,
                 renderer,
             )?;
@@ -244,11 +246,12 @@ impl GaussiansAdam {
             )?;
         }
         if let Some(gr) = grads.logit_opacities {
-            g.logit_opacities = self.logit_opacities.step(
+            g.logit_opacities = self.logit_opacities.step_regularised(
                 take(&mut g.logit_opacities),
                 gr,
                 params.lr_logit_opacities,
                 None,
+                reg[3],
                 &c,
                 renderer,
             )?;

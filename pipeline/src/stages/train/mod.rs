@@ -34,6 +34,7 @@ pub mod frame;
 pub mod gaussians;
 pub mod init;
 pub mod loss;
+pub mod mcmc;
 pub mod op;
 pub mod params;
 pub mod rng;
@@ -215,6 +216,26 @@ fn check_views(views: &[TrainView]) -> crate::Result<()> {
 
 /// Prune splats with non-finite parameters. Returns the host copy after pruning when a host
 /// readback was needed, `None` when every parameter was finite (nothing read back).
+/// At most `cap` of `points`, a uniform random subset in their original order when there are
+/// more (so the initial splats already respect the hard cap `max_splats`).
+fn cap_points(points: &InitPoints, cap: usize, rng: &mut impl rand::Rng) -> InitPoints {
+    let n = points.positions.len().min(points.colors.len());
+    if n <= cap {
+        return points.clone();
+    }
+    let mut keep = rand::seq::index::sample(rng, n, cap).into_vec();
+    keep.sort_unstable();
+    tracing::warn!(
+        points = n,
+        max_splats = cap,
+        "train: more initial points than max_splats; keeping a random subset"
+    );
+    InitPoints {
+        positions: keep.iter().map(|&i| points.positions[i]).collect(),
+        colors: keep.iter().map(|&i| points.colors[i]).collect(),
+    }
+}
+
 fn prune_non_finite(
     g: &mut Gaussians,
     adam: &mut GaussiansAdam,
@@ -354,20 +375,24 @@ pub fn train_checkpointed(
         }
         kept
     });
-    let host_init = match &init {
+    let mut host_init = match &init {
         Some(points) if !points.positions.is_empty() && params.init == Init::Auto => {
-            init::splats_from_points(points, params.sh_degree)
+            let points = cap_points(points, params.max_splats, &mut rng);
+            init::splats_from_points(&points, params.sh_degree)
         }
         _ => {
             let pts = init::random_points_in_frustums(
                 &train_cameras,
-                params.init_random_points,
+                params.init_random_points.min(params.max_splats),
                 extent,
                 &mut rng,
             );
             init::splats_from_points(&pts, params.sh_degree)
         }
     };
+    if params.init_opacity != init::INIT_OPACITY || params.init_scale != 1.0 {
+        mcmc::set_initial_opacity_and_scale(&mut host_init, params.init_opacity, params.init_scale);
+    }
     if host_init.is_empty() {
         return Err(crate::Error::Param {
             stage: STAGE,
@@ -500,8 +525,30 @@ pub fn train_checkpointed(
         }
         let optimizer_clock = Instant::now();
 
-        // Adaptive density control (Kerbl et al. 2023 §5.2), INRIA timing.
-        if step < params.densify_until {
+        if params.noise_lr > 0.0 {
+            let scaler = params.noise_lr * params.lr_means(step, extent as f64);
+            store.with_host(|g, _| mcmc::inject_noise(g, scaler, params.seed, step))?;
+        }
+        if params.preset == Preset::Mcmc {
+            if step < params.densify_until
+                && step > params.densify_from
+                && step % params.densify_every == 0
+            {
+                let done = store.with_host(|g, adam| {
+                    prune_non_finite(g, adam, &mut stats, &mut rng);
+                    mcmc::refine(g, adam, params.max_splats, params.mcmc_growth, &mut rng)
+                })?;
+                stats = DensityStats::new(store.len());
+                tracing::debug!(
+                    step,
+                    relocated = done.relocated,
+                    added = done.added,
+                    splats = store.len(),
+                    "train: mcmc refine"
+                );
+            }
+        } else if step < params.densify_until {
+            // Adaptive density control (Kerbl et al. 2023 §5.2), INRIA timing.
             if step > params.densify_from && step % params.densify_every == 0 {
                 let cfg = DensifyConfig {
                     grad_threshold: params.densify_grad_threshold,
@@ -682,6 +729,7 @@ pub fn train_checkpointed(
         steps: report.steps,
         wall_s,
         steps_per_s,
+        peak_rss_bytes: crate::bench::peak_rss_bytes(),
         train_views: report.train_views,
         test_views: report.test_views,
         eval_on_train_views: eval_on_train,
@@ -892,6 +940,77 @@ mod tests {
             "a foreign checkpoint must not be resumed"
         );
         assert_eq!(splats_a, splats_c);
+    }
+
+    static STOP_MCMC_TEST: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+
+    fn mcmc_test_stop() -> bool {
+        STOP_MCMC_TEST.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The MCMC preset grows to its cap and never past it (every sample of the splat-count curve,
+    /// and the result), relocates instead of pruning, and a run stopped and resumed ends bit for
+    /// bit where the uninterrupted one does (the per-step noise is re-derived, not replayed).
+    #[test]
+    fn mcmc_stays_under_its_cap_and_resumes_exactly() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let p = TrainParams {
+            steps: 40,
+            sh_degree: 1,
+            densify_from: 2,
+            densify_every: 4,
+            init_random_points: 300,
+            max_splats: 420,
+            mcmc_growth: 0.1,
+            checkpoint_every: 0,
+            ..TrainParams::mcmc(40)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let policy = |name: &str, stop: fn() -> bool| CheckpointPolicy {
+            path: dir.path().join(name).join(checkpoint::FILE_NAME),
+            key: "key".into(),
+            stop,
+        };
+        let run = |pol: &CheckpointPolicy, out: &str, progress: &dyn Fn(usize, usize, f64)| {
+            train_checkpointed(
+                &Renderer::Cpu,
+                small_views(),
+                None,
+                &p,
+                &dir.path().join(out),
+                progress,
+                Some(pol),
+            )
+        };
+        let quiet = |_: usize, _: usize, _: f64| {};
+        let (splats_a, report_a) = run(&policy("a", never), "out-a", &quiet).unwrap();
+        let metrics: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(dir.path().join("out-a").join("metrics.json")).unwrap(),
+        )
+        .unwrap();
+        let counts: Vec<u64> = metrics["splat_count_curve"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|pair| pair[1].as_u64().unwrap())
+            .collect();
+        assert!(counts.iter().all(|&c| c <= 420), "over the cap: {counts:?}");
+        // 300 · 1.1 · 1.1 = 363, then 399, then the cap: the curve reaches 420.
+        assert_eq!(counts.iter().max(), Some(&420), "{counts:?}");
+        assert!(splats_a.len() <= 420 && report_a.psnr_db.is_finite());
+
+        let stop_at_13 = |step: usize, _: usize, _: f64| {
+            if step == 13 {
+                STOP_MCMC_TEST.store(true, SeqCst);
+            }
+        };
+        let stopped = policy("b", mcmc_test_stop);
+        assert!(run(&stopped, "out-b", &stop_at_13).is_err());
+        STOP_MCMC_TEST.store(false, SeqCst);
+        let (splats_b, report_b) = run(&stopped, "out-b", &quiet).unwrap();
+        assert_eq!(splats_a, splats_b, "resumed MCMC splats differ");
+        assert_eq!(report_a.psnr_db, report_b.psnr_db);
     }
 
     #[test]

@@ -29,12 +29,14 @@
 //!
 //! # Job TOML
 //! [`TrainParams`] deserializes from a table in which every field is optional. Missing schedule
-//! fields are filled from [`TrainParams::inria`] *for the given `steps`*, so `steps = 30000` alone
-//! gives the full INRIA schedule, not the 3 000-step one.
+//! fields are filled from [`TrainParams::inria`] (or [`TrainParams::mcmc`] with
+//! `preset = "mcmc"`) *for the given `steps`*, so `steps = 30000` alone gives the full INRIA
+//! schedule, not the 3 000-step one.
 
+use kiln_kernels::cpu::adam::ActivationL1;
 use serde::Deserialize;
 
-/// Densification strategy. Only the INRIA adaptive density control exists today.
+/// Densification strategy and the recipe that goes with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
@@ -43,6 +45,12 @@ pub enum Preset {
     /// Source: Kerbl et al. 2023 §5.2.
     #[default]
     Inria,
+    /// 3DGS as Markov Chain Monte Carlo: a hard cap (`max_splats`), dead splats (opacity ≤ 0.005)
+    /// relocated onto live ones, `mcmc_growth` more splats per refinement until the cap, position
+    /// noise on transparent splats, L1 opacity and scale regularisation; no opacity reset, no
+    /// gradient statistics. Source: Kheradmand et al., NeurIPS 2024; gsplat `MCMCStrategy` and
+    /// its `examples/benchmarks/mcmc.sh` settings (see [`TrainParams::mcmc`]).
+    Mcmc,
 }
 
 /// Where the initial splats come from.
@@ -104,6 +112,22 @@ pub struct TrainParams {
     /// Hold out every `eval_every`-th view (index % eval_every == 0, views sorted by name) for
     /// evaluation. 0 disables the hold-out (train and evaluate on all views). Default 8.
     pub eval_every: usize,
+    /// Opacity of the initial splats (INRIA 0.1; MCMC 0.5).
+    pub init_opacity: f32,
+    /// Multiplier of the initial splats' scales, √(mean squared 3-NN distance) (default 1).
+    pub init_scale: f32,
+    /// Weight of the L1 penalty on opacities, `opacity_reg · mean(σ(logit_opacities))` added to
+    /// the loss (MCMC 0.01; INRIA 0). Kheradmand et al. 2024 §4.3.
+    pub opacity_reg: f32,
+    /// Weight of the L1 penalty on scales, `scale_reg · mean(exp(log_scales))` over `[N, 3]`
+    /// (MCMC 0.01; INRIA 0).
+    pub scale_reg: f32,
+    /// MCMC position noise: each step, means move by Σ·(ε ⊙ s(1 − opacity))·`noise_lr`·lr_means with
+    /// ε ~ N(0, I) and s(x) = 1/(1 + e^(−100(x − 0.995))), Σ = R·S²·Rᵀ (gsplat
+    /// `inject_noise_to_position`; MCMC 5e5; INRIA 0 = none).
+    pub noise_lr: f64,
+    /// MCMC growth per refinement: N ← min(max_splats, ⌊(1 + growth)·N⌋) (gsplat 0.05).
+    pub mcmc_growth: f32,
     /// Initial means learning rate as a fraction of the scene extent (INRIA 1.6e-4).
     pub lr_means_init: f64,
     /// Final means learning rate as a fraction of the scene extent (INRIA 1.6e-6).
@@ -158,6 +182,12 @@ impl TrainParams {
             lambda_dssim: 0.2,
             background: [0.0; 3],
             eval_every: 8,
+            init_opacity: super::init::INIT_OPACITY,
+            init_scale: 1.0,
+            opacity_reg: 0.0,
+            scale_reg: 0.0,
+            noise_lr: 0.0,
+            mcmc_growth: 0.0,
             lr_means_init: 1.6e-4,
             lr_means_final: 1.6e-6,
             lr_log_scales: 5e-3,
@@ -168,6 +198,54 @@ impl TrainParams {
             checkpoint_every: 500,
             psnr_curve_evaluations: super::eval::PSNR_CURVE_EVALUATIONS,
         }
+    }
+
+    /// The MCMC recipe scaled to `steps`: [`TrainParams::inria`]'s learning rates, SH schedule and
+    /// loss, with gsplat's `MCMCStrategy` refinement (every 100 steps from step 500 to 25 000 of
+    /// 30 000, scaled as INRIA's densification is: `densify_from` = min(500, steps/20),
+    /// `densify_until` = min(25 000, 5·steps/6), `densify_every` = clamp(steps/30, 10, 100)) and
+    /// its benchmark settings (`examples/benchmarks/mcmc.sh`: opacity_reg = scale_reg = 0.01,
+    /// init_opa 0.5, noise_lr 5e5, 5 % growth). `max_splats` is the cap (default 1 000 000, as
+    /// gsplat's `cap_max`).
+    ///
+    /// The initial scales stay INRIA's 3-NN ones (gsplat's default `init_scale` 1): the benchmark's
+    /// 0.1 is tuned for dense SfM points, and from fox's 10 000 random points it cost 2.9 dB
+    /// (600 steps at 160 px: 20.6 dB with 0.1, 23.5 dB with 1).
+    pub fn mcmc(steps: usize) -> Self {
+        Self {
+            preset: Preset::Mcmc,
+            densify_until: (steps * 5 / 6).min(25_000),
+            init_opacity: 0.5,
+            init_scale: 1.0,
+            opacity_reg: 0.01,
+            scale_reg: 0.01,
+            noise_lr: 5e5,
+            mcmc_growth: 0.05,
+            ..Self::inria(steps)
+        }
+    }
+
+    /// The recipe of `preset` scaled to `steps`.
+    pub fn for_preset(preset: Preset, steps: usize) -> Self {
+        match preset {
+            Preset::Inria => Self::inria(steps),
+            Preset::Mcmc => Self::mcmc(steps),
+        }
+    }
+
+    /// The per-group gradient penalties of this recipe for `n` splats, in the optimizer's group
+    /// order (means, log_scales, rotations, logit_opacities, sh_coeffs): the gradients of
+    /// `opacity_reg · mean(σ(x))` and `scale_reg · mean(exp(x))`.
+    pub fn regularisers(&self, n: usize) -> [ActivationL1; 5] {
+        let n = n.max(1) as f32;
+        let mut r = [ActivationL1::None; 5];
+        if self.scale_reg > 0.0 {
+            r[1] = ActivationL1::Exp(self.scale_reg / (3.0 * n));
+        }
+        if self.opacity_reg > 0.0 {
+            r[3] = ActivationL1::Sigmoid(self.opacity_reg / n);
+        }
+        r
     }
 
     /// Check ranges before training.
@@ -198,6 +276,34 @@ impl TrainParams {
         }
         if self.max_splats == 0 {
             return Err(bad("max_splats", "≥ 1", "0".into()));
+        }
+        if !(self.init_opacity > 0.0 && self.init_opacity < 1.0) {
+            return Err(bad(
+                "init_opacity",
+                "in (0, 1)",
+                self.init_opacity.to_string(),
+            ));
+        }
+        for (field, v) in [
+            ("init_scale", f64::from(self.init_scale)),
+            ("opacity_reg", f64::from(self.opacity_reg)),
+            ("scale_reg", f64::from(self.scale_reg)),
+            ("noise_lr", self.noise_lr),
+            ("mcmc_growth", f64::from(self.mcmc_growth)),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(bad(field, "finite and ≥ 0", v.to_string()));
+            }
+        }
+        if self.init_scale <= 0.0 {
+            return Err(bad("init_scale", "> 0", self.init_scale.to_string()));
+        }
+        if self.preset == Preset::Mcmc && self.mcmc_growth <= 0.0 {
+            return Err(bad(
+                "mcmc_growth",
+                "> 0 with preset = \"mcmc\" (the splat count never grows otherwise)",
+                self.mcmc_growth.to_string(),
+            ));
         }
         if !self.background.iter().all(|c| c.is_finite()) {
             return Err(bad(
@@ -261,6 +367,12 @@ struct TrainParamsToml {
     lambda_dssim: Option<f32>,
     background: Option<[f32; 3]>,
     eval_every: Option<usize>,
+    init_opacity: Option<f32>,
+    init_scale: Option<f32>,
+    opacity_reg: Option<f32>,
+    scale_reg: Option<f32>,
+    noise_lr: Option<f64>,
+    mcmc_growth: Option<f32>,
     lr_means_init: Option<f64>,
     lr_means_final: Option<f64>,
     lr_log_scales: Option<f64>,
@@ -274,7 +386,7 @@ struct TrainParamsToml {
 impl<'de> Deserialize<'de> for TrainParams {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let t = TrainParamsToml::deserialize(deserializer)?;
-        let mut p = TrainParams::inria(t.steps.unwrap_or(3000));
+        let mut p = TrainParams::for_preset(t.preset.unwrap_or_default(), t.steps.unwrap_or(3000));
         macro_rules! take {
             ($($f:ident),*) => { $( if let Some(v) = t.$f { p.$f = v; } )* };
         }
@@ -294,6 +406,12 @@ impl<'de> Deserialize<'de> for TrainParams {
             lambda_dssim,
             background,
             eval_every,
+            init_opacity,
+            init_scale,
+            opacity_reg,
+            scale_reg,
+            noise_lr,
+            mcmc_growth,
             lr_means_init,
             lr_means_final,
             lr_log_scales,
@@ -348,5 +466,31 @@ mod tests {
         let p = TrainParams::inria(1000);
         assert!((p.lr_means(0, 2.0) - 3.2e-4).abs() < 1e-12);
         assert!((p.lr_means(1000, 2.0) - 3.2e-6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn mcmc_preset_in_toml_takes_the_mcmc_recipe_and_its_overrides() {
+        let p: TrainParams = toml::from_str("preset = \"mcmc\"\nmax_splats = 5000").unwrap();
+        assert_eq!(p.preset, Preset::Mcmc);
+        assert_eq!(
+            (p.opacity_reg, p.scale_reg, p.init_opacity),
+            (0.01, 0.01, 0.5)
+        );
+        assert_eq!((p.noise_lr, p.mcmc_growth, p.max_splats), (5e5, 0.05, 5000));
+        // gsplat refines in 500..25 000 of 30 000 steps.
+        let full = TrainParams::mcmc(30_000);
+        assert_eq!((full.densify_from, full.densify_until), (500, 25_000));
+        // INRIA has none of it.
+        let inria = TrainParams::default();
+        assert_eq!(inria.regularisers(10), [ActivationL1::None; 5]);
+        // 0.01 · mean over 10 splats.
+        assert!(
+            matches!(p.regularisers(10)[3], ActivationL1::Sigmoid(w) if (w - 1e-3).abs() < 1e-9)
+        );
+        let bad = TrainParams {
+            mcmc_growth: 0.0,
+            ..TrainParams::mcmc(100)
+        };
+        assert!(bad.validate().is_err());
     }
 }

@@ -268,6 +268,7 @@ impl ParamStore {
                     lambda: params.lambda_dssim,
                     lrs,
                     adam: [config.beta1, config.beta2, config.epsilon],
+                    regularisers: params.regularisers(state.len()),
                 })?;
                 let t = out.timings;
                 Ok(StepOutput {
