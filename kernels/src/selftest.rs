@@ -438,6 +438,7 @@ fn train_resident(
             camera: cam,
             target_key: 0,
             target: &target,
+            refresh_target: false,
             sh_degree: scene.sh_degree,
             options,
             lambda: 0.2,

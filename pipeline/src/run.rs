@@ -645,6 +645,7 @@ pub(crate) fn train_views(
         .iter()
         .map(|f| {
             let w2c = f.world_to_camera.map(|r| r.map(|v| v as f32));
+            let (image, transparency) = ingest::load_frame(ingest_dir, f, background)?;
             Ok(train::TrainView {
                 name: f.name.clone(),
                 camera: kiln_kernels::Camera {
@@ -656,7 +657,8 @@ pub(crate) fn train_views(
                     cy: f.cy as f32,
                     world_to_camera: w2c,
                 },
-                image: ingest::load_frame_rgb(ingest_dir, f, background)?,
+                image,
+                transparency,
             })
         })
         .collect()

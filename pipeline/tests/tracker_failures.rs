@@ -147,6 +147,7 @@ fn views(scene: &GaussianSplats, positions: &[[f32; 3]], centre: [f32; 3]) -> Ve
                 name: format!("view_{i:02}"),
                 camera,
                 image: out.image.iter().map(|v| v.clamp(0.0, 1.0)).collect(),
+                transparency: None,
             }
         })
         .collect()

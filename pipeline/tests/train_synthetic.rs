@@ -129,6 +129,7 @@ fn views(scene: &GaussianSplats) -> Vec<TrainView> {
             name: format!("view_{i:02}"),
             camera,
             image: render(scene, &camera),
+            transparency: None,
         })
         .collect()
 }

@@ -87,8 +87,12 @@ pub struct TrainStep<'a> {
     pub camera: &'a Camera,
     /// Identifies the view's target image: uploaded on first use, then reused.
     pub target_key: usize,
-    /// `[H, W, 3]` linear RGB ground truth (read only when `target_key` is new).
+    /// `[H, W, 3]` linear RGB ground truth (read only when `target_key` is new or
+    /// `refresh_target` is set).
     pub target: &'a [f32],
+    /// Upload `target` again even when `target_key` is cached (a target that changes from step
+    /// to step, e.g. composited over a random background).
+    pub refresh_target: bool,
     /// Active SH degree (≤ the degree K holds).
     pub sh_degree: u32,
     /// Background colour.
@@ -288,7 +292,7 @@ impl GpuTrainState {
         let (h, w) = (s.camera.height as usize, s.camera.width as usize);
         let f = r.forward_device(&self.splats, s.sh_degree, s.camera, s.options)?;
         let clock = Instant::now();
-        if self.targets.get(&s.target_key).map(|t| t.len()) != Some(h * w * 3) {
+        if s.refresh_target || self.targets.get(&s.target_key).map(|t| t.len()) != Some(h * w * 3) {
             if s.target.len() != h * w * 3 {
                 return Err(Error::Shape {
                     what: "target image [H, W, 3]",

@@ -309,7 +309,24 @@ pub fn load_frame_rgb(
     frame: &IngestedFrame,
     background: [f32; 3],
 ) -> Result<Vec<f32>> {
+    Ok(load_frame(stage_dir, frame, background)?.0)
+}
+
+/// [`load_frame_rgb`] plus the frame's transparency `[H, W]`: how much of `background` each
+/// pixel of the returned image holds (1 outside the mask, 1 − alpha with alpha, else 0); `None`
+/// for a frame with neither mask nor alpha. The trainer uses it to composite the frame over
+/// another background (`image + transparency·(other − background)`).
+///
+/// # Errors
+/// As [`load_frame_rgb`].
+pub fn load_frame(
+    stage_dir: &Path,
+    frame: &IngestedFrame,
+    background: [f32; 3],
+) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
     let mut img = capture::load_rgb(&stage_dir.join(&frame.image), None)?;
+    let mut transparency: Option<Vec<f32>> = (frame.mask.is_some() || frame.alpha.is_some())
+        .then(|| vec![0.0; img.width as usize * img.height as usize]);
     if let Some(mask_rel) = &frame.mask {
         let path = stage_dir.join(mask_rel);
         let mask = image::open(&path)
@@ -328,9 +345,11 @@ pub fn load_frame_rgb(
                 ),
             });
         }
-        for (px, m) in img.data.chunks_exact_mut(3).zip(mask.as_raw()) {
+        let t = transparency.as_deref_mut().unwrap_or_default();
+        for ((px, m), t) in img.data.chunks_exact_mut(3).zip(mask.as_raw()).zip(t) {
             if *m < 128 {
                 px.copy_from_slice(&background);
+                *t = 1.0;
             }
         }
     }
@@ -353,14 +372,20 @@ pub fn load_frame_rgb(
             });
         }
         // The colour is premultiplied: composite over the background.
-        for (px, &a) in img.data.chunks_exact_mut(3).zip(alpha.as_raw()) {
+        let tr = transparency.as_deref_mut().unwrap_or_default();
+        for ((px, &a), tr) in img.data.chunks_exact_mut(3).zip(alpha.as_raw()).zip(tr) {
             let t = 1.0 - f32::from(a) / 255.0;
+            // A masked-out pixel is all background already.
+            if *tr == 1.0 {
+                continue;
+            }
+            *tr = t;
             for (c, bg) in px.iter_mut().zip(background) {
                 *c += t * bg;
             }
         }
     }
-    Ok(img.data)
+    Ok((img.data, transparency))
 }
 
 fn write_png(path: &Path, img: &capture::RgbImage) -> Result<()> {
@@ -600,6 +625,12 @@ mod tests {
         }
         assert_eq!(&px[6..9], &bg);
         assert_eq!(&px[9..12], &bg);
+        // The transparency the trainer re-composites with: 1 − alpha per pixel.
+        let (_, t) = load_frame(&out, f, bg).unwrap();
+        let t = t.expect("an RGBA frame has a transparency");
+        assert_eq!(t.len(), 8);
+        assert_eq!((t[0], t[2], t[3]), (0.0, 1.0, 1.0));
+        assert!((t[1] - (1.0 - a)).abs() < 1e-6, "{t:?}");
     }
 
     #[test]
@@ -634,6 +665,10 @@ mod tests {
         assert_eq!(&px[3..6], &bg);
         let unmasked = load_frame_rgb(d.path(), &frame(None), bg).unwrap();
         assert!((unmasked[3] - 51.0 / 255.0).abs() < 1e-6);
+        // Masked-out pixels are all background (transparency 1); no mask, no transparency.
+        let (_, t) = load_frame(d.path(), &frame(Some("masks/a.png")), bg).unwrap();
+        assert_eq!(t, Some(vec![0.0, 1.0]));
+        assert_eq!(load_frame(d.path(), &frame(None), bg).unwrap().1, None);
     }
 
     #[test]

@@ -45,6 +45,7 @@ use std::time::Instant;
 
 use kiln_formats::splats::GaussianSplats;
 use kiln_kernels::{Camera, RenderOptions, Renderer};
+use rand::Rng;
 use rand::seq::SliceRandom;
 
 pub use frame::{FRAME_JSON, FrameInfo, frame_info};
@@ -64,8 +65,14 @@ pub struct TrainView {
     pub name: String,
     /// Pinhole camera, OpenCV frame, `world_to_camera`; its width/height are the image's.
     pub camera: Camera,
-    /// `[H, W, 3]` linear RGB in [0, 1], row-major.
+    /// `[H, W, 3]` linear RGB in [0, 1], row-major, composited over
+    /// [`TrainParams::background`].
     pub image: Vec<f32>,
+    /// `[H, W]` share of the background in each pixel of `image` (1 − alpha for RGBA photos, 1
+    /// outside a mask); `None` when the photo is opaque everywhere. With
+    /// [`TrainParams::random_background`] the target of a step is
+    /// `image + transparency·(random − background)`.
+    pub transparency: Option<Vec<f32>>,
 }
 
 /// Summary of a training run (also written, with more detail, to `metrics.json`).
@@ -200,6 +207,14 @@ fn check_views(views: &[TrainView]) -> crate::Result<()> {
             ))
         } else if !v.image.iter().all(|x| x.is_finite()) {
             Some("contains non-finite values; expected linear RGB in [0, 1]".into())
+        } else if let Some(t) = &v.transparency
+            && (t.len() != w * h || !t.iter().all(|x| (0.0..=1.0).contains(x)))
+        {
+            Some(format!(
+                "transparency has {} values (expected {h}×{w} = {} in [0, 1]); ingest again",
+                t.len(),
+                w * h
+            ))
         } else {
             None
         };
@@ -234,6 +249,25 @@ fn cap_points(points: &InitPoints, cap: usize, rng: &mut impl rand::Rng) -> Init
         positions: keep.iter().map(|&i| points.positions[i]).collect(),
         colors: keep.iter().map(|&i| points.colors[i]).collect(),
     }
+}
+
+/// `out = image + transparency·(bg − image_bg)` per pixel and channel: `image` (`[H, W, 3]`,
+/// composited over `image_bg`) re-composited over `bg`; `transparency` is `[H, W]`.
+fn composite_target(
+    out: &mut Vec<f32>,
+    image: &[f32],
+    transparency: &[f32],
+    bg: [f32; 3],
+    image_bg: [f32; 3],
+) {
+    let shift: [f32; 3] = std::array::from_fn(|c| bg[c] - image_bg[c]);
+    out.clear();
+    out.extend(
+        image
+            .chunks_exact(3)
+            .zip(transparency)
+            .flat_map(|(px, &t)| std::array::from_fn::<f32, 3, _>(|c| px[c] + t * shift[c])),
+    );
 }
 
 fn prune_non_finite(
@@ -417,6 +451,8 @@ pub fn train_checkpointed(
     let options = RenderOptions {
         background: params.background,
     };
+    // Reused across steps: the target composited over a random background.
+    let mut step_target: Vec<f32> = Vec::new();
 
     let curve_every = (params.steps / 200).max(1);
     let mut loss_curve: Vec<(usize, f64)> = Vec::new();
@@ -499,10 +535,28 @@ pub fn train_checkpointed(
             });
         }
 
+        // gsplat `random_bkgd`: a fresh colour each step, the target composited over it too.
+        let (options, refresh_target) = match (params.random_background, &view.transparency) {
+            (false, _) => (options, false),
+            (true, transparency) => {
+                let bg: [f32; 3] = std::array::from_fn(|_| rng.random::<f32>());
+                if let Some(t) = transparency {
+                    composite_target(&mut step_target, &view.image, t, bg, params.background);
+                }
+                (RenderOptions { background: bg }, transparency.is_some())
+            }
+        };
+        let target = if refresh_target {
+            &step_target
+        } else {
+            &view.image
+        };
         let out = store.step(
             renderer,
             view,
             vi,
+            target,
+            refresh_target,
             sh_degree,
             &options,
             params,
@@ -808,6 +862,7 @@ mod tests {
                 ],
             },
             image: vec![0.5; 12],
+            transparency: None,
         }
     }
 
@@ -1011,6 +1066,62 @@ mod tests {
         let (splats_b, report_b) = run(&stopped, "out-b", &quiet).unwrap();
         assert_eq!(splats_a, splats_b, "resumed MCMC splats differ");
         assert_eq!(report_a.psnr_db, report_b.psnr_db);
+    }
+
+    #[test]
+    fn targets_are_recomposited_over_the_random_background() {
+        // Pixel 0 opaque, pixel 1 half transparent, pixel 2 fully: image over black.
+        let image = [0.2, 0.4, 0.6, 0.1, 0.1, 0.1, 0.0, 0.0, 0.0];
+        let mut out = Vec::new();
+        composite_target(
+            &mut out,
+            &image,
+            &[0.0, 0.5, 1.0],
+            [1.0, 0.5, 0.0],
+            [0.0; 3],
+        );
+        let want = [0.2, 0.4, 0.6, 0.6, 0.35, 0.1, 1.0, 0.5, 0.0];
+        for (a, b) in out.iter().zip(want) {
+            assert!((a - b).abs() < 1e-6, "{out:?}");
+        }
+    }
+
+    /// Random background on views with transparency: trains, resumes bit for bit (the colours
+    /// come from the counted stream), and differs from the fixed-background run.
+    #[test]
+    fn random_background_trains_and_is_deterministic() {
+        let mut views = small_views();
+        for v in &mut views {
+            v.transparency = Some((0..40 * 24).map(|i| (i % 3) as f32 / 2.0).collect());
+        }
+        let p = TrainParams {
+            steps: 12,
+            sh_degree: 1,
+            init_random_points: 200,
+            random_background: true,
+            ..TrainParams::inria(12)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let go = |p: &TrainParams, out: &str| {
+            train(views.clone(), None, p, &dir.path().join(out), &|_, _, _| {})
+                .unwrap()
+                .0
+        };
+        let a = go(&p, "a");
+        assert_eq!(a, go(&p, "b"));
+        let fixed = TrainParams {
+            random_background: false,
+            ..p.clone()
+        };
+        assert_ne!(a, go(&fixed, "c"));
+        // A transparency of the wrong size is refused, naming the view.
+        let mut bad = views.clone();
+        bad[1].transparency = Some(vec![0.0; 7]);
+        let err = train(bad, None, &p, &dir.path().join("d"), &|_, _, _| {}).unwrap_err();
+        assert!(
+            err.to_string().contains("v1") && err.to_string().contains("transparency"),
+            "{err}"
+        );
     }
 
     #[test]

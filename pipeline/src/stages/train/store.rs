@@ -238,8 +238,10 @@ impl ParamStore {
         }
     }
 
-    /// One optimisation step on `view` (`view_index` keys its cached target on a GPU): render,
-    /// loss, gradients, Adam with this step's learning rates (`lr_means` in metres per step).
+    /// One optimisation step on `view` (`view_index` keys its cached target on a GPU): render
+    /// over `options.background`, loss against `target` (`[H, W, 3]`: the view's image, or the
+    /// image composited over this step's random background, which `refresh_target` re-uploads),
+    /// gradients, Adam with this step's learning rates (`lr_means` in metres per step).
     ///
     /// # Errors
     /// [`crate::Error::Kernel`] for rasterizer or device failures; [`crate::Error::Numeric`] when
@@ -250,6 +252,8 @@ impl ParamStore {
         renderer: &Renderer,
         view: &TrainView,
         view_index: usize,
+        target: &[f32],
+        refresh_target: bool,
         sh_degree: u32,
         options: &RenderOptions,
         params: &TrainParams,
@@ -262,7 +266,8 @@ impl ParamStore {
                 let out = state.step(&TrainStep {
                     camera: &view.camera,
                     target_key: view_index,
-                    target: &view.image,
+                    target,
+                    refresh_target,
                     sh_degree,
                     options,
                     lambda: params.lambda_dssim,
@@ -289,7 +294,7 @@ impl ParamStore {
                 })
             }
             Self::Host { g, adam } => host_step(
-                g, adam, renderer, view, sh_degree, options, params, lr_means, step,
+                g, adam, renderer, view, target, sh_degree, options, params, lr_means, step,
             ),
         }
     }
@@ -302,6 +307,7 @@ fn host_step(
     adam: &mut GaussiansAdam,
     renderer: &Renderer,
     view: &TrainView,
+    target: &[f32],
     sh_degree: u32,
     options: &RenderOptions,
     params: &TrainParams,
@@ -322,7 +328,7 @@ fn host_step(
         &view.camera,
         options,
         renderer,
-        &view.image,
+        target,
         params.lambda_dssim,
     )?;
     let mut timings = StepTimings {
