@@ -45,8 +45,10 @@ extern "C" __global__ void kiln_blur_pass(const float* __restrict__ in, unsigned
 }
 
 // From the blurred moments [5, H, W, 3]: the SSIM map [H, W, 3] and the three partial maps
-// [3, H, W, 3] = (∂S/∂μx total, ∂S/∂mxx, ∂S/∂mxy) (cpu/loss.rs::ssim_terms).
+// [3, H, W, 3] = (∂S/∂μx total, ∂S/∂mxx, ∂S/∂mxy) (cpu/loss.rs::ssim_terms), each multiplied by
+// the pixel's weight when `weights` ([H, W]) is non-null (cpu/loss.rs::photometric_loss_weighted).
 extern "C" __global__ void kiln_ssim_terms(const float* __restrict__ m, unsigned int n,
+                                           const float* __restrict__ weights,
                                            float* __restrict__ ssim_map, float* __restrict__ partials) {
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -62,25 +64,40 @@ extern "C" __global__ void kiln_ssim_terms(const float* __restrict__ m, unsigned
     float ds_dmu = (2.0f * mu_y * b) / (c * d) - s * (2.0f * mu_x) / c;
     float ds_dsxx = -s / d;
     float ds_dsxy = 2.0f * a / (c * d);
+    float dmu_total = ds_dmu - 2.0f * mu_x * ds_dsxx - mu_y * ds_dsxy;
+    if (weights != nullptr) {
+        float wi = weights[i / 3];
+        s = wi * s;
+        dmu_total = wi * dmu_total;
+        ds_dsxx = wi * ds_dsxx;
+        ds_dsxy = wi * ds_dsxy;
+    }
     ssim_map[i] = s;
-    partials[i] = ds_dmu - 2.0f * mu_x * ds_dsxx - mu_y * ds_dsxy;
+    partials[i] = dmu_total;
     partials[n + i] = ds_dsxx;
     partials[2 * n + i] = ds_dsxy;
 }
 
-// ∂loss/∂x = (1 − λ)·sign(x − y)/N − λ·(B0 + 2x·B1 + y·B2)/N, B = the blurred partial maps; also
-// |x − y| per element for the L1 sum.
+// ∂loss/∂x = (1 − λ)·w·sign(x − y)/N − λ·(B0 + 2x·B1 + y·B2)/N, B = the blurred (weighted) partial
+// maps, N = `inv_count`⁻¹ (3·H·W, or 3·Σw with weights), w the pixel's weight (1 without
+// `weights`); also w·|x − y| per element for the L1 sum.
 extern "C" __global__ void kiln_loss_grad(const float* __restrict__ x, const float* __restrict__ y,
                                           const float* __restrict__ blurred_partials, unsigned int n,
+                                          const float* __restrict__ weights, float inv_count,
                                           float lambda, float* __restrict__ grad, float* __restrict__ abs_diff) {
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float diff = x[i] - y[i];
     float sign = diff > 0.0f ? 1.0f : (diff < 0.0f ? -1.0f : 0.0f);
-    float inv_n = 1.0f / (float)n;
+    float ad = fabsf(diff);
+    if (weights != nullptr) {
+        float wi = weights[i / 3];
+        ad = ad * wi;
+        sign = sign * wi;
+    }
     float d_ssim = blurred_partials[i] + 2.0f * x[i] * blurred_partials[n + i] + y[i] * blurred_partials[2 * n + i];
-    grad[i] = (1.0f - lambda) * sign * inv_n - lambda * d_ssim * inv_n;
-    abs_diff[i] = fabsf(diff);
+    grad[i] = (1.0f - lambda) * sign * inv_count - lambda * d_ssim * inv_count;
+    abs_diff[i] = ad;
 }
 
 // Per-block sums of `n` floats (256 threads, fixed-shape tree: deterministic); the host adds the

@@ -281,25 +281,37 @@ impl Renderer {
 
     /// The training loss `(1 − λ)·L1 + λ·(1 − SSIM)` of `image` against `target` (both
     /// `[H, W, 3]`, linear RGB) and ∂loss/∂image, on this renderer's device
-    /// ([`crate::cpu::loss`] has the formulas and sources).
+    /// ([`crate::cpu::loss`] has the formulas and sources). `weights` (`[H, W]` in [0, 1]) make
+    /// both terms weighted means; 0 ignores a pixel
+    /// ([`crate::cpu::loss::photometric_loss_weighted`]).
     ///
     /// # Errors
-    /// [`Error::Shape`] when a slice is not `height × width × 3`; [`Error::Device`] for device
-    /// failures.
+    /// [`Error::Shape`] when a slice is not `height × width × 3` or the weights not
+    /// `height × width`; [`Error::Device`] for device failures.
     pub fn photometric_loss(
         &self,
         image: &[f32],
         target: &[f32],
+        weights: Option<&[f32]>,
         height: usize,
         width: usize,
         lambda: f32,
     ) -> Result<crate::cpu::loss::LossOutput, Error> {
         crate::cpu::loss::check_loss_shapes(height, width, image.len(), target.len())?;
+        if let Some(w) = weights
+            && w.len() != height * width
+        {
+            return Err(Error::Shape {
+                what: "loss weights [H, W]",
+                expected: height * width,
+                found: w.len(),
+            });
+        }
         match self {
-            Renderer::Cpu => Ok(crate::cpu::loss::photometric_loss(
-                image, target, height, width, lambda,
+            Renderer::Cpu => Ok(crate::cpu::loss::photometric_loss_weighted(
+                image, target, weights, height, width, lambda,
             )),
-            Renderer::Gpu(g) => g.photometric_loss(image, target, height, width, lambda),
+            Renderer::Gpu(g) => g.photometric_loss(image, target, weights, height, width, lambda),
         }
     }
 

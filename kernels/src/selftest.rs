@@ -298,11 +298,32 @@ pub fn compare_scene(
     // The fused training loss on both devices, against a random target.
     let (h, w) = (scene.camera.height as usize, scene.camera.width as usize);
     let target: Vec<f32> = (0..fc.image.len()).map(|_| rng.range(0.0, 1.0)).collect();
-    let lc = cpu.photometric_loss(&fc.image, &target, h, w, 0.2)?;
-    let ld = device.photometric_loss(&fd.image, &target, h, w, 0.2)?;
+    let lc = cpu.photometric_loss(&fc.image, &target, None, h, w, 0.2)?;
+    let ld = device.photometric_loss(&fd.image, &target, None, h, w, 0.2)?;
     tensors.push(diff("loss [1]", &[lc.loss as f32], &[ld.loss as f32], true));
     tensors.push(diff(
         "loss.grad_image [H, W, 3]",
+        &lc.grad_image,
+        &ld.grad_image,
+        true,
+    ));
+    // Weighted (masked) loss: a random third of the pixels ignored, the rest at random weights.
+    let weights: Vec<f32> = (0..h * w)
+        .map(|_| {
+            let r = rng.range(0.0, 1.0);
+            if r < 1.0 / 3.0 { 0.0 } else { r }
+        })
+        .collect();
+    let lc = cpu.photometric_loss(&fc.image, &target, Some(&weights), h, w, 0.2)?;
+    let ld = device.photometric_loss(&fd.image, &target, Some(&weights), h, w, 0.2)?;
+    tensors.push(diff(
+        "masked loss [1]",
+        &[lc.loss as f32],
+        &[ld.loss as f32],
+        true,
+    ));
+    tensors.push(diff(
+        "masked loss.grad_image [H, W, 3]",
         &lc.grad_image,
         &ld.grad_image,
         true,
@@ -439,6 +460,7 @@ fn train_resident(
             target_key: 0,
             target: &target,
             refresh_target: false,
+            weights: None,
             sh_degree: scene.sh_degree,
             options,
             lambda: 0.2,

@@ -107,8 +107,7 @@ pub fn bench_train(
         ..IngestParams::default()
     };
     let cap = ingest::ingest_capture(&cfg.capture, &ingest_params, &ingest_dir)?;
-    let background = TrainParams::default().background;
-    let views = crate::run::train_views(&ingest_dir, &cap, background)?;
+    let views = crate::run::train_views(&ingest_dir, &cap, &TrainParams::default())?;
     let image_size = views
         .first()
         .map(|v| [v.camera.width, v.camera.height])

@@ -496,7 +496,7 @@ fn run_local(
         StageKind::Train => {
             let ingest_dir = stage_dir(plan, StageKind::Ingest);
             let cap = ingest::load_ingested(&ingest_dir)?;
-            let views = train_views(&ingest_dir, &cap, plan.train.background)?;
+            let views = train_views(&ingest_dir, &cap, &plan.train)?;
             let init = cap.points.as_ref().map(|p| train::InitPoints {
                 positions: p
                     .positions
@@ -635,17 +635,23 @@ fn find_input(dir: &Path, kind: JobKind) -> Result<PathBuf> {
     }
 }
 
-/// The ingested frames as training views (images decoded over `background`).
+/// The ingested frames as training views (images decoded over `params.background`, masks used as
+/// `params.mask_mode` says).
 pub(crate) fn train_views(
     ingest_dir: &Path,
     cap: &ingest::IngestedCapture,
-    background: [f32; 3],
+    params: &train::TrainParams,
 ) -> Result<Vec<train::TrainView>> {
     cap.frames
         .iter()
         .map(|f| {
             let w2c = f.world_to_camera.map(|r| r.map(|v| v as f32));
-            let (image, transparency) = ingest::load_frame(ingest_dir, f, background)?;
+            let frame = ingest::load_frame(
+                ingest_dir,
+                f,
+                params.background,
+                params.mask_mode == train::MaskMode::Ignore,
+            )?;
             Ok(train::TrainView {
                 name: f.name.clone(),
                 camera: kiln_kernels::Camera {
@@ -657,8 +663,9 @@ pub(crate) fn train_views(
                     cy: f.cy as f32,
                     world_to_camera: w2c,
                 },
-                image,
-                transparency,
+                image: frame.image,
+                transparency: frame.transparency,
+                loss_weights: frame.loss_weights,
             })
         })
         .collect()

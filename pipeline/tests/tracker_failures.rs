@@ -148,6 +148,7 @@ fn views(scene: &GaussianSplats, positions: &[[f32; 3]], centre: [f32; 3]) -> Ve
                 camera,
                 image: out.image.iter().map(|v| v.clamp(0.0, 1.0)).collect(),
                 transparency: None,
+                loss_weights: None,
             }
         })
         .collect()

@@ -130,6 +130,7 @@ fn views(scene: &GaussianSplats) -> Vec<TrainView> {
             camera,
             image: render(scene, &camera),
             transparency: None,
+            loss_weights: None,
         })
         .collect()
 }

@@ -96,6 +96,12 @@ fn blur(data: &[f32], maps: usize, h: usize, w: usize, g: &[f32; SSIM_WINDOW]) -
     out
 }
 
+/// Σ of per-pixel loss weights as [`photometric_loss_weighted`] takes it (f64, fixed chunks), for
+/// the device path's count.
+pub fn weight_sum(weights: &[f32]) -> f64 {
+    sum_f64(weights)
+}
+
 /// Sum in `f64`, in fixed chunks added in order: the same value for any thread count.
 fn sum_f64(values: &[f32]) -> f64 {
     values
@@ -136,7 +142,35 @@ pub fn photometric_loss(
     width: usize,
     lambda: f32,
 ) -> LossOutput {
+    photometric_loss_weighted(image, target, None, height, width, lambda)
+}
+
+/// [`photometric_loss`] with per-pixel weights `[H, W]` in [0, 1]: 0 ignores a pixel (outside a
+/// capture's mask, or outside an undistorted image's valid region). Both terms become weighted
+/// means, `L1 = Σ w·|x − y| / (3·Σw)` and `SSIM = Σ w·S / (3·Σw)` over the SSIM map S (windows
+/// still read ignored pixels, as nerfstudio's masked SSIM does), so the gradient is the unweighted
+/// one with the per-pixel partials multiplied by w before the adjoint blur and divided by 3·Σw
+/// instead of 3·H·W. All weights 0 gives loss 0 and a zero gradient. `None` = all weights 1, bit
+/// for bit [`photometric_loss`].
+pub fn photometric_loss_weighted(
+    image: &[f32],
+    target: &[f32],
+    weights: Option<&[f32]>,
+    height: usize,
+    width: usize,
+    lambda: f32,
+) -> LossOutput {
     let n = height * width * 3;
+    let weight = |i: usize| weights.map_or(1.0, |w| w[i / 3]);
+    let count = weights.map_or(n as f64, |w| 3.0 * sum_f64(w));
+    if count <= 0.0 {
+        return LossOutput {
+            loss: 0.0,
+            l1: 0.0,
+            ssim: 1.0,
+            grad_image: vec![0.0; n],
+        };
+    }
     let g = ssim_window();
     let mut stats = vec![0.0f32; 5 * n];
     {
@@ -172,12 +206,21 @@ pub fn photometric_loss(
             .enumerate()
             .for_each(|(i, (((s, d_mu), d_xx), d_xy))| {
                 let t = ssim_terms(m[i], m[n + i], m[2 * n + i], m[3 * n + i], m[4 * n + i]);
-                (*s, *d_mu, *d_xx, *d_xy) = (t[0], t[1], t[2], t[3]);
+                match weights {
+                    None => (*s, *d_mu, *d_xx, *d_xy) = (t[0], t[1], t[2], t[3]),
+                    Some(_) => {
+                        let wi = weight(i);
+                        (*s, *d_mu, *d_xx, *d_xy) = (wi * t[0], wi * t[1], wi * t[2], wi * t[3]);
+                    }
+                }
             });
     }
     drop(m);
     let b = blur(&partials, 3, height, width, &g);
-    let inv_n = 1.0 / n as f32;
+    let inv_n = match weights {
+        None => 1.0 / n as f32,
+        Some(_) => (1.0 / count) as f32,
+    };
     let mut abs_diff = vec![0.0f32; n];
     let mut grad_image = vec![0.0f32; n];
     grad_image
@@ -187,18 +230,23 @@ pub fn photometric_loss(
         .for_each(|(i, (grad, ad))| {
             let diff = image[i] - target[i];
             *ad = diff.abs();
-            let sign = if diff > 0.0 {
+            let mut sign = if diff > 0.0 {
                 1.0
             } else if diff < 0.0 {
                 -1.0
             } else {
                 0.0
             };
+            if weights.is_some() {
+                let wi = weight(i);
+                *ad *= wi;
+                sign *= wi;
+            }
             let d_ssim = b[i] + 2.0 * image[i] * b[n + i] + target[i] * b[2 * n + i];
             *grad = (1.0 - lambda) * sign * inv_n - lambda * d_ssim * inv_n;
         });
-    let l1 = sum_f64(&abs_diff) / n as f64;
-    let ssim = sum_f64(&ssim_map) / n as f64;
+    let l1 = sum_f64(&abs_diff) / count;
+    let ssim = sum_f64(&ssim_map) / count;
     LossOutput {
         loss: f64::from(1.0 - lambda) * l1 + f64::from(lambda) * (1.0 - ssim),
         l1,
@@ -276,5 +324,53 @@ mod tests {
                 "i={i}: fd {fd} vs analytic {an}"
             );
         }
+    }
+
+    /// Weighted loss: all-ones weights are the plain loss; a zero-weight pixel's own error does
+    /// not count; finite differences of the weighted loss match its gradient.
+    #[test]
+    fn weighted_loss_ignores_zero_weight_pixels_and_has_the_right_gradient() {
+        let (h, w) = (12, 14);
+        let x = image(h, w, 3);
+        let y = image(h, w, 41);
+        let ones = vec![1.0f32; h * w];
+        let plain = photometric_loss(&x, &y, h, w, 0.2);
+        let weighted = photometric_loss_weighted(&x, &y, Some(&ones), h, w, 0.2);
+        assert!((plain.loss - weighted.loss).abs() < 1e-9);
+        // Half the pixels ignored (left half of every row).
+        let half: Vec<f32> = (0..h * w)
+            .map(|p| if p % w < w / 2 { 0.0 } else { 1.0 })
+            .collect();
+        let out = photometric_loss_weighted(&x, &y, Some(&half), h, w, 0.2);
+        // L1 by hand over the kept pixels.
+        let (mut s, mut c) = (0.0f64, 0.0f64);
+        for i in 0..h * w * 3 {
+            if half[i / 3] > 0.0 {
+                s += f64::from((x[i] - y[i]).abs());
+                c += 1.0;
+            }
+        }
+        assert!((out.l1 - s / c).abs() < 1e-9, "{} vs {}", out.l1, s / c);
+        // Changing an ignored pixel far (> 5 px) from any kept one changes nothing.
+        let mut x2 = x.clone();
+        x2[3 * 6 * w] += 0.3; // pixel (x 0, y 6): 7 px from the nearest kept one
+        let out2 = photometric_loss_weighted(&x2, &y, Some(&half), h, w, 0.2);
+        assert_eq!(out.loss, out2.loss);
+        let eps = 1e-3f32;
+        for &i in &[3 * (6 * w + 9), 3 * (2 * w + 5) + 2, 3 * (11 * w + 13) + 1] {
+            let (mut p, mut m) = (x.clone(), x.clone());
+            p[i] += eps;
+            m[i] -= eps;
+            let fd = (photometric_loss_weighted(&p, &y, Some(&half), h, w, 0.2).loss
+                - photometric_loss_weighted(&m, &y, Some(&half), h, w, 0.2).loss)
+                / (2.0 * f64::from(eps));
+            let an = f64::from(out.grad_image[i]);
+            assert!(
+                (fd - an).abs() < 2e-6 + 2e-2 * an.abs(),
+                "i={i}: fd {fd} vs {an}"
+            );
+        }
+        let none = photometric_loss_weighted(&x, &y, Some(&vec![0.0; h * w]), h, w, 0.2);
+        assert!(none.loss == 0.0 && none.grad_image.iter().all(|&g| g == 0.0));
     }
 }

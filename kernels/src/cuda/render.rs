@@ -264,6 +264,29 @@ pub struct DeviceGrads {
     pub timings: KernelTimings,
 }
 
+/// Per-pixel loss weights `[H, W]` on the device, with their sum (computed once on the host, in
+/// f64 chunks as the CPU twin sums them).
+#[derive(Debug)]
+pub struct LossWeights {
+    /// `[H, W]` weights in [0, 1].
+    pub buffer: DeviceBuffer<f32>,
+    /// Σ weights.
+    pub sum: f64,
+}
+
+impl LossWeights {
+    /// Upload `weights` (`[H, W]`).
+    ///
+    /// # Errors
+    /// [`Error::Device`] for device failures.
+    pub fn upload(ctx: &Arc<GpuContext>, weights: &[f32]) -> Result<Self, Error> {
+        Ok(Self {
+            buffer: DeviceBuffer::from_slice(ctx, weights, "loss weights [H, W]")?,
+            sum: crate::cpu::loss::weight_sum(weights),
+        })
+    }
+}
+
 /// Device-side results of [`GpuRenderer::loss_device`].
 #[derive(Debug)]
 pub struct DeviceLoss {
@@ -912,8 +935,9 @@ impl GpuRenderer {
         Ok(out)
     }
 
-    /// `(1 − λ)·L1 + λ·(1 − SSIM)` of `image` against `target` (`[H, W, 3]`) and its gradient;
-    /// same contract as [`crate::cpu::loss::photometric_loss`].
+    /// `(1 − λ)·L1 + λ·(1 − SSIM)` of `image` against `target` (`[H, W, 3]`) and its gradient,
+    /// with optional per-pixel weights `[H, W]`; same contract as
+    /// [`crate::cpu::loss::photometric_loss_weighted`].
     ///
     /// # Errors
     /// [`Error::Device`] for device failures.
@@ -921,13 +945,18 @@ impl GpuRenderer {
         &self,
         image: &[f32],
         target: &[f32],
+        weights: Option<&[f32]>,
         height: usize,
         width: usize,
         lambda: f32,
     ) -> Result<crate::cpu::loss::LossOutput, Error> {
         let x = DeviceBuffer::from_slice(&self.ctx, image, "loss image [H, W, 3]")?;
         let y = DeviceBuffer::from_slice(&self.ctx, target, "loss target [H, W, 3]")?;
-        let out = self.loss_device(&x, &y, height, width, lambda)?;
+        let w = match weights {
+            Some(w) => Some(LossWeights::upload(&self.ctx, w)?),
+            None => None,
+        };
+        let out = self.loss_device(&x, &y, w.as_ref(), height, width, lambda)?;
         Ok(crate::cpu::loss::LossOutput {
             loss: out.loss,
             l1: out.l1,
@@ -946,6 +975,7 @@ impl GpuRenderer {
         &self,
         x: &DeviceBuffer<f32>,
         y: &DeviceBuffer<f32>,
+        weights: Option<&LossWeights>,
         height: usize,
         width: usize,
         lambda: f32,
@@ -953,6 +983,32 @@ impl GpuRenderer {
         crate::cpu::loss::check_loss_shapes(height, width, x.len(), y.len())?;
         let ctx = &self.ctx;
         let n = height * width * 3;
+        if let Some(w) = weights
+            && w.buffer.len() != height * width
+        {
+            return Err(Error::Shape {
+                what: "loss weights [H, W]",
+                expected: height * width,
+                found: w.buffer.len(),
+            });
+        }
+        // The CPU twin's count and its reciprocal, rounded the same way.
+        let (count, inv_count) = match weights {
+            None => (n as f64, 1.0 / n as f32),
+            Some(w) => (3.0 * w.sum, (1.0 / (3.0 * w.sum)) as f32),
+        };
+        if count <= 0.0 {
+            return Ok(DeviceLoss {
+                loss: 0.0,
+                l1: 0.0,
+                ssim: 1.0,
+                grad_image: DeviceBuffer::from_slice(
+                    ctx,
+                    &vec![0.0f32; n],
+                    "loss gradient [H, W, 3]",
+                )?,
+            });
+        }
         let window =
             DeviceBuffer::from_slice(ctx, &crate::cpu::loss::ssim_window(), "SSIM window")?;
         let stats = DeviceBuffer::<f32>::uninit(ctx, 5 * n, "SSIM statistics [5, H, W, 3]")?;
@@ -967,11 +1023,12 @@ impl GpuRenderer {
         drop(stats);
         let ssim_map = DeviceBuffer::<f32>::uninit(ctx, n, "SSIM map [H, W, 3]")?;
         let partials = DeviceBuffer::<f32>::uninit(ctx, 3 * n, "SSIM partials [3, H, W, 3]")?;
-        let args = Args::new()
-            .buf(&moments)
-            .u32(n as u32)
-            .buf(&ssim_map)
-            .buf(&partials);
+        let args = Args::new().buf(&moments).u32(n as u32);
+        let args = match weights {
+            Some(w) => args.buf(&w.buffer),
+            None => args.null(),
+        };
+        let args = args.buf(&ssim_map).buf(&partials);
         self.launch(
             "kiln_ssim_terms",
             [blocks(n, 256), 1, 1],
@@ -983,22 +1040,20 @@ impl GpuRenderer {
         drop(partials);
         let grad = DeviceBuffer::<f32>::uninit(ctx, n, "loss gradient [H, W, 3]")?;
         let abs_diff = DeviceBuffer::<f32>::uninit(ctx, n, "|image − target| [H, W, 3]")?;
-        let args = Args::new()
-            .buf(x)
-            .buf(y)
-            .buf(&blurred)
-            .u32(n as u32)
-            .f32(lambda)
-            .buf(&grad)
-            .buf(&abs_diff);
+        let args = Args::new().buf(x).buf(y).buf(&blurred).u32(n as u32);
+        let args = match weights {
+            Some(w) => args.buf(&w.buffer),
+            None => args.null(),
+        };
+        let args = args.f32(inv_count).f32(lambda).buf(&grad).buf(&abs_diff);
         self.launch(
             "kiln_loss_grad",
             [blocks(n, 256), 1, 1],
             [BLOCK, 1, 1],
             args,
         )?;
-        let l1 = self.sum(&abs_diff)? / n as f64;
-        let ssim = self.sum(&ssim_map)? / n as f64;
+        let l1 = self.sum(&abs_diff)? / count;
+        let ssim = self.sum(&ssim_map)? / count;
         Ok(DeviceLoss {
             loss: f64::from(1.0 - lambda) * l1 + f64::from(lambda) * (1.0 - ssim),
             l1,

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::gpu::DeviceBuffer;
-use super::render::{DeviceSplats, GpuRenderer};
+use super::render::{DeviceSplats, GpuRenderer, LossWeights};
 use crate::cpu::adam::{ActivationL1, AdamStep};
 use crate::cpu::ms_since;
 use crate::{Camera, Error, KernelTimings, RenderOptions};
@@ -93,6 +93,9 @@ pub struct TrainStep<'a> {
     /// Upload `target` again even when `target_key` is cached (a target that changes from step
     /// to step, e.g. composited over a random background).
     pub refresh_target: bool,
+    /// `[H, W]` per-pixel loss weights of the view (0 = ignored pixel), cached with the target;
+    /// `None` weighs every pixel 1.
+    pub weights: Option<&'a [f32]>,
     /// Active SH degree (≤ the degree K holds).
     pub sh_degree: u32,
     /// Background colour.
@@ -134,7 +137,7 @@ pub struct GpuTrainState {
     v: GroupBuffers,
     t: [u32; 5],
     sh_lr_scale: DeviceBuffer<f32>,
-    targets: HashMap<usize, DeviceBuffer<f32>>,
+    targets: HashMap<usize, (DeviceBuffer<f32>, Option<LossWeights>)>,
 }
 
 /// One buffer per parameter group, in group order.
@@ -292,7 +295,8 @@ impl GpuTrainState {
         let (h, w) = (s.camera.height as usize, s.camera.width as usize);
         let f = r.forward_device(&self.splats, s.sh_degree, s.camera, s.options)?;
         let clock = Instant::now();
-        if s.refresh_target || self.targets.get(&s.target_key).map(|t| t.len()) != Some(h * w * 3) {
+        if s.refresh_target || self.targets.get(&s.target_key).map(|t| t.0.len()) != Some(h * w * 3)
+        {
             if s.target.len() != h * w * 3 {
                 return Err(Error::Shape {
                     what: "target image [H, W, 3]",
@@ -301,10 +305,14 @@ impl GpuTrainState {
                 });
             }
             let t = DeviceBuffer::from_slice(r.context(), s.target, "target image [H, W, 3]")?;
-            self.targets.insert(s.target_key, t);
+            let weights = match s.weights {
+                Some(wt) => Some(LossWeights::upload(r.context(), wt)?),
+                None => None,
+            };
+            self.targets.insert(s.target_key, (t, weights));
         }
-        let target = &self.targets[&s.target_key];
-        let loss = r.loss_device(&f.image, target, h, w, s.lambda)?;
+        let (target, weights) = &self.targets[&s.target_key];
+        let loss = r.loss_device(&f.image, target, weights.as_ref(), h, w, s.lambda)?;
         let loss_ms = ms_since(clock);
         let g = r.backward_device(&f.saved, &loss.grad_image)?;
         let mut timings = f.timings;

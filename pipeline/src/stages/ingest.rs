@@ -23,9 +23,10 @@ pub struct IngestParams {
     pub max_side: Option<u32>,
     /// Use the capture's foreground masks (e.g. LLFF `masks/<stem>_mask.JPG`): each mask is
     /// decoded at the image's size, undistorted like it, thresholded at 50 % (masks are often
-    /// lossy JPEGs), and written beside the image; training then composites the photo over its
-    /// background colour outside the mask, so backgrounds that change between views (an object
-    /// turned over on a turntable) are learnt as empty. Default false.
+    /// lossy JPEGs), and written beside the image. Training then ignores the pixels outside the
+    /// mask (`train.mask_mode = "ignore"`, the default) or replaces them by its background colour
+    /// (`"background"`, so backgrounds that change between views, an object turned over on a
+    /// turntable, are learnt as empty). Default false.
     pub masks: bool,
     /// Splats jobs: the input scene's up axis (`x`, `-x`, `y`, `-y`, `z`, `-z`; e.g. `-y` for
     /// COLMAP-frame 3DGS output); the splats are rotated (means, rotations and SH) so that it
@@ -309,13 +310,27 @@ pub fn load_frame_rgb(
     frame: &IngestedFrame,
     background: [f32; 3],
 ) -> Result<Vec<f32>> {
-    Ok(load_frame(stage_dir, frame, background)?.0)
+    Ok(load_frame(stage_dir, frame, background, false)?.image)
 }
 
-/// [`load_frame_rgb`] plus the frame's transparency `[H, W]`: how much of `background` each
-/// pixel of the returned image holds (1 outside the mask, 1 − alpha with alpha, else 0); `None`
-/// for a frame with neither mask nor alpha. The trainer uses it to composite the frame over
-/// another background (`image + transparency·(other − background)`).
+/// A frame as the trainer uses it (see [`load_frame`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadedFrame {
+    /// `[H, W, 3]` linear RGB in [0, 1], composited over the background where transparent.
+    pub image: Vec<f32>,
+    /// `[H, W]` share of the background in each pixel of `image` (1 − alpha; 1 outside a mask
+    /// used as background); `None` when the frame is opaque everywhere.
+    pub transparency: Option<Vec<f32>>,
+    /// `[H, W]` loss weights: 0 outside the mask, 1 inside, when masks mean ignored pixels;
+    /// `None` otherwise.
+    pub loss_weights: Option<Vec<f32>>,
+}
+
+/// Load an ingested frame for training. Alpha is composited over `background` (premultiplied
+/// colour); a mask either makes the pixels outside it ignored (`ignore_outside_mask`: loss
+/// weight 0, the photo's pixels kept) or replaces them by `background`, as [`load_frame_rgb`]
+/// does. The transparency lets the trainer re-composite over another background
+/// (`image + transparency·(other − background)`).
 ///
 /// # Errors
 /// As [`load_frame_rgb`].
@@ -323,10 +338,14 @@ pub fn load_frame(
     stage_dir: &Path,
     frame: &IngestedFrame,
     background: [f32; 3],
-) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
+    ignore_outside_mask: bool,
+) -> Result<LoadedFrame> {
     let mut img = capture::load_rgb(&stage_dir.join(&frame.image), None)?;
-    let mut transparency: Option<Vec<f32>> = (frame.mask.is_some() || frame.alpha.is_some())
-        .then(|| vec![0.0; img.width as usize * img.height as usize]);
+    let pixels = img.width as usize * img.height as usize;
+    let mask_is_background = frame.mask.is_some() && !ignore_outside_mask;
+    let mut transparency: Option<Vec<f32>> =
+        (mask_is_background || frame.alpha.is_some()).then(|| vec![0.0; pixels]);
+    let mut loss_weights: Option<Vec<f32>> = None;
     if let Some(mask_rel) = &frame.mask {
         let path = stage_dir.join(mask_rel);
         let mask = image::open(&path)
@@ -345,11 +364,20 @@ pub fn load_frame(
                 ),
             });
         }
-        let t = transparency.as_deref_mut().unwrap_or_default();
-        for ((px, m), t) in img.data.chunks_exact_mut(3).zip(mask.as_raw()).zip(t) {
-            if *m < 128 {
-                px.copy_from_slice(&background);
-                *t = 1.0;
+        if ignore_outside_mask {
+            loss_weights = Some(
+                mask.as_raw()
+                    .iter()
+                    .map(|&m| if m < 128 { 0.0 } else { 1.0 })
+                    .collect(),
+            );
+        } else {
+            let t = transparency.as_deref_mut().unwrap_or_default();
+            for ((px, m), t) in img.data.chunks_exact_mut(3).zip(mask.as_raw()).zip(t) {
+                if *m < 128 {
+                    px.copy_from_slice(&background);
+                    *t = 1.0;
+                }
             }
         }
     }
@@ -385,7 +413,11 @@ pub fn load_frame(
             }
         }
     }
-    Ok((img.data, transparency))
+    Ok(LoadedFrame {
+        image: img.data,
+        transparency,
+        loss_weights,
+    })
 }
 
 fn write_png(path: &Path, img: &capture::RgbImage) -> Result<()> {
@@ -626,7 +658,7 @@ mod tests {
         assert_eq!(&px[6..9], &bg);
         assert_eq!(&px[9..12], &bg);
         // The transparency the trainer re-composites with: 1 − alpha per pixel.
-        let (_, t) = load_frame(&out, f, bg).unwrap();
+        let t = load_frame(&out, f, bg, true).unwrap().transparency;
         let t = t.expect("an RGBA frame has a transparency");
         assert_eq!(t.len(), 8);
         assert_eq!((t[0], t[2], t[3]), (0.0, 1.0, 1.0));
@@ -666,9 +698,18 @@ mod tests {
         let unmasked = load_frame_rgb(d.path(), &frame(None), bg).unwrap();
         assert!((unmasked[3] - 51.0 / 255.0).abs() < 1e-6);
         // Masked-out pixels are all background (transparency 1); no mask, no transparency.
-        let (_, t) = load_frame(d.path(), &frame(Some("masks/a.png")), bg).unwrap();
-        assert_eq!(t, Some(vec![0.0, 1.0]));
-        assert_eq!(load_frame(d.path(), &frame(None), bg).unwrap().1, None);
+        let f = load_frame(d.path(), &frame(Some("masks/a.png")), bg, false).unwrap();
+        assert_eq!(
+            (f.transparency, f.loss_weights),
+            (Some(vec![0.0, 1.0]), None)
+        );
+        let plain = load_frame(d.path(), &frame(None), bg, false).unwrap();
+        assert_eq!((plain.transparency, plain.loss_weights), (None, None));
+        // Masks as ignored pixels: the photo is kept and the outside pixel weighs 0.
+        let f = load_frame(d.path(), &frame(Some("masks/a.png")), bg, true).unwrap();
+        assert_eq!(f.loss_weights, Some(vec![1.0, 0.0]));
+        assert_eq!(f.transparency, None);
+        assert!((f.image[3] - 51.0 / 255.0).abs() < 1e-6, "{:?}", f.image);
     }
 
     #[test]

@@ -48,6 +48,39 @@ pub fn psnr(a: &[f32], b: &[f32]) -> f64 {
     -10.0 * mse.log10()
 }
 
+/// [`psnr`] over the pixels of nonzero weight, weighted: MSE = Σ w·(a − b)² / (3·Σw) with
+/// `weights` `[H, W]` (masked PSNR, as nerfstudio evaluates masked captures). `None` is [`psnr`].
+pub fn psnr_weighted(a: &[f32], b: &[f32], weights: Option<&[f32]>) -> f64 {
+    let Some(w) = weights else {
+        return psnr(a, b);
+    };
+    let (mut se, mut count) = (0.0f64, 0.0f64);
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        let wi = f64::from(w[i / 3]);
+        se += wi * f64::from(x - y).powi(2);
+        count += wi;
+    }
+    -10.0 * (se / count.max(f64::MIN_POSITIVE)).log10()
+}
+
+/// Mean SSIM over the pixels of nonzero weight (Σ w·S / (3·Σw) over the SSIM map, the masked
+/// loss's SSIM term); `None` is [`ssim_host`].
+pub fn ssim_weighted(
+    a: &[f32],
+    b: &[f32],
+    weights: Option<&[f32]>,
+    height: usize,
+    width: usize,
+) -> f64 {
+    match weights {
+        None => ssim_host(a, b, height, width),
+        Some(w) => {
+            kiln_kernels::cpu::loss::photometric_loss_weighted(a, b, Some(w), height, width, 1.0)
+                .ssim
+        }
+    }
+}
+
 /// Mean SSIM of two `[H, W, 3]` images in [0, 1] (11×11 Gaussian window, σ = 1.5).
 pub fn ssim_host(a: &[f32], b: &[f32], height: usize, width: usize) -> f64 {
     let dev = Default::default();
@@ -147,7 +180,11 @@ pub fn held_out_psnr(
         let render = to_f(&quantise_u8(&render_host(
             renderer, splats, sh_degree, &v.camera, background,
         )?));
-        sum += psnr(&render, &to_f(&quantise_u8(&v.image)));
+        sum += psnr_weighted(
+            &render,
+            &to_f(&quantise_u8(&v.image)),
+            v.loss_weights.as_deref(),
+        );
     }
     Ok(sum / views.len() as f64)
 }
@@ -178,7 +215,8 @@ pub fn render_host(
     Ok(out.image)
 }
 
-/// Evaluate one view: metrics on 8-bit images, and the side-by-side PNG written to
+/// Evaluate one view: metrics on 8-bit images (over the pixels of nonzero `weights` `[H, W]`
+/// when given: a masked capture's held-out views), and the side-by-side PNG written to
 /// `eval_dir/<name>.png` (ground truth left, render right).
 ///
 /// # Errors
@@ -190,6 +228,7 @@ pub fn evaluate_view(
     name: &str,
     camera: &Camera,
     ground_truth: &[f32],
+    weights: Option<&[f32]>,
     background: [f32; 3],
     eval_dir: &Path,
 ) -> crate::Result<ViewMetrics> {
@@ -202,8 +241,8 @@ pub fn evaluate_view(
     let (rf, gf) = (to_f(&render), to_f(&gt));
     let metrics = ViewMetrics {
         name: name.to_string(),
-        psnr_db: psnr(&rf, &gf),
-        ssim: ssim_host(&rf, &gf, h, w),
+        psnr_db: psnr_weighted(&rf, &gf, weights),
+        ssim: ssim_weighted(&rf, &gf, weights, h, w),
     };
     let mut side = image::RgbImage::new(2 * w as u32, h as u32);
     for y in 0..h {

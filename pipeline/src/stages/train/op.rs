@@ -494,10 +494,13 @@ pub struct RenderLossOutput {
 /// renderer's device (fused; no burn tensors for the image or the SSIM maps).
 ///
 /// Same parameter tensors and camera as [`rasterize`]; `target` is `[H, W, 3]` linear RGB in
-/// [0, 1]; `lambda_dssim` λ in [0, 1] (INRIA 0.2). Source of the loss: Kerbl et al. 2023 eq. 7.
+/// [0, 1]; `weights` optional `[H, W]` per-pixel loss weights (0 = ignored pixel, see
+/// [`kiln_kernels::cpu::loss::photometric_loss_weighted`]); `lambda_dssim` λ in [0, 1] (INRIA 0.2).
+/// Source of the loss: Kerbl et al. 2023 eq. 7.
 ///
 /// # Errors
-/// As [`rasterize`]; [`crate::Error::Kernel`] when `target` is not `[H, W, 3]`.
+/// As [`rasterize`]; [`crate::Error::Kernel`] when `target` is not `[H, W, 3]` or `weights` not
+/// `[H, W]`.
 pub fn render_loss(
     params: [Tensor<TrainBackend, 2>; 3],
     logit_opacities: Tensor<TrainBackend, 1>,
@@ -507,6 +510,7 @@ pub fn render_loss(
     options: &RenderOptions,
     renderer: &Renderer,
     target: &[f32],
+    weights: Option<&[f32]>,
     lambda_dssim: f32,
 ) -> crate::Result<RenderLossOutput> {
     let [means, log_scales, rotations] = params;
@@ -515,7 +519,8 @@ pub fn render_loss(
     let mut saved = params.render(sh_degree, camera, options, renderer)?;
     let clock = std::time::Instant::now();
     let (h, w) = (camera.height as usize, camera.width as usize);
-    let loss = renderer.photometric_loss(&saved.forward.image, target, h, w, lambda_dssim)?;
+    let loss =
+        renderer.photometric_loss(&saved.forward.image, target, weights, h, w, lambda_dssim)?;
     let loss_ms = clock.elapsed().as_secs_f64() * 1e3;
     saved.loss_grad_image = Some(loss.grad_image);
     let (side_channel, timings) = (saved.side_channel.clone(), saved.forward.timings);

@@ -65,6 +65,25 @@ pub enum Init {
     Random,
 }
 
+/// What the pixels outside a capture's mask (`ingest.masks = true`) mean to training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MaskMode {
+    /// Ignored: loss weight 0 in training and left out of the held-out PSNR / SSIM (nerfstudio's
+    /// masks; what the splat anchors' tracker failures ask for).
+    #[default]
+    Ignore,
+    /// Replaced by [`TrainParams::background`], so the splats learn them as empty (turntable
+    /// captures whose background changes between views; Brush's masks-as-alpha).
+    Background,
+}
+
+impl MaskMode {
+    fn is_ignore(&self) -> bool {
+        *self == MaskMode::Ignore
+    }
+}
+
 impl Init {
     fn is_auto(&self) -> bool {
         *self == Init::Auto
@@ -115,6 +134,9 @@ pub struct TrainParams {
     /// transparent regions (gsplat `random_bkgd`; nerfstudio's random background). Default off.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub random_background: bool,
+    /// Pixels outside a capture's mask: ignored (default) or the background ([`MaskMode`]).
+    #[serde(skip_serializing_if = "MaskMode::is_ignore")]
+    pub mask_mode: MaskMode,
     /// Hold out every `eval_every`-th view (index % eval_every == 0, views sorted by name) for
     /// evaluation. 0 disables the hold-out (train and evaluate on all views). Default 8.
     pub eval_every: usize,
@@ -189,6 +211,7 @@ impl TrainParams {
             lambda_dssim: 0.2,
             background: [0.0; 3],
             random_background: false,
+            mask_mode: MaskMode::Ignore,
             eval_every: 8,
             init_opacity: super::init::INIT_OPACITY,
             init_scale: 1.0,
@@ -382,6 +405,7 @@ struct TrainParamsToml {
     lambda_dssim: Option<f32>,
     background: Option<[f32; 3]>,
     random_background: Option<bool>,
+    mask_mode: Option<MaskMode>,
     eval_every: Option<usize>,
     init_opacity: Option<f32>,
     init_scale: Option<f32>,
@@ -422,6 +446,7 @@ impl<'de> Deserialize<'de> for TrainParams {
             lambda_dssim,
             background,
             random_background,
+            mask_mode,
             eval_every,
             init_opacity,
             init_scale,

@@ -268,6 +268,7 @@ impl ParamStore {
                     target_key: view_index,
                     target,
                     refresh_target,
+                    weights: view.loss_weights.as_deref(),
                     sh_degree,
                     options,
                     lambda: params.lambda_dssim,
@@ -329,6 +330,7 @@ fn host_step(
         options,
         renderer,
         target,
+        view.loss_weights.as_deref(),
         params.lambda_dssim,
     )?;
     let mut timings = StepTimings {
