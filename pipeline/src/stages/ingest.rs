@@ -110,6 +110,11 @@ pub struct IngestedFrame {
     /// background, so transparent parts of the photo are learnt as empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alpha: Option<String>,
+    /// Valid-pixel mask PNG (8-bit gray, 255 = the pixel saw the scene) relative to the stage
+    /// directory, written when undistortion left pixels with no source (beyond the photo's edge);
+    /// training gives those pixels loss weight 0 and leaves them out of the held-out metrics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid: Option<String>,
 }
 
 /// SfM points carried from the capture (COLMAP `points3D`), world frame, metres.
@@ -150,7 +155,7 @@ pub fn ingest_capture(
 ) -> Result<IngestedCapture> {
     params.validate()?;
     let cap: Capture = capture::read_capture(input)?;
-    for sub in ["images", "masks", "alpha"] {
+    for sub in ["images", "masks", "alpha", "valid"] {
         let d = out_dir.join(sub);
         std::fs::create_dir_all(&d).map_err(|e| Error::io(&d, e))?;
     }
@@ -165,6 +170,29 @@ pub fn ingest_capture(
             let png_name = format!("{}.png", f.name.replace(['/', '\\'], "_"));
             let rel = format!("images/{png_name}");
             write_png(&out_dir.join(&rel), &img)?;
+            // Pixels undistortion found no source for: an all-ones image through the same map.
+            let valid = if matches!(f.distortion, capture::Distortion::None) {
+                None
+            } else {
+                let ones = capture::RgbImage {
+                    width: img.width,
+                    height: img.height,
+                    data: vec![1.0; img.data.len()],
+                };
+                let v = capture::undistort(&ones, &k, &f.distortion);
+                let gray: Vec<u8> = v
+                    .data
+                    .chunks_exact(3)
+                    .map(|p| if p[0] >= 0.5 { 255 } else { 0 })
+                    .collect();
+                if gray.iter().all(|&g| g == 255) {
+                    None
+                } else {
+                    let valid_rel = format!("valid/{png_name}");
+                    write_mask_png(&out_dir.join(&valid_rel), img.width, img.height, gray)?;
+                    Some(valid_rel)
+                }
+            };
             let alpha = match alpha {
                 Some(a) => {
                     // Undistorted like the colour: as a grey RGB image through the same map.
@@ -227,6 +255,7 @@ pub fn ingest_capture(
                 world_to_camera: f.world_to_camera,
                 mask,
                 alpha,
+                valid,
             })
         })
         .collect::<Result<_>>()?;
@@ -321,8 +350,8 @@ pub struct LoadedFrame {
     /// `[H, W]` share of the background in each pixel of `image` (1 − alpha; 1 outside a mask
     /// used as background); `None` when the frame is opaque everywhere.
     pub transparency: Option<Vec<f32>>,
-    /// `[H, W]` loss weights: 0 outside the mask, 1 inside, when masks mean ignored pixels;
-    /// `None` otherwise.
+    /// `[H, W]` loss weights: 0 outside the mask (when masks mean ignored pixels) and where
+    /// undistortion had no source pixel, else 1; `None` when every pixel counts.
     pub loss_weights: Option<Vec<f32>>,
 }
 
@@ -410,6 +439,31 @@ pub fn load_frame(
             *tr = t;
             for (c, bg) in px.iter_mut().zip(background) {
                 *c += t * bg;
+            }
+        }
+    }
+    if let Some(valid_rel) = &frame.valid {
+        let path = stage_dir.join(valid_rel);
+        let valid = image::open(&path)
+            .map_err(|e| Error::io(&path, std::io::Error::other(e)))?
+            .to_luma8();
+        if valid.width() != img.width || valid.height() != img.height {
+            return Err(Error::Input {
+                path,
+                field: "valid".into(),
+                problem: format!(
+                    "valid-pixel mask is {}×{}, image is {}×{}; run ingest again",
+                    valid.width(),
+                    valid.height(),
+                    img.width,
+                    img.height
+                ),
+            });
+        }
+        let w = loss_weights.get_or_insert_with(|| vec![1.0; pixels]);
+        for (w, &v) in w.iter_mut().zip(valid.as_raw()) {
+            if v < 128 {
+                *w = 0.0;
             }
         }
     }
@@ -570,6 +624,7 @@ mod tests {
             world_to_camera: [[0.0; 4]; 4],
             mask: mask.map(String::from),
             alpha: None,
+            valid: None,
         }
     }
 
@@ -663,6 +718,40 @@ mod tests {
         assert_eq!(t.len(), 8);
         assert_eq!((t[0], t[2], t[3]), (0.0, 1.0, 1.0));
         assert!((t[1] - (1.0 - a)).abs() < 1e-6, "{t:?}");
+    }
+
+    /// A lens whose undistorted corners see beyond the photo (OPENCV k1 = 0.5 pushes them
+    /// outwards): ingest writes a valid-pixel mask and training gives those corners weight 0.
+    #[test]
+    fn pixels_undistortion_cannot_fill_get_loss_weight_zero() {
+        let d = tempfile::tempdir().unwrap();
+        let cap = d.path().join("cap");
+        std::fs::create_dir_all(cap.join("images")).unwrap();
+        image::RgbImage::from_pixel(40, 30, image::Rgb([200, 100, 50]))
+            .save(cap.join("images/a.png"))
+            .unwrap();
+        let json = r#"{"camera_model": "OPENCV", "fl_x": 30, "fl_y": 30, "cx": 20, "cy": 15,
+            "w": 40, "h": 30, "k1": 0.5, "k2": 0, "p1": 0, "p2": 0, "frames": [
+            {"file_path": "images/a.png", "transform_matrix": [[1,0,0,0],[0,1,0,0],[0,0,1,2],[0,0,0,1]]}]}"#;
+        std::fs::write(cap.join("transforms.json"), json).unwrap();
+        let out = d.path().join("ingest");
+        let params = IngestParams {
+            max_side: None,
+            ..IngestParams::default()
+        };
+        let ing = ingest_capture(&cap.join("transforms.json"), &params, &out).unwrap();
+        let f = &ing.frames[0];
+        assert_eq!(f.valid.as_deref(), Some("valid/a.png.png"));
+        let w = load_frame(&out, f, [0.0; 3], true)
+            .unwrap()
+            .loss_weights
+            .expect("weights from the valid-pixel mask");
+        // Corner (r² = (20² + 15²)/30² ≈ 0.69: distorted 1.35× further out, off the photo) is
+        // ignored; the centre is kept.
+        assert_eq!(w[0], 0.0);
+        assert_eq!(w[15 * 40 + 20], 1.0);
+        let kept = w.iter().filter(|&&v| v == 1.0).count();
+        assert!(kept > 40 * 30 / 2 && kept < 40 * 30, "{kept}");
     }
 
     #[test]
