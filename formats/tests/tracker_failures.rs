@@ -1082,3 +1082,68 @@ fn gap_camera_angle_x_only_transforms_json_gets_focal_from_image_width() {
         assert_eq!(frame.distortion, Distortion::None);
     }
 }
+
+/// Masks for every reader (issue 3 inputs: `masks/`, several naming schemes): a COLMAP text
+/// capture finds `masks/<name>.png` (COLMAP's own convention) and `masks/<stem>_mask.JPG`; a
+/// nerfstudio capture takes a frame's `mask_path` before the `masks/` folder's `<stem>.png`, and
+/// a `mask_path` naming a missing file is an error naming it.
+#[test]
+fn masks_are_found_for_colmap_and_nerfstudio_captures() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(&root.join("cameras.txt"), "1 PINHOLE 40 30 34 34 20 15\n");
+    write(
+        &root.join("images.txt"),
+        "1 1 0 0 0 0 0 4 1 a.jpg\n\n2 1 0 0 0 0.5 0 4 1 b.jpg\n\n3 1 0 0 0 1 0 4 1 c.jpg\n\n",
+    );
+    write(&root.join("points3D.txt"), "");
+    for n in ["a.jpg", "b.jpg", "c.jpg"] {
+        ramp_image(&root.join("images").join(n));
+    }
+    ramp_image(&root.join("masks/a.jpg.png"));
+    ramp_image(&root.join("masks/b_mask.png"));
+    let capture = read_capture(root).unwrap();
+    let masks: Vec<Option<String>> = capture
+        .frames
+        .iter()
+        .map(|f| {
+            f.mask_path
+                .as_ref()
+                .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        })
+        .collect();
+    assert_eq!(
+        masks,
+        [Some("a.jpg.png".into()), Some("b_mask.png".into()), None]
+    );
+
+    let ns = tempfile::tempdir().unwrap();
+    let root = ns.path();
+    ramp_image(&root.join("images/x.png"));
+    ramp_image(&root.join("images/y.png"));
+    ramp_image(&root.join("masks/x.png"));
+    ramp_image(&root.join("masks/y.png"));
+    ramp_image(&root.join("fg/y_alpha.png"));
+    let json = |y_mask: &str| {
+        format!(
+            r#"{{"fl_x": 34, "fl_y": 34, "cx": 20, "cy": 15, "w": 40, "h": 30, "frames": [
+  {{"file_path": "images/x.png", "transform_matrix": {IDENTITY_M}}},
+  {{"file_path": "images/y.png", "mask_path": "{y_mask}", "transform_matrix": {IDENTITY_M}}}]}}"#
+        )
+    };
+    write(&root.join("transforms.json"), &json("fg/y_alpha.png"));
+    let capture = read_capture(&root.join("transforms.json")).unwrap();
+    assert_eq!(capture.frames[0].mask_path, Some(root.join("masks/x.png")));
+    assert_eq!(
+        capture.frames[1].mask_path,
+        Some(root.join("fg/y_alpha.png"))
+    );
+    write(&root.join("transforms.json"), &json("fg/nope.png"));
+    let err = read_capture(&root.join("transforms.json"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("fg/nope.png") && err.contains("mask_path"),
+        "{err}"
+    );
+}

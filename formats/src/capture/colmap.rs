@@ -317,6 +317,14 @@ pub fn read_colmap(dir: &Path) -> Result<Capture> {
     };
 
     let images_dir = find_images_dir(dir, &model_dir, &images);
+    // `masks/` in the capture folder, else beside the images folder.
+    let masks = match super::masks::Masks::list(&dir.join("masks"))? {
+        Some(m) => Some(m),
+        None => match images_dir.parent() {
+            Some(parent) => super::masks::Masks::list(&parent.join("masks"))?,
+            None => None,
+        },
+    };
     let listed = images.len();
     let mut frames = Vec::with_capacity(listed);
     let mut missing = Vec::new();
@@ -327,6 +335,7 @@ pub fn read_colmap(dir: &Path) -> Result<Capture> {
             continue;
         }
         let (intrinsics, distortion) = cameras[&image.camera_id];
+        let mask_path = masks.as_ref().and_then(|m| m.find(&image.name));
         frames.push(Frame {
             name: image.name,
             image_path,
@@ -334,8 +343,16 @@ pub fn read_colmap(dir: &Path) -> Result<Capture> {
             distortion,
             world_to_camera: image.world_to_camera,
             depth_bounds: None,
-            mask_path: None,
+            mask_path,
         });
+    }
+    if let Some(m) = &masks {
+        m.warn_unmasked(
+            frames
+                .iter()
+                .filter(|f| f.mask_path.is_none())
+                .map(|f| f.name.as_str()),
+        );
     }
     missing.sort();
     warn_skipped(&images_path, "image file missing", &missing, listed);

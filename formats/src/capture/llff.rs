@@ -42,6 +42,7 @@ use std::path::{Path, PathBuf};
 use npyz::NpyFile;
 
 use super::image::image_size;
+use super::masks::Masks;
 use super::{
     Capture, Distortion, Frame, Intrinsics, ROTATION_TOLERANCE, rigid_inverse, rotation_error,
     sort_frames, warn_skipped,
@@ -113,7 +114,7 @@ pub fn read_llff_file(npy_path: &Path) -> Result<Capture> {
             ),
         });
     }
-    let masks = list_masks(&base_dir.join("masks"))?;
+    let masks = Masks::list(&base_dir.join("masks"))?;
 
     let mut frames = Vec::with_capacity(rows.len());
     let mut non_finite = Vec::new();
@@ -134,7 +135,7 @@ pub fn read_llff_file(npy_path: &Path) -> Result<Capture> {
             rescaled += 1;
             stored.scaled_to(width, height)
         };
-        let mask_path = masks.as_ref().and_then(|m| find_mask(m, &name));
+        let mask_path = masks.as_ref().and_then(|m| m.find(&name));
         frames.push(Frame {
             name,
             image_path,
@@ -156,20 +157,12 @@ pub fn read_llff_file(npy_path: &Path) -> Result<Capture> {
         );
     }
     if let Some(masks) = &masks {
-        let unmasked: Vec<&str> = frames
-            .iter()
-            .filter(|f| f.mask_path.is_none())
-            .map(|f| f.name.as_str())
-            .collect();
-        if !unmasked.is_empty() {
-            tracing::warn!(
-                path = %masks.dir.display(),
-                count = unmasked.len(),
-                "no mask (`<stem>_mask.<ext>` or `<stem>.<ext>`) for {} frames: {}",
-                unmasked.len(),
-                unmasked.join(", ")
-            );
-        }
+        masks.warn_unmasked(
+            frames
+                .iter()
+                .filter(|f| f.mask_path.is_none())
+                .map(|f| f.name.as_str()),
+        );
     }
     if frames.is_empty() {
         return Err(Error::Empty {
@@ -303,45 +296,6 @@ fn has_image_extension(path: &Path) -> bool {
     path.extension()
         .and_then(|e| e.to_str())
         .is_some_and(|e| IMAGE_EXTENSIONS.iter().any(|x| e.eq_ignore_ascii_case(x)))
-}
-
-/// The mask images of a capture's `masks/` directory.
-struct Masks {
-    dir: PathBuf,
-    /// (file stem, path) of each image file in `dir`.
-    files: Vec<(String, PathBuf)>,
-}
-
-/// The image files of `dir`, or `None` when there is no such directory.
-fn list_masks(dir: &Path) -> Result<Option<Masks>> {
-    if !dir.is_dir() {
-        return Ok(None);
-    }
-    let files = read_dir_files(dir)?
-        .into_iter()
-        .filter(|(_, path)| has_image_extension(path))
-        .filter_map(|(_, path)| {
-            let stem = path.file_stem()?.to_str()?.to_string();
-            Some((stem, path))
-        })
-        .collect();
-    Ok(Some(Masks {
-        dir: dir.to_path_buf(),
-        files,
-    }))
-}
-
-/// Mask for image `name`: `<stem>_mask.<ext>` (NeRD's naming), else `<stem>.<ext>`.
-fn find_mask(masks: &Masks, name: &str) -> Option<PathBuf> {
-    let stem = Path::new(name).file_stem()?.to_str()?;
-    let suffixed = format!("{stem}_mask");
-    [suffixed.as_str(), stem].iter().find_map(|want| {
-        masks
-            .files
-            .iter()
-            .find(|(s, _)| s == want)
-            .map(|(_, p)| p.clone())
-    })
 }
 
 /// OpenCV world_to_camera of a finite row, after checking its rotation is rigid.

@@ -25,6 +25,7 @@ mod colmap_bin;
 mod distortion;
 mod image;
 mod llff;
+mod masks;
 mod nerfstudio;
 
 use std::path::{Path, PathBuf};

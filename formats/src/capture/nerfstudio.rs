@@ -88,6 +88,7 @@ pub fn read_transforms(json_path: &Path) -> Result<Capture> {
     };
     let base_dir = json_path.parent().unwrap_or(Path::new("."));
     let global = CameraKeys::parse(json_path, &root, "")?;
+    let masks = super::masks::Masks::list(&base_dir.join("masks"))?;
 
     let mut out = Vec::with_capacity(frames.len());
     let mut missing = Vec::new();
@@ -144,6 +145,28 @@ pub fn read_transforms(json_path: &Path) -> Result<Capture> {
         let intrinsics = keys.intrinsics(json_path, &prefix, size)?;
         let distortion = keys.distortion(json_path)?;
         let world_to_camera = to_world_to_camera(json_path, &prefix, camera_to_world_gl)?;
+        // nerfstudio's per-frame `mask_path` (relative to the JSON), else the `masks/` folder.
+        let mask_path = match frame.get("mask_path") {
+            Some(Value::String(s)) if !s.is_empty() => {
+                let p = base_dir.join(s);
+                if !p.is_file() {
+                    return Err(Error::NotFound {
+                        path: p,
+                        what: "frame mask (`mask_path`); fix the path or remove the key",
+                    });
+                }
+                Some(p)
+            }
+            Some(other) if !other.is_null() => {
+                return Err(invalid(
+                    json_path,
+                    &format!("{prefix}.mask_path"),
+                    "a mask image path relative to the JSON file",
+                    kind(other),
+                ));
+            }
+            _ => masks.as_ref().and_then(|m| m.find(file_path)),
+        };
         out.push(Frame {
             name: frame_name(file_path, image_path.extension()),
             image_path,
@@ -151,7 +174,7 @@ pub fn read_transforms(json_path: &Path) -> Result<Capture> {
             distortion,
             world_to_camera,
             depth_bounds: None,
-            mask_path: None,
+            mask_path,
         });
     }
 

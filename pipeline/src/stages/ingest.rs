@@ -28,6 +28,10 @@ pub struct IngestParams {
     /// (`"background"`, so backgrounds that change between views, an object turned over on a
     /// turntable, are learnt as empty). Default false.
     pub masks: bool,
+    /// Masks mark the pixels to leave out (white = ignore), as some tools write them (e.g.
+    /// people or sky masks), instead of the foreground. Default false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub invert_masks: bool,
     /// Splats jobs: the input scene's up axis (`x`, `-x`, `y`, `-y`, `z`, `-z`; e.g. `-y` for
     /// COLMAP-frame 3DGS output); the splats are rotated (means, rotations and SH) so that it
     /// becomes glTF +Y, the up axis of tile content. Absent: the input is already Y-up.
@@ -78,6 +82,7 @@ impl Default for IngestParams {
         Self {
             max_side: Some(540),
             masks: false,
+            invert_masks: false,
             up_axis: None,
         }
     }
@@ -235,7 +240,13 @@ pub fn ingest_capture(
                     let gray: Vec<u8> = m
                         .data
                         .chunks_exact(3)
-                        .map(|p| if p[0] >= 0.5 { 255 } else { 0 })
+                        .map(|p| {
+                            if (p[0] >= 0.5) != params.invert_masks {
+                                255
+                            } else {
+                                0
+                            }
+                        })
                         .collect();
                     let mask_rel = format!("masks/{png_name}");
                     write_mask_png(&out_dir.join(&mask_rel), img.width, img.height, gray)?;
@@ -263,8 +274,9 @@ pub fn ingest_capture(
         return Err(Error::Input {
             path: input.to_path_buf(),
             field: "ingest.masks".into(),
-            problem: "masks are on but no frame has a mask (looked for masks/<stem>_mask.<ext> \
-                      and masks/<stem>.<ext>); add the masks or set ingest.masks = false"
+            problem: "masks are on but no frame has a mask (looked for masks/<stem>_mask.<ext>, \
+                      masks/<stem>.<ext> and masks/<name>.<ext>, and nerfstudio's per-frame \
+                      mask_path); add the masks or set ingest.masks = false"
                 .into(),
         });
     }
@@ -752,6 +764,43 @@ mod tests {
         assert_eq!(w[15 * 40 + 20], 1.0);
         let kept = w.iter().filter(|&&v| v == 1.0).count();
         assert!(kept > 40 * 30 / 2 && kept < 40 * 30, "{kept}");
+    }
+
+    /// `invert_masks`: a mask that marks what to leave out (white) ingests as its inverse.
+    #[test]
+    fn inverted_masks_keep_the_black_pixels() {
+        let d = tempfile::tempdir().unwrap();
+        let cap = d.path().join("cap");
+        std::fs::create_dir_all(cap.join("images")).unwrap();
+        std::fs::create_dir_all(cap.join("masks")).unwrap();
+        image::RgbImage::from_pixel(16, 16, image::Rgb([200, 100, 50]))
+            .save(cap.join("images/a.png"))
+            .unwrap();
+        // Left half white (to ignore), right half black.
+        image::GrayImage::from_fn(16, 16, |x, _| image::Luma([if x < 8 { 255 } else { 0 }]))
+            .save(cap.join("masks/a.png"))
+            .unwrap();
+        let json = r#"{"fl_x": 16, "fl_y": 16, "cx": 8, "cy": 8, "w": 16, "h": 16, "frames": [
+            {"file_path": "images/a.png", "transform_matrix": [[1,0,0,0],[0,1,0,0],[0,0,1,2],[0,0,0,1]]}]}"#;
+        std::fs::write(cap.join("transforms.json"), json).unwrap();
+        let ingest = |invert_masks: bool, out: &str| {
+            let params = IngestParams {
+                max_side: None,
+                masks: true,
+                invert_masks,
+                ..IngestParams::default()
+            };
+            let out = d.path().join(out);
+            let ing = ingest_capture(&cap.join("transforms.json"), &params, &out).unwrap();
+            load_frame(&out, &ing.frames[0], [0.0; 3], true)
+                .unwrap()
+                .loss_weights
+                .unwrap()
+        };
+        let plain = ingest(false, "plain");
+        let inverted = ingest(true, "inverted");
+        assert_eq!((plain[0], plain[15]), (1.0, 0.0));
+        assert_eq!((inverted[0], inverted[15]), (0.0, 1.0));
     }
 
     #[test]
