@@ -246,7 +246,7 @@ pub fn plan_densify(s: &GaussianSplats, stats: &DensityStats, cfg: &DensifyConfi
 }
 
 /// Rotation matrix (row-major) of a wxyz quaternion, normalised first; identity if degenerate.
-fn rotation_matrix(q: &[f32]) -> [[f32; 3]; 3] {
+pub(super) fn rotation_matrix(q: &[f32]) -> [[f32; 3]; 3] {
     let norm = (q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]).sqrt();
     if !(norm > 0.0 && norm.is_finite()) {
         return [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];

@@ -222,7 +222,7 @@ fn noise_seed(seed: u64, step: usize, block: usize) -> u64 {
 }
 
 /// The MCMC noise displacement of one splat, metres: Σ·(ε·s(1 − o))·`scaler`, with Σ built from
-/// the wxyz quaternion `q` (normalised here) and `log_scales`.
+/// the wxyz quaternion `q` (normalised; identity when degenerate) and `log_scales`.
 fn noise_offset(
     q: &[f32],
     log_scales: &[f32],
@@ -232,28 +232,7 @@ fn noise_offset(
 ) -> [f32; 3] {
     let o = sigmoid(logit_opacity);
     let gate = 1.0 / (1.0 + (-100.0 * ((1.0 - o) - 0.995)).exp());
-    let norm = (q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]).sqrt();
-    if !(norm > 0.0 && norm.is_finite()) {
-        return [0.0; 3];
-    }
-    let (w, x, y, z) = (q[0] / norm, q[1] / norm, q[2] / norm, q[3] / norm);
-    let r = [
-        [
-            1.0 - 2.0 * (y * y + z * z),
-            2.0 * (x * y - w * z),
-            2.0 * (x * z + w * y),
-        ],
-        [
-            2.0 * (x * y + w * z),
-            1.0 - 2.0 * (x * x + z * z),
-            2.0 * (y * z - w * x),
-        ],
-        [
-            2.0 * (x * z - w * y),
-            2.0 * (y * z + w * x),
-            1.0 - 2.0 * (x * x + y * y),
-        ],
-    ];
+    let r = super::density::rotation_matrix(q);
     let s2: [f32; 3] = std::array::from_fn(|a| (2.0 * log_scales[a]).exp());
     let v: [f32; 3] = std::array::from_fn(|a| eps[a] * gate * scaler);
     // Σ·v = R·diag(s²)·Rᵀ·v.
