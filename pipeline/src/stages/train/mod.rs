@@ -912,6 +912,24 @@ mod tests {
             .collect()
     }
 
+    /// [`train_checkpointed`] on the CPU with [`small_views`] and random init.
+    fn train_small_checkpointed(
+        p: &TrainParams,
+        policy: &CheckpointPolicy,
+        out_dir: &Path,
+        progress: &dyn Fn(usize, usize, f64),
+    ) -> crate::Result<(GaussianSplats, TrainReport)> {
+        train_checkpointed(
+            &Renderer::Cpu,
+            small_views(),
+            None,
+            p,
+            out_dir,
+            progress,
+            Some(policy),
+        )
+    }
+
     static STOP_RESUME_TEST: std::sync::atomic::AtomicBool =
         std::sync::atomic::AtomicBool::new(false);
 
@@ -947,15 +965,7 @@ mod tests {
         };
         let quiet = |_: usize, _: usize, _: f64| {};
         let run = |pol: &CheckpointPolicy, out: &str, progress: &dyn Fn(usize, usize, f64)| {
-            train_checkpointed(
-                &Renderer::Cpu,
-                small_views(),
-                None,
-                &p,
-                &dir.path().join(out),
-                progress,
-                Some(pol),
-            )
+            train_small_checkpointed(&p, pol, &dir.path().join(out), progress)
         };
         let straight = policy("a", never);
         let (splats_a, report_a) = run(&straight, "out-a", &quiet).unwrap();
@@ -1047,15 +1057,7 @@ mod tests {
             stop,
         };
         let run = |pol: &CheckpointPolicy, out: &str, progress: &dyn Fn(usize, usize, f64)| {
-            train_checkpointed(
-                &Renderer::Cpu,
-                small_views(),
-                None,
-                &p,
-                &dir.path().join(out),
-                progress,
-                Some(pol),
-            )
+            train_small_checkpointed(&p, pol, &dir.path().join(out), progress)
         };
         let quiet = |_: usize, _: usize, _: f64| {};
         let (splats_a, report_a) = run(&policy("a", never), "out-a", &quiet).unwrap();
