@@ -16,7 +16,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use kiln_kernels::Camera;
-use kiln_kernels::cpu::project::{CameraModel, SplatParams, project};
+use kiln_kernels::cpu::project::{CameraModel, RasterizeMode, SplatParams, project};
 use kiln_kernels::cpu::{bin, rasterize_backward, rasterize_forward, sort};
 use rand::{Rng, SeedableRng};
 
@@ -95,7 +95,7 @@ fn bench_stages(c: &mut Criterion) {
         };
         let cam = CameraModel::<f32>::new(&camera(w, h));
         let n_tiles = (cam.tiles_x() * cam.tiles_y()) as usize;
-        let projected = project(&params, &cam);
+        let projected = project(&params, &cam, RasterizeMode::Classic);
         let (keys, ids) = bin::bin(&projected, cam.tiles_x());
         let (sorted_ids, tile_ranges) = sort::sort(keys.clone(), ids.clone(), n_tiles);
         let raster = rasterize_forward::rasterize_forward(
@@ -120,7 +120,7 @@ fn bench_stages(c: &mut Criterion) {
         group.sample_size(10);
         group.throughput(Throughput::Elements(n as u64));
         group.bench_function(format!("project/{label}"), |b| {
-            b.iter(|| project(black_box(&params), &cam))
+            b.iter(|| project(black_box(&params), &cam, RasterizeMode::Classic))
         });
         group.bench_function(format!("bin_sort/{label}"), |b| {
             b.iter(|| {

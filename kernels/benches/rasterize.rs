@@ -80,6 +80,7 @@ fn bench_forward_backward(c: &mut Criterion) {
         };
         let opts = RenderOptions {
             background: [0.0; 3],
+            ..RenderOptions::default()
         };
         let grad: Vec<f32> = (0..(w * h * 3) as usize)
             .map(|i| ((i * 37) % 11) as f32 / 11.0 - 0.5)

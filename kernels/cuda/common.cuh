@@ -36,7 +36,8 @@ struct KilnGeometry {
     float jac[6];      // 2x3 row-major
     bool clamped[2];
     float cov2d[3];
-    float det;
+    float det;            // det Σ2d (with EPS2D), pixels⁴
+    float det_blur_free;  // det of J Σc Jᵀ before the EPS2D dilation, pixels⁴ (any sign)
 };
 
 __device__ __forceinline__ bool kiln_isfinite(float v) { return isfinite(v); }
@@ -119,8 +120,15 @@ __device__ bool kiln_geometry(const float* means, const float* log_scales, const
     g.cov2d[1] = 0.5f * (c2[1] + c2[2]);
     g.cov2d[2] = c2[3] + KILN_EPS2D;
     g.det = g.cov2d[0] * g.cov2d[2] - g.cov2d[1] * g.cov2d[1];
+    g.det_blur_free = c2[0] * c2[3] - g.cov2d[1] * g.cov2d[1];
     if (!kiln_isfinite(g.det) || g.det <= 0.0f) return false;
     return true;
+}
+
+// Mip-Splatting opacity compensation sqrt(max(det_blur_free / det, 0)) in [0, 1] (Yu et al., CVPR
+// 2024, Eq. 9–10); cpu/project.rs::compensation.
+__device__ __forceinline__ float kiln_compensation(float det_blur_free, float det) {
+    return sqrtf(fmaxf(det_blur_free / det, 0.0f));
 }
 
 // Unit view direction from the camera centre to splat i, and its length (cpu/project.rs::view_dir).

@@ -1,6 +1,9 @@
 // `project`: 3D Gaussians → screen-space splats (EWA), SH colour, sigmoid opacity, tile box.
 // CPU twin: kernels/src/cpu/project.rs (project_one). One thread per splat.
 //
+// `antialiased` (0 or 1, cpu RasterizeMode): when 1 the opacity is sigmoid(logit) times the
+// Mip-Splatting compensation sqrt(max(det(J Σc Jᵀ) / det Σ2d, 0)) (Yu et al., CVPR 2024, Eq. 9–10).
+//
 // Outputs, N splats: xys [N, 2] pixels; conics [N, 3]; depths [N] metres; radii [N] pixels (0 when
 // culled); opacities [N]; colors [N, 3] (clamped at 0); tile_rects [N, 4] (tx0, ty0, tx1, ty1);
 // tile_counts [N] (tiles touched, 0 when culled).
@@ -8,8 +11,8 @@ extern "C" __global__ void kiln_project_forward(
     const float* __restrict__ means, const float* __restrict__ log_scales,
     const float* __restrict__ rotations, const float* __restrict__ logit_opacities,
     const float* __restrict__ sh_coeffs, unsigned int n, unsigned int sh_k, unsigned int sh_degree,
-    KilnCamera cam, float* __restrict__ xys, float* __restrict__ conics, float* __restrict__ depths,
-    float* __restrict__ radii, float* __restrict__ opacities, float* __restrict__ colors,
+    unsigned int antialiased, KilnCamera cam, float* __restrict__ xys, float* __restrict__ conics,
+    float* __restrict__ depths, float* __restrict__ radii, float* __restrict__ opacities, float* __restrict__ colors,
     unsigned int* __restrict__ tile_rects, unsigned int* __restrict__ tile_counts) {
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -36,6 +39,7 @@ extern "C" __global__ void kiln_project_forward(
     for (unsigned int k = 0; k < active; ++k)
         for (int ch = 0; ch < 3; ++ch) rgb[ch] += basis[k] * sh[k * 3 + ch];
     float opacity = kiln_sigmoid(logit_opacities[i]);
+    if (antialiased) opacity = opacity * kiln_compensation(g.det_blur_free, g.det);
     bool finite = kiln_isfinite(conic[0]) && kiln_isfinite(conic[1]) && kiln_isfinite(conic[2]) &&
                   kiln_isfinite(mean2d[0]) && kiln_isfinite(mean2d[1]) && kiln_isfinite(rgb[0]) &&
                   kiln_isfinite(rgb[1]) && kiln_isfinite(rgb[2]) && kiln_isfinite(radius) && radius > 0.0f &&

@@ -4,6 +4,11 @@
 // quaternion normalisation, pinhole mean2d, SH colour with clamped channels passing no gradient,
 // sigmoid). One thread per splat.
 //
+// `antialiased` (0 or 1, cpu RasterizeMode) must be what kiln_project_forward ran with. When 1, the
+// opacity was s·c (s = sigmoid(logit), c = Mip-Splatting compensation): ∂L/∂logit = ∂L/∂o·c·s(1 − s),
+// and ∂L/∂c = ∂L/∂o·s adds ∂L/∂c·((1 − c²)·Σ2d⁻¹ − (EPS2D/det Σ2d)·I) / 2(c + COMPENSATION_GRAD_EPS)
+// to ∂L/∂Σ2d (derivation in cpu/project_backward.rs).
+//
 // The splat's screen gradient `screen_grads [N, 9]` is the sum of its intersections' rows of
 // `isect_grads [I, 9]` (see rasterize_backward.cu), added up by kiln_sum_isect_grads below. Outputs
 // are fully written (zeros for culled splats): grad_means [N, 3], grad_log_scales [N, 3],
@@ -45,8 +50,9 @@ __device__ void kiln_quat_backward(const float q[4], float norm, const float g[9
 
 extern "C" __global__ void kiln_project_backward(
     const float* __restrict__ means, const float* __restrict__ log_scales,
-    const float* __restrict__ rotations, const float* __restrict__ sh_coeffs, unsigned int n,
-    unsigned int sh_k, unsigned int sh_degree, KilnCamera cam, const float* __restrict__ conics,
+    const float* __restrict__ rotations, const float* __restrict__ logit_opacities,
+    const float* __restrict__ sh_coeffs, unsigned int n, unsigned int sh_k, unsigned int sh_degree,
+    unsigned int antialiased, KilnCamera cam, const float* __restrict__ conics,
     const float* __restrict__ radii, const float* __restrict__ opacities,
     const float* __restrict__ screen_grads, float* __restrict__ grad_means,
     float* __restrict__ grad_log_scales, float* __restrict__ grad_rotations,
@@ -70,8 +76,17 @@ extern "C" __global__ void kiln_project_backward(
     float sg_color[3] = {sg[5], sg[6], sg[7]};
     float sg_opacity = sg[8];
 
-    float op = opacities[i];
-    grad_logits[i] = sg_opacity * op * (1.0f - op);
+    // ∂L/∂c and c (antialiased only).
+    float d_comp = 0.0f, comp = 0.0f;
+    if (antialiased) {
+        float s = kiln_sigmoid(logit_opacities[i]);
+        comp = kiln_compensation(geo.det_blur_free, geo.det);
+        grad_logits[i] = sg_opacity * comp * s * (1.0f - s);
+        d_comp = sg_opacity * s;
+    } else {
+        float op = opacities[i];
+        grad_logits[i] = sg_opacity * op * (1.0f - op);
+    }
 
     // Colour → SH coefficients and view direction.
     float dir[3];
@@ -111,6 +126,19 @@ extern "C" __global__ void kiln_project_backward(
     for (int r = 0; r < 2; ++r)
         for (int c = 0; c < 2; ++c)
             d_cov2d[r * 2 + c] = -(qg[r * 2 + 0] * q2[0 * 2 + c] + qg[r * 2 + 1] * q2[1 * 2 + c]);
+    // Compensation → Σ2d: ∂c/∂Σ2d = ((1 − r)·Q − (ε/det)·I) / 2c, r = c², Q = Σ2d⁻¹.
+    if (antialiased) {
+        float r = comp * comp;
+        if (r > 0.0f) {
+            float scale = d_comp * 0.5f / (comp + KILN_COMPENSATION_GRAD_EPS);
+            float diag = KILN_EPS2D / geo.det;
+            float one_minus_r = 1.0f - r;
+            d_cov2d[0] += scale * (one_minus_r * ca - diag);
+            d_cov2d[1] += scale * one_minus_r * cb;
+            d_cov2d[2] += scale * one_minus_r * cb;
+            d_cov2d[3] += scale * (one_minus_r * cc - diag);
+        }
+    }
 
     // Σ2d = J Σc Jᵀ: ∂Σc = Jᵀ G J, ∂J = 2 G J Σc.
     const float* jac = geo.jac;

@@ -39,3 +39,9 @@ pub const GAUSSIAN_EXTENT: f32 = 3.0;
 /// point this is INRIA's `1.3 × tan_fov` clamp; it stops splats far outside the frustum from getting
 /// huge, badly approximated footprints (gsplat `persp_proj`).
 pub const FRUSTUM_CLAMP_MARGIN: f32 = 0.3;
+
+/// Added to the Mip-Splatting opacity compensation `c` where the backward pass divides by it
+/// (`∂c/∂Σ2d` carries a factor `1/(2c)`, infinite for a zero-area splat whose `c` is 0). 1e-6 caps
+/// that factor at 5·10⁵ while changing the gradient of any visible splat (c ≳ 0.01, since its
+/// opacity is scaled by c) by at most 1e-4 relative (gsplat's `add_blur_vjp` uses the same guard).
+pub const COMPENSATION_GRAD_EPS: f32 = 1e-6;

@@ -34,12 +34,26 @@ pub struct RenderOptions {
     /// Background colour `[3]`, linear RGB in [0, 1], composited behind the splats:
     /// pixel = Σ colour·α·T + T_final · background.
     pub background: [f32; 3],
+    /// Mip-Splatting's 2D filter with opacity compensation (gsplat `rasterize_mode =
+    /// "antialiased"`): each splat's opacity is scaled by √(det Σ2D / det(Σ2D + ε·I)), ε =
+    /// [`crate::consts::EPS2D`] px², so splats smaller than a pixel fade instead of growing into
+    /// aliased blobs (Yu et al., "Mip-Splatting", CVPR 2024, Eq. 9–10). Default `false` (the
+    /// reference 3DGS rasterizer).
+    ///
+    /// Σ2D is the projected covariance `J·Σ_cam·Jᵀ` in pixels², before the dilation; the factor is
+    /// in [0, 1] and the dilation itself is applied in both modes. The backward pass
+    /// differentiates through the factor (into means, log_scales, rotations and logit_opacities)
+    /// and must be called with the same value as the forward pass. Same on every device
+    /// (`cpu::project::RasterizeMode` and the `antialiased` argument of the CUDA projection
+    /// kernels); `false` renders bit-identically to a build without this option.
+    pub antialiased: bool,
 }
 
 impl Default for RenderOptions {
     fn default() -> Self {
         Self {
             background: [0.0; 3],
+            antialiased: false,
         }
     }
 }
@@ -142,7 +156,8 @@ pub fn render_forward(
 ///
 /// # Errors
 /// [`Error::Shape`] when `grad_image` is not `[H, W, 3]` or `forward` came from different inputs;
-/// [`Error::Invalid`] when `forward` came from a GPU renderer (use that [`Renderer::backward`]).
+/// [`Error::Invalid`] when `forward` came from a GPU renderer (use that [`Renderer::backward`]),
+/// or (field `options.antialiased`) when `options.antialiased` differs from the forward pass's.
 pub fn render_backward(
     splats: &SplatsRef<'_>,
     camera: &Camera,
@@ -353,7 +368,10 @@ impl Renderer {
             (Renderer::Cpu, Saved::Cpu(_)) => {
                 render_backward(splats, camera, options, forward, grad_image)
             }
-            (Renderer::Gpu(g), Saved::Gpu(saved)) => g.backward(splats, camera, saved, grad_image),
+            (Renderer::Gpu(g), Saved::Gpu(saved)) => {
+                crate::cpu::check_backward_mode(options, saved.rasterize_mode())?;
+                g.backward(splats, camera, saved, grad_image)
+            }
             _ => Err(Error::Invalid {
                 field: "forward",
                 reason: "this forward state comes from a different device's renderer; run the \

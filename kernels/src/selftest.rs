@@ -2,7 +2,9 @@
 //! the images, every gradient, the fused loss and one fused Adam step compared tensor by tensor, then
 //! a few optimisation steps on both
 //! (`kiln selftest`). The CPU twin is the reference: it is itself checked against finite
-//! differences (`tests/finite_diff.rs`).
+//! differences (`tests/finite_diff.rs`). Every scene runs twice, with the classic opacity and with
+//! Mip-Splatting's compensated opacity ([`RenderOptions::antialiased`]), so both rules of the
+//! projection kernels, forward and backward, are compared.
 //!
 //! Tolerances (issue 4): images within [`IMAGE_TOLERANCE`] absolute, gradients within
 //! [`GRADIENT_TOLERANCE`] relative to the tensor's largest CPU magnitude (per-element relative error
@@ -197,6 +199,8 @@ pub struct SceneReport {
     pub size: [u32; 2],
     /// SH degree.
     pub sh_degree: u32,
+    /// [`RenderOptions::antialiased`] of every render of this comparison.
+    pub antialiased: bool,
     /// Tile intersections on the CPU and on the device (equal unless a splat's tile box differs).
     pub intersections: [usize; 2],
     /// Image, alpha, radii, then the six gradient tensors.
@@ -241,9 +245,19 @@ pub fn default_scenes(large: bool) -> Vec<(u64, usize, u32, u32, u32)> {
     v
 }
 
-/// Compares `device` against the CPU twin on one scene: forward, backward (with a fixed
-/// pseudo-random ∂L/∂image), then `steps` plain-gradient-descent steps on MSE to a target made by
-/// perturbing the scene, run independently on both renderers.
+/// The render options of a selftest comparison: background (0.1, 0.2, 0.3), and the classic or
+/// the Mip-Splatting (`antialiased`) opacity.
+pub fn selftest_options(antialiased: bool) -> RenderOptions {
+    RenderOptions {
+        background: [0.1, 0.2, 0.3],
+        antialiased,
+    }
+}
+
+/// Compares `device` against the CPU twin on one scene with `options` (see
+/// [`selftest_options`]): forward, backward (with a fixed pseudo-random ∂L/∂image), then `steps`
+/// plain-gradient-descent steps on MSE to a target made by perturbing the scene, run
+/// independently on both renderers, and the same number of device-resident training steps.
 ///
 /// # Errors
 /// Any renderer error (the device failing is an error, a mismatch is a failing report).
@@ -252,11 +266,10 @@ pub fn compare_scene(
     scene: &Scene,
     seed: u64,
     steps: usize,
+    options: &RenderOptions,
 ) -> Result<SceneReport, Error> {
     let cpu = Renderer::Cpu;
-    let options = RenderOptions {
-        background: [0.1, 0.2, 0.3],
-    };
+    let options = *options;
     let splats = scene.splats();
     let fc = cpu.forward(&splats, &scene.camera, &options)?;
     let fd = device.forward(&splats, &scene.camera, &options)?;
@@ -342,6 +355,7 @@ pub fn compare_scene(
         splats: scene.logit_opacities.len(),
         size: [scene.camera.width, scene.camera.height],
         sh_degree: scene.sh_degree,
+        antialiased: options.antialiased,
         intersections: [fc.saved.intersection_count(), fd.saved.intersection_count()],
         tensors,
         training_loss,
@@ -559,7 +573,8 @@ fn train_both(
     Ok(losses)
 }
 
-/// Runs every scene of [`default_scenes`] on `device` against the CPU twin.
+/// Runs every scene of [`default_scenes`] on `device` against the CPU twin, once with the
+/// classic opacity and once antialiased (two [`SceneReport`]s per scene, in that order).
 ///
 /// # Errors
 /// Any renderer error.
@@ -567,7 +582,10 @@ pub fn run(device: &Renderer, large: bool, steps: usize) -> Result<Report, Error
     let mut scenes = Vec::new();
     for (seed, n, w, h, degree) in default_scenes(large) {
         let scene = random_scene(seed, n, w, h, degree);
-        scenes.push(compare_scene(device, &scene, seed, steps)?);
+        for antialiased in [false, true] {
+            let options = selftest_options(antialiased);
+            scenes.push(compare_scene(device, &scene, seed, steps, &options)?);
+        }
     }
     let pass = scenes.iter().all(|s| s.pass);
     Ok(Report {

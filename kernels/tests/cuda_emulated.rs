@@ -1,9 +1,10 @@
 //! The CUDA kernels and the GPU launch code, run on the host emulator (`cuda::emulator`), against
 //! the CPU twin: images within 1e-4, every gradient within 1e-3 relative, a few optimisation
 //! steps with matching losses. This is how CI, which has no GPU, checks the `.cu` files' math.
+//! Both opacity rules are covered: classic and Mip-Splatting's antialiased compensation.
 //! Needs a C++20 compiler (`c++`); under `CI=true` its absence fails the test.
 
-use kiln_kernels::selftest::{compare_scene, random_scene};
+use kiln_kernels::selftest::{compare_scene, random_scene, selftest_options};
 use kiln_kernels::{Error, Renderer};
 
 fn emulator() -> Option<Renderer> {
@@ -28,7 +29,7 @@ fn emulated_cuda_kernels_match_the_cpu_twin_on_every_sh_degree() {
         (13, 150, 33, 47, 2),
     ] {
         let scene = random_scene(seed, n, w, h, degree);
-        let report = compare_scene(&emu, &scene, seed, 2).unwrap();
+        let report = compare_scene(&emu, &scene, seed, 2, &selftest_options(false)).unwrap();
         let text = serde_json::to_string_pretty(&report).unwrap();
         for t in &report.tensors {
             eprintln!(
@@ -51,6 +52,40 @@ fn emulated_cuda_kernels_match_the_cpu_twin_on_every_sh_degree() {
     }
 }
 
+/// Mip-Splatting's compensated opacity (`antialiased`) on the device against the CPU twin:
+/// forward, every gradient (the compensation's share of means, log_scales, rotations and
+/// logit_opacities included), and the plain and device-resident training steps, within the same
+/// selftest tolerances. The random scenes' splats range from sub-pixel (compensation near 0) to a
+/// few tiles (near 1).
+#[test]
+fn emulated_cuda_kernels_match_the_cpu_twin_when_antialiased() {
+    let Some(emu) = emulator() else { return };
+    let opts = selftest_options(true);
+    for (seed, n, w, h, degree) in [(14, 150, 40, 28, 1), (15, 200, 56, 40, 3)] {
+        let scene = random_scene(seed, n, w, h, degree);
+        let report = compare_scene(&emu, &scene, seed, 2, &opts).unwrap();
+        let text = serde_json::to_string_pretty(&report).unwrap();
+        for t in &report.tensors {
+            eprintln!(
+                "seed {seed} antialiased: {:<28} max_abs {:.2e} max_rel {:.2e}",
+                t.tensor, t.max_abs, t.max_rel
+            );
+        }
+        assert!(report.antialiased && report.pass, "{text}");
+        assert_eq!(report.intersections[0], report.intersections[1], "{text}");
+        assert_eq!(report.resident_training_loss.len(), 2, "{text}");
+        // The flag reaches the kernels: the device's antialiased render is fainter overall than
+        // its classic one (every opacity is scaled by a compensation < 1), by far more than the
+        // CPU–device tolerance.
+        let aa = emu.forward(&scene.splats(), &scene.camera, &opts).unwrap();
+        let classic = emu
+            .forward(&scene.splats(), &scene.camera, &selftest_options(false))
+            .unwrap();
+        let total = |v: &[f32]| v.iter().map(|&a| f64::from(a)).sum::<f64>();
+        assert!(total(&aa.alpha) < total(&classic.alpha) - 1e-2, "{text}");
+    }
+}
+
 #[test]
 fn emulated_cuda_handles_empty_and_fully_culled_scenes() {
     let Some(emu) = emulator() else { return };
@@ -59,12 +94,15 @@ fn emulated_cuda_handles_empty_and_fully_culled_scenes() {
     for z in scene.means.iter_mut().skip(2).step_by(3) {
         *z = -*z;
     }
-    let report = compare_scene(&emu, &scene, 5, 1).unwrap();
-    assert!(report.pass, "{report:?}");
-    assert_eq!(report.intersections, [0, 0]);
-    let empty = random_scene(6, 0, 24, 16, 0);
-    let report = compare_scene(&emu, &empty, 6, 1).unwrap();
-    assert!(report.pass, "{report:?}");
+    for antialiased in [false, true] {
+        let opts = selftest_options(antialiased);
+        let report = compare_scene(&emu, &scene, 5, 1, &opts).unwrap();
+        assert!(report.pass, "{report:?}");
+        assert_eq!(report.intersections, [0, 0]);
+        let empty = random_scene(6, 0, 24, 16, 0);
+        let report = compare_scene(&emu, &empty, 6, 1, &opts).unwrap();
+        assert!(report.pass, "{report:?}");
+    }
 }
 
 #[test]
@@ -98,6 +136,27 @@ fn emulated_cuda_rejects_mismatched_backward_state_and_oversized_buffers() {
         .backward(&scene.splats(), &scene.camera, &opts, &fwd, &[0.0; 5])
         .unwrap_err();
     assert!(matches!(err, Error::Shape { .. }), "{err}");
+    // A backward pass asked for another opacity rule than the forward pass used.
+    let aa = selftest_options(true);
+    let err = emu
+        .backward(
+            &scene.splats(),
+            &scene.camera,
+            &aa,
+            &fwd,
+            &vec![0.0; 32 * 32 * 3],
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Invalid {
+                field: "options.antialiased",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 /// On a machine with an NVIDIA GPU the real device must match the CPU twin too (the selftest

@@ -20,8 +20,20 @@
 //! h = 1e-6 have truncation error ~h²·L‴ ≈ 1e-12 and round-off ~1e-16·|L|/h ≈ 1e-9, so any larger
 //! error is a real bug). The measured worst case is printed (run with `--nocapture`).
 //! The last test checks the public `f32` path against the `f64` gradients with an `f32` tolerance.
+//!
+//! Antialiased mode (Mip-Splatting opacity compensation `c`, `RasterizeMode::Antialiased`) is checked
+//! twice: every group on the same smooth scene (there `c` ≈ 0.998, so this mostly proves the mode is
+//! wired through), and the projection alone, `project_one` / `project_backward`, on small anisotropic
+//! splats (σ ≈ 0.4–2 px, c ≈ 0.2–0.95) where `∂c/∂Σ2d` dominates the opacity gradient. The
+//! projection has no discontinuities there (no tile or alpha threshold is involved), so the same
+//! tolerance applies; `COMPENSATION_GRAD_EPS` (1e-6 added to c ≥ 0.2) biases the analytic
+//! gradient by < 5e-6 relative.
 
-use kiln_kernels::cpu::project::{CameraModel, SplatParams, project_one};
+use kiln_kernels::cpu::project::{
+    CameraModel, ProjectedSplat, RasterizeMode, SplatParams, project_one,
+};
+use kiln_kernels::cpu::project_backward::project_backward;
+use kiln_kernels::cpu::rasterize_backward::ScreenGrad;
 use kiln_kernels::cpu::rasterize_forward::{TileSplat, splat_hit};
 use kiln_kernels::cpu::{backward, forward};
 use kiln_kernels::{Camera, RenderOptions, SplatsRef, render_backward, render_forward};
@@ -148,8 +160,8 @@ fn weights() -> Vec<f64> {
         .collect()
 }
 
-fn loss(s: &Scene, sh_degree: u32, w: &[f64]) -> f64 {
-    let f = forward(&params(s, sh_degree), &camera(), BACKGROUND).unwrap();
+fn loss(s: &Scene, sh_degree: u32, w: &[f64], mode: RasterizeMode) -> f64 {
+    let f = forward(&params(s, sh_degree), &camera(), BACKGROUND, mode).unwrap();
     f.image.iter().zip(w).map(|(a, b)| a * b).sum()
 }
 
@@ -174,16 +186,16 @@ fn group_mut(s: &mut Scene, g: Group) -> &mut Vec<f64> {
 
 /// Compares analytic and central-difference gradients of one group; returns the worst relative error.
 fn check_group(group: Group, sh_degree: u32) -> f64 {
-    check_group_on(scene(), group, sh_degree)
+    check_group_on(scene(), group, sh_degree, RasterizeMode::Classic)
 }
 
 /// Asserts the smoothness conditions of the module doc: every splat covers every pixel with
 /// 2/255 ≤ α ≤ 0.9 (no alpha skip or clamp anywhere), and its unclamped SH colour is > 0.05.
-fn assert_scene_is_smooth(s: &Scene, sh_degree: u32) {
+fn assert_scene_is_smooth(s: &Scene, sh_degree: u32, mode: RasterizeMode) {
     let p = params(s, sh_degree);
     let cam = CameraModel::<f64>::new(&camera());
     for i in 0..4 {
-        let proj = project_one(&p, &cam, i);
+        let proj = project_one(&p, &cam, i, mode);
         assert!(
             proj.color.iter().all(|&c| c > 0.05),
             "splat {i} colour {:?}",
@@ -203,11 +215,11 @@ fn assert_scene_is_smooth(s: &Scene, sh_degree: u32) {
     }
 }
 
-fn check_group_on(s: Scene, group: Group, sh_degree: u32) -> f64 {
-    assert_scene_is_smooth(&s, sh_degree);
+fn check_group_on(s: Scene, group: Group, sh_degree: u32, mode: RasterizeMode) -> f64 {
+    assert_scene_is_smooth(&s, sh_degree, mode);
     let w = weights();
     let cam = camera();
-    let f = forward(&params(&s, sh_degree), &cam, BACKGROUND).unwrap();
+    let f = forward(&params(&s, sh_degree), &cam, BACKGROUND, mode).unwrap();
     assert!(
         f.radii.iter().all(|&r| r > 40.0),
         "scene must cover the image: radii {:?}",
@@ -230,16 +242,18 @@ fn check_group_on(s: Scene, group: Group, sh_degree: u32) -> f64 {
         group_mut(&mut plus, group)[i] += h;
         let mut minus = s.clone();
         group_mut(&mut minus, group)[i] -= h;
-        let fd = (loss(&plus, sh_degree, &w) - loss(&minus, sh_degree, &w)) / (2.0 * h);
+        let fd = (loss(&plus, sh_degree, &w, mode) - loss(&minus, sh_degree, &w, mode)) / (2.0 * h);
         let err = (analytic[i] - fd).abs() / fd.abs().max(1e-6);
         worst = worst.max(err);
         assert!(
             err <= 1e-3,
-            "{group:?}[{i}] (SH degree {sh_degree}): analytic {} vs finite difference {fd}",
+            "{group:?}[{i}] (SH degree {sh_degree}, {mode:?}): analytic {} vs finite difference {fd}",
             analytic[i]
         );
     }
-    println!("{group:?} SH degree {sh_degree}: {n} parameters, worst relative error {worst:.2e}");
+    println!(
+        "{group:?} SH degree {sh_degree} {mode:?}: {n} parameters, worst relative error {worst:.2e}"
+    );
     worst
 }
 
@@ -253,10 +267,16 @@ fn means_gradient_matches_finite_differences_at_every_sh_degree() {
 #[test]
 fn gradients_match_finite_differences_with_clamped_ewa_jacobian() {
     let s = clamped_scene();
-    let f = forward(&params(&s, 3), &camera(), BACKGROUND).unwrap();
+    let f = forward(
+        &params(&s, 3),
+        &camera(),
+        BACKGROUND,
+        RasterizeMode::Classic,
+    )
+    .unwrap();
     assert!(f.saved.splat_count() == 4 && f.radii[0] > 60.0);
     for group in [Group::Means, Group::LogScales, Group::Rotations] {
-        check_group_on(clamped_scene(), group, 3);
+        check_group_on(clamped_scene(), group, 3, RasterizeMode::Classic);
     }
 }
 
@@ -283,10 +303,175 @@ fn sh_coeffs_gradient_matches_finite_differences_at_every_sh_degree() {
 }
 
 #[test]
+fn antialiased_gradients_match_finite_differences_for_every_group() {
+    for group in [
+        Group::Means,
+        Group::LogScales,
+        Group::Rotations,
+        Group::LogitOpacities,
+        Group::ShCoeffs,
+    ] {
+        check_group_on(scene(), group, 3, RasterizeMode::Antialiased);
+    }
+    // The mode really changes the render and its opacity gradient (c < 1 for every splat).
+    let (s, w) = (scene(), weights());
+    let classic = forward(
+        &params(&s, 3),
+        &camera(),
+        BACKGROUND,
+        RasterizeMode::Classic,
+    )
+    .unwrap();
+    let aa = forward(
+        &params(&s, 3),
+        &camera(),
+        BACKGROUND,
+        RasterizeMode::Antialiased,
+    )
+    .unwrap();
+    assert!(classic.image.iter().zip(&aa.image).any(|(a, b)| a != b));
+    let (gc, _) = backward(&params(&s, 3), &camera(), BACKGROUND, &classic.saved, &w).unwrap();
+    let (ga, _) = backward(&params(&s, 3), &camera(), BACKGROUND, &aa.saved, &w).unwrap();
+    assert!(
+        gc.logit_opacities
+            .iter()
+            .zip(&ga.logit_opacities)
+            .all(|(a, b)| a != b)
+    );
+}
+
+/// Eight small anisotropic splats in front of [`camera`]: 1σ footprints of about 0.4–2 px, so the
+/// Mip-Splatting compensation is far from 1 and its gradient is a large part of the total.
+fn small_splats() -> Scene {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(23);
+    let mut s = Scene {
+        means: Vec::new(),
+        log_scales: Vec::new(),
+        rotations: Vec::new(),
+        logits: Vec::new(),
+        sh: Vec::new(),
+    };
+    for _ in 0..8 {
+        let z = rng.random_range(4.0..8.0);
+        s.means.extend([
+            rng.random_range(-0.3..0.3) * z,
+            rng.random_range(-0.25..0.25) * z,
+            z,
+        ]);
+        // σ = e^ls metres ≈ 0.4–2 px at fx = 40 px and z = 4–8 m.
+        s.log_scales
+            .extend([0; 3].map(|_| rng.random_range(-2.5..-1.6f64)));
+        s.rotations
+            .extend([0; 4].map(|_| rng.random_range(-1.0..1.0f64)));
+        s.logits.push(rng.random_range(-1.0..1.0));
+        s.sh.extend((0..48).map(|_| rng.random_range(-0.3..0.3)));
+    }
+    s
+}
+
+/// `L = Σ_i ⟨G_i, projection_i⟩` over mean2d, conic, colour and opacity with fixed random screen
+/// gradients `G`, i.e. exactly the quantity `project_backward` differentiates.
+fn projection_loss(s: &Scene, g: &[ScreenGrad<f64>], mode: RasterizeMode) -> f64 {
+    let p = params(s, 3);
+    let cam = CameraModel::<f64>::new(&camera());
+    (0..s.logits.len())
+        .map(|i| {
+            let q = project_one(&p, &cam, i, mode);
+            let mut l = q.opacity * g[i].opacity;
+            for k in 0..2 {
+                l += q.mean2d[k] * g[i].mean2d[k];
+            }
+            for k in 0..3 {
+                l += q.conic[k] * g[i].conic[k] + q.color[k] * g[i].color[k];
+            }
+            l
+        })
+        .sum()
+}
+
+#[test]
+fn antialiased_projection_gradient_matches_finite_differences_on_sub_pixel_splats() {
+    let s = small_splats();
+    let p = params(&s, 3);
+    let cam = CameraModel::<f64>::new(&camera());
+    let mode = RasterizeMode::Antialiased;
+    let projected: Vec<ProjectedSplat<f64>> =
+        (0..8).map(|i| project_one(&p, &cam, i, mode)).collect();
+    for (i, q) in projected.iter().enumerate() {
+        assert!(q.radius > 0.0 && q.color.iter().all(|&c| c > 0.0), "{i}");
+        // c = opacity / sigmoid(logit) must be far from 1 (and from 0).
+        let c = q.opacity * (1.0 + (-s.logits[i]).exp());
+        assert!((0.2..0.95).contains(&c), "splat {i}: compensation {c}");
+    }
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(31);
+    let mut r = || rng.random_range(-1.0..1.0);
+    let screen: Vec<ScreenGrad<f64>> = (0..8)
+        .map(|_| ScreenGrad {
+            mean2d: [r(), r()],
+            conic: [r(), r(), r()],
+            color: [r(), r(), r()],
+            opacity: 3.0 * r(),
+        })
+        .collect();
+    let g = project_backward(&p, &cam, &projected, &screen, mode);
+    let h = 1e-6;
+    for group in [
+        Group::Means,
+        Group::LogScales,
+        Group::Rotations,
+        Group::LogitOpacities,
+    ] {
+        let analytic = match group {
+            Group::Means => &g.means,
+            Group::LogScales => &g.log_scales,
+            Group::Rotations => &g.rotations,
+            Group::LogitOpacities => &g.logit_opacities,
+            Group::ShCoeffs => unreachable!(),
+        };
+        let mut worst = 0.0f64;
+        for i in 0..analytic.len() {
+            let mut plus = s.clone();
+            group_mut(&mut plus, group)[i] += h;
+            let mut minus = s.clone();
+            group_mut(&mut minus, group)[i] -= h;
+            let fd = (projection_loss(&plus, &screen, mode)
+                - projection_loss(&minus, &screen, mode))
+                / (2.0 * h);
+            let err = (analytic[i] - fd).abs() / fd.abs().max(1e-6);
+            worst = worst.max(err);
+            assert!(
+                err <= 1e-3,
+                "{group:?}[{i}]: analytic {} vs finite difference {fd}",
+                analytic[i]
+            );
+        }
+        println!("antialiased projection {group:?}: worst relative error {worst:.2e}");
+    }
+    // Without the compensation term the opacity-only gradient would be wrong: the check above has
+    // teeth. (Classic and antialiased differ in every scale gradient on these splats.)
+    let classic: Vec<ProjectedSplat<f64>> = (0..8)
+        .map(|i| project_one(&p, &cam, i, RasterizeMode::Classic))
+        .collect();
+    let gc = project_backward(&p, &cam, &classic, &screen, RasterizeMode::Classic);
+    assert!(
+        g.log_scales
+            .iter()
+            .zip(&gc.log_scales)
+            .all(|(a, b)| (a - b).abs() > 1e-6)
+    );
+}
+
+#[test]
 fn sh_coeffs_above_the_active_degree_get_zero_gradient() {
     let s = scene();
     let w = weights();
-    let f = forward(&params(&s, 1), &camera(), BACKGROUND).unwrap();
+    let f = forward(
+        &params(&s, 1),
+        &camera(),
+        BACKGROUND,
+        RasterizeMode::Classic,
+    )
+    .unwrap();
     let (g, _) = backward(&params(&s, 1), &camera(), BACKGROUND, &f.saved, &w).unwrap();
     for i in 0..4 {
         let per = &g.sh_coeffs[i * 48..(i + 1) * 48];
@@ -304,7 +489,7 @@ fn f32_gradients_match_f64_gradients() {
     let s = scene();
     let w = weights();
     let cam = camera();
-    let f = forward(&params(&s, 3), &cam, BACKGROUND).unwrap();
+    let f = forward(&params(&s, 3), &cam, BACKGROUND, RasterizeMode::Classic).unwrap();
     let (g64, _) = backward(&params(&s, 3), &cam, BACKGROUND, &f.saved, &w).unwrap();
     let to32 = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
     let (m, ls, r, o, sh, w32) = (
@@ -325,6 +510,7 @@ fn f32_gradients_match_f64_gradients() {
     };
     let opts = RenderOptions {
         background: BACKGROUND.map(|v| v as f32),
+        ..RenderOptions::default()
     };
     let out = render_forward(&splats, &cam, &opts).unwrap();
     for (a, b) in out.image.iter().zip(&f.image) {

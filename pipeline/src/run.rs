@@ -496,7 +496,7 @@ fn run_local(
         StageKind::Train => {
             let ingest_dir = stage_dir(plan, StageKind::Ingest);
             let cap = ingest::load_ingested(&ingest_dir)?;
-            let views = train_views(&ingest_dir, &cap, &plan.train)?;
+            let views = train_views(&ingest_dir, &cap, &plan.train);
             let init = cap.points.as_ref().map(|p| train::InitPoints {
                 positions: p
                     .positions
@@ -635,38 +635,32 @@ fn find_input(dir: &Path, kind: JobKind) -> Result<PathBuf> {
     }
 }
 
-/// The ingested frames as training views (images decoded over `params.background`, masks used as
-/// `params.mask_mode` says).
+/// The ingested frames as training views, decoded on demand (images over `params.background`,
+/// masks used as `params.mask_mode` says): the trainer's bounded cache decides how many are held
+/// at once (`train.image_cache_mb`).
 pub(crate) fn train_views(
     ingest_dir: &Path,
     cap: &ingest::IngestedCapture,
     params: &train::TrainParams,
-) -> Result<Vec<train::TrainView>> {
+) -> Vec<train::TrainView> {
+    let ignore_outside_mask = params.mask_mode == train::MaskMode::Ignore;
+    let background = params.background;
     cap.frames
         .iter()
         .map(|f| {
             let w2c = f.world_to_camera.map(|r| r.map(|v| v as f32));
-            let frame = ingest::load_frame(
-                ingest_dir,
-                f,
-                params.background,
-                params.mask_mode == train::MaskMode::Ignore,
-            )?;
-            Ok(train::TrainView {
-                name: f.name.clone(),
-                camera: kiln_kernels::Camera {
-                    width: f.width,
-                    height: f.height,
-                    fx: f.fx as f32,
-                    fy: f.fy as f32,
-                    cx: f.cx as f32,
-                    cy: f.cy as f32,
-                    world_to_camera: w2c,
-                },
-                image: frame.image,
-                transparency: frame.transparency,
-                loss_weights: frame.loss_weights,
-            })
+            let camera = kiln_kernels::Camera {
+                width: f.width,
+                height: f.height,
+                fx: f.fx as f32,
+                fy: f.fy as f32,
+                cx: f.cx as f32,
+                cy: f.cy as f32,
+                world_to_camera: w2c,
+            };
+            let (dir, frame) = (ingest_dir.to_path_buf(), f.clone());
+            let load = move || ingest::load_frame(&dir, &frame, background, ignore_outside_mask);
+            train::TrainView::on_demand(f.name.clone(), camera, std::sync::Arc::new(load))
         })
         .collect()
 }

@@ -8,6 +8,7 @@
 //! - 4, 5 and 31: a capture without SfM points trains from random frustum init;
 //! - 6: a splat with an infinite or NaN log-scale renders without a panic and is culled;
 //! - 7: SfM points on camera centres are dropped before init and do not give a NaN loss;
+//! - 8 and 30: RAM stays bounded by the image cache however many photos there are;
 //! - 9: SH-degree-0 PLYs have no `f_rest_*`, and the writer's `f_rest_*` count follows the degree;
 //! - 32: the outputs stay in the input's coordinate frame (`frame.json`, splat positions).
 //!
@@ -28,7 +29,7 @@ use kiln_pipeline::stages::train::init::{
     NEAR_CAMERA_FRACTION, camera_centre, drop_points_near_cameras, scene_extent,
 };
 use kiln_pipeline::stages::train::{
-    FRAME_JSON, InitPoints, TrainParams, TrainReport, TrainView, train, train_on,
+    FRAME_JSON, InitPoints, TrainParams, TrainReport, TrainView, ViewPixels, train, train_on,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -143,13 +144,8 @@ fn views(scene: &GaussianSplats, positions: &[[f32; 3]], centre: [f32; 3]) -> Ve
             let camera = look_at(p, centre);
             let out = render_forward(&splats_ref(scene), &camera, &RenderOptions::default())
                 .expect("ground-truth render");
-            TrainView {
-                name: format!("view_{i:02}"),
-                camera,
-                image: out.image.iter().map(|v| v.clamp(0.0, 1.0)).collect(),
-                transparency: None,
-                loss_weights: None,
-            }
+            let image = out.image.iter().map(|v| v.clamp(0.0, 1.0)).collect();
+            TrainView::resident(format!("view_{i:02}"), camera, ViewPixels::opaque(image))
         })
         .collect()
 }
@@ -235,6 +231,69 @@ fn item_04_05_31_no_sfm_points_trains_from_random_frustum_init() {
     assert!(last < first, "loss {first} → {last}");
 }
 
+/// gaussian-splatting#381 (host `MemoryError` at 308 large photos) and OpenSplat#134 (~160 GB
+/// for 3 564 images): every image was held in RAM. Kiln's job views decode their pixels on demand
+/// through a least-recently-used cache bounded by `train.image_cache_mb`. With a budget of 0 the
+/// cache holds only the view being trained on (its peak is exactly one view's bytes, however many
+/// views there are), reloads views as they come up again, and trains to the same splats, bit
+/// for bit, as views held in memory.
+#[test]
+fn item_08_30_ram_stays_bounded_by_the_image_cache_however_many_photos() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let centre = [0.0; 3];
+    let scene = scene_around(centre, 40, 4);
+    let resident = views(&scene, &camera_positions(centre), centre);
+    let loads = Arc::new(AtomicUsize::new(0));
+    let on_demand: Vec<TrainView> = resident
+        .iter()
+        .map(|v| {
+            let pixels = v.load().unwrap();
+            let loads = Arc::clone(&loads);
+            let load = move || {
+                loads.fetch_add(1, Ordering::SeqCst);
+                Ok(ViewPixels::clone(&pixels))
+            };
+            TrainView::on_demand(v.name.clone(), v.camera, Arc::new(load))
+        })
+        .collect();
+    let run = |views: Vec<TrainView>, image_cache_mb: u64| {
+        let dir = tempfile::tempdir().unwrap();
+        let p = TrainParams {
+            image_cache_mb,
+            ..params()
+        };
+        let (splats, report) = train(views, None, &p, dir.path(), &|_, _, _| {}).unwrap();
+        assert_trained(&splats, &report, dir.path());
+        let metrics: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("metrics.json")).unwrap())
+                .unwrap();
+        let stat = |k: &str| metrics["image_cache"][k].as_u64().unwrap();
+        (splats, [stat("peak_bytes"), stat("loads")])
+    };
+    let view_bytes = 32 * 32 * 3 * 4;
+    let (expected, [resident_peak, _]) = run(resident, 0);
+    assert_eq!(
+        resident_peak, 0,
+        "views held by the caller are not the cache's"
+    );
+
+    let (bounded, [peak, cache_loads]) = run(on_demand.clone(), 0);
+    assert_eq!(bounded, expected);
+    assert_eq!(peak, view_bytes);
+    // 7 training views drawn in shuffled epochs over STEPS steps: far more loads than views.
+    assert!(
+        cache_loads as usize > 2 * on_demand.len(),
+        "{cache_loads} loads"
+    );
+
+    let (roomy, [peak, cache_loads]) = run(on_demand, 2048);
+    assert_eq!(roomy, expected);
+    assert_eq!((peak, cache_loads), (7 * view_bytes, 7));
+    assert!(loads.load(Ordering::SeqCst) > 0);
+}
+
 /// gaussian-splatting#41: SfM points exactly on camera centres gave degenerate tiny Gaussians, a
 /// NaN loss and an illegal memory access. Kiln drops points within `NEAR_CAMERA_FRACTION` × scene
 /// extent of a camera centre before init: exactly those points go, the good points stay (in
@@ -311,6 +370,7 @@ fn item_06_infinite_or_nan_log_scale_is_culled_without_panic() {
     let camera = look_at([0.0, -3.0, 0.5], centre);
     let options = RenderOptions {
         background: [0.25, 0.5, 0.75],
+        ..RenderOptions::default()
     };
     let expected = render_forward(&splats_ref(&finite), &camera, &options).unwrap();
     assert!(expected.image.iter().all(|v| v.is_finite()));

@@ -13,7 +13,7 @@ use std::f32::consts::PI;
 
 use kiln_formats::splats::GaussianSplats;
 use kiln_kernels::{Camera, RenderOptions, SplatsRef};
-use kiln_pipeline::stages::train::{TrainParams, TrainView, train};
+use kiln_pipeline::stages::train::{TrainParams, TrainView, ViewPixels, train};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -125,12 +125,9 @@ fn views(scene: &GaussianSplats) -> Vec<TrainView> {
     cameras()
         .into_iter()
         .enumerate()
-        .map(|(i, camera)| TrainView {
-            name: format!("view_{i:02}"),
-            camera,
-            image: render(scene, &camera),
-            transparency: None,
-            loss_weights: None,
+        .map(|(i, camera)| {
+            let pixels = ViewPixels::opaque(render(scene, &camera));
+            TrainView::resident(format!("view_{i:02}"), camera, pixels)
         })
         .collect()
 }

@@ -44,8 +44,17 @@ pub fn run(args: SelftestArgs) -> anyhow::Result<()> {
     for scene in &report.scenes {
         for t in scene.tensors.iter().filter(|t| !t.pass) {
             eprintln!(
-                "MISMATCH seed {} {}: max_abs {:.3e}, max_rel {:.3e} (bound {})",
-                scene.seed, t.tensor, t.max_abs, t.max_rel, t.bound
+                "MISMATCH seed {} ({}) {}: max_abs {:.3e}, max_rel {:.3e} (bound {})",
+                scene.seed,
+                if scene.antialiased {
+                    "antialiased"
+                } else {
+                    "classic"
+                },
+                t.tensor,
+                t.max_abs,
+                t.max_rel,
+                t.bound
             );
         }
     }

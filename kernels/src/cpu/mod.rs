@@ -28,7 +28,7 @@ pub mod sort;
 
 use crate::render::{ForwardOutput, RenderOptions, SplatGradients, SplatsRef};
 use crate::{Camera, Error};
-use project::{CameraModel, ProjectedSplat, SplatParams};
+use project::{CameraModel, ProjectedSplat, RasterizeMode, SplatParams};
 use project_backward::ParamGrads;
 pub use scalar::Scalar;
 
@@ -42,6 +42,8 @@ pub struct SavedForward<T = f32> {
     pub(crate) width: u32,
     pub(crate) height: u32,
     pub(crate) sh_k: usize,
+    /// The opacity rule of the forward pass; the backward pass differentiates the same one.
+    pub(crate) mode: RasterizeMode,
     /// `[N]`.
     pub(crate) projected: Vec<ProjectedSplat<T>>,
     /// `[I]` splat index per intersection, sorted by (tile, depth).
@@ -65,6 +67,34 @@ impl<T> SavedForward<T> {
     pub fn splat_count(&self) -> usize {
         self.projected.len()
     }
+
+    /// The opacity rule the forward pass used.
+    pub fn rasterize_mode(&self) -> RasterizeMode {
+        self.mode
+    }
+}
+
+/// Checks that a backward pass is asked for with the `antialiased` option its forward pass used
+/// (`forward_mode`). Shared by the CPU and GPU backward passes.
+///
+/// # Errors
+/// [`Error::Invalid`] (field `options.antialiased`) when they differ.
+pub(crate) fn check_backward_mode(
+    options: &RenderOptions,
+    forward_mode: RasterizeMode,
+) -> Result<(), Error> {
+    if RasterizeMode::from_antialiased(options.antialiased) == forward_mode {
+        return Ok(());
+    }
+    Err(Error::Invalid {
+        field: "options.antialiased",
+        reason: format!(
+            "is {} but the forward pass ran with antialiased = {}; pass the same RenderOptions \
+             to the forward and the backward pass",
+            options.antialiased,
+            forward_mode == RasterizeMode::Antialiased
+        ),
+    })
 }
 
 /// Checks a render's inputs and returns K (SH coefficients per channel).
@@ -188,7 +218,9 @@ pub struct Forward<T> {
     pub timings: crate::render::KernelTimings,
 }
 
-/// Forward pass on checked inputs (see [`check_render_inputs`]).
+/// Forward pass on checked inputs (see [`check_render_inputs`]); `background` `[3]` linear RGB,
+/// `mode` the opacity rule ([`RasterizeMode::Classic`] or Mip-Splatting's
+/// [`RasterizeMode::Antialiased`]), remembered in the saved state for [`backward`].
 ///
 /// # Errors
 /// [`Error::Invalid`] when the intersection count does not fit the 32-bit tile ranges.
@@ -196,10 +228,11 @@ pub fn forward<T: Scalar>(
     params: &SplatParams<'_, T>,
     camera: &Camera,
     background: [T; 3],
+    mode: RasterizeMode,
 ) -> Result<Forward<T>, Error> {
     let cam = CameraModel::<T>::new(camera);
     let clock = std::time::Instant::now();
-    let projected = project::project(params, &cam);
+    let projected = project::project(params, &cam, mode);
     let project_ms = ms_since(clock);
     let clock = std::time::Instant::now();
     let total: usize = projected.iter().map(bin::tile_count).sum();
@@ -235,6 +268,7 @@ pub fn forward<T: Scalar>(
             width: cam.width,
             height: cam.height,
             sh_k: params.sh_k,
+            mode,
             projected,
             sorted_ids,
             tile_ranges,
@@ -303,8 +337,8 @@ pub(crate) fn check_backward_shapes(
     Ok(())
 }
 
-/// Backward pass on checked inputs; `grad_image` is `[H, W, 3]`. Returns the gradients and the
-/// backward stage times.
+/// Backward pass on checked inputs; `grad_image` is `[H, W, 3]`. Differentiates the opacity rule
+/// saved by the forward pass. Returns the gradients and the backward stage times.
 ///
 /// # Errors
 /// [`Error::Shape`] when `saved` or `grad_image` do not match `params` and `camera`.
@@ -336,7 +370,8 @@ pub fn backward<T: Scalar>(
     );
     let rasterize_backward_ms = ms_since(clock);
     let clock = std::time::Instant::now();
-    let grads = project_backward::project_backward(params, &cam, &saved.projected, &screen);
+    let grads =
+        project_backward::project_backward(params, &cam, &saved.projected, &screen, saved.mode);
     let timings = crate::render::KernelTimings {
         rasterize_backward_ms,
         project_backward_ms: ms_since(clock),
@@ -367,7 +402,8 @@ pub fn render_forward(
     options: &RenderOptions,
 ) -> Result<ForwardOutput, Error> {
     let sh_k = check_render_inputs(splats, camera)?;
-    let f = forward(&params_of(splats, sh_k), camera, options.background)?;
+    let mode = RasterizeMode::from_antialiased(options.antialiased);
+    let f = forward(&params_of(splats, sh_k), camera, options.background, mode)?;
     Ok(ForwardOutput {
         image: f.image,
         alpha: f.alpha,
@@ -396,6 +432,7 @@ pub fn render_backward(
                 .into(),
         });
     };
+    check_backward_mode(options, saved.mode)?;
     let (g, timings) = backward(
         &params_of(splats, sh_k),
         camera,
@@ -492,6 +529,7 @@ mod tests {
         );
         let opts = RenderOptions {
             background: [0.1, 0.2, 0.3],
+            ..RenderOptions::default()
         };
         let out = public_forward(&s.as_ref(), &centred_camera(), &opts).unwrap();
         let c0 = sh::SH_C0 as f32;
@@ -522,6 +560,74 @@ mod tests {
         assert_eq!(out.alpha[0], 0.0);
     }
 
+    /// Mip-Splatting mode on the splat of the test above: Σ2d_raw = 4·I px², so the compensation
+    /// is c = 4 / (4 + EPS2D) = 4 / 4.3 and every alpha is scaled by it; the footprint (radius,
+    /// falloff) is the same dilated one as in the classic mode.
+    #[test]
+    fn antialiased_single_splat_opacity_is_scaled_by_variance_ratio() {
+        let mut s = Scene::default();
+        s.push(
+            [0.0, 0.0, 4.0],
+            [0.25f32.ln(); 3],
+            Q_ID,
+            0.0,
+            [1.0, 0.0, -1.0],
+        );
+        let opts = RenderOptions {
+            background: [0.1, 0.2, 0.3],
+            antialiased: true,
+        };
+        let out = public_forward(&s.as_ref(), &centred_camera(), &opts).unwrap();
+        let c0 = sh::SH_C0 as f32;
+        let colour = [c0 + 0.5, 0.5, 0.5 - c0];
+        let var = 4.0 + crate::consts::EPS2D;
+        let comp = 4.0 / var;
+        assert_eq!(out.radii, vec![(3.0 * var.sqrt()).ceil()]);
+        let px = |x: usize, y: usize, ch: usize| out.image[(y * 33 + x) * 3 + ch];
+        for ch in 0..3 {
+            let a = 0.5 * comp;
+            let want = a * colour[ch] + (1.0 - a) * opts.background[ch];
+            assert!(
+                (px(16, 16, ch) - want).abs() < 1e-6,
+                "centre ch {ch}: {} vs {want}",
+                px(16, 16, ch)
+            );
+            let a = 0.5 * comp * (-0.5 / var).exp();
+            let want = a * colour[ch] + (1.0 - a) * opts.background[ch];
+            assert!(
+                (px(17, 16, ch) - want).abs() < 1e-6,
+                "right ch {ch}: {} vs {want}",
+                px(17, 16, ch)
+            );
+        }
+        assert!((out.alpha[16 * 33 + 16] - 0.5 * 4.0 / 4.3).abs() < 1e-6);
+    }
+
+    #[test]
+    fn backward_rejects_options_that_disagree_with_the_forward_pass() {
+        let cam = centred_camera();
+        let s = base_scene();
+        let aa = RenderOptions {
+            antialiased: true,
+            ..RenderOptions::default()
+        };
+        let out = public_forward(&s.as_ref(), &cam, &aa).unwrap();
+        let grad = vec![0.5; out.image.len()];
+        let err =
+            public_backward(&s.as_ref(), &cam, &RenderOptions::default(), &out, &grad).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Invalid {
+                    field: "options.antialiased",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(public_backward(&s.as_ref(), &cam, &aa, &out, &grad).is_ok());
+    }
+
     fn base_scene() -> Scene {
         let mut s = Scene::default();
         s.push(
@@ -546,6 +652,7 @@ mod tests {
         let cam = centred_camera();
         let opts = RenderOptions {
             background: [0.2, 0.1, 0.4],
+            ..RenderOptions::default()
         };
         let base = base_scene();
         let mut hidden = base.clone();
@@ -591,9 +698,19 @@ mod tests {
 
     #[test]
     fn extreme_inputs_render_finite_without_panic() {
+        extreme_inputs_render_finite(false);
+    }
+
+    #[test]
+    fn extreme_inputs_render_finite_without_panic_when_antialiased() {
+        extreme_inputs_render_finite(true);
+    }
+
+    fn extreme_inputs_render_finite(antialiased: bool) {
         let cam = centred_camera();
         let opts = RenderOptions {
             background: [0.5; 3],
+            antialiased,
         };
         let mut s = base_scene();
         s.push([1e30, 0.0, 4.0], [-1.0; 3], Q_ID, 0.0, [0.1; 3]); // far off screen
@@ -614,6 +731,19 @@ mod tests {
             50.0,
             [1e30; 3],
         ); // huge values
+        if antialiased {
+            // Needles and a sub-pixel speck: det(Σ2d) before the dilation is ~0 or rounds to ≤ 0,
+            // so the compensation is ~0 and its gradient's 1/c factor must stay finite.
+            s.push([0.0, 0.0, 4.0], [-1.0, -30.0, -30.0], Q_ID, 0.0, [0.1; 3]);
+            s.push(
+                [0.1, 0.0, 4.0],
+                [-1.0, -1.0, -30.0],
+                [0.6, 0.2, -0.7, 0.3],
+                2.0,
+                [0.1; 3],
+            );
+            s.push([0.0, 0.1, 4.0], [-12.0; 3], Q_ID, 3.0, [0.1; 3]);
+        }
         let out = public_forward(&s.as_ref(), &cam, &opts).unwrap();
         assert!(
             out.image
@@ -641,6 +771,7 @@ mod tests {
         let s = Scene::default();
         let opts = RenderOptions {
             background: [0.25, 0.5, 0.75],
+            ..RenderOptions::default()
         };
         let out = public_forward(&s.as_ref(), &centred_camera(), &opts).unwrap();
         assert!(out.image.chunks(3).all(|p| p == [0.25, 0.5, 0.75]));
@@ -796,6 +927,7 @@ mod tests {
         r.sh_degree = 3;
         let opts = RenderOptions {
             background: [0.3, 0.1, 0.6],
+            ..RenderOptions::default()
         };
         let grad: Vec<f32> = (0..130 * 100 * 3)
             .map(|i| ((i * 29) % 13) as f32 / 13.0 - 0.45)
@@ -863,6 +995,7 @@ mod tests {
         r.sh_degree = 3;
         let opts = RenderOptions {
             background: [0.1, 0.3, 0.2],
+            ..RenderOptions::default()
         };
         let grad: Vec<f32> = (0..130 * 100 * 3)
             .map(|i| ((i * 31) % 17) as f32 / 17.0 - 0.4)

@@ -9,10 +9,15 @@
 //! 4. `Σ2d = J·Σ_cam·Jᵀ + EPS2D·I`, `conic = Σ2d⁻¹`, `radius = ceil(GAUSSIAN_EXTENT·sqrt(λ_max))`;
 //! 5. `mean2d = (fx·x/z + cx, fy·y/z + cy)` (pixels, pixel centres at `i + 0.5`); culled when the
 //!    bounding square touches no tile;
-//! 6. colour = SH(normalize(mean − camera centre)) + 0.5 clamped at 0; opacity = sigmoid(logit).
+//! 6. colour = SH(normalize(mean − camera centre)) + 0.5 clamped at 0; opacity = sigmoid(logit),
+//!    times the compensation `c = sqrt(max(det(Σ2d − EPS2D·I) / det Σ2d, 0))` in
+//!    [`RasterizeMode::Antialiased`] (Yu et al. 2024, "Mip-Splatting: Alias-free 3D Gaussian
+//!    Splatting", CVPR, Eq. 9–10; gsplat `fully_fused_projection(calc_compensations=True)`).
 //!
 //! NaN / Inf / degenerate inputs (zero quaternion, singular covariance, overflow) never panic and never
-//! reach binning: any non-finite intermediate culls the splat (radius 0, no tiles).
+//! reach binning: any non-finite intermediate culls the splat (radius 0, no tiles). A splat whose
+//! covariance before the dilation is singular or indefinite (rounding on needle-thin splats) gets
+//! compensation 0 in antialiased mode, never NaN.
 
 use rayon::prelude::*;
 
@@ -22,6 +27,41 @@ use super::scalar::Scalar;
 use super::sh::{sh_basis, sh_color};
 use crate::Camera;
 use crate::consts::{EPS2D, FRUSTUM_CLAMP_MARGIN, GAUSSIAN_EXTENT, NEAR_PLANE, TILE_SIZE};
+
+/// How the projected opacity treats the [`EPS2D`] dilation of the 2D covariance (gsplat's
+/// `rasterize_mode`). Both modes dilate; they differ only in the opacity.
+///
+/// CUDA twin: the `antialiased` argument (0 or 1) of `kiln_project_forward` and
+/// `kiln_project_backward` (`cuda/project.cu`, `cuda/project_backward.cu`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RasterizeMode {
+    /// INRIA 3DGS: opacity = sigmoid(logit). The dilation makes sub-pixel splats wider *and* as
+    /// opaque, so they grow into bright blobs when the scene is seen from further away.
+    #[default]
+    Classic,
+    /// Mip-Splatting's 2D filter: opacity = sigmoid(logit) · c with
+    /// `c = sqrt(max(det Σ2d_raw / det(Σ2d_raw + EPS2D·I), 0))` ∈ [0, 1] (see [`compensation`]),
+    /// which keeps the splat's integrated footprint (opacity × area) what it was before the
+    /// dilation. Source: Yu et al., "Mip-Splatting: Alias-free 3D Gaussian Splatting", CVPR 2024,
+    /// Eq. 9–10; gsplat `rasterize_mode="antialiased"`.
+    Antialiased,
+}
+
+impl RasterizeMode {
+    /// The mode [`crate::RenderOptions::antialiased`] asks for.
+    pub fn from_antialiased(antialiased: bool) -> Self {
+        if antialiased {
+            Self::Antialiased
+        } else {
+            Self::Classic
+        }
+    }
+
+    /// The `unsigned int antialiased` kernel argument of this mode (0 or 1).
+    pub fn kernel_flag(self) -> u32 {
+        u32::from(self == Self::Antialiased)
+    }
+}
 
 /// Borrowed splat parameters in the CPU twin's float type; same shapes and meanings as
 /// [`crate::SplatsRef`], plus `sh_k` = K (coefficients per channel actually stored).
@@ -135,7 +175,8 @@ pub struct ProjectedSplat<T> {
     pub depth: T,
     /// 3σ radius, whole pixels; 0 when culled.
     pub radius: T,
-    /// sigmoid(logit), in (0, 1).
+    /// Opacity used by the rasterizer, in [0, 1): sigmoid(logit) in [`RasterizeMode::Classic`],
+    /// sigmoid(logit) · [`compensation`] in [`RasterizeMode::Antialiased`].
     pub opacity: T,
     /// Clamped RGB colour `[3]`, ≥ 0.
     pub color: [T; 3],
@@ -218,8 +259,26 @@ pub struct Geometry<T> {
     pub clamped: [bool; 2],
     /// `Σ2d` including `EPS2D`: `[[a, b], [b, c]]` stored as `(a, b, c)`.
     pub cov2d: [T; 3],
-    /// Determinant of `Σ2d`.
+    /// Determinant of `Σ2d`, pixels⁴.
     pub det: T,
+    /// Determinant of `J·Σ_cam·Jᵀ`, the 2D covariance before the `EPS2D` dilation, pixels⁴
+    /// (computed before the dilation, not as `det(Σ2d − EPS2D·I)`, which would cancel digits on
+    /// sub-pixel splats). May be ≤ 0 from rounding on degenerate splats.
+    pub det_blur_free: T,
+}
+
+/// Mip-Splatting's opacity compensation `c = sqrt(max(det_blur_free / det, 0))` ∈ [0, 1]: the
+/// factor that keeps `opacity × footprint area` unchanged by the `EPS2D·I` dilation.
+///
+/// - `det_blur_free`: `det(J·Σ_cam·Jᵀ)`, the 2D covariance before the dilation, pixels⁴ (any sign);
+/// - `det`: `det(J·Σ_cam·Jᵀ + EPS2D·I)`, pixels⁴, > 0 for a splat that passed [`geometry`].
+///
+/// For an isotropic footprint of variance σ² px² this is σ² / (σ² + EPS2D).
+/// Source: Yu et al., "Mip-Splatting", CVPR 2024, Eq. 9–10 (the 2D Mip filter); gsplat
+/// `add_blur`. CUDA twin: `kiln_compensation` in `cuda/common.cuh`.
+#[inline]
+pub fn compensation<T: Scalar>(det_blur_free: T, det: T) -> T {
+    (det_blur_free / det).max(T::ZERO).sqrt()
 }
 
 /// Geometry of splat `i`, or `None` when it is culled (behind the near plane, non-finite, degenerate).
@@ -260,6 +319,7 @@ pub fn geometry<T: Scalar>(
         c2[1][1] + eps,
     ];
     let det = cov2d[0] * cov2d[2] - cov2d[1] * cov2d[1];
+    let det_blur_free = c2[0][0] * c2[1][1] - cov2d[1] * cov2d[1];
     if !det.is_finite() || det <= T::ZERO {
         return None;
     }
@@ -275,6 +335,7 @@ pub fn geometry<T: Scalar>(
         clamped,
         cov2d,
         det,
+        det_blur_free,
     })
 }
 
@@ -296,11 +357,13 @@ pub fn sigmoid<T: Scalar>(x: T) -> T {
     T::ONE / (T::ONE + (-x).exp())
 }
 
-/// Projects splat `i`; returns the default (culled) splat when it is not visible.
+/// Projects splat `i` with opacity rule `mode`; returns the default (culled) splat when it is not
+/// visible. CUDA twin: `kiln_project_forward` (`cuda/project.cu`).
 pub fn project_one<T: Scalar>(
     params: &SplatParams<'_, T>,
     cam: &CameraModel<T>,
     i: usize,
+    mode: RasterizeMode,
 ) -> ProjectedSplat<T> {
     let culled = ProjectedSplat::default();
     let Some(g) = geometry(params, cam, i) else {
@@ -317,7 +380,12 @@ pub fn project_one<T: Scalar>(
     let basis = sh_basis(params.sh_degree, dir);
     let sh = &params.sh_coeffs[i * params.sh_k * 3..(i + 1) * params.sh_k * 3];
     let raw_color = sh_color(params.sh_degree, sh, &basis);
-    let opacity = sigmoid(params.logit_opacities[i]);
+    let opacity = match mode {
+        RasterizeMode::Classic => sigmoid(params.logit_opacities[i]),
+        RasterizeMode::Antialiased => {
+            sigmoid(params.logit_opacities[i]) * compensation(g.det_blur_free, g.det)
+        }
+    };
     // Checked before the clamp: `max` would turn a NaN colour into 0.
     let finite = conic
         .iter()
@@ -347,13 +415,55 @@ pub fn project_one<T: Scalar>(
     }
 }
 
-/// Projects all N splats in parallel; output `[N]` in input order.
+/// Projects all N splats in parallel with opacity rule `mode`; output `[N]` in input order.
 pub fn project<T: Scalar>(
     params: &SplatParams<'_, T>,
     cam: &CameraModel<T>,
+    mode: RasterizeMode,
 ) -> Vec<ProjectedSplat<T>> {
     (0..params.len())
         .into_par_iter()
-        .map(|i| project_one(params, cam, i))
+        .map(|i| project_one(params, cam, i, mode))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compensation_of_isotropic_footprint_is_variance_ratio() {
+        // Σ2d_raw = σ²·I: det ratio = σ⁴ / (σ² + ε)², so c = σ² / (σ² + ε).
+        let eps = f64::from(EPS2D);
+        for var in [0.01, 0.3, 1.0, 4.0, 100.0] {
+            let det_raw = var * var;
+            let det = (var + eps) * (var + eps);
+            let want = var / (var + eps);
+            assert!(
+                (compensation(det_raw, det) - want).abs() < 1e-15,
+                "σ² {var}"
+            );
+        }
+        // σ² = 4 px², ε = 0.3 px²: c = 4 / 4.3.
+        assert!((compensation(16.0f64, 4.3 * 4.3) - 4.0 / 4.3).abs() < 1e-15);
+    }
+
+    #[test]
+    fn compensation_of_anisotropic_footprint_matches_hand_calculation() {
+        // Σ2d_raw = [[2, 0.5], [0.5, 1]]: det_raw = 1.75; with ε = 0.3 on the diagonal,
+        // det = 2.3·1.3 − 0.25 = 2.74; c = sqrt(1.75 / 2.74).
+        let eps = f64::from(EPS2D);
+        assert!((eps - 0.3).abs() < 1e-7);
+        let det = (2.0 + eps) * (1.0 + eps) - 0.25;
+        let c = compensation(1.75f64, det);
+        assert!((c - (1.75f64 / 2.74).sqrt()).abs() < 1e-7, "{c}");
+    }
+
+    #[test]
+    fn compensation_of_degenerate_footprint_is_zero_not_nan() {
+        // A needle whose raw determinant rounded to 0 or below: the splat fades out completely.
+        assert_eq!(compensation(0.0f32, 0.09), 0.0);
+        assert_eq!(compensation(-1e-9f32, 0.09), 0.0);
+        assert_eq!(compensation(-1e-9f64, 0.09), 0.0);
+    }
 }

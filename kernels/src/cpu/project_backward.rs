@@ -7,6 +7,15 @@
 //! through `x/z` or `y/z`, as in gsplat); `Σ_cam = W·Σ·Wᵀ`; `Σ = M·Mᵀ` (`∂M = 2·∂Σ·M`);
 //! `M = Rot(q̂)·diag(exp(log_scales))`; quaternion normalisation; mean2d = pinhole(p); SH colour
 //! (clamped channels pass no gradient) including `∂colour/∂mean` through the view direction; sigmoid.
+//!
+//! In [`RasterizeMode::Antialiased`] the opacity is `o = sigmoid(logit)·c` with the Mip-Splatting
+//! compensation `c = sqrt(r)`, `r = max(det(Σ2d − εI) / det Σ2d, 0)`, ε = EPS2D (Yu et al., CVPR
+//! 2024, Eq. 9–10; gsplat `fully_fused_projection` backward, `v_compensations`). Then
+//! `∂L/∂logit = ∂L/∂o · c · s(1 − s)` and `∂L/∂c = ∂L/∂o · s`, and `c` adds to `∂L/∂Σ2d`:
+//! with `adj(Σ2d − εI) = adj Σ2d − εI` (2×2) and `∂det M/∂M = adj M`,
+//! `∂r/∂Σ2d = (adj Σ2d − εI − r·adj Σ2d) / det Σ2d = (1 − r)·Σ2d⁻¹ − (ε / det Σ2d)·I`, so
+//! `∂L/∂Σ2d += ∂L/∂c · ∂r/∂Σ2d / (2c)`. Where `r ≤ 0` the clamp passes no gradient; `1/(2c)` is
+//! evaluated as `1/(2(c + COMPENSATION_GRAD_EPS))` so a nearly zero-area splat cannot blow up.
 //! Matrix gradients use the full-matrix convention (a symmetric matrix's off-diagonal scalar gets the
 //! sum of both entries).
 //!
@@ -16,10 +25,14 @@
 use rayon::prelude::*;
 
 use super::linalg::{M3, mul, mul_vec, transpose};
-use super::project::{CameraModel, ProjectedSplat, SplatParams, geometry, view_dir};
+use super::project::{
+    CameraModel, ProjectedSplat, RasterizeMode, SplatParams, compensation, geometry, sigmoid,
+    view_dir,
+};
 use super::rasterize_backward::ScreenGrad;
 use super::scalar::Scalar;
 use super::sh::{sh_basis, sh_basis_grad, sh_coeff_count, sh_color};
+use crate::consts::{COMPENSATION_GRAD_EPS, EPS2D};
 
 /// Parameter gradients of all splats, f32 or f64; same shapes as [`crate::SplatGradients`].
 #[derive(Debug, Clone)]
@@ -81,6 +94,7 @@ fn splat_backward<T: Scalar>(
     i: usize,
     p: &ProjectedSplat<T>,
     sg: &ScreenGrad<T>,
+    mode: RasterizeMode,
     out: Slots<'_, T>,
 ) {
     if p.radius <= T::ZERO {
@@ -91,8 +105,19 @@ fn splat_backward<T: Scalar>(
     };
     let half = T::of(0.5);
 
-    // Opacity: sigmoid' = o(1 − o).
-    *out.logit = sg.opacity * p.opacity * (T::ONE - p.opacity);
+    // Opacity: sigmoid' = s(1 − s); in antialiased mode o = s·c, and ∂L/∂c = ∂L/∂o · s.
+    let d_compensation = match mode {
+        RasterizeMode::Classic => {
+            *out.logit = sg.opacity * p.opacity * (T::ONE - p.opacity);
+            None
+        }
+        RasterizeMode::Antialiased => {
+            let s = sigmoid(params.logit_opacities[i]);
+            let c = compensation(geo.det_blur_free, geo.det);
+            *out.logit = sg.opacity * c * s * (T::ONE - s);
+            Some((sg.opacity * s, c))
+        }
+    };
 
     // Colour → SH coefficients and view direction.
     let (dir, dir_len) = view_dir(params, cam, i);
@@ -145,6 +170,19 @@ fn splat_backward<T: Scalar>(
     for r in 0..2 {
         for c in 0..2 {
             d_cov2d[r][c] = -(qg[r][0] * q2[0][c] + qg[r][1] * q2[1][c]);
+        }
+    }
+    // Compensation → Σ2d (module doc): ∂c/∂Σ2d = ((1 − r)·Q − (ε/det)·I) / 2c, Q = Σ2d⁻¹.
+    if let Some((d_c, c)) = d_compensation {
+        let r = c * c;
+        if r > T::ZERO {
+            let scale = d_c * half / (c + T::from_f32(COMPENSATION_GRAD_EPS));
+            let diag = T::from_f32(EPS2D) / geo.det;
+            let one_minus_r = T::ONE - r;
+            d_cov2d[0][0] += scale * (one_minus_r * ca - diag);
+            d_cov2d[0][1] += scale * one_minus_r * cb;
+            d_cov2d[1][0] += scale * one_minus_r * cb;
+            d_cov2d[1][1] += scale * (one_minus_r * cc - diag);
         }
     }
 
@@ -226,12 +264,14 @@ fn splat_backward<T: Scalar>(
     *out.norm2d = (nx * nx + ny * ny).sqrt();
 }
 
-/// Gradients of all splat parameters from their screen-space gradients `[N]`.
+/// Gradients of all splat parameters from their screen-space gradients `[N]`; `mode` must be the
+/// one `projected` was made with. CUDA twin: `kiln_project_backward` (`cuda/project_backward.cu`).
 pub fn project_backward<T: Scalar>(
     params: &SplatParams<'_, T>,
     cam: &CameraModel<T>,
     projected: &[ProjectedSplat<T>],
     screen: &[ScreenGrad<T>],
+    mode: RasterizeMode,
 ) -> ParamGrads<T> {
     let n = params.len();
     let k3 = params.sh_k * 3;
@@ -261,7 +301,7 @@ pub fn project_backward<T: Scalar>(
                     logit,
                     norm2d,
                 };
-                splat_backward(params, cam, i, &projected[i], &screen[i], slots);
+                splat_backward(params, cam, i, &projected[i], &screen[i], mode, slots);
             },
         );
     g

@@ -401,7 +401,7 @@ pub fn rasterize_forward<T: Scalar>(
 mod tests {
     use super::*;
     use crate::Camera;
-    use crate::cpu::project::{CameraModel, SplatParams, project};
+    use crate::cpu::project::{CameraModel, RasterizeMode, SplatParams, project};
     use crate::cpu::{bin, sort};
 
     /// Brute force: per pixel, every splat whose tile box holds the pixel's tile, in (depth, index)
@@ -451,7 +451,7 @@ mod tests {
             sh_k: 1,
         };
         let cam = CameraModel::<f32>::new(&camera);
-        let projected = project(&params, &cam);
+        let projected = project(&params, &cam, RasterizeMode::Classic);
         let (keys, ids) = bin::bin(&projected, cam.tiles_x());
         let (sorted, ranges) = sort::sort(keys, ids, (cam.tiles_x() * cam.tiles_y()) as usize);
         let bg = [0.2, 0.5, 0.1];

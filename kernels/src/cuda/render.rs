@@ -22,7 +22,7 @@ use super::gpu::{DeviceBuffer, GpuContext, KernelArgs};
 use crate::consts::TILE_SIZE;
 use crate::cpu::check_render_inputs;
 use crate::cpu::ms_since;
-use crate::cpu::project::CameraModel;
+use crate::cpu::project::{CameraModel, RasterizeMode};
 use crate::render::{KernelTimings, RenderOptions, SplatGradients, SplatsRef};
 use crate::{Camera, Error};
 
@@ -95,6 +95,9 @@ pub struct GpuSaved {
     sh_degree: u32,
     camera: Camera,
     background: [f32; 3],
+    /// Opacity rule of the forward pass (`RenderOptions::antialiased`); the backward pass
+    /// differentiates the same one.
+    mode: RasterizeMode,
     intersections: usize,
     bands: Vec<Band>,
     splats: DeviceSplats,
@@ -181,6 +184,11 @@ impl GpuSaved {
     /// `[N]` screen radii in pixels (0 where culled), on the device.
     pub fn radii(&self) -> &DeviceBuffer<f32> {
         &self.radii
+    }
+
+    /// The opacity rule the forward pass used (from `RenderOptions::antialiased`).
+    pub fn rasterize_mode(&self) -> RasterizeMode {
+        self.mode
     }
 }
 
@@ -566,6 +574,7 @@ impl GpuRenderer {
         let cam = GpuCamera::new(camera);
         let (w, h) = (camera.width as usize, camera.height as usize);
         let n_tiles = (cam.tiles_x * cam.tiles_y) as usize;
+        let mode = RasterizeMode::from_antialiased(options.antialiased);
         let mut timings = KernelTimings::default();
         let clock = std::time::Instant::now();
 
@@ -586,6 +595,7 @@ impl GpuRenderer {
             .u32(n as u32)
             .u32(k as u32)
             .u32(sh_degree)
+            .u32(mode.kernel_flag())
             .value(cam)
             .buf(&xys)
             .buf(&conics)
@@ -714,6 +724,7 @@ impl GpuRenderer {
                 sh_degree,
                 camera: *camera,
                 background: options.background,
+                mode,
                 intersections: bands.iter().map(|b| b.intersections).sum(),
                 bands,
                 splats: splats.clone(),
@@ -730,8 +741,9 @@ impl GpuRenderer {
         })
     }
 
-    /// Backward pass; same contract as [`crate::render_backward`]. The splat parameters are the
-    /// ones saved on the device by the forward pass; `splats` is checked against them (shapes).
+    /// Backward pass; same contract as [`crate::render_backward`]. The splat parameters and the
+    /// opacity rule (`RenderOptions::antialiased`) are the ones saved by the forward pass; `splats`
+    /// is checked against them (shapes).
     ///
     /// # Errors
     /// [`Error::Shape`] when `grad_image` or `splats` do not match the forward render;
@@ -856,10 +868,12 @@ impl GpuRenderer {
             .buf(&saved.splats.means)
             .buf(&saved.splats.log_scales)
             .buf(&saved.splats.rotations)
+            .buf(&saved.splats.logit_opacities)
             .buf(&saved.splats.sh_coeffs)
             .u32(n as u32)
             .u32(k as u32)
             .u32(saved.sh_degree)
+            .u32(saved.mode.kernel_flag())
             .value(cam)
             .buf(&saved.conics)
             .buf(&saved.radii)

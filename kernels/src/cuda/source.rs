@@ -6,8 +6,8 @@
 //! The host-side emulator (`emulator.rs`) compiles the same text with a C++ compiler.
 
 use crate::consts::{
-    ALPHA_THRESHOLD, EPS2D, FRUSTUM_CLAMP_MARGIN, GAUSSIAN_EXTENT, MAX_ALPHA, NEAR_PLANE,
-    TILE_SIZE, TRANSMITTANCE_THRESHOLD,
+    ALPHA_THRESHOLD, COMPENSATION_GRAD_EPS, EPS2D, FRUSTUM_CLAMP_MARGIN, GAUSSIAN_EXTENT,
+    MAX_ALPHA, NEAR_PLANE, TILE_SIZE, TRANSMITTANCE_THRESHOLD,
 };
 use crate::cpu::sh_constants::{SH_C0, SH_C1, SH_C2, SH_C3};
 
@@ -79,6 +79,10 @@ pub fn prelude() -> String {
         float_literal(TRANSMITTANCE_THRESHOLD),
     );
     def("KILN_EPS2D", float_literal(EPS2D));
+    def(
+        "KILN_COMPENSATION_GRAD_EPS",
+        float_literal(COMPENSATION_GRAD_EPS),
+    );
     def("KILN_NEAR_PLANE", float_literal(NEAR_PLANE));
     def("KILN_GAUSSIAN_EXTENT", float_literal(GAUSSIAN_EXTENT));
     def(

@@ -98,7 +98,8 @@ pub struct TrainStep<'a> {
     pub weights: Option<&'a [f32]>,
     /// Active SH degree (≤ the degree K holds).
     pub sh_degree: u32,
-    /// Background colour.
+    /// Background colour and opacity rule (`antialiased`: Mip-Splatting compensation); the
+    /// step's backward pass differentiates the same rule as its forward pass.
     pub options: &'a RenderOptions,
     /// SSIM weight λ of `(1 − λ)·L1 + λ·(1 − SSIM)`.
     pub lambda: f32,

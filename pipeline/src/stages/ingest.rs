@@ -354,19 +354,6 @@ pub fn load_frame_rgb(
     Ok(load_frame(stage_dir, frame, background, false)?.image)
 }
 
-/// A frame as the trainer uses it (see [`load_frame`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct LoadedFrame {
-    /// `[H, W, 3]` linear RGB in [0, 1], composited over the background where transparent.
-    pub image: Vec<f32>,
-    /// `[H, W]` share of the background in each pixel of `image` (1 − alpha; 1 outside a mask
-    /// used as background); `None` when the frame is opaque everywhere.
-    pub transparency: Option<Vec<f32>>,
-    /// `[H, W]` loss weights: 0 outside the mask (when masks mean ignored pixels) and where
-    /// undistortion had no source pixel, else 1; `None` when every pixel counts.
-    pub loss_weights: Option<Vec<f32>>,
-}
-
 /// Load an ingested frame for training. Alpha is composited over `background` (premultiplied
 /// colour); a mask either makes the pixels outside it ignored (`ignore_outside_mask`: loss
 /// weight 0, the photo's pixels kept) or replaces them by `background`, as [`load_frame_rgb`]
@@ -380,7 +367,7 @@ pub fn load_frame(
     frame: &IngestedFrame,
     background: [f32; 3],
     ignore_outside_mask: bool,
-) -> Result<LoadedFrame> {
+) -> Result<crate::stages::train::ViewPixels> {
     let mut img = capture::load_rgb(&stage_dir.join(&frame.image), None)?;
     let pixels = img.width as usize * img.height as usize;
     let mask_is_background = frame.mask.is_some() && !ignore_outside_mask;
@@ -479,7 +466,7 @@ pub fn load_frame(
             }
         }
     }
-    Ok(LoadedFrame {
+    Ok(crate::stages::train::ViewPixels {
         image: img.data,
         transparency,
         loss_weights,

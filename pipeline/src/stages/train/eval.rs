@@ -130,6 +130,10 @@ pub struct Metrics {
     /// Peak resident memory of the process when the report was written, bytes (Linux `VmHWM`;
     /// `None` elsewhere). Covers the whole process, so in a job it includes earlier stages.
     pub peak_rss_bytes: Option<u64>,
+    /// The training-image cache: budget, peak bytes held, loads and hits (absent, so zero, in
+    /// reports written before the cache existed).
+    #[serde(default)]
+    pub image_cache: super::CacheStats,
     /// Views trained on.
     pub train_views: usize,
     /// Views evaluated.
@@ -169,7 +173,7 @@ pub fn held_out_psnr(
     splats: &GaussianSplats,
     sh_degree: u32,
     views: &[super::TrainView],
-    background: [f32; 3],
+    options: &RenderOptions,
 ) -> crate::Result<f64> {
     if views.is_empty() {
         return Ok(f64::NAN);
@@ -178,12 +182,13 @@ pub fn held_out_psnr(
     let mut sum = 0.0;
     for v in views {
         let render = to_f(&quantise_u8(&render_host(
-            renderer, splats, sh_degree, &v.camera, background,
+            renderer, splats, sh_degree, &v.camera, options,
         )?));
+        let pixels = v.load()?;
         sum += psnr_weighted(
             &render,
-            &to_f(&quantise_u8(&v.image)),
-            v.loss_weights.as_deref(),
+            &to_f(&quantise_u8(&pixels.image)),
+            pixels.loss_weights.as_deref(),
         );
     }
     Ok(sum / views.len() as f64)
@@ -198,7 +203,7 @@ pub fn render_host(
     splats: &GaussianSplats,
     sh_degree: u32,
     camera: &Camera,
-    background: [f32; 3],
+    options: &RenderOptions,
 ) -> crate::Result<Vec<f32>> {
     let out = renderer.forward(
         &SplatsRef {
@@ -210,14 +215,15 @@ pub fn render_host(
             sh_degree,
         },
         camera,
-        &RenderOptions { background },
+        options,
     )?;
     Ok(out.image)
 }
 
 /// Evaluate one view: metrics on 8-bit images (over the pixels of nonzero `weights` `[H, W]`
 /// when given: a masked capture's held-out views), and the side-by-side PNG written to
-/// `eval_dir/<name>.png` (ground truth left, render right).
+/// `eval_dir/<name>.png` (ground truth left, render right; pixels of weight 0, which the
+/// metrics skip, washed out towards grey as `96 + v/4` on both sides).
 ///
 /// # Errors
 /// [`crate::Error::Kernel`] from the render; [`crate::Error::Io`] when the PNG cannot be written.
@@ -229,13 +235,11 @@ pub fn evaluate_view(
     camera: &Camera,
     ground_truth: &[f32],
     weights: Option<&[f32]>,
-    background: [f32; 3],
+    options: &RenderOptions,
     eval_dir: &Path,
 ) -> crate::Result<ViewMetrics> {
     let (w, h) = (camera.width as usize, camera.height as usize);
-    let render = quantise_u8(&render_host(
-        renderer, splats, sh_degree, camera, background,
-    )?);
+    let render = quantise_u8(&render_host(renderer, splats, sh_degree, camera, options)?);
     let gt = quantise_u8(ground_truth);
     let to_f = |v: &[u8]| v.iter().map(|&b| b as f32 / 255.0).collect::<Vec<f32>>();
     let (rf, gf) = (to_f(&render), to_f(&gt));
@@ -247,16 +251,22 @@ pub fn evaluate_view(
     let mut side = image::RgbImage::new(2 * w as u32, h as u32);
     for y in 0..h {
         for x in 0..w {
-            let i = 3 * (y * w + x);
+            let p = y * w + x;
+            let i = 3 * p;
+            // Pixels the metrics skip are shown washed out towards grey, on both sides.
+            let shown = |v: u8| match weights {
+                Some(wt) if wt[p] == 0.0 => 96 + v / 4,
+                _ => v,
+            };
             side.put_pixel(
                 x as u32,
                 y as u32,
-                image::Rgb([gt[i], gt[i + 1], gt[i + 2]]),
+                image::Rgb([shown(gt[i]), shown(gt[i + 1]), shown(gt[i + 2])]),
             );
             side.put_pixel(
                 (x + w) as u32,
                 y as u32,
-                image::Rgb([render[i], render[i + 1], render[i + 2]]),
+                image::Rgb([shown(render[i]), shown(render[i + 1]), shown(render[i + 2])]),
             );
         }
     }

@@ -39,6 +39,7 @@ pub mod op;
 pub mod params;
 pub mod rng;
 pub mod store;
+pub mod views;
 
 use std::path::Path;
 use std::time::Instant;
@@ -51,32 +52,13 @@ use rand::seq::SliceRandom;
 pub use frame::{FRAME_JSON, FrameInfo, frame_info};
 pub use init::InitPoints;
 pub use params::{Init, MaskMode, Preset, TrainParams};
+pub use views::{CacheStats, PixelLoader, Pixels, TrainView, ViewPixels};
 
 use density::{DensifyConfig, DensityStats};
 use gaussians::{Gaussians, GaussiansAdam};
 use store::ParamStore;
 
 const STAGE: &str = "train";
-
-/// One posed training image.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TrainView {
-    /// Unique name (e.g. the image file name); views are sorted by it for the hold-out split.
-    pub name: String,
-    /// Pinhole camera, OpenCV frame, `world_to_camera`; its width/height are the image's.
-    pub camera: Camera,
-    /// `[H, W, 3]` linear RGB in [0, 1], row-major, composited over
-    /// [`TrainParams::background`].
-    pub image: Vec<f32>,
-    /// `[H, W]` share of the background in each pixel of `image` (1 − alpha for RGBA photos, 1
-    /// outside a mask); `None` when the photo is opaque everywhere. With
-    /// [`TrainParams::random_background`] the target of a step is
-    /// `image + transparency·(random − background)`.
-    pub transparency: Option<Vec<f32>>,
-    /// `[H, W]` per-pixel loss weights in [0, 1]: 0 where the capture's mask excludes the pixel
-    /// (`masks = "ignore"`), so training and evaluation ignore it; `None` weighs every pixel 1.
-    pub loss_weights: Option<Vec<f32>>,
-}
 
 /// Summary of a training run (also written, with more detail, to `metrics.json`).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -197,51 +179,6 @@ fn check_views(views: &[TrainView]) -> crate::Result<()> {
             expected: "at least one posed image".into(),
             found: "none".into(),
         });
-    }
-    for v in views {
-        let (w, h) = (v.camera.width as usize, v.camera.height as usize);
-        let problem = if w == 0 || h == 0 {
-            Some(format!("camera size {w}×{h}: expected a non-empty image"))
-        } else if v.image.len() != w * h * 3 {
-            Some(format!(
-                "expected {h}×{w}×3 = {} values, found {}",
-                w * h * 3,
-                v.image.len()
-            ))
-        } else if !v.image.iter().all(|x| x.is_finite()) {
-            Some("contains non-finite values; expected linear RGB in [0, 1]".into())
-        } else if let Some(t) = &v.transparency
-            && (t.len() != w * h || !t.iter().all(|x| (0.0..=1.0).contains(x)))
-        {
-            Some(format!(
-                "transparency has {} values (expected {h}×{w} = {} in [0, 1]); ingest again",
-                t.len(),
-                w * h
-            ))
-        } else if let Some(lw) = &v.loss_weights
-            && (lw.len() != w * h || !lw.iter().all(|x| (0.0..=1.0).contains(x)))
-        {
-            Some(format!(
-                "loss_weights has {} values (expected {h}×{w} = {} in [0, 1]); ingest again",
-                lw.len(),
-                w * h
-            ))
-        } else if v
-            .loss_weights
-            .as_ref()
-            .is_some_and(|lw| lw.iter().all(|&x| x == 0.0))
-        {
-            Some("its mask excludes every pixel; fix the mask or drop the view".into())
-        } else {
-            None
-        };
-        if let Some(problem) = problem {
-            return Err(crate::Error::Input {
-                path: v.name.clone().into(),
-                field: "image".into(),
-                problem,
-            });
-        }
     }
     Ok(())
 }
@@ -399,6 +336,17 @@ pub fn train_checkpointed(
             "train: fewer than 2 views or eval_every = 0; training and evaluating on all views"
         );
     }
+    // Every view is decoded and checked once before training, so a bad photo fails the run now
+    // rather than at the step that first draws it; the cache keeps the last ones it can hold.
+    let mut cache = views::ViewCache::new(params.image_cache_mb.saturating_mul(1 << 20));
+    for (i, v) in train_views.iter().enumerate() {
+        cache.get(i, v)?;
+    }
+    if !eval_on_train {
+        for v in &test_views {
+            v.load()?;
+        }
+    }
     // INRIA `getNerfppNorm` uses the training cameras only.
     let train_cameras: Vec<Camera> = train_views.iter().map(|v| v.camera).collect();
     let extent = init::scene_extent(&train_cameras);
@@ -467,6 +415,7 @@ pub fn train_checkpointed(
     drop(host_init);
     let options = RenderOptions {
         background: params.background,
+        antialiased: params.antialiased,
     };
     // Reused across steps: the target composited over a random background.
     let mut step_target: Vec<f32> = Vec::new();
@@ -540,6 +489,7 @@ pub fn train_checkpointed(
         }
         let vi = order.pop().unwrap_or(0);
         let view = &train_views[vi];
+        let pixels = cache.get(vi, view)?;
 
         if !store.all_finite()? {
             store.with_host(|g, adam| prune_non_finite(g, adam, &mut stats, &mut rng))?;
@@ -553,26 +503,33 @@ pub fn train_checkpointed(
         }
 
         // gsplat `random_bkgd`: a fresh colour each step, the target composited over it too.
-        let (options, refresh_target) = match (params.random_background, &view.transparency) {
+        let (options, refresh_target) = match (params.random_background, &pixels.transparency) {
             (false, _) => (options, false),
             (true, transparency) => {
                 let bg: [f32; 3] = std::array::from_fn(|_| rng.random::<f32>());
                 if let Some(t) = transparency {
-                    composite_target(&mut step_target, &view.image, t, bg, params.background);
+                    composite_target(&mut step_target, &pixels.image, t, bg, params.background);
                 }
-                (RenderOptions { background: bg }, transparency.is_some())
+                (
+                    RenderOptions {
+                        background: bg,
+                        ..options
+                    },
+                    transparency.is_some(),
+                )
             }
         };
         let target = if refresh_target {
             &step_target
         } else {
-            &view.image
+            &pixels.image
         };
         let out = store.step(
             renderer,
-            view,
+            &view.camera,
             vi,
             target,
+            pixels.loss_weights.as_deref(),
             refresh_target,
             sh_degree,
             &options,
@@ -670,7 +627,7 @@ pub fn train_checkpointed(
                 &store.to_host()?,
                 sh_degree,
                 &test_views,
-                params.background,
+                &options,
             )?;
             psnr_curve.push((step, db));
         }
@@ -747,15 +704,16 @@ pub fn train_checkpointed(
     let eval_dir = out_dir.join("eval");
     let mut per_view = Vec::with_capacity(test_views.len());
     for v in &test_views {
+        let pixels = v.load()?;
         per_view.push(eval::evaluate_view(
             renderer,
             &splats,
             params.sh_degree,
             &v.name,
             &v.camera,
-            &v.image,
-            v.loss_weights.as_deref(),
-            params.background,
+            &pixels.image,
+            pixels.loss_weights.as_deref(),
+            &options,
             &eval_dir,
         )?);
     }
@@ -802,6 +760,7 @@ pub fn train_checkpointed(
         wall_s,
         steps_per_s,
         peak_rss_bytes: crate::bench::peak_rss_bytes(),
+        image_cache: cache.stats(),
         train_views: report.train_views,
         test_views: report.test_views,
         eval_on_train_views: eval_on_train,
@@ -879,9 +838,23 @@ mod tests {
                     [0.0, 0.0, 0.0, 1.0],
                 ],
             },
-            image: vec![0.5; 12],
-            transparency: None,
-            loss_weights: None,
+            pixels: Pixels::Resident(std::sync::Arc::new(ViewPixels::opaque(vec![0.5; 12]))),
+        }
+    }
+
+    /// A view's 8-bit ground-truth colour at (x, y), as the eval PNG stores it.
+    fn views_pixel(v: &TrainView, x: usize, y: usize) -> [u8; 3] {
+        let px = v.load().unwrap();
+        let i = 3 * (y * v.camera.width as usize + x);
+        let q = eval::quantise_u8(&px.image[i..i + 3]);
+        [q[0], q[1], q[2]]
+    }
+
+    /// The pixels of a test view (all resident), to edit.
+    fn pixels_mut(v: &mut TrainView) -> &mut ViewPixels {
+        match &mut v.pixels {
+            Pixels::Resident(p) => std::sync::Arc::make_mut(p),
+            Pixels::Load(_) => unreachable!("test views hold their pixels"),
         }
     }
 
@@ -904,7 +877,7 @@ mod tests {
                         [0.0, 0.0, 0.0, 1.0],
                     ],
                 };
-                v.image = (0..40 * 24 * 3)
+                pixels_mut(&mut v).image = (0..40 * 24 * 3)
                     .map(|i| ((i / 3 + 7 * k) % 11) as f32 / 11.0)
                     .collect();
                 v
@@ -1113,7 +1086,7 @@ mod tests {
     fn random_background_trains_and_is_deterministic() {
         let mut views = small_views();
         for v in &mut views {
-            v.transparency = Some((0..40 * 24).map(|i| (i % 3) as f32 / 2.0).collect());
+            pixels_mut(v).transparency = Some((0..40 * 24).map(|i| (i % 3) as f32 / 2.0).collect());
         }
         let p = TrainParams {
             steps: 12,
@@ -1137,12 +1110,66 @@ mod tests {
         assert_ne!(a, go(&fixed, "c"));
         // A transparency of the wrong size is refused, naming the view.
         let mut bad = views.clone();
-        bad[1].transparency = Some(vec![0.0; 7]);
+        pixels_mut(&mut bad[1]).transparency = Some(vec![0.0; 7]);
         let err = train(bad, None, &p, &dir.path().join("d"), &|_, _, _| {}).unwrap_err();
         assert!(
             err.to_string().contains("v1") && err.to_string().contains("transparency"),
             "{err}"
         );
+    }
+
+    /// `antialiased = true` trains with Mip-Splatting's compensated opacities and evaluates in
+    /// the same mode: the held-out render in `eval/v0.png` is the antialiased render of the
+    /// trained splats (not the classic one), and the run differs from a classic one.
+    #[test]
+    fn antialiased_runs_train_and_evaluate_in_that_mode() {
+        let views = small_views();
+        let p = TrainParams {
+            steps: 12,
+            sh_degree: 1,
+            init_random_points: 200,
+            antialiased: true,
+            ..TrainParams::inria(12)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("aa");
+        let (splats, _) = train(views.clone(), None, &p, &out, &|_, _, _| {}).unwrap();
+        let classic = TrainParams {
+            antialiased: false,
+            ..p.clone()
+        };
+        let (classic_splats, _) = train(
+            views.clone(),
+            None,
+            &classic,
+            &dir.path().join("c"),
+            &|_, _, _| {},
+        )
+        .unwrap();
+        assert_ne!(splats, classic_splats);
+        // View 0 is the held-out one (every eighth by name); the PNG's right half is the render.
+        let png = image::open(out.join("eval/v0.png")).unwrap().to_rgb8();
+        let rendered: Vec<u8> = (0..24)
+            .flat_map(|y| (40..80).flat_map(move |x| (0..3).map(move |c| (x, y, c))))
+            .map(|(x, y, c)| png.get_pixel(x, y)[c])
+            .collect();
+        let render = |antialiased: bool| {
+            let options = RenderOptions {
+                background: p.background,
+                antialiased,
+            };
+            let camera = &views[0].camera;
+            eval::quantise_u8(
+                &eval::render_host(&Renderer::Cpu, &splats, 1, camera, &options).unwrap(),
+            )
+        };
+        assert_eq!(rendered, render(true));
+        let changed = rendered
+            .iter()
+            .zip(render(false))
+            .filter(|(a, b)| **a != *b)
+            .count();
+        assert!(changed > 0, "the classic render is the same image");
     }
 
     /// Pixels a mask excludes are ignored: changing them (further than the SSIM window's 5 px
@@ -1156,9 +1183,10 @@ mod tests {
         let masked = |scribble: bool, with_weights: bool| {
             let mut views = small_views();
             for v in &mut views {
-                v.loss_weights = with_weights.then(|| weights.clone());
+                let px_mut = pixels_mut(v);
+                px_mut.loss_weights = with_weights.then(|| weights.clone());
                 if scribble {
-                    for (p, px) in v.image.chunks_exact_mut(3).enumerate() {
+                    for (p, px) in px_mut.image.chunks_exact_mut(3).enumerate() {
                         if p % 40 < 14 {
                             px.copy_from_slice(&[1.0, 0.0, 1.0]);
                         }
@@ -1182,6 +1210,14 @@ mod tests {
         let (b, rb) = go(masked(true, true), "b");
         assert_eq!(a, b, "ignored pixels changed the training");
         assert_eq!((ra.psnr_db, ra.ssim), (rb.psnr_db, rb.ssim));
+        // The eval PNG washes out the ignored pixels (x < 20) on both sides, as 96 + v/4: the
+        // scribble (magenta, x < 14) shows as (159, 96, 159) in the ground truth half.
+        let png = image::open(dir.path().join("b/eval/v0.png"))
+            .unwrap()
+            .to_rgb8();
+        assert_eq!(png.get_pixel(3, 5).0, [96 + 255 / 4, 96, 96 + 255 / 4]);
+        let kept = views_pixel(&masked(true, true)[0], 30, 5);
+        assert_eq!(png.get_pixel(30, 5).0, kept);
         let (c, _) = go(masked(false, false), "c");
         let (d, _) = go(masked(true, false), "d");
         assert_ne!(c, d, "without weights the scribble must matter");
@@ -1207,9 +1243,12 @@ mod tests {
     #[test]
     fn images_of_the_wrong_size_are_rejected() {
         let mut v = view("bad");
-        v.image.pop();
-        let err = check_views(&[v]).unwrap_err();
+        pixels_mut(&mut v).image.pop();
+        let dir = tempfile::tempdir().unwrap();
+        let p = TrainParams::inria(2);
+        let err = train(vec![v], None, &p, dir.path(), &|_, _, _| {}).unwrap_err();
         assert!(matches!(err, crate::Error::Input { .. }), "{err}");
+        assert!(err.to_string().contains("bad"), "{err}");
         assert!(matches!(check_views(&[]), Err(crate::Error::Param { .. })));
     }
 
@@ -1232,7 +1271,7 @@ mod tests {
                 [0.0, 0.0, 0.0, 1.0],
             ],
         };
-        v.image = (0..16 * 12 * 3).map(|i| (i % 5) as f32 / 5.0).collect();
+        pixels_mut(&mut v).image = (0..16 * 12 * 3).map(|i| (i % 5) as f32 / 5.0).collect();
         let init = InitPoints {
             positions: (0..50)
                 .map(|i| [(i % 7) as f32 * 0.1 - 0.3, (i % 5) as f32 * 0.1 - 0.2, 0.0])

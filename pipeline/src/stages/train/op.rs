@@ -362,6 +362,7 @@ mod tests {
         let (s, cam) = (scene(), camera());
         let opts = RenderOptions {
             background: [0.1, 0.2, 0.3],
+            ..RenderOptions::default()
         };
         let g = Gaussians::from_host(&s);
         let leaves = g.leaves();

@@ -169,6 +169,18 @@ pub struct TrainParams {
     pub lr_logit_opacities: f64,
     /// Learning rate of the SH DC coefficient (INRIA 2.5e-3); higher bands use it / 20.
     pub lr_sh_dc: f64,
+    /// Mip-Splatting's anti-aliased rasterization (2D filter with opacity compensation; see
+    /// [`kiln_kernels::RenderOptions::antialiased`]), in training and evaluation alike. Default
+    /// `false`; left out of the stage's cache key when off, so keys of jobs written before the
+    /// option existed do not change.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub antialiased: bool,
+    /// Budget of the training-image cache, MiB (default 2048): decoded views beyond it are
+    /// dropped, least recently used first, and decoded again when drawn, so memory does not grow
+    /// with the number of photos. Not part of the stage's cache key: it does not change the
+    /// result.
+    #[serde(skip_serializing)]
+    pub image_cache_mb: u64,
     /// Log progress with `tracing::info!` every this many steps. Default 100. Logging only, so not
     /// part of the stage's cache key.
     #[serde(skip_serializing)]
@@ -225,6 +237,8 @@ impl TrainParams {
             lr_rotations: 1e-3,
             lr_logit_opacities: 5e-2,
             lr_sh_dc: 2.5e-3,
+            antialiased: false,
+            image_cache_mb: 2048,
             log_every: 100,
             checkpoint_every: 500,
             psnr_curve_evaluations: super::eval::PSNR_CURVE_EVALUATIONS,
@@ -419,6 +433,8 @@ struct TrainParamsToml {
     lr_rotations: Option<f64>,
     lr_logit_opacities: Option<f64>,
     lr_sh_dc: Option<f64>,
+    antialiased: Option<bool>,
+    image_cache_mb: Option<u64>,
     log_every: Option<usize>,
     checkpoint_every: Option<usize>,
 }
@@ -460,6 +476,8 @@ impl<'de> Deserialize<'de> for TrainParams {
             lr_rotations,
             lr_logit_opacities,
             lr_sh_dc,
+            antialiased,
+            image_cache_mb,
             log_every,
             checkpoint_every
         );

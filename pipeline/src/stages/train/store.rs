@@ -15,12 +15,12 @@ use std::time::Instant;
 
 use kiln_formats::splats::GaussianSplats;
 use kiln_kernels::cuda::train::{GpuTrainState, HostTrainState, TrainStep};
-use kiln_kernels::{RenderOptions, Renderer};
+use kiln_kernels::{Camera, RenderOptions, Renderer};
 
 use super::adam::AdamConfig;
 use super::gaussians::{GaussianGrads, Gaussians, GaussiansAdam, sh_lr_scale};
 use super::params::TrainParams;
-use super::{STAGE, StepTimings, TrainView};
+use super::{STAGE, StepTimings};
 
 /// The parameters and their optimizer state on the training device (see the module docs).
 #[derive(Debug)]
@@ -238,9 +238,10 @@ impl ParamStore {
         }
     }
 
-    /// One optimisation step on `view` (`view_index` keys its cached target on a GPU): render
-    /// over `options.background`, loss against `target` (`[H, W, 3]`: the view's image, or the
-    /// image composited over this step's random background, which `refresh_target` re-uploads),
+    /// One optimisation step on the view seen by `camera` (`view_index` keys its cached target on
+    /// a GPU): render over `options.background`, loss against `target` (`[H, W, 3]`: the view's
+    /// image, or the image composited over this step's random background, which
+    /// `refresh_target` re-uploads) weighted per pixel by `weights` (`[H, W]`, `None` = all 1),
     /// gradients, Adam with this step's learning rates (`lr_means` in metres per step).
     ///
     /// # Errors
@@ -250,9 +251,10 @@ impl ParamStore {
     pub fn step(
         &mut self,
         renderer: &Renderer,
-        view: &TrainView,
+        camera: &Camera,
         view_index: usize,
         target: &[f32],
+        weights: Option<&[f32]>,
         refresh_target: bool,
         sh_degree: u32,
         options: &RenderOptions,
@@ -264,11 +266,11 @@ impl ParamStore {
         match self {
             Self::Device { state, config, .. } => {
                 let out = state.step(&TrainStep {
-                    camera: &view.camera,
+                    camera,
                     target_key: view_index,
                     target,
                     refresh_target,
-                    weights: view.loss_weights.as_deref(),
+                    weights,
                     sh_degree,
                     options,
                     lambda: params.lambda_dssim,
@@ -295,7 +297,8 @@ impl ParamStore {
                 })
             }
             Self::Host { g, adam } => host_step(
-                g, adam, renderer, view, target, sh_degree, options, params, lr_means, step,
+                g, adam, renderer, camera, target, weights, sh_degree, options, params, lr_means,
+                step,
             ),
         }
     }
@@ -307,8 +310,9 @@ fn host_step(
     g: &mut Gaussians,
     adam: &mut GaussiansAdam,
     renderer: &Renderer,
-    view: &TrainView,
+    camera: &Camera,
     target: &[f32],
+    weights: Option<&[f32]>,
     sh_degree: u32,
     options: &RenderOptions,
     params: &TrainParams,
@@ -326,11 +330,11 @@ fn host_step(
         leaves.logit_opacities.clone(),
         leaves.sh_coeffs.clone(),
         sh_degree,
-        &view.camera,
+        camera,
         options,
         renderer,
         target,
-        view.loss_weights.as_deref(),
+        weights,
         params.lambda_dssim,
     )?;
     let mut timings = StepTimings {
