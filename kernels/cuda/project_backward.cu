@@ -13,7 +13,9 @@
 // `isect_grads [I, 9]` (see rasterize_backward.cu), added up by kiln_sum_isect_grads below. Outputs
 // are fully written (zeros for culled splats): grad_means [N, 3], grad_log_scales [N, 3],
 // grad_rotations [N, 4], grad_logits [N], grad_sh [N, K, 3], means2d_grad_norm [N] (pixel
-// gradient × (W/2, H/2)).
+// gradient × (W/2, H/2)). `screen_abs [N, 2]` (nullable; AbsGS, the per-splat sums of
+// rasterize_backward.cu's `isect_abs` by kiln_sum_isect_abs) replaces the mean2d gradient in
+// means2d_grad_norm only, in the same units (cpu ndc_grad_norm).
 
 // screen_grads[i] += the splat's rows of one band's `isect_grads [I_band, 9]`, which bin.cu laid
 // out contiguously per splat from `offsets[i]`, tiles in row-major order. The running sum starts
@@ -31,6 +33,20 @@ extern "C" __global__ void kiln_sum_isect_grads(const unsigned int* __restrict__
     for (unsigned int r = offsets[i], e = offsets[i] + tile_counts[i]; r < e; ++r)
         for (int q = 0; q < KILN_ISECT_GRAD; ++q) sg[q] += isect_grads[(size_t)r * KILN_ISECT_GRAD + q];
     for (int q = 0; q < KILN_ISECT_GRAD; ++q) screen_grads[(size_t)i * KILN_ISECT_GRAD + q] = sg[q];
+}
+
+// The same running sum for the AbsGS rows: screen_abs[i] += the splat's rows of one band's
+// `isect_abs [I_band, 2]`, in the same order; `screen_abs [N, 2]` zeroed before the first band.
+extern "C" __global__ void kiln_sum_isect_abs(const unsigned int* __restrict__ tile_counts,
+                                              const unsigned int* __restrict__ offsets, unsigned int n,
+                                              const float* __restrict__ isect_abs,
+                                              float* __restrict__ screen_abs) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n || tile_counts[i] == 0) return;
+    float sg[2] = {screen_abs[2 * (size_t)i], screen_abs[2 * (size_t)i + 1]};
+    for (unsigned int r = offsets[i], e = offsets[i] + tile_counts[i]; r < e; ++r)
+        for (int q = 0; q < 2; ++q) sg[q] += isect_abs[(size_t)r * 2 + q];
+    for (int q = 0; q < 2; ++q) screen_abs[2 * (size_t)i + q] = sg[q];
 }
 
 // ∂L/∂q for the raw quaternion given ∂L/∂Rot of its unit version (cpu quat_backward).
@@ -54,7 +70,8 @@ extern "C" __global__ void kiln_project_backward(
     const float* __restrict__ sh_coeffs, unsigned int n, unsigned int sh_k, unsigned int sh_degree,
     unsigned int antialiased, KilnCamera cam, const float* __restrict__ conics,
     const float* __restrict__ radii, const float* __restrict__ opacities,
-    const float* __restrict__ screen_grads, float* __restrict__ grad_means,
+    const float* __restrict__ screen_grads, const float* __restrict__ screen_abs,
+    float* __restrict__ grad_means,
     float* __restrict__ grad_log_scales, float* __restrict__ grad_rotations,
     float* __restrict__ grad_logits, float* __restrict__ grad_sh, float* __restrict__ means2d_grad_norm) {
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -199,7 +216,8 @@ extern "C" __global__ void kiln_project_backward(
     kiln_quat_backward(geo.quat, geo.quat_norm, d_rot, dq);
     for (int k = 0; k < 4; ++k) grad_rotations[4 * i + k] = dq[k];
 
-    float nx = sg_mean2d[0] * (float)cam.width * 0.5f;
-    float ny = sg_mean2d[1] * (float)cam.height * 0.5f;
+    const float* m2d = screen_abs != nullptr ? screen_abs + 2 * (size_t)i : sg_mean2d;
+    float nx = m2d[0] * (float)cam.width * 0.5f;
+    float ny = m2d[1] * (float)cam.height * 0.5f;
     means2d_grad_norm[i] = sqrtf(nx * nx + ny * ny);
 }

@@ -10,6 +10,10 @@
 // the tile hit is skipped (its slots stay zero: the caller zeroes them).
 //
 // Output, I intersections: isect_grads [I, 9] = (mean2d x, y, conic a, b, c, colour r, g, b, opacity).
+// Optional output (AbsGS, gsplat `absgrad`; null when not asked for): isect_abs [I, 2] =
+// (Σ_p |∂L_p/∂mean2d x|, Σ_p |∂L_p/∂mean2d y|) over the tile's pixels p, each pixel's term taken in
+// absolute value before the same warp-then-block sum; pixels per displacement pixel, like mean2d.
+// Ye et al., "AbsGS: Recovering Fine Details for 3D Gaussian Splatting" (2024).
 #define KILN_BWD_BATCH (KILN_TILE_SIZE * KILN_TILE_SIZE)
 #define KILN_BWD_WARPS (KILN_BWD_BATCH / KILN_WARP)
 
@@ -20,12 +24,14 @@ extern "C" __global__ void kiln_rasterize_backward(
     const unsigned int* __restrict__ sorted_values, const unsigned int* __restrict__ tile_ranges,
     const float* __restrict__ final_t, const unsigned int* __restrict__ n_contrib,
     const float* __restrict__ grad_image, unsigned int width, unsigned int height, unsigned int tiles_x,
-    unsigned int tile_y0, float bg_r, float bg_g, float bg_b, float* __restrict__ isect_grads) {
+    unsigned int tile_y0, float bg_r, float bg_g, float bg_b, float* __restrict__ isect_grads,
+    float* __restrict__ isect_abs) {
     __shared__ float s_xy[KILN_BWD_BATCH][2];
     __shared__ float s_conic[KILN_BWD_BATCH][3];
     __shared__ float s_opacity[KILN_BWD_BATCH];
     __shared__ float s_color[KILN_BWD_BATCH][3];
     __shared__ float s_warp[KILN_BWD_WARPS][KILN_ISECT_GRAD];
+    __shared__ float s_warp_abs[KILN_BWD_WARPS][2];
     __shared__ unsigned int s_max_n;
     unsigned int tile_y = tile_y0 + blockIdx.y;
     unsigned int tile = tile_y * tiles_x + blockIdx.x;
@@ -108,11 +114,23 @@ extern "C" __global__ void kiln_rasterize_backward(
                 float s = kiln_warp_sum(v[q]);
                 if (lane == 0) s_warp[warp][q] = s;
             }
+            // `isect_abs` is the same for every thread, so all lanes shuffle together.
+            if (isect_abs != nullptr) {
+                for (int q = 0; q < 2; ++q) {
+                    float s = kiln_warp_sum(fabsf(v[q]));
+                    if (lane == 0) s_warp_abs[warp][q] = s;
+                }
+            }
             __syncthreads();
             if (t < KILN_ISECT_GRAD) {
                 float s = 0.0f;
                 for (int w = 0; w < KILN_BWD_WARPS; ++w) s += s_warp[w][t];
                 isect_grads[(size_t)sorted_values[start + j] * KILN_ISECT_GRAD + t] = s;
+            } else if (isect_abs != nullptr && t < KILN_ISECT_GRAD + 2) {
+                unsigned int q = t - KILN_ISECT_GRAD;
+                float s = 0.0f;
+                for (int w = 0; w < KILN_BWD_WARPS; ++w) s += s_warp_abs[w][q];
+                isect_abs[(size_t)sorted_values[start + j] * 2 + q] = s;
             }
         }
         hi = lo;

@@ -47,6 +47,19 @@ pub struct RenderOptions {
     /// (`cpu::project::RasterizeMode` and the `antialiased` argument of the CUDA projection
     /// kernels); `false` renders bit-identically to a build without this option.
     pub antialiased: bool,
+    /// AbsGS densification statistic (gsplat `absgrad=True`). Only the backward pass reads it, and
+    /// only [`SplatGradients::means2d_grad_norm`] changes: with `true` it holds, per splat,
+    /// ‖(Σ_p |∂L_p/∂mean2d_x|, Σ_p |∂L_p/∂mean2d_y|)‖ over the pixels p the splat touches, each
+    /// pixel's contribution taken in absolute value per component before summing, so contributions
+    /// of opposite sign no longer cancel; with `false` (the default) it holds ‖Σ_p ∂L_p/∂mean2d‖,
+    /// bit-identical to a build without this option. Both are in the same NDC units (pixel
+    /// gradient × (W/2, H/2)); the AbsGS norm is never smaller, so it takes a larger densification
+    /// threshold (gsplat: `grow_grad2d` 0.0008 with absgrad vs 0.0002 without). Same on every
+    /// device, including the resident training step (`cuda::train::TrainStep::options`).
+    ///
+    /// Source: Ye et al., "AbsGS: Recovering Fine Details for 3D Gaussian Splatting" (2024);
+    /// gsplat `rasterization(absgrad=True)` / `DefaultStrategy(absgrad=True)`.
+    pub absgrad: bool,
 }
 
 impl Default for RenderOptions {
@@ -54,6 +67,7 @@ impl Default for RenderOptions {
         Self {
             background: [0.0; 3],
             antialiased: false,
+            absgrad: false,
         }
     }
 }
@@ -132,7 +146,8 @@ pub struct SplatGradients {
     pub sh_coeffs: Vec<f32>,
     /// `[N]` norm of ∂L/∂means2d expressed in NDC units, i.e. the pixel-space gradient scaled by
     /// (W/2, H/2) as in INRIA 3DGS / gsplat; 0 for culled splats. Used by densification
-    /// (threshold 2e-4).
+    /// (threshold 2e-4). With [`RenderOptions::absgrad`], the norm of the per-component sums of
+    /// absolute per-pixel contributions instead (AbsGS; gsplat threshold 8e-4), same units.
     pub means2d_grad_norm: Vec<f32>,
     /// Stage times of this backward pass (backward fields only).
     pub timings: KernelTimings,
@@ -370,7 +385,7 @@ impl Renderer {
             }
             (Renderer::Gpu(g), Saved::Gpu(saved)) => {
                 crate::cpu::check_backward_mode(options, saved.rasterize_mode())?;
-                g.backward(splats, camera, saved, grad_image)
+                g.backward(splats, camera, saved, grad_image, options.absgrad)
             }
             _ => Err(Error::Invalid {
                 field: "forward",

@@ -251,6 +251,7 @@ pub fn selftest_options(antialiased: bool) -> RenderOptions {
     RenderOptions {
         background: [0.1, 0.2, 0.3],
         antialiased,
+        absgrad: false,
     }
 }
 
@@ -308,6 +309,20 @@ pub fn compare_scene(
             true,
         ),
     ];
+    // The AbsGS statistic (`absgrad`): one more backward pass of the same forward on each device;
+    // only `means2d_grad_norm` depends on the option.
+    let abs_options = RenderOptions {
+        absgrad: true,
+        ..options
+    };
+    let gc_abs = cpu.backward(&splats, &scene.camera, &abs_options, &fc, &grad_image)?;
+    let gd_abs = device.backward(&splats, &scene.camera, &abs_options, &fd, &grad_image)?;
+    tensors.push(diff(
+        "means2d_grad_norm absgrad [N]",
+        &gc_abs.means2d_grad_norm,
+        &gd_abs.means2d_grad_norm,
+        true,
+    ));
     // The fused training loss on both devices, against a random target.
     let (h, w) = (scene.camera.height as usize, scene.camera.width as usize);
     let target: Vec<f32> = (0..fc.image.len()).map(|_| rng.range(0.0, 1.0)).collect();

@@ -269,3 +269,129 @@ fn emulated_cuda_splits_a_render_into_bands_under_a_small_allocation_cap() {
         "{text}"
     );
 }
+
+/// AbsGS (`RenderOptions::absgrad`, classic opacity) through every device path against the CPU
+/// twin: `Renderer::backward` (the selftest bound: 1e-3 of the largest value), a banded render
+/// (bit-identical to the unsplit one, so the `[I, 2]` sums accumulate across bands in order) and
+/// the resident training step (`TrainStep::options`, first step, so its parameters are the
+/// scene's). The flag reaches the kernels: the device's AbsGS norm is ≥ its classic norm for every
+/// splat and well above it for some, and every other gradient is unchanged bit for bit.
+#[test]
+fn emulated_cuda_absgrad_matches_the_cpu_twin_unsplit_banded_and_resident() {
+    use kiln_kernels::RenderOptions;
+    use kiln_kernels::cpu::adam::ActivationL1;
+    use kiln_kernels::cuda::train::{GpuTrainState, HostTrainState, TrainStep};
+    let Some(emu) = emulator() else { return };
+    let mut scene = random_scene(32, 800, 64, 48, 1);
+    // Larger splats: several intersections per pixel, so a small cap forces bands.
+    for s in scene.log_scales.iter_mut() {
+        *s += 2.0;
+    }
+    let classic = selftest_options(false);
+    let abs = RenderOptions {
+        absgrad: true,
+        ..classic
+    };
+    let splats = scene.splats();
+    let cam = &scene.camera;
+    let fc = Renderer::Cpu.forward(&splats, cam, &abs).unwrap();
+    let fd = emu.forward(&splats, cam, &abs).unwrap();
+    let mut rng = 7u32;
+    let grad: Vec<f32> = (0..fc.image.len())
+        .map(|_| {
+            rng = rng.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (rng >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        })
+        .collect();
+    let gc = Renderer::Cpu
+        .backward(&splats, cam, &abs, &fc, &grad)
+        .unwrap();
+    let gd = emu.backward(&splats, cam, &abs, &fd, &grad).unwrap();
+    let gd_classic = emu.backward(&splats, cam, &classic, &fd, &grad).unwrap();
+    let within = |c: &[f32], d: &[f32], what: &str| {
+        assert_eq!(c.len(), d.len(), "{what}");
+        let scale = c.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        assert!(scale > 0.0, "{what}: all zero");
+        for (i, (x, y)) in c.iter().zip(d).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-3 * scale,
+                "{what} [{i}]: cpu {x} device {y}"
+            );
+        }
+    };
+    within(&gc.means2d_grad_norm, &gd.means2d_grad_norm, "absgrad norm");
+    let (a, c) = (&gd.means2d_grad_norm, &gd_classic.means2d_grad_norm);
+    assert!(a.iter().zip(c).all(|(&a, &c)| a >= c * (1.0 - 1e-5)));
+    assert!(a.iter().zip(c).any(|(&a, &c)| a > 1.5 * c && a > 0.0));
+    assert_eq!(gd.means, gd_classic.means);
+    assert_eq!(gd.log_scales, gd_classic.log_scales);
+    assert_eq!(gd.rotations, gd_classic.rotations);
+    assert_eq!(gd.logit_opacities, gd_classic.logit_opacities);
+    assert_eq!(gd.sh_coeffs, gd_classic.sh_coeffs);
+
+    // Banded: [I, 9] f32 gradients are 36 bytes per intersection; half the list per buffer.
+    let isects = fd.saved.intersection_count();
+    let cap = isects * 36 / 2;
+    assert!(
+        cap > 64 * 48 * 3 * 4,
+        "scene too sparse: {isects} intersections"
+    );
+    let banded = Renderer::emulator_with_cap(cap).unwrap();
+    let split = banded.forward(&splats, cam, &abs).unwrap();
+    let g_split = banded.backward(&splats, cam, &abs, &split, &grad).unwrap();
+    assert_eq!(g_split.means2d_grad_norm, gd.means2d_grad_norm);
+
+    // The resident training step with the same options.
+    let Renderer::Gpu(gpu) = &emu else {
+        unreachable!("the emulator is a GPU renderer")
+    };
+    let target: Vec<f32> = fc.image.iter().map(|v| 1.0 - v).collect();
+    let (h, w) = (cam.height as usize, cam.width as usize);
+    let n = scene.logit_opacities.len();
+    let k = scene.sh_coeffs.len() / (3 * n);
+    let zeros = |g: &Vec<f32>| vec![0.0f32; g.len()];
+    let groups = [
+        scene.means.clone(),
+        scene.log_scales.clone(),
+        scene.rotations.clone(),
+        scene.logit_opacities.clone(),
+        scene.sh_coeffs.clone(),
+    ];
+    let host = HostTrainState {
+        m: groups.each_ref().map(zeros),
+        v: groups.each_ref().map(zeros),
+        groups,
+        t: [0; 5],
+        k,
+    };
+    let mut state =
+        GpuTrainState::upload(std::sync::Arc::clone(gpu), &host, &vec![1.0; k]).unwrap();
+    let out = state
+        .step(&TrainStep {
+            camera: cam,
+            target_key: 0,
+            target: &target,
+            refresh_target: false,
+            weights: None,
+            sh_degree: scene.sh_degree,
+            options: &abs,
+            lambda: 0.2,
+            lrs: [1e-4; 5],
+            adam: [0.9, 0.999, 1e-15],
+            regularisers: [ActivationL1::None; 5],
+        })
+        .unwrap();
+    let loss = kiln_kernels::cpu::loss::photometric_loss(&fc.image, &target, h, w, 0.2);
+    let g_ref = Renderer::Cpu
+        .backward(&splats, cam, &abs, &fc, &loss.grad_image)
+        .unwrap();
+    within(
+        &g_ref.means2d_grad_norm,
+        &out.means2d_grad_norm,
+        "resident absgrad norm",
+    );
+    let g_ref_classic = Renderer::Cpu
+        .backward(&splats, cam, &classic, &fc, &loss.grad_image)
+        .unwrap();
+    assert_ne!(g_ref.means2d_grad_norm, g_ref_classic.means2d_grad_norm);
+}

@@ -225,7 +225,15 @@ fn check_group_on(s: Scene, group: Group, sh_degree: u32, mode: RasterizeMode) -
         "scene must cover the image: radii {:?}",
         f.radii
     );
-    let (g, _) = backward(&params(&s, sh_degree), &cam, BACKGROUND, &f.saved, &w).unwrap();
+    let (g, _) = backward(
+        &params(&s, sh_degree),
+        &cam,
+        BACKGROUND,
+        &f.saved,
+        &w,
+        false,
+    )
+    .unwrap();
     let analytic = match group {
         Group::Means => g.means,
         Group::LogScales => g.log_scales,
@@ -330,8 +338,16 @@ fn antialiased_gradients_match_finite_differences_for_every_group() {
     )
     .unwrap();
     assert!(classic.image.iter().zip(&aa.image).any(|(a, b)| a != b));
-    let (gc, _) = backward(&params(&s, 3), &camera(), BACKGROUND, &classic.saved, &w).unwrap();
-    let (ga, _) = backward(&params(&s, 3), &camera(), BACKGROUND, &aa.saved, &w).unwrap();
+    let (gc, _) = backward(
+        &params(&s, 3),
+        &camera(),
+        BACKGROUND,
+        &classic.saved,
+        &w,
+        false,
+    )
+    .unwrap();
+    let (ga, _) = backward(&params(&s, 3), &camera(), BACKGROUND, &aa.saved, &w, false).unwrap();
     assert!(
         gc.logit_opacities
             .iter()
@@ -413,7 +429,7 @@ fn antialiased_projection_gradient_matches_finite_differences_on_sub_pixel_splat
             opacity: 3.0 * r(),
         })
         .collect();
-    let g = project_backward(&p, &cam, &projected, &screen, mode);
+    let g = project_backward(&p, &cam, &projected, &screen, None, mode);
     let h = 1e-6;
     for group in [
         Group::Means,
@@ -452,7 +468,7 @@ fn antialiased_projection_gradient_matches_finite_differences_on_sub_pixel_splat
     let classic: Vec<ProjectedSplat<f64>> = (0..8)
         .map(|i| project_one(&p, &cam, i, RasterizeMode::Classic))
         .collect();
-    let gc = project_backward(&p, &cam, &classic, &screen, RasterizeMode::Classic);
+    let gc = project_backward(&p, &cam, &classic, &screen, None, RasterizeMode::Classic);
     assert!(
         g.log_scales
             .iter()
@@ -472,7 +488,7 @@ fn sh_coeffs_above_the_active_degree_get_zero_gradient() {
         RasterizeMode::Classic,
     )
     .unwrap();
-    let (g, _) = backward(&params(&s, 1), &camera(), BACKGROUND, &f.saved, &w).unwrap();
+    let (g, _) = backward(&params(&s, 1), &camera(), BACKGROUND, &f.saved, &w, false).unwrap();
     for i in 0..4 {
         let per = &g.sh_coeffs[i * 48..(i + 1) * 48];
         assert!(per[..12].iter().all(|&v| v != 0.0));
@@ -490,7 +506,7 @@ fn f32_gradients_match_f64_gradients() {
     let w = weights();
     let cam = camera();
     let f = forward(&params(&s, 3), &cam, BACKGROUND, RasterizeMode::Classic).unwrap();
-    let (g64, _) = backward(&params(&s, 3), &cam, BACKGROUND, &f.saved, &w).unwrap();
+    let (g64, _) = backward(&params(&s, 3), &cam, BACKGROUND, &f.saved, &w, false).unwrap();
     let to32 = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
     let (m, ls, r, o, sh, w32) = (
         to32(&s.means),

@@ -339,6 +339,8 @@ pub(crate) fn check_backward_shapes(
 
 /// Backward pass on checked inputs; `grad_image` is `[H, W, 3]`. Differentiates the opacity rule
 /// saved by the forward pass. Returns the gradients and the backward stage times.
+/// `absgrad` selects the densification statistic in `means2d_grad_norm`
+/// ([`RenderOptions::absgrad`]); the other gradients do not depend on it.
 ///
 /// # Errors
 /// [`Error::Shape`] when `saved` or `grad_image` do not match `params` and `camera`.
@@ -348,6 +350,7 @@ pub fn backward<T: Scalar>(
     background: [T; 3],
     saved: &SavedForward<T>,
     grad_image: &[T],
+    absgrad: bool,
 ) -> Result<(ParamGrads<T>, crate::render::KernelTimings), Error> {
     let shape = RenderShape {
         n: saved.projected.len(),
@@ -357,7 +360,7 @@ pub fn backward<T: Scalar>(
     check_backward_shapes(params.len(), params.sh_k, camera, shape, grad_image.len())?;
     let cam = CameraModel::<T>::new(camera);
     let clock = std::time::Instant::now();
-    let screen = rasterize_backward::rasterize_backward(
+    let (screen, mean2d_abs) = rasterize_backward::rasterize_backward_with(
         &saved.projected,
         &saved.sorted_ids,
         &saved.tile_ranges,
@@ -367,11 +370,18 @@ pub fn backward<T: Scalar>(
         cam.height,
         background,
         grad_image,
+        absgrad,
     );
     let rasterize_backward_ms = ms_since(clock);
     let clock = std::time::Instant::now();
-    let grads =
-        project_backward::project_backward(params, &cam, &saved.projected, &screen, saved.mode);
+    let grads = project_backward::project_backward(
+        params,
+        &cam,
+        &saved.projected,
+        &screen,
+        absgrad.then_some(mean2d_abs.as_slice()),
+        saved.mode,
+    );
     let timings = crate::render::KernelTimings {
         rasterize_backward_ms,
         project_backward_ms: ms_since(clock),
@@ -439,6 +449,7 @@ pub fn render_backward(
         options.background,
         saved,
         grad_image,
+        options.absgrad,
     )?;
     Ok(SplatGradients {
         means: g.means,
@@ -576,6 +587,7 @@ mod tests {
         let opts = RenderOptions {
             background: [0.1, 0.2, 0.3],
             antialiased: true,
+            absgrad: false,
         };
         let out = public_forward(&s.as_ref(), &centred_camera(), &opts).unwrap();
         let c0 = sh::SH_C0 as f32;
@@ -711,6 +723,7 @@ mod tests {
         let opts = RenderOptions {
             background: [0.5; 3],
             antialiased,
+            absgrad: false,
         };
         let mut s = base_scene();
         s.push([1e30, 0.0, 4.0], [-1.0; 3], Q_ID, 0.0, [0.1; 3]); // far off screen
@@ -932,18 +945,23 @@ mod tests {
         let grad: Vec<f32> = (0..130 * 100 * 3)
             .map(|i| ((i * 29) % 13) as f32 / 13.0 - 0.45)
             .collect();
+        let abs_opts = RenderOptions {
+            absgrad: true,
+            ..opts
+        };
         let run = || {
             let f = public_forward(&r, &cam, &opts).unwrap();
             let g = public_backward(&r, &cam, &opts, &f, &grad).unwrap();
-            (f, g)
+            let ga = public_backward(&r, &cam, &abs_opts, &f, &grad).unwrap();
+            (f, g, ga)
         };
-        let (f1, g1) = run();
+        let (f1, g1, ga1) = run();
         // Other tests running meanwhile may take these paths too; results are the same by design.
         simd::FORCE_SCALAR.store(true, Ordering::Relaxed);
-        let (f2, g2) = run();
+        let (f2, g2, ga2) = run();
         simd::FORCE_SCALAR.store(false, Ordering::Relaxed);
         simd::FORCE_SSE.store(true, Ordering::Relaxed);
-        let (f3, g3) = run();
+        let (f3, g3, ga3) = run();
         simd::FORCE_SSE.store(false, Ordering::Relaxed);
         #[cfg(target_arch = "x86_64")]
         println!(
@@ -986,6 +1004,182 @@ mod tests {
         ] {
             assert_eq!(bits(a), bits(b));
         }
+        // AbsGS statistic: the same bits on the AVX2 / SSE2 / scalar paths; every other gradient
+        // is the classic one bit for bit; and ‖Σ|v|‖ ≥ ‖Σv‖ (strictly for some splat).
+        assert_eq!(bits(&ga1.means2d_grad_norm), bits(&ga2.means2d_grad_norm));
+        assert_eq!(bits(&ga3.means2d_grad_norm), bits(&ga2.means2d_grad_norm));
+        for (ga, g) in [(&ga1, &g1), (&ga2, &g2), (&ga3, &g3)] {
+            for (a, b) in [
+                (&ga.means, &g.means),
+                (&ga.log_scales, &g.log_scales),
+                (&ga.rotations, &g.rotations),
+                (&ga.logit_opacities, &g.logit_opacities),
+                (&ga.sh_coeffs, &g.sh_coeffs),
+            ] {
+                assert_eq!(bits(a), bits(b));
+            }
+        }
+        let (abs_n, classic_n) = (&ga2.means2d_grad_norm, &g2.means2d_grad_norm);
+        assert!(
+            abs_n
+                .iter()
+                .zip(classic_n)
+                .all(|(&a, &c)| a >= c * (1.0 - 1e-5))
+        );
+        assert!(
+            abs_n
+                .iter()
+                .zip(classic_n)
+                .any(|(&a, &c)| a > 1.5 * c && a > 0.0)
+        );
+    }
+
+    /// AbsGS on a hand-made cancellation: one isotropic splat centred on pixel (16, 16), ∂L/∂pixel
+    /// = 1 (every channel) at the pixels left and right of it, (15, 16) and (17, 16), and 0
+    /// elsewhere, black background. By symmetry the two pixels' ∂L_p/∂mean2d_x are equal and
+    /// opposite and their y parts vanish (dy = 0), so the classic norm is 0 while the AbsGS norm
+    /// is twice one pixel's magnitude. Hand value: at dx = ±1 px, σ = ½/var (var = 4 + EPS2D
+    /// px²), α = o·e^(−σ) with o = ½, T = 1, v_alpha = Σ_c colour_c = 1.5 for DC (1, 0, −1), so
+    /// |∂L_p/∂x| = (1/var)·|dx|·o·e^(−σ)·1.5 px⁻¹, times W/2 = 16.5 for NDC units. Also checked
+    /// against the classic statistic of each pixel alone (a one-pixel backward cannot cancel).
+    #[test]
+    fn absgrad_sums_magnitudes_that_cancel_in_the_classic_norm() {
+        let mut s = Scene::default();
+        s.push(
+            [0.0, 0.0, 4.0],
+            [0.25f32.ln(); 3],
+            Q_ID,
+            0.0,
+            [1.0, 0.0, -1.0],
+        );
+        let cam = centred_camera();
+        let classic = RenderOptions::default();
+        let abs = RenderOptions {
+            absgrad: true,
+            ..classic
+        };
+        let out = public_forward(&s.as_ref(), &cam, &classic).unwrap();
+        let grad_at = |pixels: &[usize]| {
+            let mut g = vec![0.0f32; 33 * 33 * 3];
+            for &p in pixels {
+                g[p * 3..p * 3 + 3].fill(1.0);
+            }
+            g
+        };
+        let (left, right) = (16 * 33 + 15, 16 * 33 + 17);
+        let both = grad_at(&[left, right]);
+        let norm = |opts: &RenderOptions, g: &[f32]| {
+            public_backward(&s.as_ref(), &cam, opts, &out, g)
+                .unwrap()
+                .means2d_grad_norm[0]
+        };
+        let var = 4.0 + f64::from(crate::consts::EPS2D);
+        let one_pixel = (1.0 / var) * 0.5 * (-0.5 / var).exp() * 1.5 * 16.5;
+        let (n_classic, n_abs) = (norm(&classic, &both), norm(&abs, &both));
+        let (n_left, n_right) = (
+            norm(&classic, &grad_at(&[left])),
+            norm(&classic, &grad_at(&[right])),
+        );
+        assert!(n_classic.abs() < 1e-6 * one_pixel as f32, "{n_classic}");
+        for n in [n_left, n_right] {
+            assert!(
+                (f64::from(n) - one_pixel).abs() < 1e-5 * one_pixel,
+                "{n} vs {one_pixel}"
+            );
+        }
+        assert!(
+            (f64::from(n_abs) - 2.0 * one_pixel).abs() < 1e-5 * one_pixel,
+            "{n_abs} vs {}",
+            2.0 * one_pixel
+        );
+        assert!((n_abs - (n_left + n_right)).abs() < 1e-6 * n_abs);
+    }
+
+    /// AbsGS sums on a random scene against an independent reference: the classic backward run
+    /// once per pixel with ∂L/∂image non-zero at that pixel only (so each run returns exactly that
+    /// pixel's ∂L_p/∂mean2d per splat), |·| per component summed over the pixels in `f64`. Signed
+    /// per-pixel gradients make the classic sums cancel; the scene is `f32`, so the check also
+    /// covers the SIMD loop of this CPU.
+    #[test]
+    fn absgrad_sums_equal_per_pixel_absolute_contributions() {
+        use rand::{Rng, SeedableRng};
+        let (s, mut cam) = random_scene(60, 23);
+        (cam.width, cam.height, cam.cx, cam.cy) = (40, 36, 20.0, 18.0);
+        let r = s.as_ref();
+        let sh_k = check_render_inputs(&r, &cam).unwrap();
+        let params = params_of(&r, sh_k);
+        let bg = [0.2f32, 0.4, 0.1];
+        let f = forward(&params, &cam, bg, RasterizeMode::Classic).unwrap();
+        let sv = &f.saved;
+        let pixels = 40 * 36;
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(5);
+        let grad: Vec<f32> = (0..pixels * 3)
+            .map(|_| rng.random_range(-1.0..1.0f32))
+            .collect();
+        let raster = |g: &[f32], absgrad: bool| {
+            rasterize_backward::rasterize_backward_with(
+                &sv.projected,
+                &sv.sorted_ids,
+                &sv.tile_ranges,
+                &sv.final_t,
+                &sv.n_contrib,
+                40,
+                36,
+                bg,
+                g,
+                absgrad,
+            )
+        };
+        let (screen, abs) = raster(&grad, true);
+        let (screen_classic, none) = raster(&grad, false);
+        assert!(none.is_empty());
+        let n = s.logits.len();
+        assert_eq!(abs.len(), n);
+        let mut want = vec![[0.0f64; 2]; n];
+        let mut one = vec![0.0f32; pixels * 3];
+        for p in 0..pixels {
+            one[p * 3..p * 3 + 3].copy_from_slice(&grad[p * 3..p * 3 + 3]);
+            let per_pixel = rasterize_backward::rasterize_backward(
+                &sv.projected,
+                &sv.sorted_ids,
+                &sv.tile_ranges,
+                &sv.final_t,
+                &sv.n_contrib,
+                40,
+                36,
+                bg,
+                &one,
+            );
+            one[p * 3..p * 3 + 3].fill(0.0);
+            for (w, g) in want.iter_mut().zip(&per_pixel) {
+                w[0] += f64::from(g.mean2d[0]).abs();
+                w[1] += f64::from(g.mean2d[1]).abs();
+            }
+        }
+        let scale = want.iter().flatten().fold(0.0f64, |m, &v| m.max(v));
+        assert!(scale > 0.0);
+        let mut cancelled = 0;
+        for i in 0..n {
+            for c in 0..2 {
+                let (got, w) = (f64::from(abs[i][c]), want[i][c]);
+                assert!(
+                    (got - w).abs() <= 1e-5 * w + 1e-7 * scale,
+                    "splat {i} component {c}: {got} vs {w}"
+                );
+                let signed = f64::from(screen[i].mean2d[c]).abs();
+                assert!(signed <= w * (1.0 + 1e-5) + 1e-7 * scale);
+                if w > 1e-3 * scale && signed < 0.5 * w {
+                    cancelled += 1;
+                }
+            }
+            // The signed sums are the classic ones, bit for bit.
+            assert_eq!(screen[i].mean2d, screen_classic[i].mean2d);
+            assert_eq!(screen[i].opacity, screen_classic[i].opacity);
+        }
+        assert!(
+            cancelled > 0,
+            "no component with real cancellation: the test has no teeth"
+        );
     }
 
     #[test]

@@ -47,7 +47,8 @@ pub struct ParamGrads<T> {
     pub logit_opacities: Vec<T>,
     /// `[N, K, 3]`.
     pub sh_coeffs: Vec<T>,
-    /// `[N]` |∂L/∂mean2d| in NDC units (pixel gradient × (W/2, H/2)).
+    /// `[N]` |∂L/∂mean2d| in NDC units (pixel gradient × (W/2, H/2)); with the AbsGS sums given
+    /// to [`project_backward`], the norm of those sums in the same units instead.
     pub means2d_grad_norm: Vec<T>,
 }
 
@@ -88,12 +89,25 @@ struct Slots<'a, T> {
     norm2d: &'a mut T,
 }
 
+/// ‖g‖ of a mean2d gradient `g` (per pixel of displacement) in NDC units: `g` scaled by
+/// `(W/2, H/2)` as INRIA 3DGS / gsplat scale their densification statistic. Used for both the
+/// signed gradient and the AbsGS sums. CUDA twin: the end of `kiln_project_backward`.
+#[inline]
+pub fn ndc_grad_norm<T: Scalar>(g: [T; 2], width: u32, height: u32) -> T {
+    let half = T::of(0.5);
+    let nx = g[0] * T::of(width as f64) * half;
+    let ny = g[1] * T::of(height as f64) * half;
+    (nx * nx + ny * ny).sqrt()
+}
+
+#[allow(clippy::too_many_arguments)]
 fn splat_backward<T: Scalar>(
     params: &SplatParams<'_, T>,
     cam: &CameraModel<T>,
     i: usize,
     p: &ProjectedSplat<T>,
     sg: &ScreenGrad<T>,
+    mean2d_abs: Option<[T; 2]>,
     mode: RasterizeMode,
     out: Slots<'_, T>,
 ) {
@@ -259,18 +273,20 @@ fn splat_backward<T: Scalar>(
     out.rotations
         .copy_from_slice(&quat_backward(geo.quat, geo.quat_norm, &d_rot));
 
-    let nx = sg.mean2d[0] * T::of(cam.width as f64) * half;
-    let ny = sg.mean2d[1] * T::of(cam.height as f64) * half;
-    *out.norm2d = (nx * nx + ny * ny).sqrt();
+    *out.norm2d = ndc_grad_norm(mean2d_abs.unwrap_or(sg.mean2d), cam.width, cam.height);
 }
 
 /// Gradients of all splat parameters from their screen-space gradients `[N]`; `mode` must be the
-/// one `projected` was made with. CUDA twin: `kiln_project_backward` (`cuda/project_backward.cu`).
+/// one `projected` was made with. `mean2d_abs` (`[N, 2]`, from
+/// [`super::rasterize_backward::rasterize_backward_with`]) switches `means2d_grad_norm` to the
+/// AbsGS statistic ‖(Σ|∂L_p/∂x|, Σ|∂L_p/∂y|)‖ in NDC units; `None` keeps ‖∂L/∂mean2d‖. It changes
+/// nothing else. CUDA twin: `kiln_project_backward` (`cuda/project_backward.cu`).
 pub fn project_backward<T: Scalar>(
     params: &SplatParams<'_, T>,
     cam: &CameraModel<T>,
     projected: &[ProjectedSplat<T>],
     screen: &[ScreenGrad<T>],
+    mean2d_abs: Option<&[[T; 2]]>,
     mode: RasterizeMode,
 ) -> ParamGrads<T> {
     let n = params.len();
@@ -301,7 +317,8 @@ pub fn project_backward<T: Scalar>(
                     logit,
                     norm2d,
                 };
-                splat_backward(params, cam, i, &projected[i], &screen[i], mode, slots);
+                let abs = mean2d_abs.map(|a| a[i]);
+                splat_backward(params, cam, i, &projected[i], &screen[i], abs, mode, slots);
             },
         );
     g

@@ -16,6 +16,12 @@
 //! once per splat ([`combine_lanes`]). For `f32` on x86-64 the per-tile loop runs in `simd.rs`
 //! (AVX2 or SSE2, eight or four pixels per step, one per lane), bit-identical to the scalar loop
 //! here, which remains the `f64` path.
+//!
+//! AbsGS statistic ([`rasterize_backward_with`]): besides the signed sums, each splat also gets
+//! `(Σ_p |∂L_p/∂mean2d_x|, Σ_p |∂L_p/∂mean2d_y|)` over the pixels p it touches, so contributions of
+//! opposite sign no longer cancel. Source: Ye et al., "AbsGS: Recovering Fine Details for 3D
+//! Gaussian Splatting" (2024), and gsplat's `absgrad=True` (`v_means2d_abs`). Summed in the same
+//! lanes and the same order as the signed sums, so every path gives the same bits here too.
 
 use rayon::prelude::*;
 
@@ -71,12 +77,14 @@ struct BwdScratch<T> {
 }
 
 /// Runs the tile through the SIMD loop of [`super::simd`] when `T` is `f32` on x86-64 (writing
-/// `grads` bit for bit as the scalar loop would); returns whether it did.
+/// `grads`, and `abs` when it is not empty, bit for bit as the scalar loop would); returns whether
+/// it did.
 #[inline]
 fn backward_tile_simd<T: Scalar>(
     sc: &mut BwdScratch<T>,
     rect: [usize; 4],
     grads: &mut [ScreenGrad<T>],
+    abs: &mut [[T; 2]],
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -101,11 +109,14 @@ fn backward_tile_simd<T: Scalar>(
             // SAFETY: the downcasts above succeeded, so `T` is `f32` and `ScreenGrad<T>` is
             // `ScreenGrad<f32>`: the cast only renames the type of the same slice.
             let grads = unsafe { &mut *(grads as *mut [ScreenGrad<T>] as *mut [ScreenGrad<f32>]) };
-            super::simd::backward_tile_f32(simd, splats, rect, t_final, g, bg_dot, n, grads);
+            // SAFETY: as above, `[T; 2]` is `[f32; 2]`.
+            let abs = unsafe { &mut *(abs as *mut [[T; 2]] as *mut [[f32; 2]]) };
+            let abs = (!abs.is_empty()).then_some(abs);
+            super::simd::backward_tile_f32(simd, splats, rect, t_final, g, bg_dot, n, grads, abs);
             return true;
         }
     }
-    let _ = (sc, rect, grads);
+    let _ = (sc, rect, grads, abs);
     false
 }
 
@@ -140,6 +151,7 @@ pub(crate) fn lane_tree<T: Scalar>(v: impl Fn(usize) -> T) -> T {
 }
 
 /// Per-splat screen-space gradients `[N]` given `grad_image [H, W, 3]` and the forward state.
+#[allow(clippy::too_many_arguments)]
 pub fn rasterize_backward<T: Scalar>(
     projected: &[ProjectedSplat<T>],
     sorted_ids: &[u32],
@@ -151,20 +163,97 @@ pub fn rasterize_backward<T: Scalar>(
     background: [T; 3],
     grad_image: &[T],
 ) -> Vec<ScreenGrad<T>> {
+    let state = ForwardState {
+        projected,
+        sorted_ids,
+        tile_ranges,
+        final_t,
+        n_contrib,
+        width,
+        height,
+    };
+    backward_tiles(&state, background, grad_image, false).0
+}
+
+/// [`rasterize_backward`], plus the AbsGS statistic when `absgrad`: returns the same screen-space
+/// gradients `[N]` (bit for bit) and, with `absgrad`, `[N, 2]`
+/// `(Σ_p |∂L_p/∂mean2d_x|, Σ_p |∂L_p/∂mean2d_y|)` per pixel of displacement, where `∂L_p/∂mean2d`
+/// is pixel p's term of `ScreenGrad::mean2d` (0 for splats no pixel reaches); without `absgrad`
+/// an empty vector (and no extra work). Source: AbsGS (Ye et al. 2024); gsplat
+/// `rasterize_to_pixels` with `absgrad=True`.
+#[allow(clippy::too_many_arguments)]
+pub fn rasterize_backward_with<T: Scalar>(
+    projected: &[ProjectedSplat<T>],
+    sorted_ids: &[u32],
+    tile_ranges: &[[u32; 2]],
+    final_t: &[T],
+    n_contrib: &[u32],
+    width: u32,
+    height: u32,
+    background: [T; 3],
+    grad_image: &[T],
+    absgrad: bool,
+) -> (Vec<ScreenGrad<T>>, Vec<[T; 2]>) {
+    let state = ForwardState {
+        projected,
+        sorted_ids,
+        tile_ranges,
+        final_t,
+        n_contrib,
+        width,
+        height,
+    };
+    backward_tiles(&state, background, grad_image, absgrad)
+}
+
+/// The forward state the backward tile loop reads (see [`rasterize_backward`]).
+struct ForwardState<'a, T> {
+    projected: &'a [ProjectedSplat<T>],
+    sorted_ids: &'a [u32],
+    tile_ranges: &'a [[u32; 2]],
+    final_t: &'a [T],
+    n_contrib: &'a [u32],
+    width: u32,
+    height: u32,
+}
+
+/// The backward tile loop; with `absgrad` also the `[N, 2]` absolute sums (else an empty vector).
+fn backward_tiles<T: Scalar>(
+    st: &ForwardState<'_, T>,
+    background: [T; 3],
+    grad_image: &[T],
+    absgrad: bool,
+) -> (Vec<ScreenGrad<T>>, Vec<[T; 2]>) {
+    let ForwardState {
+        projected,
+        sorted_ids,
+        tile_ranges,
+        final_t,
+        n_contrib,
+        width,
+        height,
+    } = *st;
     let (w, h) = (width as usize, height as usize);
     let ts = TILE_SIZE as usize;
     let tiles_x = w.div_ceil(ts);
     let mut per_isect = vec![ScreenGrad::<T>::default(); sorted_ids.len()];
+    // `[I, 2]` absolute mean2d sums per intersection, only when asked for.
+    let mut abs_isect = vec![[T::ZERO; 2]; if absgrad { sorted_ids.len() } else { 0 }];
 
-    // Split the intersection buffer along the (contiguous, tile-ordered) tile ranges.
-    let mut parts: Vec<(usize, &mut [ScreenGrad<T>])> = Vec::with_capacity(tile_ranges.len());
+    // Split the intersection buffers along the (contiguous, tile-ordered) tile ranges.
+    type Part<'b, T> = (usize, &'b mut [ScreenGrad<T>], &'b mut [[T; 2]]);
+    let mut parts: Vec<Part<'_, T>> = Vec::with_capacity(tile_ranges.len());
     let mut rest: &mut [ScreenGrad<T>] = &mut per_isect;
+    let mut rest_abs: &mut [[T; 2]] = &mut abs_isect;
     for (tile, r) in tile_ranges.iter().enumerate() {
-        let (head, tail) = rest.split_at_mut((r[1] - r[0]) as usize);
+        let len = (r[1] - r[0]) as usize;
+        let (head, tail) = rest.split_at_mut(len);
+        let (head_abs, tail_abs) = rest_abs.split_at_mut(if absgrad { len } else { 0 });
         if !head.is_empty() {
-            parts.push((tile, head));
+            parts.push((tile, head, head_abs));
         }
         rest = tail;
+        rest_abs = tail_abs;
     }
 
     let max_alpha = T::from_f32(MAX_ALPHA);
@@ -182,7 +271,7 @@ pub fn rasterize_backward<T: Scalar>(
     };
     parts
         .into_par_iter()
-        .for_each_init(scratch, |sc: &mut BwdScratch<T>, (tile, grads)| {
+        .for_each_init(scratch, |sc: &mut BwdScratch<T>, (tile, grads, abs)| {
             let [start, _] = tile_ranges[tile];
             let (tx, ty) = (tile % tiles_x, tile / tiles_x);
             let (x0, x1, y0, y1) = (
@@ -223,7 +312,7 @@ pub fn rasterize_backward<T: Scalar>(
                     .iter()
                     .map(|&id| all[id as usize]),
             );
-            if backward_tile_simd(sc, [x0, x1, y0, y1], grads) {
+            if backward_tile_simd(sc, [x0, x1, y0, y1], grads, abs) {
                 return;
             }
             // Splats back to front; each pixel sees its contributors in exactly the reverse of the
@@ -232,6 +321,8 @@ pub fn rasterize_backward<T: Scalar>(
                 let [rx0, rx1, ry0, ry1] = s.pixel_rect(x0, x1, y0, y1);
                 // Lane sums per splat, as the SIMD loops keep them (see `combine_lanes`).
                 let mut lanes = [ScreenGrad::<T>::default(); SUM_LANES];
+                // |∂L_p/∂mean2d| lane sums, kept only with `absgrad`.
+                let mut abs_lanes = [[T::ZERO; 2]; SUM_LANES];
                 for y in ry0..ry1 {
                     let py = T::of(y as f64 + 0.5);
                     // The whole row of the pixel rectangle, as the SIMD loops walk it.
@@ -256,7 +347,8 @@ pub fn rasterize_backward<T: Scalar>(
                         let Some(hit) = splat_hit(s, px, py) else {
                             continue;
                         };
-                        let acc = &mut lanes[k % SUM_LANES];
+                        let lane = k % SUM_LANES;
+                        let acc = &mut lanes[lane];
                         let ra = T::ONE / (T::ONE - hit.alpha);
                         let t = *t_px * ra;
                         *t_px = t;
@@ -274,13 +366,24 @@ pub fn rasterize_backward<T: Scalar>(
                             acc.conic[0] += half * dx * dx * v_sigma;
                             acc.conic[1] += dx * dy * v_sigma;
                             acc.conic[2] += half * dy * dy * v_sigma;
-                            acc.mean2d[0] += (s.conic[0] * dx + s.conic[1] * dy) * v_sigma;
-                            acc.mean2d[1] += (s.conic[1] * dx + s.conic[2] * dy) * v_sigma;
+                            let m = [
+                                (s.conic[0] * dx + s.conic[1] * dy) * v_sigma,
+                                (s.conic[1] * dx + s.conic[2] * dy) * v_sigma,
+                            ];
+                            acc.mean2d[0] += m[0];
+                            acc.mean2d[1] += m[1];
                             acc.opacity += hit.vis * v_alpha;
+                            if absgrad {
+                                abs_lanes[lane][0] += m[0].abs();
+                                abs_lanes[lane][1] += m[1].abs();
+                            }
                         }
                     }
                 }
                 grads[j] = combine_lanes(&lanes);
+                if absgrad {
+                    abs[j] = [0, 1].map(|c| lane_tree(|k| abs_lanes[k][c]));
+                }
             }
         });
 
@@ -288,5 +391,11 @@ pub fn rasterize_backward<T: Scalar>(
     for (k, &id) in sorted_ids.iter().enumerate() {
         per_splat[id as usize].add(&per_isect[k]);
     }
-    per_splat
+    let mut abs_splat = vec![[T::ZERO; 2]; if absgrad { projected.len() } else { 0 }];
+    for (k, a) in abs_isect.iter().enumerate() {
+        let sum = &mut abs_splat[sorted_ids[k] as usize];
+        sum[0] += a[0];
+        sum[1] += a[1];
+    }
+    (per_splat, abs_splat)
 }

@@ -52,6 +52,8 @@ pub trait Scalar:
     fn ceil(self) -> Self;
     /// Largest integer ≤ self.
     fn floor(self) -> Self;
+    /// |self|: the sign bit cleared (also on NaN and −0), as x86 `andnot` with −0 does lane-wise.
+    fn abs(self) -> Self;
     /// Neither NaN nor ±∞.
     fn is_finite(self) -> bool;
     /// The larger of the two (IEEE `max`: a NaN argument loses).
@@ -156,6 +158,10 @@ macro_rules! impl_scalar {
             #[inline(always)]
             fn floor(self) -> Self {
                 <$t>::floor(self)
+            }
+            #[inline(always)]
+            fn abs(self) -> Self {
+                <$t>::abs(self)
             }
             #[inline(always)]
             fn is_finite(self) -> bool {

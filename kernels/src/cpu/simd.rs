@@ -309,7 +309,9 @@ unsafe fn forward_tile<V: Lanes>(
 /// horizontal work.
 ///
 /// `splats` is the tile's list up to the last entry any pixel reaches; the per-pixel inputs are
-/// indexed `(y − y0)·16 + (x − x0)`; `grads[j]` receives splat `j`'s gradient.
+/// indexed `(y − y0)·16 + (x − x0)`; `grads[j]` receives splat `j`'s gradient and, when given,
+/// `abs[j]` its AbsGS sums `(Σ|∂L_p/∂mean2d_x|, Σ|∂L_p/∂mean2d_y|)` (a separate instantiation of
+/// the loop, so the classic loop does no extra work).
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn backward_tile_f32(
@@ -321,6 +323,7 @@ pub(crate) fn backward_tile_f32(
     bg_dot: &[f32; PIXELS],
     n: &[u32; PIXELS],
     grads: &mut [super::rasterize_backward::ScreenGrad<f32>],
+    abs: Option<&mut [[f32; 2]]>,
 ) {
     st.t[..PIXELS].copy_from_slice(t_final);
     st.t_final[..PIXELS].copy_from_slice(t_final);
@@ -332,39 +335,47 @@ pub(crate) fn backward_tile_f32(
             st.g[ch][li] = g[li][ch];
         }
     }
-    if avx2() {
-        // SAFETY: the CPU has AVX2 (checked just above).
-        unsafe { backward_tile_avx2(st, splats, rect, grads) }
-    } else {
-        // SAFETY: SSE2 is part of the x86-64 baseline.
-        unsafe { backward_tile::<Sse, 2>(st, splats, rect, grads) }
+    // SAFETY (all four calls): the CPU has AVX2 where it is checked just above; SSE2 is part of
+    // the x86-64 baseline.
+    match (avx2(), abs) {
+        (true, None) => unsafe { backward_tile_avx2::<false>(st, splats, rect, grads, &mut []) },
+        (true, Some(abs)) => unsafe { backward_tile_avx2::<true>(st, splats, rect, grads, abs) },
+        (false, None) => unsafe {
+            backward_tile::<Sse, 2, false>(st, splats, rect, grads, &mut [])
+        },
+        (false, Some(abs)) => unsafe {
+            backward_tile::<Sse, 2, true>(st, splats, rect, grads, abs)
+        },
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn backward_tile_avx2(
+unsafe fn backward_tile_avx2<const ABS: bool>(
     st: &mut SimdBwdTile,
     splats: &[TileSplat<f32>],
     rect: [usize; 4],
     grads: &mut [super::rasterize_backward::ScreenGrad<f32>],
+    abs: &mut [[f32; 2]],
 ) {
     // SAFETY: this function only runs on a CPU with AVX2.
-    unsafe { backward_tile::<Avx, 1>(st, splats, rect, grads) }
+    unsafe { backward_tile::<Avx, 1, ABS>(st, splats, rect, grads, abs) }
 }
 
 /// The backward tile loop over `V` lanes, with `SETS = SUM_LANES / V::N` accumulator vectors per
-/// field (step k of a row adds to set `k mod SETS`).
+/// field (step k of a row adds to set `k mod SETS`). With `ABS` it also sums `|∂L_p/∂mean2d|` per
+/// component into `abs[j]` (`abs` is unused otherwise).
 ///
 /// # Safety
 /// The CPU must have `V`'s instructions; `SETS · V::N == SUM_LANES`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn backward_tile<V: Lanes, const SETS: usize>(
+unsafe fn backward_tile<V: Lanes, const SETS: usize, const ABS: bool>(
     st: &mut SimdBwdTile,
     splats: &[TileSplat<f32>],
     [x0, x1, y0, y1]: [usize; 4],
     grads: &mut [super::rasterize_backward::ScreenGrad<f32>],
+    abs: &mut [[f32; 2]],
 ) {
     use super::rasterize_backward::{ScreenGrad, lane_tree};
     debug_assert_eq!(SETS * V::N, SUM_LANES);
@@ -384,6 +395,8 @@ unsafe fn backward_tile<V: Lanes, const SETS: usize>(
             let [rx0, rx1, ry0, ry1] = s.pixel_rect(x0, x1, y0, y1);
             // Fields: colour r, g, b; conic a, b, c; mean2d x, y; opacity.
             let mut acc = [[zero; 9]; SETS];
+            // |mean2d x|, |mean2d y| (only with ABS).
+            let mut acc_abs = [[zero; 2]; SETS];
             let (ca, cb, cc) = (
                 V::splat(s.conic[0]),
                 V::splat(s.conic[1]),
@@ -463,6 +476,13 @@ unsafe fn backward_tile<V: Lanes, const SETS: usize>(
                         cb.mul(dx).add(cc.mul(dy)).mul(v_sigma),
                         vis.mul(v_alpha),
                     ];
+                    if ABS {
+                        // |v| as the sign bit cleared (`!(−0) & v`), as `f32::abs` does.
+                        for c in 0..2 {
+                            let term = select(geo, neg_zero.andnot(terms[3 + c]), neg_zero);
+                            acc_abs[set][c] = acc_abs[set][c].add(term);
+                        }
+                    }
                     for (k, term) in terms.into_iter().enumerate() {
                         let term = select(geo, term, neg_zero);
                         acc[set][3 + k] = acc[set][3 + k].add(term);
@@ -484,6 +504,15 @@ unsafe fn backward_tile<V: Lanes, const SETS: usize>(
                 mean2d: [sum(6), sum(7)],
                 opacity: sum(8),
             };
+            if ABS {
+                let mut va = [[0.0f32; SUM_LANES]; 2];
+                for (k, set) in acc_abs.iter().enumerate() {
+                    for (vf, f) in va.iter_mut().zip(set) {
+                        vf[k * V::N..(k + 1) * V::N].copy_from_slice(&f.to_array()[..V::N]);
+                    }
+                }
+                abs[j] = [lane_tree(|k| va[0][k]), lane_tree(|k| va[1][k])];
+            }
         }
     }
 }

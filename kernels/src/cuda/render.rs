@@ -7,7 +7,9 @@
 //! `kiln_tile_ranges` → `kiln_rasterize_forward` → download image, alpha, radii.
 //! Backward: upload ∂L/∂image → `kiln_rasterize_backward` (per-intersection gradients, no atomics)
 //! → `kiln_sum_isect_grads` (per-splat sums in a fixed order) → `kiln_project_backward` (the chain
-//! rule) → download. Both passes are deterministic for a fixed input on one GPU.
+//! rule) → download. With `absgrad` (AbsGS), `kiln_rasterize_backward` also writes `[I, 2]`
+//! absolute mean2d sums, summed per splat by `kiln_sum_isect_abs` and read by
+//! `kiln_project_backward` for `means2d_grad_norm` only; without it they are never allocated. Both passes are deterministic for a fixed input on one GPU.
 //!
 //! Intersection buffers are sized from the scanned count. When the largest of them (`[I, 9]`
 //! gradients) would exceed the allocation cap, the render is split into bands of tile rows, each
@@ -266,7 +268,8 @@ pub struct DeviceGrads {
     /// ∂L/∂ means `[N, 3]`, log_scales `[N, 3]`, rotations `[N, 4]`, logit_opacities `[N]`,
     /// sh_coeffs `[N, K, 3]`.
     pub groups: [DeviceBuffer<f32>; 5],
-    /// `[N]` ‖∂L/∂means2d‖ in NDC units (densification statistic).
+    /// `[N]` ‖∂L/∂means2d‖ in NDC units (densification statistic); the AbsGS norm when the
+    /// backward pass ran with `absgrad` ([`RenderOptions::absgrad`]).
     pub means2d_grad_norm: DeviceBuffer<f32>,
     /// Stage times (backward fields).
     pub timings: KernelTimings,
@@ -743,7 +746,7 @@ impl GpuRenderer {
 
     /// Backward pass; same contract as [`crate::render_backward`]. The splat parameters and the
     /// opacity rule (`RenderOptions::antialiased`) are the ones saved by the forward pass; `splats`
-    /// is checked against them (shapes).
+    /// is checked against them (shapes). `absgrad` is [`RenderOptions::absgrad`].
     ///
     /// # Errors
     /// [`Error::Shape`] when `grad_image` or `splats` do not match the forward render;
@@ -754,6 +757,7 @@ impl GpuRenderer {
         camera: &Camera,
         saved: &GpuSaved,
         grad_image: &[f32],
+        absgrad: bool,
     ) -> Result<SplatGradients, Error> {
         let k = check_render_inputs(splats, camera)?;
         let n = splats.logit_opacities.len();
@@ -766,7 +770,7 @@ impl GpuRenderer {
         let clock = std::time::Instant::now();
         let grad = DeviceBuffer::from_slice(&self.ctx, grad_image, "grad_image [H, W, 3]")?;
         let upload_ms = ms_since(clock);
-        let g = self.backward_device(saved, &grad)?;
+        let g = self.backward_device(saved, &grad, absgrad)?;
         let clock = std::time::Instant::now();
         let [g_means, g_scales, g_rots, g_logits, g_sh] = &g.groups;
         let mut grads = SplatGradients {
@@ -784,7 +788,8 @@ impl GpuRenderer {
     }
 
     /// Backward pass of a forward pass of this renderer with ∂L/∂image `[H, W, 3]` on the device;
-    /// the gradients stay there.
+    /// the gradients stay there. `absgrad` selects the densification statistic
+    /// ([`RenderOptions::absgrad`]).
     ///
     /// # Errors
     /// [`Error::Shape`] when `grad_image` is not `[H, W, 3]` of the forward render;
@@ -793,6 +798,7 @@ impl GpuRenderer {
         &self,
         saved: &GpuSaved,
         grad: &DeviceBuffer<f32>,
+        absgrad: bool,
     ) -> Result<DeviceGrads, Error> {
         let (n, k) = (saved.n, saved.k);
         let camera = &saved.camera;
@@ -810,6 +816,15 @@ impl GpuRenderer {
         let clock = std::time::Instant::now();
         let screen_grads =
             DeviceBuffer::<f32>::zeros(ctx, n * ISECT_GRAD, "screen gradients [N, 9]")?;
+        let screen_abs = if absgrad {
+            Some(DeviceBuffer::<f32>::zeros(
+                ctx,
+                n * 2,
+                "absolute mean2d sums [N, 2]",
+            )?)
+        } else {
+            None
+        };
         let [bg_r, bg_g, bg_b] = saved.background;
         for band in saved.bands.iter().filter(|b| b.intersections > 0) {
             let isect_grads = DeviceBuffer::<f32>::zeros(
@@ -817,6 +832,15 @@ impl GpuRenderer {
                 band.intersections * ISECT_GRAD,
                 "per-intersection gradients [I, 9]",
             )?;
+            let isect_abs = if absgrad {
+                Some(DeviceBuffer::<f32>::zeros(
+                    ctx,
+                    band.intersections * 2,
+                    "per-intersection absolute mean2d sums [I, 2]",
+                )?)
+            } else {
+                None
+            };
             let args = Args::new()
                 .buf(&saved.xys)
                 .buf(&saved.conics)
@@ -836,6 +860,10 @@ impl GpuRenderer {
                 .f32(bg_g)
                 .f32(bg_b)
                 .buf(&isect_grads);
+            let args = match &isect_abs {
+                Some(b) => args.buf(b),
+                None => args.null(),
+            };
             self.launch(
                 "kiln_rasterize_backward",
                 [cam.tiles_x, band.rows.1 - band.rows.0, 1],
@@ -854,6 +882,20 @@ impl GpuRenderer {
                 [BLOCK, 1, 1],
                 args,
             )?;
+            if let (Some(isect_abs), Some(screen_abs)) = (&isect_abs, &screen_abs) {
+                let args = Args::new()
+                    .buf(&band.counts)
+                    .buf(&band.offsets)
+                    .u32(n as u32)
+                    .buf(isect_abs)
+                    .buf(screen_abs);
+                self.launch(
+                    "kiln_sum_isect_abs",
+                    [blocks(n, 256), 1, 1],
+                    [BLOCK, 1, 1],
+                    args,
+                )?;
+            }
         }
         ctx.backend().synchronize()?;
         timings.rasterize_backward_ms = ms_since(clock);
@@ -878,7 +920,12 @@ impl GpuRenderer {
             .buf(&saved.conics)
             .buf(&saved.radii)
             .buf(&saved.opacities)
-            .buf(&screen_grads)
+            .buf(&screen_grads);
+        let args = match &screen_abs {
+            Some(b) => args.buf(b),
+            None => args.null(),
+        };
+        let args = args
             .buf(&g_means)
             .buf(&g_scales)
             .buf(&g_rots)

@@ -49,6 +49,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "kiln_rasterize_forward",
     "kiln_rasterize_backward",
     "kiln_sum_isect_grads",
+    "kiln_sum_isect_abs",
     "kiln_project_backward",
     "kiln_ssim_products",
     "kiln_blur_pass",

@@ -99,7 +99,8 @@ pub struct TrainStep<'a> {
     /// Active SH degree (≤ the degree K holds).
     pub sh_degree: u32,
     /// Background colour and opacity rule (`antialiased`: Mip-Splatting compensation); the
-    /// step's backward pass differentiates the same rule as its forward pass.
+    /// step's backward pass differentiates the same rule as its forward pass. `absgrad` selects
+    /// the statistic in [`TrainStepOutput::means2d_grad_norm`] (AbsGS when set).
     pub options: &'a RenderOptions,
     /// SSIM weight λ of `(1 − λ)·L1 + λ·(1 − SSIM)`.
     pub lambda: f32,
@@ -119,7 +120,8 @@ pub struct TrainStepOutput {
     pub loss: f64,
     /// `[N]` screen radii in pixels, 0 where culled.
     pub radii: Vec<f32>,
-    /// `[N]` ‖∂L/∂means2d‖ in NDC units.
+    /// `[N]` ‖∂L/∂means2d‖ in NDC units, or the AbsGS norm ‖(Σ_p|∂L_p/∂x|, Σ_p|∂L_p/∂y|)‖ in the
+    /// same units when `options.absgrad` (see [`RenderOptions::absgrad`]).
     pub means2d_grad_norm: Vec<f32>,
     /// Forward and backward stage times, ms.
     pub timings: KernelTimings,
@@ -315,7 +317,7 @@ impl GpuTrainState {
         let (target, weights) = &self.targets[&s.target_key];
         let loss = r.loss_device(&f.image, target, weights.as_ref(), h, w, s.lambda)?;
         let loss_ms = ms_since(clock);
-        let g = r.backward_device(&f.saved, &loss.grad_image)?;
+        let g = r.backward_device(&f.saved, &loss.grad_image, s.options.absgrad)?;
         let mut timings = f.timings;
         timings.rasterize_backward_ms = g.timings.rasterize_backward_ms;
         timings.project_backward_ms = g.timings.project_backward_ms;

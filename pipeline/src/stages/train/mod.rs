@@ -416,6 +416,7 @@ pub fn train_checkpointed(
     let options = RenderOptions {
         background: params.background,
         antialiased: params.antialiased,
+        absgrad: params.absgrad,
     };
     // Reused across steps: the target composited over a random background.
     let mut step_target: Vec<f32> = Vec::new();
@@ -1157,6 +1158,7 @@ mod tests {
             let options = RenderOptions {
                 background: p.background,
                 antialiased,
+                absgrad: false,
             };
             let camera = &views[0].camera;
             eval::quantise_u8(
@@ -1170,6 +1172,37 @@ mod tests {
             .filter(|(a, b)| **a != *b)
             .count();
         assert!(changed > 0, "the classic render is the same image");
+    }
+
+    /// `absgrad` changes only the densification statistic: gradients and parameters follow the
+    /// same path until the first densification, where, at the same threshold, the absolute
+    /// statistic (≥ the signed one per splat) selects more splats to clone or split.
+    #[test]
+    fn absgrad_densifies_more_at_the_same_threshold() {
+        let run = |absgrad: bool, t: f32| {
+            let p = TrainParams {
+                densify_grad_threshold: t,
+                steps: 6,
+                sh_degree: 0,
+                init_random_points: 300,
+                densify_from: 4,
+                densify_every: 5,
+                densify_until: 6,
+                opacity_reset_every: 1000,
+                absgrad,
+                ..TrainParams::inria(6)
+            };
+            let dir = tempfile::tempdir().unwrap();
+            train(small_views(), None, &p, dir.path(), &|_, _, _| {})
+                .unwrap()
+                .0
+                .len()
+        };
+        // 300 initial splats; at 1e-4 the signed statistic selects some of them, so the
+        // threshold is in range for both.
+        let (classic, absolute) = (run(false, 1e-4), run(true, 1e-4));
+        assert!(classic > 300, "{classic} splats: nothing densified");
+        assert!(absolute > classic, "{absolute} vs {classic} splats");
     }
 
     /// Pixels a mask excludes are ignored: changing them (further than the SSIM window's 5 px

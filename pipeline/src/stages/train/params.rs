@@ -36,6 +36,10 @@
 use kiln_kernels::cpu::adam::ActivationL1;
 use serde::Deserialize;
 
+/// Densification threshold on the absolute screen gradient (`absgrad = true`), NDC units: 4× the
+/// signed one, as gsplat's `DefaultStrategy` docs advise (`grow_grad2d` 0.0008 with `absgrad`).
+pub const ABSGRAD_GRAD_THRESHOLD: f32 = 8e-4;
+
 /// Densification strategy and the recipe that goes with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -175,6 +179,13 @@ pub struct TrainParams {
     /// option existed do not change.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub antialiased: bool,
+    /// Densify on AbsGS's absolute screen gradient (per pixel |∂L/∂mean2d|, summed per
+    /// component; gsplat `absgrad`; see [`kiln_kernels::RenderOptions::absgrad`]) instead of the
+    /// signed sum, so splats whose pixels pull in opposite directions still split. Default
+    /// `false`; when set in a job file without `densify_grad_threshold`, the threshold becomes
+    /// [`ABSGRAD_GRAD_THRESHOLD`]. Left out of the cache key when off.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub absgrad: bool,
     /// Budget of the training-image cache, MiB (default 2048): decoded views beyond it are
     /// dropped, least recently used first, and decoded again when drawn, so memory does not grow
     /// with the number of photos. Not part of the stage's cache key: it does not change the
@@ -238,6 +249,7 @@ impl TrainParams {
             lr_logit_opacities: 5e-2,
             lr_sh_dc: 2.5e-3,
             antialiased: false,
+            absgrad: false,
             image_cache_mb: 2048,
             log_every: 100,
             checkpoint_every: 500,
@@ -434,6 +446,7 @@ struct TrainParamsToml {
     lr_logit_opacities: Option<f64>,
     lr_sh_dc: Option<f64>,
     antialiased: Option<bool>,
+    absgrad: Option<bool>,
     image_cache_mb: Option<u64>,
     log_every: Option<usize>,
     checkpoint_every: Option<usize>,
@@ -443,6 +456,9 @@ impl<'de> Deserialize<'de> for TrainParams {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let t = TrainParamsToml::deserialize(deserializer)?;
         let mut p = TrainParams::for_preset(t.preset.unwrap_or_default(), t.steps.unwrap_or(3000));
+        if t.absgrad == Some(true) {
+            p.densify_grad_threshold = ABSGRAD_GRAD_THRESHOLD;
+        }
         macro_rules! take {
             ($($f:ident),*) => { $( if let Some(v) = t.$f { p.$f = v; } )* };
         }
@@ -477,6 +493,7 @@ impl<'de> Deserialize<'de> for TrainParams {
             lr_logit_opacities,
             lr_sh_dc,
             antialiased,
+            absgrad,
             image_cache_mb,
             log_every,
             checkpoint_every
@@ -509,6 +526,18 @@ mod tests {
             (500, 15_000, 100)
         );
         assert_eq!((p.opacity_reset_every, p.sh_increase_every), (3000, 1000));
+    }
+
+    #[test]
+    fn absgrad_in_a_job_file_raises_the_default_threshold_only() {
+        let p: TrainParams = toml::from_str("absgrad = true").unwrap();
+        assert!(p.absgrad);
+        assert_eq!(p.densify_grad_threshold, 8e-4);
+        let p: TrainParams =
+            toml::from_str("absgrad = true\ndensify_grad_threshold = 5e-4").unwrap();
+        assert_eq!(p.densify_grad_threshold, 5e-4);
+        let p: TrainParams = toml::from_str("absgrad = false").unwrap();
+        assert_eq!(p.densify_grad_threshold, 2e-4);
     }
 
     #[test]
