@@ -190,7 +190,12 @@ impl JobSpec {
             ingest: self.ingest.clone(),
             train: self.train.clone(),
             decimate: self.decimate.clone(),
-            tile: self.tile,
+            // Tiles declare the rasterization the splats were trained for.
+            tile: SplatTileParams {
+                antialiased: self.tile.antialiased
+                    || (self.kind == JobKind::Capture && self.train.antialiased),
+                ..self.tile
+            },
             mesh_tile: self.mesh_tile,
             georef: self.georef,
             device: Default::default(),
@@ -227,6 +232,28 @@ mod tests {
         .unwrap();
         assert_eq!(s.kind, JobKind::Capture);
         assert_eq!(s.ingest.max_side, Some(270));
+    }
+
+    #[test]
+    fn antialiased_training_marks_the_tiles_antialiased() {
+        let plan = |extra: &str| {
+            let toml =
+                format!("name = \"a\"\nkind = \"capture\"\ninput = \"x\"\noutput = \"y\"\n{extra}");
+            JobSpec::from_toml(&toml, Path::new("a.toml"))
+                .unwrap()
+                .plan(
+                    "id",
+                    Path::new("/w"),
+                    Path::new("a.toml"),
+                    &|l| Ok(l.into()),
+                )
+                .unwrap()
+                .tile
+                .antialiased
+        };
+        assert!(plan("[train]\nantialiased = true\n"));
+        assert!(!plan("[train]\nantialiased = false\n"));
+        assert!(plan("[tile]\nantialiased = true\n"));
     }
 
     #[test]

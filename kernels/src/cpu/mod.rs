@@ -527,6 +527,9 @@ mod tests {
 
     const Q_ID: [f32; 4] = [1.0, 0.0, 0.0, 0.0];
 
+    /// One splat, by hand, in both modes. Classic: alpha = sigmoid(0)·exp(−σ) on the dilated
+    /// footprint. Mip-Splatting: Σ2d_raw = 4·I px², so the compensation is c = 4 / (4 + EPS2D) =
+    /// 4 / 4.3 and every alpha is scaled by it; radius and falloff are the same dilated ones.
     #[test]
     fn single_splat_at_image_centre_matches_hand_calculation() {
         let mut s = Scene::default();
@@ -538,81 +541,41 @@ mod tests {
             0.0,
             [1.0, 0.0, -1.0],
         );
-        let opts = RenderOptions {
-            background: [0.1, 0.2, 0.3],
-            ..RenderOptions::default()
-        };
-        let out = public_forward(&s.as_ref(), &centred_camera(), &opts).unwrap();
-        let c0 = sh::SH_C0 as f32;
-        let colour = [c0 + 0.5, 0.5, 0.5 - c0];
         let var = 4.0 + crate::consts::EPS2D;
-        assert_eq!(out.radii, vec![(3.0 * var.sqrt()).ceil()]);
-        let px = |x: usize, y: usize, ch: usize| out.image[(y * 33 + x) * 3 + ch];
-        for ch in 0..3 {
-            // Centre pixel: σ = 0, α = sigmoid(0) = 0.5.
-            let want = 0.5 * colour[ch] + 0.5 * opts.background[ch];
-            assert!(
-                (px(16, 16, ch) - want).abs() < 1e-6,
-                "centre ch {ch}: {} vs {want}",
-                px(16, 16, ch)
-            );
-            // One pixel to the right: σ = ½·1²/σ_px².
-            let a = 0.5 * (-0.5 / var).exp();
-            let want = a * colour[ch] + (1.0 - a) * opts.background[ch];
-            assert!(
-                (px(17, 16, ch) - want).abs() < 1e-6,
-                "right ch {ch}: {} vs {want}",
-                px(17, 16, ch)
-            );
+        for (antialiased, comp) in [(false, 1.0), (true, 4.0 / var)] {
+            let opts = RenderOptions {
+                background: [0.1, 0.2, 0.3],
+                antialiased,
+                ..RenderOptions::default()
+            };
+            let out = public_forward(&s.as_ref(), &centred_camera(), &opts).unwrap();
+            let c0 = sh::SH_C0 as f32;
+            let colour = [c0 + 0.5, 0.5, 0.5 - c0];
+            assert_eq!(out.radii, vec![(3.0 * var.sqrt()).ceil()]);
+            let px = |x: usize, y: usize, ch: usize| out.image[(y * 33 + x) * 3 + ch];
+            for ch in 0..3 {
+                // Centre pixel: σ = 0, α = sigmoid(0)·c = 0.5·c.
+                let a = 0.5 * comp;
+                let want = a * colour[ch] + (1.0 - a) * opts.background[ch];
+                assert!(
+                    (px(16, 16, ch) - want).abs() < 1e-6,
+                    "{antialiased} centre ch {ch}: {} vs {want}",
+                    px(16, 16, ch)
+                );
+                // One pixel to the right: σ = ½·1²/σ_px².
+                let a = 0.5 * comp * (-0.5 / var).exp();
+                let want = a * colour[ch] + (1.0 - a) * opts.background[ch];
+                assert!(
+                    (px(17, 16, ch) - want).abs() < 1e-6,
+                    "{antialiased} right ch {ch}: {} vs {want}",
+                    px(17, 16, ch)
+                );
+            }
+            assert!((out.alpha[16 * 33 + 16] - 0.5 * comp).abs() < 1e-6);
+            // A corner pixel is ~22 px = 10σ away: α < 1/255, skipped, pure background.
+            assert_eq!(px(0, 0, 1), 0.2);
+            assert_eq!(out.alpha[0], 0.0);
         }
-        assert!((out.alpha[16 * 33 + 16] - 0.5).abs() < 1e-7);
-        // A corner pixel is ~22 px = 10σ away: α < 1/255, skipped, pure background.
-        assert_eq!(px(0, 0, 1), 0.2);
-        assert_eq!(out.alpha[0], 0.0);
-    }
-
-    /// Mip-Splatting mode on the splat of the test above: Σ2d_raw = 4·I px², so the compensation
-    /// is c = 4 / (4 + EPS2D) = 4 / 4.3 and every alpha is scaled by it; the footprint (radius,
-    /// falloff) is the same dilated one as in the classic mode.
-    #[test]
-    fn antialiased_single_splat_opacity_is_scaled_by_variance_ratio() {
-        let mut s = Scene::default();
-        s.push(
-            [0.0, 0.0, 4.0],
-            [0.25f32.ln(); 3],
-            Q_ID,
-            0.0,
-            [1.0, 0.0, -1.0],
-        );
-        let opts = RenderOptions {
-            background: [0.1, 0.2, 0.3],
-            antialiased: true,
-            absgrad: false,
-        };
-        let out = public_forward(&s.as_ref(), &centred_camera(), &opts).unwrap();
-        let c0 = sh::SH_C0 as f32;
-        let colour = [c0 + 0.5, 0.5, 0.5 - c0];
-        let var = 4.0 + crate::consts::EPS2D;
-        let comp = 4.0 / var;
-        assert_eq!(out.radii, vec![(3.0 * var.sqrt()).ceil()]);
-        let px = |x: usize, y: usize, ch: usize| out.image[(y * 33 + x) * 3 + ch];
-        for ch in 0..3 {
-            let a = 0.5 * comp;
-            let want = a * colour[ch] + (1.0 - a) * opts.background[ch];
-            assert!(
-                (px(16, 16, ch) - want).abs() < 1e-6,
-                "centre ch {ch}: {} vs {want}",
-                px(16, 16, ch)
-            );
-            let a = 0.5 * comp * (-0.5 / var).exp();
-            let want = a * colour[ch] + (1.0 - a) * opts.background[ch];
-            assert!(
-                (px(17, 16, ch) - want).abs() < 1e-6,
-                "right ch {ch}: {} vs {want}",
-                px(17, 16, ch)
-            );
-        }
-        assert!((out.alpha[16 * 33 + 16] - 0.5 * 4.0 / 4.3).abs() < 1e-6);
     }
 
     #[test]

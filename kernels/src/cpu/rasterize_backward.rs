@@ -163,7 +163,7 @@ pub fn rasterize_backward<T: Scalar>(
     background: [T; 3],
     grad_image: &[T],
 ) -> Vec<ScreenGrad<T>> {
-    let state = ForwardState {
+    rasterize_backward_with(
         projected,
         sorted_ids,
         tile_ranges,
@@ -171,8 +171,11 @@ pub fn rasterize_backward<T: Scalar>(
         n_contrib,
         width,
         height,
-    };
-    backward_tiles(&state, background, grad_image, false).0
+        background,
+        grad_image,
+        false,
+    )
+    .0
 }
 
 /// [`rasterize_backward`], plus the AbsGS statistic when `absgrad`: returns the same screen-space

@@ -141,9 +141,10 @@ pub struct Metrics {
     /// True when the evaluation views were also trained on (fewer than 2 views, or
     /// `eval_every = 0`).
     pub eval_on_train_views: bool,
-    /// Loss after the last step.
+    /// Photometric loss `(1 − λ)·L1 + λ·(1 − SSIM)` of the last step (the `mcmc` preset's opacity
+    /// and scale L1 terms act on the gradients only and are not included).
     pub final_loss: f64,
-    /// `(step, loss)` samples of the loss curve (mean loss over each sampling window).
+    /// `(step, loss)` samples of the photometric loss curve (mean over each sampling window).
     pub loss_curve: Vec<(usize, f64)>,
     /// `(step, dB)`: mean held-out PSNR ([`held_out_psnr`]) at about
     /// [`PSNR_CURVE_EVALUATIONS`] steps spread over the run, then the final `psnr_db` at the

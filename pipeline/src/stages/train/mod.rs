@@ -81,7 +81,8 @@ pub struct TrainReport {
     pub wall_s: f64,
     /// Training steps per second (training loop only).
     pub steps_per_s: f64,
-    /// Loss of the last step.
+    /// Photometric loss of the last step (without the `mcmc` regularisers; see
+    /// [`eval::Metrics::final_loss`]).
     pub final_loss: f64,
     /// The rasterizer's device: `cpu`, `cuda:N` (or `emulator`).
     #[serde(default)]

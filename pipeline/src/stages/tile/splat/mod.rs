@@ -44,7 +44,7 @@ use kiln_formats::splats::GaussianSplats;
 use kiln_formats::splats::glb::{
     KHR_GAUSSIAN_SPLATTING, KHR_GAUSSIAN_SPLATTING_SPZ_2, SplatGlbOptions, write_splat_glb_with,
 };
-use kiln_formats::splats::spz::spz_position_limit_m;
+use kiln_formats::splats::spz::{SpzAntialiasing, spz_position_limit_m};
 use kiln_formats::tiles::tileset::{BoundingVolume, Content, Refine, Tile, Y_UP_TO_Z_UP};
 use rayon::prelude::*;
 
@@ -86,6 +86,12 @@ pub struct SplatTileParams {
     /// 7 % more bytes than 6, level 1 (zlib-rs' static-Huffman "quick" mode) 35 % more; see
     /// benches/tile_splats.rs for the time per level.
     pub gzip_level: u8,
+    /// The splats were trained for Mip-Splatting's anti-aliased rasterization: every tile's SPZ
+    /// header gets flag 0x1 (nianticlabs/spz `FlagAntialiased`) so viewers apply the 2D filter
+    /// and opacity compensation. Capture jobs set it from `train.antialiased`; a `splats` job
+    /// sets it in `[tile]`. Default `false`; left out of the stage key when off.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub antialiased: bool,
 }
 
 impl Default for SplatTileParams {
@@ -94,6 +100,7 @@ impl Default for SplatTileParams {
             max_splats_per_tile: 65_536,
             max_depth: 16,
             gzip_level: 2,
+            antialiased: false,
         }
     }
 }
@@ -193,7 +200,7 @@ pub fn tile_splats(
                     grid.add_splat(&content, j);
                 }
                 let bbox = content_aabb(&content);
-                let glb = encode_tile(content, bbox.center(), params.gzip_level)?;
+                let glb = encode_tile(content, bbox.center(), params)?;
                 write_atomic(&tiles_dir.join(format!("{}.glb", nodes[c].name)), &glb)?;
                 leaves.push((c, bbox, glb.len() as u64));
             }
@@ -248,7 +255,7 @@ pub fn tile_splats(
         .zip(contents.into_par_iter())
         .filter(|((_, node), _)| !node.is_leaf())
         .map(|((i, node), content)| -> Result<(usize, u64)> {
-            let glb = encode_tile(content, boxes[i].center(), params.gzip_level)?;
+            let glb = encode_tile(content, boxes[i].center(), params)?;
             write_atomic(&tiles_dir.join(format!("{}.glb", node.name)), &glb)?;
             Ok((i, glb.len() as u64))
         })
@@ -776,8 +783,13 @@ fn gaussian_from_moments(mass: f64, mean: [f64; 3], cov: [[f64; 3]; 3], sh: Vec<
 }
 
 /// Encode one tile: positions relative to `center` (training frame), SPZ fixed point lowered
-/// below 12 fractional bits only if the tile is wider than ±2048 m.
-fn encode_tile(mut local: GaussianSplats, center: [f64; 3], gzip_level: u8) -> Result<Vec<u8>> {
+/// below 12 fractional bits only if the tile is wider than ±2048 m; gzip level and antialiasing
+/// flag from `params`.
+fn encode_tile(
+    mut local: GaussianSplats,
+    center: [f64; 3],
+    params: &SplatTileParams,
+) -> Result<Vec<u8>> {
     let mut max_abs = 0f64;
     for (i, m) in local.means.iter_mut().enumerate() {
         let v = *m as f64 - center[i % 3];
@@ -790,7 +802,10 @@ fn encode_tile(mut local: GaussianSplats, center: [f64; 3], gzip_level: u8) -> R
         fb -= 1;
     }
     options.spz.fractional_bits = fb;
-    options.spz.gzip_level = gzip_level;
+    options.spz.gzip_level = params.gzip_level;
+    if params.antialiased {
+        options.spz.antialiasing = SpzAntialiasing::Antialiased;
+    }
     Ok(write_splat_glb_with(&local, &options)?)
 }
 
@@ -1018,6 +1033,46 @@ mod tests {
                 .chunks_exact(3)
                 .any(|o| (0..3).all(|a| (o[a] - w[a]).abs() <= tol));
             assert!(hit, "{w:?} matches no input splat");
+        }
+    }
+
+    /// The SPZ header flags byte of a tile GLB: the payload is the gzip stream in the BIN chunk,
+    /// and the flags follow magic, version, point count, SH degree and fractional bits (byte 14
+    /// of the SPZ v2/v3 header, nianticlabs/spz `PackedGaussiansHeader`).
+    fn spz_flags(glb: &[u8]) -> u8 {
+        use std::io::Read;
+        let start = glb
+            .windows(3)
+            .position(|w| w == [0x1f, 0x8b, 0x08])
+            .expect("an SPZ gzip stream");
+        let mut header = [0u8; 16];
+        flate2::read::GzDecoder::new(&glb[start..])
+            .read_exact(&mut header)
+            .unwrap();
+        assert_eq!(&header[..4], b"NGSP");
+        header[14]
+    }
+
+    #[test]
+    fn antialiased_splats_get_the_spz_flag_in_every_tile() {
+        let s = random_splats(3_000, 1, 2.0, 11);
+        for antialiased in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let params = SplatTileParams {
+                max_splats_per_tile: 1_000,
+                antialiased,
+                ..SplatTileParams::default()
+            };
+            let report = tile_splats(&s, &params, dir.path()).unwrap();
+            let mut glbs = 0;
+            for rel in crate::file_tree::files_under(dir.path()).unwrap() {
+                if rel.extension().is_some_and(|e| e == "glb") {
+                    let flags = spz_flags(&std::fs::read(dir.path().join(rel)).unwrap());
+                    assert_eq!(flags & 1, u8::from(antialiased));
+                    glbs += 1;
+                }
+            }
+            assert_eq!(glbs, report.tiles);
         }
     }
 
