@@ -340,9 +340,7 @@ pub fn train_checkpointed(
     // Every view is decoded and checked once before training, so a bad photo fails the run now
     // rather than at the step that first draws it; the cache keeps the last ones it can hold.
     let mut cache = views::ViewCache::new(params.image_cache_mb.saturating_mul(1 << 20));
-    for (i, v) in train_views.iter().enumerate() {
-        cache.get(i, v)?;
-    }
+    cache.warm(&train_views)?;
     if !eval_on_train {
         for v in &test_views {
             v.load()?;

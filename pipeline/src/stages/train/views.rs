@@ -215,9 +215,10 @@ impl ViewCache {
     /// # Errors
     /// As [`TrainView::load`].
     pub(crate) fn get(&mut self, key: usize, view: &TrainView) -> crate::Result<Arc<ViewPixels>> {
-        if matches!(view.pixels, Pixels::Resident(_)) {
+        // Resident pixels were checked once by `warm`; a step only needs the shared handle.
+        if let Pixels::Resident(pixels) = &view.pixels {
             self.stats.hits += 1;
-            return view.load();
+            return Ok(Arc::clone(pixels));
         }
         if let Some(i) = self.entries.iter().position(|(k, _)| *k == key) {
             self.stats.hits += 1;
@@ -251,6 +252,22 @@ impl ViewCache {
                 self.bytes -= old.bytes();
             }
         }
+    }
+
+    /// Check every view of `views` (keyed by index) once before training, so a bad photo fails
+    /// the run at the start: resident views in place, the others by decoding them into the cache
+    /// (which keeps the last ones it can hold).
+    ///
+    /// # Errors
+    /// As [`TrainView::load`], for the first view that fails.
+    pub(crate) fn warm(&mut self, views: &[TrainView]) -> crate::Result<()> {
+        for (i, v) in views.iter().enumerate() {
+            match v.pixels {
+                Pixels::Resident(_) => drop(v.load()?),
+                Pixels::Load(_) => drop(self.get(i, v)?),
+            }
+        }
+        Ok(())
     }
 
     /// What the cache did so far.
