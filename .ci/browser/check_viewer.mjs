@@ -6,6 +6,10 @@
 //
 // Usage: NODE_PATH=<cache>/node_modules node check_viewer.mjs URL SCREENSHOT.png [TIMEOUT_S]
 // Env:   KILN_CHROMIUM (default /usr/bin/chromium).
+//        KILN_COMPARE_PNG=REF.png: the page opens at a camera of cameras.json (`?camera=N`); the
+//        canvas, scaled to REF's size, is compared with REF (Kiln's own render of that view):
+//        Pearson correlation of luminance and PSNR; fails below KILN_COMPARE_MIN_CORR (default
+//        0.6). A rotated, missing or wrongly framed scene correlates near 0.
 //        KILN_AXES_CHECK=1: the page shows the axis fixture (tests/e2e/viewer.rs) from the top
 //        (`?view=top`, north up): also require its red arm (+x, east) right of the green arm (+y,
 //        up, pointing at the camera) and its blue arm (glTF +z, south) below it.
@@ -108,6 +112,46 @@ function colourCentroids() {
     if (out[k].n > 0) { out[k].x /= out[k].n; out[k].y /= out[k].n; }
   }
   return out;
+}
+
+// Runs in the page: the 3D canvas scaled to the reference image's size, compared with it
+// (luminance correlation, PSNR over RGB). `dataUrl` is the reference PNG.
+async function compareWithReference(dataUrl) {
+  const img = new Image();
+  img.src = dataUrl;
+  await img.decode();
+  const w = img.naturalWidth;
+  const h = img.naturalHeight;
+  const read = (src) => {
+    const t = document.createElement('canvas');
+    t.width = w;
+    t.height = h;
+    const ctx = t.getContext('2d');
+    ctx.imageSmoothingQuality = 'high';
+    ctx.drawImage(src, 0, 0, w, h);
+    return ctx.getImageData(0, 0, w, h).data;
+  };
+  const c = document.querySelector('#viewer canvas');
+  if (!c) { return { error: 'no canvas' }; }
+  const a = read(c);
+  const b = read(img);
+  const n = w * h;
+  let sa = 0; let sb = 0; let saa = 0; let sbb = 0; let sab = 0; let se = 0;
+  for (let i = 0; i < n; i++) {
+    const la = 0.299 * a[4 * i] + 0.587 * a[4 * i + 1] + 0.114 * a[4 * i + 2];
+    const lb = 0.299 * b[4 * i] + 0.587 * b[4 * i + 1] + 0.114 * b[4 * i + 2];
+    sa += la; sb += lb; saa += la * la; sbb += lb * lb; sab += la * lb;
+    for (let ch = 0; ch < 3; ch++) { const d = (a[4 * i + ch] - b[4 * i + ch]) / 255; se += d * d; }
+  }
+  const cov = sab / n - (sa / n) * (sb / n);
+  const va = saa / n - (sa / n) ** 2;
+  const vb = sbb / n - (sb / n) ** 2;
+  const mse = se / (3 * n);
+  return {
+    width: w, height: h,
+    correlation: cov / Math.sqrt(Math.max(va * vb, 1e-12)),
+    psnr_db: mse > 0 ? -10 * Math.log10(mse) : 100,
+  };
 }
 
 // The axis fixture's expected layout in a north-up top view (see the usage note above).
@@ -224,6 +268,20 @@ try {
     problems.push(...axesProblems(axes));
   }
 
+  let compare = null;
+  if (process.env.KILN_COMPARE_PNG && status && status.ready) {
+    const fs = await import('node:fs');
+    const ref = 'data:image/png;base64,' + fs.readFileSync(process.env.KILN_COMPARE_PNG).toString('base64');
+    compare = await page.evaluate(compareWithReference, ref);
+    const min = Number(process.env.KILN_COMPARE_MIN_CORR || 0.6);
+    if (!status.camera) {
+      problems.push('compare: the viewer did not open at a camera of cameras.json');
+    }
+    if (!compare || compare.error || !(compare.correlation >= min)) {
+      problems.push(`compare: the viewer's picture does not match Kiln's render of the same camera (correlation ${compare && compare.correlation}, minimum ${min})`);
+    }
+  }
+
   await page.screenshot({ path: shot });
   for (const e of consoleErrors) { problems.push(`console error: ${e}`); }
   for (const r of failedRequests) { problems.push(`request failed: ${r}`); }
@@ -236,6 +294,7 @@ try {
     viewer: status,
     canvas: pixels,
     axes,
+    compare,
   };
 } catch (e) {
   problems.push(`check crashed: ${e && e.stack ? e.stack : e}`);

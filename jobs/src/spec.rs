@@ -22,9 +22,9 @@ use std::path::{Path, PathBuf};
 use kiln_pipeline::dag::JobKind;
 use kiln_pipeline::run::JobPlan;
 use kiln_pipeline::stages::{
-    decimate::DecimateParams, ingest::IngestParams, reconstruct::ReconstructParams,
-    tile::georef::Georef, tile::mesh::MeshTileParams, tile::splat::SplatTileParams,
-    train::TrainParams,
+    decimate::DecimateParams, eval::EvalParams, ingest::IngestParams,
+    reconstruct::ReconstructParams, tile::georef::Georef, tile::mesh::MeshTileParams,
+    tile::splat::SplatTileParams, train::TrainParams,
 };
 use serde::{Deserialize, Serialize};
 
@@ -56,6 +56,9 @@ pub struct JobSpec {
     /// `max_simplify_error`).
     #[serde(default)]
     pub mesh_tile: MeshTileParams,
+    /// Splat jobs: what the `eval` stage scores (`taus_px`, `budgets`, orbit settings).
+    #[serde(default)]
+    pub eval: EvalParams,
     /// Georeference of the output tileset, `"lon,lat,height[,heading]"` (degrees, degrees,
     /// metres above the WGS84 ellipsoid, degrees clockwise from north); absent = local metres.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -134,6 +137,7 @@ impl JobSpec {
         spec.decimate.validate().map_err(invalid)?;
         spec.tile.validate().map_err(invalid)?;
         spec.mesh_tile.validate().map_err(invalid)?;
+        spec.eval.validate().map_err(invalid)?;
         // Tables another kind of job uses are allowed (shared `--set` overrides in `kiln regress`)
         // but said, so that a misplaced table is not silently ignored.
         let unused = |table: &str| {
@@ -157,6 +161,9 @@ impl JobSpec {
         }
         if spec.kind != JobKind::Mesh && spec.mesh_tile != MeshTileParams::default() {
             unused("mesh_tile");
+        }
+        if spec.kind == JobKind::Mesh && spec.eval != EvalParams::default() {
+            unused("eval");
         }
         Ok(spec)
     }
@@ -197,6 +204,7 @@ impl JobSpec {
                 ..self.tile
             },
             mesh_tile: self.mesh_tile,
+            eval: self.eval.clone(),
             georef: self.georef,
             device: Default::default(),
             stage_cache: None,

@@ -3,7 +3,9 @@
 //! A capture job is `ingest → train → tile → publish`, preceded by `reconstruct` (COLMAP
 //! structure-from-motion) when the capture has images but no camera poses; a mesh job is
 //! `ingest → decimate → tile → publish`; a splats job (retiling splats trained elsewhere) is
-//! `ingest → tile → publish`. A stage's key is BLAKE3 over (stage kind, its parameters as
+//! `ingest → tile → publish`. Splat jobs (capture and splats) have an `eval` stage between `tile`
+//! and `publish`: it renders what a client of the tileset sees and scores it (see
+//! [`crate::stages::eval`]). A stage's key is BLAKE3 over (stage kind, its parameters as
 //! canonical JSON, the keys of the stages it depends on — or the input's content hash for `ingest` —
 //! and the Kiln version), so identical work has identical keys (Nextflow-style caching).
 
@@ -44,6 +46,9 @@ pub enum StageKind {
     Train,
     Decimate,
     Tile,
+    /// Fidelity of the delivered tileset: renders of its cuts scored against the photos and the
+    /// full splats.
+    Eval,
     Publish,
 }
 
@@ -56,6 +61,7 @@ impl StageKind {
             StageKind::Train => "train",
             StageKind::Decimate => "decimate",
             StageKind::Tile => "tile",
+            StageKind::Eval => "eval",
             StageKind::Publish => "publish",
         }
     }
@@ -112,6 +118,14 @@ impl Dag {
         let mut publish_deps = vec![Ingest];
         publish_deps.extend(middle);
         publish_deps.push(Tile);
+        if job_kind != JobKind::Mesh {
+            // The photos (ingest), the full splats (train, for captures) and the tileset.
+            let mut deps = vec![Ingest];
+            deps.extend(middle);
+            deps.push(Tile);
+            nodes.push(StageNode { kind: Eval, deps });
+            publish_deps.push(Eval);
+        }
         nodes.push(StageNode {
             kind: Publish,
             deps: publish_deps,
@@ -258,7 +272,7 @@ mod tests {
             .iter()
             .map(|n| n.kind.name())
             .collect();
-        assert_eq!(order, ["ingest", "train", "tile", "publish"]);
+        assert_eq!(order, ["ingest", "train", "tile", "eval", "publish"]);
     }
 
     #[test]
@@ -270,7 +284,10 @@ mod tests {
             .iter()
             .map(|n| n.kind.name())
             .collect();
-        assert_eq!(order, ["reconstruct", "ingest", "train", "tile", "publish"]);
+        assert_eq!(
+            order,
+            ["reconstruct", "ingest", "train", "tile", "eval", "publish"]
+        );
         let deps = |k: StageKind| &dag.nodes.iter().find(|n| n.kind == k).unwrap().deps;
         assert_eq!(deps(StageKind::Ingest), &[StageKind::Reconstruct]);
         assert!(deps(StageKind::Publish).contains(&StageKind::Reconstruct));
@@ -299,7 +316,7 @@ mod tests {
             .iter()
             .map(|n| n.kind.name())
             .collect();
-        assert_eq!(order, ["ingest", "tile", "publish"]);
+        assert_eq!(order, ["ingest", "tile", "eval", "publish"]);
     }
 
     #[test]

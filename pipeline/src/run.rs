@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dag::{self, Dag, JobKind, StageKind, StageNode};
 use crate::meter::{self, Meter, StageUsage};
-use crate::stages::{decimate, ingest, publish, reconstruct, tile, train};
+use crate::stages::{decimate, eval, ingest, publish, reconstruct, tile, train};
 use crate::{Error, Result};
 
 /// Everything needed to run a job: resolved inputs, outputs and per-stage parameters.
@@ -38,6 +38,8 @@ pub struct JobPlan {
     pub tile: tile::splat::SplatTileParams,
     /// Mesh jobs' tiler parameters (the `[mesh_tile]` table).
     pub mesh_tile: tile::mesh::MeshTileParams,
+    /// What the `eval` stage of splat jobs measures (the `[eval]` table).
+    pub eval: eval::EvalParams,
     /// Where the tileset sits on Earth; `None` leaves the root in the content's local metres.
     pub georef: Option<tile::georef::Georef>,
     /// The rasterizer's device for `train` (`--device`): `auto` uses `cuda:0` when it opens, else
@@ -84,7 +86,20 @@ fn params_json(plan: &JobPlan, kind: StageKind) -> serde_json::Value {
         StageKind::Train => serde_json::to_value(&plan.train),
         StageKind::Decimate => serde_json::to_value(&plan.decimate),
         StageKind::Tile if plan.kind == JobKind::Mesh => serde_json::to_value(plan.mesh_tile),
-        StageKind::Tile => serde_json::to_value(plan.tile),
+        StageKind::Tile => serde_json::to_value(plan.tile).map(|mut v| {
+            // The tiler's algorithm is part of what its output depends on.
+            v["tiler"] = tile::splat::TILER_VERSION.into();
+            v
+        }),
+        StageKind::Eval => serde_json::to_value(&plan.eval).map(|mut v| {
+            // How the views are rendered (the train stage's background and antialiasing).
+            v["render"] = serde_json::json!({
+                "background": plan.train.background,
+                "antialiased": plan.tile.antialiased,
+                "eval_every": plan.train.eval_every,
+            });
+            v
+        }),
         StageKind::Publish => Ok(serde_json::json!({ "output": plan.output })),
     };
     let v = v.unwrap_or(serde_json::Value::Null);
@@ -318,9 +333,14 @@ pub async fn run_stage(
                         file_len(&stage_dir(plan, StageKind::Ingest).join(ingest::SPLATS_PLY))
                     }
                 },
+                StageKind::Eval => meter::dir_bytes(&stage_dir(plan, StageKind::Tile)),
                 StageKind::Publish => 0,
             };
-            let renderer = if kind == StageKind::Train {
+            let renderer = if kind == StageKind::Train
+                || (kind == StageKind::Tile
+                    && plan.kind == JobKind::Capture
+                    && plan.tile.refine_steps > 0)
+            {
                 let r = kiln_kernels::device::renderer_for(plan.device)?;
                 let gpu = match plan.device {
                     _ if !matches!(r, kiln_kernels::Renderer::Gpu(_)) => None,
@@ -334,7 +354,7 @@ pub async fn run_stage(
                     u32::from(gpu.is_some()),
                     gpu.map(|n| (n, r.device_name(), r.device_memory_bytes().unwrap_or(0))),
                 );
-                tracing::info!(device = %r.device_label(), name = %r.device_name(), "train: rasterizer device");
+                tracing::info!(device = %r.device_label(), name = %r.device_name(), stage = %kind, "rasterizer device");
                 r
             } else {
                 kiln_kernels::Renderer::Cpu
@@ -549,6 +569,7 @@ fn run_local(
         }
         StageKind::Tile => {
             let tiles_out = out.to_path_buf();
+            let refinements;
             let report = match plan.kind {
                 JobKind::Capture | JobKind::Splats => {
                     let ply = if plan.kind == JobKind::Capture {
@@ -556,8 +577,32 @@ fn run_local(
                     } else {
                         stage_dir(plan, StageKind::Ingest).join(ingest::SPLATS_PLY)
                     };
-                    let splats = kiln_formats::splats::ply::read_ply(&ply)?;
-                    let report = tile::splat::tile_splats(&splats, &plan.tile, &tiles_out)?;
+                    let mut splats = kiln_formats::splats::ply::read_ply(&ply)?;
+                    let frame = content_frame(plan)?;
+                    let r = frame.rotation();
+                    if r != [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]] {
+                        kiln_formats::splats::convert::rotate_splats(&mut splats, r)?;
+                    }
+                    let views = refine_views(plan)?;
+                    let extent = f64::from(train::init::scene_extent(
+                        &views.iter().map(|v| v.camera).collect::<Vec<_>>(),
+                    ));
+                    let refiner = tile::splat::refine::LevelRefiner {
+                        renderer,
+                        views: &views,
+                        params: &plan.train,
+                        steps: plan.tile.refine_steps,
+                        content_from_capture: frame.rotation(),
+                        scene_extent: extent,
+                    };
+                    let (report, refined) = tile::splat::tile_splats_refined(
+                        &splats,
+                        &plan.tile,
+                        &frame,
+                        (!views.is_empty()).then_some(&refiner),
+                        &tiles_out,
+                    )?;
+                    refinements = refined;
                     if let Some(g) = &plan.georef {
                         tile::georef::apply_georef(&report.tileset_path, g)?;
                     }
@@ -581,13 +626,131 @@ fn run_local(
                     }));
                 }
             };
-            Ok(serde_json::json!({
+            let mut summary = serde_json::json!({
                 "tiles": report.tiles,
                 "levels": report.levels,
                 "content_bytes": report.content_bytes,
-            }))
+            });
+            if !refinements.is_empty() {
+                summary["refined_levels"] = serde_json::to_value(&refinements).unwrap_or_default();
+            }
+            Ok(summary)
         }
+        StageKind::Eval => run_eval(plan, out),
         StageKind::Publish => unreachable!("publish runs async in run_stage"),
+    }
+}
+
+/// The `eval` stage: the tileset's cuts rendered from the capture's held-out photos (capture
+/// jobs; against `splats.ply` too) or from an orbit (splats jobs; against the input splats),
+/// written to `out/fidelity/` and summarised (publish loss, τ cuts) for the ledger and `kiln
+/// regress`. A capture's `metrics.json` is written again beside it with a `delivery` section.
+fn run_eval(plan: &JobPlan, out: &Path) -> Result<serde_json::Value> {
+    let tileset = stage_dir(plan, StageKind::Tile).join("tileset.json");
+    let ts = eval::LoadedTileset::open(&tileset)?;
+    let ingest_dir = stage_dir(plan, StageKind::Ingest);
+    let (reference, views) = match plan.kind {
+        JobKind::Capture => {
+            let train_dir = stage_dir(plan, StageKind::Train);
+            let reference = kiln_formats::splats::ply::read_ply(&train_dir.join("splats.ply"))?;
+            let cap = ingest::load_ingested(&ingest_dir)?;
+            let views = train::held_out_views(
+                train_views(&ingest_dir, &cap, &plan.train),
+                plan.train.eval_every,
+            )
+            .into_iter()
+            .map(eval::EvalView::photo)
+            .collect();
+            (reference, views)
+        }
+        _ => {
+            let reference =
+                kiln_formats::splats::ply::read_ply(&ingest_dir.join(ingest::SPLATS_PLY))?;
+            let views = eval::orbit_views(
+                &eval::scene_sphere(&reference),
+                [0.0, 1.0, 0.0],
+                &plan.eval.orbit_radii,
+                plan.eval.orbit_views,
+                plan.eval.orbit_size_px,
+            );
+            (reference, views)
+        }
+    };
+    let options = kiln_kernels::RenderOptions {
+        background: plan.train.background,
+        antialiased: plan.tile.antialiased,
+        absgrad: false,
+    };
+    // The viewer opens at these: the held-out photos, or the orbit at twice the radius.
+    let viewer_views: Vec<eval::EvalView> = views
+        .iter()
+        .filter(|v| v.kind == "held-out" || v.name.starts_with("orbit-2x"))
+        .cloned()
+        .collect();
+    let cameras = eval::viewer_cameras(
+        if viewer_views.is_empty() {
+            &views
+        } else {
+            &viewer_views
+        },
+        &ts.frame,
+    );
+    let cameras_path = out.join(eval::CAMERAS_JSON);
+    let json = serde_json::to_vec_pretty(&cameras)
+        .map_err(|e| Error::io(&cameras_path, std::io::Error::other(e)))?;
+    kiln_formats::atomic_write::write_atomic(&cameras_path, &json)?;
+    let report = eval::evaluate(
+        &kiln_kernels::Renderer::Cpu,
+        &eval::Delivered::Tileset(ts),
+        Some(&reference),
+        &views,
+        &plan.eval,
+        &options,
+        &out.join("fidelity"),
+    )?;
+    let summary = eval::delivery_summary(&report);
+    if plan.kind == JobKind::Capture {
+        let train_metrics = stage_dir(plan, StageKind::Train).join("metrics.json");
+        let mut metrics: serde_json::Value = std::fs::read(&train_metrics)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_else(|| serde_json::json!({}));
+        metrics["delivery"] = summary.clone();
+        let json = serde_json::to_vec_pretty(&metrics)
+            .map_err(|e| Error::io(out.join("metrics.json"), std::io::Error::other(e)))?;
+        kiln_formats::atomic_write::write_atomic(&out.join("metrics.json"), &json)?;
+    }
+    tracing::info!(
+        publish_loss_db = report.publish_loss_db,
+        views = report.views.len(),
+        "eval: delivered tileset scored"
+    );
+    Ok(summary)
+}
+
+/// The photos parent levels are refined against: a capture job's training views (never the
+/// held-out ones); none for splats jobs or with `refine_steps = 0`.
+fn refine_views(plan: &JobPlan) -> Result<Vec<train::TrainView>> {
+    if plan.kind != JobKind::Capture || plan.tile.refine_steps == 0 {
+        return Ok(Vec::new());
+    }
+    let ingest_dir = stage_dir(plan, StageKind::Ingest);
+    let cap = ingest::load_ingested(&ingest_dir)?;
+    Ok(train::training_views(
+        train_views(&ingest_dir, &cap, &plan.train),
+        plan.train.eval_every,
+    ))
+}
+
+/// How a splat tileset stands: capture jobs are turned upright (the train stage's estimated up
+/// axis, `frame.json`, becomes glTF +Y); splats jobs were rotated at ingest (`[ingest] up_axis`).
+fn content_frame(plan: &JobPlan) -> Result<tile::frame::TilesetFrame> {
+    match plan.kind {
+        JobKind::Capture => {
+            let info = train::read_frame_info(&stage_dir(plan, StageKind::Train))?;
+            Ok(tile::frame::TilesetFrame::upright(&info))
+        }
+        _ => Ok(tile::frame::TilesetFrame::default()),
     }
 }
 
@@ -638,7 +801,7 @@ fn find_input(dir: &Path, kind: JobKind) -> Result<PathBuf> {
 /// The ingested frames as training views, decoded on demand (images over `params.background`,
 /// masks used as `params.mask_mode` says): the trainer's bounded cache decides how many are held
 /// at once (`train.image_cache_mb`).
-pub(crate) fn train_views(
+pub fn train_views(
     ingest_dir: &Path,
     cap: &ingest::IngestedCapture,
     params: &train::TrainParams,
@@ -696,11 +859,20 @@ fn publish_files(plan: &JobPlan, with_reconstruct: bool) -> Result<Vec<publish::
         JobKind::Splats => {}
     }
     add_tree(&stage_dir(plan, StageKind::Tile), "")?;
+    if plan.kind != JobKind::Mesh {
+        add_tree(&stage_dir(plan, StageKind::Eval), "")?;
+    }
     if with_reconstruct {
         files.push(publish::PublishFile {
             local: stage_dir(plan, StageKind::Reconstruct).join(reconstruct::REPORT_JSON),
             relative: format!("reconstruct/{}", reconstruct::REPORT_JSON),
         });
+    }
+    // The eval stage's metrics.json (the train stage's plus `delivery`), added last, replaces
+    // the train stage's.
+    if let Some(last) = files.iter().rposition(|f| f.relative == "metrics.json") {
+        let keep = files[last].local.clone();
+        files.retain(|f| f.relative != "metrics.json" || f.local == keep);
     }
     files.sort_by(|a, b| a.relative.cmp(&b.relative));
     Ok(files)

@@ -4,6 +4,7 @@ mod bench;
 mod check;
 mod convert;
 mod datasets;
+mod eval;
 mod plan;
 mod queue;
 mod regress;
@@ -51,6 +52,9 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Convert a splat file between formats (.ply, .compressed.ply, .spz, .splat, .glb).
     Convert(convert::ConvertArgs),
+    /// Render a tileset's cuts (or a splat file) from a capture's held-out cameras or an orbit and
+    /// score them against the photos and the full splats (PSNR/SSIM, splats, bytes).
+    Eval(eval::EvalArgs),
     /// Check a 3D Tiles tileset: structure, geometricError, content inside bounding volumes,
     /// budgets, extension declarations, SPZ versions (exit 1 on any error).
     Check(check::CheckArgs),
@@ -127,6 +131,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(a) => serve::run(a).await,
         Command::Convert(a) => convert::run(a),
         Command::Check(a) => check::run(a),
+        Command::Eval(a) => eval::run(a),
         Command::Selftest(a) => selftest::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Submit(a) => queue::submit(a).await,

@@ -81,12 +81,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     );
     for s in &outcome.stages {
         let state = if s.cache_hit { "cached" } else { "ran" };
+        let summary = match s.kind {
+            kiln_pipeline::dag::StageKind::Eval => eval_line(&s.summary),
+            _ => s.summary.to_string(),
+        };
         println!(
             "  {:<9} {:<6} {:>8.2} s  {}",
             s.kind.name(),
             state,
             s.usage.wall_s,
-            s.summary
+            summary
         );
     }
     let train = outcome
@@ -100,6 +104,25 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             "held-out PSNR {psnr:.2} dB, SSIM {:.4}, splats {}",
             t.summary["ssim"].as_f64().unwrap_or(f64::NAN),
             t.summary["splats"]
+        );
+    }
+    if let Some(e) = outcome
+        .stages
+        .iter()
+        .find(|s| s.kind == kiln_pipeline::dag::StageKind::Eval)
+        && let Some(loss) = e.summary["publish_loss_db"].as_f64()
+    {
+        let tau16 = &e.summary["cuts"]["tau16"];
+        let (db, field) = match tau16["psnr_db"].as_f64() {
+            Some(v) => (v, "against the photos"),
+            None => (
+                tau16["psnr_vs_full_db"].as_f64().unwrap_or(f64::NAN),
+                "against the full splats",
+            ),
+        };
+        println!(
+            "delivered tiles: publish loss {loss:.2} dB; at τ = 16 px {db:.2} dB {field}, {:.2} MB fetched",
+            tau16["bytes"].as_f64().unwrap_or(0.0) / 1e6
         );
     }
     // The job page beside the outputs (what `kiln serve` shows next to the viewer); local
@@ -124,4 +147,32 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ledger.path()
     );
     Ok(())
+}
+
+/// The eval stage's summary in one line: publish loss, then per baselined τ the mean PSNR
+/// (against the photos, else against the full splats) and the bytes fetched.
+fn eval_line(summary: &serde_json::Value) -> String {
+    let mut parts = Vec::new();
+    if let Some(l) = summary["publish_loss_db"].as_f64() {
+        parts.push(format!("publish loss {l:.2} dB"));
+    }
+    for tau in ["0", "16", "64", "120"] {
+        let c = &summary["cuts"][format!("tau{tau}")];
+        let Some(db) = c["psnr_db"]
+            .as_f64()
+            .or_else(|| c["psnr_vs_full_db"].as_f64())
+        else {
+            continue;
+        };
+        parts.push(format!(
+            "τ={tau}: {db:.2} dB {:.2} MB",
+            c["bytes"].as_f64().unwrap_or(0.0) / 1e6
+        ));
+    }
+    format!(
+        "{} ({} {} views; fidelity/fidelity.json)",
+        parts.join(", "),
+        summary["views"],
+        summary["view_kind"].as_str().unwrap_or("")
+    )
 }

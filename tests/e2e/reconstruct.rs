@@ -78,7 +78,10 @@ fn plan_shows_reconstruct_for_photos_without_poses_and_not_for_posed_captures() 
         .filter_map(|l| l.trim().split_once(". ").map(|(_, r)| r))
         .filter_map(|r| r.split_whitespace().next())
         .collect();
-    assert_eq!(order, ["reconstruct", "ingest", "train", "tile", "publish"]);
+    assert_eq!(
+        order,
+        ["reconstruct", "ingest", "train", "tile", "eval", "publish"]
+    );
 
     let posed = sb.job(
         "posed",

@@ -127,20 +127,22 @@ fn fox_report_html_shows_triptychs_and_training_curves() {
     ok(&r);
     let html = std::fs::read_to_string(sb.path().join("page/index.html")).unwrap();
     let srcs = img_sources(&html);
-    // 3 charts + colour bar + 7 held-out triptychs (every 8th of 50 frames) + tile map.
-    assert_eq!(srcs.len(), 12, "{srcs:?}");
+    // 3 charts + colour bar + 7 held-out triptychs (every 8th of 50 frames) + the delivery's
+    // PSNR-versus-bytes plot and 7 strips + tile map.
+    assert_eq!(srcs.len(), 20, "{srcs:?}");
     assert_eq!(
         srcs.iter()
             .filter(|s| s.starts_with("data:image/svg+xml;base64,"))
             .count(),
-        4,
-        "3 charts and the tile map"
+        5,
+        "3 charts, the PSNR-versus-bytes plot and the tile map"
     );
+    assert!(html.contains("What the viewer will see") && html.contains("Publish loss"));
     assert!(html.contains("held-out PSNR") && html.contains("splat count"));
     assert_eq!(
         html.matches("<figcaption>").count(),
-        7,
-        "one caption per view"
+        15,
+        "one caption per view in each section, and the plot's"
     );
     assert!(html.contains("dB, SSIM"));
     assert!(!html.contains("class=\"err\""), "no notes expected");

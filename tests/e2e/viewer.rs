@@ -147,23 +147,7 @@ fn check_viewer_with(
     shot_name: &str,
     axes: bool,
 ) -> serde_json::Value {
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("viewer");
-    std::fs::create_dir_all(&shots).unwrap();
-    let shot = shots.join(shot_name);
-    let _ = std::fs::remove_file(&shot);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/browser/check_viewer.mjs");
-    let url = format!("{}{job_page}", server.url);
-    // 120 s: the 90 s the check needs on an idle 2-core machine, plus room for a busy one.
-    let o = Command::new("node")
-        .arg(&script)
-        .arg(&url)
-        .arg(&shot)
-        .arg("120")
-        .env("NODE_PATH", &tools.node_path)
-        .env("KILN_CHROMIUM", &tools.chromium)
-        .env("KILN_AXES_CHECK", if axes { "1" } else { "0" })
-        .output()
-        .expect("run node");
+    let (o, shot, url) = run_check(tools, server, job_page, shot_name, axes, None);
     let out = stdout(&o);
     assert!(
         o.status.success(),
@@ -180,6 +164,81 @@ fn check_viewer_with(
     );
     eprintln!("viewer screenshot: {}", shot.display());
     summary
+}
+
+/// Run `.ci/browser/check_viewer.mjs` on `job_page`; with `compare`, against that reference PNG
+/// (`KILN_COMPARE_PNG`). Returns the process output, the screenshot path and the URL.
+fn run_check(
+    tools: &BrowserTools,
+    server: &Server,
+    job_page: &str,
+    shot_name: &str,
+    axes: bool,
+    compare: Option<&Path>,
+) -> (std::process::Output, PathBuf, String) {
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("viewer");
+    std::fs::create_dir_all(&shots).unwrap();
+    let shot = shots.join(shot_name);
+    let _ = std::fs::remove_file(&shot);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/browser/check_viewer.mjs");
+    let url = format!("{}{job_page}", server.url);
+    // 120 s: the 90 s the check needs on an idle 2-core machine, plus room for a busy one.
+    let o = Command::new("node")
+        .arg(&script)
+        .arg(&url)
+        .arg(&shot)
+        .arg("120")
+        .env("NODE_PATH", &tools.node_path)
+        .env("KILN_CHROMIUM", &tools.chromium)
+        .env("KILN_AXES_CHECK", if axes { "1" } else { "0" })
+        .env(
+            "KILN_COMPARE_PNG",
+            compare.map(Path::as_os_str).unwrap_or_default(),
+        )
+        .output()
+        .expect("run node");
+    (o, shot, url)
+}
+
+/// Kiln's own render of the first evaluated view at τ = 16 (CesiumJS's default), cut from the
+/// eval stage's strip of that view, saved as a PNG for the browser comparison.
+fn kiln_render_of_first_view(output: &Path) -> PathBuf {
+    let report: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(output.join("fidelity/fidelity.json")).expect("fidelity.json"),
+    )
+    .unwrap();
+    let view = &report["views"][0];
+    let (w, h) = (
+        view["width"].as_u64().unwrap() as u32,
+        view["height"].as_u64().unwrap() as u32,
+    );
+    let column = report["strip_columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|c| c == "τ=16")
+        .expect("a τ=16 column") as u32;
+    let name = view["name"].as_str().unwrap();
+    let stem: String = name
+        .trim_end_matches(".png")
+        .trim_end_matches(".jpg")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let strip = image::open(output.join("fidelity/strips").join(format!("{stem}.png")))
+        .expect("the view's strip")
+        .to_rgb8();
+    let crop = image::imageops::crop_imm(&strip, column * (w + 2), 0, w, h).to_image();
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("viewer/kiln-{stem}.png"));
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    crop.save(&path).unwrap();
+    path
 }
 
 #[test]
@@ -260,6 +319,57 @@ fn viewer_shows_fox_splat_tileset_without_console_errors() {
             >= 1,
         "splat tiles must load as Gaussian splat content (not plain models): {s}"
     );
+    // The page opens upright at the first held-out photo's camera: CesiumJS's picture matches
+    // Kiln's own render of that view.
+    assert_eq!(s["viewer"]["view"], "camera", "{s}");
+    let reference = kiln_render_of_first_view(&sb.path().join("out/fox"));
+    let page = format!("/jobs/{id}?camera=0");
+    let (o, _, _) = run_check(
+        &tools,
+        &server,
+        &page,
+        "fox-camera.png",
+        false,
+        Some(&reference),
+    );
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}\n{}", stderr(&o));
+    let s: serde_json::Value = serde_json::from_str(&out).unwrap();
+    eprintln!("viewer vs Kiln render: {}", s["compare"]);
+
+    // A tileset turned on its side (the bug this guards against) fails the same comparison.
+    let tileset_path = sb.path().join("out/fox/tileset.json");
+    let mut ts: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&tileset_path).unwrap()).unwrap();
+    let t = ts["root"]["transform"]
+        .as_array()
+        .map(|m| {
+            [
+                m[12].as_f64().unwrap(),
+                m[13].as_f64().unwrap(),
+                m[14].as_f64().unwrap(),
+            ]
+        })
+        .unwrap_or([0.0; 3]);
+    // 90° about x (y → z) around the origin, then the root's own translation.
+    ts["root"]["transform"] = serde_json::json!([
+        1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, -1.0, 0.0, 0.0, t[0], t[1], t[2], 1.0
+    ]);
+    std::fs::write(&tileset_path, serde_json::to_vec(&ts).unwrap()).unwrap();
+    let (o, _, _) = run_check(
+        &tools,
+        &server,
+        &page,
+        "fox-rotated.png",
+        false,
+        Some(&reference),
+    );
+    let out = stdout(&o);
+    assert!(
+        !o.status.success(),
+        "a rotated tileset passed the comparison:\n{out}"
+    );
+    assert!(out.contains("compare:"), "{out}");
 }
 
 /// The biker splat (152,746 splats from PlayCanvas's compressed PLY), retiled, loads in CesiumJS as

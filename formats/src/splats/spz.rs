@@ -20,8 +20,13 @@
 //! - scale: u8 = round((ln s + 10)·16) → log-scale error ≤ 1/32 inside [−10, 5.9].
 //! - rotation v3: index of the largest |component| (2 bits) + three 10-bit fields (sign bit +
 //!   9-bit magnitude of |q_i|/√½), largest made positive; SPZ quaternions are **xyzw**.
-//! - SH: q = round(x·128) + 128, snapped to the nearest multiple of the bucket (8 for degree 1
-//!   = 5 bits, 16 for degrees 2–3 = 4 bits), clamped to 0..=255; decoded (q − 128)/128.
+//! - SH: q = round(x·128) + 128, snapped to the nearest multiple of the bucket 2^(8 − bits)
+//!   ([`SpzOptions::sh1_bits`] for degree 1, default 5 bits = bucket 8;
+//!   [`SpzOptions::sh_rest_bits`] for degrees 2–3, default 4 bits = bucket 16), clamped to
+//!   0..=255; decoded (q − 128)/128 whatever the bits, so any reader decodes files written with
+//!   more bits (nianticlabs/spz `PackOptions::sh1Bits` / `shRestBits`): more bits cost bytes, not
+//!   compatibility. At the defaults the step of degrees 2–3 is 0.125, larger than most trained
+//!   coefficients, which all round to 0.
 //!
 //! Values outside a field's range are clamped, as the reference encoder does; only positions
 //! (where clamping would move splats) are rejected. Coordinates are stored as given (the SPZ
@@ -67,9 +72,10 @@ const FLAG_ANTIALIASED: u8 = 0x1;
 const FLAG_HAS_EXTENSIONS: u8 = 0x2;
 /// Readers of the reference library refuse more points than this; so do we.
 const MAX_POINTS: u32 = 10_000_000;
-/// Bucket sizes of the SH quantiser: degree 1 keeps 5 bits, degrees ≥ 2 keep 4 bits.
-const SH1_BUCKET: i32 = 1 << (8 - 5);
-const SH_REST_BUCKET: i32 = 1 << (8 - 4);
+/// Default SH bits of the reference encoder: degree 1 keeps 5 bits, degrees ≥ 2 keep 4 bits.
+pub const DEFAULT_SH1_BITS: u8 = 5;
+/// See [`DEFAULT_SH1_BITS`].
+pub const DEFAULT_SH_REST_BITS: u8 = 4;
 /// Decoded opacities are kept inside [ε, 1 − ε] so that logits stay finite (alpha byte 0 or
 /// 255); ε is far below the 0.5/255 quantisation step.
 const ALPHA_EPS: f64 = 1e-6;
@@ -112,6 +118,10 @@ pub struct SpzOptions {
     /// default 6 (zlib's default). On the plush-dog scene level 1 writes 11.6 % more bytes than
     /// 6, and deflates ~5× faster. Decoders do not care. Ignored by v4 (ZSTD).
     pub gzip_level: u8,
+    /// Bits kept of each degree-1 SH coefficient, 1..=8 (default 5, the reference encoder's).
+    pub sh1_bits: u8,
+    /// Bits kept of each degree-2 and degree-3 SH coefficient, 1..=8 (default 4).
+    pub sh_rest_bits: u8,
 }
 
 impl Default for SpzOptions {
@@ -121,8 +131,16 @@ impl Default for SpzOptions {
             fractional_bits: 12,
             antialiasing: SpzAntialiasing::Standard,
             gzip_level: 6,
+            sh1_bits: DEFAULT_SH1_BITS,
+            sh_rest_bits: DEFAULT_SH_REST_BITS,
         }
     }
+}
+
+/// The bucket (in 1/128 units) of an SH coefficient kept at `bits` bits (1..=8).
+#[must_use]
+pub fn sh_bucket(bits: u8) -> i32 {
+    1 << (8 - i32::from(bits.clamp(1, 8)))
 }
 
 /// Largest |coordinate| (metres) that `fractional_bits` can store: 2^(23 − fb) − 2^−fb.
@@ -186,6 +204,19 @@ pub fn encode_spz(splats: &GaussianSplats, options: &SpzOptions) -> Result<Vec<u
             expected: "0..=23".into(),
             found: fb.to_string(),
         });
+    }
+    for (field, bits) in [
+        ("options.sh1_bits", options.sh1_bits),
+        ("options.sh_rest_bits", options.sh_rest_bits),
+    ] {
+        if !(1..=8).contains(&bits) {
+            return Err(Error::InvalidInput {
+                context: CONTEXT,
+                field: field.into(),
+                expected: "1..=8 bits".into(),
+                found: bits.to_string(),
+            });
+        }
     }
     let blocks = pack_blocks(splats, options, CONTEXT)?;
     let flags = match options.antialiasing {
@@ -330,14 +361,15 @@ fn pack_blocks(
         }
     }
     // SH, degree ≥ 1: per splat, coefficient-major with channels inner (our [N, K, 3] minus DC).
+    let (sh1_bucket, sh_rest_bucket) =
+        (sh_bucket(options.sh1_bits), sh_bucket(options.sh_rest_bits));
     let mut sh_bytes = Vec::with_capacity(n * sh_dim * 3);
     for i in 0..n {
         let sh = &splats.sh_coeffs[i * k * 3 + 3..(i + 1) * k * 3];
-        // Degree 1 (3 coefficients × 3 channels) in 5 bits, the rest in 4 (constant buckets, so
-        // the division is a shift).
+        // Degree 1 (3 coefficients × 3 channels) at `sh1_bits`, the rest at `sh_rest_bits`.
         let split = sh.len().min(9);
-        sh_bytes.extend(sh[..split].iter().map(|&x| quantize_sh(x, SH1_BUCKET)));
-        sh_bytes.extend(sh[split..].iter().map(|&x| quantize_sh(x, SH_REST_BUCKET)));
+        sh_bytes.extend(sh[..split].iter().map(|&x| quantize_sh(x, sh1_bucket)));
+        sh_bytes.extend(sh[split..].iter().map(|&x| quantize_sh(x, sh_rest_bucket)));
     }
     Ok([positions, alphas, colors, scales, rotations, sh_bytes])
 }
@@ -802,8 +834,20 @@ mod tests {
         (a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>() / (na * nb)).abs()
     }
 
-    /// Checks every quantisation bound of the module docs; `tol` absorbs f32 rounding.
+    /// Checks every quantisation bound of the module docs at the default SH bits; `tol` absorbs
+    /// f32 rounding.
     fn assert_within_bounds(a: &GaussianSplats, b: &GaussianSplats, fb: u8, v3: bool) {
+        assert_within_bounds_at(a, b, fb, v3, DEFAULT_SH1_BITS, DEFAULT_SH_REST_BITS);
+    }
+
+    fn assert_within_bounds_at(
+        a: &GaussianSplats,
+        b: &GaussianSplats,
+        fb: u8,
+        v3: bool,
+        sh1_bits: u8,
+        sh_rest_bits: u8,
+    ) {
         assert_eq!(a.len(), b.len());
         assert_eq!(a.sh_degree, b.sh_degree);
         let tol = 1e-6;
@@ -833,8 +877,8 @@ mod tests {
             let coeff = (j / 3) % k;
             let bound = match coeff {
                 0 => 0.5 / (COLOR_SCALE * 255.0),
-                1..=3 => (SH1_BUCKET as f32 / 2.0 + 0.5) / 128.0,
-                _ => (SH_REST_BUCKET as f32 / 2.0 + 0.5) / 128.0,
+                1..=3 => (sh_bucket(sh1_bits) as f32 / 2.0 + 0.5) / 128.0,
+                _ => (sh_bucket(sh_rest_bits) as f32 / 2.0 + 0.5) / 128.0,
             };
             assert!(
                 (x - y).abs() <= bound + tol,
@@ -852,6 +896,41 @@ mod tests {
             let back = decode_spz(&bytes).unwrap();
             assert_within_bounds(&s, &back, 12, true);
         }
+    }
+
+    #[test]
+    fn spz_with_more_sh_bits_keeps_small_coefficients_and_decodes_with_any_reader_rule() {
+        let mut s = random_splats(500, 3, 10.0, 21);
+        // Trained degree-2/3 coefficients are small: all round to 0 at the default 4 bits.
+        for (j, v) in s.sh_coeffs.iter_mut().enumerate() {
+            if (j / 3) % 16 >= 4 {
+                *v *= 0.05;
+            }
+        }
+        let default = decode_spz(&encode_spz(&s, &SpzOptions::default()).unwrap()).unwrap();
+        let eight = SpzOptions {
+            sh1_bits: 8,
+            sh_rest_bits: 8,
+            ..SpzOptions::default()
+        };
+        let fine = decode_spz(&encode_spz(&s, &eight).unwrap()).unwrap();
+        assert_within_bounds_at(&s, &fine, 12, true, 8, 8);
+        let rest_error = |b: &GaussianSplats| -> f32 {
+            s.sh_coeffs
+                .iter()
+                .zip(&b.sh_coeffs)
+                .enumerate()
+                .filter(|(j, _)| (j / 3) % 16 >= 4)
+                .map(|(_, (x, y))| (x - y).abs())
+                .fold(0.0, f32::max)
+        };
+        assert!(rest_error(&fine) <= 0.5 / 128.0 + 1e-6);
+        assert!(rest_error(&default) > 4.0 * rest_error(&fine));
+        let bad = SpzOptions {
+            sh_rest_bits: 9,
+            ..SpzOptions::default()
+        };
+        assert!(encode_spz(&s, &bad).is_err());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 pub mod check;
 pub mod tileset;
+pub mod transform;
 
 pub use check::{CheckKind, CheckOptions, CheckReport, Finding, Severity, check_tileset};
 pub use tileset::{Asset, BoundingVolume, Content, Refine, Tile, Tileset};

@@ -33,6 +33,10 @@ pub struct Asset {
     pub version: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generator: Option<String>,
+    /// Application data (3D Tiles `extras`). Kiln writes `{"kiln": {"frame": …}}` here: how the
+    /// tileset frame relates to the capture's frame (see `kiln_pipeline::stages::tile::frame`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extras: Option<serde_json::Value>,
 }
 
 /// One tile. `transform` is a column-major 4×4 (as the spec stores it), applied to this tile's content
@@ -126,6 +130,7 @@ mod tests {
             asset: Asset {
                 version: "1.1".into(),
                 generator: None,
+                extras: None,
             },
             geometric_error: 10.0,
             root: Tile {

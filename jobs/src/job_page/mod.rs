@@ -8,6 +8,9 @@
 //!   ([`triptych`]);
 //! - meshes (`lods/*.glb`): a shaded render of every LOD with its triangle count and simplification
 //!   error ([`mesh_view`]);
+//! - splat deliveries (`fidelity/fidelity.json`, the eval stage): "What the viewer will see" —
+//!   scores of every cut a 3D Tiles client shows, per level counts, the PSNR-versus-bytes plot and
+//!   one photo | full splats | cut strip per view;
 //! - tiles (`tileset.json`): a top-down map of every tile's bounding volume and per-level counts
 //!   and bytes ([`tile_map`]);
 //! - always: the cost table from the ledger ([`cost`]).
@@ -26,6 +29,8 @@ pub mod triptych;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
+
+use kiln_pipeline::stages::eval::{EvalReport, FIDELITY_JSON};
 
 use crate::report::JobReport;
 use crate::{Error, Result};
@@ -198,6 +203,10 @@ pub fn render_job_page(report: &JobReport, output_dir: &Path) -> RenderedPage {
     }
     if output_dir.join("lods").is_dir() {
         meshes_section(&mut page, report, output_dir);
+    }
+    let fidelity_path = output_dir.join("fidelity").join(FIDELITY_JSON);
+    if fidelity_path.is_file() {
+        delivery_section(&mut page, &fidelity_path);
     }
     let tileset_path = output_dir.join("tileset.json");
     if tileset_path.is_file() {
@@ -398,6 +407,114 @@ fn captures_section(page: &mut PageBuilder, output_dir: &Path, metrics_path: &Pa
                 ));
             }
             Err(e) => page.note(format!("view skipped: {e}")),
+        }
+    }
+    page.body.push_str("</div>\n");
+}
+
+/// "What the viewer will see": the eval stage's scores of the delivered tileset (every cut a
+/// client shows), the PSNR-versus-bytes plot and one strip per view.
+fn delivery_section(page: &mut PageBuilder, fidelity_path: &Path) {
+    page.section("What the viewer will see");
+    let r = match EvalReport::read(fidelity_path) {
+        Ok(r) => r,
+        Err(e) => {
+            page.note(format!("delivery scores skipped: {e}"));
+            return;
+        }
+    };
+    let photos = r.views.iter().any(|v| v.kind == "held-out");
+    page.body.push_str(&format!(
+        "<p>The published tileset rendered by Kiln's rasterizer from {} {} the way a 3D Tiles          client shows it: at each maximum screen-space error τ (pixels; CesiumJS refines a tile          while its geometricError × focal / distance exceeds τ, default 16) and under splat          budgets. PSNR/SSIM {}; bytes are the tile content a client downloads for the view          (shown tiles and their ancestors). Publish loss (full splats − full-detail tiles):          <b>{} dB</b>.</p>\n",
+        r.views.len(),
+        if photos { "held-out photos" } else { "orbit cameras (no photos)" },
+        if photos {
+            "against the photos, and against the full trained splats' render"
+        } else {
+            "against the full splats' render"
+        },
+        fmt_opt(r.publish_loss_db, 2),
+    ));
+    page.body.push_str(
+        "<table><tr><th>cut</th><th class=\"n\">splats</th><th class=\"n\">MB fetched</th>\
+         <th class=\"n\">PSNR dB</th><th class=\"n\">SSIM</th><th class=\"n\">vs full dB</th>\
+         <th class=\"n\">vs full SSIM</th></tr>\n",
+    );
+    if let (Some(p), Some(s)) = (r.reference_psnr_db, r.reference_ssim) {
+        page.body.push_str(&format!(
+            "<tr><td>full splats</td><td></td><td></td><td class=\"n\">{p:.2}</td>\
+             <td class=\"n\">{s:.3}</td><td></td><td></td></tr>\n"
+        ));
+    }
+    for c in &r.cuts {
+        page.body.push_str(&format!(
+            "<tr><td>{}</td><td class=\"n\">{:.0}</td><td class=\"n\">{:.3}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td></tr>\n",
+            escape_html(&c.label),
+            c.mean.splats,
+            c.mean.bytes / 1e6,
+            fmt_opt(c.mean.psnr_db, 2),
+            fmt_opt(c.mean.ssim, 3),
+            fmt_opt(c.mean.psnr_vs_full_db, 2),
+            fmt_opt(c.mean.ssim_vs_full, 3),
+        ));
+    }
+    page.body.push_str("</table>\n");
+    if !r.levels.is_empty() {
+        page.body.push_str(
+            "<table><tr><th>depth</th><th class=\"n\">tiles</th><th class=\"n\">splats</th>\
+             <th class=\"n\">MB</th><th class=\"n\">max geometricError</th></tr>\n",
+        );
+        for l in &r.levels {
+            page.body.push_str(&format!(
+                "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+                 <td class=\"n\">{:.3}</td><td class=\"n\">{}</td></tr>\n",
+                l.depth,
+                l.tiles,
+                l.splats,
+                l.bytes as f64 / 1e6,
+                fmt_metres(l.max_geometric_error_m)
+            ));
+        }
+        page.body.push_str("</table>\n");
+    }
+    let dir = fidelity_path.parent().unwrap_or(Path::new("."));
+    match std::fs::read(dir.join("psnr_bytes.svg")) {
+        Ok(svg) => {
+            page.body.push_str("<figure>");
+            page.image("image/svg+xml", &svg, "PSNR against bytes fetched", None);
+            page.body.push_str("<figcaption>Mean PSNR against mean bytes fetched, one point per τ.</figcaption></figure>\n");
+        }
+        Err(e) => page.note(format!("{}: {e}", dir.join("psnr_bytes.svg").display())),
+    }
+    page.body.push_str(&format!(
+        "<p>Each strip, left to right: {}.</p>\n<div class=\"grid\">\n",
+        escape_html(&r.strip_columns.join(" | "))
+    ));
+    for v in &r.views {
+        let png = dir.join("strips").join(format!(
+            "{}.png",
+            kiln_pipeline::stages::train::eval::file_stem(&v.name)
+        ));
+        match std::fs::read(&png) {
+            Ok(bytes) => {
+                page.body.push_str("<figure>");
+                let columns = r.strip_columns.len().max(1) as u32;
+                // Small views are upscaled on screen to about 160 px per column.
+                let scale = (160 / v.width.max(1)).clamp(1, 4);
+                page.image(
+                    "image/png",
+                    &bytes,
+                    &format!("{}: {}", v.name, r.strip_columns.join(", ")),
+                    Some(columns * v.width * scale),
+                );
+                page.body.push_str(&format!(
+                    "<figcaption>{}</figcaption></figure>\n",
+                    escape_html(&v.name)
+                ));
+            }
+            Err(e) => page.note(format!("{}: {e}", png.display())),
         }
     }
     page.body.push_str("</div>\n");

@@ -171,15 +171,18 @@ impl Baselines {
 /// and bytes must stay within a few percent.
 #[must_use]
 pub fn default_expectation(metric: &str, value: f64) -> Expectation {
-    let (tolerance, tolerance_rel, better, info) = if metric.ends_with("psnr_db") {
+    let (tolerance, tolerance_rel, better, info) = if metric == "publish_loss_db" {
+        // What packaging costs: only a rise fails, by more than 0.2 dB.
+        (Some(0.2), None, Better::Lower, false)
+    } else if metric.ends_with("_db") {
         (Some(0.5), None, Better::Higher, false)
-    } else if metric.ends_with("ssim") {
+    } else if metric.ends_with("ssim") || metric.ends_with("ssim_vs_full") {
         (Some(0.02), None, Better::Higher, false)
     } else if metric.ends_with("wall_s") || metric.ends_with("steps_per_s") {
         (None, None, Better::Equal, true)
     } else if metric.ends_with("error_m") {
         (Some(1e-6), Some(0.05), Better::Lower, false)
-    } else if metric == "splats" || metric.ends_with("bytes") {
+    } else if metric == "splats" || metric.ends_with(".splats") || metric.ends_with("bytes") {
         (None, Some(0.15), Better::Equal, false)
     } else {
         (None, Some(0.02), Better::Equal, false)

@@ -8,6 +8,10 @@
 //! | `steps_per_s` | train loop | steps/s (info) |
 //! | `lod<i>.triangles`, `lod<i>.error_m` | decimate, level i (0 = full) | count, metres |
 //! | `tiles`, `tile_levels`, `tile_bytes` | tile: tiles, depth, GLB bytes | count, count, bytes |
+//! | `publish_loss_db` | eval: full splats − full-detail tiles against the photos (captures) | dB |
+//! | `tau<τ>.psnr_db`, `tau<τ>.ssim` | eval: the τ cut against the photos (captures) | dB, 1 |
+//! | `tau<τ>.psnr_vs_full_db`, `tau<τ>.ssim_vs_full` | eval: the τ cut against the full splats | dB, 1 |
+//! | `tau<τ>.splats`, `tau<τ>.bytes` | eval: splats shown, bytes fetched by the τ cut | count, bytes |
 //! | `wall_s` | all stages that ran | seconds (info) |
 
 use std::collections::BTreeMap;
@@ -63,6 +67,18 @@ pub fn measure(stages: &[StageOutcome]) -> BTreeMap<String, f64> {
                 put("tile_levels", num(s, "levels"));
                 put("tile_bytes", num(s, "content_bytes"));
             }
+            StageKind::Eval => {
+                put("publish_loss_db", num(s, "publish_loss_db"));
+                let cuts = s.get("cuts").and_then(serde_json::Value::as_object);
+                for (name, cut) in cuts.into_iter().flatten() {
+                    if !BASELINED_TAUS.contains(&name.as_str()) {
+                        continue;
+                    }
+                    for field in ["psnr_db", "psnr_vs_full_db", "splats", "bytes"] {
+                        put(&format!("{name}.{field}"), num(cut, field));
+                    }
+                }
+            }
             StageKind::Publish => {}
         }
     }
@@ -70,10 +86,25 @@ pub fn measure(stages: &[StageOutcome]) -> BTreeMap<String, f64> {
     m
 }
 
+/// Per-cut fields of the eval stage's summary that are metrics.
+const EVAL_CUT_FIELDS: [&str; 6] = [
+    "psnr_db",
+    "ssim",
+    "psnr_vs_full_db",
+    "ssim_vs_full",
+    "splats",
+    "bytes",
+];
+
+/// The τ cuts measured for baselines: full detail, CesiumJS's default, and two coarse ones (the
+/// eval stage scores more; these four show a regression anywhere along the curve).
+const BASELINED_TAUS: [&str; 4] = ["tau0", "tau16", "tau64", "tau120"];
+
 /// Whether `name` is a metric [`measure`] can produce (used to reject typos in baselines files).
 #[must_use]
 pub fn is_known_metric(name: &str) -> bool {
-    const PLAIN: [&str; 8] = [
+    const PLAIN: [&str; 9] = [
+        "publish_loss_db",
         "psnr_db",
         "ssim",
         "splats",
@@ -85,6 +116,9 @@ pub fn is_known_metric(name: &str) -> bool {
     ];
     if PLAIN.contains(&name) {
         return true;
+    }
+    if let Some((tau, field)) = name.strip_prefix("tau").and_then(|r| r.split_once('.')) {
+        return tau.parse::<f64>().is_ok_and(|t| t >= 0.0) && EVAL_CUT_FIELDS.contains(&field);
     }
     name.strip_prefix("lod")
         .and_then(|rest| rest.split_once('.'))
@@ -99,10 +133,26 @@ pub fn is_known_metric(name: &str) -> bool {
 mod tests {
     #[test]
     fn known_metric_names() {
-        for ok in ["psnr_db", "tiles", "lod0.triangles", "lod12.error_m"] {
+        for ok in [
+            "psnr_db",
+            "tiles",
+            "lod0.triangles",
+            "lod12.error_m",
+            "publish_loss_db",
+            "tau16.psnr_db",
+            "tau120.bytes",
+        ] {
             assert!(super::is_known_metric(ok), "{ok}");
         }
-        for bad in ["tile", "lod.triangles", "lodx.error_m", "lod1.tris", "PSNR"] {
+        for bad in [
+            "tile",
+            "lod.triangles",
+            "lodx.error_m",
+            "lod1.tris",
+            "PSNR",
+            "tau.psnr_db",
+            "tau16.psnr",
+        ] {
             assert!(!super::is_known_metric(bad), "{bad}");
         }
     }

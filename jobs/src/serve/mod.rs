@@ -312,16 +312,16 @@ async fn job(
         Err(r) => return r,
     };
     let loc = resolve_output(&job.output, &state.relative_base);
-    let (has_tileset, has_report) = match &loc {
+    let is_file = |p: std::path::PathBuf| async move {
+        tokio::fs::metadata(p).await.is_ok_and(|m| m.is_file())
+    };
+    let (has_tileset, has_report, has_cameras) = match &loc {
         OutputLocation::Local { dir, .. } => (
-            tokio::fs::metadata(dir.join("tileset.json"))
-                .await
-                .is_ok_and(|m| m.is_file()),
-            tokio::fs::metadata(dir.join("report/index.html"))
-                .await
-                .is_ok_and(|m| m.is_file()),
+            is_file(dir.join("tileset.json")).await,
+            is_file(dir.join("report/index.html")).await,
+            is_file(dir.join(kiln_pipeline::stages::eval::CAMERAS_JSON)).await,
         ),
-        _ => (false, false),
+        _ => (false, false, false),
     };
     let cesium = state.cesium.state();
     let html = pages::job_page(&JobPageInput {
@@ -329,6 +329,7 @@ async fn job(
         output: &loc,
         has_tileset,
         has_report,
+        has_cameras,
         cesium: &cesium,
     });
     Html(html).into_response()

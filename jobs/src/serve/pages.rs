@@ -205,6 +205,8 @@ pub struct JobPageInput<'a> {
     pub has_tileset: bool,
     /// Whether `<output>/report/index.html` exists (false for non-local outputs).
     pub has_report: bool,
+    /// Whether `<output>/cameras.json` exists (the viewer then opens at its first camera).
+    pub has_cameras: bool,
     /// CesiumJS availability.
     pub cesium: &'a CesiumState,
 }
@@ -272,9 +274,10 @@ fn viewer_blocker(p: &JobPageInput<'_>) -> Option<(String, String)> {
     None
 }
 
-/// The viewer script: creates the CesiumWidget, loads the tileset, frames it and keeps
-/// `window.kilnViewer` up to date. `KILN_CONFIG` is replaced by a JSON object
-/// `{tilesetUrl, background: [r, g, b]}`.
+/// The viewer script: creates the CesiumWidget, loads the tileset, opens at the first camera of
+/// `cameras.json` when the job has one (else frames the tileset) and keeps `window.kilnViewer` up
+/// to date. `KILN_CONFIG` is replaced by a JSON object `{tilesetUrl, camerasUrl, background:
+/// [r, g, b]}`.
 const VIEWER_JS: &str = r#"
 (function () {
   const cfg = KILN_CONFIG;
@@ -354,14 +357,53 @@ const VIEWER_JS: &str = r#"
     // Cesium clamps the near plane to camera.frustum.near (1 m by default), which would clip a
     // centimetre-sized mesh away entirely; scale it to the tileset instead.
     widget.camera.frustum.near = Math.min(1.0, range * 0.01);
+    const params = new URLSearchParams(window.location.search);
     // `?view=top` looks straight down with north up (heading 0, pitch -90°, in the local
     // east-north-up frame at the tileset's centre): the browser axis check reads colours from it.
-    const top = new URLSearchParams(window.location.search).get('view') === 'top';
-    status.view = top ? 'top' : 'oblique';
-    widget.camera.viewBoundingSphere(bs, top
-      ? new Cesium.HeadingPitchRange(0.0, -Cesium.Math.PI_OVER_TWO, range)
-      : new Cesium.HeadingPitchRange(0.6, -0.5, range));
-    widget.camera.lookAtTransform(Cesium.Matrix4.IDENTITY);
+    const top = params.get('view') === 'top';
+    // cameras.json (written by the eval stage): open where a held-out photo was taken, exactly
+    // (position, direction, up, field of view, the photo's aspect ratio); `?camera=N` picks one.
+    const cams = top || !cfg.camerasUrl ? null : await fetch(cfg.camerasUrl)
+      .then((r) => (r.ok ? r.json() : null)).catch(() => null);
+    const list = cams && Array.isArray(cams.cameras) ? cams.cameras : [];
+    status.cameras = list.map((c) => c.name);
+    function showCamera(i) {
+      const c = list[i];
+      const el = document.getElementById('viewer');
+      const box = el.parentElement.getBoundingClientRect();
+      const avail = Math.max(box.height - 40, 100);
+      const scale = Math.min(box.width / c.width, avail / c.height);
+      el.style.flex = '0 0 auto';
+      el.style.width = Math.floor(c.width * scale) + 'px';
+      el.style.height = Math.floor(c.height * scale) + 'px';
+      widget.resize();
+      const f = widget.camera.frustum;
+      // PerspectiveFrustum.fov spans the larger side of the canvas.
+      f.fov = c.width > c.height ? c.fovx_rad : c.fovy_rad;
+      f.aspectRatio = c.width / c.height;
+      f.near = Math.min(f.near, 0.01);
+      const v = (a) => new Cesium.Cartesian3(a[0], a[1], a[2]);
+      widget.camera.setView({ destination: v(c.position), orientation: { direction: v(c.direction), up: v(c.up) } });
+      status.view = 'camera';
+      status.camera = { index: i, name: c.name, kind: c.kind, width: c.width, height: c.height };
+      const b = document.getElementById('next-view');
+      b.hidden = false;
+      b.textContent = 'view ' + (i + 1) + '/' + list.length + ' (' + c.name + '): next';
+    }
+    if (list.length > 0) {
+      let i = Math.min(Math.max(Number(params.get('camera')) || 0, 0), list.length - 1);
+      showCamera(i);
+      document.getElementById('next-view').addEventListener('click', () => {
+        i = (i + 1) % list.length;
+        showCamera(i);
+      });
+    } else {
+      status.view = top ? 'top' : 'oblique';
+      widget.camera.viewBoundingSphere(bs, top
+        ? new Cesium.HeadingPitchRange(0.0, -Cesium.Math.PI_OVER_TWO, range)
+        : new Cesium.HeadingPitchRange(0.6, -0.5, range));
+      widget.camera.lookAtTransform(Cesium.Matrix4.IDENTITY);
+    }
     status.ready = true;
     say('tileset added; loading tiles…');
   }
@@ -408,10 +450,12 @@ pub fn job_page(p: &JobPageInput<'_>) -> String {
         None => {
             let cfg = serde_json::json!({
                 "tilesetUrl": format!("{files}/tileset.json"),
+                "camerasUrl": p.has_cameras.then(|| format!("{files}/cameras.json")),
                 "background": VIEWER_BACKGROUND_RGB,
             });
             (
-                "<div id=\"viewer\"></div><div id=\"viewer-status\">loading CesiumJS…</div>"
+                "<div id=\"viewer\"></div><div id=\"viewer-status\">loading CesiumJS…</div>\
+                 <button id=\"next-view\" hidden>next view</button>"
                     .to_string(),
                 "<link rel=\"stylesheet\" href=\"/cesium/Widgets/widgets.css\">\
                  <script>window.CESIUM_BASE_URL = '/cesium/';</script>\
@@ -506,6 +550,7 @@ mod tests {
             output: &loc,
             has_tileset: true,
             has_report: false,
+            has_cameras: false,
             cesium: &CesiumState::NotConfigured,
         });
         assert!(html.contains("npm i cesium@1.145.0"), "{html}");
@@ -527,6 +572,7 @@ mod tests {
             output: &loc,
             has_tileset: true,
             has_report: true,
+            has_cameras: false,
             cesium: &CesiumState::Available,
         });
         assert!(html.contains("src=\"/cesium/Cesium.js\""));
@@ -546,6 +592,7 @@ mod tests {
             output: &loc,
             has_tileset: false,
             has_report: false,
+            has_cameras: false,
             cesium: &CesiumState::Available,
         });
         assert!(html.contains("output is remote"), "{html}");

@@ -2,6 +2,7 @@
 //! directory; [`crate::run`] pulls inputs from object storage, meters the attempt, and publishes.
 
 pub mod decimate;
+pub mod eval;
 pub mod ingest;
 pub mod publish;
 pub mod reconstruct;

@@ -8,36 +8,7 @@
 
 use serde_json::Value;
 
-/// Column-major 4×4 (element `m[4 * column + row]`), as `tile.transform` is stored.
-pub(super) type Mat4 = [f64; 16];
-
-/// The identity transform.
-pub(super) const IDENTITY: Mat4 = [
-    1.0, 0.0, 0.0, 0.0, //
-    0.0, 1.0, 0.0, 0.0, //
-    0.0, 0.0, 1.0, 0.0, //
-    0.0, 0.0, 0.0, 1.0,
-];
-
-/// `a · b` (apply `b` first).
-pub(super) fn mul(a: &Mat4, b: &Mat4) -> Mat4 {
-    std::array::from_fn(|i| {
-        let (c, r) = (i / 4, i % 4);
-        (0..4).map(|k| a[4 * k + r] * b[4 * c + k]).sum()
-    })
-}
-
-/// `m · (p, 1)`, dropping w (tile transforms are affine).
-pub(super) fn apply(m: &Mat4, p: [f64; 3]) -> [f64; 3] {
-    std::array::from_fn(|r| m[r] * p[0] + m[4 + r] * p[1] + m[8 + r] * p[2] + m[12 + r])
-}
-
-/// A translation by `t` (metres).
-pub(super) fn translation(t: [f64; 3]) -> Mat4 {
-    let mut m = IDENTITY;
-    m[12..15].copy_from_slice(&t);
-    m
-}
+pub(super) use crate::tiles::transform::{IDENTITY, Mat4, apply, mul, scale_range, translation};
 
 /// Translation · rotation (unit quaternion xyzw) · scale, as glTF nodes compose TRS.
 pub(super) fn trs(t: [f64; 3], q: [f64; 4], s: [f64; 3]) -> Mat4 {
@@ -67,17 +38,6 @@ pub(super) fn trs(t: [f64; 3], q: [f64; 4], s: [f64; 3]) -> Mat4 {
     }
     m[12..15].copy_from_slice(&t);
     m
-}
-
-/// The largest and smallest column norms of the 3×3 part (1 and 1 for a rigid transform).
-pub(super) fn scale_range(m: &Mat4) -> (f64, f64) {
-    let norms: Vec<f64> = (0..3)
-        .map(|c| (0..3).map(|r| m[4 * c + r].powi(2)).sum::<f64>().sqrt())
-        .collect();
-    (
-        norms.iter().copied().fold(f64::INFINITY, f64::min),
-        norms.iter().copied().fold(0.0, f64::max),
-    )
 }
 
 /// Read `n` finite numbers from a JSON array, or say what is wrong.

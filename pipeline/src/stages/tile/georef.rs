@@ -183,7 +183,12 @@ pub fn apply_georef(tileset_path: &Path, georef: &Georef) -> Result<()> {
     let local = tileset.root.transform.unwrap_or([
         1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0,
     ]);
-    tileset.root.transform = Some(mat_mul(&georef.enu_to_ecef(), &local));
+    let enu_to_ecef = georef.enu_to_ecef();
+    tileset.root.transform = Some(mat_mul(&enu_to_ecef, &local));
+    // Evaluation and viewer cameras need the frame in front of the root undone.
+    let mut frame = super::frame::TilesetFrame::of_tileset(&tileset);
+    frame.georef = Some(enu_to_ecef);
+    frame.record_in(&mut tileset);
     let json =
         serde_json::to_vec_pretty(&tileset).map_err(|e| bad(format!("cannot serialise: {e}")))?;
     write_atomic(tileset_path, &json)?;

@@ -1,6 +1,7 @@
 //! `tile`: package a mesh (as an HLOD of its full-resolution level) or trained splats as an OGC
 //! 3D Tiles 1.1 tileset with GLB content.
 
+pub mod frame;
 pub mod georef;
 pub mod mesh;
 pub mod splat;
@@ -44,11 +45,13 @@ fn write_tileset(
     geometric_error: f64,
     gltf_extensions: &[&str],
     content_gltf_required: bool,
+    frame: Option<&frame::TilesetFrame>,
 ) -> Result<PathBuf> {
-    let tileset = Tileset {
+    let mut tileset = Tileset {
         asset: Asset {
             version: "1.1".into(),
             generator: Some(concat!("kiln ", env!("CARGO_PKG_VERSION")).into()),
+            extras: None,
         },
         geometric_error,
         root,
@@ -68,6 +71,9 @@ fn write_tileset(
         .into_iter()
         .collect(),
     };
+    if let Some(f) = frame {
+        f.record_in(&mut tileset);
+    }
     let tileset_path = out_dir.join("tileset.json");
     let json = serde_json::to_vec_pretty(&tileset).map_err(|e| Error::Input {
         path: tileset_path.clone(),

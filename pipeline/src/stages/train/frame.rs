@@ -9,24 +9,24 @@
 //! (estimated from the cameras, since capture formats do not store one).
 
 use kiln_kernels::Camera;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// File name of the sidecar inside the train stage's output folder.
 pub const FRAME_JSON: &str = "frame.json";
 
 /// The contents of `frame.json`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FrameInfo {
     /// Always `"input"`: the world frame of the capture's poses, unchanged.
-    pub frame: &'static str,
+    pub frame: String,
     /// Units of positions and scales: those of the capture (metres only if the capture is metric;
     /// COLMAP models have an arbitrary scale).
-    pub units: &'static str,
+    pub units: String,
     /// Row-major 4×4 transform from the splats' frame to the input frame: the identity.
     pub to_input_frame: [[f64; 4]; 4],
     /// World axis closest to the cameras' mean up direction: `"+x"`, `"-x"`, `"+y"`, `"-y"`,
     /// `"+z"` or `"-z"`.
-    pub up_axis: &'static str,
+    pub up_axis: String,
     /// The cameras' mean up direction `[3]`, unit length, world frame (each camera's up is its
     /// image's upward direction, −y of the OpenCV camera frame).
     pub up_vector: [f64; 3],
@@ -35,6 +35,20 @@ pub struct FrameInfo {
     pub up_axis_angle_deg: f64,
     /// Cameras the estimate used.
     pub cameras: usize,
+}
+
+/// Read `frame.json` from a train stage's output folder `dir`.
+///
+/// # Errors
+/// [`crate::Error::Input`] naming the file when it is missing or not a valid `frame.json`.
+pub fn read_frame_info(dir: &std::path::Path) -> crate::Result<FrameInfo> {
+    let path = dir.join(FRAME_JSON);
+    let bytes = std::fs::read(&path).map_err(|e| crate::Error::io(&path, e))?;
+    serde_json::from_slice(&bytes).map_err(|e| crate::Error::Input {
+        path: path.clone(),
+        field: "frame.json".into(),
+        problem: format!("not a Kiln frame.json ({e}); run the train stage again"),
+    })
 }
 
 /// The frame description for splats trained from `cameras` in their world frame.
@@ -59,10 +73,10 @@ pub fn frame_info(cameras: &[Camera]) -> FrameInfo {
     ];
     if !(norm > 1e-9 && norm.is_finite()) {
         return FrameInfo {
-            frame: "input",
-            units: "capture units",
+            frame: "input".into(),
+            units: "capture units".into(),
             to_input_frame: identity,
-            up_axis: "+z",
+            up_axis: "+z".into(),
             up_vector: [0.0, 0.0, 1.0],
             up_axis_angle_deg: 90.0,
             cameras: cameras.len(),
@@ -78,10 +92,10 @@ pub fn frame_info(cameras: &[Camera]) -> FrameInfo {
     let up_axis = names[axis][usize::from(up[axis] < 0.0)];
     let angle = up[axis].abs().clamp(-1.0, 1.0).acos().to_degrees();
     FrameInfo {
-        frame: "input",
-        units: "capture units",
+        frame: "input".into(),
+        units: "capture units".into(),
         to_input_frame: identity,
-        up_axis,
+        up_axis: up_axis.into(),
         up_vector: up,
         up_axis_angle_deg: angle,
         cameras: cameras.len(),

@@ -49,7 +49,7 @@ use kiln_kernels::{Camera, RenderOptions, Renderer};
 use rand::Rng;
 use rand::seq::SliceRandom;
 
-pub use frame::{FRAME_JSON, FrameInfo, frame_info};
+pub use frame::{FRAME_JSON, FrameInfo, frame_info, read_frame_info};
 pub use init::InitPoints;
 pub use params::{Init, MaskMode, Preset, TrainParams};
 pub use views::{CacheStats, PixelLoader, Pixels, TrainView, ViewPixels};
@@ -170,6 +170,20 @@ fn split_views(
         }
     }
     (train, test, false)
+}
+
+/// The held-out views of `views` as [`train`] splits them: sorted by name, every view whose
+/// index is a multiple of `eval_every`; all views when there are fewer than 2 or `eval_every` = 0.
+#[must_use]
+pub fn held_out_views(views: Vec<TrainView>, eval_every: usize) -> Vec<TrainView> {
+    split_views(views, eval_every).1
+}
+
+/// The training views of `views` as [`train`] splits them (the complement of
+/// [`held_out_views`]).
+#[must_use]
+pub fn training_views(views: Vec<TrainView>, eval_every: usize) -> Vec<TrainView> {
+    split_views(views, eval_every).0
 }
 
 fn check_views(views: &[TrainView]) -> crate::Result<()> {

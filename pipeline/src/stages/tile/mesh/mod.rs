@@ -248,6 +248,7 @@ fn build_and_write(
         geometric_error,
         &[KHR_MESH_QUANTIZATION, EXT_MESHOPT_COMPRESSION],
         false,
+        None,
     )?;
     for (depth, l) in levels.iter().enumerate() {
         tracing::info!(

@@ -1,34 +1,37 @@
-//! Splat tiling: an octree of trained Gaussian splats as an OGC 3D Tiles 1.1 HLOD tileset whose
-//! tiles are SPZ-compressed `KHR_gaussian_splatting` GLBs.
+//! Splat tiling: a level-of-detail hierarchy of trained Gaussian splats as an OGC 3D Tiles 1.1
+//! tileset whose tiles are SPZ-compressed `KHR_gaussian_splatting` GLBs.
 //!
 //! Sources: OGC 3D Tiles 1.1 (22-025r4) §"Tiles" (geometricError, REPLACE refinement,
 //! transforms, bounding volumes in the tile's frame) and §"glTF transforms" (content is Y-up and
 //! rotated to Z-up at run time); `3DTILES_content_gltf`; CesiumJS 1.145 routing rules
-//! (shared/research/tiles-formats.md §1.7, §7); parent levels by moment matching as in Kerbl et
-//! al. 2024, "A Hierarchical 3D Gaussian Representation for Real-Time Rendering of Very Large
-//! Datasets", §4 (merged Gaussian = mass-weighted mean and covariance of its children, mass =
-//! opacity × area, opacity = conserved mass / merged area).
+//! (shared/research/tiles-formats.md §1.7, §7); parents by merging similar neighbours
+//! ([`merge`]: Kerbl et al. 2024 §4 moment matching, Spark's Bhattacharyya pairing).
 //!
-//! Tree: an octree over the splat means, on the bounding cube of the means. A node splits into
-//! its non-empty octants while it holds more than `max_splats_per_tile` splats and is shallower
-//! than `max_depth`; leaves hold the original splats. Every node above the leaves holds merged
-//! content: its splats grouped on a grid of [`MERGE_GRID_CELLS`]³ cells over the node's cube, one
-//! moment-matched Gaussian per non-empty cell (so a parent holds at most 4096 splats). When the
-//! whole input fits one leaf, a merged root is still put above it, so every tileset has at least
-//! two levels. Refinement is REPLACE.
+//! Tree: a k-d tree over the splat means with fan-out 4. A node holding more than
+//! `max_splats_per_tile` splats (and shallower than `max_depth`) is cut at the median of its
+//! longest axis, and each half again at the median of its own longest axis, so siblings hold
+//! equal counts and leaves hold between a quarter of the budget and the budget. Leaves hold the
+//! original splats. A parent holds its children's content merged down to a quarter
+//! ([`LEVEL_REDUCTION`]), so each level has about 4× fewer splats than the level below and a
+//! parent tile about as many as a leaf. When the whole input fits one leaf, a merged root is put
+//! above it, so every tileset has at least two levels. Levels are built bottom-up, each from the
+//! level below (never from all the leaves), and a leaf's splats are gathered only when its parent
+//! is built, so memory holds the input and about two levels at a time.
 //!
-//! geometricError (metres): leaves 0; a parent the diagonal of its merge cell (edge = node cube
-//! edge / 16), raised to its largest child's if needed; the tileset value is the root box
-//! diagonal (≥ the root's).
+//! geometricError (metres): leaves 0; a parent the median of its splats' deviations
+//! ([`merge`]: how far a merged splat's centre and size moved from the leaves it stands for),
+//! raised to its largest child's; the tileset value is the root box diagonal (≥ the root's). A
+//! client that refines while geometricError · focal / distance > τ thus shows a parent only where
+//! its splats are off by at most about τ pixels.
 //!
-//! Frames: splats are in the training world frame, used as the glTF Y-up frame of the content.
-//! The runtime rotates glTF content Y-up → Z-up before any tile transform, so bounding boxes are
-//! written in that Z-up tile frame (Y-up (x, y, z) → (x, −z, y), the [`Y_UP_TO_Z_UP`] matrix) and
-//! the root carries no extra rotation (a `Y_UP_TO_Z_UP` root transform would rotate twice). Each
-//! tile stores its content relative to its own box centre c (so SPZ's 24-bit fixed point never
-//! overflows and precision is uniform) and its `transform` is the translation from the parent's
-//! centre to c, expressed in the Z-up frame. The root's translation is its centre; put a
-//! georeference (ENU → ECEF) in front of it when one exists.
+//! Frames: splats come in the glTF Y-up content frame (capture jobs are turned upright first, see
+//! [`super::frame`]). The runtime rotates glTF content Y-up → Z-up before any tile transform, so
+//! bounding boxes are written in that Z-up tile frame (Y-up (x, y, z) → (x, −z, y), the
+//! [`Y_UP_TO_Z_UP`] matrix) and the root carries no extra rotation (a `Y_UP_TO_Z_UP` root transform
+//! would rotate twice). Each tile stores its content relative to its own box centre c (so SPZ's
+//! 24-bit fixed point never overflows and precision is uniform) and its `transform` is the
+//! translation from the parent's centre to c, expressed in the Z-up frame. The root's translation
+//! is its centre; put a georeference (ENU → ECEF) in front of it when one exists.
 //!
 //! Boxes: axis-aligned in the tile frame, the union of the content's 3σ extents (mean ± 3·max
 //! scale) and the children's boxes, so each tile's content lies inside its box and inside every
@@ -39,7 +42,6 @@
 use std::path::Path;
 
 use kiln_formats::atomic_write::write_atomic;
-use kiln_formats::rotation::quaternion_to_rotation;
 use kiln_formats::splats::GaussianSplats;
 use kiln_formats::splats::glb::{
     KHR_GAUSSIAN_SPLATTING, KHR_GAUSSIAN_SPLATTING_SPZ_2, SplatGlbOptions, write_splat_glb_with,
@@ -48,26 +50,60 @@ use kiln_formats::splats::spz::{SpzAntialiasing, spz_position_limit_m};
 use kiln_formats::tiles::tileset::{BoundingVolume, Content, Refine, Tile, Y_UP_TO_Z_UP};
 use rayon::prelude::*;
 
+use super::frame::TilesetFrame;
 use super::{TileReport, write_tileset};
 use crate::{Error, Result};
 
-mod moments;
-use moments::Grid;
+pub mod merge;
+pub mod refine;
+mod tree;
 
-/// Grid cells per node edge when merging a parent's splats: parents hold ≤ 16³ = 4096 splats,
-/// and their geometricError is the diagonal of one such cell.
-pub const MERGE_GRID_CELLS: u32 = 16;
+use merge::MergeSet;
+use tree::{Node, build_tree};
+
+/// Splats of a parent = its children's splats / this (rounded up): each level holds about 4×
+/// fewer splats than the level below (the 2–4× that keeps a client's switch between levels
+/// small), and with the tree's fan-out of 4 a parent tile holds about as many splats as a leaf.
+pub const LEVEL_REDUCTION: usize = 4;
+
+/// Quantile of a parent's splat deviations taken as its geometricError: the median, so the few
+/// splats that moved furthest (isolated floaters merged across a gap) do not set the switching
+/// distance. Measured with `kiln eval` (fox retiled at 4,096 splats per leaf, refined; biker at
+/// 16,384, orbit at 2× its radius): the 90th percentile kept clients on the leaves to τ = 32
+/// (fox 29.4 dB at 2.36 MB for τ = 16) and made the biker jump 5 dB between τ = 16 and 32; the
+/// median switches a level per doubling of τ (biker τ = 16 / 32 / 64: 34.5 / 32.5 / 29.1 dB
+/// against the full splats).
+pub const ERROR_QUANTILE: f64 = 0.5;
 
 /// SPZ fractional bits used for tile content (1/4096 m steps, ±2048 m range); lowered per tile
 /// only when a tile is wider than that range.
 const TILE_FRACTIONAL_BITS: u8 = 12;
 
-/// Merged opacities are kept below 1 − ε so that logits stay finite.
-const MAX_MERGED_OPACITY: f64 = 1.0 - 1e-6;
+/// Version of the splat tiling algorithm, part of the tile stage's key (so a rerun after the
+/// algorithm changed tiles again instead of reusing an older tileset). 3: k-d tree with merged
+/// parents at 4× per level, SH kept at 6 bits, capture tilesets upright.
+pub const TILER_VERSION: u32 = 3;
 
-/// Smallest merged variance (m²), so that a group of coincident, flat splats still gives a valid
-/// (positive) scale: (1 µm)².
-const MIN_VARIANCE_M2: f64 = 1e-12;
+/// SH bits of degree 1 in tile SPZ payloads (the reference encoder keeps 5).
+///
+/// Measured with `kiln eval` on the README fox job (56,184 splats, SH degree 3, 7 held-out views
+/// at 152×270, gzip level 2, tiles upright): publish loss (full splats − full-detail tiles against
+/// the photos, dB) and tile bytes for degree-1 / degree-2–3 bits:
+///
+/// | bits | 5/4 (SPZ default) | 6/5 | 6/6 | 8/8 |
+/// |---|---|---|---|---|
+/// | loss, dB | 2.05 | 0.31 | 0.04 | 0.01 |
+/// | MB | 1.34 | 1.67 | 1.84 | 2.39 |
+///
+/// 6/6 is the cheapest setting within 0.3 dB (+37 % bytes over SPZ's default). In the capture's
+/// own (unrotated) frame the same splats lose 2.43 / 0.54 / 0.23 / 0.01 dB: rotating the SH
+/// changes which coefficients carry the energy, so the margin differs by scene and frame.
+/// Positions, scales, rotations, opacities and DC colour cost nothing measurable at SPZ's fixed
+/// precision.
+pub const DEFAULT_TILE_SH1_BITS: u8 = 6;
+/// SH bits of degrees 2–3 in tile SPZ payloads (the reference encoder keeps 4); see
+/// [`DEFAULT_TILE_SH1_BITS`].
+pub const DEFAULT_TILE_SH_REST_BITS: u8 = 6;
 
 /// 3σ: the extent used for bounding boxes (the same cut-off the rasterizer uses).
 const EXTENT_SIGMAS: f64 = 3.0;
@@ -92,6 +128,17 @@ pub struct SplatTileParams {
     /// sets it in `[tile]`. Default `false`; left out of the stage key when off.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub antialiased: bool,
+    /// Bits kept of each degree-1 SH coefficient in the tiles' SPZ, 1..=8 (see
+    /// [`DEFAULT_TILE_SH1_BITS`]). Any SPZ reader decodes any value (the bits only choose the
+    /// encoder's rounding step).
+    pub sh1_bits: u8,
+    /// Bits kept of each degree-2 and degree-3 SH coefficient, 1..=8 (see
+    /// [`DEFAULT_TILE_SH_REST_BITS`]).
+    pub sh_rest_bits: u8,
+    /// Optimisation steps per parent level against the capture's training photos ([`refine`]);
+    /// default 300, 0 = keep the plain merges. Only capture jobs have photos: splats jobs always
+    /// keep the plain merges.
+    pub refine_steps: usize,
 }
 
 impl Default for SplatTileParams {
@@ -101,9 +148,15 @@ impl Default for SplatTileParams {
             max_depth: 16,
             gzip_level: 2,
             antialiased: false,
+            sh1_bits: DEFAULT_TILE_SH1_BITS,
+            sh_rest_bits: DEFAULT_TILE_SH_REST_BITS,
+            refine_steps: DEFAULT_REFINE_STEPS,
         }
     }
 }
+
+/// Default [`SplatTileParams::refine_steps`].
+pub const DEFAULT_REFINE_STEPS: usize = 300;
 
 impl SplatTileParams {
     /// Check ranges: `max_splats_per_tile` ≥ 1, `gzip_level` in 1..=9.
@@ -119,6 +172,27 @@ impl SplatTileParams {
                 found: "0".into(),
             });
         }
+        for (field, bits) in [
+            ("sh1_bits", self.sh1_bits),
+            ("sh_rest_bits", self.sh_rest_bits),
+        ] {
+            if !(1..=8).contains(&bits) {
+                return Err(Error::Param {
+                    stage: "tile",
+                    field: field.into(),
+                    expected: "1 ..= 8 bits".into(),
+                    found: bits.to_string(),
+                });
+            }
+        }
+        if self.refine_steps > 100_000 {
+            return Err(Error::Param {
+                stage: "tile",
+                field: "refine_steps".into(),
+                expected: "0 ..= 100000 steps per level (default 300)".into(),
+                found: self.refine_steps.to_string(),
+            });
+        }
         if !(1..=9).contains(&self.gzip_level) {
             return Err(Error::Param {
                 stage: "tile",
@@ -131,29 +205,6 @@ impl SplatTileParams {
     }
 }
 
-/// One octree node: a cube over the means and the original splats inside it.
-#[derive(Debug)]
-struct Node {
-    /// Cube minimum corner, training frame (Y-up), metres.
-    min: [f64; 3],
-    /// Cube edge length, metres.
-    edge: f64,
-    depth: u32,
-    /// Indices of the original splats in this leaf (empty for parents).
-    indices: Vec<u32>,
-    /// Child node indices in the arena (always larger than this node's index).
-    children: Vec<usize>,
-    /// Tile file stem: "r" then one octant digit per level ("r" + "l" for the single leaf under a
-    /// merged root of a small input).
-    name: String,
-}
-
-impl Node {
-    fn is_leaf(&self) -> bool {
-        self.children.is_empty()
-    }
-}
-
 /// Tile an in-memory splat set into `out_dir/tileset.json` + `out_dir/tiles/<name>.glb`.
 ///
 /// Guarantees: every original splat is in exactly one leaf (leaf splat counts sum to N);
@@ -163,7 +214,7 @@ impl Node {
 /// ≤ `max_splats_per_tile` at `max_depth`; files of an earlier run with other names are not
 /// removed.
 ///
-/// - `splats`: N ≥ 1 splats, means in metres in the training frame (treated as glTF Y-up).
+/// - `splats`: N ≥ 1 splats, means in metres in the glTF Y-up content frame.
 /// - `params`: see [`SplatTileParams`].
 /// - `out_dir`: created if missing.
 ///
@@ -176,121 +227,253 @@ pub fn tile_splats(
     params: &SplatTileParams,
     out_dir: &Path,
 ) -> Result<TileReport> {
+    tile_splats_framed(splats, params, &TilesetFrame::default(), out_dir)
+}
+
+/// [`tile_splats`] for splats already turned into the glTF content frame by `frame`
+/// ([`TilesetFrame::content_from_capture`], e.g. a capture made upright), recording `frame` in
+/// `tileset.json` (`asset.extras.kiln.frame`) so that evaluation and viewers can place the
+/// capture's cameras. Same contract otherwise.
+///
+/// # Errors
+/// As [`tile_splats`].
+pub fn tile_splats_framed(
+    splats: &GaussianSplats,
+    params: &SplatTileParams,
+    frame: &TilesetFrame,
+    out_dir: &Path,
+) -> Result<TileReport> {
+    Ok(tile_splats_refined(splats, params, frame, None, out_dir)?.0)
+}
+
+/// [`tile_splats_framed`], with every parent level optimised against photos by `refiner` (when
+/// given and `params.refine_steps` > 0) after it is merged and before it is written; returns what
+/// each level's refinement did (deepest first).
+///
+/// # Errors
+/// As [`tile_splats`]; the refiner's view, rasterizer and numeric errors.
+pub fn tile_splats_refined(
+    splats: &GaussianSplats,
+    params: &SplatTileParams,
+    frame: &TilesetFrame,
+    refiner: Option<&refine::LevelRefiner<'_>>,
+    out_dir: &Path,
+) -> Result<(TileReport, Vec<refine::LevelRefinement>)> {
     check_tile_inputs(splats, params)?;
-    let nodes = build_octree(splats, params);
-
+    let mut refinements = Vec::new();
+    let nodes = build_tree(splats, params);
     let tiles_dir = out_dir.join("tiles");
-    let k3 = splats.sh_coeffs_per_channel() * 3;
-
-    // Leaves, grouped by parent, parents in parallel: each leaf's splats are gathered once (the
-    // only random-access pass over the input), added to the parent's merge grid, boxed, encoded
-    // relative to the box centre and written, then dropped — so the copies of the input are never
-    // all in memory at once.
-    let leaf_parents: Vec<usize> = (0..nodes.len())
-        .filter(|&i| nodes[i].children.iter().any(|&c| nodes[c].is_leaf()))
-        .collect();
-    let leaf_results: Vec<LeafPass> = leaf_parents
-        .par_iter()
-        .map(|&p| -> Result<_> {
-            let mut grid = Grid::new(&nodes[p], k3);
-            let mut leaves = Vec::new();
-            for &c in nodes[p].children.iter().filter(|&&c| nodes[c].is_leaf()) {
-                let content = gather(splats, &nodes[c].indices);
-                for j in 0..content.len() {
-                    grid.add_splat(&content, j);
-                }
-                let bbox = content_aabb(&content);
-                let glb = encode_tile(content, bbox.center(), params)?;
-                write_atomic(&tiles_dir.join(format!("{}.glb", nodes[c].name)), &glb)?;
-                leaves.push((c, bbox, glb.len() as u64));
+    let mut built = Built::new(nodes.len());
+    let max_depth = nodes.iter().map(|n| n.depth).max().unwrap_or(0);
+    // Parents level by level from the deepest up: each from its children's content (leaves
+    // gathered from the input and written on the way), then written; a level's content is kept
+    // only until the level above has merged it.
+    let mut contents: Vec<Option<LevelContent>> = (0..nodes.len()).map(|_| None).collect();
+    for depth in (0..max_depth).rev() {
+        let level: Vec<usize> = (0..nodes.len())
+            .filter(|&i| nodes[i].depth == depth && !nodes[i].is_leaf())
+            .collect();
+        let inputs: Vec<(usize, Vec<ChildContent>)> = level
+            .iter()
+            .map(|&p| {
+                let taken = nodes[p]
+                    .children
+                    .iter()
+                    .filter_map(|&c| contents[c].take().map(|(s, d)| (c, s, d)))
+                    .collect();
+                (p, taken)
+            })
+            .collect();
+        let mut merged: Vec<ParentPass> = inputs
+            .into_par_iter()
+            .map(|(p, taken)| build_parent(splats, &nodes, p, taken, params, &tiles_dir))
+            .collect::<Result<_>>()?;
+        if let Some(r) = refiner.filter(|_| params.refine_steps > 0) {
+            refinements.push(refine_level(r, &mut merged, max_depth - depth)?);
+        }
+        for pass in &merged {
+            for &(c, bbox, size) in &pass.leaves {
+                built.boxes[c] = bbox;
+                built.sizes[c] = size;
             }
-            Ok((p, grid, leaves))
-        })
-        .collect::<Result<_>>()?;
-    let mut boxes = vec![Aabb::EMPTY; nodes.len()];
-    let mut sizes = vec![0u64; nodes.len()];
-    let mut leaf_grids: Vec<Option<Grid>> = (0..nodes.len()).map(|_| None).collect();
-    for (p, grid, leaves) in leaf_results {
-        leaf_grids[p] = Some(grid);
-        for (c, bbox, size) in leaves {
-            boxes[c] = bbox;
-            sizes[c] = size;
+        }
+        // Write the level: boxes from content and children, errors from deviations.
+        let written: Vec<(usize, Aabb, f64, u64)> = merged
+            .par_iter()
+            .map(|pass| -> Result<_> {
+                let node = &nodes[pass.node];
+                let mut bbox = content_aabb(&pass.content);
+                let mut error = quantile(&pass.deviations, ERROR_QUANTILE).max(MIN_PARENT_ERROR_M);
+                for &c in &node.children {
+                    bbox.union(&built.boxes[c]);
+                    error = error.max(built.errors[c]);
+                }
+                let glb = encode_tile(pass.content.clone(), bbox.center(), params)?;
+                write_atomic(&tiles_dir.join(format!("{}.glb", node.name)), &glb)?;
+                Ok((pass.node, bbox, error, glb.len() as u64))
+            })
+            .collect::<Result<_>>()?;
+        for (i, bbox, error, size) in written {
+            built.boxes[i] = bbox;
+            built.errors[i] = error;
+            built.sizes[i] = size;
+        }
+        for pass in merged {
+            contents[pass.node] = Some((pass.content, pass.deviations));
         }
     }
+    drop(contents);
 
-    // Merged content of every parent, in the training frame.
-    let contents = parent_contents(splats, &nodes, leaf_grids);
-    nodes
-        .par_iter()
-        .zip(contents.par_iter())
-        .zip(boxes.par_iter_mut())
-        .filter(|((node, _), _)| !node.is_leaf())
-        .for_each(|((_, content), bbox)| *bbox = content_aabb(content));
-
-    // Boxes bottom-up: own content's 3σ box ∪ children's boxes (children come later in the arena).
-    for i in (0..nodes.len()).rev() {
-        for &c in &nodes[i].children {
-            let child = boxes[c];
-            boxes[i].union(&child);
-        }
-    }
-    // geometricError bottom-up.
-    let mut errors = vec![0.0f64; nodes.len()];
-    for i in (0..nodes.len()).rev() {
-        if !nodes[i].is_leaf() {
-            let cell = nodes[i].edge / MERGE_GRID_CELLS as f64;
-            let own = cell * 3f64.sqrt();
-            errors[i] = nodes[i]
-                .children
-                .iter()
-                .map(|&c| errors[c])
-                .fold(own, f64::max);
-        }
-    }
-
-    // Encode and write the parents, each relative to its box centre.
-    let parent_sizes: Vec<(usize, u64)> = nodes
-        .par_iter()
-        .enumerate()
-        .zip(contents.into_par_iter())
-        .filter(|((_, node), _)| !node.is_leaf())
-        .map(|((i, node), content)| -> Result<(usize, u64)> {
-            let glb = encode_tile(content, boxes[i].center(), params)?;
-            write_atomic(&tiles_dir.join(format!("{}.glb", node.name)), &glb)?;
-            Ok((i, glb.len() as u64))
-        })
-        .collect::<Result<_>>()?;
-    for (i, size) in parent_sizes {
-        sizes[i] = size;
-    }
-
-    let root = build_tile(&nodes, &boxes, &errors, 0, [0.0; 3]);
+    let root = build_tile(&nodes, &built.boxes, &built.errors, 0, [0.0; 3]);
     let tileset_path = write_tileset(
         out_dir,
         root,
-        boxes[0].diagonal().max(errors[0]),
+        built.boxes[0].diagonal().max(built.errors[0]),
         &[KHR_GAUSSIAN_SPLATTING, KHR_GAUSSIAN_SPLATTING_SPZ_2],
         true,
+        Some(frame),
     )?;
-
-    let levels = nodes.iter().map(|n| n.depth).max().unwrap_or(0) + 1;
+    let levels = max_depth + 1;
     tracing::info!(
         tiles = nodes.len(),
         levels,
         splats = splats.len(),
         "splat tileset written"
     );
-    Ok(TileReport {
-        tiles: nodes.len(),
-        levels,
-        content_bytes: sizes.iter().sum(),
-        tileset_path,
+    Ok((
+        TileReport {
+            tiles: nodes.len(),
+            levels,
+            content_bytes: built.sizes.iter().sum(),
+            tileset_path,
+        },
+        refinements,
+    ))
+}
+
+/// Refine one level: its parents' contents together (the level as a client shows it from afar),
+/// then split back per tile (refinement keeps counts and order).
+fn refine_level(
+    refiner: &refine::LevelRefiner<'_>,
+    level: &mut [ParentPass],
+    levels_above_leaves: u32,
+) -> Result<refine::LevelRefinement> {
+    let mut all = GaussianSplats {
+        sh_degree: level.first().map_or(0, |p| p.content.sh_degree),
+        ..Default::default()
+    };
+    for p in level.iter() {
+        all.means.extend_from_slice(&p.content.means);
+        all.log_scales.extend_from_slice(&p.content.log_scales);
+        all.rotations.extend_from_slice(&p.content.rotations);
+        all.logit_opacities
+            .extend_from_slice(&p.content.logit_opacities);
+        all.sh_coeffs.extend_from_slice(&p.content.sh_coeffs);
+    }
+    let done = refiner.refine(&mut all, levels_above_leaves)?;
+    tracing::info!(
+        levels_above_leaves,
+        splats = done.splats,
+        loss_start = done.loss_start,
+        loss_end = done.loss_end,
+        "tile: parent level refined against the photos"
+    );
+    let k3 = all.sh_coeffs_per_channel() * 3;
+    let mut at = 0;
+    for p in level.iter_mut() {
+        let n = p.content.len();
+        let c = &mut p.content;
+        c.means.copy_from_slice(&all.means[3 * at..3 * (at + n)]);
+        c.log_scales
+            .copy_from_slice(&all.log_scales[3 * at..3 * (at + n)]);
+        c.rotations
+            .copy_from_slice(&all.rotations[4 * at..4 * (at + n)]);
+        c.logit_opacities
+            .copy_from_slice(&all.logit_opacities[at..at + n]);
+        c.sh_coeffs
+            .copy_from_slice(&all.sh_coeffs[k3 * at..k3 * (at + n)]);
+        at += n;
+    }
+    Ok(done)
+}
+
+/// A built parent's content and its splats' deviations (metres), kept for the level above.
+type LevelContent = (GaussianSplats, Vec<f64>);
+/// A child's index with its [`LevelContent`].
+type ChildContent = (usize, GaussianSplats, Vec<f64>);
+
+/// Smallest geometricError of a parent (metres), so a parent whose merges moved nothing (e.g.
+/// coincident splats) still refines into its children when the camera comes close.
+const MIN_PARENT_ERROR_M: f64 = 1e-6;
+
+/// Boxes, geometricErrors and content sizes of the tiles written so far (arena order).
+struct Built {
+    boxes: Vec<Aabb>,
+    errors: Vec<f64>,
+    sizes: Vec<u64>,
+}
+
+impl Built {
+    fn new(n: usize) -> Self {
+        Self {
+            boxes: vec![Aabb::EMPTY; n],
+            errors: vec![0.0; n],
+            sizes: vec![0; n],
+        }
+    }
+}
+
+/// One parent built: its merged content with deviations, and the leaves written on the way as
+/// (index, content box, GLB bytes).
+struct ParentPass {
+    node: usize,
+    content: GaussianSplats,
+    deviations: Vec<f64>,
+    leaves: Vec<(usize, Aabb, u64)>,
+}
+
+/// Merge parent `p`'s children into its content: leaf children are gathered from `splats`,
+/// boxed, encoded and written first; parent children come in `taken` (content, deviations).
+fn build_parent(
+    splats: &GaussianSplats,
+    nodes: &[Node],
+    p: usize,
+    taken: Vec<ChildContent>,
+    params: &SplatTileParams,
+    tiles_dir: &Path,
+) -> Result<ParentPass> {
+    let mut set = MergeSet::with_degree(splats.sh_degree);
+    let mut leaves = Vec::new();
+    for &c in nodes[p].children.iter().filter(|&&c| nodes[c].is_leaf()) {
+        let content = gather(splats, &nodes[c].indices);
+        set.extend_from(&content, None);
+        let bbox = content_aabb(&content);
+        let glb = encode_tile(content, bbox.center(), params)?;
+        write_atomic(&tiles_dir.join(format!("{}.glb", nodes[c].name)), &glb)?;
+        leaves.push((c, bbox, glb.len() as u64));
+    }
+    for (_, content, deviations) in &taken {
+        set.extend_from(content, Some(deviations));
+    }
+    let target = set.len().div_ceil(LEVEL_REDUCTION);
+    let (content, deviations) = merge::merge_to(set, target).to_splats();
+    Ok(ParentPass {
+        node: p,
+        content,
+        deviations,
+        leaves,
     })
 }
 
-/// What the leaf pass of [`tile_splats`] returns per parent: the parent's index, its merge grid
-/// with its leaf children's splats added, and per leaf child (index, content box, GLB bytes).
-type LeafPass = (usize, Grid, Vec<(usize, Aabb, u64)>);
+/// The `q`-quantile (0..=1) of `v` (nearest rank); 0 for an empty slice.
+fn quantile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let mut sorted = v.to_vec();
+    let k = (((sorted.len() - 1) as f64) * q).round() as usize;
+    *sorted.select_nth_unstable_by(k, f64::total_cmp).1
+}
 
 /// The boundary check of [`tile_splats`].
 fn check_tile_inputs(splats: &GaussianSplats, params: &SplatTileParams) -> Result<()> {
@@ -383,133 +566,6 @@ fn content_aabb(s: &GaussianSplats) -> Aabb {
     b
 }
 
-fn build_octree(splats: &GaussianSplats, params: &SplatTileParams) -> Vec<Node> {
-    let n = splats.len();
-    let mut lo = [f64::INFINITY; 3];
-    let mut hi = [f64::NEG_INFINITY; 3];
-    for p in splats.means.chunks_exact(3) {
-        for a in 0..3 {
-            lo[a] = lo[a].min(p[a] as f64);
-            hi[a] = hi[a].max(p[a] as f64);
-        }
-    }
-    // A cube, slightly enlarged so the maximum lands inside the last cell; 1 mm minimum edge.
-    let edge = (0..3).map(|a| hi[a] - lo[a]).fold(1e-3, f64::max) * (1.0 + 1e-9);
-    let mut nodes = vec![Node {
-        min: lo,
-        edge,
-        depth: 0,
-        indices: (0..n as u32).collect(),
-        children: Vec::new(),
-        name: "r".into(),
-    }];
-    let mut i = 0;
-    while i < nodes.len() {
-        if nodes[i].indices.len() > params.max_splats_per_tile && nodes[i].depth < params.max_depth
-        {
-            let half = nodes[i].edge / 2.0;
-            let min = nodes[i].min;
-            let mut octants: [Vec<u32>; 8] = Default::default();
-            for &s in &nodes[i].indices {
-                let p = &splats.means[s as usize * 3..s as usize * 3 + 3];
-                let o = (0..3).fold(0, |o, a| {
-                    o | (((p[a] as f64 >= min[a] + half) as usize) << a)
-                });
-                octants[o].push(s);
-            }
-            nodes[i].indices = Vec::new(); // parents merge from moments, see `parent_contents`
-            for (o, indices) in octants.into_iter().enumerate() {
-                if indices.is_empty() {
-                    continue;
-                }
-                let child = Node {
-                    min: std::array::from_fn(|a| min[a] + if o >> a & 1 == 1 { half } else { 0.0 }),
-                    edge: half,
-                    depth: nodes[i].depth + 1,
-                    indices,
-                    children: Vec::new(),
-                    name: format!("{}{o}", nodes[i].name),
-                };
-                nodes.push(child);
-                let c = nodes.len() - 1;
-                nodes[i].children.push(c);
-            }
-        } else if nodes[i].indices.len() > params.max_splats_per_tile {
-            tracing::warn!(
-                tile = %nodes[i].name,
-                splats = nodes[i].indices.len(),
-                max_depth = params.max_depth,
-                "leaf at max_depth holds more than max_splats_per_tile"
-            );
-        }
-        i += 1;
-    }
-    // A small input is a single leaf: put a merged root above it.
-    if nodes.len() == 1 {
-        let leaf = Node {
-            min: nodes[0].min,
-            edge: nodes[0].edge,
-            depth: 1,
-            indices: std::mem::take(&mut nodes[0].indices),
-            children: Vec::new(),
-            name: "rl".into(),
-        };
-        nodes.push(leaf);
-        nodes[0].children.push(1);
-    }
-    nodes
-}
-
-/// Merged content of every parent (arena order; leaves get an empty set), built level by level
-/// from the deepest parents up (`moments`), each level's nodes in parallel. `leaf_grids[p]` holds
-/// parent p's grid with its leaf children's splats already added (see [`tile_splats`]); `None`
-/// for a parent whose leaf children are still to be added from `splats`.
-fn parent_contents(
-    splats: &GaussianSplats,
-    nodes: &[Node],
-    mut leaf_grids: Vec<Option<Grid>>,
-) -> Vec<GaussianSplats> {
-    let k3 = splats.sh_coeffs_per_channel() * 3;
-    let mut contents: Vec<GaussianSplats> = vec![GaussianSplats::default(); nodes.len()];
-    let mut grids: Vec<Option<Grid>> = (0..nodes.len()).map(|_| None).collect();
-    let max_depth = nodes.iter().map(|n| n.depth).max().unwrap_or(0);
-    for depth in (0..=max_depth).rev() {
-        let level: Vec<usize> = (0..nodes.len())
-            .filter(|&i| nodes[i].depth == depth && !nodes[i].is_leaf())
-            .collect();
-        let started: Vec<(usize, Option<Grid>)> =
-            level.iter().map(|&i| (i, leaf_grids[i].take())).collect();
-        let built: Vec<(usize, Grid, GaussianSplats)> = started
-            .into_par_iter()
-            .map(|(i, leaf_grid)| {
-                let leaves_added = leaf_grid.is_some();
-                let mut grid = leaf_grid.unwrap_or_else(|| Grid::new(&nodes[i], k3));
-                for &c in &nodes[i].children {
-                    match &grids[c] {
-                        Some(child) => grid.add_child(child),
-                        None if leaves_added => {}
-                        None => {
-                            for &j in &nodes[c].indices {
-                                grid.add_splat(splats, j as usize);
-                            }
-                        }
-                    }
-                }
-                let content = grid.to_splats(splats.sh_degree);
-                (i, grid, content)
-            })
-            .collect();
-        for (i, grid, content) in built {
-            for &c in &nodes[i].children {
-                grids[c] = None;
-            }
-            grids[i] = Some(grid);
-            contents[i] = content;
-        }
-    }
-    contents
-}
-
 /// The splats at `indices`, in that order.
 fn gather(s: &GaussianSplats, indices: &[u32]) -> GaussianSplats {
     let k3 = s.sh_coeffs_per_channel() * 3;
@@ -536,252 +592,6 @@ fn gather(s: &GaussianSplats, indices: &[u32]) -> GaussianSplats {
     out
 }
 
-/// Merge the original splats at `indices` on a [`MERGE_GRID_CELLS`]³ grid over `node`'s cube, one
-/// Gaussian per non-empty cell, cells in x-fastest order: the direct (one pass per level)
-/// reference that the tests hold `moments::Grid` to.
-#[cfg(test)]
-fn merge_on_grid(s: &GaussianSplats, node: &Node, indices: &[u32]) -> GaussianSplats {
-    let cells = MERGE_GRID_CELLS as i64;
-    let cell = node.edge / cells as f64;
-    let mut keyed: Vec<(u32, u32)> = indices
-        .iter()
-        .map(|&i| {
-            let p = &s.means[i as usize * 3..i as usize * 3 + 3];
-            let c = |a: usize| {
-                (((p[a] as f64 - node.min[a]) / cell).floor() as i64).clamp(0, cells - 1) as u32
-            };
-            let key = c(0) + MERGE_GRID_CELLS * (c(1) + MERGE_GRID_CELLS * c(2));
-            (key, i)
-        })
-        .collect();
-    keyed.sort_unstable();
-    let mut out = GaussianSplats {
-        sh_degree: s.sh_degree,
-        ..Default::default()
-    };
-    let mut group = Vec::new();
-    let mut start = 0;
-    while start < keyed.len() {
-        let key = keyed[start].0;
-        group.clear();
-        let mut end = start;
-        while end < keyed.len() && keyed[end].0 == key {
-            group.push(keyed[end].1);
-            end += 1;
-        }
-        let m = merge_group(s, &group);
-        out.means.extend(m.mean.map(|v| v as f32));
-        out.log_scales.extend_from_slice(&m.log_scales);
-        out.rotations.extend_from_slice(&m.rotation);
-        out.logit_opacities.push(m.logit_opacity);
-        out.sh_coeffs.extend_from_slice(&m.sh);
-        start = end;
-    }
-    out
-}
-
-/// One moment-matched Gaussian.
-#[derive(Debug, Clone, PartialEq)]
-struct Merged {
-    /// Mass-weighted mean, metres.
-    mean: [f64; 3],
-    log_scales: [f32; 3],
-    /// wxyz.
-    rotation: [f32; 4],
-    logit_opacity: f32,
-    /// `[K, 3]` mass-weighted SH.
-    sh: Vec<f32>,
-    /// Σ opacity·area of the inputs (m²).
-    mass: f64,
-}
-
-fn sigmoid(x: f32) -> f64 {
-    1.0 / (1.0 + (-(x as f64)).exp())
-}
-
-/// Rotation matrix (row-major, local → world) of a wxyz quaternion (normalised here); the
-/// identity for a zero quaternion (an unrotated splat).
-fn quat_to_matrix(q: &[f32]) -> [[f64; 3]; 3] {
-    quaternion_to_rotation([0, 1, 2, 3].map(|i| f64::from(q[i]))).unwrap_or([
-        [1.0, 0.0, 0.0],
-        [0.0, 1.0, 0.0],
-        [0.0, 0.0, 1.0],
-    ])
-}
-
-/// wxyz quaternion of a proper rotation matrix (row-major), Shepperd's method.
-fn matrix_to_quat(m: &[[f64; 3]; 3]) -> [f64; 4] {
-    let tr = m[0][0] + m[1][1] + m[2][2];
-    let q = if tr > 0.0 {
-        let s = (tr + 1.0).sqrt() * 2.0;
-        [
-            s / 4.0,
-            (m[2][1] - m[1][2]) / s,
-            (m[0][2] - m[2][0]) / s,
-            (m[1][0] - m[0][1]) / s,
-        ]
-    } else if m[0][0] > m[1][1] && m[0][0] > m[2][2] {
-        let s = (1.0 + m[0][0] - m[1][1] - m[2][2]).sqrt() * 2.0;
-        [
-            (m[2][1] - m[1][2]) / s,
-            s / 4.0,
-            (m[0][1] + m[1][0]) / s,
-            (m[0][2] + m[2][0]) / s,
-        ]
-    } else if m[1][1] > m[2][2] {
-        let s = (1.0 + m[1][1] - m[0][0] - m[2][2]).sqrt() * 2.0;
-        [
-            (m[0][2] - m[2][0]) / s,
-            (m[0][1] + m[1][0]) / s,
-            s / 4.0,
-            (m[1][2] + m[2][1]) / s,
-        ]
-    } else {
-        let s = (1.0 + m[2][2] - m[0][0] - m[1][1]).sqrt() * 2.0;
-        [
-            (m[1][0] - m[0][1]) / s,
-            (m[0][2] + m[2][0]) / s,
-            (m[1][2] + m[2][1]) / s,
-            s / 4.0,
-        ]
-    };
-    let n = q.iter().map(|v| v * v).sum::<f64>().sqrt();
-    q.map(|v| v / n)
-}
-
-/// Eigen-decomposition of a symmetric 3×3 by cyclic Jacobi rotations: eigenvalues and the
-/// matrix whose columns are the matching unit eigenvectors (A = V·diag(λ)·Vᵀ).
-fn eigen_symmetric3(mut a: [[f64; 3]; 3]) -> ([f64; 3], [[f64; 3]; 3]) {
-    let mut v = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
-    for _ in 0..50 {
-        let off = a[0][1].powi(2) + a[0][2].powi(2) + a[1][2].powi(2);
-        let diag = a[0][0].powi(2) + a[1][1].powi(2) + a[2][2].powi(2);
-        if off <= 1e-30 * diag || off == 0.0 {
-            break;
-        }
-        for (p, q) in [(0, 1), (0, 2), (1, 2)] {
-            if a[p][q] == 0.0 {
-                continue;
-            }
-            let theta = (a[q][q] - a[p][p]) / (2.0 * a[p][q]);
-            let t = if theta >= 0.0 { 1.0 } else { -1.0 }
-                / (theta.abs() + (theta * theta + 1.0).sqrt());
-            let c = 1.0 / (t * t + 1.0).sqrt();
-            let s = t * c;
-            for k in 0..3 {
-                let (akp, akq) = (a[k][p], a[k][q]);
-                a[k][p] = c * akp - s * akq;
-                a[k][q] = s * akp + c * akq;
-            }
-            for k in 0..3 {
-                let (apk, aqk) = (a[p][k], a[q][k]);
-                a[p][k] = c * apk - s * aqk;
-                a[q][k] = s * apk + c * aqk;
-            }
-            for row in &mut v {
-                let (vp, vq) = (row[p], row[q]);
-                row[p] = c * vp - s * vq;
-                row[q] = s * vp + c * vq;
-            }
-        }
-    }
-    ([a[0][0], a[1][1], a[2][2]], v)
-}
-
-/// Area proxy of a Gaussian: product of its two largest standard deviations (m²).
-fn area_of(scales: [f64; 3]) -> f64 {
-    // The product of all three over the smallest, without a sort.
-    let smallest = scales[0].min(scales[1]).min(scales[2]);
-    let [a, b, c] = scales;
-    if smallest == a {
-        b * c
-    } else if smallest == b {
-        a * c
-    } else {
-        a * b
-    }
-}
-
-/// Moment-match the splats at `group` into one Gaussian (Kerbl et al. 2024 §4):
-/// mass mᵢ = αᵢ·areaᵢ; μ = Σmᵢμᵢ/M; Σ = Σmᵢ(Σᵢ + (μᵢ−μ)(μᵢ−μ)ᵀ)/M; SH = Σmᵢ·shᵢ/M;
-/// α = min(1, M / area(merged)). Zero total mass falls back to equal weights.
-#[cfg(test)]
-fn merge_group(s: &GaussianSplats, group: &[u32]) -> Merged {
-    let k3 = s.sh_coeffs_per_channel() * 3;
-    let masses: Vec<f64> = group
-        .iter()
-        .map(|&i| {
-            let i = i as usize;
-            let scales = std::array::from_fn(|a| (s.log_scales[i * 3 + a] as f64).exp());
-            sigmoid(s.logit_opacities[i]) * area_of(scales)
-        })
-        .collect();
-    let mass: f64 = masses.iter().sum();
-    let weights: Vec<f64> = if mass > 0.0 && mass.is_finite() {
-        masses.iter().map(|m| m / mass).collect()
-    } else {
-        vec![1.0 / group.len() as f64; group.len()]
-    };
-    // Relative to the first mean, for precision far from the origin.
-    let origin: [f64; 3] = std::array::from_fn(|a| s.means[group[0] as usize * 3 + a] as f64);
-    let rel =
-        |i: usize| -> [f64; 3] { std::array::from_fn(|a| s.means[i * 3 + a] as f64 - origin[a]) };
-    let mut mu = [0.0; 3];
-    for (&i, w) in group.iter().zip(&weights) {
-        let p = rel(i as usize);
-        for a in 0..3 {
-            mu[a] += w * p[a];
-        }
-    }
-    let mut cov = [[0.0; 3]; 3];
-    let mut sh = vec![0.0f64; k3];
-    for (&i, w) in group.iter().zip(&weights) {
-        let i = i as usize;
-        let r = quat_to_matrix(&s.rotations[i * 4..i * 4 + 4]);
-        let var: [f64; 3] = std::array::from_fn(|a| (2.0 * s.log_scales[i * 3 + a] as f64).exp());
-        let p = rel(i);
-        let d: [f64; 3] = std::array::from_fn(|a| p[a] - mu[a]);
-        for row in 0..3 {
-            for col in 0..3 {
-                let own: f64 = (0..3).map(|k| r[row][k] * var[k] * r[col][k]).sum();
-                cov[row][col] += w * (own + d[row] * d[col]);
-            }
-        }
-        for (acc, v) in sh.iter_mut().zip(&s.sh_coeffs[i * k3..(i + 1) * k3]) {
-            *acc += w * *v as f64;
-        }
-    }
-    let mean = std::array::from_fn(|a| origin[a] + mu[a]);
-    gaussian_from_moments(mass, mean, cov, sh)
-}
-
-/// The Gaussian of merged moments: total mass M (m²), mean (metres), mass-weighted covariance
-/// (m²) and mass-weighted SH `[K, 3]`; scales and rotation from the covariance's eigenvectors,
-/// α = min(1 − ε, M / area(merged)) (Kerbl et al. 2024 §4).
-fn gaussian_from_moments(mass: f64, mean: [f64; 3], cov: [[f64; 3]; 3], sh: Vec<f64>) -> Merged {
-    let (lambda, mut vecs) = eigen_symmetric3(cov);
-    // A proper rotation: flip the last axis if the eigenvectors form a left-handed basis.
-    let det = vecs[0][0] * (vecs[1][1] * vecs[2][2] - vecs[1][2] * vecs[2][1])
-        - vecs[0][1] * (vecs[1][0] * vecs[2][2] - vecs[1][2] * vecs[2][0])
-        + vecs[0][2] * (vecs[1][0] * vecs[2][1] - vecs[1][1] * vecs[2][0]);
-    if det < 0.0 {
-        for row in &mut vecs {
-            row[2] = -row[2];
-        }
-    }
-    let scales = lambda.map(|l| l.max(MIN_VARIANCE_M2).sqrt());
-    let alpha = (mass / area_of(scales)).clamp(0.0, MAX_MERGED_OPACITY);
-    let alpha = if alpha > 0.0 { alpha } else { 1e-6 };
-    Merged {
-        mean,
-        log_scales: scales.map(|v| v.ln() as f32),
-        rotation: matrix_to_quat(&vecs).map(|v| v as f32),
-        logit_opacity: (alpha / (1.0 - alpha)).ln() as f32,
-        sh: sh.into_iter().map(|v| v as f32).collect(),
-        mass,
-    }
-}
-
 /// Encode one tile: positions relative to `center` (training frame), SPZ fixed point lowered
 /// below 12 fractional bits only if the tile is wider than ±2048 m; gzip level and antialiasing
 /// flag from `params`.
@@ -803,6 +613,8 @@ fn encode_tile(
     }
     options.spz.fractional_bits = fb;
     options.spz.gzip_level = params.gzip_level;
+    options.spz.sh1_bits = params.sh1_bits;
+    options.spz.sh_rest_bits = params.sh_rest_bits;
     if params.antialiased {
         options.spz.antialiasing = SpzAntialiasing::Antialiased;
     }
@@ -977,7 +789,8 @@ mod tests {
                 leaf_splats += content.len();
                 assert!(content.len() <= params.max_splats_per_tile);
             } else {
-                assert!(content.len() <= (MERGE_GRID_CELLS as usize).pow(3));
+                // A parent holds its children's splats merged to a quarter: within the leaf budget.
+                assert!(content.len() <= params.max_splats_per_tile);
                 // Children's boxes lie inside the parent's (all in the parent's frame).
                 let pb = tile.bounding_volume.box_.unwrap();
                 for c in &tile.children {
@@ -995,6 +808,27 @@ mod tests {
         assert!(leaf_count >= 4, "{leaf_count} leaves");
         assert_eq!(leaf_splats, s.len());
         assert_eq!(bytes, report.content_bytes);
+        // Each level holds about 4× fewer splats than the level below (the issue's 2–4×).
+        let mut per_depth = vec![0usize; report.levels as usize];
+        let mut depth_of = Vec::new();
+        fn depths(t: &Tile, d: usize, out: &mut Vec<usize>) {
+            out.push(d);
+            for c in &t.children {
+                depths(c, d + 1, out);
+            }
+        }
+        depths(&ts.root, 0, &mut depth_of);
+        for ((tile, _), d) in tiles.iter().zip(&depth_of) {
+            per_depth[*d] += read_splat_glb(
+                &std::fs::read(dir.path().join(&tile.content.as_ref().unwrap().uri)).unwrap(),
+            )
+            .unwrap()
+            .len();
+        }
+        for w in per_depth.windows(2) {
+            let ratio = w[1] as f64 / w[0] as f64;
+            assert!((3.5..=4.5).contains(&ratio), "levels {per_depth:?}");
+        }
     }
 
     #[test]
@@ -1124,114 +958,24 @@ mod tests {
     }
 
     #[test]
-    fn merging_two_identical_splats_doubles_mass_and_keeps_the_mean() {
-        // Hand calculation: scales 0.1, 0.2, 0.4 m → area 0.2·0.4 = 0.08 m²; opacity 0.3 →
-        // mass 0.024 each, 0.048 total; same covariance → same scales → α = 0.048/0.08 = 0.6.
-        let one = GaussianSplats {
-            means: vec![1.0, 2.0, 3.0],
-            log_scales: vec![0.1f32.ln(), 0.2f32.ln(), 0.4f32.ln()],
-            rotations: vec![1.0, 0.0, 0.0, 0.0],
-            logit_opacities: vec![(0.3f32 / 0.7).ln()],
-            sh_coeffs: vec![0.5, -0.25, 1.0],
-            sh_degree: 0,
-        };
-        let two = gather(&one, &[0, 0]);
-        let m = merge_group(&two, &[0, 1]);
-        assert!((m.mass - 0.048).abs() < 1e-7, "{}", m.mass);
-        assert_eq!(m.mean, [1.0, 2.0, 3.0]);
-        assert!((sigmoid(m.logit_opacity) - 0.6).abs() < 1e-5);
-        let mut got: Vec<f32> = m.log_scales.map(f32::exp).to_vec();
-        got.sort_by(f32::total_cmp);
-        for (g, e) in got.iter().zip([0.1, 0.2, 0.4]) {
-            assert!((g - e).abs() < 1e-5, "{got:?}");
-        }
-        assert_eq!(m.sh, vec![0.5, -0.25, 1.0]);
-        // Two points 2 m apart along x with tiny scales: variance along x = 1 m² → scale 1 m.
-        let mut pair = gather(&one, &[0, 0]);
-        pair.means[3] += 2.0;
-        pair.log_scales = vec![-9.0; 6];
-        let m = merge_group(&pair, &[0, 1]);
-        assert!((m.mean[0] - 2.0).abs() < 1e-6);
-        assert!((m.log_scales.iter().cloned().fold(f32::MIN, f32::max).exp() - 1.0).abs() < 1e-4);
-    }
-
-    /// The bottom-up moments (one pass over the splats) give the same parents as merging every
-    /// parent directly from all original splats under it.
-    #[test]
-    fn bottom_up_moments_match_direct_merging() {
-        let mut s = random_splats(6000, 2, 40.0, 11);
-        // Far from the origin, where precision matters.
-        for m in s.means.chunks_exact_mut(3) {
-            m[0] += 5000.0;
-            m[2] -= 3000.0;
-        }
-        let params = SplatTileParams {
-            max_splats_per_tile: 60,
-            max_depth: 16,
-            ..Default::default()
-        };
-        let nodes = build_octree(&s, &params);
-        assert!(nodes.iter().map(|n| n.depth).max().unwrap() >= 3);
-        let fast = parent_contents(&s, &nodes, (0..nodes.len()).map(|_| None).collect());
-        fn leaves_under(nodes: &[Node], i: usize, out: &mut Vec<u32>) {
-            out.extend_from_slice(&nodes[i].indices);
-            for &c in &nodes[i].children {
-                leaves_under(nodes, c, out);
-            }
-        }
-        let mut parents = 0;
-        for (i, node) in nodes.iter().enumerate() {
-            if node.is_leaf() {
-                assert!(fast[i].is_empty());
-                continue;
-            }
-            parents += 1;
-            let mut under = Vec::new();
-            leaves_under(&nodes, i, &mut under);
-            let direct = merge_on_grid(&s, node, &under);
-            let got = &fast[i];
-            assert_eq!(got.len(), direct.len(), "node {}", node.name);
-            let close = |a: &[f32], b: &[f32], tol: f32, what: &str| {
-                for (x, y) in a.iter().zip(b) {
-                    assert!(
-                        (x - y).abs() <= tol * (1.0 + y.abs()),
-                        "{} {what}: {x} vs {y}",
-                        node.name
-                    );
-                }
-            };
-            close(&got.means, &direct.means, 1e-6, "means");
-            close(&got.log_scales, &direct.log_scales, 1e-3, "log_scales");
-            close(
-                &got.logit_opacities,
-                &direct.logit_opacities,
-                1e-3,
-                "opacities",
-            );
-            close(&got.sh_coeffs, &direct.sh_coeffs, 1e-4, "sh");
-        }
-        assert!(parents >= 3);
-    }
-
-    #[test]
     fn eigen_decomposition_reconstructs_the_covariance() {
-        let r = quat_to_matrix(&[0.8, 0.2, -0.4, 0.4]);
+        let r = kiln_formats::rotation::quaternion_to_rotation([0.8, 0.2, -0.4, 0.4]).unwrap();
         let var = [4.0, 0.25, 1.0];
         let a: [[f64; 3]; 3] = std::array::from_fn(|i| {
             std::array::from_fn(|j| (0..3).map(|k| r[i][k] * var[k] * r[j][k]).sum())
         });
-        let (l, v) = eigen_symmetric3(a);
+        let (l, v) = merge::eigen_symmetric3(a);
         for i in 0..3 {
             for j in 0..3 {
                 let back: f64 = (0..3).map(|k| v[i][k] * l[k] * v[j][k]).sum();
                 assert!((back - a[i][j]).abs() < 1e-10);
             }
         }
-        let q = matrix_to_quat(&r);
-        let r2 = quat_to_matrix(&q.map(|v| v as f32));
+        let q = merge::matrix_to_quat(&r);
+        let r2 = kiln_formats::rotation::quaternion_to_rotation(q).unwrap();
         for i in 0..3 {
             for j in 0..3 {
-                assert!((r[i][j] - r2[i][j]).abs() < 1e-6);
+                assert!((r[i][j] - r2[i][j]).abs() < 1e-9);
             }
         }
     }
@@ -1250,7 +994,8 @@ mod tests {
             ..Default::default()
         };
         let report = tile_splats(&s, &params, dir.path()).unwrap();
-        assert_eq!(report.levels, 4);
+        // The median cuts split coincident splats by index: 100 → 4 × 25 → 16 leaves of ≤ 7.
+        assert_eq!(report.levels, 3);
         // 10 km wide: beyond SPZ's ±2048 m at 12 bits, so the tile encoder lowers the bits.
         let s = random_splats(200, 0, 5_000.0, 6);
         let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,110 @@
+//! The tile tree of the splat tiler: a k-d tree with fan-out 4 over the splat means (see the
+//! module docs of `tile/splat`).
+
+use kiln_formats::splats::GaussianSplats;
+
+use super::SplatTileParams;
+
+/// One tree node.
+#[derive(Debug)]
+pub(super) struct Node {
+    pub depth: u32,
+    /// Indices of the original splats in this leaf (empty for parents).
+    pub indices: Vec<u32>,
+    /// Child node indices in the arena (always larger than this node's index).
+    pub children: Vec<usize>,
+    /// Tile file stem: "r" then one child digit (0–3) per level ("r" + "l" for the single leaf
+    /// under a merged root of a small input).
+    pub name: String,
+}
+
+impl Node {
+    pub fn is_leaf(&self) -> bool {
+        self.children.is_empty()
+    }
+}
+
+/// The tree over `splats` (arena, root first, children after their parent): nodes holding more
+/// than `max_splats_per_tile` are cut into four at medians until `max_depth`; a single leaf gets
+/// a root above it.
+pub(super) fn build_tree(splats: &GaussianSplats, params: &SplatTileParams) -> Vec<Node> {
+    let mut nodes = vec![Node {
+        depth: 0,
+        indices: (0..splats.len() as u32).collect(),
+        children: Vec::new(),
+        name: "r".into(),
+    }];
+    let mut i = 0;
+    while i < nodes.len() {
+        let n = nodes[i].indices.len();
+        if n > params.max_splats_per_tile && nodes[i].depth < params.max_depth && n >= 2 {
+            let indices = std::mem::take(&mut nodes[i].indices);
+            let (a, b) = split_median(splats, indices);
+            let quarters = [a, b].into_iter().flat_map(|half| {
+                if half.len() >= 2 {
+                    let (x, y) = split_median(splats, half);
+                    [x, y]
+                } else {
+                    [half, Vec::new()]
+                }
+            });
+            for (k, q) in quarters.filter(|q| !q.is_empty()).enumerate() {
+                let child = Node {
+                    depth: nodes[i].depth + 1,
+                    indices: q,
+                    children: Vec::new(),
+                    name: format!("{}{k}", nodes[i].name),
+                };
+                nodes.push(child);
+                let c = nodes.len() - 1;
+                nodes[i].children.push(c);
+            }
+        } else if n > params.max_splats_per_tile {
+            tracing::warn!(
+                tile = %nodes[i].name,
+                splats = n,
+                max_depth = params.max_depth,
+                "leaf at max_depth holds more than max_splats_per_tile"
+            );
+        }
+        i += 1;
+    }
+    // A small input is a single leaf: put a merged root above it.
+    if nodes.len() == 1 {
+        let leaf = Node {
+            depth: 1,
+            indices: std::mem::take(&mut nodes[0].indices),
+            children: Vec::new(),
+            name: "rl".into(),
+        };
+        nodes.push(leaf);
+        nodes[0].children.push(1);
+    }
+    nodes
+}
+
+/// Cut `indices` (≥ 2) at the median of the longest axis of their means' bounding box: two halves
+/// whose sizes differ by at most one.
+fn split_median(splats: &GaussianSplats, mut indices: Vec<u32>) -> (Vec<u32>, Vec<u32>) {
+    let mut lo = [f32::INFINITY; 3];
+    let mut hi = [f32::NEG_INFINITY; 3];
+    for &s in &indices {
+        let p = &splats.means[s as usize * 3..s as usize * 3 + 3];
+        for a in 0..3 {
+            lo[a] = lo[a].min(p[a]);
+            hi[a] = hi[a].max(p[a]);
+        }
+    }
+    let axis = (0..3)
+        .max_by(|&a, &b| (hi[a] - lo[a]).total_cmp(&(hi[b] - lo[b])))
+        .unwrap_or(0);
+    let mid = indices.len() / 2;
+    // Ties broken by index, so the cut is deterministic for coincident splats.
+    indices.select_nth_unstable_by(mid, |&x, &y| {
+        splats.means[x as usize * 3 + axis]
+            .total_cmp(&splats.means[y as usize * 3 + axis])
+            .then(x.cmp(&y))
+    });
+    let upper = indices.split_off(mid);
+    (indices, upper)
+}
