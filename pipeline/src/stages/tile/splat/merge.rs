@@ -27,10 +27,12 @@
 //! NaN/Inf: inputs are finite (the tiler checks them); degenerate covariances are floored at
 //! [`MIN_VARIANCE_M2`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use kiln_formats::rotation::quaternion_to_rotation;
 use kiln_formats::splats::GaussianSplats;
+use rayon::prelude::*;
 
 /// The most opacity a merged splat gets; beyond it the splat is widened.
 pub const MAX_OPACITY: f64 = 0.99;
@@ -124,28 +126,39 @@ impl MergeSet {
     /// As splats (scales and rotation from each covariance's eigenvectors) and their deviations.
     #[must_use]
     pub fn to_splats(&self) -> (GaussianSplats, Vec<f64>) {
+        // Each covariance's eigen-decomposition, in parallel: (log-scales, wxyz rotation).
+        let shapes: Vec<([f32; 3], [f32; 4])> = self
+            .covs
+            .par_iter()
+            .map(|c| {
+                let m = [[c[0], c[1], c[2]], [c[1], c[3], c[4]], [c[2], c[4], c[5]]];
+                let (lambda, mut vecs) = eigen_symmetric3(m);
+                if det3(&vecs) < 0.0 {
+                    for row in &mut vecs {
+                        row[2] = -row[2];
+                    }
+                }
+                (
+                    lambda.map(|l| (0.5 * l.max(MIN_VARIANCE_M2).ln()) as f32),
+                    matrix_to_quat(&vecs).map(|v| v as f32),
+                )
+            })
+            .collect();
+        let n = self.len();
         let mut out = GaussianSplats {
             sh_degree: self.sh_degree,
-            ..Default::default()
+            means: Vec::with_capacity(3 * n),
+            log_scales: Vec::with_capacity(3 * n),
+            rotations: Vec::with_capacity(4 * n),
+            logit_opacities: Vec::with_capacity(n),
+            sh_coeffs: self.sh.clone(),
         };
-        for i in 0..self.len() {
-            let c = self.covs[i];
-            let m = [[c[0], c[1], c[2]], [c[1], c[3], c[4]], [c[2], c[4], c[5]]];
-            let (lambda, mut vecs) = eigen_symmetric3(m);
-            if det3(&vecs) < 0.0 {
-                for row in &mut vecs {
-                    row[2] = -row[2];
-                }
-            }
+        for (i, (log_scales, rotation)) in shapes.into_iter().enumerate() {
             out.means.extend(self.means[i].map(|v| v as f32));
-            out.log_scales
-                .extend(lambda.map(|l| (0.5 * l.max(MIN_VARIANCE_M2).ln()) as f32));
-            out.rotations
-                .extend(matrix_to_quat(&vecs).map(|v| v as f32));
+            out.log_scales.extend(log_scales);
+            out.rotations.extend(rotation);
             let a = self.opacities[i].clamp(1e-6, 1.0 - 1e-6);
             out.logit_opacities.push((a / (1.0 - a)).ln() as f32);
-            out.sh_coeffs
-                .extend_from_slice(&self.sh[i * self.k3..(i + 1) * self.k3]);
         }
         (out, self.deviations.clone())
     }
@@ -310,42 +323,74 @@ fn pair_cost(s: &MergeSet, shapes: &[Shape], i: usize, j: usize) -> Option<f64> 
     Some(area(&merged) * (b + COLOUR_WEIGHT * dc))
 }
 
+/// A multiply–rotate hash for grid cell keys (three `i64`s): the cells are hashed millions of
+/// times per level, and SipHash's protection against adversarial keys buys nothing here.
+#[derive(Default, Clone, Copy)]
+struct CellHasher(u64);
+
+impl Hasher for CellHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn write_i64(&mut self, v: i64) {
+        self.write_u64(v as u64);
+    }
+
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type CellBuild = BuildHasherDefault<CellHasher>;
+
 /// Up to [`NEIGHBOURS`] nearest other splats of each splat, found in the 27 grid cells around it
 /// (cell edge `cell_m`).
 fn neighbours(means: &[[f64; 3]], cell_m: f64) -> Vec<Vec<u32>> {
     let key =
         |p: &[f64; 3]| -> [i64; 3] { std::array::from_fn(|a| (p[a] / cell_m).floor() as i64) };
-    let mut cells: HashMap<[i64; 3], Vec<u32>> = HashMap::new();
+    let mut cells: HashMap<[i64; 3], Vec<u32>, CellBuild> = HashMap::default();
     for (i, p) in means.iter().enumerate() {
         cells.entry(key(p)).or_default().push(i as u32);
     }
-    let mut out = Vec::with_capacity(means.len());
-    let mut found: Vec<(f64, u32)> = Vec::new();
-    for (i, p) in means.iter().enumerate() {
-        found.clear();
-        let k = key(p);
-        for dx in -1..=1 {
-            for dy in -1..=1 {
-                for dz in -1..=1 {
-                    if let Some(list) = cells.get(&[k[0] + dx, k[1] + dy, k[2] + dz]) {
-                        for &j in list {
-                            if j as usize != i {
-                                let q = &means[j as usize];
-                                let d2 = (0..3).map(|a| (p[a] - q[a]).powi(2)).sum::<f64>();
-                                found.push((d2, j));
+    means
+        .par_iter()
+        .enumerate()
+        .map_init(Vec::new, |found: &mut Vec<(f64, u32)>, (i, p)| {
+            found.clear();
+            let k = key(p);
+            for dx in -1..=1 {
+                for dy in -1..=1 {
+                    for dz in -1..=1 {
+                        if let Some(list) = cells.get(&[k[0] + dx, k[1] + dy, k[2] + dz]) {
+                            for &j in list {
+                                if j as usize != i {
+                                    let q = &means[j as usize];
+                                    let d2 = (0..3).map(|a| (p[a] - q[a]).powi(2)).sum::<f64>();
+                                    found.push((d2, j));
+                                }
                             }
                         }
                     }
                 }
             }
-        }
-        let keep = found.len().min(NEIGHBOURS);
-        if found.len() > keep {
-            found.select_nth_unstable_by(keep, |a, b| a.0.total_cmp(&b.0));
-        }
-        out.push(found[..keep].iter().map(|f| f.1).collect());
-    }
-    out
+            let keep = found.len().min(NEIGHBOURS);
+            if found.len() > keep {
+                found.select_nth_unstable_by(keep, |a, b| a.0.total_cmp(&b.0));
+            }
+            found[..keep].iter().map(|f| f.1).collect()
+        })
+        .collect()
 }
 
 /// A grid cell edge (metres) at which the splats' non-empty cells hold about `per_cell` splats
@@ -366,8 +411,8 @@ fn cell_size(means: &[[f64; 3]], per_cell: f64) -> f64 {
     let mut cell = (e[1] * e[2] * per_cell / means.len().max(1) as f64)
         .sqrt()
         .max(1e-6);
-    for _ in 0..4 {
-        let mut cells = std::collections::HashSet::new();
+    for _ in 0..3 {
+        let mut cells: HashSet<[i64; 3], CellBuild> = HashSet::default();
         for p in means {
             let key: [i64; 3] = std::array::from_fn(|a| (p[a] / cell).floor() as i64);
             cells.insert(key);
