@@ -17,8 +17,6 @@
 //! Only training views are used (never the held-out ones, which `eval` scores). Views are
 //! rendered in the tiles' content frame: each camera is moved by the same rotation as the splats.
 
-use std::sync::Arc;
-
 use kiln_formats::splats::GaussianSplats;
 use kiln_kernels::{Camera, RenderOptions, Renderer};
 use rand::SeedableRng;
@@ -26,7 +24,8 @@ use rand::seq::SliceRandom;
 
 use crate::stages::train::gaussians::Gaussians;
 use crate::stages::train::store::ParamStore;
-use crate::stages::train::{TrainParams, TrainView, ViewPixels};
+use crate::stages::train::views::ViewCache;
+use crate::stages::train::{TrainParams, TrainView};
 use crate::{Error, Result};
 
 /// Training views and settings for refining levels.
@@ -76,7 +75,14 @@ impl LevelRefiner<'_> {
                 found: "none".into(),
             });
         }
-        let targets = self.targets()?;
+        // The photos go through the trainer's bounded cache (`train.image_cache_mb`): a large
+        // capture does not fit in memory as float images.
+        let mut cache = ViewCache::new(self.params.image_cache_mb.saturating_mul(1 << 20));
+        let cameras: Vec<Camera> = self
+            .views
+            .iter()
+            .map(|v| self.to_content_frame(&v.camera))
+            .collect();
         let sh_degree = level.sh_degree;
         let mut store = ParamStore::new(self.renderer, Gaussians::from_host(level))?;
         let options = RenderOptions {
@@ -90,11 +96,11 @@ impl LevelRefiner<'_> {
         let mut losses = Vec::with_capacity(self.steps);
         for step in 1..=self.steps {
             if order.is_empty() {
-                order = (0..targets.len()).collect();
+                order = (0..self.views.len()).collect();
                 order.shuffle(&mut rng);
             }
             let vi = order.pop().unwrap_or(0);
-            let (camera, pixels) = &targets[vi];
+            let (camera, pixels) = (&cameras[vi], cache.get(vi, &self.views[vi])?);
             // The end of the training schedule: the means' smallest learning rate.
             let lr_means = self.params.lr_means(self.params.steps, self.scene_extent);
             let out = store.step(
@@ -135,14 +141,6 @@ impl LevelRefiner<'_> {
             loss_start: mean(&losses[..tenth.min(losses.len())]),
             loss_end: mean(&losses[losses.len().saturating_sub(tenth)..]),
         })
-    }
-
-    /// Every training view, its camera moved into the content frame.
-    fn targets(&self) -> Result<Vec<(Camera, Arc<ViewPixels>)>> {
-        self.views
-            .iter()
-            .map(|v| Ok((self.to_content_frame(&v.camera), v.load()?)))
-            .collect()
     }
 
     /// `world_to_camera · R⁻¹`: the same camera looking at splats rotated by R.
