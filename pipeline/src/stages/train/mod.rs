@@ -375,44 +375,7 @@ pub fn train_checkpointed(
         .chain(test_views.iter())
         .map(|v| v.camera)
         .collect();
-    let init = init.map(|points| {
-        let min_dist = init::NEAR_CAMERA_FRACTION * extent;
-        let (kept, dropped) = init::drop_points_near_cameras(&points, &all_cameras, min_dist);
-        if dropped > 0 {
-            tracing::warn!(
-                dropped,
-                min_dist,
-                "train: dropped SfM points that are not finite or lie on a camera centre"
-            );
-        }
-        kept
-    });
-    let mut host_init = match &init {
-        Some(points) if !points.positions.is_empty() && params.init == Init::Auto => {
-            let points = cap_points(points, params.max_splats, &mut rng);
-            init::splats_from_points(&points, params.sh_degree)
-        }
-        _ => {
-            let pts = init::random_points_in_frustums(
-                &train_cameras,
-                params.init_random_points.min(params.max_splats),
-                extent,
-                &mut rng,
-            );
-            init::splats_from_points(&pts, params.sh_degree)
-        }
-    };
-    if params.init_opacity != init::INIT_OPACITY || params.init_scale != 1.0 {
-        mcmc::set_initial_opacity_and_scale(&mut host_init, params.init_opacity, params.init_scale);
-    }
-    if host_init.is_empty() {
-        return Err(crate::Error::Param {
-            stage: STAGE,
-            field: "init_random_points".into(),
-            expected: "≥ 1 (or non-empty SfM points)".into(),
-            found: "0 initial splats".into(),
-        });
-    }
+    let host_init = initial_splats(init, params, &train_cameras, &all_cameras, extent, &mut rng)?;
     tracing::info!(
         splats = host_init.len(),
         train_views = train_views.len(),
@@ -567,59 +530,16 @@ pub fn train_checkpointed(
         }
         let optimizer_clock = Instant::now();
 
-        if params.noise_lr > 0.0 {
-            let scaler = params.noise_lr * params.lr_means(step, extent as f64);
-            store.with_host(|g, _| mcmc::inject_noise(g, scaler, params.seed, step))?;
-        }
-        if params.preset == Preset::Mcmc {
-            if step < params.densify_until
-                && step > params.densify_from
-                && step % params.densify_every == 0
-            {
-                let done = store.with_host(|g, adam| {
-                    prune_non_finite(g, adam, &mut stats, &mut rng);
-                    mcmc::refine(g, adam, params.max_splats, params.mcmc_growth, &mut rng)
-                })?;
-                stats = DensityStats::new(store.len());
-                tracing::debug!(
-                    step,
-                    relocated = done.relocated,
-                    added = done.added,
-                    splats = store.len(),
-                    "train: mcmc refine"
-                );
-            }
-        } else if step < params.densify_until {
-            // Adaptive density control (Kerbl et al. 2023 §5.2), INRIA timing.
-            if step > params.densify_from && step % params.densify_every == 0 {
-                let cfg = DensifyConfig {
-                    grad_threshold: params.densify_grad_threshold,
-                    scene_extent: extent,
-                    prune_large: opacity_reset_done,
-                    image_max_side,
-                    max_splats: params.max_splats,
-                    grow: true,
-                };
-                store.with_host(|g, adam| {
-                    let host = prune_non_finite(g, adam, &mut stats, &mut rng)
-                        .unwrap_or_else(|| g.to_host());
-                    let plan = density::plan_densify(&host, &stats, &cfg);
-                    tracing::debug!(
-                        step,
-                        before = host.len(),
-                        cloned = plan.clone.len(),
-                        split = plan.split.len(),
-                        pruned = plan.pruned(host.len()),
-                        "train: densify"
-                    );
-                    density::apply_plan(&plan, &host, g, adam, &mut stats, true, &mut rng);
-                })?;
-            }
-            if step % params.opacity_reset_every == 0 {
-                store.with_host(density::reset_opacities)?;
-                opacity_reset_done = true;
-            }
-        }
+        refine_density(
+            &mut store,
+            &mut stats,
+            &mut rng,
+            params,
+            step,
+            extent,
+            image_max_side,
+            &mut opacity_reset_done,
+        )?;
         timing_sum.optimizer += ms(optimizer_clock);
         timing_sum.total += ms(step_clock);
 
@@ -715,36 +635,13 @@ pub fn train_checkpointed(
     }
     splats.sh_degree = params.sh_degree;
 
-    let eval_dir = out_dir.join("eval");
-    let mut per_view = Vec::with_capacity(test_views.len());
-    for v in &test_views {
-        let pixels = v.load()?;
-        per_view.push(eval::evaluate_view(
-            renderer,
-            &splats,
-            params.sh_degree,
-            &v.name,
-            &v.camera,
-            &pixels.image,
-            pixels.loss_weights.as_deref(),
-            &options,
-            &eval_dir,
-        )?);
-    }
+    let per_view = evaluate_held_out(renderer, &splats, params, &test_views, &options, out_dir)?;
     let n_eval = per_view.len().max(1) as f64;
     let psnr_db = per_view.iter().map(|m| m.psnr_db).sum::<f64>() / n_eval;
     let ssim = per_view.iter().map(|m| m.ssim).sum::<f64>() / n_eval;
     psnr_curve.push((params.steps, psnr_db));
 
-    kiln_formats::splats::ply::write_inria_ply(&out_dir.join("splats.ply"), &splats)?;
-    let frame = frame::frame_info(&all_cameras);
-    let frame_json = serde_json::to_vec_pretty(&frame)
-        .map_err(|e| crate::Error::io(out_dir.join(frame::FRAME_JSON), std::io::Error::other(e)))?;
-    kiln_formats::atomic_write::write_atomic(&out_dir.join(frame::FRAME_JSON), &frame_json)?;
-    kiln_formats::atomic_write::write_atomic(
-        &out_dir.join("loss.svg"),
-        eval::loss_svg(&loss_curve).as_bytes(),
-    )?;
+    write_run_files(out_dir, &splats, &all_cameras, &loss_curve)?;
     let wall_s = started.elapsed().as_secs_f64();
     let report = TrainReport {
         splats: splats.len(),
@@ -797,6 +694,186 @@ pub fn train_checkpointed(
     // Held to here: a signal during the final evaluation lets the stage finish and be kept.
     drop(resumable);
     Ok((splats, report))
+}
+
+/// The splats training starts from: the SfM points (minus those on a camera centre, capped at
+/// `max_splats`) when there are some and `params.init` allows them, else random points in the
+/// training cameras' frustums; opacity and scale as `params` sets them.
+///
+/// # Errors
+/// [`crate::Error::Param`] when no initial splat is left.
+fn initial_splats(
+    init: Option<InitPoints>,
+    params: &TrainParams,
+    train_cameras: &[Camera],
+    all_cameras: &[Camera],
+    extent: f32,
+    rng: &mut rng::TrainRng,
+) -> crate::Result<GaussianSplats> {
+    let init = init.map(|points| {
+        let min_dist = init::NEAR_CAMERA_FRACTION * extent;
+        let (kept, dropped) = init::drop_points_near_cameras(&points, all_cameras, min_dist);
+        if dropped > 0 {
+            tracing::warn!(
+                dropped,
+                min_dist,
+                "train: dropped SfM points that are not finite or lie on a camera centre"
+            );
+        }
+        kept
+    });
+    let mut host_init = match &init {
+        Some(points) if !points.positions.is_empty() && params.init == Init::Auto => {
+            let points = cap_points(points, params.max_splats, rng);
+            init::splats_from_points(&points, params.sh_degree)
+        }
+        _ => {
+            let pts = init::random_points_in_frustums(
+                train_cameras,
+                params.init_random_points.min(params.max_splats),
+                extent,
+                rng,
+            );
+            init::splats_from_points(&pts, params.sh_degree)
+        }
+    };
+    if params.init_opacity != init::INIT_OPACITY || params.init_scale != 1.0 {
+        mcmc::set_initial_opacity_and_scale(&mut host_init, params.init_opacity, params.init_scale);
+    }
+    if host_init.is_empty() {
+        return Err(crate::Error::Param {
+            stage: STAGE,
+            field: "init_random_points".into(),
+            expected: "≥ 1 (or non-empty SfM points)".into(),
+            found: "0 initial splats".into(),
+        });
+    }
+    Ok(host_init)
+}
+
+/// What happens to the splat set after a step's update: MCMC noise, then the preset's
+/// densification (INRIA clone / split / prune and opacity resets, or MCMC relocation and growth)
+/// on its schedule.
+///
+/// # Errors
+/// [`crate::Error::Kernel`] for device failures while the state is copied to the host and back.
+#[allow(clippy::too_many_arguments)]
+fn refine_density(
+    store: &mut ParamStore,
+    stats: &mut DensityStats,
+    rng: &mut rng::TrainRng,
+    params: &TrainParams,
+    step: usize,
+    extent: f32,
+    image_max_side: u32,
+    opacity_reset_done: &mut bool,
+) -> crate::Result<()> {
+    if params.noise_lr > 0.0 {
+        let scaler = params.noise_lr * params.lr_means(step, extent as f64);
+        store.with_host(|g, _| mcmc::inject_noise(g, scaler, params.seed, step))?;
+    }
+    if params.preset == Preset::Mcmc {
+        if step < params.densify_until
+            && step > params.densify_from
+            && step.is_multiple_of(params.densify_every)
+        {
+            let done = store.with_host(|g, adam| {
+                prune_non_finite(g, adam, stats, rng);
+                mcmc::refine(g, adam, params.max_splats, params.mcmc_growth, rng)
+            })?;
+            *stats = DensityStats::new(store.len());
+            tracing::debug!(
+                step,
+                relocated = done.relocated,
+                added = done.added,
+                splats = store.len(),
+                "train: mcmc refine"
+            );
+        }
+    } else if step < params.densify_until {
+        // Adaptive density control (Kerbl et al. 2023 §5.2), INRIA timing.
+        if step > params.densify_from && step.is_multiple_of(params.densify_every) {
+            let cfg = DensifyConfig {
+                grad_threshold: params.densify_grad_threshold,
+                scene_extent: extent,
+                prune_large: *opacity_reset_done,
+                image_max_side,
+                max_splats: params.max_splats,
+                grow: true,
+            };
+            store.with_host(|g, adam| {
+                let host = prune_non_finite(g, adam, stats, rng).unwrap_or_else(|| g.to_host());
+                let plan = density::plan_densify(&host, stats, &cfg);
+                tracing::debug!(
+                    step,
+                    before = host.len(),
+                    cloned = plan.clone.len(),
+                    split = plan.split.len(),
+                    pruned = plan.pruned(host.len()),
+                    "train: densify"
+                );
+                density::apply_plan(&plan, &host, g, adam, stats, true, rng);
+            })?;
+        }
+        if step.is_multiple_of(params.opacity_reset_every) {
+            store.with_host(density::reset_opacities)?;
+            *opacity_reset_done = true;
+        }
+    }
+    Ok(())
+}
+
+/// Render and score every held-out view (`eval/<name>.png` under `out_dir`).
+///
+/// # Errors
+/// View loading, rasterizer and file errors.
+fn evaluate_held_out(
+    renderer: &Renderer,
+    splats: &GaussianSplats,
+    params: &TrainParams,
+    test_views: &[TrainView],
+    options: &RenderOptions,
+    out_dir: &Path,
+) -> crate::Result<Vec<eval::ViewMetrics>> {
+    let eval_dir = out_dir.join("eval");
+    let mut per_view = Vec::with_capacity(test_views.len());
+    for v in test_views {
+        let pixels = v.load()?;
+        per_view.push(eval::evaluate_view(
+            renderer,
+            splats,
+            params.sh_degree,
+            &v.name,
+            &v.camera,
+            &pixels.image,
+            pixels.loss_weights.as_deref(),
+            options,
+            &eval_dir,
+        )?);
+    }
+    Ok(per_view)
+}
+
+/// `splats.ply`, `frame.json` (up axis from `cameras`) and `loss.svg` into `out_dir`.
+///
+/// # Errors
+/// [`crate::Error::Io`] / [`crate::Error::Format`] when a file cannot be written.
+fn write_run_files(
+    out_dir: &Path,
+    splats: &GaussianSplats,
+    all_cameras: &[Camera],
+    loss_curve: &[(usize, f64)],
+) -> crate::Result<()> {
+    kiln_formats::splats::ply::write_inria_ply(&out_dir.join("splats.ply"), splats)?;
+    let frame = frame::frame_info(all_cameras);
+    let frame_json = serde_json::to_vec_pretty(&frame)
+        .map_err(|e| crate::Error::io(out_dir.join(frame::FRAME_JSON), std::io::Error::other(e)))?;
+    kiln_formats::atomic_write::write_atomic(&out_dir.join(frame::FRAME_JSON), &frame_json)?;
+    kiln_formats::atomic_write::write_atomic(
+        &out_dir.join("loss.svg"),
+        eval::loss_svg(loss_curve).as_bytes(),
+    )?;
+    Ok(())
 }
 
 /// Normalise quaternions (identity for degenerate ones) and drop splats with opacity below
