@@ -458,26 +458,30 @@ pub fn merge_to(mut set: MergeSet, target: usize) -> MergeSet {
 
 /// One round: greedy matching of the cheapest allowed pairs, at most `max_merges` of them.
 fn merge_round(set: &MergeSet, max_merges: usize, cell_m: f64) -> MergeSet {
-    let shapes: Vec<Shape> = set.covs.iter().map(Shape::of).collect();
+    let shapes: Vec<Shape> = set.covs.par_iter().map(Shape::of).collect();
     let near = neighbours(&set.means, cell_m);
-    let mut edges: Vec<(f64, u32, u32)> = Vec::new();
-    for (i, list) in near.iter().enumerate() {
-        for &j in list {
-            let (a, b) = if (i as u32) < j {
-                (i as u32, j)
-            } else {
-                (j, i as u32)
-            };
-            // Each pair once: from its smaller index, or from the larger when the smaller does not
-            // list it.
-            if (a as usize == i || !near[a as usize].contains(&b))
-                && let Some(c) = pair_cost(set, &shapes, a as usize, b as usize)
-            {
-                edges.push((c, a, b));
-            }
-        }
-    }
-    edges.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)).then(x.2.cmp(&y.2)));
+    let mut edges: Vec<(f64, u32, u32)> = near
+        .par_iter()
+        .enumerate()
+        .flat_map_iter(|(i, list)| {
+            let (near, shapes) = (&near, &shapes);
+            list.iter().filter_map(move |&j| {
+                let (a, b) = if (i as u32) < j {
+                    (i as u32, j)
+                } else {
+                    (j, i as u32)
+                };
+                // Each pair once: from its smaller index, or from the larger when the smaller
+                // does not list it.
+                if a as usize != i && near[a as usize].contains(&b) {
+                    return None;
+                }
+                pair_cost(set, shapes, a as usize, b as usize).map(|c| (c, a, b))
+            })
+        })
+        .collect();
+    // Ties broken by index, so the order (and the result) does not depend on thread timing.
+    edges.par_sort_unstable_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)).then(x.2.cmp(&y.2)));
     let mut used = vec![false; set.len()];
     let mut out = MergeSet::with_degree(set.sh_degree);
     let mut merges = 0;
