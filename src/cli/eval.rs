@@ -17,8 +17,10 @@ use kiln_pipeline::stages::train::{self, TrainParams};
 /// Arguments of `kiln eval`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  \
+    kiln eval out/fox --job datasets/jobs/fox.toml      (the job's capture, masks, background)\n  \
     kiln eval out/fox --capture dataset://capture-fox-instantngp --max-side 270\n  \
-    kiln eval out/plushdog/tileset.json --reference plushdog.ply --orbit\n\
+    kiln eval out/plushdog --job datasets/jobs/plushdog.toml   (orbit; the job's input, upright)\n  \
+    kiln eval tileset.json --orbit                      (against the tileset's own leaves)\n\
     Cuts: τ = the maximum screen-space error in pixels a CesiumJS client refines to (16 is its \
     default; 0 shows every leaf); budgets = the most splats a Spark-style client shows.")]
 pub struct EvalArgs {
@@ -26,9 +28,14 @@ pub struct EvalArgs {
     /// file (.ply, .spz, .splat, .glb, .compressed.ply).
     #[arg(value_name = "INPUT")]
     pub input: PathBuf,
+    /// The job file INPUT came from: its capture (held-out photos, masks, background, hold-out
+    /// split, antialiasing) for capture jobs, or its input splats made upright as the job did
+    /// (the orbit's reference) for splats jobs. Flags given as well override it.
+    #[arg(long, value_name = "JOB.toml")]
+    pub job: Option<PathBuf>,
     /// The capture whose held-out photos to render from: a capture folder or
     /// `dataset://NAME` (ingested with --max-side), or a job's `ingest` work folder.
-    #[arg(long, value_name = "CAPTURE")]
+    #[arg(long, value_name = "CAPTURE", conflicts_with = "orbit")]
     pub capture: Option<String>,
     /// Longest image side when ingesting --capture (as the job's `[ingest] max_side`).
     #[arg(long, value_name = "PX")]
@@ -52,17 +59,18 @@ pub struct EvalArgs {
     /// else y.
     #[arg(long, value_name = "AXIS", allow_hyphen_values = true)]
     pub up_axis: Option<UpAxis>,
-    /// Screen-space errors (pixels) of the cuts, comma-separated.
-    #[arg(long, value_name = "PX,…", value_delimiter = ',', default_values_t = EvalParams::default().taus_px)]
+    /// Screen-space errors (pixels) of the cuts, comma-separated, each ≥ 0.
+    #[arg(long, value_name = "PX,…", value_delimiter = ',', allow_hyphen_values = true, default_values_t = EvalParams::default().taus_px)]
     pub tau: Vec<f64>,
-    /// Splat budgets of the budget cuts, comma-separated.
+    /// Splat budgets of the budget cuts, comma-separated, each ≥ 1.
     #[arg(long, value_name = "N,…", value_delimiter = ',', default_values_t = EvalParams::default().budgets)]
     pub budget: Vec<usize>,
     /// Render with the Mip-Splatting 2D filter (splats trained with `train.antialiased`).
     #[arg(long)]
     pub antialiased: bool,
     /// Where to write fidelity.json, strips/ and psnr_bytes.svg (default: `fidelity/` beside
-    /// INPUT).
+    /// INPUT, or `./kiln-eval/<folder>` when INPUT is a published job output, whose files its
+    /// manifest.json lists and which kiln eval must not change).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Print fidelity.json on stdout instead of the table.
@@ -70,16 +78,91 @@ pub struct EvalArgs {
     pub json: bool,
 }
 
+/// What a job file says about how its delivery is evaluated.
+struct JobSettings {
+    ingest: IngestParams,
+    train: TrainParams,
+    antialiased: bool,
+    /// Capture jobs: the capture; splats jobs: the input splats (made upright below).
+    input: String,
+    kind: kiln_pipeline::dag::JobKind,
+}
+
+fn job_settings(path: &Path) -> anyhow::Result<JobSettings> {
+    let spec = kiln_jobs::spec::JobSpec::from_file(path)?;
+    Ok(JobSettings {
+        antialiased: spec.tile.antialiased || spec.train.antialiased,
+        ingest: spec.ingest,
+        train: spec.train,
+        input: spec.input,
+        kind: spec.kind,
+    })
+}
+
+/// Check the flags (named as typed) before any work.
+fn check_args(args: &EvalArgs) -> anyhow::Result<()> {
+    if let Some(t) = args.tau.iter().find(|t| !(t.is_finite() && **t >= 0.0)) {
+        bail!(
+            "--tau {t}: each screen-space error must be a finite number of pixels ≥ 0 (e.g. --tau 0,16,64)"
+        );
+    }
+    if args.budget.contains(&0) {
+        bail!("--budget 0: each splat budget must be ≥ 1 (e.g. --budget 500000,1000000)");
+    }
+    if let Some(r) = args
+        .orbit_radii
+        .iter()
+        .find(|r| !(r.is_finite() && **r > 0.0))
+    {
+        bail!(
+            "--orbit-radii {r}: each distance must be a multiple > 0 of the scene radius (e.g. --orbit-radii 1,2,4)"
+        );
+    }
+    Ok(())
+}
+
 /// Resolve the inputs, evaluate, print.
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
+    check_args(&args)?;
+    let job = args.job.as_deref().map(job_settings).transpose()?;
     let (delivered, input_dir) = open_input(&args.input)?;
-    let reference = resolve_reference(&args, &input_dir)?;
+    let reference = resolve_reference(&args, &input_dir, job.as_ref(), &delivered)?;
     let tmp = tempfile::tempdir().context("create a temporary folder")?;
-    let views = match (&args.capture, args.orbit) {
-        (Some(capture), false) => {
-            held_out_views(capture, args.max_side, args.eval_every, tmp.path())?
+    let is_capture_job = job
+        .as_ref()
+        .is_some_and(|j| j.kind == kiln_pipeline::dag::JobKind::Capture);
+    let capture = args.capture.clone().or_else(|| {
+        job.as_ref()
+            .filter(|_| is_capture_job && !args.orbit)
+            .map(|j| j.input.clone())
+    });
+    let train = job.as_ref().map(|j| j.train.clone()).unwrap_or_default();
+    let views = match capture {
+        Some(capture) => {
+            let ingest = match &job {
+                Some(j) => IngestParams {
+                    max_side: args.max_side.or(j.ingest.max_side),
+                    ..j.ingest.clone()
+                },
+                None => IngestParams {
+                    max_side: args.max_side,
+                    ..IngestParams::default()
+                },
+            };
+            if ingest.max_side.is_none() {
+                eprintln!(
+                    "note: ingesting {capture} at full resolution (give --max-side, or --job, to \
+                     evaluate at the size the job trained at)"
+                );
+            }
+            let eval_every = if args.job.is_some() {
+                train.eval_every
+            } else {
+                args.eval_every
+            };
+            held_out_views(&capture, &ingest, &train, eval_every, tmp.path())?
         }
-        _ => orbit(&args, &delivered, reference.as_ref().map(|r| &r.1))?,
+        None => orbit(&args, &delivered, reference.as_ref().map(|r| &r.1))?,
     };
     let params = EvalParams {
         taus_px: args.tau.clone(),
@@ -88,13 +171,11 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         ..EvalParams::default()
     };
     let options = RenderOptions {
-        antialiased: args.antialiased,
-        ..RenderOptions::default()
+        background: train.background,
+        antialiased: args.antialiased || job.as_ref().is_some_and(|j| j.antialiased),
+        absgrad: false,
     };
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| input_dir.join("fidelity"));
+    let out = args.out.clone().unwrap_or_else(|| default_out(&input_dir));
     let report = eval::evaluate(
         &Renderer::Cpu,
         &delivered,
@@ -108,9 +189,24 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print_table(&report, reference.as_ref().map(|r| r.0.as_path()), &out);
+        print_table(&report, reference.as_ref().map(|r| r.0.as_str()), &out);
     }
     Ok(())
+}
+
+/// `fidelity/` beside the input, unless the input is a published output (a `manifest.json`
+/// lists its files): then `./kiln-eval/<folder name>`.
+fn default_out(input_dir: &Path) -> PathBuf {
+    if input_dir.join("manifest.json").is_file() {
+        let name = input_dir
+            .canonicalize()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "output".into());
+        PathBuf::from("kiln-eval").join(name)
+    } else {
+        input_dir.join("fidelity")
+    }
 }
 
 /// The tileset or splat file named by INPUT, and the folder it is in.
@@ -144,31 +240,57 @@ fn open_input(input: &Path) -> anyhow::Result<(Delivered, PathBuf)> {
     ))
 }
 
-/// `--reference`, else `splats.ply` beside the input tileset.
+/// The full splats to compare with, labelled: `--reference`; else a splats job's input made
+/// upright as its ingest did (`--job`); else `splats.ply` beside the input tileset; else the
+/// tileset's own leaves (the full-detail delivery), so a cut is always scored against something.
 fn resolve_reference(
     args: &EvalArgs,
     input_dir: &Path,
-) -> anyhow::Result<Option<(PathBuf, kiln_formats::splats::GaussianSplats)>> {
-    let path = match &args.reference {
-        Some(p) => p.clone(),
-        None => {
-            let beside = input_dir.join("splats.ply");
-            if !beside.is_file() || args.input.extension().is_some_and(|e| e != "json") {
-                return Ok(None);
-            }
-            beside
-        }
+    job: Option<&JobSettings>,
+    delivered: &Delivered,
+) -> anyhow::Result<Option<(String, kiln_formats::splats::GaussianSplats)>> {
+    let read = |p: &Path| {
+        kiln_formats::splats::convert::read_splats(p)
+            .with_context(|| format!("read the reference splats {}", p.display()))
     };
-    let splats = kiln_formats::splats::convert::read_splats(&path)
-        .with_context(|| format!("read the reference splats {}", path.display()))?;
-    Ok(Some((path, splats)))
+    if let Some(p) = &args.reference {
+        return Ok(Some((p.display().to_string(), read(p)?)));
+    }
+    if let Some(j) = job.filter(|j| j.kind == kiln_pipeline::dag::JobKind::Splats) {
+        let local = kiln_datasets::resolve_location(&j.input)
+            .with_context(|| format!("resolve the job's input {}", j.input))?;
+        let path = PathBuf::from(local.strip_prefix("file://").unwrap_or(&local));
+        let mut splats = read(&path)?;
+        if let Some(axis) = j.ingest.up_axis()? {
+            kiln_formats::splats::convert::rotate_splats(
+                &mut splats,
+                up_axis_rotation(axis, UpAxis::Y),
+            )?;
+        }
+        return Ok(Some((
+            format!("{} (the job's input, upright)", path.display()),
+            splats,
+        )));
+    }
+    let beside = input_dir.join("splats.ply");
+    if beside.is_file() && args.input.extension().is_none_or(|e| e == "json") {
+        return Ok(Some((beside.display().to_string(), read(&beside)?)));
+    }
+    if let Delivered::Tileset(ts) = delivered {
+        return Ok(Some((
+            "the tileset's leaves (full detail)".to_string(),
+            ts.leaves()?,
+        )));
+    }
+    Ok(None)
 }
 
 /// The held-out photos of `capture` (every `eval_every`-th by name), ingested into `tmp` unless
 /// it already is an ingested folder.
 fn held_out_views(
     capture: &str,
-    max_side: Option<u32>,
+    ingest: &IngestParams,
+    train: &TrainParams,
     eval_every: usize,
     tmp: &Path,
 ) -> anyhow::Result<Vec<EvalView>> {
@@ -178,16 +300,12 @@ fn held_out_views(
     let ingest_dir = if local.join(ingest::CAPTURE_JSON).is_file() {
         local
     } else {
-        let params = IngestParams {
-            max_side,
-            ..IngestParams::default()
-        };
-        ingest::ingest_capture(&local, &params, tmp)
+        ingest::ingest_capture(&local, ingest, tmp)
             .with_context(|| format!("read the capture {capture}"))?;
         tmp.to_path_buf()
     };
     let cap = ingest::load_ingested(&ingest_dir)?;
-    let views = kiln_pipeline::run::train_views(&ingest_dir, &cap, &TrainParams::default());
+    let views = kiln_pipeline::run::train_views(&ingest_dir, &cap, train);
     Ok(train::held_out_views(views, eval_every)
         .into_iter()
         .map(EvalView::photo)
@@ -231,7 +349,7 @@ fn orbit(
     ))
 }
 
-fn print_table(report: &EvalReport, reference: Option<&Path>, out: &Path) {
+fn print_table(report: &EvalReport, reference: Option<&str>, out: &Path) {
     let kinds: Vec<&str> = report.views.iter().map(|v| v.kind.as_str()).collect();
     let first = report.views.first();
     println!(
@@ -256,13 +374,12 @@ fn print_table(report: &EvalReport, reference: Option<&Path>, out: &Path) {
         first.map_or(0, |v| v.width),
         first.map_or(0, |v| v.height),
     );
-    if let (Some(r), Some(p), Some(s)) =
-        (reference, report.reference_psnr_db, report.reference_ssim)
-    {
-        println!(
-            "full splats {}: {p:.2} dB, SSIM {s:.3} against the photos",
-            r.display()
-        );
+    match (reference, report.reference_psnr_db, report.reference_ssim) {
+        (Some(r), Some(p), Some(s)) => {
+            println!("full splats {r}: {p:.2} dB, SSIM {s:.3} against the photos")
+        }
+        (Some(r), _, _) => println!("\"vs full\" columns: against {r}"),
+        _ => {}
     }
     let opt = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |x| format!("{x:.d$}"));
     println!(

@@ -18,7 +18,9 @@ pub struct CutScores {
     pub psnr_db: Option<f64>,
     /// SSIM against the photo.
     pub ssim: Option<f64>,
-    /// PSNR against the full trained splats' render, dB (`None` without them).
+    /// PSNR against the full trained splats' render, dB (`None` without them). The mean over
+    /// views is the PSNR of the views' mean squared error (identical views, capped at
+    /// [`super::PSNR_CAP_DB`] each, would otherwise dominate a mean of decibels).
     pub psnr_vs_full_db: Option<f64>,
     /// SSIM against the full trained splats' render.
     pub ssim_vs_full: Option<f64>,
@@ -132,7 +134,17 @@ fn mean_scores(views: &[CutScores]) -> CutScores {
         view: None,
         psnr_db: opt(|v| v.psnr_db),
         ssim: opt(|v| v.ssim),
-        psnr_vs_full_db: opt(|v| v.psnr_vs_full_db),
+        psnr_vs_full_db: if views.iter().all(|v| v.psnr_vs_full_db.is_some()) {
+            mean(
+                views
+                    .iter()
+                    .filter_map(|v| v.psnr_vs_full_db)
+                    .map(|db| 10f64.powf(-db / 10.0)),
+            )
+            .map(|mse| (-10.0 * mse.log10()).min(super::PSNR_CAP_DB))
+        } else {
+            None
+        },
         ssim_vs_full: opt(|v| v.ssim_vs_full),
         splats: mean(views.iter().map(|v| v.splats)).unwrap_or(0.0),
         bytes: mean(views.iter().map(|v| v.bytes)).unwrap_or(0.0),
@@ -333,13 +345,43 @@ pub fn psnr_bytes_svg(report: &EvalReport) -> String {
         pad - 20.0,
         x_max_mb = x_max / 1e6,
     ));
+    // Ticks: five on the bytes axis, whole decibels (every 1, 2 or 5) on the PSNR axis.
+    for k in 0..=4 {
+        let x = x_max * f64::from(k) / 4.0;
+        svg.push_str(&format!(
+            "<line x1=\"{0:.1}\" y1=\"{1}\" x2=\"{0:.1}\" y2=\"{2}\" stroke=\"black\"/>\
+             <text x=\"{0:.1}\" y=\"{3}\" text-anchor=\"middle\">{4:.2}</text>\n",
+            px(x),
+            h - pad,
+            h - pad + 5.0,
+            h - pad + 17.0,
+            x / 1e6
+        ));
+    }
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .find(|s| (y_hi - y_lo) / s <= 10.0)
+        .unwrap_or(20.0);
+    let mut y = (y_lo / step).ceil() * step;
+    while y <= y_hi {
+        svg.push_str(&format!(
+            "<line x1=\"{0}\" y1=\"{1:.1}\" x2=\"{2}\" y2=\"{1:.1}\" stroke=\"black\"/>\
+             <text x=\"{3}\" y=\"{4:.1}\" text-anchor=\"end\">{y}</text>\n",
+            pad - 5.0,
+            py(y),
+            pad,
+            pad - 8.0,
+            py(y) + 4.0
+        ));
+        y += step;
+    }
     if let (true, Some(r)) = (against_photos, report.reference_psnr_db) {
         svg.push_str(&format!(
             "<line x1=\"{pad}\" y1=\"{0:.1}\" x2=\"{1}\" y2=\"{0:.1}\" stroke=\"gray\" stroke-dasharray=\"6 4\"/>\n\
-             <text x=\"{2}\" y=\"{3:.1}\" fill=\"gray\" text-anchor=\"end\">full splats {r:.2} dB</text>\n",
+             <text x=\"{2}\" y=\"{3:.1}\" fill=\"gray\">full splats {r:.2} dB</text>\n",
             py(r),
             w - pad,
-            w - pad,
+            pad + 4.0,
             py(r) - 4.0
         ));
     }
@@ -353,15 +395,37 @@ pub fn psnr_bytes_svg(report: &EvalReport) -> String {
         "<polyline fill=\"none\" stroke=\"steelblue\" stroke-width=\"1.5\" points=\"{}\"/>\n",
         poly.join(" ")
     ));
+    // Cuts that select the same tiles land on the same point: one label for them all.
+    let mut merged: Vec<(f64, f64, String)> = Vec::new();
     for (x, y, label) in &pts {
+        match merged
+            .iter_mut()
+            .find(|m| (m.0 - x).abs() < 0.5 && (m.1 - y).abs() < 1e-3)
+        {
+            Some(m) => {
+                m.2.push('/');
+                m.2.push_str(label.trim_start_matches("τ="));
+            }
+            None => merged.push((*x, *y, label.clone())),
+        }
+    }
+    for (k, (x, y, label)) in merged.iter().enumerate() {
+        // Labels alternate above and below their points, and end at the point near the right
+        // edge, so neighbours do not print on top of each other.
+        let dy = if k % 2 == 0 { -8.0 } else { 16.0 };
+        let (dx, anchor) = if px(*x) > w - 2.0 * pad - 100.0 {
+            (-6.0, "end")
+        } else {
+            (6.0, "start")
+        };
         svg.push_str(&format!(
             "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"4\" fill=\"steelblue\"><title>{label}: {y:.2} dB, {:.0} bytes</title></circle>\n\
-             <text x=\"{:.1}\" y=\"{:.1}\">{label} {y:.2}</text>\n",
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\">{label} {y:.2}</text>\n",
             px(*x),
             py(*y),
             x,
-            px(*x) + 6.0,
-            py(*y) - 6.0
+            px(*x) + dx,
+            py(*y) + dy
         ));
     }
     svg.push_str("</svg>\n");
