@@ -336,7 +336,17 @@ fn sigterm_hands_the_running_stage_back_and_cancel_stops_a_running_job() {
         .iter()
         .map(|s| s["state"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(states, ["succeeded", "cancelled", "cancelled", "cancelled"]);
+    // ingest, then train, tile, eval and publish cancelled.
+    assert_eq!(
+        states,
+        [
+            "succeeded",
+            "cancelled",
+            "cancelled",
+            "cancelled",
+            "cancelled"
+        ]
+    );
 }
 
 #[test]
