@@ -218,47 +218,6 @@ fn quat_mul(a: [f64; 4], b: [f64; 4]) -> [f64; 4] {
     ]
 }
 
-/// Unit wxyz quaternion of a proper rotation matrix (Shepperd's method: branch on the largest
-/// diagonal term for stability).
-fn quat_from_matrix(r: [[f64; 3]; 3]) -> [f64; 4] {
-    let trace = r[0][0] + r[1][1] + r[2][2];
-    let q = if trace > 0.0 {
-        let s = (trace + 1.0).sqrt() * 2.0;
-        [
-            0.25 * s,
-            (r[2][1] - r[1][2]) / s,
-            (r[0][2] - r[2][0]) / s,
-            (r[1][0] - r[0][1]) / s,
-        ]
-    } else if r[0][0] > r[1][1] && r[0][0] > r[2][2] {
-        let s = (1.0 + r[0][0] - r[1][1] - r[2][2]).sqrt() * 2.0;
-        [
-            (r[2][1] - r[1][2]) / s,
-            0.25 * s,
-            (r[0][1] + r[1][0]) / s,
-            (r[0][2] + r[2][0]) / s,
-        ]
-    } else if r[1][1] > r[2][2] {
-        let s = (1.0 + r[1][1] - r[0][0] - r[2][2]).sqrt() * 2.0;
-        [
-            (r[0][2] - r[2][0]) / s,
-            (r[0][1] + r[1][0]) / s,
-            0.25 * s,
-            (r[1][2] + r[2][1]) / s,
-        ]
-    } else {
-        let s = (1.0 + r[2][2] - r[0][0] - r[1][1]).sqrt() * 2.0;
-        [
-            (r[1][0] - r[0][1]) / s,
-            (r[0][2] + r[2][0]) / s,
-            (r[1][2] + r[2][1]) / s,
-            0.25 * s,
-        ]
-    };
-    let n = q.iter().map(|v| v * v).sum::<f64>().sqrt();
-    q.map(|v| v / n)
-}
-
 /// Rotate a whole splat scene by the proper rotation `r` (row-major, p′ = r·p): means become
 /// r·μ, rotations q_r ⊗ q (so covariances become r·Σ·rᵀ; quaternions are not renormalised
 /// beyond what the product does), SH bands 1..=3 are rotated so that the colour seen along r·d
@@ -295,7 +254,7 @@ pub fn rotate_splats(splats: &mut GaussianSplats, r: [[f64; 3]; 3]) -> Result<()
             p[i] = (r[i][0] * v[0] + r[i][1] * v[1] + r[i][2] * v[2]) as f32;
         }
     }
-    let qr = quat_from_matrix(r);
+    let qr = crate::rotation::rotation_to_quaternion(r);
     for q in splats.rotations.chunks_exact_mut(4) {
         let out = quat_mul(qr, [q[0] as f64, q[1] as f64, q[2] as f64, q[3] as f64]);
         for (d, s) in q.iter_mut().zip(out) {

@@ -30,7 +30,7 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use kiln_formats::rotation::quaternion_to_rotation;
+use kiln_formats::rotation::{quaternion_to_rotation, rotation_to_quaternion};
 use kiln_formats::splats::GaussianSplats;
 use rayon::prelude::*;
 
@@ -140,7 +140,7 @@ impl MergeSet {
                 }
                 (
                     lambda.map(|l| (0.5 * l.max(MIN_VARIANCE_M2).ln()) as f32),
-                    matrix_to_quat(&vecs).map(|v| v as f32),
+                    rotation_to_quaternion(vecs).map(|v| v as f32),
                 )
             })
             .collect();
@@ -527,46 +527,6 @@ fn det3(m: &[[f64; 3]; 3]) -> f64 {
     m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
         - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
         + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
-}
-
-/// wxyz quaternion of a proper rotation matrix (row-major), Shepperd's method.
-pub(super) fn matrix_to_quat(m: &[[f64; 3]; 3]) -> [f64; 4] {
-    let tr = m[0][0] + m[1][1] + m[2][2];
-    let q = if tr > 0.0 {
-        let s = (tr + 1.0).sqrt() * 2.0;
-        [
-            s / 4.0,
-            (m[2][1] - m[1][2]) / s,
-            (m[0][2] - m[2][0]) / s,
-            (m[1][0] - m[0][1]) / s,
-        ]
-    } else if m[0][0] > m[1][1] && m[0][0] > m[2][2] {
-        let s = (1.0 + m[0][0] - m[1][1] - m[2][2]).sqrt() * 2.0;
-        [
-            (m[2][1] - m[1][2]) / s,
-            s / 4.0,
-            (m[0][1] + m[1][0]) / s,
-            (m[0][2] + m[2][0]) / s,
-        ]
-    } else if m[1][1] > m[2][2] {
-        let s = (1.0 + m[1][1] - m[0][0] - m[2][2]).sqrt() * 2.0;
-        [
-            (m[0][2] - m[2][0]) / s,
-            (m[0][1] + m[1][0]) / s,
-            s / 4.0,
-            (m[1][2] + m[2][1]) / s,
-        ]
-    } else {
-        let s = (1.0 + m[2][2] - m[0][0] - m[1][1]).sqrt() * 2.0;
-        [
-            (m[1][0] - m[0][1]) / s,
-            (m[0][2] + m[2][0]) / s,
-            (m[1][2] + m[2][1]) / s,
-            s / 4.0,
-        ]
-    };
-    let n = q.iter().map(|v| v * v).sum::<f64>().sqrt();
-    q.map(|v| v / n)
 }
 
 /// Eigen-decomposition of a symmetric 3×3 by cyclic Jacobi rotations: eigenvalues and the

@@ -971,7 +971,7 @@ mod tests {
                 assert!((back - a[i][j]).abs() < 1e-10);
             }
         }
-        let q = merge::matrix_to_quat(&r);
+        let q = kiln_formats::rotation::rotation_to_quaternion(r);
         let r2 = kiln_formats::rotation::quaternion_to_rotation(q).unwrap();
         for i in 0..3 {
             for j in 0..3 {
