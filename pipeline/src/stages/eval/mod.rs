@@ -395,16 +395,20 @@ fn score_view(
                     CutSpec::File => unreachable!(),
                 };
                 let bytes = c.fetched.iter().map(|&i| ts.tiles[i].content_bytes).sum();
-                let content = ts.gather(&c.shown)?;
+                let mut splats = 0;
+                for &i in &c.shown {
+                    splats += ts.splat_count(i)?;
+                }
+                // The cut's splats are gathered (copied) only when it is not rendered yet.
                 let image = match rendered.iter().find(|(k, _)| *k == c.shown) {
                     Some((_, img)) => std::rc::Rc::clone(img),
                     None => {
-                        let img = std::rc::Rc::new(render(&content)?);
+                        let img = std::rc::Rc::new(render(&ts.gather(&c.shown)?)?);
                         rendered.push((c.shown.clone(), std::rc::Rc::clone(&img)));
                         img
                     }
                 };
-                (image, content.len(), bytes)
+                (image, splats, bytes)
             }
         };
         let vs_photo = photo.as_ref().map(|(p, _)| score(&image, p));
