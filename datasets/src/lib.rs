@@ -67,9 +67,17 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A `dataset://` path that climbs out of the dataset with `..`.
-    #[error("{location}: `..` is not allowed in a dataset:// path; name a file inside the dataset")]
-    Escape { location: String },
+    /// A `dataset://` URL that is malformed or would leave its dataset (an absolute sub-path,
+    /// `.` or `..` components, a symlink pointing outside).
+    #[error("`{location}`: {problem}")]
+    Escape { location: String, problem: String },
+    /// A `dataset://NAME/PATH` whose PATH does not exist in the dataset.
+    #[error("`{location}`: dataset `{name}` has no `{sub}`; name a file or folder inside it")]
+    NoSuchPath {
+        location: String,
+        name: String,
+        sub: String,
+    },
     /// The compiled-in manifest does not parse (a build defect).
     #[error("datasets/manifest.toml: {0}")]
     Manifest(#[from] toml::de::Error),
@@ -138,25 +146,109 @@ pub fn resolve(name: &str) -> Result<PathBuf, Error> {
     })
 }
 
-/// Resolve a `dataset://NAME[/SUB/PATH]` URL to a local path; any other location is returned as is.
+/// A parsed `dataset://NAME[/SUB/PATH]` URL: the dataset's name and the normalised sub-path
+/// (`/`-separated components, empty for the whole dataset).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatasetUrl {
+    pub name: String,
+    pub sub: String,
+}
+
+impl DatasetUrl {
+    /// The canonical URL text (what a queue stores and a worker resolves).
+    pub fn to_url(&self) -> String {
+        if self.sub.is_empty() {
+            format!("dataset://{}", self.name)
+        } else {
+            format!("dataset://{}/{}", self.name, self.sub)
+        }
+    }
+}
+
+/// Parse `location` as a `dataset://` URL; `Ok(None)` when it is some other location.
+///
+/// The sub-path may only name something inside the dataset: an empty component (`NAME//abs`, which
+/// a path join would turn into an absolute path), `.`, `..`, a backslash or a NUL are refused. A
+/// single trailing `/` is allowed. Does no I/O; [`resolve_location`] also checks symlinks.
 ///
 /// # Errors
-/// As [`resolve`].
-pub fn resolve_location(location: &str) -> Result<String, Error> {
+/// [`Error::Escape`] naming the location and the offending part.
+pub fn parse_url(location: &str) -> Result<Option<DatasetUrl>, Error> {
     let Some(rest) = location.strip_prefix("dataset://") else {
-        return Ok(location.to_string());
+        return Ok(None);
+    };
+    let escape = |problem: String| Error::Escape {
+        location: location.into(),
+        problem,
     };
     let (name, sub) = rest.split_once('/').unwrap_or((rest, ""));
-    if sub.split('/').any(|part| part == "..") {
+    let name_ok = name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !name_ok {
+        return Err(escape(format!(
+            "`{name}` is not a dataset name (letters, digits, `-`, `_`, `.`); write dataset://NAME/PATH"
+        )));
+    }
+    let sub = sub.strip_suffix('/').unwrap_or(sub);
+    let mut parts = Vec::new();
+    for part in sub.split('/').filter(|_| !sub.is_empty()) {
+        let problem = match part {
+            "" => Some("an empty path component (`//`) would make the path absolute".to_string()),
+            "." | ".." => Some(format!("`{part}` components are not allowed")),
+            p if p.contains('\\') || p.contains('\0') => {
+                Some(format!("`{p}` holds a backslash or NUL"))
+            }
+            _ => None,
+        };
+        if let Some(problem) = problem {
+            return Err(escape(format!(
+                "{problem} in a dataset:// path; name a file inside the dataset, e.g. \
+                 dataset://{name}/folder/file"
+            )));
+        }
+        parts.push(part);
+    }
+    Ok(Some(DatasetUrl {
+        name: name.into(),
+        sub: parts.join("/"),
+    }))
+}
+
+/// Resolve a `dataset://NAME[/SUB/PATH]` URL to a local path on this machine; any other location
+/// is returned as is. The resolved path must exist, and after following symlinks it must still
+/// lie inside the dataset's folder.
+///
+/// # Errors
+/// [`parse_url`]'s errors; [`Error::NoSuchPath`]; [`Error::Escape`] for a symlink that leads out
+/// of the dataset; [`resolve`]'s errors.
+pub fn resolve_location(location: &str) -> Result<String, Error> {
+    let Some(url) = parse_url(location)? else {
+        return Ok(location.to_string());
+    };
+    let root = resolve(&url.name)?;
+    Ok(resolve_inside(&root, &url, location)?.display().to_string())
+}
+
+/// `url`'s sub-path under the dataset folder `root`, symlinks followed and checked to stay inside.
+fn resolve_inside(root: &Path, url: &DatasetUrl, location: &str) -> Result<PathBuf, Error> {
+    let real_root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    if url.sub.is_empty() {
+        return Ok(real_root);
+    }
+    let real = std::fs::canonicalize(real_root.join(&url.sub)).map_err(|_| Error::NoSuchPath {
+        location: location.into(),
+        name: url.name.clone(),
+        sub: url.sub.clone(),
+    })?;
+    if !real.starts_with(&real_root) {
         return Err(Error::Escape {
             location: location.into(),
+            problem: "it is a symlink that leads out of the dataset".into(),
         });
     }
-    let mut p = resolve(name)?;
-    if !sub.is_empty() {
-        p = p.join(sub);
-    }
-    Ok(p.display().to_string())
+    Ok(real)
 }
 
 /// Check dataset `name` against the manifest: the SHA256SUMS fingerprint, then every file listed in
@@ -243,5 +335,53 @@ mod tests {
         assert!(Path::new(&p).is_file(), "{p}");
         assert_eq!(resolve_location("s3://b/k").unwrap(), "s3://b/k");
         assert!(resolve_location("dataset://mesh-playcanvas-glb/../../etc/passwd").is_err());
+    }
+
+    #[test]
+    fn dataset_paths_that_would_leave_the_dataset_are_refused() {
+        for bad in [
+            "dataset://capture-fox-instantngp//etc/passwd",
+            "dataset://capture-fox-instantngp/../../etc/passwd",
+            "dataset://capture-fox-instantngp/images/../../x",
+            "dataset://capture-fox-instantngp/./transforms.json",
+            "dataset://capture-fox-instantngp/a\\..\\b",
+            "dataset:///etc/passwd",
+            "dataset://../x",
+            "dataset://",
+        ] {
+            let e = parse_url(bad).unwrap_err();
+            assert!(matches!(e, Error::Escape { .. }), "{bad}: {e}");
+            assert!(e.to_string().contains(bad), "{e}");
+            assert!(resolve_location(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn dataset_urls_normalise_a_trailing_slash_and_name_missing_files() {
+        let u = parse_url("dataset://capture-fox-instantngp/images/")
+            .unwrap()
+            .unwrap();
+        assert_eq!(u.to_url(), "dataset://capture-fox-instantngp/images");
+        assert_eq!(parse_url("s3://b/k").unwrap(), None);
+        let e = resolve_location("dataset://capture-fox-instantngp/nope.json").unwrap_err();
+        assert!(matches!(e, Error::NoSuchPath { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_symlink_inside_a_dataset_cannot_lead_out_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let ds = dir.path().join("ds");
+        std::fs::create_dir_all(ds.join("inside")).unwrap();
+        std::fs::write(ds.join("inside/a.txt"), "a").unwrap();
+        std::os::unix::fs::symlink(dir.path(), ds.join("escape")).unwrap();
+        std::os::unix::fs::symlink(ds.join("inside"), ds.join("alias")).unwrap();
+        let url = |sub: &str| DatasetUrl {
+            name: "ds".into(),
+            sub: sub.into(),
+        };
+        let ok = resolve_inside(&ds, &url("alias/a.txt"), "dataset://ds/alias/a.txt").unwrap();
+        assert!(ok.ends_with("inside/a.txt"), "{}", ok.display());
+        let e = resolve_inside(&ds, &url("escape"), "dataset://ds/escape").unwrap_err();
+        assert!(e.to_string().contains("symlink"), "{e}");
     }
 }

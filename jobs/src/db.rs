@@ -99,22 +99,42 @@ const ADDED_STAGE_COLUMNS: &[(&str, &str)] = &[
     ),
 ];
 
-/// `url` with any password replaced by `***`, for messages and logs.
+/// `url` with any password replaced by `***`, for messages and logs: the userinfo's
+/// (`postgres://user:PASSWORD@host`) and a `password=` / `sslpassword=` query parameter's.
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
-    let (authority, tail) = match rest.find('/') {
+    let (authority, tail) = match rest.find(['/', '?']) {
         Some(i) => rest.split_at(i),
         None => (rest, ""),
     };
-    match authority.rsplit_once('@') {
+    let authority = match authority.rsplit_once('@') {
         Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_string(),
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => authority.to_string(),
         },
-        None => url.to_string(),
-    }
+        None => authority.to_string(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let params: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _))
+                        if k.eq_ignore_ascii_case("password")
+                            || k.eq_ignore_ascii_case("sslpassword") =>
+                    {
+                        format!("{k}=***")
+                    }
+                    _ => kv.to_string(),
+                })
+                .collect();
+            format!("{path}?{}", params.join("&"))
+        }
+        None => tail.to_string(),
+    };
+    format!("{scheme}://{authority}{tail}")
 }
 
 impl Db {
@@ -161,7 +181,7 @@ impl Db {
         let path = target.strip_prefix("sqlite://").unwrap_or(target);
         if !is_url && !target.trim().is_empty() && !Path::new(path).is_file() {
             return Err(Error::Database {
-                target: target.into(),
+                target: redact(target),
                 problem: "no such database file: nothing has been queued or run with this --db / KILN_DB yet".into(),
             });
         }
@@ -299,6 +319,14 @@ mod tests {
             "postgres://kiln:***@db.internal:5432/kiln"
         );
         assert_eq!(redact("postgres://kiln@db/kiln"), "postgres://kiln@db/kiln");
+        assert_eq!(
+            redact("postgres://db:5432/kiln?user=k&password=s3cret&sslmode=require"),
+            "postgres://db:5432/kiln?user=k&password=***&sslmode=require"
+        );
+        assert_eq!(
+            redact("postgres://u:p@db?sslpassword=x"),
+            "postgres://u:***@db?sslpassword=***"
+        );
         assert_eq!(redact("/var/lib/kiln.sqlite"), "/var/lib/kiln.sqlite");
     }
 }

@@ -7,6 +7,7 @@ pub mod db;
 pub mod error;
 pub mod job_page;
 pub mod ledger;
+pub mod limits;
 pub mod queue;
 pub mod regress;
 pub mod report;

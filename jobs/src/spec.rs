@@ -102,6 +102,15 @@ impl JobSpec {
                 });
             }
         }
+        for (field, value) in [("input", &spec.input), ("output", &spec.output)] {
+            kiln_pipeline::location::Location::parse(value).map_err(|e| Error::Field {
+                path: path.into(),
+                field: field.into(),
+                expected: "a path, file:///abs/path, s3://BUCKET/PREFIX or dataset://NAME/PATH"
+                    .into(),
+                found: e.to_string(),
+            })?;
+        }
         if !spec
             .name
             .chars()
@@ -131,6 +140,7 @@ impl JobSpec {
                 message: other.to_string(),
             },
         };
+        crate::limits::check_spec(&spec, path)?;
         spec.reconstruct.validate().map_err(invalid)?;
         spec.ingest.validate().map_err(invalid)?;
         spec.train.validate().map_err(invalid)?;

@@ -25,32 +25,28 @@ pub struct SubmitOptions {
 }
 
 /// Check `text` (a job file; `path` names it in messages) and build the queue entry. Relative
-/// local paths are taken from `base` (the submitter's directory); `dataset://` names resolve
-/// through the dataset manifest. The input is listed (not downloaded) to choose the DAG.
+/// local paths are taken from `base` (the submitter's directory); a `dataset://` URL is checked
+/// here (it must name something inside the dataset) but stored as a URL, so each worker resolves
+/// it on its own disk and the queue never holds this machine's layout. The input is listed (not
+/// downloaded) to choose the DAG.
 ///
 /// # Errors
 /// [`Error::Spec`] / [`Error::Field`] for a bad job file or unreachable input; [`Error::Plan`]
 /// when the input does not fit the job (nothing queued).
 pub async fn prepare(text: &str, path: &Path, base: &Path, opts: &SubmitOptions) -> Result<NewJob> {
+    crate::limits::check_submission(
+        text,
+        path,
+        opts.priority,
+        opts.max_attempts,
+        opts.budget_usd,
+    )?;
     let mut spec = JobSpec::from_toml(text, path)?;
     if let Some(o) = &opts.output {
         spec.output = o.clone();
     }
-    let absolute = |loc: &str| -> String {
-        if loc.contains("://") {
-            loc.to_string()
-        } else {
-            base.join(loc).to_string_lossy().into_owned()
-        }
-    };
-    spec.output = absolute(&spec.output);
-    let input = kiln_datasets::resolve_location(&spec.input).map_err(|e| Error::Field {
-        path: path.into(),
-        field: "input".into(),
-        expected: "a reachable URL, path or dataset://NAME".into(),
-        found: format!("{} ({e})", spec.input),
-    })?;
-    spec.input = absolute(&input);
+    spec.output = pinned(&spec.output, base, path, "output")?;
+    spec.input = pinned(&spec.input, base, path, "input")?;
     let id = crate::runner::new_job_id(&spec.name);
     let plan = spec.plan(&id, &std::env::temp_dir(), path, &|l| Ok(l.to_string()))?;
     let (dag, _) = kiln_pipeline::run::job_dag(&plan)
@@ -80,4 +76,26 @@ pub async fn prepare(text: &str, path: &Path, base: &Path, opts: &SubmitOptions)
             .map(|n| (n.kind.name().to_string(), n.kind == StageKind::Train))
             .collect(),
     })
+}
+
+/// `location` in the form a queue stores: local paths made absolute from `base`, URLs in their
+/// canonical form; a `dataset://` URL must resolve on this machine (to plan the DAG) but is kept as
+/// a URL.
+fn pinned(location: &str, base: &Path, spec_path: &Path, field: &str) -> Result<String> {
+    use kiln_pipeline::location::Location;
+    let refused = |e: kiln_pipeline::location::LocationError| Error::Field {
+        path: spec_path.into(),
+        field: field.into(),
+        expected: "a reachable URL, path or dataset://NAME/PATH".into(),
+        found: e.to_string(),
+    };
+    let parsed = Location::parse(location).map_err(refused)?;
+    match &parsed {
+        Location::Local(p) => Ok(base.join(p).to_string_lossy().into_owned()),
+        Location::Dataset(_) => {
+            parsed.clone().resolve_dataset().map_err(refused)?;
+            Ok(parsed.to_url())
+        }
+        Location::S3 { .. } | Location::Memory(_) => Ok(parsed.to_url()),
+    }
 }

@@ -8,6 +8,7 @@ pub mod error;
 pub mod file_tree;
 pub mod gpu_monitor;
 pub mod interrupt;
+pub mod location;
 pub mod meter;
 pub mod progress;
 pub mod run;

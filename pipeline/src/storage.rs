@@ -16,6 +16,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
+use crate::location::Location;
 use crate::{Error, Result};
 
 /// An object store plus the prefix a location URL points at.
@@ -32,54 +33,48 @@ pub struct Store {
     pub local: Option<PathBuf>,
 }
 
-/// Parse a location (URL or plain path) into a [`Store`].
+/// Parse a location (URL or plain path, see [`crate::location`]) into a [`Store`]; a
+/// `dataset://` URL is resolved here, on the machine that reads it.
 ///
 /// # Errors
-/// [`Error::Param`] for an unsupported scheme (`gs://`, `az://` are not built into this binary yet)
-/// or a malformed URL; [`Error::Storage`] when the S3 builder rejects its configuration.
+/// [`Error::Param`] for a location [`Location::parse`] refuses or a dataset that is not on this
+/// machine; [`Error::Storage`] when the S3 builder rejects its configuration.
 pub fn open(location: &str) -> Result<Store> {
-    let bad = |expected: &str| Error::Param {
+    let bad = |problem: String| Error::Param {
         stage: "storage",
         field: "url".into(),
-        expected: expected.into(),
-        found: location.into(),
+        expected: "a path, file:///abs/path, s3://BUCKET/PREFIX or dataset://NAME/PATH".into(),
+        found: problem,
     };
-    if let Some(rest) = location.strip_prefix("s3://") {
-        let bucket = rest.split('/').next().unwrap_or_default();
-        if bucket.is_empty() {
-            return Err(bad("s3://BUCKET/PREFIX"));
-        }
-        let prefix = rest[bucket.len()..].trim_matches('/');
-        let store = AmazonS3Builder::from_env()
-            .with_bucket_name(bucket)
-            .build()
-            .map_err(|source| Error::Storage {
+    let parsed = Location::parse(location)
+        .and_then(Location::resolve_dataset)
+        .map_err(|e| bad(e.to_string()))?;
+    let fs_path = match parsed {
+        Location::S3 { bucket, key } => {
+            let store = AmazonS3Builder::from_env()
+                .with_bucket_name(&bucket)
+                .build()
+                .map_err(|source| Error::Storage {
+                    url: location.into(),
+                    source,
+                })?;
+            return Ok(Store {
+                store: Arc::new(store),
+                prefix: ObjectPath::from(key),
                 url: location.into(),
-                source,
-            })?;
-        return Ok(Store {
-            store: Arc::new(store),
-            prefix: ObjectPath::from(prefix),
-            url: location.into(),
-            local: None,
-        });
-    }
-    if let Some(rest) = location.strip_prefix("memory://") {
-        return Ok(Store {
-            store: Arc::new(InMemory::new()),
-            prefix: ObjectPath::from(rest.trim_matches('/')),
-            url: location.into(),
-            local: None,
-        });
-    }
-    let fs_path: PathBuf = if let Some(rest) = location.strip_prefix("file://") {
-        PathBuf::from(rest)
-    } else if location.contains("://") {
-        return Err(bad(
-            "a plain path, file://PATH, s3://BUCKET/PREFIX or memory://PREFIX",
-        ));
-    } else {
-        PathBuf::from(location)
+                local: None,
+            });
+        }
+        Location::Memory(prefix) => {
+            return Ok(Store {
+                store: Arc::new(InMemory::new()),
+                prefix: ObjectPath::from(prefix),
+                url: location.into(),
+                local: None,
+            });
+        }
+        Location::Local(path) => path,
+        Location::Dataset(_) => unreachable!("resolved above"),
     };
     // Canonicalise when the path exists (object paths reject `..`); otherwise normalise lexically.
     let abs = match std::fs::canonicalize(&fs_path) {
@@ -88,8 +83,11 @@ pub fn open(location: &str) -> Result<Store> {
             lexical_normalize(&std::path::absolute(&fs_path).map_err(|e| Error::io(&fs_path, e))?)
         }
     };
-    let prefix = ObjectPath::from_absolute_path(&abs)
-        .map_err(|_| bad("a filesystem path without invalid characters"))?;
+    let prefix = ObjectPath::from_absolute_path(&abs).map_err(|_| {
+        bad(format!(
+            "`{location}` holds characters a filesystem path cannot"
+        ))
+    })?;
     Ok(Store {
         store: Arc::new(LocalFileSystem::new()),
         prefix,

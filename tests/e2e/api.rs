@@ -377,6 +377,87 @@ fn local_paths_over_the_api_are_refused_without_allow_local_paths() {
 }
 
 #[test]
+fn dataset_urls_over_the_api_stay_inside_their_dataset_and_are_stored_as_urls() {
+    let sb = Sandbox::new();
+    let db = sb.path().join("queue.sqlite");
+    let db = db.to_str().unwrap();
+    let art = token(&sb, db, "art");
+    let server = serve(&sb, db);
+    let http = Client::new();
+    let submit = |input: &str| {
+        json(
+            http.post(format!("{}/api/v1/jobs", server.base))
+                .bearer_auth(&art)
+                .header("content-type", "application/toml")
+                .body(format!(
+                    "name = \"avocado\"\nkind = \"mesh\"\ninput = \"{input}\"\noutput = \"s3://bucket/out\"\n"
+                ))
+                .send()
+                .unwrap(),
+        )
+    };
+    // The forms that read a worker's own files (an absolute sub-path replaced the dataset folder).
+    for bad in [
+        "dataset://mesh-khronos-gltf-samples//etc/passwd",
+        "dataset://mesh-khronos-gltf-samples/../../../../etc/passwd",
+        "dataset://mesh-khronos-gltf-samples/Avocado/./../../x",
+        "dataset:///etc/passwd",
+        "dataset://mesh-khronos-gltf-samples/no-such-model.glb",
+    ] {
+        let (status, body) = submit(bad);
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+        let e = error_of(&body);
+        assert!(e.contains("input") && e.contains(bad), "{bad}: {e}");
+        assert!(
+            !e.contains("/shared/datasets"),
+            "the server's layout leaked: {e}"
+        );
+    }
+    // Out-of-bound numbers: 400 naming the field and its bound, nothing queued.
+    let good = "dataset://mesh-khronos-gltf-samples/Avocado/glTF/Avocado.gltf";
+    for (body, field, bound) in [
+        (
+            serde_json::json!({"job": format!("name = \"a\"\nkind = \"mesh\"\ninput = \"{good}\"\noutput = \"s3://bucket/o\"\n[mesh_tile]\nmax_triangles_per_tile = 9200000000000000000\n")}),
+            "mesh_tile.max_triangles_per_tile",
+            "16777216",
+        ),
+        (
+            serde_json::json!({"job": format!("name = \"a\"\nkind = \"mesh\"\ninput = \"{good}\"\noutput = \"s3://bucket/o\"\n"), "priority": i64::MAX}),
+            "priority",
+            "1000",
+        ),
+        (
+            serde_json::json!({"job": format!("name = \"a\"\nkind = \"mesh\"\ninput = \"{good}\"\noutput = \"s3://bucket/o\"\n"), "max_attempts": 1_000_000_000_000_000_000_i64}),
+            "max_attempts",
+            "20",
+        ),
+    ] {
+        let (status, answer) = json(
+            http.post(format!("{}/api/v1/jobs", server.base))
+                .bearer_auth(&art)
+                .header("content-type", "application/json")
+                .body(body.to_string())
+                .send()
+                .unwrap(),
+        );
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{field}: {answer}");
+        let e = error_of(&answer);
+        assert!(e.contains(field) && e.contains(bound), "{field}: {e}");
+    }
+    // A good one is stored as the URL, never as this server's path.
+    let (status, body) = submit(good);
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["input"], good, "{body}");
+    let (_, list) = json(
+        http.get(format!("{}/api/v1/jobs", server.base))
+            .bearer_auth(&art)
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(list["jobs"].as_array().unwrap().len(), 1, "{list}");
+}
+
+#[test]
 fn the_viewer_on_a_network_address_is_off_or_needs_a_token() {
     let sb = Sandbox::new();
     let db = sb.path().join("queue.sqlite");

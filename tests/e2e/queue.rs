@@ -94,13 +94,11 @@ fn a_queued_job_runs_on_a_worker_and_the_same_inputs_again_run_no_stage() {
     let sb = Sandbox::new();
     let db = sb.path().join("queue.sqlite");
     let db = db.to_str().unwrap();
-    let gltf = dataset("mesh-khronos-gltf-samples").join("Avocado/glTF/Avocado.gltf");
+    // A dataset URL: the queue stores it as written and the worker resolves it on its own disk.
+    let input = "dataset://mesh-khronos-gltf-samples/Avocado/glTF/Avocado.gltf";
     let job = sb.job(
         "avocado",
-        &format!(
-            "name = \"avocado\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"out/a\"\n",
-            gltf.display()
-        ),
+        &format!("name = \"avocado\"\nkind = \"mesh\"\ninput = \"{input}\"\noutput = \"out/a\"\n"),
     );
     let submit = |out: &str| {
         let o = sb.kiln(&[
@@ -118,6 +116,7 @@ fn a_queued_job_runs_on_a_worker_and_the_same_inputs_again_run_no_stage() {
     };
     let first = submit("out/a");
     assert_eq!(job_json(&sb, db, &first)["job"]["state"], "queued");
+    assert_eq!(job_json(&sb, db, &first)["job"]["input"], input);
     finish(worker(&sb, db, "w1", &["--drain", "--poll", "0.2"]));
     let doc = job_json(&sb, db, &first);
     assert_eq!(doc["job"]["state"], "succeeded", "{doc:#}");
@@ -603,4 +602,73 @@ fn an_s3_outage_while_a_stage_stores_its_output_is_ridden_out_and_the_job_succee
     }
     moto.kill().unwrap();
     moto.wait().unwrap();
+}
+
+#[test]
+fn a_database_password_never_reaches_output_logs_or_error_messages() {
+    let Some(db) = fresh_postgres() else {
+        eprintln!("skipped: no KILN_TEST_POSTGRES_URL");
+        return;
+    };
+    // The test server trusts local connections, so any password works; it must never be shown.
+    const SECRET: &str = "Pw-9f3a-SECRET";
+    let with_password = db.replacen(
+        "postgres://postgres@",
+        &format!("postgres://postgres:{SECRET}@"),
+        1,
+    );
+    assert_ne!(
+        with_password, db,
+        "KILN_TEST_POSTGRES_URL has the form postgres://postgres@HOST/DB"
+    );
+    let sb = Sandbox::new();
+    let job = sb.job(
+        "avocado",
+        "name = \"avocado\"\nkind = \"mesh\"\n\
+         input = \"dataset://mesh-khronos-gltf-samples/Avocado/glTF/Avocado.gltf\"\n\
+         output = \"out/a\"\n",
+    );
+    let mut shown = String::new();
+    let mut keep = |o: &std::process::Output| {
+        shown += &stdout(o);
+        shown += &stderr(o);
+    };
+    let o = sb.kiln(&["submit", job.to_str().unwrap(), "--db", &with_password]);
+    ok(&o);
+    keep(&o);
+    let id = stdout(&o).trim().to_string();
+    let w = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["worker", "--db", &with_password, "--drain", "--poll", "0.2"])
+        .env("KILN_HOME", sb.path())
+        .env("RUST_LOG", "debug")
+        .current_dir(sb.path())
+        .output()
+        .unwrap();
+    ok(&w);
+    keep(&w);
+    for args in [
+        vec!["jobs", id.as_str(), "--json"],
+        vec!["report", id.as_str()],
+        vec!["jobs", "no-such-job"],
+        vec!["token", "create", "--team", "art"],
+    ] {
+        let mut a = args.clone();
+        a.extend(["--db", &with_password]);
+        keep(&sb.kiln(&a));
+    }
+    // An unreachable server: the connection error names the URL, without the password; the same
+    // for a password given as a query parameter.
+    let unreachable = format!("postgres://postgres:{SECRET}@127.0.0.1:1/kiln");
+    let query = format!("postgres://127.0.0.1:1/kiln?user=postgres&password={SECRET}");
+    for url in [&unreachable, &query] {
+        let o = sb.kiln(&["jobs", "--db", url]);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains("127.0.0.1:1"), "{}", stderr(&o));
+        keep(&o);
+    }
+    assert!(
+        shown.contains("succeeded") || shown.contains("publish"),
+        "{shown}"
+    );
+    assert!(!shown.contains(SECRET), "the password was shown:\n{shown}");
 }

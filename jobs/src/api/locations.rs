@@ -9,6 +9,8 @@
 //! `kiln serve --allow-local-paths` ([`LocalPaths::Allow`]) lifts this for single-user machines.
 //! `kiln submit` (local, not over HTTP) is not affected.
 
+use kiln_pipeline::location::Location;
+
 use super::ApiError;
 
 /// Whether submitted job files may name local paths on the server's machine.
@@ -21,48 +23,15 @@ pub enum LocalPaths {
     Allow,
 }
 
-/// How a submitted location reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Location {
-    /// A plain path (absolute or relative), or a `file:` URL: on the server's machine.
-    Local,
-    /// `dataset://NAME`: a built-in sample, read-only.
-    Dataset,
-    /// Any other `scheme://…` (object storage; the storage layer checks the scheme).
-    Remote,
-}
-
-fn classify(location: &str) -> Location {
-    let trimmed = location.trim();
-    let lower = trimmed.to_ascii_lowercase();
-    if lower.starts_with("file:") {
-        return Location::Local;
-    }
-    match trimmed.split_once("://") {
-        Some((scheme, _))
-            if !scheme.is_empty()
-                && scheme
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')) =>
-        {
-            if scheme.eq_ignore_ascii_case("dataset") {
-                Location::Dataset
-            } else {
-                Location::Remote
-            }
-        }
-        // Anything that is not `scheme://…` is a path (so `s3:/x` or `C:\x` are refused too).
-        _ => Location::Local,
-    }
-}
-
 /// Check a submission's `input` and effective `output` (the job file's, or the `output` option
-/// that replaces it) against `policy`.
+/// that replaces it) against `policy`, with the one location parser
+/// ([`kiln_pipeline::location::Location`]):
 ///
-/// - input: `dataset://NAME` and remote URLs always pass; a plain path or `file:` URL passes only
-///   under [`LocalPaths::Allow`];
-/// - output: remote URLs always pass; a plain path or `file:` URL only under
-///   [`LocalPaths::Allow`]; `dataset://` never (samples are read-only).
+/// - malformed locations and schemes this server has no store for (`S3://`, `gs://`, `http://`,
+///   `s3:///x`, `s3://b/../x`, `dataset://NAME//abs`, …) are refused whatever the policy;
+/// - `memory://` is refused (it lives inside one process; a worker would never see it);
+/// - a plain path or `file:` URL passes only under [`LocalPaths::Allow`];
+/// - `dataset://` only as an input (samples are read-only).
 ///
 /// Does no I/O.
 ///
@@ -73,38 +42,38 @@ pub fn check_submitted_locations(
     output: &str,
     policy: LocalPaths,
 ) -> Result<(), ApiError> {
-    let local_refused = |field: &'static str, value: &str| ApiError::BadRequest {
+    check_one("job file field `input`", input, policy)?;
+    check_one("job file field `output`", output, policy)
+}
+
+fn check_one(field: &'static str, value: &str, policy: LocalPaths) -> Result<(), ApiError> {
+    let is_input = field.ends_with("`input`");
+    let refuse = |message: String| ApiError::BadRequest {
         what: field,
-        message: format!(
+        message,
+    };
+    let parsed = Location::parse(value).map_err(|e| refuse(e.to_string()))?;
+    match parsed {
+        Location::Local(_) if policy == LocalPaths::Refuse => Err(refuse(format!(
             "`{value}` is a path on the server's machine, and this server does not accept local \
              paths over the API (they would let a request read or write any file the server can \
              reach); use an object-store URL such as s3://bucket/prefix{}, or start kiln serve \
              with --allow-local-paths on a single-user machine",
-            if field == "job file field `input`" {
+            if is_input {
                 ", or dataset://NAME for a built-in sample"
             } else {
                 ""
             }
-        ),
-    };
-    match (classify(input), policy) {
-        (Location::Local, LocalPaths::Refuse) => {
-            return Err(local_refused("job file field `input`", input));
-        }
-        (Location::Local | Location::Dataset | Location::Remote, _) => {}
-    }
-    match (classify(output), policy) {
-        (Location::Local, LocalPaths::Refuse) => {
-            Err(local_refused("job file field `output`", output))
-        }
-        (Location::Dataset, _) => Err(ApiError::BadRequest {
-            what: "job file field `output`",
-            message: format!(
-                "`{output}` names a built-in sample, which is read-only; write the output to an \
-                 object-store URL such as s3://bucket/prefix"
-            ),
-        }),
-        (Location::Local | Location::Remote, _) => Ok(()),
+        ))),
+        Location::Memory(_) => Err(refuse(format!(
+            "`{value}` is an in-process store for tests; workers run in other processes and \
+             would never see it; use s3://bucket/prefix"
+        ))),
+        Location::Dataset(_) if !is_input => Err(refuse(format!(
+            "`{value}` names a built-in sample, which is read-only; write the output to an \
+             object-store URL such as s3://bucket/prefix"
+        ))),
+        Location::Local(_) | Location::Dataset(_) | Location::S3 { .. } => Ok(()),
     }
 }
 
@@ -122,10 +91,8 @@ mod tests {
             "./x",
             "../../x",
             "file:///etc/passwd",
-            "FILE://localhost/x",
             "file:/etc/passwd",
             "s3:/missing-slash",
-            "",
         ] {
             let e = check_submitted_locations(local, "s3://b/o", LocalPaths::Refuse).unwrap_err();
             assert_eq!(e.status(), StatusCode::BAD_REQUEST, "{local}");
@@ -145,9 +112,33 @@ mod tests {
         for input in [
             "s3://b/in",
             "dataset://mesh-khronos-gltf-samples",
-            "gs://b/x",
+            "dataset://mesh-khronos-gltf-samples/Avocado/glTF/Avocado.gltf",
         ] {
             check_submitted_locations(input, "s3://b/out", LocalPaths::Refuse).unwrap();
+        }
+    }
+
+    #[test]
+    fn locations_that_can_never_work_or_escape_are_refused_under_every_policy() {
+        for policy in [LocalPaths::Refuse, LocalPaths::Allow] {
+            for (bad, says) in [
+                ("dataset://capture-fox-instantngp//etc/passwd", "absolute"),
+                ("dataset://capture-fox-instantngp/../../etc", "`..`"),
+                ("S3://b/x", "s3://b/x"),
+                ("memory://x", "in-process"),
+                ("http://example.com/a.ply", "HTTP"),
+                ("gs://b/x", "Google Cloud Storage"),
+                ("s3:///x", "bucket"),
+                ("s3://b/../etc", "`..`"),
+                ("", "empty"),
+            ] {
+                let e = check_submitted_locations(bad, "s3://b/o", policy).unwrap_err();
+                assert_eq!(e.status(), StatusCode::BAD_REQUEST, "{bad}");
+                let m = e.to_string();
+                assert!(m.contains("`input`") && m.contains(says), "{bad}: {m}");
+                let e = check_submitted_locations("s3://b/i", bad, policy).unwrap_err();
+                assert!(e.to_string().contains("`output`"), "{bad}: {e}");
+            }
         }
     }
 

@@ -1,0 +1,552 @@
+//! Upper (and lower) bounds of every numeric job parameter and submission setting, enforced when a
+//! job file is read — by `kiln run`, `kiln submit` and the HTTP API alike — so that a typo or a
+//! hostile request (`steps = 9.2e18`, `init_random_points = 1e12`) is refused at once with the
+//! field and the limit, instead of holding a GPU for years or exhausting a worker's memory.
+//!
+//! The bounds are generous: each is far above what any published recipe uses (3DGS trains 30 k
+//! steps to a few million splats), and each says why it is where it is. The README's table is
+//! [`markdown_table`]; a test keeps the two equal and another checks that every numeric field a
+//! job file can hold has a bound here.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::spec::JobSpec;
+use crate::{Error, Result};
+
+/// One bound: a job-file field (`table.key`; for lists, every element and the list's length).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limit {
+    pub field: &'static str,
+    pub min: f64,
+    pub max: f64,
+    /// For list fields, the most elements; 0 for scalars.
+    pub max_len: usize,
+    pub why: &'static str,
+}
+
+const fn scalar(field: &'static str, min: f64, max: f64, why: &'static str) -> Limit {
+    Limit {
+        field,
+        min,
+        max,
+        max_len: 0,
+        why,
+    }
+}
+
+const fn list(field: &'static str, min: f64, max: f64, max_len: usize, why: &'static str) -> Limit {
+    Limit {
+        field,
+        min,
+        max,
+        max_len,
+        why,
+    }
+}
+
+const STEPS: f64 = 1_000_000.0;
+const STEPS_WHY: &str = "33× the 30 k steps of the 3DGS paper";
+
+/// Every numeric job-file parameter's bound.
+pub const LIMITS: &[Limit] = &[
+    scalar(
+        "reconstruct.sequential_overlap",
+        1.0,
+        1000.0,
+        "frames matched around each video frame",
+    ),
+    scalar(
+        "reconstruct.max_image_size",
+        64.0,
+        16384.0,
+        "pixels on the long side; 16 K covers any camera",
+    ),
+    scalar(
+        "reconstruct.max_num_features",
+        64.0,
+        65536.0,
+        "SIFT features per image; COLMAP's GPU default is 8192",
+    ),
+    scalar(
+        "reconstruct.focal_length_35mm",
+        1.0,
+        2000.0,
+        "mm, 35 mm equivalent (fisheye to 2 m telephoto)",
+    ),
+    scalar(
+        "reconstruct.min_registered_fraction",
+        0.0,
+        1.0,
+        "a fraction",
+    ),
+    scalar(
+        "reconstruct.max_frames",
+        1.0,
+        100_000.0,
+        "frames taken from a video",
+    ),
+    scalar(
+        "reconstruct.min_frame_interval_s",
+        0.0,
+        3600.0,
+        "seconds between video frames",
+    ),
+    scalar("ingest.max_side", 16.0, 16384.0, "pixels on the long side"),
+    scalar("train.steps", 1.0, STEPS, STEPS_WHY),
+    scalar("train.seed", 0.0, u64::MAX as f64, "any 64-bit seed"),
+    scalar(
+        "train.sh_degree",
+        0.0,
+        3.0,
+        "3DGS uses spherical harmonics up to degree 3",
+    ),
+    scalar("train.densify_from", 0.0, STEPS, STEPS_WHY),
+    scalar("train.densify_until", 0.0, STEPS, STEPS_WHY),
+    scalar("train.densify_every", 1.0, STEPS, STEPS_WHY),
+    scalar(
+        "train.densify_grad_threshold",
+        0.0,
+        1.0,
+        "the paper's 2e-4, 5000× over",
+    ),
+    scalar("train.opacity_reset_every", 1.0, STEPS, STEPS_WHY),
+    scalar("train.sh_increase_every", 0.0, STEPS, STEPS_WHY),
+    scalar(
+        "train.max_splats",
+        1.0,
+        50_000_000.0,
+        "about 12 GB of parameters and Adam state",
+    ),
+    scalar(
+        "train.init_random_points",
+        1.0,
+        10_000_000.0,
+        "random initial splats",
+    ),
+    scalar(
+        "train.lambda_dssim",
+        0.0,
+        1.0,
+        "a weight between L1 and D-SSIM",
+    ),
+    list("train.background", 0.0, 1.0, 3, "linear RGB in 0..1"),
+    scalar(
+        "train.eval_every",
+        0.0,
+        10_000.0,
+        "every Nth photo held out (0 = none)",
+    ),
+    scalar("train.init_opacity", 0.0, 1.0, "an opacity"),
+    scalar(
+        "train.init_scale",
+        0.0,
+        1000.0,
+        "a multiple of the neighbour distance",
+    ),
+    scalar("train.opacity_reg", 0.0, 1.0, "MCMC uses 0.01"),
+    scalar("train.scale_reg", 0.0, 1.0, "MCMC uses 0.01"),
+    scalar("train.noise_lr", 0.0, 1e8, "MCMC uses 5e5"),
+    scalar(
+        "train.mcmc_growth",
+        0.0,
+        10.0,
+        "MCMC grows 5 % per refinement",
+    ),
+    scalar("train.lr_means_init", 0.0, 1.0, "3DGS uses 1.6e-4"),
+    scalar("train.lr_means_final", 0.0, 1.0, "3DGS uses 1.6e-6"),
+    scalar("train.lr_log_scales", 0.0, 1.0, "3DGS uses 5e-3"),
+    scalar("train.lr_rotations", 0.0, 1.0, "3DGS uses 1e-3"),
+    scalar("train.lr_logit_opacities", 0.0, 1.0, "3DGS uses 5e-2"),
+    scalar("train.lr_sh_dc", 0.0, 1.0, "3DGS uses 2.5e-3"),
+    scalar("train.image_cache_mb", 0.0, 1_048_576.0, "MiB (1 TiB)"),
+    scalar("train.log_every", 1.0, STEPS, STEPS_WHY),
+    scalar("train.checkpoint_every", 0.0, STEPS, STEPS_WHY),
+    list(
+        "decimate.ratios",
+        0.0,
+        1.0,
+        16,
+        "fractions of the triangles; 16 levels",
+    ),
+    scalar(
+        "decimate.target_error",
+        0.0,
+        1.0,
+        "relative to the mesh extent",
+    ),
+    scalar(
+        "tile.max_splats_per_tile",
+        1.0,
+        16_777_216.0,
+        "16 M splats (about 400 MB per tile)",
+    ),
+    scalar("tile.max_depth", 1.0, 32.0, "tree levels"),
+    scalar("tile.gzip_level", 0.0, 9.0, "gzip's levels"),
+    scalar("tile.sh1_bits", 1.0, 8.0, "SPZ stores at most 8 bits"),
+    scalar("tile.sh_rest_bits", 1.0, 8.0, "SPZ stores at most 8 bits"),
+    scalar(
+        "tile.refine_steps",
+        0.0,
+        100_000.0,
+        "optimisation steps per LOD level",
+    ),
+    scalar(
+        "mesh_tile.max_triangles_per_tile",
+        1.0,
+        16_777_216.0,
+        "16 M triangles",
+    ),
+    scalar("mesh_tile.root_fraction", 0.0, 1.0, "a fraction"),
+    scalar(
+        "mesh_tile.max_simplify_error",
+        0.0,
+        1.0,
+        "relative to the mesh extent",
+    ),
+    list(
+        "eval.taus_px",
+        0.0,
+        10_000.0,
+        32,
+        "screen-space error in pixels",
+    ),
+    list("eval.budgets", 1.0, 1e9, 16, "splats"),
+    list(
+        "eval.orbit_radii",
+        0.01,
+        100.0,
+        16,
+        "multiples of the scene radius",
+    ),
+    scalar("eval.orbit_views", 1.0, 360.0, "cameras per orbit ring"),
+    scalar("eval.orbit_size_px", 16.0, 8192.0, "pixels"),
+];
+
+/// The largest job file accepted, in bytes (the real ones are under 2 KiB).
+pub const MAX_JOB_FILE_BYTES: usize = 64 * 1024;
+
+/// Submission settings beside the job file: (name, min, max, why).
+pub const SUBMIT_LIMITS: &[(&str, f64, f64, &str)] = &[
+    (
+        "priority",
+        -1000.0,
+        1000.0,
+        "queue order; the range is shared by all teams",
+    ),
+    (
+        "max_attempts",
+        1.0,
+        20.0,
+        "attempts per stage before dead-lettering",
+    ),
+    ("budget_usd", 0.0, 1_000_000.0, "USD per job"),
+];
+
+/// Check every numeric field of `spec` (and the settings `train` does not serialise) against
+/// [`LIMITS`].
+///
+/// # Errors
+/// [`Error::Field`] naming the first field out of bounds, its bound and why.
+pub fn check_spec(spec: &JobSpec, path: &Path) -> Result<()> {
+    let mut doc = serde_json::to_value(spec).unwrap_or(Value::Null);
+    // Settings that are not part of the stage's cache key are not serialised; bound them too.
+    if let Some(train) = doc.get_mut("train").and_then(Value::as_object_mut) {
+        for (k, v) in [
+            ("image_cache_mb", spec.train.image_cache_mb),
+            ("log_every", spec.train.log_every as u64),
+            ("checkpoint_every", spec.train.checkpoint_every as u64),
+        ] {
+            train.insert(k.into(), Value::from(v));
+        }
+    }
+    for (field, value) in numeric_leaves(&doc) {
+        let Some(limit) = LIMITS.iter().find(|l| l.field == field) else {
+            continue;
+        };
+        match value {
+            Leaf::Number(x) if !(limit.min..=limit.max).contains(&x) => {
+                return Err(out_of_bounds(path, limit, format_number(x)));
+            }
+            Leaf::Length(n) if n > limit.max_len => {
+                return Err(Error::Field {
+                    path: path.into(),
+                    field: field.clone(),
+                    expected: format!("at most {} values ({})", limit.max_len, limit.why),
+                    found: format!("{n} values"),
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Check the job file's size and the submission settings against [`MAX_JOB_FILE_BYTES`] and
+/// [`SUBMIT_LIMITS`].
+///
+/// # Errors
+/// [`Error::Field`] naming the setting and its bound.
+pub fn check_submission(
+    text: &str,
+    path: &Path,
+    priority: i64,
+    max_attempts: i64,
+    budget_usd: Option<f64>,
+) -> Result<()> {
+    if text.len() > MAX_JOB_FILE_BYTES {
+        return Err(Error::Field {
+            path: path.into(),
+            field: "(the job file)".into(),
+            expected: format!("at most {MAX_JOB_FILE_BYTES} bytes"),
+            found: format!("{} bytes", text.len()),
+        });
+    }
+    for (name, value) in [
+        ("priority", Some(priority as f64)),
+        ("max_attempts", Some(max_attempts as f64)),
+        ("budget_usd", budget_usd),
+    ] {
+        let Some(value) = value else { continue };
+        let (_, min, max, why) = SUBMIT_LIMITS
+            .iter()
+            .find(|(n, ..)| *n == name)
+            .copied()
+            .expect("every submission setting has a limit");
+        if !(value.is_finite() && (min..=max).contains(&value)) {
+            return Err(Error::Field {
+                path: path.into(),
+                field: name.into(),
+                expected: format!("{} ..= {} ({why})", format_number(min), format_number(max)),
+                found: format_number(value),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn out_of_bounds(path: &Path, limit: &Limit, found: String) -> Error {
+    Error::Field {
+        path: path.into(),
+        field: limit.field.into(),
+        expected: format!(
+            "{} ..= {} ({})",
+            format_number(limit.min),
+            format_number(limit.max),
+            limit.why
+        ),
+        found,
+    }
+}
+
+/// A numeric leaf of a job file: a number, or the length of a list of numbers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Leaf {
+    Number(f64),
+    Length(usize),
+}
+
+/// Every number in `doc` by its `table.key` path (list elements share their list's path), plus
+/// each list's length.
+fn numeric_leaves(doc: &Value) -> Vec<(String, Leaf)> {
+    let mut out = Vec::new();
+    let Some(tables) = doc.as_object() else {
+        return out;
+    };
+    for (table, body) in tables {
+        let Some(fields) = body.as_object() else {
+            continue;
+        };
+        for (key, value) in fields {
+            let field = format!("{table}.{key}");
+            match value {
+                Value::Number(n) => out.push((field, Leaf::Number(as_f64(n)))),
+                Value::Array(items) => {
+                    out.push((field.clone(), Leaf::Length(items.len())));
+                    for n in items.iter().filter_map(Value::as_number) {
+                        out.push((field.clone(), Leaf::Number(as_f64(n))));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+fn as_f64(n: &serde_json::Number) -> f64 {
+    n.as_f64().unwrap_or(f64::INFINITY)
+}
+
+/// A bound or value without float noise: integers as integers, large values in exponent form.
+fn format_number(x: f64) -> String {
+    if x.fract() == 0.0 && x.abs() < 1e15 {
+        format!("{x:.0}")
+    } else {
+        format!("{x}")
+    }
+}
+
+/// The README's table of bounds.
+pub fn markdown_table() -> String {
+    let mut s = String::from("| Field | Bounds | Why |\n|---|---|---|\n");
+    for l in LIMITS {
+        let len = if l.max_len > 0 {
+            format!(", at most {} values", l.max_len)
+        } else {
+            String::new()
+        };
+        s += &format!(
+            "| `{}` | {} ..= {}{len} | {} |\n",
+            l.field,
+            format_number(l.min),
+            format_number(l.max),
+            l.why
+        );
+    }
+    for (name, min, max, why) in SUBMIT_LIMITS {
+        s += &format!(
+            "| `{name}` (submission) | {} ..= {} | {why} |\n",
+            format_number(*min),
+            format_number(*max)
+        );
+    }
+    s += &format!(
+        "| job file size (submission) | ≤ {MAX_JOB_FILE_BYTES} bytes | real ones are under 2 KiB |\n"
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(extra: &str) -> Result<JobSpec> {
+        JobSpec::from_toml(
+            &format!(
+                "name = \"x\"\nkind = \"capture\"\ninput = \"s3://bkt/in\"\noutput = \"s3://bkt/out\"\n{extra}"
+            ),
+            Path::new("job.toml"),
+        )
+    }
+
+    #[test]
+    fn every_numeric_field_a_job_file_can_hold_has_a_bound() {
+        // Every table at its defaults, plus the list and optional fields set.
+        let s = spec(
+            "[reconstruct]\nmax_num_features = 1024\nfocal_length_35mm = 26.0\n\
+             [train]\nrandom_background = true\n",
+        )
+        .unwrap();
+        let mut doc = serde_json::to_value(&s).unwrap();
+        doc["train"]["image_cache_mb"] = 1.into();
+        doc["train"]["log_every"] = 1.into();
+        doc["train"]["checkpoint_every"] = 1.into();
+        let leaves = numeric_leaves(&doc);
+        assert!(leaves.len() > 40, "{leaves:?}");
+        for (field, _) in leaves {
+            assert!(
+                LIMITS.iter().any(|l| l.field == field),
+                "`{field}` has no bound in jobs/src/limits.rs"
+            );
+        }
+        // And no bound names a field that does not exist.
+        let fields: Vec<String> = numeric_leaves(&doc).into_iter().map(|(f, _)| f).collect();
+        for l in LIMITS {
+            assert!(
+                fields.iter().any(|f| f == l.field),
+                "stale bound {}",
+                l.field
+            );
+        }
+    }
+
+    #[test]
+    fn the_defaults_and_the_shipped_job_files_are_within_bounds() {
+        spec("").unwrap();
+        let jobs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/jobs");
+        for entry in std::fs::read_dir(&jobs).unwrap().flatten() {
+            if entry.path().extension().is_some_and(|e| e == "toml") {
+                JobSpec::from_file(&entry.path()).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn out_of_bound_values_are_refused_naming_the_field_and_the_limit() {
+        for (toml, field, limit) in [
+            (
+                "[train]\nsteps = 9200000000000000000\n",
+                "train.steps",
+                "1000000",
+            ),
+            (
+                "[train]\ninit_random_points = 1000000000000\n",
+                "train.init_random_points",
+                "10000000",
+            ),
+            (
+                "[train]\nmax_splats = 100000000\n",
+                "train.max_splats",
+                "50000000",
+            ),
+            (
+                "[train]\nimage_cache_mb = 10000000\n",
+                "train.image_cache_mb",
+                "1048576",
+            ),
+            (
+                "[tile]\nrefine_steps = 1000000\n",
+                "tile.refine_steps",
+                "100000",
+            ),
+            ("[ingest]\nmax_side = 100000\n", "ingest.max_side", "16384"),
+            ("[eval]\norbit_views = 100000\n", "eval.orbit_views", "360"),
+        ] {
+            let e = spec(toml).unwrap_err().to_string();
+            assert!(
+                e.contains(field) && e.contains(limit) && e.contains("job.toml"),
+                "{e}"
+            );
+        }
+        let many = format!("[eval]\ntaus_px = [{}]\n", vec!["1.0"; 100].join(", "));
+        let e = spec(&many).unwrap_err().to_string();
+        assert!(
+            e.contains("eval.taus_px") && e.contains("at most 32"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn submission_settings_are_bounded() {
+        let p = Path::new("request body");
+        check_submission("x", p, 0, 3, Some(10.0)).unwrap();
+        for (priority, attempts, budget, field) in [
+            (i64::MAX, 3, None, "priority"),
+            (i64::MIN, 3, None, "priority"),
+            (0, 1_000_000_000_000_000_000, None, "max_attempts"),
+            (0, 0, None, "max_attempts"),
+            (0, 3, Some(f64::NAN), "budget_usd"),
+            (0, 3, Some(-1.0), "budget_usd"),
+        ] {
+            let e = check_submission("x", p, priority, attempts, budget).unwrap_err();
+            assert!(e.to_string().contains(field), "{e}");
+        }
+        let big = "#".repeat(MAX_JOB_FILE_BYTES + 1);
+        let e = check_submission(&big, p, 0, 3, None).unwrap_err();
+        assert!(e.to_string().contains("65536 bytes"), "{e}");
+    }
+
+    #[test]
+    fn the_readme_lists_every_bound() {
+        let readme =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+                .unwrap();
+        assert!(
+            readme.contains(&markdown_table()),
+            "README.md's table of bounds differs; paste jobs::limits::markdown_table():\n{}",
+            markdown_table()
+        );
+    }
+}
