@@ -218,6 +218,7 @@ impl JobSpec {
             georef: self.georef,
             device: Default::default(),
             stage_cache: None,
+            fence: None,
         })
     }
 }

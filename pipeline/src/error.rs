@@ -53,6 +53,12 @@ pub enum Error {
         step: usize,
         problem: String,
     },
+    /// A queue attempt lost its lease (or a later attempt committed first): it stopped before
+    /// changing committed output.
+    #[error(
+        "fenced: attempt with token {token} may no longer write: {problem}; nothing committed was changed"
+    )]
+    Fenced { token: i64, problem: String },
     /// Stopped by SIGINT/SIGTERM ([`crate::interrupt`]): `at` says where (e.g. "after step 51",
     /// "before it started"), `resume` how to go on (the checkpoint written, or what is kept).
     #[error("stage `{stage}`: stopped by a signal {at}; {resume}")]

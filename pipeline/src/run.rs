@@ -49,6 +49,9 @@ pub struct JobPlan {
     /// finished stages are restored from it by key and stored in it. `None`: the work directory
     /// is the only cache.
     pub stage_cache: Option<String>,
+    /// A queue attempt's fencing token and lease file: `publish` changes committed output only
+    /// while it holds the lease ([`publish::Fence`]). `None` for local runs.
+    pub fence: Option<publish::Fence>,
 }
 
 /// Result of one stage attempt.
@@ -307,7 +310,14 @@ pub async fn run_stage(
                     recipe,
                 });
             }
-            let r = publish::publish_keyed(&files, &plan.output, &plan.job_id, Some(&key)).await?;
+            let r = publish::publish_keyed(
+                &files,
+                &plan.output,
+                &plan.job_id,
+                Some(&key),
+                plan.fence.as_ref(),
+            )
+            .await?;
             let summary = serde_json::json!({
                 "output": plan.output,
                 "files": r.manifest.files.len(),

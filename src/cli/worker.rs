@@ -183,6 +183,13 @@ pub struct StageExecArgs {
     /// The queue's output, overriding the job file's.
     #[arg(long)]
     pub output: String,
+    /// The attempt's fencing token; with `--lease-file`, `publish` writes only while the worker
+    /// keeps that file in date.
+    #[arg(long, requires = "lease_file")]
+    pub fence_token: Option<i64>,
+    /// The lease file the worker rewrites after each accepted heartbeat.
+    #[arg(long, requires = "fence_token")]
+    pub lease_file: Option<PathBuf>,
 }
 
 /// Run one stage and write its outcome file.
@@ -202,6 +209,10 @@ pub async fn stage_exec(args: StageExecArgs) -> anyhow::Result<()> {
     plan.work_dir = args.work_dir;
     plan.device = args.device;
     plan.stage_cache = Some(args.cache);
+    plan.fence = args
+        .fence_token
+        .zip(args.lease_file)
+        .map(|(token, lease_file)| kiln_pipeline::stages::publish::Fence { token, lease_file });
     let outcome = exec::exec_stage(&plan, &args.stage, &done).await;
     exec::write_outcome(&args.outcome, &outcome)?;
     match outcome {

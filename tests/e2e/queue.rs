@@ -672,3 +672,95 @@ fn a_database_password_never_reaches_output_logs_or_error_messages() {
     );
     assert!(!shown.contains(SECRET), "the password was shown:\n{shown}");
 }
+
+#[test]
+fn a_publish_attempt_that_lost_its_lease_changes_nothing_committed() {
+    let sb = Sandbox::new();
+    let db = sb.path().join("queue.sqlite");
+    let db = db.to_str().unwrap();
+    let job = sb.job(
+        "avocado",
+        "name = \"avocado\"\nkind = \"mesh\"\n\
+         input = \"dataset://mesh-khronos-gltf-samples/Avocado/glTF/Avocado.gltf\"\n\
+         output = \"out/a\"\n",
+    );
+    let o = sb.kiln(&["submit", job.to_str().unwrap(), "--db", db]);
+    ok(&o);
+    let id = stdout(&o).trim().to_string();
+    finish(worker(&sb, db, "w", &["--drain", "--poll", "0.2"]));
+    let doc = job_json(&sb, db, &id);
+    assert_eq!(doc["job"]["state"], "succeeded", "{doc:#}");
+    let manifest_path = sb.path().join("out/a/manifest.json");
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    // The committing attempt recorded its fencing token.
+    assert_eq!(manifest["fence_token"], 1, "{manifest:#}");
+    // Say a later attempt (token 5) committed something else here; the stale attempt (token 4,
+    // paused past its lease, now resumed) runs the same stage process the worker would start.
+    manifest["fence_token"] = 5.into();
+    manifest["stage_key"] = "committed-by-a-later-attempt".into();
+    std::fs::write(
+        &manifest_path,
+        serde_json::to_vec_pretty(&manifest).unwrap(),
+    )
+    .unwrap();
+    let before = std::fs::read(&manifest_path).unwrap();
+    let tileset_before = std::fs::read(sb.path().join("out/a/tileset.json")).unwrap();
+    let work = sb.path().join("w").join(&id);
+    let lease = work.join("stale.lease.json");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    for (valid_until_ms, says) in [(now_ms - 10_000, "ran out"), (now_ms + 60_000, "token 5")] {
+        std::fs::write(
+            &lease,
+            serde_json::json!({"token": 4, "valid_until_ms": valid_until_ms}).to_string(),
+        )
+        .unwrap();
+        let o = sb.kiln(&[
+            "stage-exec",
+            "--job-file",
+            work.join("job.toml").to_str().unwrap(),
+            "--job-id",
+            &id,
+            "--stage",
+            "publish",
+            "--work-dir",
+            work.to_str().unwrap(),
+            "--done",
+            work.join("publish.done.json").to_str().unwrap(),
+            "--outcome",
+            work.join("stale.outcome.json").to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--cache",
+            sb.path().join("stage-cache").to_str().unwrap(),
+            "--input",
+            doc["job"]["input"].as_str().unwrap(),
+            "--output",
+            doc["job"]["output"].as_str().unwrap(),
+            "--fence-token",
+            "4",
+            "--lease-file",
+            lease.to_str().unwrap(),
+        ]);
+        assert!(!o.status.success(), "the stale attempt published");
+        assert!(
+            stderr(&o).contains("fenced") && stderr(&o).contains(says),
+            "{}",
+            stderr(&o)
+        );
+        assert_eq!(std::fs::read(&manifest_path).unwrap(), before);
+        assert_eq!(
+            std::fs::read(sb.path().join("out/a/tileset.json")).unwrap(),
+            tileset_before
+        );
+        let staging: Vec<_> = std::fs::read_dir(sb.path().join("out/a"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".staging"))
+            .collect();
+        assert!(staging.is_empty(), "{staging:?}");
+    }
+}

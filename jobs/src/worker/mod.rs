@@ -309,9 +309,15 @@ async fn run_claimed(
                 if budget.is_some_and(|b| spent + started.elapsed().as_secs_f64() * rate > b) {
                     break Stop::Budget;
                 }
+                let sent_ms = kiln_pipeline::stages::publish::now_ms();
                 match queue.heartbeat(&lease, cfg.lease_ttl).await {
                     Ok(Heartbeat::Held { cancel_requested: true }) => break Stop::Cancel,
-                    Ok(Heartbeat::Held { .. }) => {}
+                    Ok(Heartbeat::Held { .. }) => {
+                        let file = lease_file_of(&work_dir, &lease);
+                        if let Err(e) = renew_lease_file(&file, &lease, cfg.lease_ttl, sent_ms) {
+                            tracing::warn!(job = %lease.job_id, "cannot renew the lease file: {e}");
+                        }
+                    }
                     Ok(Heartbeat::Lost) => break Stop::Lost,
                     // A database hiccup: keep going; the lease outlives a few missed beats.
                     Err(e) => tracing::warn!(job = %lease.job_id, "heartbeat failed: {e}"),
@@ -461,6 +467,31 @@ async fn terminate(child: &mut tokio::process::Child) {
     }
 }
 
+/// The lease file of `lease`'s stage process ([`kiln_pipeline::stages::publish::Fence`]).
+fn lease_file_of(work_dir: &std::path::Path, lease: &Lease) -> PathBuf {
+    work_dir.join(format!("{}.lease.json", lease.stage))
+}
+
+/// Tell the stage process it may write until three quarters of the TTL after `from_ms` (the time
+/// the claim or the accepted heartbeat was sent, so never later than the database's own expiry;
+/// the quarter is the margin for a write already under way and for clock steps).
+fn renew_lease_file(
+    path: &std::path::Path,
+    lease: &Lease,
+    ttl: Duration,
+    from_ms: u64,
+) -> Result<()> {
+    kiln_pipeline::stages::publish::LeaseFile {
+        token: lease.token,
+        valid_until_ms: from_ms + (ttl.as_millis() as u64) * 3 / 4,
+    }
+    .write(path)
+    .map_err(|e| Error::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::other(e.to_string()),
+    })
+}
+
 async fn prepare(
     cfg: &WorkerConfig,
     ledger: &Ledger,
@@ -495,6 +526,13 @@ async fn prepare(
     .map_err(io(&done_file))?;
     let outcome = work_dir.join(format!("{}.outcome.json", c.lease.stage));
     let _ = std::fs::remove_file(&outcome);
+    let lease_file = lease_file_of(work_dir, &c.lease);
+    renew_lease_file(
+        &lease_file,
+        &c.lease,
+        cfg.lease_ttl,
+        kiln_pipeline::stages::publish::now_ms(),
+    )?;
     ledger
         .ensure_job(
             &c.job.id,
@@ -530,6 +568,10 @@ async fn prepare(
         .arg(&c.job.input)
         .arg("--output")
         .arg(&c.job.output)
+        .arg("--fence-token")
+        .arg(c.lease.token.to_string())
+        .arg("--lease-file")
+        .arg(&lease_file)
         .stdin(Stdio::null())
         .kill_on_drop(true);
     // SAFETY: prctl in the forked child before exec, async-signal-safe.
