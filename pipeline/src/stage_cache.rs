@@ -2,10 +2,14 @@
 //! store (`s3://BUCKET/PREFIX`, a local folder, …), so that another worker, another machine or
 //! another job with the same inputs reuses them instead of running the stage again.
 //!
-//! Layout: `CACHE/<stage>/<key>/<files…>`, with the stage's `.kiln-stage.json` marker written
-//! last. The marker is the commit point: an entry without it (an upload cut short) is ignored
-//! and overwritten by the next upload. Entries are immutable: same key, same bytes (stages are
-//! deterministic for a key on the same hardware), so concurrent uploads of one key are harmless.
+//! Layout: `CACHE/<stage>/<key>/<files…>`, then `.kiln-cache.json` (every file's size and
+//! BLAKE3), then the stage's `.kiln-stage.json` marker, written last. The marker is the commit
+//! point: an entry without it (an upload cut short) is ignored and overwritten by the next upload.
+//! Entries are immutable: same key, same bytes (stages are deterministic for a key on the same
+//! hardware), so concurrent uploads of one key are harmless, and a complete entry is never
+//! replaced. A restored entry is verified against its `.kiln-cache.json`: a file that was changed,
+//! added or removed after the entry was committed (a damaged copy, or another writer of the
+//! bucket) makes the entry ignored, with a warning, and the stage runs again.
 
 use std::path::Path;
 
@@ -17,6 +21,58 @@ use crate::{Error, Result};
 
 /// The stage marker's file name (see [`crate::run`]).
 pub(crate) const MARKER: &str = ".kiln-stage.json";
+
+/// The entry's file list with sizes and hashes, written just before the marker.
+const CONTENTS: &str = ".kiln-cache.json";
+
+/// One file of an entry: `/`-separated path, size, hex BLAKE3.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct EntryFile {
+    path: String,
+    bytes: u64,
+    blake3: String,
+}
+
+/// Every file under `dir` (the marker and the contents list included) with size and BLAKE3.
+fn list_files(dir: &Path) -> Result<Vec<EntryFile>> {
+    let mut out = Vec::new();
+    for rel in crate::file_tree::files_under(dir)? {
+        let name = rel.to_string_lossy().replace('\\', "/");
+        if name == CONTENTS {
+            continue;
+        }
+        let bytes = std::fs::read(dir.join(&rel)).map_err(|e| Error::io(dir.join(&rel), e))?;
+        out.push(EntryFile {
+            path: name,
+            bytes: bytes.len() as u64,
+            blake3: blake3::hash(&bytes).to_hex().to_string(),
+        });
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// Whether the fetched entry in `dir` holds exactly the files its contents list names, byte for
+/// byte; the reason when not.
+fn verify_entry(dir: &Path) -> std::result::Result<(), String> {
+    let listed: Vec<EntryFile> = std::fs::read(dir.join(CONTENTS))
+        .map_err(|_| format!("it has no {CONTENTS} (stored by an older Kiln, or damaged)"))
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| format!("{CONTENTS}: {e}")))?;
+    let found = list_files(dir).map_err(|e| e.to_string())?;
+    if found == listed {
+        return Ok(());
+    }
+    let differing = found
+        .iter()
+        .filter(|f| !listed.contains(f))
+        .chain(listed.iter().filter(|f| !found.contains(f)))
+        .map(|f| f.path.as_str())
+        .next()
+        .unwrap_or("?");
+    Err(format!(
+        "`{differing}` differs from what the entry committed"
+    ))
+}
 
 fn entry_url(cache: &str, kind: StageKind, key: &str) -> String {
     format!("{}/{}/{key}", cache.trim_end_matches('/'), kind.name())
@@ -46,6 +102,12 @@ pub async fn restore(
         std::fs::remove_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
     }
     let fetched = storage::fetch(&url, &tmp, false).await?;
+    if let Err(why) = verify_entry(&tmp) {
+        tracing::warn!(stage = %kind, key = &key[..key.len().min(12)], cache = %cache, "stage cache entry ignored, the stage runs again: {why}");
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Ok(None);
+    }
+    let _ = std::fs::remove_file(tmp.join(CONTENTS));
     if final_dir.exists() {
         std::fs::remove_dir_all(final_dir).map_err(|e| Error::io(final_dir, e))?;
     }
@@ -66,13 +128,13 @@ pub async fn store(cache: &str, kind: StageKind, key: &str, final_dir: &Path) ->
     if store.store.head(&store.child(MARKER)).await.is_ok() {
         return Ok(0);
     }
-    let files = crate::file_tree::files_under(final_dir)?;
+    let files = list_files(final_dir)?;
     let mut bytes = 0;
-    let marker = Path::new(MARKER);
-    for rel in files.iter().filter(|r| r.as_path() != marker) {
-        let name = rel.to_string_lossy().replace('\\', "/");
-        bytes += store.put_file(&final_dir.join(rel), &name).await?;
+    for f in files.iter().filter(|f| f.path != MARKER) {
+        bytes += store.put_file(&final_dir.join(&f.path), &f.path).await?;
     }
+    let contents = serde_json::to_vec_pretty(&files).expect("contents serialise");
+    bytes += store.put_bytes(CONTENTS, contents).await?;
     bytes += store.put_file(&final_dir.join(MARKER), MARKER).await?;
     tracing::info!(stage = %kind, key = &key[..key.len().min(12)], bytes, cache = %cache, "stage output stored in the cache");
     Ok(bytes)
@@ -98,8 +160,11 @@ mod tests {
             None
         );
         let written = store(cache, StageKind::Tile, &key, &out).await.unwrap();
-        // 9 bytes of GLB and the 25-byte marker.
-        assert_eq!(written, 9 + 25);
+        // 9 bytes of GLB, the 25-byte marker and the contents list.
+        let contents = std::fs::metadata(format!("{cache}/tile/{key}/{CONTENTS}"))
+            .unwrap()
+            .len();
+        assert_eq!(written, 9 + 25 + contents);
         // Storing again is a no-op.
         assert_eq!(store(cache, StageKind::Tile, &key, &out).await.unwrap(), 0);
 
@@ -107,7 +172,11 @@ mod tests {
         std::fs::create_dir_all(&other).unwrap();
         std::fs::write(other.join("stale"), b"x").unwrap();
         let read = restore(cache, StageKind::Tile, &key, &other).await.unwrap();
-        assert_eq!(read, Some(34));
+        assert_eq!(read, Some(34 + contents));
+        assert!(
+            !other.join(CONTENTS).exists(),
+            "the contents list stays in the cache"
+        );
         assert_eq!(
             std::fs::read(other.join("tiles/0.glb")).unwrap(),
             b"glb bytes"
@@ -123,6 +192,47 @@ mod tests {
                 .await
                 .unwrap(),
             None
+        );
+    }
+
+    #[tokio::test]
+    async fn an_entry_changed_after_it_was_committed_is_ignored_and_never_replaced() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = d.path().join("cache");
+        let cache = cache.to_str().unwrap();
+        let out = d.path().join("work/tile");
+        std::fs::create_dir_all(out.join("tiles")).unwrap();
+        std::fs::write(out.join("tiles/0.glb"), b"good tile").unwrap();
+        std::fs::write(out.join(MARKER), b"{}").unwrap();
+        let key = "c".repeat(64);
+        store(cache, StageKind::Tile, &key, &out).await.unwrap();
+        let entry = format!("{cache}/tile/{key}");
+        let restored = d.path().join("restored/tile");
+        for (poison, what) in [("tiles/0.glb", "changed"), ("tiles/extra.glb", "added")] {
+            std::fs::write(format!("{entry}/{poison}"), b"poisoned").unwrap();
+            assert_eq!(
+                restore(cache, StageKind::Tile, &key, &restored)
+                    .await
+                    .unwrap(),
+                None,
+                "a {what} file was accepted"
+            );
+            assert!(!restored.exists());
+            // Storing the same key again does not replace the committed entry.
+            assert_eq!(store(cache, StageKind::Tile, &key, &out).await.unwrap(), 0);
+            std::fs::write(format!("{entry}/tiles/0.glb"), b"good tile").unwrap();
+            let _ = std::fs::remove_file(format!("{entry}/tiles/extra.glb"));
+        }
+        // Put back as committed, it restores.
+        assert!(
+            restore(cache, StageKind::Tile, &key, &restored)
+                .await
+                .unwrap()
+                .is_some()
+        );
+        assert_eq!(
+            std::fs::read(restored.join("tiles/0.glb")).unwrap(),
+            b"good tile"
         );
     }
 }

@@ -58,6 +58,12 @@ pub struct ServeArgs {
     /// the built-in samples). Only for single-user machines.
     #[arg(long)]
     pub allow_local_paths: bool,
+    /// A TOML file giving each team the input and output prefixes it may use
+    /// (`[team.NAME] inputs = ["s3://bucket/team/", "dataset://"]`, `outputs = [...]`);
+    /// submissions outside them get 403, and teams it does not list may submit nothing. Without
+    /// it, any team may name any location the server's credentials reach.
+    #[arg(long, value_name = "FILE")]
+    pub tenants: Option<std::path::PathBuf>,
 }
 
 /// `--viewer MODE`.
@@ -88,6 +94,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         LocalPaths::Allow
     } else {
         LocalPaths::Refuse
+    };
+    let tenants = match &args.tenants {
+        Some(path) => {
+            Some(api::Tenants::from_file(path).map_err(|e| anyhow::anyhow!("--tenants {e}"))?)
+        }
+        None => None,
     };
     let db = Db::open(&args.db.target()).await?;
     let cesium = CesiumDir::resolve(args.cesium.as_deref());
@@ -140,6 +152,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_body_bytes: args.max_body_bytes,
         relative_base,
         local_paths,
+        tenants,
     }));
     api::serve(args.addr, app, |addr| {
         // Tests and scripts read this line to learn the port when --addr has port 0.

@@ -63,6 +63,14 @@ pub enum ApiError {
         /// The parser's or checker's message (it names the field and the line where it can).
         message: String,
     },
+    /// The request names storage its team may not use (`kiln serve --tenants`) → 403.
+    #[error("{what}: {message}")]
+    Forbidden {
+        /// What was refused (`job file field `input``, …).
+        what: &'static str,
+        /// Why, with the team's allowed prefixes.
+        message: String,
+    },
     /// The database or the server failed → 500. Logged; the message names the database.
     #[error("internal error: {message}")]
     Internal {
@@ -82,6 +90,7 @@ impl ApiError {
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

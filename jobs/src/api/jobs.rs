@@ -127,6 +127,7 @@ pub struct ListParams {
         (status = 201, description = "Queued; the job as stored (Location: its URL).", body = Object),
         (status = 400, description = "Malformed TOML or JSON, a bad job field, or a local input or output path (refused unless kiln serve --allow-local-paths).", body = ErrorBody),
         (status = 401, description = "Missing or invalid token.", body = ErrorBody),
+        (status = 403, description = "The input or output is outside the team's prefixes (kiln serve --tenants).", body = ErrorBody),
         (status = 413, description = "Body over the size limit.", body = ErrorBody),
         (status = 415, description = "Unsupported Content-Type.", body = ErrorBody),
     ),
@@ -152,6 +153,14 @@ pub async fn submit(
         sub.output.as_deref().unwrap_or(&spec.output),
         state.local_paths,
     )?;
+    if let Some(tenants) = &state.tenants {
+        tenants.check(
+            &team,
+            &spec.input,
+            sub.output.as_deref().unwrap_or(&spec.output),
+            &state.relative_base,
+        )?;
+    }
     let opts = SubmitOptions {
         team,
         priority: sub.priority,

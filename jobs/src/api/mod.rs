@@ -28,6 +28,7 @@ pub mod jobs;
 pub mod locations;
 pub mod metrics;
 pub mod openapi;
+pub mod tenants;
 pub mod token;
 
 use std::net::SocketAddr;
@@ -39,6 +40,7 @@ use axum::routing::{get, post};
 
 pub use error::ApiError;
 pub use locations::LocalPaths;
+pub use tenants::Tenants;
 
 use crate::ledger::Ledger;
 use crate::queue::Queue;
@@ -61,6 +63,9 @@ pub struct ApiConfig {
     /// Whether submitted job files may name local paths on the server's machine
     /// ([`LocalPaths::Refuse`] unless `kiln serve --allow-local-paths`).
     pub local_paths: LocalPaths,
+    /// Each team's allowed input and output prefixes (`kiln serve --tenants FILE`); `None`: any
+    /// location the other checks accept.
+    pub tenants: Option<Tenants>,
 }
 
 /// Shared state of the handlers.

@@ -45,6 +45,7 @@ async fn fixture_on(
     dir: tempfile::TempDir,
     max_body_bytes: usize,
     local_paths: LocalPaths,
+    tenants: Option<Tenants>,
 ) -> Fixture {
     let art = token::create(&db, "art", None).await.unwrap().token;
     let geo = token::create(&db, "geo", Some("second team"))
@@ -58,6 +59,7 @@ async fn fixture_on(
         max_body_bytes,
         relative_base: dir.path().to_path_buf(),
         local_paths,
+        tenants,
     });
     Fixture {
         _dir: dir,
@@ -72,7 +74,7 @@ async fn fixture_on(
 async fn fixtures(local_paths: LocalPaths) -> Vec<Fixture> {
     let mut out = Vec::new();
     for (db, dir) in backends().await {
-        out.push(fixture_on(db, dir, DEFAULT_MAX_BODY_BYTES, local_paths).await);
+        out.push(fixture_on(db, dir, DEFAULT_MAX_BODY_BYTES, local_paths, None).await);
     }
     out
 }
@@ -81,7 +83,7 @@ async fn fixtures(local_paths: LocalPaths) -> Vec<Fixture> {
 async fn fixture(max_body_bytes: usize) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open_sqlite(&dir.path().join("q.sqlite")).await.unwrap();
-    fixture_on(db, dir, max_body_bytes, LocalPaths::Refuse).await
+    fixture_on(db, dir, max_body_bytes, LocalPaths::Refuse, None).await
 }
 
 fn new_job(id: &str, team: &str) -> NewJob {
@@ -528,6 +530,7 @@ async fn metrics_count_usage_from_the_ledger() {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             relative_base: std::env::temp_dir(),
             local_paths: LocalPaths::Refuse,
+            tenants: None,
         };
         let s = metrics::snapshot(&cfg).await.unwrap();
         assert_eq!((s.gpu_s, s.cpu_s, s.workers_alive), (0.0, 0.0, 0));
@@ -585,7 +588,7 @@ async fn local_input_and_output_paths_are_refused_with_400_naming_the_fix() {
 async fn allow_local_paths_accepts_a_local_output() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open_sqlite(&dir.path().join("q.sqlite")).await.unwrap();
-    let f = fixture_on(db, dir, DEFAULT_MAX_BODY_BYTES, LocalPaths::Allow).await;
+    let f = fixture_on(db, dir, DEFAULT_MAX_BODY_BYTES, LocalPaths::Allow, None).await;
     let body = serde_json::json!({"job": REMOTE_MESH_JOB, "output": "out/a"}).to_string();
     let (status, _, body) = call(
         &f.app,
@@ -601,4 +604,79 @@ async fn allow_local_paths_accepts_a_local_output() {
         body["output"].as_str().unwrap().ends_with("out/a"),
         "{body}"
     );
+}
+
+#[tokio::test]
+async fn with_a_tenants_file_a_team_cannot_read_or_write_another_team_s_prefixes() {
+    // Every backend.
+    let tenants = Tenants::from_toml(
+        "[team.art]\ninputs = [\"s3://media/art\", \"dataset://\"]\noutputs = [\"s3://media/art/published\"]\n\
+         [team.geo]\ninputs = [\"s3://media/geo\"]\noutputs = [\"s3://media/geo/tiles\"]\n",
+    )
+    .unwrap();
+    for (db, dir) in backends().await {
+        let f = fixture_on(
+            db,
+            dir,
+            DEFAULT_MAX_BODY_BYTES,
+            LocalPaths::Refuse,
+            Some(tenants.clone()),
+        )
+        .await;
+        let job = |input: &str, output: &str| {
+            format!("name = \"a\"\nkind = \"mesh\"\ninput = \"{input}\"\noutput = \"{output}\"\n")
+                .into_bytes()
+        };
+        let avocado = "dataset://mesh-khronos-gltf-samples/Avocado/glTF/Avocado.gltf";
+        // Team geo: art's input, art's published output, a sample it was not given.
+        for (input, output, field) in [
+            ("s3://media/art/in/fox", "s3://media/geo/tiles/x", "`input`"),
+            (
+                "s3://media/geo/in",
+                "s3://media/art/published/fox",
+                "`output`",
+            ),
+            (avocado, "s3://media/geo/tiles/x", "`input`"),
+        ] {
+            let (status, _, body) = call(
+                &f.app,
+                "POST",
+                "/api/v1/jobs",
+                Some(&f.geo),
+                Some("application/toml"),
+                job(input, output),
+            )
+            .await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{input} {output}: {body}");
+            let e = body["error"].as_str().unwrap();
+            assert!(
+                e.contains(field) && e.contains("team `geo`") && e.contains("s3://media/geo"),
+                "{e}"
+            );
+        }
+        // The `output` option cannot get around it either.
+        let body = serde_json::json!({"job": String::from_utf8(job("s3://media/geo/in", "s3://media/geo/tiles/x")).unwrap(), "output": "s3://media/art/published/fox"});
+        let (status, _, answer) = call(
+            &f.app,
+            "POST",
+            "/api/v1/jobs",
+            Some(&f.geo),
+            Some("application/json"),
+            body.to_string().into_bytes(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{answer}");
+        // Team art inside its own prefixes: queued.
+        let (status, _, body) = call(
+            &f.app,
+            "POST",
+            "/api/v1/jobs",
+            Some(&f.art),
+            Some("application/toml"),
+            job(avocado, "s3://media/art/published/avocado"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        assert_eq!(f.queue.jobs(None, None, 100).await.unwrap().len(), 1);
+    }
 }
