@@ -6,12 +6,18 @@ mod cli;
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    // `kiln … | head` must end quietly like other Unix tools instead of panicking in println!.
-    // SAFETY: restoring the default SIGPIPE action at start-up, before any thread exists.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
     let args = cli::Cli::parse();
+    // `kiln jobs | head` must end quietly like other Unix tools instead of panicking in println!,
+    // so printing commands take the default SIGPIPE action. Commands that hold network
+    // connections (object storage, the database, HTTP clients) keep Rust's default of ignoring
+    // it: a peer that drops a connection must be an error the stage can retry, never a death by
+    // signal.
+    if !args.command.holds_connections() {
+        // SAFETY: changing a signal action at start-up, before any thread exists.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     cli::init_logging(&args.log_format);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

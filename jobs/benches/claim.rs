@@ -11,6 +11,9 @@ use kiln_jobs::queue::{NewJob, Queue, RetryPolicy};
 const NOW: RetryPolicy = RetryPolicy {
     base: Duration::ZERO,
     max: Duration::ZERO,
+    infra_base: Duration::ZERO,
+    infra_max: Duration::ZERO,
+    max_infra_faults: 12,
 };
 
 fn job(i: u64) -> NewJob {

@@ -56,6 +56,11 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "key_recipe",
         include_str!("../migrations/sqlite/0004_key_recipe.sql"),
     ),
+    (
+        5,
+        "attempt_fault",
+        include_str!("../migrations/sqlite/0005_attempt_fault.sql"),
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -77,6 +82,11 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         4,
         "key_recipe",
         include_str!("../migrations/postgres/0004_key_recipe.sql"),
+    ),
+    (
+        5,
+        "attempt_fault",
+        include_str!("../migrations/postgres/0005_attempt_fault.sql"),
     ),
 ];
 

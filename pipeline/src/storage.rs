@@ -96,6 +96,33 @@ pub fn open(location: &str) -> Result<Store> {
     })
 }
 
+/// Whether a storage failure means the store did not answer (an outage, a dropped connection, a
+/// server error: worth waiting for) rather than refused (credentials, permissions, a missing
+/// bucket: waiting changes nothing).
+pub fn is_unreachable(e: &Error) -> bool {
+    use object_store::Error as S;
+    let Error::Storage { source, .. } = e else {
+        return false;
+    };
+    let text = source.to_string();
+    !matches!(
+        source,
+        S::PermissionDenied { .. }
+            | S::Unauthenticated { .. }
+            | S::NotSupported { .. }
+            | S::NotImplemented { .. }
+            | S::UnknownConfigurationKey { .. }
+            | S::NotFound { .. }
+    ) && ![
+        "NoSuchBucket",
+        "AccessDenied",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+    ]
+    .iter()
+    .any(|code| text.contains(code))
+}
+
 impl Store {
     /// The object path of `relative` under this store's prefix.
     pub fn child(&self, relative: &str) -> ObjectPath {

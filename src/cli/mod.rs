@@ -82,6 +82,22 @@ pub enum Command {
     Bench(bench::BenchArgs),
 }
 
+impl Command {
+    /// Whether the command keeps network connections open while it works (object storage,
+    /// PostgreSQL, HTTP), so that SIGPIPE must stay ignored (see `main`).
+    pub fn holds_connections(&self) -> bool {
+        matches!(
+            self,
+            Command::Run(_)
+                | Command::Regress(_)
+                | Command::Serve(_)
+                | Command::Worker(_)
+                | Command::StageExec(_)
+                | Command::Submit(_)
+        )
+    }
+}
+
 /// Where the ledger and queue live: `--db`, else `$KILN_DB`, else `$KILN_HOME/ledger.sqlite`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DbArgs {

@@ -116,18 +116,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
             )
         })?;
     }
-    let probe = format!(".kiln-probe/{}", cfg.id);
-    let store = kiln_pipeline::storage::open(&cfg.cache)?;
-    store
-        .put_bytes(&format!("{probe}/check"), b"kiln worker write check".to_vec())
-        .await
-        .and(store.delete_prefix(&probe).await)
-        .with_context(|| {
-            format!(
-                "--cache {}: this worker cannot write the shared stage cache (for s3:// check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_REGION / AWS_ENDPOINT and the bucket); nothing was claimed",
-                cfg.cache
-            )
-        })?;
+    wait_for_cache(&cfg).await?;
     let queue = Queue::open(&args.db.target()).await?;
     if let Some(addr) = &args.health {
         worker::health::serve(addr, queue.clone()).await?;
@@ -217,10 +206,77 @@ pub async fn stage_exec(args: StageExecArgs) -> anyhow::Result<()> {
     exec::write_outcome(&args.outcome, &outcome)?;
     match outcome {
         exec::ExecOutcome::Succeeded(_) => Ok(()),
-        exec::ExecOutcome::Failed { message, .. } => anyhow::bail!("{message}"),
+        exec::ExecOutcome::Failed {
+            message,
+            retryable,
+            infrastructure,
+        } => {
+            eprintln!("error: {message}");
+            std::process::exit(failure_exit_code(retryable, infrastructure))
+        }
         exec::ExecOutcome::Interrupted { message } => {
             eprintln!("{message}");
-            std::process::exit(130)
+            std::process::exit(EXIT_INTERRUPTED)
         }
+    }
+}
+
+/// `kiln stage-exec` exit status: the stage failed on this machine; retrying (a bounded number of
+/// times) may help.
+pub const EXIT_STAGE_FAILED: i32 = 1;
+/// The job's own input or parameters are at fault: retrying cannot help (sysexits `EX_DATAERR`).
+pub const EXIT_JOB_FAULT: i32 = 65;
+/// The object store or the database did not answer, or the attempt lost its lease: retry later,
+/// with a longer horizon (sysexits `EX_TEMPFAIL`).
+pub const EXIT_INFRASTRUCTURE: i32 = 75;
+/// Stopped by SIGINT/SIGTERM (128 + SIGINT); a training checkpoint may be kept.
+pub const EXIT_INTERRUPTED: i32 = 130;
+
+fn failure_exit_code(retryable: bool, infrastructure: bool) -> i32 {
+    match (infrastructure, retryable) {
+        (true, _) => EXIT_INFRASTRUCTURE,
+        (false, true) => EXIT_STAGE_FAILED,
+        (false, false) => EXIT_JOB_FAULT,
+    }
+}
+
+/// Check that this worker can write the shared stage cache before claiming anything. While the
+/// store is unreachable (an S3 outage, a server still starting) wait and try again, saying so
+/// once per try; a refusal that waiting cannot fix (credentials, a missing bucket) ends the worker.
+///
+/// # Errors
+/// The store's refusal, naming `--cache` and what to check; a signal while waiting.
+async fn wait_for_cache(cfg: &WorkerConfig) -> anyhow::Result<()> {
+    let probe = format!(".kiln-probe/{}", cfg.id);
+    let store = kiln_pipeline::storage::open(&cfg.cache)?;
+    let mut delay = Duration::from_secs(1);
+    let mut stop = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        let tried = store
+            .put_bytes(
+                &format!("{probe}/check"),
+                b"kiln worker write check".to_vec(),
+            )
+            .await
+            .and(store.delete_prefix(&probe).await);
+        let e = match tried {
+            Ok(()) => return Ok(()),
+            Err(e) if kiln_pipeline::storage::is_unreachable(&e) => e,
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "--cache {}: this worker cannot write the shared stage cache (for s3:// check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_REGION / AWS_ENDPOINT and the bucket); nothing was claimed",
+                        cfg.cache
+                    )
+                });
+            }
+        };
+        tracing::warn!(cache = %cfg.cache, retry_in_s = delay.as_secs(), "the stage cache is unreachable; nothing is claimed until it answers: {e}");
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = tokio::signal::ctrl_c() => anyhow::bail!("stopped while waiting for the stage cache {}", cfg.cache),
+            _ = stop.recv() => anyhow::bail!("stopped while waiting for the stage cache {}", cfg.cache),
+        }
+        delay = (delay * 2).min(Duration::from_secs(30));
     }
 }

@@ -745,7 +745,8 @@ fn a_publish_attempt_that_lost_its_lease_changes_nothing_committed() {
             "--lease-file",
             lease.to_str().unwrap(),
         ]);
-        assert!(!o.status.success(), "the stale attempt published");
+        // EX_TEMPFAIL: an infrastructure fault (README, "Exit codes and retries").
+        assert_eq!(o.status.code(), Some(75), "{}", stderr(&o));
         assert!(
             stderr(&o).contains("fenced") && stderr(&o).contains(says),
             "{}",
@@ -763,4 +764,102 @@ fn a_publish_attempt_that_lost_its_lease_changes_nothing_committed() {
             .collect();
         assert!(staging.is_empty(), "{staging:?}");
     }
+}
+
+/// Whether process `pid` ignores SIGPIPE (bit 13 of `SigIgn` in /proc/PID/status).
+fn ignores_sigpipe(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+        .unwrap();
+    mask & (1 << (libc::SIGPIPE - 1)) != 0
+}
+
+#[test]
+fn processes_that_hold_connections_survive_a_dropped_peer_instead_of_dying_of_sigpipe() {
+    let sb = Sandbox::new();
+    let db = sb.path().join("queue.sqlite");
+    let db = db.to_str().unwrap();
+    ok(&sb.kiln(&["token", "create", "--team", "art", "--db", db]));
+    let mut w = worker(&sb, db, "w", &["--poll", "0.2"]);
+    let mut s = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["serve", "--db", db, "--addr", "127.0.0.1:0"])
+        .env("KILN_HOME", sb.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let (worker_ignores, serve_ignores) = (ignores_sigpipe(w.id()), ignores_sigpipe(s.id()));
+    for c in [&mut w, &mut s] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert!(worker_ignores, "kiln worker would die of SIGPIPE");
+    assert!(serve_ignores, "kiln serve would die of SIGPIPE");
+}
+
+#[test]
+fn a_worker_started_while_s3_is_down_waits_for_it_then_runs_jobs() {
+    let Some(bin) = moto_server() else { return };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let sb = Sandbox::new();
+    let db = sb.path().join("queue.sqlite");
+    let db = db.to_str().unwrap();
+    let job = sb.job(
+        "avocado",
+        "name = \"avocado\"\nkind = \"mesh\"\n\
+         input = \"dataset://mesh-khronos-gltf-samples/Avocado/glTF/Avocado.gltf\"\n\
+         output = \"out/a\"\n",
+    );
+    let o = sb.kiln(&["submit", job.to_str().unwrap(), "--db", db]);
+    ok(&o);
+    let id = stdout(&o).trim().to_string();
+    // S3 is down when the worker starts: it must wait, not exit (a crash loop under Kubernetes).
+    let mut w = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["worker", "--db", db, "--work-dir", "w"])
+        .args(["--cache", "s3://kiln-cache/cache", "--poll", "0.2"])
+        .env("KILN_HOME", sb.path())
+        .env("RUST_LOG", "warn")
+        .env("AWS_ENDPOINT", format!("http://127.0.0.1:{port}"))
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .current_dir(sb.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(
+        w.try_wait().unwrap().is_none(),
+        "the worker exited while S3 was down"
+    );
+    assert_eq!(job_json(&sb, db, &id)["job"]["state"], "queued");
+    let mut moto = start_moto(&bin, port);
+    create_bucket(port, "kiln-cache");
+    wait_for("the job to finish", Duration::from_secs(180), || {
+        let s = job_json(&sb, db, &id)["job"]["state"].clone();
+        s != "queued" && s != "running"
+    });
+    // SAFETY: signals our own child process.
+    unsafe {
+        libc::kill(w.id() as i32, libc::SIGTERM);
+    }
+    let out = finish(w);
+    let _ = moto.kill();
+    let _ = moto.wait();
+    assert_eq!(job_json(&sb, db, &id)["job"]["state"], "succeeded");
+    assert!(
+        stderr(&out).contains("the stage cache is unreachable; nothing is claimed"),
+        "{}",
+        stderr(&out)
+    );
 }

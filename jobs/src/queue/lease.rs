@@ -39,6 +39,20 @@ pub enum Heartbeat {
     Lost,
 }
 
+/// Whose fault a failed attempt was, which decides how it is retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    /// The job's own input or parameters: retrying cannot help, the job fails.
+    Job,
+    /// The stage failed on this machine (a crash, a GPU error, anything not known to be the
+    /// job's or the infrastructure's): retried on the job's `max_attempts`.
+    Stage,
+    /// The object store or the database did not answer, or the lease was lost: retried on the
+    /// policy's separate, longer infrastructure budget.
+    Infrastructure,
+}
+
 /// What became of a failed attempt.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum Failure {
@@ -443,10 +457,12 @@ impl Queue {
         event(tx, job_id, now, "cancelled", "cancelled").await
     }
 
-    /// Record that `lease`'s attempt failed with `error`. `retryable` failures (infrastructure:
-    /// a lost GPU, storage, a crash) are retried after the policy's backoff until `max_attempts`
-    /// failed or lost attempts, then dead-lettered; others (the job's own input or parameters)
-    /// fail the job at once.
+    /// Record that `lease`'s attempt failed with `error`. An infrastructure fault (`fault` =
+    /// [`Fault::Infrastructure`]: object store or database unreachable, lease lost) is recorded
+    /// `failed` with fault `infrastructure` and retried on the policy's infrastructure budget; other `retryable`
+    /// failures (a crash, a lost GPU, an error in the stage) are retried after the policy's
+    /// backoff until `max_attempts` failed attempts, then dead-lettered; the rest (the job's own
+    /// input or parameters) fail the job at once.
     ///
     /// # Errors
     /// [`Error::LeaseLost`] when the lease is no longer held; [`Error::Ledger`].
@@ -454,7 +470,7 @@ impl Queue {
         &self,
         lease: &Lease,
         error: &str,
-        retryable: bool,
+        fault: Fault,
         policy: &RetryPolicy,
     ) -> Result<Failure> {
         let now = now_ms();
@@ -469,13 +485,24 @@ impl Queue {
             )
             .await?;
         let err = self.db.err();
+        if fault == Fault::Infrastructure {
+            sqlx::query(
+                "UPDATE queue_attempts SET fault = 'infrastructure' WHERE job_id = $1 AND stage = $2 AND token = $3",
+            )
+            .bind(&lease.job_id)
+            .bind(&lease.stage)
+            .bind(lease.token)
+            .execute(&mut *tx)
+            .await
+            .map_err(&err)?;
+        }
         let outcome = self
             .after_failure(
                 &mut tx,
                 &lease.job_id,
                 &lease.stage,
                 error,
-                retryable,
+                fault,
                 policy,
                 now,
             )
@@ -492,12 +519,23 @@ impl Queue {
         job_id: &str,
         stage: &str,
         error: &str,
-        retryable: bool,
+        fault: Fault,
         policy: &RetryPolicy,
         now: i64,
     ) -> std::result::Result<Failure, sqlx::Error> {
+        let retryable = fault != Fault::Job;
+        let infra = fault == Fault::Infrastructure;
         let failures: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM queue_attempts WHERE job_id = $1 AND stage = $2 AND state IN ('failed', 'lost')",
+            "SELECT COUNT(*) FROM queue_attempts WHERE job_id = $1 AND stage = $2 AND state = 'failed' \
+             AND fault IS NULL",
+        )
+        .bind(job_id)
+        .bind(stage)
+        .fetch_one(&mut **tx)
+        .await?;
+        let faults: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM queue_attempts WHERE job_id = $1 AND stage = $2 \
+             AND (state = 'lost' OR fault = 'infrastructure')",
         )
         .bind(job_id)
         .bind(stage)
@@ -524,7 +562,28 @@ impl Queue {
             self.finish_cancelled(tx, job_id, now).await?;
             return Ok(Failure::Failed);
         }
-        if retryable && failures < max_attempts {
+        if infra && faults < i64::from(policy.max_infra_faults) {
+            let delay = policy.infra_delay(job_id, stage, faults as u32);
+            let not_before = now + delay.as_millis() as i64;
+            set_stage("queued")
+                .bind(not_before)
+                .execute(&mut **tx)
+                .await?;
+            event(
+                tx,
+                job_id,
+                now,
+                "retry",
+                &format!(
+                    "{stage}: infrastructure fault {faults} of {} (not counted against the job's attempts), retrying in {:.1} s: {error}",
+                    policy.max_infra_faults,
+                    delay.as_secs_f64()
+                ),
+            )
+            .await?;
+            return Ok(Failure::Retry { not_before });
+        }
+        if retryable && !infra && failures < max_attempts {
             let delay = policy.delay(job_id, stage, failures as u32);
             let not_before = now + delay.as_millis() as i64;
             set_stage("queued")
@@ -549,9 +608,16 @@ impl Queue {
                 "dead",
                 "dead",
                 Failure::Dead,
-                format!(
-                    "dead-lettered after {failures} failed attempts of {stage}; last error: {error}"
-                ),
+                if infra {
+                    format!(
+                        "dead-lettered after {faults} infrastructure faults of {stage} (lost leases, storage or database unreachable; {} s of retries); last error: {error}",
+                        policy.infra_horizon().as_secs()
+                    )
+                } else {
+                    format!(
+                        "dead-lettered after {failures} failed attempts of {stage}; last error: {error}"
+                    )
+                },
             )
         } else {
             (
@@ -754,7 +820,7 @@ impl Queue {
                 &lease.job_id,
                 &lease.stage,
                 &error,
-                true,
+                Fault::Infrastructure,
                 policy,
                 now,
             )

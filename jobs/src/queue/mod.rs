@@ -32,7 +32,7 @@ use sqlx::any::AnyRow;
 use sqlx::{AssertSqlSafe, Row};
 
 pub use backoff::RetryPolicy;
-pub use lease::{Claimed, Failure, Heartbeat, Lease};
+pub use lease::{Claimed, Failure, Fault, Heartbeat, Lease};
 
 use crate::db::{Backend, Db};
 use crate::{Error, Result};

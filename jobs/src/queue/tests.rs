@@ -73,6 +73,9 @@ fn job(id: &str, team: &str, priority: i64, stages: &[(&str, bool)]) -> NewJob {
 const NOW: RetryPolicy = RetryPolicy {
     base: Duration::ZERO,
     max: Duration::ZERO,
+    infra_base: Duration::ZERO,
+    infra_max: Duration::ZERO,
+    max_infra_faults: 12,
 };
 const TTL: Duration = Duration::from_secs(60);
 
@@ -210,11 +213,14 @@ async fn failures_back_off_then_dead_letter_with_the_error_history() {
         let slow = RetryPolicy {
             base: Duration::from_secs(60),
             max: Duration::from_secs(60),
+            ..NOW
         };
         let c = q.claim("w", true, TTL, &slow).await.unwrap().unwrap();
         let before = now_ms();
-        let Failure::Retry { not_before } =
-            q.fail(&c.lease, "disk full", true, &slow).await.unwrap()
+        let Failure::Retry { not_before } = q
+            .fail(&c.lease, "disk full", Fault::Stage, &slow)
+            .await
+            .unwrap()
         else {
             panic!("first failure of two allowed should retry");
         };
@@ -236,7 +242,7 @@ async fn failures_back_off_then_dead_letter_with_the_error_history() {
         let c = q.claim("w", true, TTL, &slow).await.unwrap().unwrap();
         assert_eq!(c.lease.attempt, 2);
         assert_eq!(
-            q.fail(&c.lease, "disk still full", true, &slow)
+            q.fail(&c.lease, "disk still full", Fault::Stage, &slow)
                 .await
                 .unwrap(),
             Failure::Dead
@@ -269,7 +275,7 @@ async fn failures_back_off_then_dead_letter_with_the_error_history() {
             .unwrap();
         let c = q.claim("w", true, TTL, &NOW).await.unwrap().unwrap();
         assert_eq!(
-            q.fail(&c.lease, "transforms.json: bad field", false, &NOW)
+            q.fail(&c.lease, "transforms.json: bad field", Fault::Job, &NOW)
                 .await
                 .unwrap(),
             Failure::Failed
@@ -283,6 +289,96 @@ async fn failures_back_off_then_dead_letter_with_the_error_history() {
             .map(|s| s.state)
             .collect();
         assert_eq!(st, ["failed", "cancelled"]);
+    }
+}
+
+#[tokio::test]
+async fn infrastructure_faults_have_their_own_longer_budget_and_cost_no_attempt() {
+    for (q, _g) in backends().await {
+        let mut j = job("j", "a", 0, &[("ingest", false)]);
+        j.max_attempts = 1;
+        q.submit(&j).await.unwrap();
+        // The fifth infrastructure fault dead-letters (as the job's N-th failed attempt does).
+        let policy = RetryPolicy {
+            max_infra_faults: 5,
+            ..NOW
+        };
+        // Three storage outages and a lost lease: each retried, none counted against the job's
+        // single attempt.
+        for n in 1..=3 {
+            let c = q.claim("w", true, TTL, &policy).await.unwrap().unwrap();
+            let f = q
+                .fail(
+                    &c.lease,
+                    "object store s3://b: connection refused",
+                    Fault::Infrastructure,
+                    &policy,
+                )
+                .await
+                .unwrap();
+            assert!(matches!(f, Failure::Retry { .. }), "fault {n}: {f:?}");
+        }
+        let c = q
+            .claim("w", true, Duration::from_millis(1), &policy)
+            .await
+            .unwrap()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert_eq!(q.reap_expired(&policy).await.unwrap(), 1);
+        // The fifth is a fault too many: dead-lettered, saying why.
+        let c2 = q.claim("w", true, TTL, &policy).await.unwrap().unwrap();
+        assert_ne!(c2.lease.token, c.lease.token);
+        let f = q
+            .fail(
+                &c2.lease,
+                "database unreachable",
+                Fault::Infrastructure,
+                &policy,
+            )
+            .await
+            .unwrap();
+        assert_eq!(f, Failure::Dead);
+        let jr = q.job("j", None).await.unwrap();
+        assert!(
+            jr.error
+                .as_deref()
+                .unwrap()
+                .contains("5 infrastructure faults"),
+            "{jr:?}"
+        );
+        let states: Vec<String> = q
+            .attempts("j")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|a| a.state)
+            .collect();
+        assert_eq!(states, ["failed", "failed", "failed", "lost", "failed"]);
+        let infra: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM queue_attempts WHERE job_id = 'j' AND fault = 'infrastructure'",
+        )
+        .fetch_one(&q.db().pool)
+        .await
+        .unwrap();
+        assert_eq!(infra, 4);
+
+        // Infrastructure faults do not use up the job's attempts: after two of them, the
+        // stage's own first failure is retried (max_attempts 2).
+        let mut k = job("k", "a", 0, &[("ingest", false)]);
+        k.max_attempts = 2;
+        q.submit(&k).await.unwrap();
+        for _ in 0..2 {
+            let c = q.claim("w", true, TTL, &policy).await.unwrap().unwrap();
+            q.fail(&c.lease, "S3 down", Fault::Infrastructure, &policy)
+                .await
+                .unwrap();
+        }
+        let c = q.claim("w", true, TTL, &policy).await.unwrap().unwrap();
+        let f = q
+            .fail(&c.lease, "CUDA error", Fault::Stage, &policy)
+            .await
+            .unwrap();
+        assert!(matches!(f, Failure::Retry { .. }), "{f:?}");
     }
 }
 

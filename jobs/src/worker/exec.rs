@@ -32,6 +32,10 @@ pub enum ExecOutcome {
         message: String,
         /// False when the job itself is at fault (bad input or parameters): retrying cannot help.
         retryable: bool,
+        /// True when the object store did not answer or the attempt lost its lease: retried on
+        /// the infrastructure budget, not the job's attempts.
+        #[serde(default)]
+        infrastructure: bool,
     },
     /// Stopped by a signal (worker shutdown or cancel); a training checkpoint may be kept.
     Interrupted {
@@ -47,6 +51,12 @@ pub fn retryable(e: &kiln_pipeline::Error) -> bool {
         e,
         E::Input { .. } | E::Param { .. } | E::Format(_) | E::Numeric { .. }
     )
+}
+
+/// Whether a pipeline error is the infrastructure's: the object store did not answer, or the
+/// attempt lost its lease (a fenced publish).
+pub fn infrastructure(e: &kiln_pipeline::Error) -> bool {
+    matches!(e, kiln_pipeline::Error::Fenced { .. }) || kiln_pipeline::storage::is_unreachable(e)
 }
 
 fn chain(e: &dyn std::error::Error) -> String {
@@ -67,6 +77,7 @@ pub async fn exec_stage(plan: &JobPlan, stage: &str, done: &[DoneStage]) -> Exec
         _ => ExecOutcome::Failed {
             message: chain(e),
             retryable: retryable(e),
+            infrastructure: infrastructure(e),
         },
     };
     let dag = match job_dag(plan).await {
@@ -88,6 +99,7 @@ pub async fn exec_stage(plan: &JobPlan, stage: &str, done: &[DoneStage]) -> Exec
                     .join(", ")
             ),
             retryable: false,
+            infrastructure: false,
         };
     };
     let mut outcomes: HashMap<StageKind, StageOutcome> = HashMap::new();
@@ -119,6 +131,7 @@ pub async fn exec_stage(plan: &JobPlan, stage: &str, done: &[DoneStage]) -> Exec
                             plan.stage_cache.as_deref().unwrap_or("(none)")
                         ),
                         retryable: true,
+                        infrastructure: false,
                     };
                 }
                 Err(e) => return fail(&e),

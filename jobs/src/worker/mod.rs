@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::ledger::Ledger;
-use crate::queue::{Claimed, Failure, Heartbeat, Lease, Queue, RetryPolicy};
+use crate::queue::{Claimed, Failure, Fault, Heartbeat, Lease, Queue, RetryPolicy};
 use crate::{Error, Result};
 use exec::{DoneStage, ExecOutcome};
 
@@ -270,7 +270,7 @@ async fn run_claimed(
             "budget exhausted: the job has cost ${spent:.6} of its ${b:.6} (price catalog {}); not starting `{}`",
             cfg.catalog.version, lease.stage
         );
-        return report_failure(queue, ledger, &lease, None, &msg, false, cfg).await;
+        return report_failure(queue, ledger, &lease, None, &msg, Fault::Job, cfg).await;
     }
     let rate = cfg.slot_usd_per_s(slot);
     let started = std::time::Instant::now();
@@ -286,7 +286,7 @@ async fn run_claimed(
                 &lease,
                 None,
                 &format!("worker could not start the stage: {e}"),
-                true,
+                Fault::Stage,
                 cfg,
             )
             .await;
@@ -388,7 +388,7 @@ async fn run_claimed(
         }
         (Stop::Shutdown, Some(ExecOutcome::Succeeded(o)))
         | (Stop::Exited, Some(ExecOutcome::Succeeded(o))) => {
-            commit(queue, ledger, &lease, ledger_attempt, &o).await
+            commit(queue, ledger, &lease, ledger_attempt, &o, cfg.lease_ttl).await
         }
         (Stop::Shutdown, _) | (Stop::Exited, Some(ExecOutcome::Interrupted { .. })) => {
             let reason = "worker shutting down (SIGTERM): the stage is handed back; training resumes from its checkpoint on this machine";
@@ -398,14 +398,26 @@ async fn run_claimed(
                 .await;
             Ended::Released
         }
-        (Stop::Exited, Some(ExecOutcome::Failed { message, retryable })) => {
+        (
+            Stop::Exited,
+            Some(ExecOutcome::Failed {
+                message,
+                retryable,
+                infrastructure,
+            }),
+        ) => {
+            let fault = match (infrastructure, retryable) {
+                (true, _) => Fault::Infrastructure,
+                (false, true) => Fault::Stage,
+                (false, false) => Fault::Job,
+            };
             report_failure(
                 queue,
                 ledger,
                 &lease,
                 Some((ledger_attempt, &usage)),
                 &message,
-                retryable,
+                fault,
                 cfg,
             )
             .await
@@ -421,7 +433,7 @@ async fn run_claimed(
                 &lease,
                 Some((ledger_attempt, &usage)),
                 &msg,
-                true,
+                Fault::Stage,
                 cfg,
             )
             .await
@@ -442,7 +454,7 @@ async fn run_claimed(
                 &lease,
                 Some((ledger_attempt, &usage)),
                 &msg,
-                false,
+                Fault::Job,
                 cfg,
             )
             .await
@@ -593,8 +605,9 @@ async fn commit(
     lease: &Lease,
     ledger_attempt: i64,
     o: &kiln_pipeline::run::StageOutcome,
+    lease_ttl: Duration,
 ) -> Ended {
-    match queue.complete(lease, &o.key, &o.summary).await {
+    match complete_with_retries(queue, lease, o, lease_ttl).await {
         Ok(()) => {
             let state = if o.cache_hit { "cached" } else { "succeeded" };
             let _ = ledger
@@ -637,13 +650,36 @@ async fn commit(
     }
 }
 
+/// Commit a finished stage, retrying database errors (a restart, a dropped connection) with
+/// backoff for as long as the lease could still be held, so a database blip at the end of a
+/// stage costs no re-run. A lost lease is final at once.
+async fn complete_with_retries(
+    queue: &Queue,
+    lease: &Lease,
+    o: &kiln_pipeline::run::StageOutcome,
+    lease_ttl: Duration,
+) -> Result<()> {
+    let deadline = std::time::Instant::now() + lease_ttl;
+    let mut delay = Duration::from_millis(250);
+    loop {
+        match queue.complete(lease, &o.key, &o.summary).await {
+            Err(e @ Error::Ledger { .. }) if std::time::Instant::now() + delay < deadline => {
+                tracing::warn!(job = %lease.job_id, stage = %lease.stage, retry_in_s = delay.as_secs_f64(), "commit failed on a database error, retrying: {e}");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(8));
+            }
+            other => return other,
+        }
+    }
+}
+
 async fn report_failure(
     queue: &Queue,
     ledger: &Ledger,
     lease: &Lease,
     ledger_attempt: Option<(i64, &kiln_pipeline::meter::StageUsage)>,
     message: &str,
-    retryable: bool,
+    fault: Fault,
     cfg: &WorkerConfig,
 ) -> Ended {
     if let Some((a, usage)) = ledger_attempt {
@@ -651,7 +687,7 @@ async fn report_failure(
             .finish_stage(a, "failed", None, usage, None, Some(message))
             .await;
     }
-    match queue.fail(lease, message, retryable, &cfg.retry).await {
+    match queue.fail(lease, message, fault, &cfg.retry).await {
         Ok(Failure::Retry { not_before }) => {
             tracing::warn!(job = %lease.job_id, stage = %lease.stage, retry_in_s = (not_before - crate::queue::now_ms()) as f64 / 1000.0, "stage failed, will retry: {message}");
         }
