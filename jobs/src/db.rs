@@ -61,6 +61,11 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "attempt_fault",
         include_str!("../migrations/sqlite/0005_attempt_fault.sql"),
     ),
+    (
+        6,
+        "idempotency_key",
+        include_str!("../migrations/sqlite/0006_idempotency_key.sql"),
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -87,6 +92,11 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         5,
         "attempt_fault",
         include_str!("../migrations/postgres/0005_attempt_fault.sql"),
+    ),
+    (
+        6,
+        "idempotency_key",
+        include_str!("../migrations/postgres/0006_idempotency_key.sql"),
     ),
 ];
 

@@ -99,3 +99,25 @@ fn pinned(location: &str, base: &Path, spec_path: &Path, field: &str) -> Result<
         Location::S3 { .. } | Location::Memory(_) => Ok(parsed.to_url()),
     }
 }
+
+/// The longest accepted idempotency key.
+pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+
+/// Check an idempotency key: 1 to [`MAX_IDEMPOTENCY_KEY_LEN`] printable ASCII characters.
+///
+/// # Errors
+/// [`Error::Submit`] saying what a key may hold.
+pub fn check_idempotency_key(key: &str) -> Result<()> {
+    if key.is_empty()
+        || key.len() > MAX_IDEMPOTENCY_KEY_LEN
+        || !key.chars().all(|c| c.is_ascii_graphic())
+    {
+        return Err(Error::Submit {
+            message: format!(
+                "an idempotency key is 1 to {MAX_IDEMPOTENCY_KEY_LEN} printable ASCII characters without spaces (a UUID, a run id), found {} characters",
+                key.chars().count()
+            ),
+        });
+    }
+    Ok(())
+}

@@ -141,6 +141,11 @@ pub struct SubmitArgs {
     /// Stop the job before it would spend more than this many US dollars (price catalog rates).
     #[arg(long, value_name = "USD")]
     pub budget_usd: Option<f64>,
+    /// A key naming this submission (e.g. a UUID, or your pipeline's run id): submitting again
+    /// with the same key and team queues nothing and prints the first job's id, so a retried
+    /// submit never runs the job twice. Sent as the `Idempotency-Key` header with --api.
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
     #[command(flatten)]
     pub db: DbArgs,
     #[command(flatten)]
@@ -160,11 +165,14 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
             "output": args.output,
             "budget_usd": args.budget_usd,
         });
-        let req = api
+        let mut req = api
             .http
             .post(api.url("/jobs"))
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(serde_json::to_vec(&body)?);
+        if let Some(key) = &args.idempotency_key {
+            req = req.header("Idempotency-Key", key);
+        }
         let answer = api.send(req).await.with_context(|| {
             format!("{}: cannot queue (nothing was queued)", args.job.display())
         })?;
@@ -188,13 +196,26 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("{}: cannot queue (nothing was queued)", args.job.display()))?;
     let queue = Queue::open(&args.db.target()).await?;
-    queue.submit(&job).await?;
-    println!("{}", job.id);
-    eprintln!(
-        "queued in {}; `kiln worker` runs it, `kiln jobs {}` follows it",
-        queue.db().shown(),
-        job.id
-    );
+    let (id, created) = match &args.idempotency_key {
+        Some(key) => {
+            kiln_jobs::submit::check_idempotency_key(key)?;
+            let s = queue.submit_once(&job, key).await?;
+            (s.id, s.created)
+        }
+        None => {
+            queue.submit(&job).await?;
+            (job.id.clone(), true)
+        }
+    };
+    println!("{id}");
+    if created {
+        eprintln!(
+            "queued in {}; `kiln worker` runs it, `kiln jobs {id}` follows it",
+            queue.db().shown()
+        );
+    } else {
+        eprintln!("already queued as {id} with this --idempotency-key; nothing new was queued");
+    }
     Ok(())
 }
 

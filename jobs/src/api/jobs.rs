@@ -125,6 +125,7 @@ pub struct ListParams {
     ),
     responses(
         (status = 201, description = "Queued; the job as stored (Location: its URL).", body = Object),
+        (status = 200, description = "An earlier submission with the same Idempotency-Key (and team) already queued this job: nothing new was queued; the job as stored, header Idempotent-Replayed: true.", body = Object),
         (status = 400, description = "Malformed TOML or JSON, a bad job field, or a local input or output path (refused unless kiln serve --allow-local-paths).", body = ErrorBody),
         (status = 401, description = "Missing or invalid token.", body = ErrorBody),
         (status = 403, description = "The input or output is outside the team's prefixes (kiln serve --tenants).", body = ErrorBody),
@@ -140,6 +141,17 @@ pub async fn submit(
     request_body: Body,
 ) -> Result<Response, ApiError> {
     body::check_declared_length(&headers, state.max_body_bytes)?;
+    let idempotency_key = match headers.get("idempotency-key") {
+        Some(v) => {
+            let key = v.to_str().unwrap_or("\u{0}").to_string();
+            crate::submit::check_idempotency_key(&key).map_err(|e| ApiError::BadRequest {
+                what: "header Idempotency-Key",
+                message: e.to_string(),
+            })?;
+            Some(key)
+        }
+        None => None,
+    };
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .map(|v| v.to_str().unwrap_or("(not ASCII)").to_string());
@@ -175,11 +187,29 @@ pub async fn submit(
         &opts,
     )
     .await?;
-    state.queue.submit(&job).await?;
-    let stored = state.queue.job(&job.id, Some(&opts.team)).await?;
-    let mut res = (StatusCode::CREATED, Json(stored)).into_response();
-    if let Ok(loc) = HeaderValue::from_str(&format!("/api/v1/jobs/{}", job.id)) {
+    let (id, created) = match idempotency_key {
+        Some(key) => {
+            let s = state.queue.submit_once(&job, &key).await?;
+            (s.id, s.created)
+        }
+        None => {
+            state.queue.submit(&job).await?;
+            (job.id.clone(), true)
+        }
+    };
+    let stored = state.queue.job(&id, Some(&opts.team)).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let mut res = (status, Json(stored)).into_response();
+    if let Ok(loc) = HeaderValue::from_str(&format!("/api/v1/jobs/{id}")) {
         res.headers_mut().insert(header::LOCATION, loc);
+    }
+    if !created {
+        res.headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
     Ok(res)
 }

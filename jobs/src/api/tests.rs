@@ -680,3 +680,70 @@ async fn with_a_tenants_file_a_team_cannot_read_or_write_another_team_s_prefixes
         assert_eq!(f.queue.jobs(None, None, 100).await.unwrap().len(), 1);
     }
 }
+
+async fn call_with_key(
+    app: &Router,
+    token: &str,
+    key: &str,
+    body: serde_json::Value,
+) -> (StatusCode, axum::http::HeaderMap, serde_json::Value) {
+    let req = Request::builder()
+        .method("POST")
+        .uri("/api/v1/jobs")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .header("idempotency-key", key)
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let res = app.clone().oneshot(req).await.unwrap();
+    let status = res.status();
+    let headers = res.headers().clone();
+    let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (status, headers, serde_json::from_slice(&bytes).unwrap())
+}
+
+#[tokio::test]
+async fn a_retried_submit_with_the_same_idempotency_key_queues_one_job() {
+    // Every backend; with budget_usd, which once gave a random 500 on PostgreSQL.
+    for f in fixtures(LocalPaths::Refuse).await {
+        let job = "name = \"a\"\nkind = \"mesh\"\n\
+                   input = \"dataset://mesh-khronos-gltf-samples/Avocado/glTF/Avocado.gltf\"\n\
+                   output = \"s3://bucket/out\"\n";
+        let body = serde_json::json!({"job": job, "budget_usd": 2.5, "priority": 3});
+        let (s1, h1, j1) = call_with_key(&f.app, &f.art, "run-42", body.clone()).await;
+        assert_eq!(s1, StatusCode::CREATED, "{j1}");
+        assert_eq!(j1["budget_usd"], 2.5, "{j1}");
+        assert!(h1.get("idempotent-replayed").is_none());
+        for _ in 0..3 {
+            let (s, h, j) = call_with_key(&f.app, &f.art, "run-42", body.clone()).await;
+            assert_eq!(s, StatusCode::OK, "{j}");
+            assert_eq!(j["id"], j1["id"]);
+            assert_eq!(h["idempotent-replayed"], "true");
+        }
+        assert_eq!(f.queue.jobs(Some("art"), None, 100).await.unwrap().len(), 1);
+        // The same key for a different request is refused, naming the first job.
+        let other = serde_json::json!({"job": job, "budget_usd": 2.5, "priority": 4});
+        let (s, _, j) = call_with_key(&f.app, &f.art, "run-42", other).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{j}");
+        assert!(
+            j["error"]
+                .as_str()
+                .unwrap()
+                .contains(j1["id"].as_str().unwrap()),
+            "{j}"
+        );
+        // Keys belong to a team: geo's "run-42" is its own job.
+        let (s, _, j) = call_with_key(&f.app, &f.geo, "run-42", body.clone()).await;
+        assert_eq!(s, StatusCode::CREATED, "{j}");
+        assert_ne!(j["id"], j1["id"]);
+        // Malformed keys: 400 naming the header.
+        let (s, _, j) = call_with_key(&f.app, &f.art, &"k".repeat(300), body.clone()).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST);
+        assert!(
+            j["error"].as_str().unwrap().contains("Idempotency-Key"),
+            "{j}"
+        );
+    }
+}

@@ -68,6 +68,14 @@ pub struct NewJob {
     pub stages: Vec<(String, bool)>,
 }
 
+/// What [`Queue::submit_once`] did: the job's id, and whether it was queued now (`false`: an
+/// earlier submission with the same key already had).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitted {
+    pub id: String,
+    pub created: bool,
+}
+
 /// A job as stored in the queue. Times are Unix milliseconds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QueuedJob {
@@ -265,6 +273,60 @@ impl Queue {
     /// [`Error::Submit`] when it has no stages, `max_attempts < 1`, a negative budget, an empty
     /// team, or its id is already queued; [`Error::Ledger`].
     pub async fn submit(&self, job: &NewJob) -> Result<()> {
+        self.insert(job, None).await
+    }
+
+    /// Queue `job` unless `team` already submitted one under `key` (an HTTP `Idempotency-Key`,
+    /// `kiln submit --idempotency-key`): then nothing is queued and that job's id is returned,
+    /// so a retried submission never runs (and bills) a job twice.
+    ///
+    /// # Errors
+    /// As [`Queue::submit`]; [`Error::Submit`] when the key was used for a different job file,
+    /// output, priority or attempts.
+    pub async fn submit_once(&self, job: &NewJob, key: &str) -> Result<Submitted> {
+        if let Some(existing) = self.by_idempotency_key(job, key).await? {
+            return Ok(existing);
+        }
+        match self.insert(job, Some(key)).await {
+            Ok(()) => Ok(Submitted {
+                id: job.id.clone(),
+                created: true,
+            }),
+            // A concurrent retry inserted the same key first: answer with its job.
+            Err(e) => match self.by_idempotency_key(job, key).await? {
+                Some(existing) => Ok(existing),
+                None => Err(e),
+            },
+        }
+    }
+
+    async fn by_idempotency_key(&self, job: &NewJob, key: &str) -> Result<Option<Submitted>> {
+        let row = sqlx::query(
+            "SELECT id, spec, output, priority, max_attempts FROM queue_jobs WHERE team = $1 AND idempotency_key = $2",
+        )
+        .bind(&job.team)
+        .bind(key)
+        .fetch_optional(&self.db.pool)
+        .await
+        .map_err(self.db.err())?;
+        let Some(row) = row else { return Ok(None) };
+        let id: String = row.get("id");
+        let same = row.get::<String, _>("spec") == job.spec
+            && row.get::<String, _>("output") == job.output
+            && row.get::<i64, _>("priority") == job.priority
+            && row.get::<i64, _>("max_attempts") == job.max_attempts;
+        if !same {
+            return Err(Error::Submit {
+                message: format!(
+                    "Idempotency-Key `{key}` was already used by team {} for job {id} with a different job file, output, priority or attempts; use a new key for a new job",
+                    job.team
+                ),
+            });
+        }
+        Ok(Some(Submitted { id, created: false }))
+    }
+
+    async fn insert(&self, job: &NewJob, idempotency_key: Option<&str>) -> Result<()> {
         let refuse = |message: String| Err(Error::Submit { message });
         if job.stages.is_empty() {
             return refuse(format!("job `{}` has no stages", job.id));
@@ -295,8 +357,8 @@ impl Queue {
             return refuse(format!("a job with id `{}` is already queued", job.id));
         }
         sqlx::query(
-            "INSERT INTO queue_jobs (id, team, name, kind, input, output, spec, priority, state, max_attempts, budget_usd, submitted_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queued', $9, $10, $11)",
+            "INSERT INTO queue_jobs (id, team, name, kind, input, output, spec, priority, state, max_attempts, budget_usd, submitted_at, idempotency_key) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queued', $9, $10, $11, $12)",
         )
         .bind(&job.id)
         .bind(&job.team)
@@ -309,6 +371,7 @@ impl Queue {
         .bind(job.max_attempts)
         .bind(job.budget_usd)
         .bind(now)
+        .bind(idempotency_key)
         .execute(&mut *tx)
         .await
         .map_err(self.db.err())?;
