@@ -374,6 +374,12 @@ pub async fn run_stage(
             let input = fetched_input.clone();
             let from_reconstruct = node.deps.contains(&StageKind::Reconstruct);
             let key2 = key.clone();
+            let uploader = match (&plan.stage_cache, kind) {
+                (Some(cache), StageKind::Train) => {
+                    Some(travelling_checkpoint(plan, cache, &key).await?)
+                }
+                _ => None,
+            };
             let summary = tokio::task::spawn_blocking(move || {
                 run_local(
                     &plan2,
@@ -386,8 +392,12 @@ pub async fn run_stage(
                 )
             })
             .await
-            .map_err(join_err)??;
-            (summary, 0)
+            .map_err(join_err)
+            .and_then(|r| r);
+            if let Some(u) = uploader {
+                u.finish(summary.is_ok()).await;
+            }
+            (summary?, 0)
         }
     };
 
@@ -426,6 +436,25 @@ pub async fn run_stage(
         summary,
         recipe,
     })
+}
+
+/// With a shared stage cache, the train stage's checkpoint travels: one stored by a worker that
+/// died is fetched first (when this machine has none), and each new one is uploaded while the
+/// stage runs, so the stage resumes on any worker from its last checkpoint.
+async fn travelling_checkpoint(
+    plan: &JobPlan,
+    cache: &str,
+    key: &str,
+) -> Result<crate::stage_cache::CheckpointUploader> {
+    let local = checkpoint_path(plan);
+    crate::stage_cache::restore_checkpoint(cache, StageKind::Train, key, &local).await?;
+    crate::stage_cache::CheckpointUploader::spawn(
+        cache,
+        StageKind::Train,
+        key,
+        local,
+        std::time::Duration::from_secs(2),
+    )
 }
 
 /// The train stage's checkpoint: `WORK/train.ckpt`, beside (not inside) `train.partial/`, which

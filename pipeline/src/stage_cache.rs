@@ -140,6 +140,129 @@ pub async fn store(cache: &str, kind: StageKind, key: &str, final_dir: &Path) ->
     Ok(bytes)
 }
 
+/// The URL of a stage's travelling checkpoint: `CACHE/checkpoints/<stage>/<key>`.
+fn checkpoint_url(cache: &str, kind: StageKind, key: &str) -> String {
+    format!(
+        "{}/checkpoints/{}/{key}",
+        cache.trim_end_matches('/'),
+        kind.name()
+    )
+}
+
+/// Fetch the checkpoint another worker stored for (`kind`, `key`) to `local`, unless a local
+/// checkpoint exists already. Returns whether one was fetched.
+///
+/// # Errors
+/// [`Error::Storage`] when the cache cannot be read (other than a missing checkpoint);
+/// [`Error::Io`] when `local` cannot be written.
+pub async fn restore_checkpoint(
+    cache: &str,
+    kind: StageKind,
+    key: &str,
+    local: &Path,
+) -> Result<bool> {
+    if local.exists() {
+        return Ok(false);
+    }
+    let Some(name) = local.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return Ok(false);
+    };
+    let url = checkpoint_url(cache, kind, key);
+    let store = storage::open(&url)?;
+    let got = match store.store.get(&store.child(&name)).await {
+        Ok(g) => g,
+        Err(object_store::Error::NotFound { .. }) => return Ok(false),
+        Err(source) => return Err(Error::Storage { url, source }),
+    };
+    let bytes = got
+        .bytes()
+        .await
+        .map_err(|source| Error::Storage { url, source })?;
+    kiln_formats::atomic_write::write_atomic(local, &bytes)?;
+    tracing::info!(stage = %kind, key = &key[..key.len().min(12)], bytes = bytes.len(), cache = %cache, "checkpoint restored from the stage cache");
+    Ok(true)
+}
+
+/// Uploads a running stage's checkpoint file to the stage cache whenever it changes, so that a
+/// stage whose worker dies resumes on another worker from the last checkpoint instead of from
+/// the start. Stop it with [`CheckpointUploader::finish`].
+pub struct CheckpointUploader {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    cache: String,
+    kind: StageKind,
+    key: String,
+    name: String,
+}
+
+impl CheckpointUploader {
+    /// Watch `local` every `every` and upload each new version (one atomic object write).
+    pub fn spawn(
+        cache: &str,
+        kind: StageKind,
+        key: &str,
+        local: std::path::PathBuf,
+        every: std::time::Duration,
+    ) -> Result<CheckpointUploader> {
+        let url = checkpoint_url(cache, kind, key);
+        let store = storage::open(&url)?;
+        let name = local
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let object = name.clone();
+        let task = tokio::spawn(async move {
+            let mut uploaded = None;
+            loop {
+                let stopping = *stopped.borrow();
+                let modified = std::fs::metadata(&local).and_then(|m| m.modified()).ok();
+                if modified.is_some() && modified != uploaded {
+                    match store.put_file(&local, &object).await {
+                        Ok(bytes) => {
+                            uploaded = modified;
+                            tracing::info!(stage = %kind, bytes, "checkpoint stored in the stage cache");
+                        }
+                        // The next change (or the next stage attempt) tries again.
+                        Err(e) => {
+                            tracing::warn!(stage = %kind, "checkpoint not stored in the stage cache: {e}")
+                        }
+                    }
+                }
+                if stopping {
+                    return;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = stopped.changed() => {}
+                }
+            }
+        });
+        Ok(CheckpointUploader {
+            stop,
+            task,
+            cache: cache.into(),
+            kind,
+            key: key.into(),
+            name,
+        })
+    }
+
+    /// Stop watching. After a failed or interrupted stage the last checkpoint is uploaded first
+    /// (a stage stopped by a signal writes one as it stops); after a finished stage the stored
+    /// checkpoint is deleted, since the stage's output supersedes it.
+    pub async fn finish(self, stage_finished: bool) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+        if stage_finished {
+            let url = checkpoint_url(&self.cache, self.kind, &self.key);
+            if let Ok(store) = storage::open(&url) {
+                let _ = store.store.delete(&store.child(&self.name)).await;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,5 +357,70 @@ mod tests {
             std::fs::read(restored.join("tiles/0.glb")).unwrap(),
             b"good tile"
         );
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_travels_through_the_cache_while_its_stage_runs() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = d.path().join("cache");
+        let cache = cache.to_str().unwrap();
+        let key = "d".repeat(64);
+        let on_a = d.path().join("a/train.ckpt");
+        std::fs::create_dir_all(on_a.parent().unwrap()).unwrap();
+        let up = CheckpointUploader::spawn(
+            cache,
+            StageKind::Train,
+            &key,
+            on_a.clone(),
+            std::time::Duration::from_millis(20),
+        )
+        .unwrap();
+        std::fs::write(&on_a, b"step 50").unwrap();
+        let stored = d
+            .path()
+            .join(format!("cache/checkpoints/train/{key}/train.ckpt"));
+        for _ in 0..200 {
+            if std::fs::read(&stored).is_ok_and(|b| b == b"step 50") {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(std::fs::read(&stored).unwrap(), b"step 50");
+        // Worker A stops (the signal path writes a last checkpoint): it is uploaded on finish.
+        std::fs::write(&on_a, b"step 120").unwrap();
+        up.finish(false).await;
+        assert_eq!(std::fs::read(&stored).unwrap(), b"step 120");
+        // Worker B, another machine: no local checkpoint, so it takes the stored one.
+        let on_b = d.path().join("b/train.ckpt");
+        std::fs::create_dir_all(on_b.parent().unwrap()).unwrap();
+        assert!(
+            restore_checkpoint(cache, StageKind::Train, &key, &on_b)
+                .await
+                .unwrap()
+        );
+        assert_eq!(std::fs::read(&on_b).unwrap(), b"step 120");
+        // A local checkpoint wins; another key has none.
+        assert!(
+            !restore_checkpoint(cache, StageKind::Train, &key, &on_b)
+                .await
+                .unwrap()
+        );
+        let on_c = d.path().join("b/other.ckpt");
+        assert!(
+            !restore_checkpoint(cache, StageKind::Train, &"e".repeat(64), &on_c)
+                .await
+                .unwrap()
+        );
+        // B finishes the stage: the stored checkpoint is removed.
+        let up = CheckpointUploader::spawn(
+            cache,
+            StageKind::Train,
+            &key,
+            on_b,
+            std::time::Duration::from_millis(20),
+        )
+        .unwrap();
+        up.finish(true).await;
+        assert!(!stored.exists());
     }
 }

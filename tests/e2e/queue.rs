@@ -196,7 +196,7 @@ fn a_killed_worker_s_stage_is_rerun_by_another_worker_and_the_job_succeeds_once(
         "fox",
         &format!(
             "name = \"fox\"\nkind = \"capture\"\ninput = \"{}\"\noutput = \"out/fox\"\n\
-             [ingest]\nmax_side = 64\n[train]\nsteps = 400\nseed = 3\n",
+             [ingest]\nmax_side = 64\n[train]\nsteps = 400\nseed = 3\ncheckpoint_every = 50\n",
             fox.display()
         ),
     );
@@ -204,34 +204,56 @@ fn a_killed_worker_s_stage_is_rerun_by_another_worker_and_the_job_succeeds_once(
     ok(&o);
     let id = stdout(&o).trim().to_string();
 
-    // Worker A takes training, then dies without a word (kill -9; its stage process dies with it).
+    // Worker A takes training and stores a checkpoint in the shared stage cache, then dies
+    // without a word (kill -9; its stage process dies with it).
     let mut a = worker(&sb, &db, "wa", &["--lease-ttl", "2", "--poll", "0.2"]);
+    let checkpoints = sb.path().join("stage-cache/checkpoints/train");
     wait_for(
-        "worker A to start training",
-        Duration::from_secs(120),
-        || stage_state(&job_json(&sb, &db, &id), "train") == "running",
+        "worker A to store a training checkpoint",
+        Duration::from_secs(240),
+        || {
+            std::fs::read_dir(&checkpoints)
+                .map(|d| d.flatten().any(|k| k.path().join("train.ckpt").is_file()))
+                .unwrap_or(false)
+        },
     );
-    std::thread::sleep(Duration::from_millis(500));
     a.kill().unwrap();
     a.wait().unwrap();
+    assert_eq!(stage_state(&job_json(&sb, &db, &id), "train"), "running");
 
     // Worker B (another work directory: ingest comes from the stage cache) retakes the stage
-    // once A's lease expires, and finishes the job.
-    let b = worker(
-        &sb,
-        &db,
-        "wb",
-        &[
-            "--drain",
-            "--lease-ttl",
-            "10",
-            "--poll",
-            "0.2",
-            "--retry-base",
-            "0",
-        ],
-    );
+    // once A's lease expires, resumes training from A's checkpoint, and finishes the job.
+    let b = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["worker", "--db", &db, "--work-dir", "wb", "--drain"])
+        .args(["--lease-ttl", "10", "--poll", "0.2", "--retry-base", "0"])
+        .env("KILN_HOME", sb.path())
+        .env("RUST_LOG", "kiln_jobs=info,kiln_pipeline=info")
+        .current_dir(sb.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let out = finish(b);
+    let log = stderr(&out);
+    let resumed_at: usize = log
+        .lines()
+        .find(|l| l.contains("train: resuming from checkpoint"))
+        .and_then(|l| l.split("step=").nth(1))
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("worker B did not resume from a checkpoint:\n{log}"));
+    assert!(
+        resumed_at >= 50 && resumed_at % 50 == 0,
+        "resumed at step {resumed_at}"
+    );
+    assert!(
+        !checkpoints.exists()
+            || std::fs::read_dir(&checkpoints)
+                .unwrap()
+                .flatten()
+                .all(|k| !k.path().join("train.ckpt").exists()),
+        "the finished stage's checkpoint is still stored"
+    );
     let doc = job_json(&sb, &db, &id);
     assert_eq!(
         doc["job"]["state"],
