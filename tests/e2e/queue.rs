@@ -243,7 +243,7 @@ fn a_killed_worker_s_stage_is_rerun_by_another_worker_and_the_job_succeeds_once(
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("worker B did not resume from a checkpoint:\n{log}"));
     assert!(
-        resumed_at >= 50 && resumed_at % 50 == 0,
+        resumed_at >= 50 && resumed_at.is_multiple_of(50),
         "resumed at step {resumed_at}"
     );
     assert!(
