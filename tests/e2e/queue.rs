@@ -495,62 +495,94 @@ fn kiln_why_names_the_parameter_that_made_a_stage_run_again() {
     );
 }
 
-/// The moto S3 server binary (`.ci/run` installs it and sets `KILN_TEST_MOTO_SERVER`).
-fn moto_server() -> Option<String> {
-    match std::env::var("KILN_TEST_MOTO_SERVER") {
+/// The real S3 server the outage tests start and stop themselves: `.ci/s3-server.sh PORT DIR`
+/// (SeaweedFS; `.ci/run` installs it and sets `KILN_TEST_S3_SERVER`).
+fn s3_server() -> Option<String> {
+    match std::env::var("KILN_TEST_S3_SERVER") {
         Ok(p) => Some(p),
         Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("CI is set but KILN_TEST_MOTO_SERVER is not: .ci/run installs moto")
+            panic!("CI is set but KILN_TEST_S3_SERVER is not: .ci/run installs SeaweedFS")
         }
         Err(_) => {
-            eprintln!("SKIP: KILN_TEST_MOTO_SERVER not set (run .ci/run)");
+            eprintln!("SKIP: KILN_TEST_S3_SERVER not set (run .ci/run)");
             None
         }
     }
 }
 
-fn start_moto(bin: &str, port: u16) -> Child {
-    let child = Command::new(bin)
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+/// A free port whose next 7 are free too (the S3 server derives its other ports from it).
+fn free_port_block() -> u16 {
+    loop {
+        let p = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let block_free =
+            p < 65_000 && (1..8).all(|i| std::net::TcpListener::bind(("127.0.0.1", p + i)).is_ok());
+        if block_free {
+            return p;
+        }
+    }
+}
+
+/// Start the S3 server on `port` keeping its data in `dir` (a restart with the same `dir` keeps
+/// what was stored, as a real server does); returns once it answers.
+fn start_s3(script: &str, port: u16, dir: &Path) -> Child {
+    let child = Command::new(script)
+        .arg(port.to_string())
+        .arg(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("start moto_server");
+        .expect("start the S3 server");
     let url = format!("http://127.0.0.1:{port}/");
-    wait_for("moto to listen", Duration::from_secs(30), || {
+    wait_for("the S3 server to answer", Duration::from_secs(60), || {
         Command::new("curl")
-            .args(["-s", "-o", "/dev/null", &url])
-            .status()
-            .is_ok_and(|s| s.success())
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", &url])
+            .output()
+            .is_ok_and(|o| o.stdout.starts_with(b"200"))
     });
     child
 }
 
+/// Create `bucket` (already there is fine: a restarted server keeps its buckets). Retried while
+/// the server's storage finishes starting.
 fn create_bucket(port: u16, bucket: &str) {
-    let o = Command::new("curl")
-        .args([
-            "-sf",
-            "-X",
-            "PUT",
-            &format!("http://127.0.0.1:{port}/{bucket}"),
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "create bucket: {}", stderr(&o));
+    let url = format!("http://127.0.0.1:{port}/{bucket}");
+    let mut last = String::new();
+    for _ in 0..120 {
+        let o = Command::new("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "-X",
+                "PUT",
+                &url,
+            ])
+            .output()
+            .unwrap();
+        last = String::from_utf8_lossy(&o.stdout).into_owned();
+        if last == "200" || last == "409" {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    panic!("create bucket {bucket}: HTTP {last}");
 }
 
 #[test]
 fn an_s3_outage_while_a_stage_stores_its_output_is_ridden_out_and_the_job_succeeds() {
-    let Some(bin) = moto_server() else { return };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let Some(bin) = s3_server() else { return };
+    let port = free_port_block();
     let bucket = "kiln-cache";
-    let mut moto = start_moto(&bin, port);
-    create_bucket(port, bucket);
     let sb = Sandbox::new();
+    let data = sb.path().join("s3-data");
+    let mut s3 = start_s3(&bin, port, &data);
+    create_bucket(port, bucket);
     let db = sb.path().join("queue.sqlite");
     let db = db.to_str().unwrap();
     let gltf = dataset("mesh-khronos-gltf-samples").join("Avocado/glTF/Avocado.gltf");
@@ -581,14 +613,14 @@ fn an_s3_outage_while_a_stage_stores_its_output_is_ridden_out_and_the_job_succee
     std::thread::sleep(Duration::from_secs(2));
     // … then S3 goes away, and only then does a job arrive: its first stage cannot store its
     // output …
-    moto.kill().unwrap();
-    moto.wait().unwrap();
+    s3.kill().unwrap();
+    s3.wait().unwrap();
     let o = sb.kiln(&["submit", job.to_str().unwrap(), "--db", db]);
     ok(&o);
     let id = stdout(&o).trim().to_string();
-    // … until S3 comes back (empty, as a restarted moto is) a few seconds later.
+    // … until S3 comes back a few seconds later.
     std::thread::sleep(Duration::from_secs(3));
-    let moto = start_moto(&bin, port);
+    let s3 = start_s3(&bin, port, &data);
     create_bucket(port, bucket);
     wait_for("the job to finish", Duration::from_secs(180), || {
         let s = job_json(&sb, db, &id)["job"]["state"].clone();
@@ -599,7 +631,7 @@ fn an_s3_outage_while_a_stage_stores_its_output_is_ridden_out_and_the_job_succee
         libc::kill(w.id() as i32, libc::SIGTERM);
     }
     let out = finish(w);
-    let mut moto = moto;
+    let mut s3 = s3;
     let doc = job_json(&sb, db, &id);
     assert_eq!(
         doc["job"]["state"],
@@ -622,8 +654,8 @@ fn an_s3_outage_while_a_stage_stores_its_output_is_ridden_out_and_the_job_succee
             "{stage} not in the cache:\n{listing}"
         );
     }
-    moto.kill().unwrap();
-    moto.wait().unwrap();
+    s3.kill().unwrap();
+    s3.wait().unwrap();
 }
 
 #[test]
@@ -825,12 +857,8 @@ fn processes_that_hold_connections_survive_a_dropped_peer_instead_of_dying_of_si
 
 #[test]
 fn a_worker_started_while_s3_is_down_waits_for_it_then_runs_jobs() {
-    let Some(bin) = moto_server() else { return };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let Some(bin) = s3_server() else { return };
+    let port = free_port_block();
     let sb = Sandbox::new();
     let db = sb.path().join("queue.sqlite");
     let db = db.to_str().unwrap();
@@ -865,7 +893,7 @@ fn a_worker_started_while_s3_is_down_waits_for_it_then_runs_jobs() {
         "the worker exited while S3 was down"
     );
     assert_eq!(job_json(&sb, db, &id)["job"]["state"], "queued");
-    let mut moto = start_moto(&bin, port);
+    let mut s3 = start_s3(&bin, port, &sb.path().join("s3-data"));
     create_bucket(port, "kiln-cache");
     wait_for("the job to finish", Duration::from_secs(180), || {
         let s = job_json(&sb, db, &id)["job"]["state"].clone();
@@ -876,8 +904,8 @@ fn a_worker_started_while_s3_is_down_waits_for_it_then_runs_jobs() {
         libc::kill(w.id() as i32, libc::SIGTERM);
     }
     let out = finish(w);
-    let _ = moto.kill();
-    let _ = moto.wait();
+    let _ = s3.kill();
+    let _ = s3.wait();
     assert_eq!(job_json(&sb, db, &id)["job"]["state"], "succeeded");
     assert!(
         stderr(&out).contains("the stage cache is unreachable; nothing is claimed"),

@@ -1,4 +1,4 @@
-//! A mesh job whose input and output live on a real S3 endpoint (moto server, started by .ci/run).
+//! A mesh job whose input and output live on a real S3 endpoint (SeaweedFS, a real S3 server started by .ci/run).
 //! In CI a missing endpoint fails the test; locally it is skipped with a message.
 
 use super::harness::*;
@@ -9,7 +9,7 @@ fn endpoint() -> Option<String> {
         Err(_) => {
             assert!(
                 std::env::var("CI").is_err(),
-                "KILN_TEST_S3_ENDPOINT is not set; .ci/run starts moto and sets it"
+                "KILN_TEST_S3_ENDPOINT is not set; .ci/run starts SeaweedFS and sets it"
             );
             eprintln!("SKIP S3 test: KILN_TEST_S3_ENDPOINT not set (run .ci/run)");
             None
@@ -46,7 +46,7 @@ fn mesh_job_reads_and_publishes_through_s3() {
         .build()
         .unwrap();
     let bucket = format!("kiln-e2e-{}", std::process::id());
-    // object_store cannot create buckets; moto accepts an unsigned PUT on the bucket path.
+    // object_store cannot create buckets; the test server accepts an unsigned PUT on the bucket path.
     let o = std::process::Command::new("curl")
         .args(["-sf", "-X", "PUT", &format!("{ep}/{bucket}")])
         .output()
