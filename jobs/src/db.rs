@@ -120,41 +120,63 @@ const ADDED_STAGE_COLUMNS: &[(&str, &str)] = &[
 ];
 
 /// `url` with any password replaced by `***`, for messages and logs: the userinfo's
-/// (`postgres://user:PASSWORD@host`) and a `password=` / `sslpassword=` query parameter's.
+/// (`postgres://user:PASSWORD@host`, whatever the password holds, `/`, `?` and `@` included), a
+/// `password=` / `sslpassword=` parameter's (URL query or libpq `key=value` form), and in
+/// malformed URLs (`postgres//u:PW@h`) whatever sits between the last `:` and `@`.
 pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
+    let masked = mask_userinfo(url);
+    mask_password_params(&masked)
+}
+
+/// `scheme://user:PASSWORD@host…` (or a typo of it) with the password masked: everything
+/// between the first `:` after the user name and the last `@` before the host.
+fn mask_userinfo(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[start..];
+    // The host follows the last `@`: a password may hold `/`, `?` and `@`.
+    let Some(at) = rest.rfind('@') else {
         return url.to_string();
     };
-    let (authority, tail) = match rest.find(['/', '?']) {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
+    let userinfo = &rest[..at];
+    // The password follows the first `:` (in a typo like `postgres:/u:PW@` that hides the user
+    // too, which is the safe side).
+    let Some(colon) = userinfo.find(':') else {
+        return url.to_string();
     };
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{user}:***@{host}"),
-            None => authority.to_string(),
-        },
-        None => authority.to_string(),
-    };
-    let tail = match tail.split_once('?') {
-        Some((path, query)) => {
-            let params: Vec<String> = query
-                .split('&')
-                .map(|kv| match kv.split_once('=') {
-                    Some((k, _))
-                        if k.eq_ignore_ascii_case("password")
-                            || k.eq_ignore_ascii_case("sslpassword") =>
-                    {
-                        format!("{k}=***")
-                    }
-                    _ => kv.to_string(),
-                })
-                .collect();
-            format!("{path}?{}", params.join("&"))
-        }
-        None => tail.to_string(),
-    };
-    format!("{scheme}://{authority}{tail}")
+    format!("{}{}:***{}", &url[..start], &userinfo[..colon], &rest[at..])
+}
+
+/// `password=…` / `sslpassword=…` (any case) in a URL query or a libpq `key=value` string masked.
+fn mask_password_params(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = find_password_key(rest) {
+        let (before, from_key) = rest.split_at(i);
+        let eq = from_key.find('=').expect("the key ends with =") + 1;
+        out.push_str(before);
+        out.push_str(&from_key[..eq]);
+        out.push_str("***");
+        let value_end = from_key[eq..]
+            .find(['&', ' ', '\t'])
+            .map_or(from_key.len(), |j| eq + j);
+        rest = &from_key[value_end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Where the next `password=` or `sslpassword=` parameter starts (at a parameter boundary).
+fn find_password_key(text: &str) -> Option<usize> {
+    let lower = text.to_ascii_lowercase();
+    ["sslpassword=", "password="]
+        .iter()
+        .filter_map(|key| {
+            lower
+                .match_indices(key)
+                .map(|(i, _)| i)
+                .find(|&i| i == 0 || matches!(text.as_bytes()[i - 1], b'?' | b'&' | b' ' | b'\t'))
+        })
+        .min()
 }
 
 impl Db {
@@ -347,6 +369,28 @@ mod tests {
             redact("postgres://u:p@db?sslpassword=x"),
             "postgres://u:***@db?sslpassword=***"
         );
+        for (url, shown) in [
+            (
+                "postgres://u:SEC/RETPW@127.0.0.1:1/x",
+                "postgres://u:***@127.0.0.1:1/x",
+            ),
+            ("postgres://u:SEC?RET@h/x", "postgres://u:***@h/x"),
+            ("postgres://u:S@CRET@h/x", "postgres://u:***@h/x"),
+            ("postgres//u:SECRETPW@h:1/x", "postgres//u:***@h:1/x"),
+            ("postgres:/u:SECRETPW@h:1/x", "postgres:***@h:1/x"),
+            (
+                "host=h port=1 user=u password=SECRETPW dbname=x",
+                "host=h port=1 user=u password=*** dbname=x",
+            ),
+            (
+                "postgres://u@h/x?PASSWORD=SECRETPW",
+                "postgres://u@h/x?PASSWORD=***",
+            ),
+            ("/var/lib/kiln.sqlite", "/var/lib/kiln.sqlite"),
+            ("/data/my:file@2.sqlite", "/data/my:***@2.sqlite"),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
         assert_eq!(redact("/var/lib/kiln.sqlite"), "/var/lib/kiln.sqlite");
     }
 }

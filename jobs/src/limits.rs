@@ -251,6 +251,15 @@ pub const SUBMIT_LIMITS: &[(&str, f64, f64, &str)] = &[
 /// [`Error::Field`] naming the first field out of bounds, its bound and why.
 pub fn check_spec(spec: &JobSpec, path: &Path) -> Result<()> {
     let mut doc = serde_json::to_value(spec).unwrap_or(Value::Null);
+    // JSON has no NaN or infinity (serde_json writes them as null): find them in the TOML form.
+    if let Some((field, x)) = non_finite(spec) {
+        return Err(Error::Field {
+            path: path.into(),
+            field,
+            expected: "a finite number".into(),
+            found: x.to_string(),
+        });
+    }
     // Settings that are not part of the stage's cache key are not serialised; bound them too.
     if let Some(train) = doc.get_mut("train").and_then(Value::as_object_mut) {
         for (k, v) in [
@@ -338,6 +347,29 @@ fn out_of_bounds(path: &Path, limit: &Limit, found: String) -> Error {
         ),
         found,
     }
+}
+
+/// The first NaN or infinite number among the job file's fields (`table.key`), if any.
+fn non_finite(spec: &JobSpec) -> Option<(String, f64)> {
+    let doc = toml::Value::try_from(spec).ok()?;
+    for (table, body) in doc.as_table()? {
+        let Some(fields) = body.as_table() else {
+            continue;
+        };
+        for (key, value) in fields {
+            let floats: Vec<f64> = match value {
+                toml::Value::Float(x) => vec![*x],
+                toml::Value::Array(items) => {
+                    items.iter().filter_map(toml::Value::as_float).collect()
+                }
+                _ => Vec::new(),
+            };
+            if let Some(x) = floats.into_iter().find(|x| !x.is_finite()) {
+                return Some((format!("{table}.{key}"), x));
+            }
+        }
+    }
+    None
 }
 
 /// A numeric leaf of a job file: a number, or the length of a list of numbers.
@@ -510,6 +542,21 @@ mod tests {
                 "{e}"
             );
         }
+        for (toml, field) in [
+            (
+                "[train]\ndensify_grad_threshold = nan\n",
+                "train.densify_grad_threshold",
+            ),
+            ("[train]\nlr_sh_dc = inf\n", "train.lr_sh_dc"),
+            ("[eval]\ntaus_px = [1.0, -inf]\n", "eval.taus_px"),
+        ] {
+            let e = spec(toml).unwrap_err().to_string();
+            assert!(e.contains(field) && e.contains("finite"), "{e}");
+        }
+        let e = spec("[train]\nbackground = [0.0, 0.0, 0.0, 0.5]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("background") && e.contains("3 values"), "{e}");
         let many = format!("[eval]\ntaus_px = [{}]\n", vec!["1.0"; 100].join(", "));
         let e = spec(&many).unwrap_err().to_string();
         assert!(

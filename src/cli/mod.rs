@@ -125,7 +125,14 @@ impl DbArgs {
 /// Install the tracing subscriber (`RUST_LOG` filters; default `info`).
 pub fn init_logging(format: &LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+        // sqlx warns about unknown connection parameters with their values (a misspelt
+        // `password=`): never log them, whatever RUST_LOG asks.
+        .add_directive(
+            "sqlx_postgres::options=error"
+                .parse()
+                .expect("a valid directive"),
+        );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -714,7 +714,9 @@ fn a_database_password_never_reaches_output_logs_or_error_messages() {
     // for a password given as a query parameter.
     let unreachable = format!("postgres://postgres:{SECRET}@127.0.0.1:1/kiln");
     let query = format!("postgres://127.0.0.1:1/kiln?user=postgres&password={SECRET}");
-    for url in [&unreachable, &query] {
+    let unknown_param = format!("postgres://postgres@127.0.0.1:1/kiln?sslpassword={SECRET}");
+    let slash = format!("postgres://postgres:{SECRET}/x@127.0.0.1:1/kiln");
+    for url in [&unreachable, &query, &unknown_param, &slash] {
         let o = sb.kiln(&["jobs", "--db", url]);
         assert!(!o.status.success());
         assert!(stderr(&o).contains("127.0.0.1:1"), "{}", stderr(&o));

@@ -724,6 +724,14 @@ async fn a_retried_submit_with_the_same_idempotency_key_queues_one_job() {
         }
         assert_eq!(f.queue.jobs(Some("art"), None, 100).await.unwrap().len(), 1);
         // The same key for a different request is refused, naming the first job.
+        for other in [
+            serde_json::json!({"job": job, "budget_usd": 2.5, "priority": 4}),
+            serde_json::json!({"job": job, "budget_usd": 500000.0, "priority": 3}),
+            serde_json::json!({"job": job, "priority": 3}),
+        ] {
+            let (s, _, j) = call_with_key(&f.app, &f.art, "run-42", other).await;
+            assert_eq!(s, StatusCode::BAD_REQUEST, "{j}");
+        }
         let other = serde_json::json!({"job": job, "budget_usd": 2.5, "priority": 4});
         let (s, _, j) = call_with_key(&f.app, &f.art, "run-42", other).await;
         assert_eq!(s, StatusCode::BAD_REQUEST, "{j}");

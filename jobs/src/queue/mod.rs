@@ -302,7 +302,7 @@ impl Queue {
 
     async fn by_idempotency_key(&self, job: &NewJob, key: &str) -> Result<Option<Submitted>> {
         let row = sqlx::query(
-            "SELECT id, spec, output, priority, max_attempts FROM queue_jobs WHERE team = $1 AND idempotency_key = $2",
+            "SELECT id, spec, output, priority, max_attempts, budget_usd FROM queue_jobs WHERE team = $1 AND idempotency_key = $2",
         )
         .bind(&job.team)
         .bind(key)
@@ -314,11 +314,12 @@ impl Queue {
         let same = row.get::<String, _>("spec") == job.spec
             && row.get::<String, _>("output") == job.output
             && row.get::<i64, _>("priority") == job.priority
-            && row.get::<i64, _>("max_attempts") == job.max_attempts;
+            && row.get::<i64, _>("max_attempts") == job.max_attempts
+            && row.get::<Option<f64>, _>("budget_usd") == job.budget_usd;
         if !same {
             return Err(Error::Submit {
                 message: format!(
-                    "Idempotency-Key `{key}` was already used by team {} for job {id} with a different job file, output, priority or attempts; use a new key for a new job",
+                    "Idempotency-Key `{key}` was already used by team {} for job {id} with a different job file, output, priority, attempts or budget; use a new key for a new job",
                     job.team
                 ),
             });

@@ -429,7 +429,8 @@ struct TrainParamsToml {
     init: Option<Init>,
     init_random_points: Option<usize>,
     lambda_dssim: Option<f32>,
-    background: Option<[f32; 3]>,
+    /// A list (not `[f32; 3]`): a fixed-size array silently drops values past the third.
+    background: Option<Vec<f32>>,
     random_background: Option<bool>,
     mask_mode: Option<MaskMode>,
     eval_every: Option<usize>,
@@ -454,7 +455,16 @@ struct TrainParamsToml {
 
 impl<'de> Deserialize<'de> for TrainParams {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let t = TrainParamsToml::deserialize(deserializer)?;
+        let mut t = TrainParamsToml::deserialize(deserializer)?;
+        let background = match t.background.take() {
+            Some(v) => Some(<[f32; 3]>::try_from(v.as_slice()).map_err(|_| {
+                serde::de::Error::custom(format!(
+                    "background: expected 3 values (linear RGB), found {}",
+                    v.len()
+                ))
+            })?),
+            None => None,
+        };
         let mut p = TrainParams::for_preset(t.preset.unwrap_or_default(), t.steps.unwrap_or(3000));
         if t.absgrad == Some(true) {
             p.densify_grad_threshold = ABSGRAD_GRAD_THRESHOLD;
@@ -476,7 +486,6 @@ impl<'de> Deserialize<'de> for TrainParams {
             init,
             init_random_points,
             lambda_dssim,
-            background,
             random_background,
             mask_mode,
             eval_every,
@@ -498,6 +507,9 @@ impl<'de> Deserialize<'de> for TrainParams {
             log_every,
             checkpoint_every
         );
+        if let Some(b) = background {
+            p.background = b;
+        }
         Ok(p)
     }
 }
