@@ -42,7 +42,8 @@ pub struct WorkerArgs {
     /// Seconds between claims when the queue is empty.
     #[arg(long, default_value_t = 2.0)]
     pub poll: f64,
-    /// Seconds before the first retry of a failed stage (doubling, with jitter, up to 10 min).
+    /// Seconds before the first retry of a failed stage (doubling, with jitter, up to 10 min), and
+    /// after the first infrastructure fault (doubling up to 2 min).
     #[arg(long, default_value_t = 10.0)]
     pub retry_base: f64,
     /// Exit once nothing is claimable and nothing runs (batch jobs, tests).
@@ -100,6 +101,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         poll: seconds("poll", args.poll)?,
         retry: RetryPolicy {
             base: seconds("retry-base", args.retry_base)?,
+            infra_base: seconds("retry-base", args.retry_base)?,
             ..RetryPolicy::default()
         },
         exe: std::env::current_exe().context("cannot find the kiln binary to run stages with")?,

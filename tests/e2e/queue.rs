@@ -915,3 +915,198 @@ fn a_worker_started_while_s3_is_down_waits_for_it_then_runs_jobs() {
         stderr(&out)
     );
 }
+
+/// GET `url` with curl (the test S3 server accepts unsigned reads); `None` on any failure.
+fn http_get(url: &str) -> Option<Vec<u8>> {
+    let o = Command::new("curl").args(["-sf", url]).output().ok()?;
+    o.status.success().then_some(o.stdout)
+}
+
+/// A worker of the chaos test: logs to a file (a pipe nobody reads would block it).
+fn chaos_worker(sb: &Sandbox, db: &str, n: usize, port: u16) -> Child {
+    let log = std::fs::File::create(sb.path().join(format!("worker-{n}.log"))).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["worker", "--db", db, "--work-dir", &format!("w{n}")])
+        .args(["--cache", "s3://kiln-chaos/cache", "--lease-ttl", "3"])
+        .args(["--poll", "0.2", "--retry-base", "0.2"])
+        .env("KILN_HOME", sb.path())
+        .env("RUST_LOG", "kiln_jobs=info")
+        .env("AWS_ENDPOINT", format!("http://127.0.0.1:{port}"))
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .current_dir(sb.path())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn chaos_kill_9_an_s3_outage_and_a_database_restart_lose_and_duplicate_no_job() {
+    let Some(db) = fresh_postgres() else {
+        eprintln!("SKIP chaos: no KILN_TEST_POSTGRES_URL");
+        return;
+    };
+    let Some(s3_bin) = s3_server() else { return };
+    let restart_pg = match std::env::var("KILN_TEST_PG_RESTART") {
+        Ok(c) => c,
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("CI is set but KILN_TEST_PG_RESTART is not: .ci/run writes it")
+        }
+        Err(_) => {
+            eprintln!("SKIP chaos: KILN_TEST_PG_RESTART not set (run .ci/run)");
+            return;
+        }
+    };
+    const JOBS: usize = 8;
+    const WORKERS: usize = 3;
+    let port = free_port_block();
+    let sb = Sandbox::new();
+    let data = sb.path().join("s3-data");
+    let mut s3 = Some(start_s3(&s3_bin, port, &data));
+    create_bucket(port, "kiln-chaos");
+    let job = sb.job(
+        "avocado",
+        "name = \"avocado\"\nkind = \"mesh\"\n\
+         input = \"dataset://mesh-khronos-gltf-samples/Avocado/glTF/Avocado.gltf\"\n\
+         output = \"s3://kiln-chaos/out/x\"\n",
+    );
+    let ids: Vec<String> = (0..JOBS)
+        .map(|i| {
+            let out = format!("s3://kiln-chaos/out/{i}");
+            let o = sb.kiln(&[
+                "submit",
+                job.to_str().unwrap(),
+                "--db",
+                &db,
+                "--output",
+                &out,
+            ]);
+            ok(&o);
+            stdout(&o).trim().to_string()
+        })
+        .collect();
+    let mut workers: Vec<Child> = (0..WORKERS)
+        .map(|n| chaos_worker(&sb, &db, n, port))
+        .collect();
+    let terminal = |sb: &Sandbox| {
+        ids.iter()
+            .filter(|id| {
+                let o = sb.kiln(&["jobs", id, "--json", "--db", &db]);
+                o.status.success()
+                    && serde_json::from_str::<serde_json::Value>(&stdout(&o)).is_ok_and(|d| {
+                        !matches!(d["job"]["state"].as_str(), Some("queued" | "running"))
+                    })
+            })
+            .count()
+    };
+    // Chaos: a kill -9 every 1.5 s, S3 down for 60 s from 4 s on, PostgreSQL restarted at 18 s.
+    let started = Instant::now();
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let (mut kills, mut outage_s, mut pg_restarts) = (0, 0.0, 0);
+    let mut s3_down_at = None;
+    while started.elapsed() < Duration::from_secs(150) {
+        std::thread::sleep(Duration::from_millis(1500));
+        let t = started.elapsed().as_secs_f64();
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let n = (seed >> 33) as usize % WORKERS;
+        let _ = workers[n].kill();
+        let _ = workers[n].wait();
+        workers[n] = chaos_worker(&sb, &db, n, port);
+        kills += 1;
+        if t > 4.0 && s3_down_at.is_none() && s3.is_some() {
+            let mut c = s3.take().unwrap();
+            c.kill().unwrap();
+            c.wait().unwrap();
+            s3_down_at = Some(Instant::now());
+        }
+        if let Some(at) = s3_down_at
+            && at.elapsed() > Duration::from_secs(60)
+            && s3.is_none()
+        {
+            s3 = Some(start_s3(&s3_bin, port, &data));
+            outage_s = at.elapsed().as_secs_f64();
+        }
+        if t > 18.0 && pg_restarts == 0 {
+            let o = Command::new("sh")
+                .arg("-c")
+                .arg(&restart_pg)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "restart PostgreSQL: {}", stderr(&o));
+            pg_restarts += 1;
+        }
+        if t > 30.0 && terminal(&sb) == JOBS {
+            break;
+        }
+    }
+    // Then calm: the workers finish what is left.
+    wait_for("every job to end", Duration::from_secs(600), || {
+        terminal(&sb) == JOBS
+    });
+    for w in &mut workers {
+        // SAFETY: signals our own child processes.
+        unsafe {
+            libc::kill(w.id() as i32, libc::SIGTERM);
+        }
+        let _ = w.wait();
+    }
+    let logs = (0..WORKERS)
+        .map(|n| {
+            std::fs::read_to_string(sb.path().join(format!("worker-{n}.log"))).unwrap_or_default()
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let tail: String = logs.lines().rev().take(40).collect::<Vec<_>>().join("\n");
+    let (mut succeeded, mut duplicates, mut verified) = (0, 0, 0);
+    for (i, id) in ids.iter().enumerate() {
+        let doc = job_json(&sb, &db, id);
+        if doc["job"]["state"] == "succeeded" {
+            succeeded += 1;
+        }
+        // Each stage committed once: one succeeded attempt per stage, whatever was killed.
+        let attempts = doc["attempts"].as_array().unwrap();
+        for stage in ["ingest", "decimate", "tile", "publish"] {
+            let commits = attempts
+                .iter()
+                .filter(|a| a["stage"] == stage && a["state"] == "succeeded")
+                .count();
+            if commits > 1 {
+                duplicates += 1;
+            }
+        }
+        // The published manifest names this job and every file matches its hash.
+        let base = format!("http://127.0.0.1:{port}/kiln-chaos/out/{i}");
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&http_get(&format!("{base}/manifest.json")).unwrap_or_default())
+                .unwrap_or_default();
+        let files = manifest["files"].as_array().cloned().unwrap_or_default();
+        let all_match = !files.is_empty()
+            && manifest["job_id"] == id.as_str()
+            && files.iter().all(|f| {
+                http_get(&format!("{base}/{}", f["path"].as_str().unwrap())).is_some_and(|b| {
+                    blake3::hash(&b).to_hex().as_str() == f["blake3"].as_str().unwrap()
+                })
+            });
+        if all_match {
+            verified += 1;
+        }
+    }
+    eprintln!(
+        "chaos: {JOBS} jobs, {WORKERS} workers, {kills} kill -9, S3 down {outage_s:.1} s, \
+         {pg_restarts} PostgreSQL restart, {:.0} s: {succeeded} succeeded, {} lost, \
+         {duplicates} duplicate commits, {verified} manifests verified",
+        started.elapsed().as_secs_f64(),
+        JOBS - succeeded
+    );
+    assert!(kills >= 10 && outage_s >= 60.0 && pg_restarts == 1);
+    assert_eq!(succeeded, JOBS, "jobs lost; last worker log lines:\n{tail}");
+    assert_eq!(duplicates, 0);
+    assert_eq!(verified, JOBS);
+    if let Some(mut c) = s3 {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
