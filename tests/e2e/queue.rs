@@ -950,15 +950,11 @@ fn chaos_kill_9_an_s3_outage_and_a_database_restart_lose_and_duplicate_no_job() 
         return;
     };
     let Some(s3_bin) = s3_server() else { return };
-    let restart_pg = match std::env::var("KILN_TEST_PG_RESTART") {
-        Ok(c) => c,
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("CI is set but KILN_TEST_PG_RESTART is not: .ci/run writes it")
-        }
-        Err(_) => {
-            eprintln!("SKIP chaos: KILN_TEST_PG_RESTART not set (run .ci/run)");
-            return;
-        }
+    // It restarts the database server, so .ci/run runs it alone, after the other tests, with
+    // the restart command in KILN_TEST_PG_RESTART; without it the test is skipped.
+    let Ok(restart_pg) = std::env::var("KILN_TEST_PG_RESTART") else {
+        eprintln!("SKIP chaos: KILN_TEST_PG_RESTART not set (.ci/run runs it alone)");
+        return;
     };
     const JOBS: usize = 8;
     const WORKERS: usize = 3;
