@@ -71,6 +71,12 @@ pub enum ApiError {
         /// Why, with the team's allowed prefixes.
         message: String,
     },
+    /// The team already has as many active jobs as its limit allows → 429.
+    #[error("too many jobs: {message}")]
+    TooManyJobs {
+        /// The team, its count and what to do.
+        message: String,
+    },
     /// The database or the server failed → 500. Logged; the message names the database.
     #[error("internal error: {message}")]
     Internal {
@@ -91,6 +97,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
+            ApiError::TooManyJobs { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

@@ -129,6 +129,7 @@ pub struct ListParams {
         (status = 400, description = "Malformed TOML or JSON, a bad job field, or a local input or output path (refused unless kiln serve --allow-local-paths).", body = ErrorBody),
         (status = 401, description = "Missing or invalid token.", body = ErrorBody),
         (status = 403, description = "The input or output is outside the team's prefixes (kiln serve --tenants).", body = ErrorBody),
+        (status = 429, description = "The team already has its most queued or running jobs (kiln serve --tenants, max_active_jobs).", body = ErrorBody),
         (status = 413, description = "Body over the size limit.", body = ErrorBody),
         (status = 415, description = "Unsupported Content-Type.", body = ErrorBody),
     ),
@@ -171,6 +172,19 @@ pub async fn submit(
             &spec.input,
             sub.output.as_deref().unwrap_or(&spec.output),
             &state.relative_base,
+        )?;
+        let active_jobs = if tenants.limits_active_jobs(&team) {
+            state.queue.active_jobs(&team).await?
+        } else {
+            0
+        };
+        tenants.check_limits(
+            &team,
+            super::tenants::Asked {
+                priority: sub.priority,
+                job_file_bytes: sub.job_toml.len(),
+                active_jobs,
+            },
         )?;
     }
     let opts = SubmitOptions {

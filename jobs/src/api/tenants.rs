@@ -15,6 +15,9 @@
 //! [team.geo]
 //! inputs = ["s3://media/geo/captures/"]
 //! outputs = ["s3://media/geo/tiles/"]
+//! priority = [-10, 10]        # optional: the priorities this team may ask for
+//! max_active_jobs = 50        # optional: queued + running jobs at once (429 beyond)
+//! max_job_file_bytes = 8192   # optional: below the server-wide 64 KiB
 //! ```
 //!
 //! Prefixes match whole path components (`s3://media/art` does not admit `s3://media/artwork`).
@@ -36,11 +39,14 @@ pub struct Tenants {
     teams: BTreeMap<String, TeamStorage>,
 }
 
-/// One team's allowed prefixes, parsed.
+/// One team's allowed prefixes and limits, parsed.
 #[derive(Debug, Clone, PartialEq)]
 struct TeamStorage {
     inputs: Vec<Prefix>,
     outputs: Vec<Prefix>,
+    priority: Option<[i64; 2]>,
+    max_active_jobs: Option<i64>,
+    max_job_file_bytes: Option<usize>,
 }
 
 /// An allowed prefix: a location, or every built-in dataset.
@@ -63,6 +69,9 @@ struct TeamToml {
     inputs: Vec<String>,
     #[serde(default)]
     outputs: Vec<String>,
+    priority: Option<[i64; 2]>,
+    max_active_jobs: Option<i64>,
+    max_job_file_bytes: Option<usize>,
 }
 
 impl Tenants {
@@ -91,7 +100,17 @@ impl Tenants {
             let storage = TeamStorage {
                 inputs: parse(&t.inputs, "inputs")?,
                 outputs: parse(&t.outputs, "outputs")?,
+                priority: t.priority,
+                max_active_jobs: t.max_active_jobs,
+                max_job_file_bytes: t.max_job_file_bytes,
             };
+            if let Some([lo, hi]) = storage.priority
+                && lo > hi
+            {
+                return Err(format!(
+                    "team.{team}.priority: [{lo}, {hi}] is empty; write [low, high]"
+                ));
+            }
             if storage.outputs.contains(&Prefix::AnyDataset) {
                 return Err(format!(
                     "team.{team}.outputs: built-in samples are read-only; name an s3:// prefix"
@@ -156,6 +175,69 @@ impl Tenants {
                     ),
                 });
             }
+        }
+        Ok(())
+    }
+}
+
+/// A submission's settings that a team's limits apply to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Asked {
+    pub priority: i64,
+    pub job_file_bytes: usize,
+    /// The team's queued and running jobs now.
+    pub active_jobs: i64,
+}
+
+impl Tenants {
+    /// Whether `team` sets a limit on its active jobs (so the caller counts them).
+    pub fn limits_active_jobs(&self, team: &str) -> bool {
+        self.teams
+            .get(team)
+            .is_some_and(|t| t.max_active_jobs.is_some())
+    }
+
+    /// Check `team`'s priority range, job-file size and active-job quota.
+    ///
+    /// # Errors
+    /// [`ApiError::Forbidden`] for a priority outside the team's range or a job file over its
+    /// size; [`ApiError::TooManyJobs`] when the team already has its most active jobs.
+    pub fn check_limits(&self, team: &str, asked: Asked) -> Result<(), ApiError> {
+        let Some(t) = self.teams.get(team) else {
+            return Ok(());
+        };
+        if let Some([lo, hi]) = t.priority
+            && !(lo..=hi).contains(&asked.priority)
+        {
+            return Err(ApiError::Forbidden {
+                what: "priority",
+                message: format!(
+                    "{} is outside team `{team}`'s range {lo} ..= {hi}",
+                    asked.priority
+                ),
+            });
+        }
+        if let Some(max) = t.max_job_file_bytes
+            && asked.job_file_bytes > max
+        {
+            return Err(ApiError::Forbidden {
+                what: "job file",
+                message: format!(
+                    "{} bytes is over team `{team}`'s limit of {max} bytes",
+                    asked.job_file_bytes
+                ),
+            });
+        }
+        if let Some(max) = t.max_active_jobs
+            && asked.active_jobs >= max
+        {
+            return Err(ApiError::TooManyJobs {
+                message: format!(
+                    "team `{team}` has {} queued or running jobs, its limit; submit again when \
+                     some have finished",
+                    asked.active_jobs
+                ),
+            });
         }
         Ok(())
     }
@@ -308,6 +390,62 @@ mod tests {
         }
         let e = check("nobody", "s3://media/art/in", "s3://media/art/published").unwrap_err();
         assert!(e.to_string().contains("[team.nobody]"), "{e}");
+    }
+
+    #[test]
+    fn team_limits_bound_priority_file_size_and_active_jobs() {
+        let t = Tenants::from_toml(
+            "[team.art]\ninputs = [\"dataset://\"]\noutputs = [\"s3://m/art\"]\n\
+             priority = [-5, 5]\nmax_active_jobs = 2\nmax_job_file_bytes = 100\n",
+        )
+        .unwrap();
+        let asked = Asked {
+            priority: 0,
+            job_file_bytes: 50,
+            active_jobs: 1,
+        };
+        t.check_limits("art", asked).unwrap();
+        for (a, status, says) in [
+            (
+                Asked {
+                    priority: 6,
+                    ..asked
+                },
+                StatusCode::FORBIDDEN,
+                "-5 ..= 5",
+            ),
+            (
+                Asked {
+                    priority: i64::MIN,
+                    ..asked
+                },
+                StatusCode::FORBIDDEN,
+                "-5 ..= 5",
+            ),
+            (
+                Asked {
+                    job_file_bytes: 101,
+                    ..asked
+                },
+                StatusCode::FORBIDDEN,
+                "100 bytes",
+            ),
+            (
+                Asked {
+                    active_jobs: 2,
+                    ..asked
+                },
+                StatusCode::TOO_MANY_REQUESTS,
+                "2 queued or running",
+            ),
+        ] {
+            let e = t.check_limits("art", a).unwrap_err();
+            assert_eq!(e.status(), status, "{e}");
+            assert!(e.to_string().contains(says), "{e}");
+        }
+        assert!(t.limits_active_jobs("art") && !t.limits_active_jobs("geo"));
+        let e = Tenants::from_toml("[team.a]\npriority = [5, -5]\n").unwrap_err();
+        assert!(e.contains("empty"), "{e}");
     }
 
     #[test]

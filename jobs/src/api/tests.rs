@@ -610,7 +610,7 @@ async fn allow_local_paths_accepts_a_local_output() {
 async fn with_a_tenants_file_a_team_cannot_read_or_write_another_team_s_prefixes() {
     // Every backend.
     let tenants = Tenants::from_toml(
-        "[team.art]\ninputs = [\"s3://media/art\", \"dataset://\"]\noutputs = [\"s3://media/art/published\"]\n\
+        "[team.art]\ninputs = [\"s3://media/art\", \"dataset://\"]\noutputs = [\"s3://media/art/published\"]\nmax_active_jobs = 1\n\
          [team.geo]\ninputs = [\"s3://media/geo\"]\noutputs = [\"s3://media/geo/tiles\"]\n",
     )
     .unwrap();
@@ -678,6 +678,24 @@ async fn with_a_tenants_file_a_team_cannot_read_or_write_another_team_s_prefixes
         .await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
         assert_eq!(f.queue.jobs(None, None, 100).await.unwrap().len(), 1);
+        // Its quota of one active job is used: the next gets 429 until that one ends.
+        let (status, _, body) = call(
+            &f.app,
+            "POST",
+            "/api/v1/jobs",
+            Some(&f.art),
+            Some("application/toml"),
+            job(avocado, "s3://media/art/published/again"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap()
+                .contains("1 queued or running"),
+            "{body}"
+        );
     }
 }
 

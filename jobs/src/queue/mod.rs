@@ -429,6 +429,20 @@ impl Queue {
         })
     }
 
+    /// How many of `team`'s jobs are queued or running.
+    ///
+    /// # Errors
+    /// [`Error::Ledger`].
+    pub async fn active_jobs(&self, team: &str) -> Result<i64> {
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM queue_jobs WHERE team = $1 AND state IN ('queued', 'running')",
+        )
+        .bind(team)
+        .fetch_one(&self.db.pool)
+        .await
+        .map_err(self.db.err())
+    }
+
     /// Jobs, newest first: only `team`'s when given, only in `state` when given, at most `limit`.
     ///
     /// # Errors
