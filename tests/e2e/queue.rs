@@ -510,39 +510,55 @@ fn s3_server() -> Option<String> {
     }
 }
 
-/// A free port whose next 7 are free too (the S3 server derives its other ports from it).
+/// A free port whose next 7 are free too (the S3 server derives its other ports from it), below
+/// Linux's ephemeral range (32768 and up): clients retrying during an outage take ephemeral
+/// ports, and one of them could otherwise sit on a port the restarted server needs.
 fn free_port_block() -> u16 {
-    loop {
-        let p = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let block_free =
-            p < 65_000 && (1..8).all(|i| std::net::TcpListener::bind(("127.0.0.1", p + i)).is_ok());
-        if block_free {
-            return p;
-        }
-    }
+    // Tests of one process run side by side: each call starts from its own block, so two tests
+    // never both find the same block free before either server has bound it.
+    static CALLS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let start = (std::process::id() as u16 % 1_000).wrapping_add(call.wrapping_mul(97)) % 1_500;
+    (0..1_500u16)
+        .map(|i| 20_000 + ((start + i) % 1_500) * 8)
+        .find(|&p| (0..8).all(|i| std::net::TcpListener::bind(("127.0.0.1", p + i)).is_ok()))
+        .expect("a free block of 8 ports below 32000")
 }
 
 /// Start the S3 server on `port` keeping its data in `dir` (a restart with the same `dir` keeps
 /// what was stored, as a real server does); returns once it answers.
 fn start_s3(script: &str, port: u16, dir: &Path) -> Child {
-    let child = Command::new(script)
+    let log_path = dir.with_extension(format!("{port}.log"));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .unwrap();
+    let mut child = Command::new(script)
         .arg(port.to_string())
         .arg(dir)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .expect("start the S3 server");
     let url = format!("http://127.0.0.1:{port}/");
-    wait_for("the S3 server to answer", Duration::from_secs(60), || {
-        Command::new("curl")
-            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", &url])
-            .output()
-            .is_ok_and(|o| o.stdout.starts_with(b"200"))
-    });
+    let t = Instant::now();
+    while !Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", &url])
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"200"))
+    {
+        if t.elapsed() > Duration::from_secs(60) || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(30).collect();
+            panic!(
+                "the S3 server on port {port} did not answer; its log ends:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     child
 }
 
