@@ -111,15 +111,20 @@ impl JobSpec {
                 found: e.to_string(),
             })?;
         }
-        if !spec
-            .name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        // The name is a folder under $KILN_HOME/work: `..` or `.x` must not be one.
+        if !spec.name.starts_with(|c: char| c.is_ascii_alphanumeric())
+            || spec.name.len() > 128
+            || !spec
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         {
             return Err(Error::Field {
                 path: path.into(),
                 field: "name".into(),
-                expected: "letters, digits, '-', '_' or '.'".into(),
+                expected:
+                    "up to 128 letters, digits, '-', '_' or '.', starting with a letter or digit"
+                        .into(),
                 found: spec.name.clone(),
             });
         }
@@ -251,6 +256,18 @@ mod tests {
         .unwrap();
         assert_eq!(s.kind, JobKind::Capture);
         assert_eq!(s.ingest.max_side, Some(270));
+    }
+
+    #[test]
+    fn names_that_are_not_plain_folder_names_are_refused() {
+        for name in ["..", ".", ".hidden", "-x", "a/b", &"n".repeat(129)] {
+            let e = JobSpec::from_toml(
+                &format!("name = \"{name}\"\nkind = \"mesh\"\ninput = \"s3://bkt/i\"\noutput = \"s3://bkt/o\"\n"),
+                Path::new("job.toml"),
+            )
+            .unwrap_err();
+            assert!(e.to_string().contains("`name`"), "{name}: {e}");
+        }
     }
 
     #[test]
