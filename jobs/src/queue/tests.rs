@@ -54,7 +54,7 @@ fn rand_suffix() -> u64 {
     t ^ (N.fetch_add(1, Ordering::Relaxed) << 48)
 }
 
-fn job(id: &str, team: &str, priority: i64, stages: &[(&str, bool)]) -> NewJob {
+pub(crate) fn job(id: &str, team: &str, priority: i64, stages: &[(&str, bool)]) -> NewJob {
     NewJob {
         id: id.into(),
         team: team.into(),
@@ -70,7 +70,7 @@ fn job(id: &str, team: &str, priority: i64, stages: &[(&str, bool)]) -> NewJob {
     }
 }
 
-const NOW: RetryPolicy = RetryPolicy {
+pub(crate) const NOW: RetryPolicy = RetryPolicy {
     base: Duration::ZERO,
     max: Duration::ZERO,
     infra_base: Duration::ZERO,

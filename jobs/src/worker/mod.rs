@@ -699,3 +699,79 @@ async fn report_failure(
     }
     Ended::Failed
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// PostgreSQL goes away as a finished stage commits (every connection cut, new ones refused,
+    /// as during a restart) and comes back 1.5 s later: the commit is retried and lands once; the
+    /// stage is not run again.
+    #[tokio::test]
+    async fn a_commit_during_a_database_outage_is_retried_and_lands_once() {
+        let url = match std::env::var("KILN_TEST_POSTGRES_URL") {
+            Ok(u) => u,
+            Err(_) if std::env::var_os("CI").is_some() => {
+                panic!("CI is set but KILN_TEST_POSTGRES_URL is not: .ci/run starts PostgreSQL")
+            }
+            Err(_) => return eprintln!("KILN_TEST_POSTGRES_URL unset: skipped"),
+        };
+        let db = crate::queue::tests::fresh_postgres_db(&url).await;
+        let name = db.shown().rsplit('/').next().unwrap().to_string();
+        let queue = Queue::with_db(db);
+        queue
+            .submit(&crate::queue::tests::job("j", "a", 0, &[("ingest", false)]))
+            .await
+            .unwrap();
+        let ttl = Duration::from_secs(60);
+        let c = queue
+            .claim("w", true, ttl, &crate::queue::tests::NOW)
+            .await
+            .unwrap()
+            .unwrap();
+        // The outage, from an administrator's connection to the server's default database.
+        use sqlx::Connection;
+        let mut admin = sqlx::AnyConnection::connect(&url).await.unwrap();
+        let run = |sql: String| sqlx::raw_sql(sqlx::AssertSqlSafe(sql));
+        run(format!(
+            "ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false"
+        ))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+        run(format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+        ))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+        let back = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            run(format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true"))
+                .execute(&mut admin)
+                .await
+                .unwrap();
+        });
+        let outcome = kiln_pipeline::run::StageOutcome {
+            kind: kiln_pipeline::dag::StageKind::Ingest,
+            key: "k".repeat(64),
+            cache_hit: false,
+            usage: Default::default(),
+            summary: serde_json::json!({}),
+            recipe: None,
+        };
+        let started = std::time::Instant::now();
+        complete_with_retries(&queue, &c.lease, &outcome, ttl)
+            .await
+            .unwrap();
+        back.await.unwrap();
+        assert!(
+            started.elapsed() >= Duration::from_millis(1400),
+            "no outage seen"
+        );
+        let attempts = queue.attempts("j").await.unwrap();
+        assert_eq!(attempts.len(), 1, "{attempts:?}");
+        assert_eq!(attempts[0].state, "succeeded");
+        assert_eq!(queue.job("j", None).await.unwrap().state, "succeeded");
+    }
+}
