@@ -562,6 +562,17 @@ fn start_s3(script: &str, port: u16, dir: &Path) -> Child {
     child
 }
 
+/// The environment that points a kiln process at the test S3 server on `port`.
+fn s3_env(port: u16) -> [(&'static str, String); 5] {
+    [
+        ("AWS_ENDPOINT", format!("http://127.0.0.1:{port}")),
+        ("AWS_ALLOW_HTTP", "true".into()),
+        ("AWS_ACCESS_KEY_ID", "test".into()),
+        ("AWS_SECRET_ACCESS_KEY", "test".into()),
+        ("AWS_DEFAULT_REGION", "us-east-1".into()),
+    ]
+}
+
 /// Create `bucket` (already there is fine: a restarted server keeps its buckets). Retried while
 /// the server's storage finishes starting.
 fn create_bucket(port: u16, bucket: &str) {
@@ -616,11 +627,7 @@ fn an_s3_outage_while_a_stage_stores_its_output_is_ridden_out_and_the_job_succee
         .args(["--poll", "0.2", "--retry-base", "0.5"])
         .env("KILN_HOME", sb.path())
         .env("RUST_LOG", "kiln_jobs=info")
-        .env("AWS_ENDPOINT", format!("http://127.0.0.1:{port}"))
-        .env("AWS_ALLOW_HTTP", "true")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .envs(s3_env(port))
         .current_dir(sb.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -895,11 +902,7 @@ fn a_worker_started_while_s3_is_down_waits_for_it_then_runs_jobs() {
         .args(["--cache", "s3://kiln-cache/cache", "--poll", "0.2"])
         .env("KILN_HOME", sb.path())
         .env("RUST_LOG", "warn")
-        .env("AWS_ENDPOINT", format!("http://127.0.0.1:{port}"))
-        .env("AWS_ALLOW_HTTP", "true")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .envs(s3_env(port))
         .current_dir(sb.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -947,11 +950,7 @@ fn chaos_worker(sb: &Sandbox, db: &str, n: usize, port: u16) -> Child {
         .args(["--poll", "0.2", "--retry-base", "0.2"])
         .env("KILN_HOME", sb.path())
         .env("RUST_LOG", "kiln_jobs=info")
-        .env("AWS_ENDPOINT", format!("http://127.0.0.1:{port}"))
-        .env("AWS_ALLOW_HTTP", "true")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .envs(s3_env(port))
         .current_dir(sb.path())
         .stdout(Stdio::null())
         .stderr(log)

@@ -562,45 +562,36 @@ impl Queue {
             self.finish_cancelled(tx, job_id, now).await?;
             return Ok(Failure::Failed);
         }
-        if infra && faults < i64::from(policy.max_infra_faults) {
+        // Which budget the failure draws on, and the delay and words of its retry if any is left.
+        let retry = if infra && faults < i64::from(policy.max_infra_faults) {
             let delay = policy.infra_delay(job_id, stage, faults as u32);
-            let not_before = now + delay.as_millis() as i64;
-            set_stage("queued")
-                .bind(not_before)
-                .execute(&mut **tx)
-                .await?;
-            event(
-                tx,
-                job_id,
-                now,
-                "retry",
-                &format!(
+            Some((
+                delay,
+                format!(
                     "{stage}: infrastructure fault {faults} of {} (not counted against the job's attempts), retrying in {:.1} s: {error}",
                     policy.max_infra_faults,
                     delay.as_secs_f64()
                 ),
-            )
-            .await?;
-            return Ok(Failure::Retry { not_before });
-        }
-        if retryable && !infra && failures < max_attempts {
+            ))
+        } else if retryable && !infra && failures < max_attempts {
             let delay = policy.delay(job_id, stage, failures as u32);
+            Some((
+                delay,
+                format!(
+                    "{stage} failed ({failures} of {max_attempts} attempts used), retrying in {:.1} s: {error}",
+                    delay.as_secs_f64()
+                ),
+            ))
+        } else {
+            None
+        };
+        if let Some((delay, what)) = retry {
             let not_before = now + delay.as_millis() as i64;
             set_stage("queued")
                 .bind(not_before)
                 .execute(&mut **tx)
                 .await?;
-            event(
-                tx,
-                job_id,
-                now,
-                "retry",
-                &format!(
-                    "{stage} failed ({failures} of {max_attempts} attempts used), retrying in {:.1} s: {error}",
-                    delay.as_secs_f64()
-                ),
-            )
-            .await?;
+            event(tx, job_id, now, "retry", &what).await?;
             return Ok(Failure::Retry { not_before });
         }
         let (stage_state, job_state, outcome, what) = if retryable {

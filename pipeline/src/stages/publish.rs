@@ -171,10 +171,7 @@ pub async fn publish_keyed(
     }
     let store = storage::open(output)?;
     let token = fence.map(|f| f.token);
-    let staging = match token {
-        Some(t) => format!(".staging-{job_id}-{t}"),
-        None => format!(".staging-{job_id}"),
-    };
+    let staging = staging_of(job_id, token);
     remove_dead_staging(&store, job_id, token).await;
     let mut entries = Vec::with_capacity(files.len());
     let mut bytes_written = 0;
@@ -208,10 +205,11 @@ pub async fn publish_keyed(
         return Err(e);
     }
     // From here on committed files change: only while the attempt holds its lease.
+    let staging_ref = staging.as_str();
     let fenced = |store: storage::Store| async move {
         let committed = read_store_manifest(&store).await;
         if let Err(e) = check_fence(fence, committed.as_ref(), job_id) {
-            let _ = store.delete_prefix(&staging_of(job_id, token)).await;
+            let _ = store.delete_prefix(staging_ref).await;
             return Err(e);
         }
         Ok(committed)
