@@ -18,11 +18,11 @@
 //! level below (never from all the leaves), and a leaf's splats are gathered only when its parent
 //! is built, so memory holds the input and about two levels at a time.
 //!
-//! geometricError (metres): leaves 0; a parent the median of its splats' deviations
-//! ([`merge`]: how far a merged splat's centre and size moved from the leaves it stands for),
-//! raised to its largest child's; the tileset value is the root box diagonal (≥ the root's). A
-//! client that refines while geometricError · focal / distance > τ thus shows a parent only where
-//! its splats are off by at most about τ pixels.
+//! geometricError (metres): leaves 0; a parent the size of one pixel at the finest resolution at
+//! which its render still matches its children's ([`error`]: measured after merging and
+//! refinement), raised to its largest child's; the tileset value is the root box diagonal (≥ the
+//! root's). A client that refines while geometricError · focal / distance > τ thus shows a parent
+//! only where the screen is at most τ times finer than that resolution.
 //!
 //! Frames: splats come in the glTF Y-up content frame (capture jobs are turned upright first, see
 //! [`super::frame`]). The runtime rotates glTF content Y-up → Z-up before any tile transform, so
@@ -54,6 +54,7 @@ use super::frame::TilesetFrame;
 use super::{TileReport, write_tileset};
 use crate::{Error, Result};
 
+mod error;
 pub mod merge;
 pub mod refine;
 mod tree;
@@ -66,23 +67,15 @@ use tree::{Node, build_tree};
 /// small), and with the tree's fan-out of 4 a parent tile holds about as many splats as a leaf.
 pub const LEVEL_REDUCTION: usize = 4;
 
-/// Quantile of a parent's splat deviations taken as its geometricError: the median, so the few
-/// splats that moved furthest (isolated floaters merged across a gap) do not set the switching
-/// distance. Measured with `kiln eval` (fox retiled at 4,096 splats per leaf, refined; biker at
-/// 16,384, orbit at 2× its radius): the 90th percentile kept clients on the leaves to τ = 32
-/// (fox 29.4 dB at 2.36 MB for τ = 16) and made the biker jump 5 dB between τ = 16 and 32; the
-/// median switches a level per doubling of τ (biker τ = 16 / 32 / 64: 34.5 / 32.5 / 29.1 dB
-/// against the full splats).
-pub const ERROR_QUANTILE: f64 = 0.5;
-
 /// SPZ fractional bits used for tile content (1/4096 m steps, ±2048 m range); lowered per tile
 /// only when a tile is wider than that range.
 const TILE_FRACTIONAL_BITS: u8 = 12;
 
 /// Version of the splat tiling algorithm, part of the tile stage's key (so a rerun after the
 /// algorithm changed tiles again instead of reusing an older tileset). 3: k-d tree with merged
-/// parents at 4× per level, SH kept at 6 bits, capture tilesets upright.
-pub const TILER_VERSION: u32 = 3;
+/// parents at 4× per level, SH kept at 6 bits, capture tilesets upright. 4: geometricError
+/// measured by rendering.
+pub const TILER_VERSION: u32 = 4;
 
 /// SH bits of degree 1 in tile SPZ payloads (the reference encoder keeps 5).
 ///
@@ -273,20 +266,9 @@ pub fn tile_splats_refined(
         let level: Vec<usize> = (0..nodes.len())
             .filter(|&i| nodes[i].depth == depth && !nodes[i].is_leaf())
             .collect();
-        let inputs: Vec<(usize, Vec<ChildContent>)> = level
-            .iter()
-            .map(|&p| {
-                let taken = nodes[p]
-                    .children
-                    .iter()
-                    .filter_map(|&c| contents[c].take().map(|(s, d)| (c, s, d)))
-                    .collect();
-                (p, taken)
-            })
-            .collect();
-        let mut merged: Vec<ParentPass> = inputs
-            .into_par_iter()
-            .map(|(p, taken)| build_parent(splats, &nodes, p, taken, params, &tiles_dir))
+        let mut merged: Vec<ParentPass> = level
+            .par_iter()
+            .map(|&p| build_parent(splats, &nodes, p, &contents, params, &tiles_dir))
             .collect::<Result<_>>()?;
         if let Some(r) = refiner.filter(|_| params.refine_steps > 0) {
             refinements.push(refine_level(r, &mut merged, max_depth - depth)?);
@@ -297,15 +279,30 @@ pub fn tile_splats_refined(
                 built.sizes[c] = size;
             }
         }
-        // Write the level: boxes from content and children, errors from deviations.
+        // Write the level: boxes from content and children, errors measured by rendering.
         let written: Vec<(usize, Aabb, f64, u64)> = merged
             .par_iter()
             .map(|pass| -> Result<_> {
                 let node = &nodes[pass.node];
                 let mut bbox = content_aabb(&pass.content);
-                let mut error = quantile(&pass.deviations, ERROR_QUANTILE).max(MIN_PARENT_ERROR_M);
                 for &c in &node.children {
                     bbox.union(&built.boxes[c]);
+                }
+                let children = children_content(splats, &nodes, pass.node, &contents);
+                let measured = error::measure(
+                    &pass.content,
+                    &children,
+                    bbox.center(),
+                    bbox.diagonal() / 2.0,
+                )?;
+                tracing::debug!(
+                    tile = %node.name,
+                    measured_m = measured.metres,
+                    psnr_db = ?measured.psnr_db,
+                    "tile: parent geometricError measured"
+                );
+                let mut error = measured.metres.max(MIN_PARENT_ERROR_M);
+                for &c in &node.children {
                     error = error.max(built.errors[c]);
                 }
                 let glb = encode_tile(pass.content.clone(), bbox.center(), params)?;
@@ -319,7 +316,10 @@ pub fn tile_splats_refined(
             built.sizes[i] = size;
         }
         for pass in merged {
-            contents[pass.node] = Some((pass.content, pass.deviations));
+            for &c in &nodes[pass.node].children {
+                contents[c] = None;
+            }
+            contents[pass.node] = Some(pass.content);
         }
     }
     drop(contents);
@@ -363,12 +363,7 @@ fn refine_level(
         ..Default::default()
     };
     for p in level.iter() {
-        all.means.extend_from_slice(&p.content.means);
-        all.log_scales.extend_from_slice(&p.content.log_scales);
-        all.rotations.extend_from_slice(&p.content.rotations);
-        all.logit_opacities
-            .extend_from_slice(&p.content.logit_opacities);
-        all.sh_coeffs.extend_from_slice(&p.content.sh_coeffs);
+        append(&mut all, &p.content);
     }
     let done = refiner.refine(&mut all, levels_above_leaves)?;
     tracing::info!(
@@ -397,10 +392,34 @@ fn refine_level(
     Ok(done)
 }
 
-/// A built parent's content and its splats' deviations (metres), kept for the level above.
-type LevelContent = (GaussianSplats, Vec<f64>);
-/// A child's index with its [`LevelContent`].
-type ChildContent = (usize, GaussianSplats, Vec<f64>);
+/// A built parent's content, kept for the level above.
+type LevelContent = GaussianSplats;
+/// What a client shows when it refines parent `p`: its children's contents together (leaves
+/// gathered again from the input, parent children from `contents`).
+fn children_content(
+    splats: &GaussianSplats,
+    nodes: &[Node],
+    p: usize,
+    contents: &[Option<LevelContent>],
+) -> GaussianSplats {
+    let mut all = GaussianSplats {
+        sh_degree: splats.sh_degree,
+        ..Default::default()
+    };
+    for &c in &nodes[p].children {
+        let gathered;
+        let content = if nodes[c].is_leaf() {
+            gathered = gather(splats, &nodes[c].indices);
+            &gathered
+        } else if let Some(content) = &contents[c] {
+            content
+        } else {
+            continue;
+        };
+        append(&mut all, content);
+    }
+    all
+}
 
 /// Smallest geometricError of a parent (metres), so a parent whose merges moved nothing (e.g.
 /// coincident splats) still refines into its children when the camera comes close.
@@ -423,22 +442,21 @@ impl Built {
     }
 }
 
-/// One parent built: its merged content with deviations, and the leaves written on the way as
+/// One parent built: its merged content, and the leaves written on the way as
 /// (index, content box, GLB bytes).
 struct ParentPass {
     node: usize,
     content: GaussianSplats,
-    deviations: Vec<f64>,
     leaves: Vec<(usize, Aabb, u64)>,
 }
 
 /// Merge parent `p`'s children into its content: leaf children are gathered from `splats`,
-/// boxed, encoded and written first; parent children come in `taken` (content, deviations).
+/// boxed, encoded and written first; parent children's content comes from `contents`.
 fn build_parent(
     splats: &GaussianSplats,
     nodes: &[Node],
     p: usize,
-    taken: Vec<ChildContent>,
+    contents: &[Option<LevelContent>],
     params: &SplatTileParams,
     tiles_dir: &Path,
 ) -> Result<ParentPass> {
@@ -446,33 +464,24 @@ fn build_parent(
     let mut leaves = Vec::new();
     for &c in nodes[p].children.iter().filter(|&&c| nodes[c].is_leaf()) {
         let content = gather(splats, &nodes[c].indices);
-        set.extend_from(&content, None);
+        set.extend_from(&content);
         let bbox = content_aabb(&content);
         let glb = encode_tile(content, bbox.center(), params)?;
         write_atomic(&tiles_dir.join(format!("{}.glb", nodes[c].name)), &glb)?;
         leaves.push((c, bbox, glb.len() as u64));
     }
-    for (_, content, deviations) in &taken {
-        set.extend_from(content, Some(deviations));
+    for &c in &nodes[p].children {
+        if let Some(content) = &contents[c] {
+            set.extend_from(content);
+        }
     }
     let target = set.len().div_ceil(LEVEL_REDUCTION);
-    let (content, deviations) = merge::merge_to(set, target).to_splats();
+    let content = merge::merge_to(set, target).to_splats();
     Ok(ParentPass {
         node: p,
         content,
-        deviations,
         leaves,
     })
-}
-
-/// The `q`-quantile (0..=1) of `v` (nearest rank); 0 for an empty slice.
-fn quantile(v: &[f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    let mut sorted = v.to_vec();
-    let k = (((sorted.len() - 1) as f64) * q).round() as usize;
-    *sorted.select_nth_unstable_by(k, f64::total_cmp).1
 }
 
 /// The boundary check of [`tile_splats`].
@@ -567,6 +576,15 @@ fn content_aabb(s: &GaussianSplats) -> Aabb {
 }
 
 /// The splats at `indices`, in that order.
+/// Append `s`'s splats to `all` (same SH degree).
+fn append(all: &mut GaussianSplats, s: &GaussianSplats) {
+    all.means.extend_from_slice(&s.means);
+    all.log_scales.extend_from_slice(&s.log_scales);
+    all.rotations.extend_from_slice(&s.rotations);
+    all.logit_opacities.extend_from_slice(&s.logit_opacities);
+    all.sh_coeffs.extend_from_slice(&s.sh_coeffs);
+}
+
 fn gather(s: &GaussianSplats, indices: &[u32]) -> GaussianSplats {
     let k3 = s.sh_coeffs_per_channel() * 3;
     let n = indices.len();
