@@ -187,6 +187,12 @@ pub const LIMITS: &[Limit] = &[
     scalar("tile.sh1_bits", 1.0, 8.0, "SPZ stores at most 8 bits"),
     scalar("tile.sh_rest_bits", 1.0, 8.0, "SPZ stores at most 8 bits"),
     scalar(
+        "tile.spz_version",
+        2.0,
+        3.0,
+        "the SPZ versions spz_2 readers decode",
+    ),
+    scalar(
         "tile.refine_steps",
         0.0,
         100_000.0,

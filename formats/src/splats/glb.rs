@@ -638,8 +638,27 @@ fn parse_glb<'a>(bytes: &'a [u8], path: &Path) -> Result<(Value, &'a [u8])> {
     Ok((value, bin))
 }
 
-fn read_splat_glb_from(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
+/// The SPZ file version of a splat GLB's `KHR_gaussian_splatting_compression_spz_2` payload, or
+/// `None` for an uncompressed `KHR_gaussian_splatting` GLB.
+///
+/// # Errors
+/// As [`read_splat_glb`] for the container; [`super::spz::spz_file_version`] for the payload.
+pub fn splat_glb_spz_version(bytes: &[u8]) -> Result<Option<u32>> {
+    let path = Path::new("<GLB bytes>");
     let (doc, bin) = parse_glb(bytes, path)?;
+    match spz_payload(&doc, bin, path)? {
+        Some((spz, _)) => Ok(Some(super::spz::spz_file_version(spz)?)),
+        None => Ok(None),
+    }
+}
+
+/// The SPZ bytes of the first `KHR_gaussian_splatting_compression_spz_2` primitive and its
+/// POSITION accessor, or `None` when no primitive carries that extension.
+fn spz_payload<'a>(
+    doc: &Value,
+    bin: &'a [u8],
+    path: &Path,
+) -> Result<Option<(&'a [u8], Option<u64>)>> {
     let primitives = doc["meshes"]
         .as_array()
         .into_iter()
@@ -655,25 +674,7 @@ fn read_splat_glb_from(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
         }
     }
     let Some((view_index, position_accessor)) = found else {
-        // No SPZ payload: an uncompressed KHR_gaussian_splatting primitive.
-        let plain = doc["meshes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|m| m["primitives"].as_array().into_iter().flatten())
-            .find(|p| p["extensions"].get(KHR_GAUSSIAN_SPLATTING).is_some());
-        return match plain {
-            Some(p) => read_plain_primitive(&doc, bin, p, path),
-            None => Err(Error::Unsupported {
-                path: path.to_path_buf(),
-                field: format!("meshes[*].primitives[*].extensions.{KHR_GAUSSIAN_SPLATTING}"),
-                found: "no primitive with KHR_gaussian_splatting (a mesh or point cloud GLB?)"
-                    .into(),
-                supported: format!(
-                    "{KHR_GAUSSIAN_SPLATTING} primitives, plain or with {KHR_GAUSSIAN_SPLATTING_SPZ_2}"
-                ),
-            }),
-        };
+        return Ok(None);
     };
     let view = &doc["bufferViews"][view_index];
     let field = format!("bufferViews[{view_index}]");
@@ -703,6 +704,32 @@ fn read_splat_glb_from(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
                 bin.len()
             ),
         ));
+    };
+    Ok(Some((spz, position_accessor)))
+}
+
+fn read_splat_glb_from(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
+    let (doc, bin) = parse_glb(bytes, path)?;
+    let Some((spz, position_accessor)) = spz_payload(&doc, bin, path)? else {
+        // No SPZ payload: an uncompressed KHR_gaussian_splatting primitive.
+        let plain = doc["meshes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|m| m["primitives"].as_array().into_iter().flatten())
+            .find(|p| p["extensions"].get(KHR_GAUSSIAN_SPLATTING).is_some());
+        return match plain {
+            Some(p) => read_plain_primitive(&doc, bin, p, path),
+            None => Err(Error::Unsupported {
+                path: path.to_path_buf(),
+                field: format!("meshes[*].primitives[*].extensions.{KHR_GAUSSIAN_SPLATTING}"),
+                found: "no primitive with KHR_gaussian_splatting (a mesh or point cloud GLB?)"
+                    .into(),
+                supported: format!(
+                    "{KHR_GAUSSIAN_SPLATTING} primitives, plain or with {KHR_GAUSSIAN_SPLATTING_SPZ_2}"
+                ),
+            }),
+        };
     };
     let splats = decode_spz_from(spz, path)?;
     if let Some(acc) = position_accessor {

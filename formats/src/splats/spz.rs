@@ -440,6 +440,36 @@ pub fn decode_spz(bytes: &[u8]) -> Result<GaussianSplats> {
     decode_spz_from(bytes, Path::new("<SPZ bytes>"))
 }
 
+/// The file version in the header of SPZ bytes (1–3 inside gzip, 4 plain), without decoding the
+/// splats: which version a writer produced, e.g. inside a tile.
+///
+/// # Errors
+/// [`Error::Corrupt`] for bytes that are neither gzip nor `NGSP`, or a header shorter than 8
+/// bytes or with the wrong magic.
+pub fn spz_file_version(bytes: &[u8]) -> Result<u32> {
+    let path = Path::new("<SPZ bytes>");
+    let mut header = [0u8; 8];
+    if bytes.len() >= 8 && bytes[..4] == SPZ_MAGIC.to_le_bytes() {
+        header.copy_from_slice(&bytes[..8]);
+    } else if bytes.len() >= 2 && bytes[..2] == [0x1f, 0x8b] {
+        flate2::read::GzDecoder::new(bytes)
+            .read_exact(&mut header)
+            .map_err(|e| corrupt(path, "gzip stream", format!("no 8-byte SPZ header: {e}")))?;
+        if header[..4] != SPZ_MAGIC.to_le_bytes() {
+            return Err(corrupt(path, "header.magic", "expected `NGSP`"));
+        }
+    } else {
+        return Err(corrupt(
+            path,
+            "byte 0",
+            "not an SPZ file (SPZ v1-v3 start with gzip bytes 1f 8b, v4 with `NGSP`)",
+        ));
+    }
+    Ok(u32::from_le_bytes([
+        header[4], header[5], header[6], header[7],
+    ]))
+}
+
 fn corrupt(path: &Path, location: impl Into<String>, what: impl Into<String>) -> Error {
     Error::Corrupt {
         path: path.to_path_buf(),
