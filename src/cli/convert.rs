@@ -6,7 +6,10 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use kiln_formats::splats::convert::{SplatFormat, UpAxis, WriteOptions, read_splats, write_splats};
+use kiln_formats::splats::convert::{
+    SplatFormat, UpAxis, WriteOptions, frame_of_read, read_splats, rotated_frame, up_axis_rotation,
+    write_splats,
+};
 use kiln_formats::splats::spz::{SpzOptions, SpzVersion};
 
 /// Arguments of `kiln convert`.
@@ -61,12 +64,25 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
         3 => SpzVersion::V3,
         _ => SpzVersion::V4,
     };
+    // SPZ v4 outputs record the data's axis convention (after any --up-axis turn) when known.
+    let frame = if out_format == SplatFormat::Spz && spz_version == SpzVersion::V4 {
+        let read = frame_of_read(&args.input)?;
+        match args.up_axis {
+            Some(from) => {
+                read.and_then(|f| rotated_frame(f, up_axis_rotation(from, args.out_up_axis)))
+            }
+            None => read,
+        }
+    } else {
+        None
+    };
     let options = WriteOptions {
         format: Some(out_format),
         sh_degree: args.sh_degree,
         up_axis: args.up_axis.map(|from| (from, args.out_up_axis)),
         spz: SpzOptions {
             version: spz_version,
+            coordinate_system: frame,
             ..Default::default()
         },
         glb_spz: args.glb_spz,
@@ -84,8 +100,15 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
     } else {
         String::new()
     };
+    let recorded = match frame {
+        Some(f) => format!(", frame {} recorded", f.name()),
+        None if out_format == SplatFormat::Spz && spz_version == SpzVersion::V4 => {
+            ", no frame recorded (the input's is unknown)".into()
+        }
+        None => String::new(),
+    };
     println!(
-        "{} → {}: {} splats, SH degree {}{dropped}, {} bytes ({})",
+        "{} → {}: {} splats, SH degree {}{dropped}, {} bytes ({}{recorded})",
         args.input.display(),
         args.output.display(),
         summary.splats,
@@ -121,6 +144,41 @@ mod tests {
             1 2 3 0.1 0.2 0.3 0.5 -3 -3 -3 1 0 0 0\n";
         std::fs::write(&p, text).unwrap();
         p
+    }
+
+    #[test]
+    fn spz_v4_outputs_record_the_frame_and_read_back_into_the_ply_frame() {
+        use kiln_formats::splats::spz::spz_recorded_frame;
+        use kiln_formats::splats::spz_frame::SpzFrame;
+        let dir = tempfile::tempdir().unwrap();
+        let input = tiny_ply(dir.path());
+        let path = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
+        let recorded = |n: &str| spz_recorded_frame(&std::fs::read(path(n)).unwrap()).unwrap();
+        let i = input.to_str().unwrap();
+        // As read (a PLY is RDF), and turned y-up by --up-axis neg-y (RUB).
+        run(parse(&[i, &path("rdf.spz"), "--spz-version", "4"])).unwrap();
+        run(parse(&[
+            i,
+            &path("rub.spz"),
+            "--spz-version",
+            "4",
+            "--up-axis",
+            "neg-y",
+        ]))
+        .unwrap();
+        assert_eq!(recorded("rdf.spz"), Some(SpzFrame::RDF));
+        assert_eq!(recorded("rub.spz"), Some(SpzFrame::RUB));
+        // Both read back to the PLY's numbers (the RUB file is turned back on read).
+        for (spz, ply) in [("rdf.spz", "rdf.ply"), ("rub.spz", "rub.ply")] {
+            run(parse(&[&path(spz), &path(ply)])).unwrap();
+            let back = read_splats(std::path::Path::new(&path(ply))).unwrap();
+            for (a, b) in back.means.iter().zip([1.0f32, 2.0, 3.0]) {
+                assert!((a - b).abs() < 1e-3, "{spz}: {:?}", back.means);
+            }
+        }
+        // v3 files have no records.
+        run(parse(&[i, &path("v3.spz")])).unwrap();
+        assert_eq!(recorded("v3.spz"), None);
     }
 
     #[test]

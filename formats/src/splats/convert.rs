@@ -28,7 +28,8 @@ use super::glb::{
 };
 use super::ply::{read_ply, write_inria_ply};
 use super::sh::ShRotation;
-use super::spz::{SpzOptions, encode_spz, read_spz};
+use super::spz::{SpzOptions, encode_spz, read_spz, spz_recorded_frame};
+use super::spz_frame::SpzFrame;
 use super::{GaussianSplats, MAX_SH_DEGREE};
 use crate::atomic_write::write_atomic;
 use crate::{Error, Result};
@@ -124,6 +125,37 @@ pub fn read_splats(path: &Path) -> Result<GaussianSplats> {
         SplatFormat::DotSplat => read_dot_splat(path),
         SplatFormat::Glb => read_splat_glb_file(path),
     }
+}
+
+/// The axis convention ([`SpzFrame`]) of the splats [`read_splats`] returns for `path`: RDF
+/// for INRIA and PlayCanvas PLYs and `.splat` files (the trainers' frame), LUF for
+/// `KHR_gaussian_splatting` GLBs (glTF's), RDF for SPZ v4 files that record a frame (the reader
+/// turns them into RDF), and `None` for SPZ files that record none (their numbers are kept as
+/// stored: RUB if the writer followed the SPZ default, often the PLY's RDF in practice).
+///
+/// # Errors
+/// As [`read_splats`] when the SPZ file cannot be read or its header is corrupt.
+pub fn frame_of_read(path: &Path) -> Result<Option<SpzFrame>> {
+    Ok(match SplatFormat::from_path(path)? {
+        SplatFormat::InriaPly | SplatFormat::CompressedPly | SplatFormat::DotSplat => {
+            Some(SpzFrame::RDF)
+        }
+        SplatFormat::Glb => Some(SpzFrame::LUF),
+        SplatFormat::Spz => {
+            let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+            spz_recorded_frame(&bytes)?.map(|_| SpzFrame::RDF)
+        }
+    })
+}
+
+/// The frame of splats in `frame` after [`rotate_splats`] with `r` (p′ = r·p): the basis
+/// B·rᵀ, if it is one of the sixteen SPZ frames.
+#[must_use]
+pub fn rotated_frame(frame: SpzFrame, r: [[f64; 3]; 3]) -> Option<SpzFrame> {
+    let b = frame.basis();
+    let turned =
+        std::array::from_fn(|i| std::array::from_fn(|j| (0..3).map(|k| b[i][k] * r[j][k]).sum()));
+    SpzFrame::from_basis(&turned)
 }
 
 /// Which world axis points up in a splat scene. See the module docs for common conventions.

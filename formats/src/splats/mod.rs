@@ -14,6 +14,7 @@ pub mod glb;
 pub mod ply;
 pub mod sh;
 pub mod spz;
+pub mod spz_frame;
 
 #[cfg(test)]
 mod real_data_tests;

@@ -50,6 +50,7 @@
 use std::io::{Read, Write};
 use std::path::Path;
 
+use super::spz_frame::{SpzFrame, record, recorded_frame};
 use super::{GaussianSplats, MAX_SH_DEGREE, logit, sigmoid};
 use crate::{Error, Result};
 
@@ -122,6 +123,11 @@ pub struct SpzOptions {
     pub sh1_bits: u8,
     /// Bits kept of each degree-2 and degree-3 SH coefficient, 1..=8 (default 4).
     pub sh_rest_bits: u8,
+    /// The axis convention of the data, recorded in a v4 file as its `SPZ_ADOBE_coordinate_system`
+    /// extension ([`SpzFrame`]) so that readers turn it into theirs; `None` (default) records
+    /// nothing, and readers assume RUB. Versions 2 and 3 carry no records: setting it with
+    /// them is an error.
+    pub coordinate_system: Option<SpzFrame>,
 }
 
 impl Default for SpzOptions {
@@ -133,6 +139,7 @@ impl Default for SpzOptions {
             gzip_level: 6,
             sh1_bits: DEFAULT_SH1_BITS,
             sh_rest_bits: DEFAULT_SH_REST_BITS,
+            coordinate_system: None,
         }
     }
 }
@@ -218,11 +225,26 @@ pub fn encode_spz(splats: &GaussianSplats, options: &SpzOptions) -> Result<Vec<u
             });
         }
     }
+    if options.coordinate_system.is_some() && options.version != SpzVersion::V4 {
+        return Err(Error::InvalidInput {
+            context: CONTEXT,
+            field: "options.coordinate_system".into(),
+            expected: "SPZ version 4 (versions 1-3 carry no extension records)".into(),
+            found: format!("{:?}", options.version),
+        });
+    }
     let blocks = pack_blocks(splats, options, CONTEXT)?;
-    let flags = match options.antialiasing {
+    let mut flags = match options.antialiasing {
         SpzAntialiasing::Standard => 0,
         SpzAntialiasing::Antialiased => FLAG_ANTIALIASED,
     };
+    let records: Vec<u8> = options
+        .coordinate_system
+        .map(|f| record(f).to_vec())
+        .unwrap_or_default();
+    if !records.is_empty() {
+        flags |= FLAG_HAS_EXTENSIONS;
+    }
     let in_memory = |what: &str, e: std::io::Error| Error::InvalidInput {
         context: CONTEXT,
         field: what.into(),
@@ -243,15 +265,17 @@ pub fn encode_spz(splats: &GaussianSplats, options: &SpzOptions) -> Result<Vec<u
                 zstd::bulk::compress(s, ZSTD_LEVEL).map_err(|e| in_memory("zstd stream", e))?,
             );
         }
+        let toc_offset = V4_HEADER_BYTES + records.len();
         let mut out = Vec::with_capacity(
-            V4_HEADER_BYTES + 16 * frames.len() + frames.iter().map(Vec::len).sum::<usize>(),
+            toc_offset + 16 * frames.len() + frames.iter().map(Vec::len).sum::<usize>(),
         );
         out.extend_from_slice(&SPZ_MAGIC.to_le_bytes());
         out.extend_from_slice(&version.to_le_bytes());
         out.extend_from_slice(&(n as u32).to_le_bytes());
         out.extend_from_slice(&[splats.sh_degree as u8, fb, flags, frames.len() as u8]);
-        out.extend_from_slice(&(V4_HEADER_BYTES as u32).to_le_bytes());
+        out.extend_from_slice(&(toc_offset as u32).to_le_bytes());
         out.extend_from_slice(&[0u8; 12]);
+        out.extend_from_slice(&records);
         for (s, f) in streams.iter().zip(&frames) {
             out.extend_from_slice(&(f.len() as u64).to_le_bytes());
             out.extend_from_slice(&(s.len() as u64).to_le_bytes());
@@ -489,7 +513,11 @@ fn unsupported(path: &Path, field: &str, found: String, supported: &str) -> Erro
 
 pub(crate) fn decode_spz_from(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
     if bytes.len() >= 4 && bytes[..4] == SPZ_MAGIC.to_le_bytes() {
-        return decode_v4(bytes, path);
+        let (mut splats, frame) = decode_v4(bytes, path)?;
+        if let Some(frame) = frame {
+            into_kiln_frame(&mut splats, frame, path)?;
+        }
+        return Ok(splats);
     }
     if bytes.len() < 2 || bytes[..2] != [0x1f, 0x8b] {
         return Err(corrupt(
@@ -651,7 +679,7 @@ const BLOCK_NAMES: [&str; 6] = ["positions", "alphas", "colors", "scales", "rota
 /// extension records up to `tocByteOffset` (skipped: they carry metadata, not splat data), a TOC
 /// of `numStreams` × (compressedSize u64, uncompressedSize u64), then one ZSTD frame per
 /// non-empty attribute block, in block order.
-fn decode_v4(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
+fn decode_v4(bytes: &[u8], path: &Path) -> Result<(GaussianSplats, Option<SpzFrame>)> {
     if bytes.len() < V4_HEADER_BYTES {
         return Err(corrupt(
             path,
@@ -726,6 +754,9 @@ fn decode_v4(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
             ),
         ));
     }
+    let frame = recorded_frame(&bytes[V4_HEADER_BYTES..toc_offset], |l, w| {
+        corrupt(path, l, w)
+    })?;
     let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap_or_default());
     let mut decoded: [Vec<u8>; 6] = Default::default();
     let mut at = toc_end;
@@ -777,7 +808,53 @@ fn decode_v4(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
         });
     }
     let blocks: [&[u8]; 6] = std::array::from_fn(|i| decoded[i].as_slice());
-    Ok(unpack(&header, blocks))
+    Ok((unpack(&header, blocks), frame))
+}
+
+/// The frame a v4 file records in its `SPZ_ADOBE_coordinate_system` extension, without decoding
+/// the splats; `None` for v1–v3 files and v4 files without the record.
+///
+/// # Errors
+/// [`Error::Corrupt`] for a truncated header, a table of contents outside the file or a bad
+/// record.
+pub fn spz_recorded_frame(bytes: &[u8]) -> Result<Option<SpzFrame>> {
+    let path = Path::new("<SPZ bytes>");
+    if bytes.len() < V4_HEADER_BYTES || bytes[..4] != SPZ_MAGIC.to_le_bytes() {
+        return Ok(None);
+    }
+    let toc_offset = u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]) as usize;
+    let Some(zone) = bytes.get(V4_HEADER_BYTES..toc_offset) else {
+        return Err(corrupt(
+            path,
+            "header.tocByteOffset",
+            format!("{toc_offset} lies outside the {}-byte file", bytes.len()),
+        ));
+    };
+    recorded_frame(zone, |l, w| corrupt(path, l, w))
+}
+
+/// Turn splats decoded from a file that records `frame` into Kiln's splat frame, RDF (the INRIA
+/// PLY's: x right, y down, z forward), rotating positions, orientations and SH.
+///
+/// # Errors
+/// [`Error::Unsupported`] naming `path` for a left-handed frame (a mirror image).
+fn into_kiln_frame(splats: &mut GaussianSplats, frame: SpzFrame, path: &Path) -> Result<()> {
+    if frame == SpzFrame::RDF {
+        return Ok(());
+    }
+    let Some(r) = frame.rotation_to(SpzFrame::RDF) else {
+        return Err(unsupported(
+            path,
+            "SPZ_ADOBE_coordinate_system",
+            format!(
+                "{} (left-handed: its splats are a mirror image)",
+                frame.name()
+            ),
+            "right-handed frames (RDF, RUB, LUF, LDB, RFU, LBU, RBD, LFD); convert the file to \
+             one with the tool that wrote it",
+        ));
+    };
+    super::convert::rotate_splats(splats, r)
 }
 
 /// Dequantise the six attribute blocks (sizes already checked against the header).
@@ -1119,6 +1196,72 @@ mod tests {
         let again = decode_spz(&encode_spz(&s, &v4()).unwrap()).unwrap();
         assert_within_bounds(&s, &again, 12, true);
         assert_eq!(again.means, s.means);
+    }
+
+    #[test]
+    fn spz_v4_records_its_frame_and_a_recorded_frame_is_turned_into_rdf_on_read() {
+        let s = random_splats(300, 3, 10.0, 31);
+        let plain = decode_spz(&encode_spz(&s, &v4()).unwrap()).unwrap();
+        // RDF (Kiln's own frame): the record is there, the data is read as it is stored.
+        let rdf = encode_spz(
+            &s,
+            &SpzOptions {
+                coordinate_system: Some(SpzFrame::RDF),
+                ..v4()
+            },
+        )
+        .unwrap();
+        assert_eq!(rdf[14] & FLAG_HAS_EXTENSIONS, FLAG_HAS_EXTENSIONS);
+        assert_eq!(u32::from_le_bytes(rdf[16..20].try_into().unwrap()), 44);
+        assert_eq!(spz_recorded_frame(&rdf).unwrap(), Some(SpzFrame::RDF));
+        assert_eq!(decode_spz(&rdf).unwrap(), plain);
+        // The same numbers recorded as RUB are (x, −y, −z) of RDF data: read back turned.
+        let rub = encode_spz(
+            &s,
+            &SpzOptions {
+                coordinate_system: Some(SpzFrame::RUB),
+                ..v4()
+            },
+        )
+        .unwrap();
+        let turned = decode_spz(&rub).unwrap();
+        let mut expected = plain.clone();
+        super::super::convert::rotate_splats(
+            &mut expected,
+            [[1.0, 0.0, 0.0], [0.0, -1.0, 0.0], [0.0, 0.0, -1.0]],
+        )
+        .unwrap();
+        for (a, b) in turned.means.iter().zip(&expected.means) {
+            assert!((a - b).abs() < 1e-6);
+        }
+        for (a, b) in turned.sh_coeffs.iter().zip(&expected.sh_coeffs) {
+            assert!((a - b).abs() < 1e-5);
+        }
+        // A left-handed frame is named in the error; versions 2-3 cannot record one.
+        let ldf = encode_spz(
+            &s,
+            &SpzOptions {
+                coordinate_system: SpzFrame::parse("LDF"),
+                ..v4()
+            },
+        )
+        .unwrap();
+        let err = decode_spz(&ldf).unwrap_err().to_string();
+        assert!(err.contains("LDF") && err.contains("left-handed"), "{err}");
+        let err = encode_spz(
+            &s,
+            &SpzOptions {
+                coordinate_system: Some(SpzFrame::RDF),
+                ..Default::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("version 4"), "{err}");
+        assert_eq!(
+            spz_recorded_frame(&encode_spz(&s, &SpzOptions::default()).unwrap()).unwrap(),
+            None
+        );
     }
 
     fn v4() -> SpzOptions {
