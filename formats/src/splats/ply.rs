@@ -60,7 +60,6 @@ pub fn write_inria_ply(path: &Path, splats: &GaussianSplats) -> Result<()> {
     splats.check_shapes(CONTEXT)?;
     splats.check_finite(CONTEXT)?;
     let n = splats.len();
-    let k = splats.sh_coeffs_per_channel();
     let names = inria_property_names(splats.sh_degree);
     let stride = names.len();
 
@@ -72,10 +71,32 @@ pub fn write_inria_ply(path: &Path, splats: &GaussianSplats) -> Result<()> {
     }
     header.push_str("end_header\n");
 
-    let mut rows = vec![0f32; n * stride];
-    for (i, row) in rows.chunks_exact_mut(stride).enumerate() {
+    // Rows are built and written a block at a time: memory stays the splats plus one block.
+    let mut rows = vec![0f32; ROWS_PER_BLOCK.min(n) * stride];
+    write_atomic_with(path, |w| {
+        use std::io::Write;
+        w.write_all(header.as_bytes())?;
+        for start in (0..n).step_by(ROWS_PER_BLOCK) {
+            let count = ROWS_PER_BLOCK.min(n - start);
+            let block = &mut rows[..count * stride];
+            fill_rows(splats, start, stride, block);
+            w.write_all(bytemuck::cast_slice(block))?;
+        }
+        Ok(())
+    })
+}
+
+/// Splats per block of rows when streaming a PLY body in or out (about 4 MB at SH degree 3).
+const ROWS_PER_BLOCK: usize = 16_384;
+
+/// Fill `rows` (`[rows.len() / stride, stride]`, INRIA column order, little-endian) with the
+/// splats from index `start` on.
+fn fill_rows(splats: &GaussianSplats, start: usize, stride: usize, rows: &mut [f32]) {
+    let k = splats.sh_coeffs_per_channel();
+    for (r, row) in rows.chunks_exact_mut(stride).enumerate() {
+        let i = start + r;
         row[0..3].copy_from_slice(&splats.means[i * 3..i * 3 + 3]);
-        // row[3..6] normals stay 0.
+        row[3..6].fill(0.0); // normals
         let sh = &splats.sh_coeffs[i * k * 3..(i + 1) * k * 3];
         row[6..9].copy_from_slice(&sh[0..3]);
         let rest = &mut row[9..9 + 3 * (k - 1)];
@@ -90,15 +111,10 @@ pub fn write_inria_ply(path: &Path, splats: &GaussianSplats) -> Result<()> {
         row[tail + 4..tail + 8].copy_from_slice(&splats.rotations[i * 4..i * 4 + 4]);
     }
     if cfg!(target_endian = "big") {
-        for v in &mut rows {
+        for v in rows.iter_mut() {
             *v = f32::from_bits(v.to_bits().to_le());
         }
     }
-    write_atomic_with(path, |w| {
-        use std::io::Write;
-        w.write_all(header.as_bytes())?;
-        w.write_all(bytemuck::cast_slice(&rows))
-    })
 }
 
 /// Read a 3DGS PLY (INRIA layout or any PLY with those property names) into [`GaussianSplats`].
@@ -120,7 +136,21 @@ pub fn write_inria_ply(path: &Path, splats: &GaussianSplats) -> Result<()> {
 /// list-typed splat property. A PlayCanvas compressed PLY (`element chunk`) is recognised and
 /// decoded by [`super::compressed_ply`] (its errors are listed there).
 pub fn read_ply(path: &Path) -> Result<GaussianSplats> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    let prefix = read_header_block(&mut file, path)?;
+    let prefix_header = parse_header(path, &prefix)?;
+    // The common case, one all-float little-endian vertex element, streams into the columns:
+    // memory holds the splats and one block of rows, never the whole file.
+    if let Some(fast) = prefix_header.fast_path() {
+        let leftover = &prefix[prefix_header.body_offset..];
+        let body_len = file_len.saturating_sub(prefix_header.body_offset as u64);
+        let splats = read_fast_stream(path, &mut file, leftover, body_len, &prefix_header, fast)?;
+        check_values_finite(path, &splats)?;
+        return Ok(splats);
+    }
+    let mut bytes = prefix;
+    std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| Error::io(path, e))?;
     let header = parse_header(path, &bytes)?;
     // PlayCanvas "compressed PLY" keeps quantised splats in a `chunk` element plus packed
     // `vertex` words (and an optional `sh` element): decode it in its own module.
@@ -129,11 +159,7 @@ pub fn read_ply(path: &Path) -> Result<GaussianSplats> {
         check_values_finite(path, &splats)?;
         return Ok(splats);
     }
-    let splats = if let Some(fast) = header.fast_path() {
-        read_fast(path, &bytes[header.body_offset..], &header, fast)?
-    } else {
-        read_with_ply_rs(path, &bytes, &header)?
-    };
+    let splats = read_with_ply_rs(path, &bytes, &header)?;
     check_values_finite(path, &splats)?;
     Ok(splats)
 }
@@ -340,15 +366,32 @@ fn map_columns(path: &Path, names: &[&str]) -> Result<ColumnMap> {
 
 /// Build splats from N rows, `get(row, column)` returning the f32 value.
 fn assemble(n: usize, cols: &ColumnMap, get: impl Fn(usize, usize) -> f32) -> GaussianSplats {
+    let mut s = with_capacity(n, cols);
+    append_rows(&mut s, n, cols, get);
+    s
+}
+
+/// Empty splats of the columns' SH degree with room for `n`.
+fn with_capacity(n: usize, cols: &ColumnMap) -> GaussianSplats {
     let k = ((cols.sh_degree + 1) * (cols.sh_degree + 1)) as usize;
-    let mut s = GaussianSplats {
+    GaussianSplats {
         means: Vec::with_capacity(n * 3),
         log_scales: Vec::with_capacity(n * 3),
         rotations: Vec::with_capacity(n * 4),
         logit_opacities: Vec::with_capacity(n),
         sh_coeffs: Vec::with_capacity(n * k * 3),
         sh_degree: cols.sh_degree,
-    };
+    }
+}
+
+/// Append `n` rows to `s`, `get(row, column)` returning the f32 value.
+fn append_rows(
+    s: &mut GaussianSplats,
+    n: usize,
+    cols: &ColumnMap,
+    get: impl Fn(usize, usize) -> f32,
+) {
+    let k = ((cols.sh_degree + 1) * (cols.sh_degree + 1)) as usize;
     for i in 0..n {
         s.means.extend(cols.xyz.map(|c| get(i, c)));
         s.log_scales.extend(cols.scale.map(|c| get(i, c)));
@@ -361,21 +404,89 @@ fn assemble(n: usize, cols: &ColumnMap, get: impl Fn(usize, usize) -> f32) -> Ga
             }
         }
     }
-    s
 }
 
-fn read_fast(
+/// Read from the start of `file` until the header's `end_header` line is in the buffer (blocks
+/// of 64 KiB, at most 16 MiB of header); the buffer may hold the start of the body too.
+fn read_header_block(file: &mut std::fs::File, path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    const BLOCK: usize = 64 * 1024;
+    const MAX_HEADER: usize = 16 * 1024 * 1024;
+    let mut buf = Vec::with_capacity(BLOCK);
+    loop {
+        let start = buf.len();
+        buf.resize(start + BLOCK, 0);
+        let got = file
+            .read(&mut buf[start..])
+            .map_err(|e| Error::io(path, e))?;
+        buf.truncate(start + got);
+        if got == 0 || buf.len() >= MAX_HEADER || header_ends_in(&buf) {
+            return Ok(buf);
+        }
+    }
+}
+
+/// Whether `buf` holds a whole `end_header` line.
+fn header_ends_in(buf: &[u8]) -> bool {
+    buf.windows(b"end_header\n".len())
+        .any(|w| w == b"end_header\n")
+        || buf
+            .windows(b"end_header\r\n".len())
+            .any(|w| w == b"end_header\r\n")
+}
+
+/// The fast path, streamed: `leftover` (body bytes already read with the header), then the rest
+/// of `file`, `ROWS_PER_BLOCK` rows at a time, appended to the columns.
+fn read_fast_stream(
     path: &Path,
-    body: &[u8],
+    file: &mut std::fs::File,
+    leftover: &[u8],
+    body_len: u64,
     header: &PlyHeader,
     layout: FastLayout,
 ) -> Result<GaussianSplats> {
+    use std::io::Read;
     let vertex = &header.elements[0];
     let n = vertex.count;
     let names: Vec<&str> = vertex.properties.iter().map(|(n, _)| n.as_str()).collect();
     let cols = map_columns(path, &names)?;
+    check_body_len(path, header, layout.stride, body_len)?;
+    let stride = layout.stride;
+    let mut splats = with_capacity(n, &cols);
+    let mut block = vec![0f32; ROWS_PER_BLOCK.min(n).max(1) * stride];
+    let mut leftover = leftover;
+    for start in (0..n).step_by(ROWS_PER_BLOCK) {
+        let rows = ROWS_PER_BLOCK.min(n - start);
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut block[..rows * stride]);
+        let from_leftover = leftover.len().min(bytes.len());
+        bytes[..from_leftover].copy_from_slice(&leftover[..from_leftover]);
+        leftover = &leftover[from_leftover..];
+        file.read_exact(&mut bytes[from_leftover..]).map_err(|e| {
+            corrupt(
+                path,
+                format!("vertex {start}"),
+                format!("cannot read the body: {e}"),
+            )
+        })?;
+        let floats = &mut block[..rows * stride];
+        if cfg!(target_endian = "big") {
+            for v in floats.iter_mut() {
+                *v = f32::from_bits(u32::from_le(v.to_bits()));
+            }
+        }
+        append_rows(&mut splats, rows, &cols, |row, col| {
+            floats[row * stride + col]
+        });
+    }
+    Ok(splats)
+}
+
+/// The body length a fast-path file must have (`element vertex N` × stride floats), checked
+/// against `found` bytes.
+fn check_body_len(path: &Path, header: &PlyHeader, stride: usize, found: u64) -> Result<()> {
+    let n = header.elements[0].count;
     let expected = n
-        .checked_mul(layout.stride)
+        .checked_mul(stride)
         .and_then(|v| v.checked_mul(4))
         .ok_or_else(|| {
             corrupt(
@@ -384,41 +495,25 @@ fn read_fast(
                 format!("vertex count {n} overflows"),
             )
         })?;
-    if body.len() < expected {
+    if found < expected as u64 {
         return Err(corrupt(
             path,
-            format!("byte {}", header.body_offset + body.len()),
+            format!("byte {}", header.body_offset as u64 + found),
             format!(
-                "truncated body: `element vertex {n}` × {} floats needs {expected} bytes, found {}",
-                layout.stride,
-                body.len()
+                "truncated body: `element vertex {n}` × {stride} floats needs {expected} bytes, \
+                 found {found}"
             ),
         ));
     }
-    if body.len() > expected {
+    if found > expected as u64 {
         return Err(Error::Invalid {
             path: path.to_path_buf(),
             field: "element vertex".into(),
-            expected: format!(
-                "{expected} body bytes for {n} vertices of {} floats",
-                layout.stride
-            ),
-            found: format!(
-                "{} bytes (vertex count does not match the data)",
-                body.len()
-            ),
+            expected: format!("{expected} body bytes for {n} vertices of {stride} floats"),
+            found: format!("{found} bytes (vertex count does not match the data)"),
         });
     }
-    // The body starts at an arbitrary byte offset, so copy into aligned f32 storage.
-    let mut floats = vec![0f32; n * layout.stride];
-    bytemuck::cast_slice_mut::<f32, u8>(&mut floats).copy_from_slice(body);
-    if cfg!(target_endian = "big") {
-        for v in &mut floats {
-            *v = f32::from_bits(u32::from_le(v.to_bits()));
-        }
-    }
-    let stride = layout.stride;
-    Ok(assemble(n, &cols, |row, col| floats[row * stride + col]))
+    Ok(())
 }
 
 fn read_with_ply_rs(path: &Path, bytes: &[u8], header: &PlyHeader) -> Result<GaussianSplats> {

@@ -1,0 +1,38 @@
+//! Splat PLY I/O throughput (issue 21: read and write at disk speed, ≥ 2 GB/s on this machine).
+//!
+//! Input: the seeded synthetic aerial scene of `tile_splats` (1,000,000 splats, SH degree 3):
+//! an INRIA 3DGS PLY of 62 float properties per splat, 248 MB. `write` is
+//! `write_inria_ply` into a temporary directory (atomic: temporary file + rename); `read` is
+//! `read_ply` of that file (page cache warm after the first iteration, so this measures Kiln's
+//! parsing and copying, not the disk). Throughput is reported in bytes/s of the PLY file.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use kiln_formats::splats::ply::{read_ply, write_inria_ply};
+
+#[path = "support/aerial_scene.rs"]
+mod aerial_scene;
+
+fn bench_splat_io(c: &mut Criterion) {
+    const N: usize = 1_000_000;
+    let splats = aerial_scene::synthetic_scene(N, 3);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("scene.ply");
+    write_inria_ply(&path, &splats).expect("write");
+    let bytes = std::fs::metadata(&path).expect("size").len();
+    let mut group = c.benchmark_group("splat_ply");
+    group.sample_size(10);
+    group.throughput(Throughput::Bytes(bytes));
+    group.bench_function("write_1M_sh3", |b| {
+        let out = dir.path().join("out.ply");
+        b.iter(|| write_inria_ply(black_box(&out), black_box(&splats)).expect("write"))
+    });
+    group.bench_function("read_1M_sh3", |b| {
+        b.iter(|| black_box(read_ply(black_box(&path)).expect("read").len()))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_splat_io);
+criterion_main!(benches);
