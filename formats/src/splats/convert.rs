@@ -116,15 +116,46 @@ impl SplatFormat {
 /// stored them in.
 ///
 /// # Errors
-/// [`Error::Unsupported`] for an unknown extension; otherwise the format reader's errors, all
-/// naming `path` ([`read_ply`], [`read_spz`], [`read_dot_splat`], [`read_splat_glb_file`]).
+/// [`Error::Unsupported`] for an unknown extension; [`Error::Invalid`] naming `path` for a file
+/// with no splats or a splat whose rotation is the zero quaternion (with its index); otherwise
+/// the format reader's errors, all naming `path` ([`read_ply`], [`read_spz`],
+/// [`read_dot_splat`], [`read_splat_glb_file`]).
 pub fn read_splats(path: &Path) -> Result<GaussianSplats> {
-    match SplatFormat::from_path(path)? {
+    let splats = match SplatFormat::from_path(path)? {
         SplatFormat::InriaPly | SplatFormat::CompressedPly => read_ply(path),
         SplatFormat::Spz => read_spz(path),
         SplatFormat::DotSplat => read_dot_splat(path),
         SplatFormat::Glb => read_splat_glb_file(path),
+    }?;
+    check_usable(path, &splats)?;
+    Ok(splats)
+}
+
+/// What every reader's output must be before anything is built from it: at least one splat,
+/// and rotations that are quaternions (a zero quaternion has no orientation; readers keep
+/// rotations as stored, so this is where it is caught, naming the file and splat).
+fn check_usable(path: &Path, splats: &GaussianSplats) -> Result<()> {
+    if splats.is_empty() {
+        return Err(Error::Invalid {
+            path: path.to_path_buf(),
+            field: "splat count".into(),
+            expected: "at least one splat".into(),
+            found: "0 splats (an empty file: nothing to convert or tile)".into(),
+        });
     }
+    let zero = splats
+        .rotations
+        .chunks_exact(4)
+        .position(|q| q.iter().map(|v| v * v).sum::<f32>() <= f32::MIN_POSITIVE);
+    if let Some(i) = zero {
+        return Err(Error::Invalid {
+            path: path.to_path_buf(),
+            field: format!("rotation of splat {i} (wxyz)"),
+            expected: "a non-zero quaternion".into(),
+            found: format!("{:?}", &splats.rotations[4 * i..4 * i + 4]),
+        });
+    }
+    Ok(())
 }
 
 /// The axis convention ([`SpzFrame`]) of the splats [`read_splats`] returns for `path`: RDF
@@ -437,6 +468,42 @@ pub fn write_splats(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn empty_files_and_zero_quaternions_are_refused_at_read_naming_file_and_splat() {
+        use super::super::ply::write_inria_ply;
+        let dir = tempfile::tempdir().unwrap();
+        // A 0-splat PLY and an empty .splat.
+        let empty_ply = dir.path().join("empty.ply");
+        std::fs::write(
+            &empty_ply,
+            "ply\nformat binary_little_endian 1.0\nelement vertex 0\nproperty float x\n\
+             property float y\nproperty float z\nproperty float f_dc_0\nproperty float f_dc_1\n\
+             property float f_dc_2\nproperty float opacity\nproperty float scale_0\n\
+             property float scale_1\nproperty float scale_2\nproperty float rot_0\n\
+             property float rot_1\nproperty float rot_2\nproperty float rot_3\nend_header\n",
+        )
+        .unwrap();
+        let empty_splat = dir.path().join("empty.splat");
+        std::fs::write(&empty_splat, b"").unwrap();
+        for p in [&empty_ply, &empty_splat] {
+            let err = read_splats(p).unwrap_err().to_string();
+            assert!(
+                err.contains(&p.display().to_string()) && err.contains("at least one splat"),
+                "{err}"
+            );
+        }
+        // Splat 1 of 3 with rotation (0, 0, 0, 0).
+        let mut s = crate::splats::test_data::random_splats(3, 0, 1.0, 2);
+        s.rotations[4..8].fill(0.0);
+        let zero = dir.path().join("zero.ply");
+        write_inria_ply(&zero, &s).unwrap();
+        let err = read_splats(&zero).unwrap_err().to_string();
+        assert!(
+            err.contains("zero.ply") && err.contains("rotation of splat 1"),
+            "{err}"
+        );
+    }
+
     use super::*;
     use crate::splats::sh::eval_sh_colour;
     use crate::splats::spz::SpzVersion;
