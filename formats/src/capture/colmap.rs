@@ -385,11 +385,34 @@ pub fn read_colmap(dir: &Path) -> Result<Capture> {
     })
 }
 
+/// The model file `name` in `dir`, matched without regard to case as COLMAP's readers on
+/// case-insensitive file systems do (exports with `points3d.txt` or `Cameras.bin` exist): the
+/// exact name when present, else the one entry whose name differs only in case, else
+/// `dir/name` (missing; errors name it).
+pub(super) fn model_file(dir: &Path, name: &str) -> PathBuf {
+    let exact = dir.join(name);
+    if exact.is_file() {
+        return exact;
+    }
+    let matches: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().eq_ignore_ascii_case(name))
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .collect();
+    match matches.as_slice() {
+        [one] => one.clone(),
+        _ => exact,
+    }
+}
+
 /// Parse the text model in `model_dir` (`points3D.txt` optional).
 fn read_text_model(model_dir: &Path) -> Result<ParsedModel> {
-    let cameras_path = model_dir.join("cameras.txt");
-    let images_path = model_dir.join("images.txt");
-    let points_path = model_dir.join("points3D.txt");
+    let cameras_path = model_file(model_dir, "cameras.txt");
+    let images_path = model_file(model_dir, "images.txt");
+    let points_path = model_file(model_dir, "points3D.txt");
     let cameras = parse_cameras(&cameras_path, &read_text(&cameras_path)?)?;
     let images = parse_images(&images_path, &read_text(&images_path)?, &cameras)?;
     let points = if points_path.is_file() {
@@ -420,7 +443,9 @@ fn find_model_dir(dir: &Path) -> Result<(PathBuf, ModelForm)> {
         }
     });
     for candidate in candidates {
-        let has = |a: &str, b: &str| candidate.join(a).is_file() && candidate.join(b).is_file();
+        let has = |a: &str, b: &str| {
+            model_file(&candidate, a).is_file() && model_file(&candidate, b).is_file()
+        };
         if has("cameras.bin", "images.bin") {
             return Ok((candidate, ModelForm::Binary));
         }
@@ -785,6 +810,27 @@ mod tests {
 
     const CAMERAS: &str =
         "# c\n1 PINHOLE 40 30 50 51 20 15\n2 OPENCV 40 30 50 51 20 15 0.1 0.2 0.3 0.4\n";
+
+    #[test]
+    fn model_file_names_match_without_regard_to_case() {
+        // An export with `Cameras.txt`, `IMAGES.TXT` and `points3d.txt` (lower-case d): every
+        // file is found, and the two points are read rather than silently dropped.
+        let dir = tempfile::tempdir().unwrap();
+        let sparse = dir.path().join("sparse/0");
+        std::fs::create_dir_all(&sparse).unwrap();
+        std::fs::write(sparse.join("Cameras.txt"), CAMERAS).unwrap();
+        std::fs::write(sparse.join("IMAGES.TXT"), "1 1 0 0 0 0 0 0 1 a.png\n\n").unwrap();
+        std::fs::write(
+            sparse.join("points3d.txt"),
+            "1 0.5 0.25 2 255 0 0 0.1\n2 -1 0 3 0 255 0 0.2\n",
+        )
+        .unwrap();
+        image_file(&dir.path().join("images/a.png"));
+        let capture = read_colmap(dir.path()).unwrap();
+        assert_eq!(capture.frames.len(), 1);
+        let points = capture.points.expect("points3d.txt read");
+        assert_eq!(points.positions, vec![[0.5, 0.25, 2.0], [-1.0, 0.0, 3.0]]);
+    }
 
     #[test]
     fn colmap_reads_ids_in_any_order_with_empty_points2d_lines() {

@@ -84,9 +84,9 @@ pub struct ColmapModelStats {
 ///
 /// Source: COLMAP binary model format (module doc); `Reconstruction::ComputeMeanReprojectionError`.
 pub fn read_colmap_model_stats(model_dir: &Path) -> Result<ColmapModelStats> {
-    let cameras_path = model_dir.join("cameras.bin");
-    let images_path = model_dir.join("images.bin");
-    let points_path = model_dir.join("points3D.bin");
+    let cameras_path = super::colmap::model_file(model_dir, "cameras.bin");
+    let images_path = super::colmap::model_file(model_dir, "images.bin");
+    let points_path = super::colmap::model_file(model_dir, "points3D.bin");
     let cameras = parse_cameras(&cameras_path, &read_bytes(&cameras_path)?, false)?;
     let images = parse_images(&images_path, &read_bytes(&images_path)?, &cameras)?;
     let points = parse_points(&points_path, &read_bytes(&points_path)?)?;
@@ -109,9 +109,9 @@ pub fn read_colmap_model_stats(model_dir: &Path) -> Result<ColmapModelStats> {
 
 /// Parse the binary model in `model_dir` for [`super::read_colmap`] (`points3D.bin` optional).
 pub(super) fn read_binary_model(model_dir: &Path) -> Result<ParsedModel> {
-    let cameras_path = model_dir.join("cameras.bin");
-    let images_path = model_dir.join("images.bin");
-    let points_path = model_dir.join("points3D.bin");
+    let cameras_path = super::colmap::model_file(model_dir, "cameras.bin");
+    let images_path = super::colmap::model_file(model_dir, "images.bin");
+    let points_path = super::colmap::model_file(model_dir, "points3D.bin");
     let cameras: HashMap<_, _> = parse_cameras(&cameras_path, &read_bytes(&cameras_path)?, true)?
         .into_iter()
         .filter_map(|(id, camera)| camera.map(|c| (id, c)))
