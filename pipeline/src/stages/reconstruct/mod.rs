@@ -237,13 +237,17 @@ fn has_extension(name: &str, list: &[&str]) -> bool {
 
 /// Classify a capture input from the relative names of its files (`/`-separated), looking where
 /// `ingest` looks for poses: a single `.json` / `.npy` / COLMAP model file given as the input, or
-/// in the input folder `transforms.json`, `poses_bounds.npy`, or a COLMAP model (`cameras` +
-/// `images`, `.bin` or `.txt`) in one of [`kiln_formats::capture::COLMAP_MODEL_DIRS`]. Pose-like
+/// in the input folder a `transform*.json` (`transforms.json`, Blender's
+/// `transforms_{train,val,test}.json`, …), `poses_bounds.npy`, or a COLMAP model (`cameras` +
+/// `images`, `.bin` or `.txt`) in one of [`kiln_formats::capture::COLMAP_MODEL_DIRS`], names
+/// compared without regard to case. Pose-like
 /// files elsewhere (notes, earlier outputs) do not count. Otherwise images make it
 /// [`InputShape::Photos`], and a single video file without images [`InputShape::Video`].
 #[must_use]
 pub fn classify(names: &[String]) -> InputShape {
-    let set: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
+    // Compared without regard to case, as ingest finds the files.
+    let set: std::collections::HashSet<String> =
+        names.iter().map(|n| n.to_ascii_lowercase()).collect();
     if let [only] = names
         && !only.contains('/')
     {
@@ -270,7 +274,12 @@ pub fn classify(names: &[String]) -> InputShape {
             set.contains(at("cameras").as_str()) && set.contains(at("images").as_str())
         })
     };
-    let posed = set.contains("transforms.json")
+    // Any top-level transform*.json (transforms_train.json, transform_train.json, …): the
+    // files `ingest` reads poses from (kiln_formats::capture::read_capture).
+    let transforms_json = set
+        .iter()
+        .any(|n| !n.contains('/') && n.starts_with("transform") && n.ends_with(".json"));
+    let posed = transforms_json
         || set.contains("poses_bounds.npy")
         || kiln_formats::capture::COLMAP_MODEL_DIRS
             .iter()

@@ -7,8 +7,23 @@ fn names(list: &[&str]) -> Vec<String> {
 #[test]
 fn inputs_are_classified_by_their_file_names() {
     use InputShape::*;
-    let cases: [(&[&str], InputShape); 15] = [
+    let cases: [(&[&str], InputShape); 19] = [
         (&["transforms.json", "images/a.jpg"], Posed),
+        // Blender synthetic and brush#41 layouts, and upper-case COLMAP names.
+        (
+            &[
+                "transforms_train.json",
+                "transforms_test.json",
+                "train/r_0.png",
+            ],
+            Posed,
+        ),
+        (&["transform_train.json", "images/a.jpg"], Posed),
+        (
+            &["sparse/0/Cameras.bin", "sparse/0/IMAGES.BIN", "a.jpg"],
+            Posed,
+        ),
+        (&["notes/transforms.json", "a.jpg"], Photos),
         (&["my_transforms.json"], Posed),
         (&["poses_bounds.npy"], Posed),
         (&["poses_bounds.npy", "images/a.JPG"], Posed),
