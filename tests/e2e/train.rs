@@ -46,6 +46,12 @@ fn fox_capture_job_trains_tiles_and_publishes_at_tiny_settings() {
         "PSNR must be printed:\n{}",
         stdout(&o)
     );
+    // The fox capture has no SfM points: the random start is announced.
+    assert!(
+        stderr(&o).contains("no SfM points") && stderr(&o).contains("random points"),
+        "random initialisation must be warned about:\n{}",
+        stderr(&o)
+    );
     let out = sb.path().join("out/fox");
 
     let metrics: serde_json::Value =
@@ -178,6 +184,11 @@ fn maupertuis_colmap_job_initialises_from_sfm_points() {
     let job = capture_job(&sb, "maup", m.to_str().unwrap(), 96, 100);
     let o = sb.kiln(&["run", job.to_str().unwrap()]);
     ok(&o);
+    assert!(
+        !stderr(&o).contains("no SfM points"),
+        "a capture with points must not warn about random initialisation:\n{}",
+        stderr(&o)
+    );
     let id = job_id(&o);
     let rep: serde_json::Value =
         serde_json::from_str(&stdout(&sb.kiln(&["report", &id, "--json"]))).unwrap();

@@ -728,12 +728,18 @@ fn initial_splats(
             init::splats_from_points(&points, params.sh_degree)
         }
         _ => {
-            let pts = init::random_points_in_frustums(
-                train_cameras,
-                params.init_random_points.min(params.max_splats),
-                extent,
-                rng,
-            );
+            let count = params.init_random_points.min(params.max_splats);
+            if params.init == Init::Auto {
+                // Asked for SfM points and got none: say so, since it usually costs quality.
+                tracing::warn!(
+                    random_points = count,
+                    "train: the capture has no SfM points (no points3D, no ply_file_path, or \
+                     all dropped); starting from {count} random points inside the camera \
+                     frustums. Give the capture's point cloud (COLMAP points3D), or re-pose it \
+                     with `[reconstruct] mode = \"always\"`, for a better start"
+                );
+            }
+            let pts = init::random_points_in_frustums(train_cameras, count, extent, rng);
             init::splats_from_points(&pts, params.sh_degree)
         }
     };
