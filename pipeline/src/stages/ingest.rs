@@ -169,7 +169,7 @@ pub fn ingest_capture(
         .par_iter()
         .map(|f| -> Result<IngestedFrame> {
             let (img, alpha) = capture::load_rgb_alpha(&f.image_path, params.max_side)?;
-            check_size_matches_intrinsics(f, img.width, img.height)?;
+            check_size_matches_intrinsics(f, img.width, img.height, params.max_side)?;
             let k = f.intrinsics.scaled_to(img.width, img.height);
             let img = capture::undistort(&img, &k, &f.distortion);
             let png_name = format!("{}.png", f.name.replace(['/', '\\'], "_"));
@@ -300,7 +300,14 @@ pub fn ingest_capture(
 /// half-size images passes (the intrinsics are rescaled to the image), while another aspect ratio
 /// (a photo rotated by its EXIF tag when the poses were computed on the stored pixels, or the wrong
 /// image) is an error, since rescaling would silently distort the camera.
-fn check_size_matches_intrinsics(f: &capture::Frame, width: u32, height: u32) -> Result<()> {
+/// A size that passes but is not what the declared size becomes at `max_side` (the photo is not
+/// the size its camera says) is rescaled with a warning naming the photo and both sizes.
+fn check_size_matches_intrinsics(
+    f: &capture::Frame,
+    width: u32,
+    height: u32,
+    max_side: Option<u32>,
+) -> Result<()> {
     let (kw, kh) = (
         f64::from(f.intrinsics.width),
         f64::from(f.intrinsics.height),
@@ -310,16 +317,44 @@ fn check_size_matches_intrinsics(f: &capture::Frame, width: u32, height: u32) ->
     let w_from_h = kw * h / kh;
     let h_from_w = kh * w / kw;
     if (w - w_from_h).abs() <= 1.0 || (h - h_from_w).abs() <= 1.0 {
+        if let Some(expected) = undeclared_rescale(f, width, height, max_side) {
+            tracing::warn!(
+                photo = %f.image_path.display(),
+                "ingest: {} is {width}×{height} px after [ingest] max_side, but its camera \
+                 declares {}×{} (→ {}×{}): the intrinsics were rescaled to the photo; check that \
+                 it is the photo the poses were computed on",
+                f.image_path.display(),
+                f.intrinsics.width,
+                f.intrinsics.height,
+                expected.0,
+                expected.1
+            );
+        }
         return Ok(());
     }
     Err(Error::Input {
         path: f.image_path.clone(),
         field: "image size".into(),
         problem: format!(
-            "decoded at {width}×{height} (after EXIF orientation{}), but its camera is              {}×{}: not the same aspect ratio. If the photo carries an EXIF rotation the poses              did not use, re-export it without the tag; otherwise fix the camera's width/height",
-            "", f.intrinsics.width, f.intrinsics.height
+            "decoded at {width}×{height} (after EXIF orientation), but its camera is {}×{}: \
+             not the same aspect ratio. If the photo carries an EXIF rotation the poses did not \
+             use, re-export it without the tag; otherwise fix the camera's width/height",
+            f.intrinsics.width, f.intrinsics.height
         ),
     })
+}
+
+/// The size the camera's declared size becomes at `max_side`, when the photo decoded at
+/// `width × height` (after that same downscale) is not it: the photo is not the size its camera
+/// says, and its intrinsics get rescaled.
+fn undeclared_rescale(
+    f: &capture::Frame,
+    width: u32,
+    height: u32,
+    max_side: Option<u32>,
+) -> Option<(u32, u32)> {
+    let expected = capture::scaled_size(f.intrinsics.width, f.intrinsics.height, max_side);
+    (expected != (width, height)).then_some(expected)
 }
 
 /// Read back the `capture.json` written by [`ingest_capture`].
@@ -657,6 +692,14 @@ mod tests {
             (f.fy - 41.0).abs() < 1e-9 && (f.cy - 15.0).abs() < 1e-9,
             "{f:?}"
         );
+        // That photo is warned about (1 px off its camera's 41×30); one of the declared size,
+        // or the declared size downscaled by max_side, is not.
+        let cap = capture::read_capture(&near).unwrap();
+        let frame = &cap.frames[0];
+        assert_eq!(undeclared_rescale(frame, 40, 30, None), Some((41, 30)));
+        assert_eq!(undeclared_rescale(frame, 41, 30, None), None);
+        let (w, h) = capture::scaled_size(41, 30, Some(20));
+        assert_eq!(undeclared_rescale(frame, w, h, Some(20)), None);
         let rotated = d.path().join("rotated/transforms.json");
         let err = ingest_capture(&rotated, &params, &d.path().join("out2"))
             .unwrap_err()
