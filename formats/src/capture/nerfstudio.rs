@@ -40,7 +40,7 @@ const IMAGE_EXTENSIONS: [&str; 5] = ["png", "jpg", "jpeg", "PNG", "JPG"];
 ///   `camera_angle_y`, else `fy = fx`), `cx`, `cy` (pixels from the top-left image corner;
 ///   default `w/2`, `h/2`), `w`, `h` (pixels; default: the first existing image's header size),
 ///   `k1`, `k2`, `p1`, `p2` (OpenCV distortion; [`Distortion::OpenCv`] if any is present, missing
-///   ones 0), `camera_model` (`OPENCV` default, or `PINHOLE`). Per frame: `file_path` (relative to
+///   ones 0), `camera_model` (`OPENCV` default, `PINHOLE`, or `OPENCV_FISHEYE` with k1–k4). Per frame: `file_path` (relative to
 ///   the JSON's directory; if it has no extension `.png`, `.jpg`, `.jpeg` are tried) and
 ///   `transform_matrix` (4×4 or 3×4 rows, OpenGL camera_to_world).
 ///
@@ -48,7 +48,8 @@ const IMAGE_EXTENSIONS: [&str; 5] = ["png", "jpg", "jpeg", "PNG", "JPG"];
 /// [`Error::NotFound`] / [`Error::Io`] reading the file; [`Error::Corrupt`] for malformed JSON
 /// (with line and column); [`Error::Invalid`] naming the key (e.g. `frames` missing or empty,
 /// `frames[3].transform_matrix` not 4×4 or not rigid, `fl_x` not a positive number);
-/// [`Error::Unsupported`] for `camera_model` other than OPENCV/PINHOLE or non-zero `k3`/`k4`;
+/// [`Error::Unsupported`] for `camera_model` other than OPENCV/PINHOLE/OPENCV_FISHEYE, non-zero
+/// `k3`/`k4` with OPENCV, or non-zero `p1`/`p2` with OPENCV_FISHEYE;
 /// [`Error::Empty`] naming the file when every frame was skipped; [`Error::Image`] if an image
 /// header has to be read and cannot be.
 ///
@@ -630,12 +631,13 @@ impl CameraKeys {
         match self.camera_model.as_deref() {
             None | Some("OPENCV") => {}
             Some("PINHOLE") => return Ok(Distortion::None),
+            Some("OPENCV_FISHEYE") => return self.fisheye(path),
             Some(other) => {
                 return Err(Error::Unsupported {
                     path: path.to_path_buf(),
                     field: self.field("camera_model"),
                     found: format!("\"{other}\""),
-                    supported: "\"OPENCV\", \"PINHOLE\"".into(),
+                    supported: "\"OPENCV\", \"PINHOLE\", \"OPENCV_FISHEYE\"".into(),
                 });
             }
         }
@@ -659,6 +661,32 @@ impl CameraKeys {
             k2: self.k2.unwrap_or(0.0),
             p1: self.p1.unwrap_or(0.0),
             p2: self.p2.unwrap_or(0.0),
+        })
+    }
+}
+
+impl CameraKeys {
+    /// `camera_model: "OPENCV_FISHEYE"`: the Kannala–Brandt k1–k4 of COLMAP's model of the same
+    /// name (fx, fy, cx, cy, k1, k2, k3, k4), undistorted on ingest as a COLMAP fisheye is. The
+    /// model has no tangential terms: non-zero p1/p2 are refused.
+    fn fisheye(&self, path: &Path) -> Result<Distortion> {
+        for (key, value) in [("p1", self.p1), ("p2", self.p2)] {
+            if let Some(v) = value
+                && v != 0.0
+            {
+                return Err(Error::Unsupported {
+                    path: path.to_path_buf(),
+                    field: self.field(key),
+                    found: format!("non-zero {key} = {v} with camera_model \"OPENCV_FISHEYE\""),
+                    supported: "OPENCV_FISHEYE with k1, k2, k3, k4 (p1, p2 absent or 0)".into(),
+                });
+            }
+        }
+        Ok(Distortion::OpenCvFisheye {
+            k1: self.k1.unwrap_or(0.0),
+            k2: self.k2.unwrap_or(0.0),
+            k3: self.k3.unwrap_or(0.0),
+            k4: self.k4.unwrap_or(0.0),
         })
     }
 }
@@ -751,6 +779,28 @@ mod tests {
                 }
             );
         }
+    }
+
+    #[test]
+    fn opencv_fisheye_cameras_keep_k1_to_k4() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            r#"{{"fl_x": 300, "fl_y": 301, "cx": 320, "cy": 240, "w": 640, "h": 480,
+            "camera_model": "OPENCV_FISHEYE", "k1": 0.05, "k2": -0.01, "k3": 0.002, "k4": -0.0003,
+            "frames": [{{"file_path": "a.png", "transform_matrix": {IDENTITY}}}]}}"#
+        );
+        tiny_png(&dir.path().join("a.png"), 640, 480);
+        let p = write(dir.path(), "transforms.json", &text);
+        let capture = read_transforms(&p).unwrap();
+        assert_eq!(
+            capture.frames[0].distortion,
+            Distortion::OpenCvFisheye {
+                k1: 0.05,
+                k2: -0.01,
+                k3: 0.002,
+                k4: -0.0003
+            }
+        );
     }
 
     #[test]
@@ -932,9 +982,14 @@ mod tests {
                 "frames[0].transform_matrix",
             ),
             (
-                r#""fl_x": 10, "camera_model": "OPENCV_FISHEYE""#,
+                r#""fl_x": 10, "camera_model": "EQUIRECTANGULAR""#,
                 IDENTITY,
                 "camera_model",
+            ),
+            (
+                r#""fl_x": 10, "camera_model": "OPENCV_FISHEYE", "p1": 0.01"#,
+                IDENTITY,
+                "p1",
             ),
             (r#""fl_x": 10, "k3": 0.1"#, IDENTITY, "k3"),
         ];
