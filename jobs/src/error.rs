@@ -50,12 +50,13 @@ pub enum Error {
         source: Box<kiln_pipeline::Error>,
     },
     /// A stage failed; the job keeps what finished and can be resumed by running it again.
-    #[error(
-        "job `{job_id}`, stage `{stage}` failed (finished stages are kept: run the job again to resume)"
-    )]
+    /// `hint` says what to do: resume as is, or fix the input first when the input or the job
+    /// file is at fault (rerunning unchanged cannot help then).
+    #[error("job `{job_id}`, stage `{stage}` failed ({hint})")]
     Stage {
         job_id: String,
         stage: String,
+        hint: &'static str,
         #[source]
         source: Box<kiln_pipeline::Error>,
     },

@@ -121,6 +121,7 @@ pub async fn run_job(plan: &JobPlan, spec_toml: &str, ledger: &Ledger) -> Result
                 return Err(Error::Stage {
                     job_id: plan.job_id.clone(),
                     stage: node.kind.name().into(),
+                    hint: resume_hint(&source),
                     source: Box::new(source),
                 });
             }
@@ -131,4 +132,36 @@ pub async fn run_job(plan: &JobPlan, spec_toml: &str, ledger: &Ledger) -> Result
         job_id: plan.job_id.clone(),
         stages,
     })
+}
+
+/// What a user can do after a stage failed with `e`: the job's own input or parameters at fault
+/// (rerunning unchanged fails the same way) or anything else (a rerun resumes).
+fn resume_hint(e: &kiln_pipeline::Error) -> &'static str {
+    if crate::worker::exec::retryable(e) {
+        "finished stages are kept: run the job again to resume"
+    } else {
+        "the input or the job file is at fault: fix it, then run the job again; finished stages \
+         are kept"
+    }
+}
+
+#[cfg(test)]
+mod resume_hint_tests {
+    use super::resume_hint;
+
+    #[test]
+    fn a_failure_of_the_input_says_to_fix_it_and_others_to_resume() {
+        let bad_param = kiln_pipeline::Error::Param {
+            stage: "tile",
+            field: "spz_version".into(),
+            expected: "2 or 3".into(),
+            found: "4".into(),
+        };
+        assert!(resume_hint(&bad_param).contains("fix it"));
+        let io = kiln_pipeline::Error::io(
+            std::path::Path::new("/x"),
+            std::io::Error::other("disk full"),
+        );
+        assert!(resume_hint(&io).contains("run the job again to resume"));
+    }
 }
