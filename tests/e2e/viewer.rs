@@ -299,25 +299,31 @@ fn viewer_shows_avocado_mesh_tileset_without_console_errors() {
     );
 }
 
+/// Run the fox capture at tiny settings (as tests/e2e/train.rs: the point is the tileset and the
+/// viewer, not the quality) into `out/fox` of `sb`, with `extra` appended to the job file;
+/// returns the job id.
+fn run_tiny_fox(sb: &Sandbox, extra: &str) -> String {
+    let fox = dataset("capture-fox-instantngp");
+    let job = sb.job(
+        "fox",
+        &format!(
+            "name = \"fox\"\nkind = \"capture\"\ninput = \"{}\"\noutput = \"out/fox\"\n\
+             [ingest]\nmax_side = 64\n[train]\nsteps = 100\nseed = 1\n{extra}",
+            fox.display()
+        ),
+    );
+    let o = sb.kiln(&["run", job.to_str().unwrap()]);
+    ok(&o);
+    job_id(&o)
+}
+
 #[test]
 fn viewer_shows_fox_splat_tileset_without_console_errors() {
     let Some(tools) = browser_tools() else {
         return;
     };
     let sb = Sandbox::new();
-    let fox = dataset("capture-fox-instantngp");
-    // Tiny settings (as tests/e2e/train.rs): the point is the tileset format, not the quality.
-    let job = sb.job(
-        "fox",
-        &format!(
-            "name = \"fox\"\nkind = \"capture\"\ninput = \"{}\"\noutput = \"out/fox\"\n\
-             [ingest]\nmax_side = 64\n[train]\nsteps = 100\nseed = 1\n",
-            fox.display()
-        ),
-    );
-    let o = sb.kiln(&["run", job.to_str().unwrap()]);
-    ok(&o);
-    let id = job_id(&o);
+    let id = run_tiny_fox(&sb, "");
     ok(&sb.kiln(&["report", &id, "--html", "out/fox/report"]));
     let server = start_server(&sb, &tools);
     let s = check_viewer(&tools, &server, &format!("/jobs/{id}"), "fox-splats.png");
@@ -394,18 +400,7 @@ fn viewer_renders_spz_v2_splat_tiles_like_kiln() {
         return;
     };
     let sb = Sandbox::new();
-    let fox = dataset("capture-fox-instantngp");
-    let job = sb.job(
-        "fox",
-        &format!(
-            "name = \"fox\"\nkind = \"capture\"\ninput = \"{}\"\noutput = \"out/fox\"\n\
-             [ingest]\nmax_side = 64\n[train]\nsteps = 100\nseed = 1\n[tile]\nspz_version = 2\n",
-            fox.display()
-        ),
-    );
-    let o = sb.kiln(&["run", job.to_str().unwrap()]);
-    ok(&o);
-    let id = job_id(&o);
+    let id = run_tiny_fox(&sb, "[tile]\nspz_version = 2\n");
     let glb = std::fs::read(sb.path().join("out/fox/tiles/r.glb")).unwrap();
     let version = kiln_formats::splats::glb::splat_glb_spz_version(&glb).unwrap();
     assert_eq!(
