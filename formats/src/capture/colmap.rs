@@ -344,6 +344,7 @@ pub fn read_colmap(dir: &Path) -> Result<Capture> {
             world_to_camera: image.world_to_camera,
             depth_bounds: None,
             mask_path,
+            split: None,
         });
     }
     if let Some(m) = &masks {
@@ -377,11 +378,18 @@ pub fn read_colmap(dir: &Path) -> Result<Capture> {
         });
     }
     sort_frames(&images_path, "NAME", &mut frames)?;
+    let points_name = match form {
+        ModelForm::Text => "points3D.txt",
+        ModelForm::Binary => "points3D.bin",
+    };
+    let points_file = points.as_ref().map(|_| model_file(&model_dir, points_name));
     Ok(Capture {
         source: model_dir,
         frames,
         points,
         skipped: missing,
+        pose_files: vec![images_path],
+        points_file,
     })
 }
 

@@ -144,6 +144,7 @@ pub fn read_llff_file(npy_path: &Path) -> Result<Capture> {
             world_to_camera,
             depth_bounds: Some([row[15], row[16]]),
             mask_path,
+            split: None,
         });
     }
 
@@ -177,6 +178,8 @@ pub fn read_llff_file(npy_path: &Path) -> Result<Capture> {
         frames,
         points: None,
         skipped: non_finite,
+        pose_files: vec![npy_path.to_path_buf()],
+        points_file: None,
     })
 }
 

@@ -27,6 +27,7 @@ mod image;
 mod llff;
 mod masks;
 mod nerfstudio;
+mod point_cloud;
 
 use std::path::{Path, PathBuf};
 
@@ -38,6 +39,7 @@ pub use self::distortion::{Distortion, undistort};
 pub use self::image::{RgbImage, load_rgb, load_rgb_alpha, scaled_size};
 pub use self::llff::{read_llff, read_llff_file};
 pub use self::nerfstudio::read_transforms;
+pub use self::point_cloud::read_point_cloud_ply;
 
 /// Pinhole intrinsics of one image, in pixels.
 ///
@@ -115,6 +117,60 @@ pub struct Frame {
     /// Foreground mask image for this frame, when the capture ships one (LLFF `masks/`); `None`
     /// otherwise. Only located, never read here: masks may be lossy JPEGs that need a threshold.
     pub mask_path: Option<PathBuf>,
+    /// The split the capture assigns this frame to, when it declares splits (Blender
+    /// `transforms_{train,val,test}.json`, nerfstudio `train_filenames`/`val_filenames`/
+    /// `test_filenames`); `None` when it does not (training then holds out every n-th view).
+    pub split: Option<Split>,
+}
+
+/// A frame's role as its capture declares it.
+///
+/// Training uses `Train` frames only; held-out evaluation uses `Test` frames, else `Val` frames
+/// (the NeRF-synthetic protocol: train on `train`, report on `test`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Split {
+    /// Training views.
+    Train,
+    /// Validation views (held out; used for evaluation when there is no `Test` split).
+    Val,
+    /// Test views (held out; the evaluation set).
+    Test,
+}
+
+impl Split {
+    /// The split named by a file or key name: the first of `train`, `val`, `test` it contains
+    /// (ASCII case-insensitive), e.g. `transforms_val.json` → `Val`; `None` when none does or more
+    /// than one does.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Split> {
+        let lower = name.to_ascii_lowercase();
+        let found: Vec<Split> = [
+            ("train", Split::Train),
+            ("val", Split::Val),
+            ("test", Split::Test),
+        ]
+        .into_iter()
+        .filter(|(word, _)| lower.contains(word))
+        .map(|(_, split)| split)
+        .collect();
+        match found.as_slice() {
+            [one] => Some(*one),
+            _ => None,
+        }
+    }
+
+    /// Lower-case name as written in `capture.json` and logs: `train`, `val`, `test`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Split::Train => "train",
+            Split::Val => "val",
+            Split::Test => "test",
+        }
+    }
 }
 
 impl Frame {
@@ -159,6 +215,12 @@ pub struct Capture {
     /// Names of frames listed by the source but skipped (missing image file, non-finite pose),
     /// sorted; a warning listing them was logged.
     pub skipped: Vec<String>,
+    /// Every file the poses were read from: the transforms JSON (one per split for a Blender
+    /// layout), COLMAP's `images.bin`/`images.txt`, or `poses_bounds.npy`.
+    pub pose_files: Vec<PathBuf>,
+    /// The file [`Capture::points`] was read from (COLMAP `points3D.*`, nerfstudio
+    /// `ply_file_path`); `None` when there are no points.
+    pub points_file: Option<PathBuf>,
 }
 
 /// Read a capture from a transforms.json file, an LLFF `poses_bounds.npy` file or a COLMAP model
@@ -230,8 +292,10 @@ pub fn read_capture(path: &Path) -> Result<Capture> {
         if transforms.is_file() {
             return read_transforms(&transforms);
         }
-        if let Some(json) = other_transforms_json(path)? {
-            return read_transforms(&json);
+        match other_transforms_json(path)? {
+            Some(TransformsFiles::One(json)) => return read_transforms(&json),
+            Some(TransformsFiles::Splits(files)) => return read_split_transforms(path, &files),
+            None => {}
         }
         if path.join(llff::POSES_BOUNDS).is_file() {
             return read_llff(path);
@@ -244,20 +308,72 @@ pub fn read_capture(path: &Path) -> Result<Capture> {
     })
 }
 
-/// The nerfstudio / instant-ngp JSON of directory `dir` when it is not named `transforms.json`
+/// What a directory without `transforms.json` holds instead: one transforms file, or one per split.
+enum TransformsFiles {
+    One(PathBuf),
+    /// Blender / NeRF-synthetic `transforms_{train,val,test}.json`: (split, file), sorted by split.
+    Splits(Vec<(Split, PathBuf)>),
+}
+
+/// The nerfstudio / instant-ngp JSON(s) of directory `dir` when it is not named `transforms.json`
 /// (brush#41: `transform_train.json`; Blender synthetic scenes: `transforms_{train,val,test}.json`).
 ///
 /// Candidates are the regular files directly in `dir` whose name starts with `transform` and ends
 /// with `.json` (both ASCII case-insensitive; names that are not UTF-8 are ignored). One candidate
-/// is returned; among several, the only one whose name contains `train` (case-insensitive) is.
+/// is returned as is. Several are a split set when each names exactly one of `train`, `val`,
+/// `test` ([`Split::from_name`]), no split twice, and one is `train`; otherwise the only one whose
+/// name contains `train` is returned alone.
 /// - `dir`: an existing directory.
 ///
 /// Returns `Ok(None)` when there is no candidate.
 ///
 /// # Errors
-/// [`Error::Unsupported`] listing the candidates (sorted) when there are several and not exactly
-/// one of them contains `train`; [`Error::Io`] if `dir` cannot be listed.
-fn other_transforms_json(dir: &Path) -> Result<Option<PathBuf>> {
+/// [`Error::Unsupported`] listing the candidates (sorted) when there are several, they are not a
+/// split set, and not exactly one of them contains `train`; [`Error::Io`] if `dir` cannot be
+/// listed.
+fn other_transforms_json(dir: &Path) -> Result<Option<TransformsFiles>> {
+    let candidates = transforms_candidates(dir)?;
+    if let [one] = candidates.as_slice() {
+        return Ok(Some(TransformsFiles::One(dir.join(one))));
+    }
+    if candidates.is_empty() {
+        return Ok(None);
+    }
+    if let Some(splits) = split_set(&candidates) {
+        return Ok(Some(TransformsFiles::Splits(
+            splits.into_iter().map(|(s, n)| (s, dir.join(n))).collect(),
+        )));
+    }
+    let train: Vec<&String> = candidates
+        .iter()
+        .filter(|n| n.to_ascii_lowercase().contains("train"))
+        .collect();
+    if let [one] = train.as_slice() {
+        return Ok(Some(TransformsFiles::One(dir.join(one))));
+    }
+    let listed = candidates
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(Error::Unsupported {
+        path: dir.to_path_buf(),
+        field: "transform*.json".into(),
+        found: format!(
+            "{} candidate JSON files ({listed}), {} of them with `train` in the name,",
+            candidates.len(),
+            train.len()
+        ),
+        supported: format!(
+            "one transform*.json per directory, a train/val/test set, or exactly one whose name \
+             contains `train`; pass the file itself instead, e.g. `{}`",
+            dir.join(&candidates[0]).display()
+        ),
+    })
+}
+
+/// Names of the regular files in `dir` that look like transforms JSONs, sorted.
+fn transforms_candidates(dir: &Path) -> Result<Vec<String>> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     let mut candidates = Vec::new();
     for entry in entries {
@@ -271,42 +387,57 @@ fn other_transforms_json(dir: &Path) -> Result<Option<PathBuf>> {
         }
     }
     candidates.sort();
-    let chosen = match candidates.as_slice() {
-        [] => return Ok(None),
-        [one] => one,
-        several => {
-            let train: Vec<&String> = several
-                .iter()
-                .filter(|n| n.to_ascii_lowercase().contains("train"))
-                .collect();
-            match train.as_slice() {
-                [one] => *one,
-                _ => {
-                    let listed = several
-                        .iter()
-                        .map(|n| format!("`{n}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ");
-                    return Err(Error::Unsupported {
-                        path: dir.to_path_buf(),
-                        field: "transform*.json".into(),
-                        found: format!(
-                            "{} candidate JSON files ({listed}), {} of them with `train` in the \
-                             name,",
-                            several.len(),
-                            train.len()
-                        ),
-                        supported: format!(
-                            "one transform*.json per directory, or exactly one whose name \
-                             contains `train`; pass the file itself instead, e.g. `{}`",
-                            dir.join(&several[0]).display()
-                        ),
-                    });
-                }
-            }
-        }
+    Ok(candidates)
+}
+
+/// `names` as a split set (each names one split, none twice, `train` among them), sorted by split.
+fn split_set(names: &[String]) -> Option<Vec<(Split, &String)>> {
+    let mut splits: Vec<(Split, &String)> = names
+        .iter()
+        .map(|n| Split::from_name(n).map(|s| (s, n)))
+        .collect::<Option<_>>()?;
+    splits.sort();
+    let distinct = splits.windows(2).all(|w| w[0].0 != w[1].0);
+    let has_train = splits.iter().any(|(s, _)| *s == Split::Train);
+    (distinct && has_train).then_some(splits)
+}
+
+/// Read a Blender-layout capture: each split's transforms file, frames tagged with their split and
+/// merged (sorted by name; names carry the split's folder, e.g. `test/r_0.png`). Points come from
+/// the first file that has them.
+///
+/// # Errors
+/// The errors of [`read_transforms`] for any file; [`Error::Invalid`] when two splits list the
+/// same image.
+fn read_split_transforms(dir: &Path, files: &[(Split, PathBuf)]) -> Result<Capture> {
+    let mut merged = Capture {
+        source: dir.to_path_buf(),
+        frames: Vec::new(),
+        points: None,
+        skipped: Vec::new(),
+        pose_files: Vec::new(),
+        points_file: None,
     };
-    Ok(Some(dir.join(chosen)))
+    for (split, file) in files {
+        let part = read_transforms(file)?;
+        merged.frames.extend(part.frames.into_iter().map(|f| Frame {
+            split: Some(*split),
+            ..f
+        }));
+        merged.skipped.extend(part.skipped);
+        merged.pose_files.extend(part.pose_files);
+        if merged.points.is_none() {
+            merged.points = part.points;
+            merged.points_file = part.points_file;
+        }
+    }
+    merged.skipped.sort();
+    sort_frames(
+        dir,
+        "frames[].file_path (across the split files)",
+        &mut merged.frames,
+    )?;
+    Ok(merged)
 }
 
 /// Rotation part of a 4×4 row-major matrix times `diag(1, −1, −1)`, i.e. its camera y and z axes
@@ -542,20 +673,56 @@ mod tests {
     }
 
     #[test]
-    fn read_capture_prefers_the_train_split_among_train_val_test() {
+    fn read_capture_merges_train_val_test_files_tagging_each_frame_with_its_split() {
         let dir = tempfile::tempdir().unwrap();
-        transforms_json(dir.path(), "transforms_test.json", &["t0"], 3.0);
+        let test = transforms_json(dir.path(), "transforms_test.json", &["t0"], 3.0);
         let train = transforms_json(dir.path(), "transforms_train.json", &["r0", "r1"], 1.0);
-        transforms_json(dir.path(), "transforms_val.json", &["v0"], 2.0);
+        let val = transforms_json(dir.path(), "transforms_val.json", &["v0"], 2.0);
         let capture = read_capture(dir.path()).unwrap();
-        assert_eq!(capture.source, train);
-        assert_eq!(frame_names(&capture), ["r0.png", "r1.png"]);
+        assert_eq!(
+            frame_names(&capture),
+            ["r0.png", "r1.png", "t0.png", "v0.png"]
+        );
+        let splits: Vec<Option<Split>> = capture.frames.iter().map(|f| f.split).collect();
+        assert_eq!(
+            splits,
+            [
+                Some(Split::Train),
+                Some(Split::Train),
+                Some(Split::Test),
+                Some(Split::Val)
+            ]
+        );
+        // Each frame keeps its own file's pose.
         assert_eq!(capture.frames[1].camera_center(), [1.0, 0.0, 0.0]);
+        assert_eq!(capture.frames[2].camera_center(), [3.0, 0.0, 0.0]);
+        assert_eq!(capture.frames[3].camera_center(), [2.0, 0.0, 0.0]);
+        assert_eq!(capture.pose_files, [train.clone(), val, test]);
+        assert_eq!(capture.points_file, None);
+        // Only a train file and an unrelated one: the train file alone, untagged.
+        let other = tempfile::tempdir().unwrap();
+        let alone = transforms_json(other.path(), "transforms_train.json", &["r0"], 1.0);
+        transforms_json(other.path(), "transforms_backup.json", &["b0"], 1.0);
+        let capture = read_capture(other.path()).unwrap();
+        assert_eq!(capture.source, alone);
+        assert_eq!(capture.frames[0].split, None);
         // A transforms.json beside the splits still wins.
         let main = transforms_json(dir.path(), "transforms.json", &["m0"], 4.0);
         let capture = read_capture(dir.path()).unwrap();
         assert_eq!(capture.source, main);
         assert_eq!(frame_names(&capture), ["m0.png"]);
+    }
+
+    #[test]
+    fn split_names_are_read_from_file_names() {
+        assert_eq!(
+            Split::from_name("transforms_TRAIN.json"),
+            Some(Split::Train)
+        );
+        assert_eq!(Split::from_name("transforms_val.json"), Some(Split::Val));
+        assert_eq!(Split::from_name("transform_test.json"), Some(Split::Test));
+        assert_eq!(Split::from_name("transforms.json"), None);
+        assert_eq!(Split::from_name("train_test.json"), None);
     }
 
     #[test]

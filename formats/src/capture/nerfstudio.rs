@@ -20,8 +20,9 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::image::image_size;
+use super::point_cloud::read_point_cloud_ply;
 use super::{
-    Capture, Distortion, Frame, Intrinsics, ROTATION_TOLERANCE, flip_yz_axes, rigid_inverse,
+    Capture, Distortion, Frame, Intrinsics, ROTATION_TOLERANCE, Split, flip_yz_axes, rigid_inverse,
     rotation_error, sort_frames, warn_skipped,
 };
 use crate::{Error, Result};
@@ -33,8 +34,10 @@ const IMAGE_EXTENSIONS: [&str; 5] = ["png", "jpg", "jpeg", "PNG", "JPG"];
 ///
 /// Guaranteed: frames sorted by name, one per listed frame whose image exists and whose matrix is
 /// finite; the others are named in [`Capture::skipped`] and one warning per reason is logged.
-/// `points` is `None` (a nerfstudio `ply_file_path` is not read yet). No pixels are decoded; an
-/// image header is read only when `w`/`h` are absent.
+/// `points` are read from the PLY named by `ply_file_path` (nerfstudio; relative to the JSON, in
+/// the poses' world frame), else `None`. Frames listed in `train_filenames` / `val_filenames` /
+/// `test_filenames` get that [`Frame::split`]. No pixels are decoded; an image header is read
+/// only when `w`/`h` are absent.
 /// - `json_path`: the JSON file. Keys used (top level, each overridable per frame):
 ///   `fl_x`, `fl_y` (pixels; else `fx = 0.5·w / tan(camera_angle_x / 2)` and likewise `fy` from
 ///   `camera_angle_y`, else `fy = fx`), `cx`, `cy` (pixels from the top-left image corner;
@@ -176,6 +179,7 @@ pub fn read_transforms(json_path: &Path) -> Result<Capture> {
             world_to_camera,
             depth_bounds: None,
             mask_path,
+            split: None,
         });
     }
 
@@ -210,14 +214,131 @@ pub fn read_transforms(json_path: &Path) -> Result<Capture> {
         });
     }
     sort_frames(json_path, "frames[].file_path", &mut out)?;
+    assign_listed_splits(json_path, &root, &mut out)?;
+    let (points, points_file) = match initial_points_file(json_path, &root)? {
+        Some(file) => (Some(read_point_cloud_ply(&file)?), Some(file)),
+        None => (None, None),
+    };
     let mut skipped: Vec<String> = missing.into_iter().chain(non_finite).collect();
     skipped.sort();
     Ok(Capture {
         source: json_path.to_path_buf(),
         frames: out,
-        points: None,
+        points,
         skipped,
+        pose_files: vec![json_path.to_path_buf()],
+        points_file,
     })
+}
+
+/// The split-list keys of a nerfstudio transforms.json and the split each names.
+const SPLIT_LISTS: [(&str, Split); 3] = [
+    ("train_filenames", Split::Train),
+    ("val_filenames", Split::Val),
+    ("test_filenames", Split::Test),
+];
+
+/// Tag `frames` with the splits nerfstudio's `train_filenames` / `val_filenames` /
+/// `test_filenames` lists name (paths as in `file_path`, relative to the JSON). Frames in no list
+/// keep `None` (training leaves them out when any list exists); entries that match no frame (an
+/// image that was missing) are counted in one warning.
+///
+/// # Errors
+/// [`Error::Invalid`] naming the key when a list is not an array of strings, or when one frame is
+/// in two lists.
+fn assign_listed_splits(
+    json_path: &Path,
+    root: &Map<String, Value>,
+    frames: &mut [Frame],
+) -> Result<()> {
+    let mut unmatched = Vec::new();
+    for (key, split) in SPLIT_LISTS {
+        let Some(list) = root.get(key) else { continue };
+        let Value::Array(entries) = list else {
+            return Err(invalid(
+                json_path,
+                key,
+                "an array of image paths",
+                kind(list),
+            ));
+        };
+        for (i, entry) in entries.iter().enumerate() {
+            let Value::String(entry) = entry else {
+                return Err(invalid(
+                    json_path,
+                    &format!("{key}[{i}]"),
+                    "an image path",
+                    kind(entry),
+                ));
+            };
+            let wanted = frame_name(entry, None);
+            let Some(frame) = frames.iter_mut().find(|f| same_image(&f.name, &wanted)) else {
+                unmatched.push(entry.clone());
+                continue;
+            };
+            match frame.split {
+                Some(earlier) if earlier != split => {
+                    return Err(invalid(
+                        json_path,
+                        &format!("{key}[{i}]"),
+                        "each image in at most one of train_filenames, val_filenames, test_filenames",
+                        format!("`{entry}` also in the {} list", earlier.name()),
+                    ));
+                }
+                _ => frame.split = Some(split),
+            }
+        }
+    }
+    if !unmatched.is_empty() {
+        tracing::warn!(
+            path = %json_path.display(),
+            count = unmatched.len(),
+            "{}: {} split-list entries name no usable frame (missing image or not in `frames`), \
+             first `{}`",
+            json_path.display(),
+            unmatched.len(),
+            unmatched[0]
+        );
+    }
+    Ok(())
+}
+
+/// A frame name and a split-list entry name the same image: equal, or equal once the frame's
+/// extension (added when `file_path` had none) is dropped.
+fn same_image(frame_name: &str, entry: &str) -> bool {
+    frame_name == entry
+        || Path::new(frame_name)
+            .with_extension("")
+            .to_str()
+            .is_some_and(|stem| stem == entry)
+}
+
+/// The PLY named by nerfstudio's `ply_file_path` (relative to the JSON), when the key is there.
+///
+/// # Errors
+/// [`Error::Invalid`] when the key is not a string; [`Error::NotFound`] naming the resolved path
+/// when the file is missing.
+fn initial_points_file(json_path: &Path, root: &Map<String, Value>) -> Result<Option<PathBuf>> {
+    let value = match root.get("ply_file_path") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(s)) if !s.is_empty() => s,
+        Some(other) => {
+            return Err(invalid(
+                json_path,
+                "ply_file_path",
+                "a PLY path relative to the JSON file",
+                kind(other),
+            ));
+        }
+    };
+    let file = json_path.parent().unwrap_or(Path::new(".")).join(value);
+    if !file.is_file() {
+        return Err(Error::NotFound {
+            path: file,
+            what: "initial points named by the transforms file's `ply_file_path`; fix the path or remove the key",
+        });
+    }
+    Ok(Some(file))
 }
 
 /// Parse JSON; on a syntax error retry with Python's `NaN`/`Infinity` tokens read as non-finite
@@ -943,6 +1064,85 @@ mod tests {
         assert_eq!(m[1][1], -1.0);
         assert_eq!(m[2][2], -1.0);
         assert_eq!(m[0][0], 1.0);
+    }
+
+    #[test]
+    fn split_filename_lists_tag_frames_and_unlisted_frames_stay_untagged() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in 0..4 {
+            tiny_png(&dir.path().join(format!("images/f{n}.png")), 8, 6);
+        }
+        let frames: Vec<String> = (0..4)
+            .map(|n| {
+                format!(r#"{{"file_path": "images/f{n}.png", "transform_matrix": {IDENTITY}}}"#)
+            })
+            .collect();
+        let text = format!(
+            r#"{{"fl_x": 4, "w": 8, "h": 6, "frames": [{}],
+                "train_filenames": ["images/f0.png", "images/f1.png"],
+                "val_filenames": ["images/f2.png"],
+                "test_filenames": ["images/f9.png"]}}"#,
+            frames.join(",")
+        );
+        let p = write(dir.path(), "transforms.json", &text);
+        let capture = read_transforms(&p).unwrap();
+        let splits: Vec<Option<Split>> = capture.frames.iter().map(|f| f.split).collect();
+        assert_eq!(
+            splits,
+            [
+                Some(Split::Train),
+                Some(Split::Train),
+                Some(Split::Val),
+                None
+            ]
+        );
+        // One image in two lists is refused, naming the entry.
+        let text = text.replace(
+            r#""val_filenames": ["images/f2.png"]"#,
+            r#""val_filenames": ["images/f1.png"]"#,
+        );
+        let p = write(dir.path(), "transforms.json", &text);
+        let msg = read_transforms(&p).unwrap_err().to_string();
+        assert!(
+            msg.contains("val_filenames[0]") && msg.contains("images/f1.png"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn ply_file_path_gives_the_initial_points_and_a_missing_one_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        tiny_png(&dir.path().join("images/a.png"), 8, 6);
+        std::fs::write(
+            dir.path().join("sparse_pc.ply"),
+            "ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\nproperty float y\n\
+             property float z\nproperty uchar red\nproperty uchar green\nproperty uchar blue\n\
+             end_header\n0.25 -1 2 10 20 30\n1 1 1 0 0 0\n-3 0.5 0 255 255 255\n",
+        )
+        .unwrap();
+        let text = format!(
+            r#"{{"fl_x": 4, "w": 8, "h": 6, "ply_file_path": "sparse_pc.ply",
+                "frames": [{{"file_path": "images/a.png", "transform_matrix": {IDENTITY}}}]}}"#
+        );
+        let p = write(dir.path(), "transforms.json", &text);
+        let capture = read_transforms(&p).unwrap();
+        let points = capture.points.unwrap();
+        assert_eq!(
+            points.positions,
+            [[0.25, -1.0, 2.0], [1.0, 1.0, 1.0], [-3.0, 0.5, 0.0]]
+        );
+        assert_eq!(points.colors, [[10, 20, 30], [0, 0, 0], [255, 255, 255]]);
+        assert_eq!(capture.points_file, Some(dir.path().join("sparse_pc.ply")));
+        let p = write(
+            dir.path(),
+            "transforms.json",
+            &text.replace("sparse_pc.ply", "gone.ply"),
+        );
+        let msg = read_transforms(&p).unwrap_err().to_string();
+        assert!(
+            msg.contains("gone.ply") && msg.contains("ply_file_path"),
+            "{msg}"
+        );
     }
 
     #[test]
