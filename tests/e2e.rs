@@ -4,8 +4,10 @@
 mod e2e {
     pub mod api;
     pub mod bad_input;
+    pub mod capture_layouts;
     pub mod check;
     pub mod harness;
+    pub mod large_coordinates;
     pub mod mesh;
     pub mod queue;
     pub mod reconstruct;

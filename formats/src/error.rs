@@ -69,6 +69,24 @@ pub enum Error {
         expected: String,
         found: String,
     },
+    /// An output format cannot store the splat positions to within
+    /// [`crate::splats::placed::POSITION_TOLERANCE_M`] (its f32 or fixed-point positions are too
+    /// coarse for coordinates this large); nothing was written. `capacity` states the format's
+    /// range and precision, `largest_m` the largest |coordinate| found and `location` where it
+    /// is (splat and axis), `fix` what to write instead.
+    #[error(
+        "{path}: {format} cannot store these splat positions to within {tolerance_m} m: {capacity}; \
+         the largest |coordinate| is {largest_m:.3} m ({location}); {fix}",
+        tolerance_m = crate::splats::placed::POSITION_TOLERANCE_M
+    )]
+    PositionRange {
+        path: PathBuf,
+        format: &'static str,
+        capacity: String,
+        largest_m: f64,
+        location: String,
+        fix: &'static str,
+    },
     /// In-memory data handed to a writer or encoder is inconsistent (array length, SH degree,
     /// non-finite or out-of-range value); `context` names the writer, `field` the array and index.
     #[error("{context}: field `{field}`: expected {expected}, found {found}")]
@@ -91,6 +109,77 @@ impl Error {
             }
         } else {
             Error::Io { path, source }
+        }
+    }
+    /// This error with every path and message text passed through `rename` (e.g. a job's
+    /// work-directory copy of an input replaced by the path or URL the user gave); variants
+    /// without a path are returned unchanged.
+    #[must_use]
+    pub fn renamed(self, rename: &dyn Fn(&str) -> String) -> Self {
+        let p = |path: PathBuf| PathBuf::from(rename(&path.to_string_lossy()));
+        match self {
+            Error::Io { path, source } => Error::Io {
+                path: p(path),
+                source,
+            },
+            Error::NotFound { path, what } => Error::NotFound {
+                path: p(path),
+                what,
+            },
+            Error::Invalid {
+                path,
+                field,
+                expected,
+                found,
+            } => Error::Invalid {
+                path: p(path),
+                field,
+                expected: rename(&expected),
+                found: rename(&found),
+            },
+            Error::Corrupt {
+                path,
+                location,
+                what,
+            } => Error::Corrupt {
+                path: p(path),
+                location,
+                what: rename(&what),
+            },
+            Error::Unsupported {
+                path,
+                field,
+                found,
+                supported,
+            } => Error::Unsupported {
+                path: p(path),
+                field,
+                found: rename(&found),
+                supported: rename(&supported),
+            },
+            Error::Image { path, source } => Error::Image {
+                path: p(path),
+                source,
+            },
+            Error::Empty { path, what, reason } => Error::Empty {
+                path: p(path),
+                what,
+                reason: rename(&reason),
+            },
+            Error::InvalidLine {
+                path,
+                line,
+                field,
+                expected,
+                found,
+            } => Error::InvalidLine {
+                path: p(path),
+                line,
+                field,
+                expected: rename(&expected),
+                found: rename(&found),
+            },
+            other => other,
         }
     }
 }

@@ -83,4 +83,29 @@ impl Error {
             source,
         }
     }
+    /// This error naming `user` (the path or URL the user gave) wherever it names `copy` (the
+    /// job's work-directory copy of that input) or a file under it, so the user can find the file.
+    #[must_use]
+    pub fn naming_user_input(self, copy: &std::path::Path, user: &str) -> Self {
+        let copy = copy.to_string_lossy().into_owned();
+        let user = user.trim_end_matches('/').to_string();
+        let rename = move |text: &str| text.replace(&copy, &user);
+        match self {
+            Error::Format(e) => Error::Format(e.renamed(&rename)),
+            Error::Io { path, source } => Error::Io {
+                path: PathBuf::from(rename(&path.to_string_lossy())),
+                source,
+            },
+            Error::Input {
+                path,
+                field,
+                problem,
+            } => Error::Input {
+                path: PathBuf::from(rename(&path.to_string_lossy())),
+                field,
+                problem: rename(&problem),
+            },
+            other => other,
+        }
+    }
 }

@@ -393,7 +393,12 @@ pub async fn run_stage(
             })
             .await
             .map_err(join_err)
-            .and_then(|r| r);
+            .and_then(|r| r)
+            .map_err(|e| match &fetched_input {
+                // Errors about the input name the user's path or URL, not the work-dir copy.
+                Some(copy) => e.naming_user_input(copy, &plan.input),
+                None => e,
+            });
             if let Some(u) = uploader {
                 u.finish(summary.is_ok()).await;
             }
@@ -616,8 +621,11 @@ fn run_local(
                     } else {
                         stage_dir(plan, StageKind::Ingest).join(ingest::SPLATS_PLY)
                     };
-                    let mut splats = kiln_formats::splats::ply::read_ply(&ply)?;
-                    let frame = content_frame(plan)?;
+                    // Survey-sized positions come as f32 means around an f64 origin, which the
+                    // frame's translation (and so the root transform) carries.
+                    let placed = kiln_formats::splats::ply::read_ply_placed(&ply)?;
+                    let mut splats = placed.splats;
+                    let frame = content_frame(plan)?.placed_at(placed.origin_m);
                     let r = frame.rotation();
                     if r != [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]] {
                         kiln_formats::splats::convert::rotate_splats(&mut splats, r)?;
@@ -703,8 +711,10 @@ fn run_eval(plan: &JobPlan, out: &Path) -> Result<serde_json::Value> {
             (reference, views)
         }
         _ => {
+            // In the tileset's capture frame: relative to the origin the tile stage used.
             let reference =
-                kiln_formats::splats::ply::read_ply(&ingest_dir.join(ingest::SPLATS_PLY))?;
+                kiln_formats::splats::ply::read_ply_placed(&ingest_dir.join(ingest::SPLATS_PLY))?
+                    .splats;
             let views = eval::orbit_views(
                 &eval::scene_sphere(&reference),
                 [0.0, 1.0, 0.0],
@@ -863,6 +873,7 @@ pub fn train_views(
             let (dir, frame) = (ingest_dir.to_path_buf(), f.clone());
             let load = move || ingest::load_frame(&dir, &frame, background, ignore_outside_mask);
             train::TrainView::on_demand(f.name.clone(), camera, std::sync::Arc::new(load))
+                .with_split(f.split)
         })
         .collect()
 }

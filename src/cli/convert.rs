@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use kiln_formats::splats::convert::{
-    SplatFormat, UpAxis, WriteOptions, frame_of_read, read_splats, rotated_frame, up_axis_rotation,
-    write_splats,
+    SplatFormat, UpAxis, WriteOptions, frame_of_read, read_splats_placed, rotated_frame,
+    up_axis_rotation, write_splats_placed,
 };
 use kiln_formats::splats::spz::{SpzOptions, SpzVersion};
 
@@ -57,7 +57,10 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
     let out_format = SplatFormat::from_path(&args.output)
         .context("choose the output format with the file name")?;
     let in_format = SplatFormat::from_path(&args.input)?;
-    let splats = read_splats(&args.input)
+    // Positions stay f64 (an origin beside f32 means) until the writer: survey-sized PLY
+    // coordinates keep their precision in .ply and .glb, and formats that cannot hold them
+    // refuse with their range.
+    let placed = read_splats_placed(&args.input)
         .with_context(|| format!("cannot read {} splats", in_format.name()))?;
     let spz_version = match args.spz_version {
         2 => SpzVersion::V2,
@@ -88,17 +91,23 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
         glb_spz: args.glb_spz,
         ..Default::default()
     };
-    let summary = write_splats(&args.output, &splats, &options).with_context(|| {
+    let summary = write_splats_placed(&args.output, &placed, &options).with_context(|| {
         format!(
             "cannot write {} as {} (nothing was written)",
             args.output.display(),
             out_format.name()
         )
     })?;
-    let dropped = if splats.sh_degree > summary.sh_degree {
-        format!(" (input SH {})", splats.sh_degree)
+    let dropped = if placed.splats.sh_degree > summary.sh_degree {
+        format!(" (input SH {})", placed.splats.sh_degree)
     } else {
         String::new()
+    };
+    let origin = if placed.is_at_zero() {
+        String::new()
+    } else {
+        let [x, y, z] = placed.origin_m;
+        format!(", f64 origin ({x}, {y}, {z}) m")
     };
     let recorded = match frame {
         Some(f) => format!(", frame {} recorded", f.name()),
@@ -108,7 +117,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
         None => String::new(),
     };
     println!(
-        "{} → {}: {} splats, SH degree {}{dropped}, {} bytes ({}{recorded})",
+        "{} → {}: {} splats, SH degree {}{dropped}, {} bytes ({}{recorded}{origin})",
         args.input.display(),
         args.output.display(),
         summary.splats,
@@ -171,7 +180,8 @@ mod tests {
         // Both read back to the PLY's numbers (the RUB file is turned back on read).
         for (spz, ply) in [("rdf.spz", "rdf.ply"), ("rub.spz", "rub.ply")] {
             run(parse(&[&path(spz), &path(ply)])).unwrap();
-            let back = read_splats(std::path::Path::new(&path(ply))).unwrap();
+            let back = kiln_formats::splats::convert::read_splats(std::path::Path::new(&path(ply)))
+                .unwrap();
             for (a, b) in back.means.iter().zip([1.0f32, 2.0, 3.0]) {
                 assert!((a - b).abs() < 1e-3, "{spz}: {:?}", back.means);
             }
@@ -233,5 +243,59 @@ mod tests {
         let e = run(parse(&[missing.to_str().unwrap(), out.to_str().unwrap()])).unwrap_err();
         assert!(format!("{e:#}").contains("missing.spz"), "{e:#}");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn convert_keeps_1_cm_at_500_km_in_ply_and_glb_and_refuses_spz_and_splat() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("big.ply");
+        let mut text = String::from("ply\nformat ascii 1.0\nelement vertex 3\n");
+        text.push_str("property double x\nproperty double y\nproperty double z\n");
+        for p in [
+            "f_dc_0", "f_dc_1", "f_dc_2", "opacity", "scale_0", "scale_1", "scale_2", "rot_0",
+            "rot_1", "rot_2", "rot_3",
+        ] {
+            text.push_str(&format!("property float {p}\n"));
+        }
+        text.push_str("end_header\n");
+        let xs = [500_000.00, 500_000.01, 500_000.02];
+        for x in xs {
+            text.push_str(&format!(
+                "{x:.2} 4000000 10 0.1 0.2 0.3 0.5 -5 -5 -5 1 0 0 0\n"
+            ));
+        }
+        std::fs::write(&input, text).unwrap();
+        let i = input.to_str().unwrap();
+        let path = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
+        run(parse(&[i, &path("out.ply")])).unwrap();
+        run(parse(&[i, &path("out.glb")])).unwrap();
+        let back = kiln_formats::splats::convert::read_splats_placed(std::path::Path::new(&path(
+            "out.ply",
+        )))
+        .unwrap();
+        for (k, x) in xs.into_iter().enumerate() {
+            let got = back.absolute_mean(k);
+            assert!((got[0] - x).abs() < 1e-3, "{got:?}");
+            assert!(
+                (got[1] - 4e6).abs() < 1e-3 && (got[2] - 10.0).abs() < 1e-3,
+                "{got:?}"
+            );
+        }
+        // The GLB node carries the origin at f64.
+        let glb = std::fs::read(path("out.glb")).unwrap();
+        let json_len = u32::from_le_bytes(glb[12..16].try_into().unwrap()) as usize;
+        let doc: serde_json::Value = serde_json::from_slice(&glb[20..20 + json_len]).unwrap();
+        assert_eq!(
+            doc["nodes"][0]["translation"],
+            serde_json::json!([500_000.0, 4_000_000.0, 10.0])
+        );
+        for (name, format) in [("out.spz", "SPZ"), ("out.splat", ".splat")] {
+            let e = run(parse(&[i, &path(name)])).unwrap_err();
+            let msg = format!("{e:#}");
+            for part in [name, format, "4000000.000 m", "write `.ply`"] {
+                assert!(msg.contains(part), "{name}: `{part}` missing from {msg}");
+            }
+            assert!(!dir.path().join(name).exists());
+        }
     }
 }

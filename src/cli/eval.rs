@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use kiln_formats::splats::convert::{UpAxis, up_axis_rotation};
+use kiln_formats::splats::placed::PlacedSplats;
 use kiln_kernels::{RenderOptions, Renderer};
 use kiln_pipeline::stages::eval::{
     self, Delivered, EvalParams, EvalReport, EvalView, LoadedTileset,
@@ -249,10 +250,32 @@ fn resolve_reference(
     job: Option<&JobSettings>,
     delivered: &Delivered,
 ) -> anyhow::Result<Option<(String, kiln_formats::splats::GaussianSplats)>> {
-    let read = |p: &Path| {
-        kiln_formats::splats::convert::read_splats(p)
-            .with_context(|| format!("read the reference splats {}", p.display()))
+    // A splats job on survey-sized coordinates records its f64 origin as the frame's
+    // translation; its tileset's capture frame is relative to that origin, so a reference read
+    // around its own origin is moved there in f64. Without one the reference is read as before.
+    let origin_m = match delivered {
+        Delivered::Tileset(ts) => {
+            kiln_formats::tiles::transform::translation_part(&ts.frame.content_from_capture)
+        }
+        Delivered::Splats { .. } => [0.0; 3],
     };
+    let read_placed = |p: &Path| -> anyhow::Result<PlacedSplats> {
+        let context = || format!("read the reference splats {}", p.display());
+        if origin_m == [0.0; 3] {
+            let splats = kiln_formats::splats::convert::read_splats(p).with_context(context)?;
+            return Ok(PlacedSplats::at_zero(splats));
+        }
+        kiln_formats::splats::convert::read_splats_placed(p).with_context(context)
+    };
+    let in_frame = |mut placed: PlacedSplats| {
+        if origin_m != [0.0; 3] {
+            for (j, m) in placed.splats.means.iter_mut().enumerate() {
+                *m = (placed.origin_m[j % 3] - origin_m[j % 3] + f64::from(*m)) as f32;
+            }
+        }
+        placed.splats
+    };
+    let read = |p: &Path| read_placed(p).map(in_frame);
     if let Some(p) = &args.reference {
         return Ok(Some((p.display().to_string(), read(p)?)));
     }
@@ -260,16 +283,13 @@ fn resolve_reference(
         let local = kiln_datasets::resolve_location(&j.input)
             .with_context(|| format!("resolve the job's input {}", j.input))?;
         let path = PathBuf::from(local.strip_prefix("file://").unwrap_or(&local));
-        let mut splats = read(&path)?;
+        let mut placed = read_placed(&path)?;
         if let Some(axis) = j.ingest.up_axis()? {
-            kiln_formats::splats::convert::rotate_splats(
-                &mut splats,
-                up_axis_rotation(axis, UpAxis::Y),
-            )?;
+            placed.rotate(up_axis_rotation(axis, UpAxis::Y))?;
         }
         return Ok(Some((
             format!("{} (the job's input, upright)", path.display()),
-            splats,
+            in_frame(placed),
         )));
     }
     let beside = input_dir.join("splats.ply");

@@ -24,10 +24,15 @@ use std::path::Path;
 use super::compressed_ply::write_compressed_ply;
 use super::dot_splat::{read_dot_splat, write_dot_splat};
 use super::glb::{
-    SplatGlbOptions, read_splat_glb_file, write_plain_splat_glb, write_splat_glb_with,
+    SplatGlbOptions, read_splat_glb_file, read_splat_glb_file_placed, write_plain_splat_glb_at,
+    write_splat_glb_at,
 };
-use super::ply::{read_ply, write_inria_ply};
+use super::placed::{
+    POSITION_TOLERANCE_M, PlacedSplats, absolute_f32, f32_range_m, f32_step_m, largest_coordinate,
+};
+use super::ply::{read_ply, read_ply_placed, write_inria_ply_at};
 use super::sh::ShRotation;
+use super::spz::spz_position_limit_m;
 use super::spz::{SpzOptions, encode_spz, read_spz, spz_recorded_frame};
 use super::spz_frame::SpzFrame;
 use super::{GaussianSplats, MAX_SH_DEGREE};
@@ -113,7 +118,8 @@ impl SplatFormat {
 /// files are told apart by content (INRIA vs compressed).
 ///
 /// Returns splats in the training parametrisation ([`GaussianSplats`]), in the frame the file
-/// stored them in.
+/// stored them in, with absolute f32 means: `double` PLY coordinates beyond ±16 m move by more
+/// than 1 µm (31 mm steps at 500 km); [`read_splats_placed`] keeps them.
 ///
 /// # Errors
 /// [`Error::Unsupported`] for an unknown extension; [`Error::Invalid`] naming `path` for a file
@@ -129,6 +135,26 @@ pub fn read_splats(path: &Path) -> Result<GaussianSplats> {
     }?;
     check_usable(path, &splats)?;
     Ok(splats)
+}
+
+/// Read a splat file of any supported format as [`read_splats`] does, keeping positions that
+/// f32 cannot hold at an f64 origin ([`PlacedSplats`]): INRIA PLYs with `double` (or integer)
+/// x/y/z beyond f32's precision are read by [`read_ply_placed`], and GLBs whose node transforms
+/// place them far from the origin (a survey translation) by [`read_splat_glb_file_placed`]; every
+/// other file, and every one that f32 holds, reads with origin `[0, 0, 0]` and the splats
+/// [`read_splats`] returns. (SPZ, `.splat` and compressed PLY store f32 or fixed-point positions.)
+///
+/// # Errors
+/// As [`read_splats`].
+pub fn read_splats_placed(path: &Path) -> Result<PlacedSplats> {
+    let placed = match SplatFormat::from_path(path)? {
+        SplatFormat::InriaPly | SplatFormat::CompressedPly => read_ply_placed(path)?,
+        SplatFormat::Spz => PlacedSplats::at_zero(read_spz(path)?),
+        SplatFormat::DotSplat => PlacedSplats::at_zero(read_dot_splat(path)?),
+        SplatFormat::Glb => read_splat_glb_file_placed(path)?,
+    };
+    check_usable(path, &placed.splats)?;
+    Ok(placed)
 }
 
 /// What every reader's output must be before anything is built from it: at least one splat,
@@ -404,16 +430,53 @@ pub struct WriteSummary {
 /// (or `options.format`), atomically: the file appears complete or not at all, and an existing
 /// file is kept on any error. SH degree reduction happens before rotation (cheaper; the result
 /// is the same since rotation never mixes bands). `.splat` stores no SH; higher bands are
-/// dropped and the summary says degree 0.
+/// dropped and the summary says degree 0. The means are absolute (origin 0); see
+/// [`write_splats_placed`].
 ///
 /// # Errors
 /// [`Error::Unsupported`] for an unknown extension (names the supported ones);
 /// [`Error::InvalidInput`] for an SH degree above the input's (names the fix), inconsistent
-/// shapes, non-finite values, SPZ/GLB positions beyond ±2048 m at 12 fractional bits, SPZ v4
-/// inside a GLB, an empty scene for GLB; [`Error::Io`] naming `path` when writing fails.
+/// shapes, non-finite values, SPZ v4 inside a GLB, an empty scene for GLB;
+/// [`Error::PositionRange`] for SPZ positions beyond the fixed-point range (±2048 m at 12
+/// fractional bits); [`Error::Io`] naming `path` when writing fails.
 pub fn write_splats(
     path: &Path,
     splats: &GaussianSplats,
+    options: &WriteOptions,
+) -> Result<WriteSummary> {
+    write_splats_at(path, splats, [0.0; 3], options)
+}
+
+/// [`write_splats`] for splats at an f64 origin ([`PlacedSplats`]; an up-axis turn rotates the
+/// origin too). Formats that hold f64 positions keep them: INRIA PLY as `double x y z` =
+/// origin + mean ([`super::ply::write_inria_ply_placed`]), GLB as the node `translation`
+/// ([`super::glb::write_plain_splat_glb_placed`], [`super::glb::write_splat_glb_placed`]).
+/// SPZ (24-bit fixed point), `.splat` and compressed PLY (absolute f32) are written from
+/// `origin + mean` when that moves no coordinate by more than [`POSITION_TOLERANCE_M`] (and, for
+/// SPZ, fits its range), and refused otherwise. Origin 0 writes exactly what [`write_splats`] writes.
+///
+/// # Errors
+/// As [`write_splats`]; [`Error::PositionRange`] naming `path`, the format, its range and
+/// precision, the largest coordinate and the fix (write `.ply` or `.glb`, or tile with a
+/// splats job) when the format cannot hold the positions to [`POSITION_TOLERANCE_M`].
+pub fn write_splats_placed(
+    path: &Path,
+    placed: &PlacedSplats,
+    options: &WriteOptions,
+) -> Result<WriteSummary> {
+    write_splats_at(path, &placed.splats, placed.origin_m, options)
+}
+
+/// What to do instead when a format cannot hold the positions (the message's fix).
+const POSITION_RANGE_FIX: &str = "write `.ply` (double x/y/z) or `.glb` (f64 node translation) \
+    instead, or tile the file with a `kind = \"splats\"` job (3D Tiles transforms), which all keep \
+    f64 positions; or move the scene near the origin before converting";
+
+/// The writer of [`write_splats`] and [`write_splats_placed`]: means relative to `origin_m`.
+fn write_splats_at(
+    path: &Path,
+    splats: &GaussianSplats,
+    origin_m: [f64; 3],
     options: &WriteOptions,
 ) -> Result<WriteSummary> {
     let format = match options.format {
@@ -430,29 +493,41 @@ pub fn write_splats(
         reduce_sh_degree(&mut owned, degree)?;
         s = &owned;
     }
+    let mut origin_m = origin_m;
     if let Some((from, to)) = options.up_axis
         && from != to
     {
-        owned = s.clone();
-        rotate_splats(&mut owned, up_axis_rotation(from, to))?;
+        let mut turned = PlacedSplats {
+            origin_m,
+            splats: s.clone(),
+        };
+        turned.rotate(up_axis_rotation(from, to))?;
+        origin_m = turned.origin_m;
+        owned = turned.splats;
         s = &owned;
     }
     match format {
-        SplatFormat::InriaPly => write_inria_ply(path, s)?,
-        SplatFormat::CompressedPly => write_compressed_ply(path, s)?,
-        SplatFormat::Spz => write_atomic(path, &encode_spz(s, &options.spz)?)?,
-        SplatFormat::DotSplat => write_dot_splat(path, s)?,
+        SplatFormat::InriaPly => write_inria_ply_at(path, s, origin_m)?,
         SplatFormat::Glb => {
             let bytes = if options.glb_spz {
                 let glb = SplatGlbOptions {
                     spz: options.spz,
                     ..options.glb
                 };
-                write_splat_glb_with(s, &glb)?
+                write_splat_glb_at(s, &glb, origin_m)?
             } else {
-                write_plain_splat_glb(s, &options.glb)?
+                write_plain_splat_glb_at(s, &options.glb, origin_m)?
             };
             write_atomic(path, &bytes)?
+        }
+        SplatFormat::Spz | SplatFormat::DotSplat | SplatFormat::CompressedPly => {
+            let absolute = absolute_positions(path, format, s, origin_m, &options.spz)?;
+            let a = absolute.as_ref().unwrap_or(s);
+            match format {
+                SplatFormat::Spz => write_atomic(path, &encode_spz(a, &options.spz)?)?,
+                SplatFormat::DotSplat => write_dot_splat(path, a)?,
+                _ => write_compressed_ply(path, a)?,
+            }
         }
     }
     let bytes = std::fs::metadata(path)
@@ -464,6 +539,80 @@ pub fn write_splats(
         sh_degree: s.sh_degree.min(format.max_sh_degree()),
         bytes,
     })
+}
+
+/// The splats with absolute means (`origin + mean` as f32) for a format that stores absolute
+/// positions (SPZ, `.splat`, compressed PLY); `None` when `origin_m` is 0 (use `splats` as
+/// they are).
+///
+/// # Errors
+/// [`Error::PositionRange`] when a position does not fit SPZ's fixed point at
+/// `spz.fractional_bits` (SPZ only, any origin), or when the cast to f32 moves a coordinate by
+/// more than [`POSITION_TOLERANCE_M`].
+fn absolute_positions(
+    path: &Path,
+    format: SplatFormat,
+    splats: &GaussianSplats,
+    origin_m: [f64; 3],
+    spz: &SpzOptions,
+) -> Result<Option<GaussianSplats>> {
+    let placed = |means: &GaussianSplats| largest_coordinate(means, origin_m);
+    let error = |capacity: String| {
+        let (largest_m, i, axis) = placed(splats);
+        Error::PositionRange {
+            path: path.to_path_buf(),
+            format: format.name(),
+            capacity,
+            largest_m,
+            location: format!("splat {i}, {}", ["x", "y", "z"][axis]),
+            fix: POSITION_RANGE_FIX,
+        }
+    };
+    if format == SplatFormat::Spz {
+        let fb = spz.fractional_bits.min(23);
+        let fits = |fb: u8, x: f64| {
+            let fixed = (x * (1u64 << fb) as f64).round();
+            (-((1i64 << 23) as f64)..(1i64 << 23) as f64).contains(&fixed)
+        };
+        let (largest_m, _, _) = placed(splats);
+        if !fits(fb, largest_m) {
+            let needed = (0..=fb).rev().find(|&b| fits(b, largest_m));
+            let step_mm = |b: u8| 1e3 / (1u64 << b) as f64;
+            let reach = match needed {
+                Some(b) => format!(
+                    "{largest_m:.3} m would need {b} fractional bits, steps of {:.3} mm",
+                    step_mm(b)
+                ),
+                None => "no fractional-bit setting reaches it".into(),
+            };
+            return Err(error(format!(
+                "24-bit fixed-point positions, |x| ≤ {:.3} m at {fb} fractional bits in steps of \
+                 {:.3} mm ({reach})",
+                spz_position_limit_m(fb),
+                step_mm(fb)
+            )));
+        }
+    }
+    if origin_m == [0.0; 3] {
+        return Ok(None);
+    }
+    let (absolute, moved_m) = absolute_f32(splats, origin_m);
+    if moved_m > POSITION_TOLERANCE_M {
+        let (largest_m, _, _) = placed(splats);
+        let how = match format {
+            SplatFormat::CompressedPly => "f32 chunk bounds (positions quantised between them)",
+            SplatFormat::Spz => "f32 positions before fixed-point quantisation",
+            _ => "absolute f32 positions",
+        };
+        return Err(error(format!(
+            "{how}, within {POSITION_TOLERANCE_M} m only for |x| < {:.0} m (f32 steps are \
+             {:.3} mm at {largest_m:.0} m; casting moves a splat by up to {:.3} mm)",
+            f32_range_m(POSITION_TOLERANCE_M),
+            f32_step_m(largest_m) * 1e3,
+            moved_m * 1e3
+        )));
+    }
+    Ok(Some(absolute))
 }
 
 #[cfg(test)]
@@ -717,5 +866,181 @@ mod tests {
         assert!(write_splats(&q, &far, &WriteOptions::default()).is_err());
         assert_eq!(std::fs::read(&q).unwrap(), b"old");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+
+    /// The survey splats (`survey_xyz`: 1 cm apart at x = 500 km, y = 4000 km) as read from a
+    /// `double` PLY.
+    fn survey_placed() -> PlacedSplats {
+        let xyz = crate::splats::test_data::survey_xyz();
+        PlacedSplats::from_absolute(&xyz, random_splats(3, 1, 1.0, 21))
+    }
+
+    /// Assert positions within 1 mm of `survey_xyz`, given as origin + f32 means.
+    fn assert_survey_positions(origin: [f64; 3], means: &[f32], what: &str) {
+        let want = crate::splats::test_data::survey_xyz();
+        for (j, &m) in means.iter().enumerate() {
+            let got = origin[j % 3] + f64::from(m);
+            assert!(
+                (got - want[j]).abs() < 1e-3,
+                "{what}: splat {} axis {}: {got} vs {}",
+                j / 3,
+                j % 3,
+                want[j]
+            );
+        }
+    }
+
+    /// JSON and BIN chunks of a GLB.
+    fn glb_chunks(glb: &[u8]) -> (serde_json::Value, Vec<u8>) {
+        let json_len = u32::from_le_bytes(glb[12..16].try_into().unwrap()) as usize;
+        let json = serde_json::from_slice(&glb[20..20 + json_len]).unwrap();
+        let bin_at = 20 + json_len;
+        let bin_len = u32::from_le_bytes(glb[bin_at..bin_at + 4].try_into().unwrap()) as usize;
+        (json, glb[bin_at + 8..bin_at + 8 + bin_len].to_vec())
+    }
+
+    /// The node translation of a splat GLB and its stored (relative) positions, read from the
+    /// file's own bytes: the plain accessor, or the SPZ payload decoded.
+    fn glb_translation_and_positions(glb: &[u8]) -> ([f64; 3], Vec<f32>) {
+        let (json, bin) = glb_chunks(glb);
+        let t = &json["nodes"][0]["translation"];
+        let translation = std::array::from_fn(|a| t[a].as_f64().expect("a translation"));
+        let view = &json["bufferViews"][0];
+        let at = view["byteOffset"].as_u64().unwrap_or(0) as usize;
+        let len = view["byteLength"].as_u64().unwrap() as usize;
+        let bytes = &bin[at..at + len];
+        let positions = if json["accessors"][0].get("bufferView").is_some() {
+            bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                .collect()
+        } else {
+            crate::splats::spz::decode_spz(bytes).unwrap().means
+        };
+        (translation, positions)
+    }
+
+    #[test]
+    fn survey_positions_keep_1_cm_in_ply_and_glb() {
+        let dir = tempfile::tempdir().unwrap();
+        let placed = survey_placed();
+        // PLY: double x/y/z, read back to the same positions.
+        let p = out(&dir, "s.ply");
+        write_splats_placed(&p, &placed, &WriteOptions::default()).unwrap();
+        let back = read_splats_placed(&p).unwrap();
+        assert_survey_positions(back.origin_m, &back.splats.means, "PLY");
+        // GLB, plain and SPZ-compressed: node translation + stored positions.
+        for glb_spz in [false, true] {
+            let p = out(&dir, &format!("s{glb_spz}.glb"));
+            let opts = WriteOptions {
+                glb_spz,
+                ..Default::default()
+            };
+            write_splats_placed(&p, &placed, &opts).unwrap();
+            let (t, means) = glb_translation_and_positions(&std::fs::read(&p).unwrap());
+            assert_eq!(t, [500_000.0, 4_000_000.0, 10.0]);
+            assert_survey_positions(t, &means, if glb_spz { "SPZ GLB" } else { "GLB" });
+        }
+        // An up-axis turn rotates the origin too: NegY → Y is (x, y, z) → (x, −y, −z).
+        let p = out(&dir, "turned.glb");
+        let opts = WriteOptions {
+            up_axis: Some((UpAxis::NegY, UpAxis::Y)),
+            ..Default::default()
+        };
+        write_splats_placed(&p, &placed, &opts).unwrap();
+        let (t, means) = glb_translation_and_positions(&std::fs::read(&p).unwrap());
+        assert_eq!(t, [500_000.0, -4_000_000.0, -10.0]);
+        let flipped: Vec<f32> = means
+            .iter()
+            .enumerate()
+            .map(|(j, &m)| if j % 3 == 0 { m } else { -m })
+            .collect();
+        assert_survey_positions([t[0], -t[1], -t[2]], &flipped, "turned GLB");
+    }
+
+    #[test]
+    fn spz_splat_and_compressed_ply_refuse_survey_positions_naming_their_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let placed = survey_placed();
+        for (name, format, range) in [
+            ("s.spz", "SPZ", "|x| ≤ 2048.000 m at 12 fractional bits"),
+            (
+                "s.splat",
+                ".splat",
+                "absolute f32 positions, within 0.001 m only for |x| < 32768 m",
+            ),
+            ("s.compressed.ply", "compressed PLY", "f32 chunk bounds"),
+        ] {
+            let p = out(&dir, name);
+            let e = write_splats_placed(&p, &placed, &WriteOptions::default()).unwrap_err();
+            assert!(
+                matches!(&e, Error::PositionRange { format: f, largest_m, .. }
+                    if *f == format && *largest_m == 4_000_000.0),
+                "{e:?}"
+            );
+            let msg = e.to_string();
+            for part in [
+                name,
+                format,
+                range,
+                "the largest |coordinate| is 4000000.000 m (splat 0, y)",
+                "write `.ply`",
+                "`.glb`",
+            ] {
+                assert!(msg.contains(part), "{name}: `{part}` missing from: {msg}");
+            }
+            assert!(!p.exists(), "{name} was written");
+        }
+        // SPZ says what 4000 km would take: 1 fractional bit, 500 mm steps.
+        let e = write_splats_placed(&out(&dir, "t.spz"), &placed, &WriteOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("1 fractional bits, steps of 500.000 mm"), "{e}");
+        // Within f32's 1 mm range (origin 3 km here) `.splat` is written, to the millimetre.
+        let near: Vec<f64> = crate::splats::test_data::survey_xyz()
+            .chunks_exact(3)
+            .flat_map(|p| [p[0] - 497_000.0, 12.0, p[2]])
+            .collect();
+        let near = PlacedSplats::from_absolute(&near, random_splats(3, 0, 1.0, 2));
+        assert_eq!(near.origin_m, [3000.0, 12.0, 10.0]);
+        let p = out(&dir, "near.splat");
+        write_splats_placed(&p, &near, &WriteOptions::default()).unwrap();
+        let back = read_splats(&p).unwrap();
+        for (i, x) in [3000.0, 3000.01, 3000.02].into_iter().enumerate() {
+            assert!(
+                (f64::from(back.means[i * 3]) - x).abs() < 1e-3,
+                "{:?}",
+                back.means
+            );
+        }
+    }
+
+    #[test]
+    fn origin_zero_writes_the_same_bytes_as_before_in_every_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = random_splats(64, 2, 3.0, 9);
+        let placed = PlacedSplats::at_zero(s.clone());
+        for (_, suffix) in SplatFormat::ALL {
+            for glb_spz in [false, true] {
+                let opts = WriteOptions {
+                    glb_spz,
+                    ..Default::default()
+                };
+                let a = out(&dir, &format!("a{glb_spz}{suffix}"));
+                let b = out(&dir, &format!("b{glb_spz}{suffix}"));
+                write_splats(&a, &s, &opts).unwrap();
+                write_splats_placed(&b, &placed, &opts).unwrap();
+                assert_eq!(
+                    std::fs::read(&a).unwrap(),
+                    std::fs::read(&b).unwrap(),
+                    "{suffix}"
+                );
+            }
+        }
+        // And reading a float PLY placed gives origin 0 and the splats `read_splats` gives.
+        let p = out(&dir, "afalse.ply");
+        let placed = read_splats_placed(&p).unwrap();
+        assert!(placed.is_at_zero());
+        assert_eq!(placed.splats, read_splats(&p).unwrap());
     }
 }

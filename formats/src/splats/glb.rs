@@ -5,19 +5,23 @@
 //! Candidate: `kernel`, `colorSpace`, attribute semantics) and
 //! `KHR_gaussian_splatting_compression_spz_2` (draft: `{ "bufferView": i }` nested in the
 //! `KHR_gaussian_splatting` object, accessors typed as after decoding, `count` = SPZ numPoints);
-//! shared/research/tiles-formats.md §1.7, §2.1, §2.2, §7. glTF 2.0 §4.4 (GLB framing).
+//! shared/research/tiles-formats.md §1.7, §2.1, §2.2, §7. glTF 2.0 §4.4 (GLB framing), §3.5.2
+//! and §5.25 (node transforms).
 //!
 //! The JSON and the GLB framing are written by hand because the `gltf` crate rejects the
-//! `KHR_gaussian_splatting:*` attribute names. One GLB holds one scene → one node (no matrix) →
-//! one mesh → one POINTS primitive (cesium#12682) whose attributes are accessors *without*
-//! `bufferView`: `POSITION` (VEC3 float, with the min/max glTF requires, taken from the
-//! quantised positions), `COLOR_0` (VEC4 normalised u8), `KHR_gaussian_splatting:SCALE` (VEC3
-//! float), `KHR_gaussian_splatting:ROTATION` (VEC4 float) and
-//! `KHR_gaussian_splatting:SH_DEGREE_l_COEF_n` (VEC3 float) for 1 ≤ l ≤ degree. The SPZ bytes
+//! `KHR_gaussian_splatting:*` attribute names. A GLB Kiln writes holds one scene → one node (no
+//! transform, or an f64 `translation` holding the origin of survey-sized splats from the
+//! `*_placed` writers) → one mesh → one POINTS primitive (cesium#12682); the readers accept any node
+//! hierarchy and apply its transforms ([`read_splat_glb`], `node_transforms` below). The SPZ
+//! writer's attributes are accessors *without* `bufferView`: `POSITION` (VEC3 float, with the
+//! min/max glTF requires, taken from the quantised positions), `COLOR_0` (VEC4 normalised u8),
+//! `KHR_gaussian_splatting:SCALE` (VEC3 float), `KHR_gaussian_splatting:ROTATION` (VEC4 float)
+//! and `KHR_gaussian_splatting:SH_DEGREE_l_COEF_n` (VEC3 float) for 1 ≤ l ≤ degree. The SPZ bytes
 //! (v3, gzip) live in the single BIN-chunk buffer. Both extensions are in `extensionsUsed` and
 //! `extensionsRequired` (there is no uncompressed fallback).
 //!
-//! Frame: positions and quaternions are stored as given; pass glTF Y-up coordinates. The draft's
+//! Frame: the writers store positions and quaternions as given; pass glTF Y-up coordinates. The
+//! readers return the glTF scene frame (every node transform applied). The draft's
 //! "pack with LUF" instruction is deliberately not applied: CesiumJS 1.145 unpacks SPZ without a
 //! conversion and renders unconverted data correctly (research note §2.2, an open interop risk).
 
@@ -26,6 +30,7 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::placed::PlacedSplats;
 use super::spz::{SpzOptions, SpzVersion, decode_spz_from, encode_spz};
 use super::{GaussianSplats, MAX_SH_DEGREE};
 use crate::{Error, Result};
@@ -105,6 +110,59 @@ pub fn write_splat_glb(splats: &GaussianSplats) -> Result<Vec<u8>> {
 /// [`Error::InvalidInput`] for N = 0 (glTF accessors need count ≥ 1), for SPZ v4 in
 /// `options.spz.version`, and for everything [`encode_spz`] rejects (shapes, NaN, positions beyond the fixed-point range).
 pub fn write_splat_glb_with(splats: &GaussianSplats, options: &SplatGlbOptions) -> Result<Vec<u8>> {
+    spz_glb(splats, options, None)
+}
+
+/// [`write_splat_glb_with`] for splats at an f64 origin: the SPZ payload holds the means
+/// relative to the origin and the node gets `"translation": origin_m` (glTF JSON numbers keep
+/// f64), so a client places splat i at `origin + mean` without f32 loss. Origin 0 writes no
+/// translation and exactly the bytes of [`write_splat_glb_with`].
+///
+/// - `placed`: N ≥ 1 splats; means relative to `origin_m` within the SPZ fixed-point range
+///   (±2048 m at 12 fractional bits), `origin_m` in glTF Y-up metres.
+///
+/// # Errors
+/// As [`write_splat_glb_with`].
+pub fn write_splat_glb_placed(placed: &PlacedSplats, options: &SplatGlbOptions) -> Result<Vec<u8>> {
+    spz_glb(&placed.splats, options, node_translation(placed))
+}
+
+/// The node's `translation` of `placed`: `None` at origin 0.
+fn node_translation(placed: &PlacedSplats) -> Option<[f64; 3]> {
+    (!placed.is_at_zero()).then_some(placed.origin_m)
+}
+
+/// [`write_splat_glb_placed`] for splats and their origin held apart (no copy).
+pub(super) fn write_splat_glb_at(
+    splats: &GaussianSplats,
+    options: &SplatGlbOptions,
+    origin_m: [f64; 3],
+) -> Result<Vec<u8>> {
+    spz_glb(splats, options, (origin_m != [0.0; 3]).then_some(origin_m))
+}
+
+/// [`write_plain_splat_glb_placed`] for splats and their origin held apart (no copy).
+pub(super) fn write_plain_splat_glb_at(
+    splats: &GaussianSplats,
+    options: &SplatGlbOptions,
+    origin_m: [f64; 3],
+) -> Result<Vec<u8>> {
+    plain_glb(splats, options, (origin_m != [0.0; 3]).then_some(origin_m))
+}
+
+/// The one node of a splat GLB: the mesh, translated when `translation` is given.
+fn node_json(translation: Option<[f64; 3]>) -> Value {
+    match translation {
+        Some(t) => json!({ "mesh": 0, "translation": t }),
+        None => json!({ "mesh": 0 }),
+    }
+}
+
+fn spz_glb(
+    splats: &GaussianSplats,
+    options: &SplatGlbOptions,
+    translation: Option<[f64; 3]>,
+) -> Result<Vec<u8>> {
     const CONTEXT: &str = "splat GLB write";
     splats.check_shapes(CONTEXT)?;
     let n = splats.len();
@@ -181,7 +239,7 @@ pub fn write_splat_glb_with(splats: &GaussianSplats, options: &SplatGlbOptions) 
         "extensionsRequired": extensions,
         "scene": 0,
         "scenes": [{ "nodes": [0] }],
-        "nodes": [{ "mesh": 0 }],
+        "nodes": [node_json(translation)],
         "meshes": [{ "primitives": [{
             "mode": 0,
             "attributes": attributes,
@@ -221,6 +279,30 @@ pub fn write_splat_glb_with(splats: &GaussianSplats, options: &SplatGlbOptions) 
 pub fn write_plain_splat_glb(
     splats: &GaussianSplats,
     options: &SplatGlbOptions,
+) -> Result<Vec<u8>> {
+    plain_glb(splats, options, None)
+}
+
+/// [`write_plain_splat_glb`] for splats at an f64 origin: `POSITION` holds the f32 means
+/// relative to the origin and the node gets `"translation": origin_m` (f64 in the JSON), so a
+/// client places splat i at `origin + mean`. Origin 0 writes no translation and exactly the
+/// bytes of [`write_plain_splat_glb`].
+///
+/// - `placed`: N ≥ 1 splats, `origin_m` and means in glTF Y-up metres.
+///
+/// # Errors
+/// As [`write_plain_splat_glb`].
+pub fn write_plain_splat_glb_placed(
+    placed: &PlacedSplats,
+    options: &SplatGlbOptions,
+) -> Result<Vec<u8>> {
+    plain_glb(&placed.splats, options, node_translation(placed))
+}
+
+fn plain_glb(
+    splats: &GaussianSplats,
+    options: &SplatGlbOptions,
+    translation: Option<[f64; 3]>,
 ) -> Result<Vec<u8>> {
     const CONTEXT: &str = "plain splat GLB write";
     splats.check_shapes(CONTEXT)?;
@@ -327,7 +409,7 @@ pub fn write_plain_splat_glb(
         "extensionsUsed": [KHR_GAUSSIAN_SPLATTING],
         "scene": 0,
         "scenes": [{ "nodes": [0] }],
-        "nodes": [{ "mesh": 0 }],
+        "nodes": [node_json(translation)],
         "meshes": [{ "primitives": [{
             "mode": 0,
             "attributes": attributes,
@@ -349,7 +431,8 @@ pub fn write_plain_splat_glb(
     Ok(frame_glb(&json, &bin))
 }
 
-/// Read a splat GLB file (SPZ-compressed or plain); errors name `path`. See [`read_splat_glb`].
+/// Read a splat GLB file (SPZ-compressed or plain) in its glTF scene frame, node transforms
+/// applied; errors name `path`. See [`read_splat_glb`].
 ///
 /// # Errors
 /// [`Error::NotFound`] / [`Error::Io`] when the file cannot be read; otherwise as
@@ -357,6 +440,20 @@ pub fn write_plain_splat_glb(
 pub fn read_splat_glb_file(path: &Path) -> Result<GaussianSplats> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
     read_splat_glb_from(&bytes, path)
+}
+
+/// [`read_splat_glb_file`] keeping positions that f32 cannot hold at an f64 origin: the node
+/// transforms are applied in f64 and [`PlacedSplats::from_absolute`] picks the origin, so a GLB
+/// written by [`write_splat_glb_placed`] or [`write_plain_splat_glb_placed`] (survey
+/// coordinates in the node `translation`) reads back without f32 loss. A scene f32 holds reads
+/// with origin `[0, 0, 0]` and exactly the splats of [`read_splat_glb_file`].
+///
+/// # Errors
+/// As [`read_splat_glb_file`].
+pub fn read_splat_glb_file_placed(path: &Path) -> Result<PlacedSplats> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let (splats, positions_m) = read_scene(&bytes, path, Positions::AlsoF64)?;
+    Ok(PlacedSplats::from_absolute(&positions_m, splats))
 }
 
 /// Read `count` × `width` f32 values of float accessor `index` from the BIN chunk.
@@ -545,24 +642,56 @@ fn frame_glb(json: &[u8], bin: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Decode the splats of a GLB written by [`write_splat_glb`] (or any GLB whose first
-/// `KHR_gaussian_splatting` primitive carries a `KHR_gaussian_splatting_compression_spz_2`
-/// bufferView into the GLB's BIN chunk), or, when no primitive has an SPZ payload, of the first
-/// uncompressed `KHR_gaussian_splatting` primitive ([`write_plain_splat_glb`]'s layout; FLOAT
-/// accessors only; linear scales of 0 become log-scale ln 1e−30, opacities are clamped to
-/// [1e−6, 1 − 1e−6]). Errors name the source as `<GLB bytes>`; node transforms are not applied.
+/// Decode the splats of a splat GLB in its glTF scene frame: every `KHR_gaussian_splatting`
+/// primitive reached from the default scene, moved by the world transform of the node that
+/// references its mesh, concatenated in scene order (depth first, children in file order).
 ///
-/// Returns the SPZ content as [`super::spz::decode_spz`] does (tile-local positions when the GLB
-/// is a tile).
+/// Which splats: the scene named by `scene`, else scene 0, else (a file without scenes) every
+/// root node. A mesh referenced by k nodes contributes k copies; a mesh no node reaches is not
+/// read (glTF does not draw it). A primitive is SPZ-compressed (a
+/// `KHR_gaussian_splatting_compression_spz_2` bufferView into the BIN chunk, as
+/// [`write_splat_glb`] writes) or plain ([`write_plain_splat_glb`]'s layout; FLOAT accessors only;
+/// linear scales of 0 become log-scale ln 1e−30, opacities are clamped to [1e−6, 1 − 1e−6]).
+/// Primitives of different SH degrees are merged at the highest degree with the missing bands
+/// zero, which leaves every splat's colour as it was.
+///
+/// Transforms: a node's local transform is its `matrix` (column-major 4×4, bottom row 0 0 0 1)
+/// or T·R·S (`rotation` a unit quaternion **x, y, z, w**); its world transform M is its parent's
+/// times its own, composed in f64. Each splat's mean becomes M·mean and its covariance
+/// Σ = R·diag(s²)·Rᵀ becomes A·Σ·Aᵀ, A the 3×3 linear part of M, written back as a unit
+/// quaternion (**w, x, y, z**, Kiln's order) and log-scales:
+/// - A a rotation times a uniform scale s > 0 (to a relative 1e−5): exact; q → q_A ⊗ q,
+///   log-scales + ln s, SH bands 1..=3 rotated by q_A ([`super::sh::ShRotation`]) so that the
+///   colour seen along A·d equals the colour seen along d before;
+/// - A mirroring (det < 0) but otherwise as above: the same with the rotation −A/s, SH degree 0
+///   only (Σ does not see the sign);
+/// - any other invertible A (non-uniform scale, shear): A·Σ·Aᵀ by its eigen-decomposition,
+///   SH degree 0 only.
+///
+/// Opacities and the DC term are unchanged. A scene of one node without a transform (what Kiln
+/// writes) returns the primitive exactly as decoded, bit for bit; a pure translation changes only
+/// the means.
+///
+/// Returns [`GaussianSplats`] with N = the sum over placed primitives; positions in metres in the
+/// glTF scene frame (tile-local when the GLB is a 3D Tiles tile: the tile's own `transform` lives
+/// in the tileset, not the GLB). Errors name the source as `<GLB bytes>`.
 ///
 /// # Errors
-/// [`Error::Corrupt`] for a wrong magic, version ≠ 2, bad chunk framing, invalid JSON or a
-/// bufferView outside the BIN chunk; [`Error::Unsupported`] when no primitive carries
-/// `KHR_gaussian_splatting`, an uncompressed attribute is not FLOAT, or the buffer is external;
-/// [`Error::Invalid`] when a required attribute of an uncompressed primitive is missing or its
-/// count differs from POSITION's; [`Error::Invalid`] when the
-/// POSITION accessor count differs from the SPZ point count; SPZ errors as in
-/// [`super::spz::decode_spz`].
+/// [`Error::Corrupt`] for a wrong magic, version ≠ 2, bad chunk framing, invalid JSON, a
+/// bufferView outside the BIN chunk, or a node reached twice (a cycle or two parents);
+/// [`Error::Unsupported`] when no primitive carries `KHR_gaussian_splatting`, an uncompressed
+/// attribute is not FLOAT, the buffer is external, or a node's world transform has a non-uniform
+/// scale or mirrors while the splats have SH degree ≥ 1 (their view-dependent colour cannot
+/// follow; the error names the node's `scale` or `matrix`); [`Error::Invalid`] when a required
+/// attribute of an uncompressed primitive is missing or its count differs from POSITION's, when
+/// the POSITION accessor count differs from the SPZ point count, for a `scene`, node or mesh
+/// index out of range, a malformed `matrix`/`translation`/`rotation`/`scale` (wrong length, not
+/// numbers, a zero quaternion, a projective matrix), a singular world transform (a zero scale),
+/// a transformed value that is not finite, or a scene that reaches no splat mesh; SPZ errors as
+/// in [`super::spz::decode_spz`].
+///
+/// Source: glTF 2.0 §3.5.2 (Transformations) and §5.25 (node); Kerbl et al. 2023, "3D Gaussian
+/// Splatting", §4 (Σ = R·S·Sᵀ·Rᵀ, so a linear map A sends Σ to A·Σ·Aᵀ).
 pub fn read_splat_glb(bytes: &[u8]) -> Result<GaussianSplats> {
     read_splat_glb_from(bytes, Path::new("<GLB bytes>"))
 }
@@ -659,24 +788,49 @@ fn spz_payload<'a>(
     bin: &'a [u8],
     path: &Path,
 ) -> Result<Option<(&'a [u8], Option<u64>)>> {
-    let primitives = doc["meshes"]
+    let first = all_primitives(doc)
+        .find_map(|p| spz_buffer_view(p).map(|view| (view, p["attributes"]["POSITION"].as_u64())));
+    let Some((view_index, position_accessor)) = first else {
+        return Ok(None);
+    };
+    Ok(Some((
+        spz_bytes(doc, bin, view_index, path)?,
+        position_accessor,
+    )))
+}
+
+/// Every primitive of every mesh, in file order.
+fn all_primitives(doc: &Value) -> impl Iterator<Item = &Value> {
+    doc["meshes"]
         .as_array()
         .into_iter()
         .flatten()
-        .flat_map(|m| m["primitives"].as_array().into_iter().flatten());
-    let mut found = None;
-    for p in primitives {
-        let ext =
-            &p["extensions"][KHR_GAUSSIAN_SPLATTING]["extensions"][KHR_GAUSSIAN_SPLATTING_SPZ_2];
-        if let Some(view) = ext["bufferView"].as_u64() {
-            found = Some((view as usize, p["attributes"]["POSITION"].as_u64()));
-            break;
-        }
-    }
-    let Some((view_index, position_accessor)) = found else {
-        return Ok(None);
-    };
-    let view = &doc["bufferViews"][view_index];
+        .flat_map(|m| m["primitives"].as_array().into_iter().flatten())
+}
+
+/// The `KHR_gaussian_splatting` primitives of mesh `mesh`, in file order.
+fn splat_primitives(doc: &Value, mesh: usize) -> impl Iterator<Item = &Value> {
+    doc["meshes"][mesh]["primitives"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| is_splat_primitive(p))
+}
+
+fn is_splat_primitive(prim: &Value) -> bool {
+    prim["extensions"].get(KHR_GAUSSIAN_SPLATTING).is_some()
+}
+
+/// The bufferView of a primitive's `KHR_gaussian_splatting_compression_spz_2` payload, if any.
+fn spz_buffer_view(prim: &Value) -> Option<u64> {
+    prim["extensions"][KHR_GAUSSIAN_SPLATTING]["extensions"][KHR_GAUSSIAN_SPLATTING_SPZ_2]
+        ["bufferView"]
+        .as_u64()
+}
+
+/// The bytes of bufferView `view_index`, which must lie in the GLB BIN chunk.
+fn spz_bytes<'a>(doc: &Value, bin: &'a [u8], view_index: u64, path: &Path) -> Result<&'a [u8]> {
+    let view = &doc["bufferViews"][view_index as usize];
     let field = format!("bufferViews[{view_index}]");
     let buffer = view["buffer"].as_u64();
     if buffer != Some(0) || doc["buffers"][0].get("uri").is_some() {
@@ -691,48 +845,81 @@ fn spz_payload<'a>(
     let Some(length) = view["byteLength"].as_u64().map(|l| l as usize) else {
         return Err(corrupt(path, field, "bufferView without byteLength"));
     };
-    let Some(spz) = offset
+    offset
         .checked_add(length)
         .and_then(|end| bin.get(offset..end))
-    else {
-        return Err(corrupt(
-            path,
-            field,
-            format!(
-                "bytes {offset}..{} lie outside the {}-byte BIN chunk",
-                offset + length,
-                bin.len()
-            ),
-        ));
-    };
-    Ok(Some((spz, position_accessor)))
+        .ok_or_else(|| {
+            corrupt(
+                path,
+                field,
+                format!(
+                    "bytes {offset}..{} lie outside the {}-byte BIN chunk",
+                    offset + length,
+                    bin.len()
+                ),
+            )
+        })
 }
 
 fn read_splat_glb_from(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
+    Ok(read_scene(bytes, path, Positions::F32)?.0)
+}
+
+/// Which positions [`read_scene`] returns besides the splats' f32 means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Positions {
+    /// Only the f32 means (no extra memory).
+    F32,
+    /// Also `[N, 3]` f64 metres: node translations of a survey-scale scene exceed f32's
+    /// precision, so [`read_splat_glb_file_placed`] builds its origin from these.
+    AlsoF64,
+}
+
+/// The splats of a splat GLB in its scene frame (see [`read_splat_glb`]), and with
+/// [`Positions::AlsoF64`] their positions in f64 (`[N, 3]` metres; empty otherwise).
+fn read_scene(
+    bytes: &[u8],
+    path: &Path,
+    positions: Positions,
+) -> Result<(GaussianSplats, Vec<f64>)> {
     let (doc, bin) = parse_glb(bytes, path)?;
-    let Some((spz, position_accessor)) = spz_payload(&doc, bin, path)? else {
-        // No SPZ payload: an uncompressed KHR_gaussian_splatting primitive.
-        let plain = doc["meshes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|m| m["primitives"].as_array().into_iter().flatten())
-            .find(|p| p["extensions"].get(KHR_GAUSSIAN_SPLATTING).is_some());
-        return match plain {
-            Some(p) => read_plain_primitive(&doc, bin, p, path),
-            None => Err(Error::Unsupported {
-                path: path.to_path_buf(),
-                field: format!("meshes[*].primitives[*].extensions.{KHR_GAUSSIAN_SPLATTING}"),
-                found: "no primitive with KHR_gaussian_splatting (a mesh or point cloud GLB?)"
-                    .into(),
-                supported: format!(
-                    "{KHR_GAUSSIAN_SPLATTING} primitives, plain or with {KHR_GAUSSIAN_SPLATTING_SPZ_2}"
-                ),
-            }),
-        };
+    if !all_primitives(&doc).any(is_splat_primitive) {
+        return Err(Error::Unsupported {
+            path: path.to_path_buf(),
+            field: format!("meshes[*].primitives[*].extensions.{KHR_GAUSSIAN_SPLATTING}"),
+            found: "no primitive with KHR_gaussian_splatting (a mesh or point cloud GLB?)".into(),
+            supported: format!(
+                "{KHR_GAUSSIAN_SPLATTING} primitives, plain or with {KHR_GAUSSIAN_SPLATTING_SPZ_2}"
+            ),
+        });
+    }
+    let mut positions_m = Vec::new();
+    let mut parts = Vec::new();
+    for placement in node_transforms::splat_mesh_placements(&doc, path)? {
+        for prim in splat_primitives(&doc, placement.mesh) {
+            let mut splats = read_splat_primitive(&doc, bin, prim, path)?;
+            if positions == Positions::AlsoF64 {
+                positions_m.extend(placement.positions_m(&splats.means));
+            }
+            placement.apply(&mut splats, &doc, path)?;
+            parts.push(splats);
+        }
+    }
+    Ok((concatenate(parts), positions_m))
+}
+
+/// Decode one `KHR_gaussian_splatting` primitive, SPZ-compressed or plain, in its mesh's frame.
+fn read_splat_primitive(
+    doc: &Value,
+    bin: &[u8],
+    prim: &Value,
+    path: &Path,
+) -> Result<GaussianSplats> {
+    let Some(view_index) = spz_buffer_view(prim) else {
+        return read_plain_primitive(doc, bin, prim, path);
     };
-    let splats = decode_spz_from(spz, path)?;
-    if let Some(acc) = position_accessor {
+    let splats = decode_spz_from(spz_bytes(doc, bin, view_index, path)?, path)?;
+    if let Some(acc) = prim["attributes"]["POSITION"].as_u64() {
         let count = doc["accessors"][acc as usize]["count"].as_u64();
         if count != Some(splats.len() as u64) {
             return Err(Error::Invalid {
@@ -744,6 +931,647 @@ fn read_splat_glb_from(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
         }
     }
     Ok(splats)
+}
+
+/// The splats of several placed primitives as one set. A part of lower SH degree gets zero
+/// coefficients for the bands it lacks: they add nothing to the colour, so no splat changes.
+fn concatenate(mut parts: Vec<GaussianSplats>) -> GaussianSplats {
+    if parts.len() == 1 {
+        return parts.pop().unwrap_or_default();
+    }
+    let sh_degree = parts.iter().map(|p| p.sh_degree).max().unwrap_or(0);
+    let k = super::sh::sh_coeff_count(sh_degree);
+    let mut out = GaussianSplats {
+        sh_degree,
+        ..GaussianSplats::default()
+    };
+    for part in parts {
+        let part_k = part.sh_coeffs_per_channel();
+        out.means.extend(part.means);
+        out.log_scales.extend(part.log_scales);
+        out.rotations.extend(part.rotations);
+        out.logit_opacities.extend(part.logit_opacities);
+        for splat in part.sh_coeffs.chunks_exact(part_k * 3) {
+            out.sh_coeffs.extend_from_slice(splat);
+            out.sh_coeffs
+                .resize(out.sh_coeffs.len() + (k - part_k) * 3, 0.0);
+        }
+    }
+    out
+}
+
+/// glTF node transforms applied to splats: which nodes of the default scene place which splat
+/// meshes with what world transform, and how that transform moves a Gaussian.
+///
+/// Sources: glTF 2.0 §3.5.2 (a node's `matrix` is column-major; otherwise T·R·S with a unit
+/// quaternion x, y, z, w; a node's world transform is its parent's times its own) and §5.25
+/// (node properties); `KHR_gaussian_splatting` (Σ′ = M·Σ·Mᵀ with M the node's world 3×3, SH
+/// rotated with the node; shared/research/tiles-formats.md §2.1); Kerbl et al. 2023 §4
+/// (Σ = R·S·Sᵀ·Rᵀ, so M = A·R·S and A·Σ·Aᵀ = M·Mᵀ);
+/// Demmel & Veselić 1992, "Jacobi's method is more accurate than QR" (one-sided Jacobi keeps the
+/// small singular values of a column-scaled matrix to high relative accuracy, which keeps
+/// needle-thin splats thin).
+mod node_transforms {
+    use std::path::Path;
+
+    use serde_json::Value;
+
+    use super::super::GaussianSplats;
+    use super::super::convert::rotate_splats;
+    use crate::rotation::{quaternion_to_rotation, rotation_to_quaternion};
+    use crate::{Error, Result};
+
+    type Mat3 = [[f64; 3]; 3];
+
+    const IDENTITY3: Mat3 = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
+
+    /// Largest deviation of AᵀA from s²·I, relative to s², still treated as a rotation times a
+    /// uniform scale s. Exporters write matrices and quaternions as f32 decimals (relative error
+    /// ~6e−8 per entry) and a few nested nodes multiply that; 1e−5 sits well above that round-off
+    /// and far below any scale difference a scene uses on purpose, and treating such a
+    /// near-similarity as exact changes a covariance by less than 1e−5 relative.
+    const SIMILARITY_TOLERANCE: f64 = 1e-5;
+
+    /// One-sided Jacobi converges quadratically; a 3×3 needs about five sweeps, so hitting this
+    /// bound means the input was not finite.
+    const JACOBI_MAX_SWEEPS: usize = 30;
+
+    /// An affine map p ↦ linear·p + translation (row-major, f64).
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    struct Affine {
+        linear: Mat3,
+        translation: [f64; 3],
+    }
+
+    impl Affine {
+        const IDENTITY: Self = Self {
+            linear: IDENTITY3,
+            translation: [0.0; 3],
+        };
+
+        /// `self ∘ child`: the world transform of a node whose parent's is `self`.
+        fn then_child(&self, child: &Affine) -> Affine {
+            Affine {
+                linear: mat_mul(&self.linear, &child.linear),
+                translation: self.apply(child.translation),
+            }
+        }
+
+        fn apply(&self, p: [f64; 3]) -> [f64; 3] {
+            let a = &self.linear;
+            std::array::from_fn(|r| {
+                a[r][0] * p[0] + a[r][1] * p[1] + a[r][2] * p[2] + self.translation[r]
+            })
+        }
+    }
+
+    /// Where a splat mesh is drawn: one node that references it, with that node's world
+    /// transform.
+    pub(super) struct Placement {
+        /// Index into `meshes`; the mesh holds at least one splat primitive.
+        pub(super) mesh: usize,
+        /// Node indices from a scene root down to the node holding the mesh (for messages).
+        chain: Vec<usize>,
+        world: Affine,
+    }
+
+    /// Every placement of a splat mesh in the default scene, in scene order (depth first,
+    /// children in file order).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for bad indices or node transforms, or when no node reaches a splat
+    /// mesh; [`Error::Corrupt`] when a node is reached twice.
+    pub(super) fn splat_mesh_placements(doc: &Value, path: &Path) -> Result<Vec<Placement>> {
+        let (scene, roots) = scene_roots(doc, path)?;
+        let nodes = doc["nodes"].as_array().map_or(&[][..], Vec::as_slice);
+        let mut reached = vec![false; nodes.len()];
+        let mut placements = Vec::new();
+        let mut stack: Vec<(usize, Vec<usize>, Affine)> = roots
+            .iter()
+            .rev()
+            .map(|&root| (root, Vec::new(), Affine::IDENTITY))
+            .collect();
+        while let Some((node, mut chain, parent)) = stack.pop() {
+            if std::mem::replace(&mut reached[node], true) {
+                return Err(Error::Corrupt {
+                    path: path.to_path_buf(),
+                    location: format!("nodes[{node}]"),
+                    what: "node reached twice from the scene (a cycle or a node with two parents)"
+                        .into(),
+                });
+            }
+            chain.push(node);
+            let world = parent.then_child(&local_transform(&nodes[node], node, path)?);
+            if let Some(mesh) = splat_mesh_of(doc, node, path)? {
+                placements.push(Placement {
+                    mesh,
+                    chain: chain.clone(),
+                    world,
+                });
+            }
+            let children = node_indices(
+                &nodes[node]["children"],
+                &format!("nodes[{node}].children"),
+                nodes.len(),
+                path,
+            )?;
+            stack.extend(children.iter().rev().map(|&c| (c, chain.clone(), world)));
+        }
+        if placements.is_empty() {
+            return Err(Error::Invalid {
+                path: path.to_path_buf(),
+                field: scene,
+                expected: "a node that references a mesh with a KHR_gaussian_splatting primitive \
+                    (glTF draws only meshes reached from the scene); add such a node to the scene"
+                    .into(),
+                found: "no node reaching a splat mesh".into(),
+            });
+        }
+        Ok(placements)
+    }
+
+    /// The root nodes to walk, and their field name for messages: those of the scene named by
+    /// `scene`, else of scene 0, else (a file without scenes) every node that is nobody's child.
+    fn scene_roots(doc: &Value, path: &Path) -> Result<(String, Vec<usize>)> {
+        let node_count = doc["nodes"].as_array().map_or(0, Vec::len);
+        let scenes = doc["scenes"].as_array().map_or(&[][..], Vec::as_slice);
+        let scene = match doc.get("scene") {
+            None => (!scenes.is_empty()).then_some(0),
+            Some(v) => Some(
+                v.as_u64()
+                    .map(|i| i as usize)
+                    .filter(|&i| i < scenes.len())
+                    .ok_or_else(|| Error::Invalid {
+                        path: path.to_path_buf(),
+                        field: "scene".into(),
+                        expected: format!("the index of one of the {} scenes", scenes.len()),
+                        found: excerpt(v),
+                    })?,
+            ),
+        };
+        if let Some(i) = scene {
+            let field = format!("scenes[{i}].nodes");
+            let roots = node_indices(&scenes[i]["nodes"], &field, node_count, path)?;
+            return Ok((field, roots));
+        }
+        let mut is_child = vec![false; node_count];
+        for (n, node) in doc["nodes"].as_array().into_iter().flatten().enumerate() {
+            let field = format!("nodes[{n}].children");
+            for c in node_indices(&node["children"], &field, node_count, path)? {
+                is_child[c] = true;
+            }
+        }
+        let roots = (0..node_count).filter(|&n| !is_child[n]).collect();
+        Ok(("nodes (no scenes: every root node)".into(), roots))
+    }
+
+    /// A JSON array of node indices below `node_count`; absent means empty.
+    fn node_indices(v: &Value, field: &str, node_count: usize, path: &Path) -> Result<Vec<usize>> {
+        if v.is_null() {
+            return Ok(Vec::new());
+        }
+        let indices = v.as_array().and_then(|a| {
+            a.iter()
+                .map(|i| i.as_u64().map(|i| i as usize).filter(|&i| i < node_count))
+                .collect::<Option<Vec<_>>>()
+        });
+        indices.ok_or_else(|| Error::Invalid {
+            path: path.to_path_buf(),
+            field: field.into(),
+            expected: format!("an array of node indices below {node_count}"),
+            found: excerpt(v),
+        })
+    }
+
+    /// `nodes[node].mesh` when that mesh holds a splat primitive.
+    fn splat_mesh_of(doc: &Value, node: usize, path: &Path) -> Result<Option<usize>> {
+        let v = &doc["nodes"][node]["mesh"];
+        if v.is_null() {
+            return Ok(None);
+        }
+        let mesh_count = doc["meshes"].as_array().map_or(0, Vec::len);
+        let Some(mesh) = v.as_u64().map(|m| m as usize).filter(|&m| m < mesh_count) else {
+            return Err(Error::Invalid {
+                path: path.to_path_buf(),
+                field: format!("nodes[{node}].mesh"),
+                expected: format!("the index of one of the {mesh_count} meshes"),
+                found: excerpt(v),
+            });
+        };
+        Ok(super::splat_primitives(doc, mesh).next().map(|_| mesh))
+    }
+
+    /// A node's local transform: its `matrix`, else T·R·S (each part defaulting to identity).
+    fn local_transform(node: &Value, index: usize, path: &Path) -> Result<Affine> {
+        let field = |property: &str| format!("nodes[{index}].{property}");
+        if let Some(v) = node.get("matrix") {
+            let m: [f64; 16] = numbers(v, &field("matrix"), path)?;
+            if [m[3], m[7], m[11], m[15]] != [0.0, 0.0, 0.0, 1.0] {
+                return Err(Error::Invalid {
+                    path: path.to_path_buf(),
+                    field: field("matrix"),
+                    expected: "an affine column-major matrix: elements 3, 7, 11, 15 = 0, 0, 0, 1 \
+                        (glTF requires a matrix that decomposes into T·R·S)"
+                        .into(),
+                    found: excerpt(v),
+                });
+            }
+            return Ok(Affine {
+                linear: std::array::from_fn(|r| std::array::from_fn(|c| m[c * 4 + r])),
+                translation: [m[12], m[13], m[14]],
+            });
+        }
+        let optional = |property: &str| node.get(property).map(|v| (v, field(property)));
+        let translation = match optional("translation") {
+            Some((v, f)) => numbers(v, &f, path)?,
+            None => [0.0; 3],
+        };
+        let [x, y, z, w] = match optional("rotation") {
+            Some((v, f)) => numbers(v, &f, path)?,
+            None => [0.0, 0.0, 0.0, 1.0],
+        };
+        let scale: [f64; 3] = match optional("scale") {
+            Some((v, f)) => numbers(v, &f, path)?,
+            None => [1.0; 3],
+        };
+        // glTF quaternions are x, y, z, w; Kiln's are w, x, y, z.
+        let rotation = quaternion_to_rotation([w, x, y, z]).ok_or_else(|| Error::Invalid {
+            path: path.to_path_buf(),
+            field: field("rotation"),
+            expected: "a unit quaternion (x, y, z, w)".into(),
+            found: format!("{:?}", [x, y, z, w]),
+        })?;
+        Ok(Affine {
+            linear: std::array::from_fn(|r| std::array::from_fn(|c| rotation[r][c] * scale[c])),
+            translation,
+        })
+    }
+
+    /// A JSON array of exactly `L` finite numbers.
+    fn numbers<const L: usize>(v: &Value, field: &str, path: &Path) -> Result<[f64; L]> {
+        let parsed = v.as_array().filter(|a| a.len() == L).and_then(|a| {
+            a.iter()
+                .map(|x| x.as_f64().filter(|f| f.is_finite()))
+                .collect::<Option<Vec<f64>>>()
+        });
+        parsed
+            .and_then(|p| p.try_into().ok())
+            .ok_or_else(|| Error::Invalid {
+                path: path.to_path_buf(),
+                field: field.into(),
+                expected: format!("an array of {L} finite numbers"),
+                found: excerpt(v),
+            })
+    }
+
+    /// A JSON value for a message, cut to a readable length.
+    fn excerpt(v: &Value) -> String {
+        let text = v.to_string();
+        match text.char_indices().nth(80) {
+            Some((cut, _)) => format!("{}…", &text[..cut]),
+            None => text,
+        }
+    }
+
+    /// What the 3×3 linear part A of a world transform does to a Gaussian.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum LinearPart {
+        /// Exactly the identity: only the means move.
+        Identity,
+        /// A = ±s·R with R a proper rotation and s > 0; `mirrored` when the sign is −.
+        Similarity {
+            rotation: Mat3,
+            ln_scale: f64,
+            mirrored: bool,
+        },
+        /// Invertible, but not a similarity (non-uniform scale or shear).
+        General,
+        /// det A = 0 (a zero scale) or not finite.
+        Singular,
+    }
+
+    fn classify(a: &Mat3) -> LinearPart {
+        if *a == IDENTITY3 {
+            return LinearPart::Identity;
+        }
+        let det = det3(a);
+        if det == 0.0 || !det.is_finite() {
+            return LinearPart::Singular;
+        }
+        let gram: Mat3 = std::array::from_fn(|i| {
+            std::array::from_fn(|j| (0..3).map(|k| a[k][i] * a[k][j]).sum())
+        });
+        let s2 = (gram[0][0] + gram[1][1] + gram[2][2]) / 3.0;
+        let uniform = (0..3).all(|i| {
+            (0..3).all(|j| {
+                let target = if i == j { s2 } else { 0.0 };
+                (gram[i][j] - target).abs() <= SIMILARITY_TOLERANCE * s2
+            })
+        });
+        if !uniform {
+            return LinearPart::General;
+        }
+        let s = s2.sqrt();
+        let sign = det.signum();
+        // Re-derive the rotation from its quaternion so that the splat quaternions and the SH
+        // rotation use the same exactly orthonormal matrix.
+        let q = rotation_to_quaternion(std::array::from_fn(|i| {
+            std::array::from_fn(|j| a[i][j] * sign / s)
+        }));
+        LinearPart::Similarity {
+            rotation: quaternion_to_rotation(q).unwrap_or(IDENTITY3),
+            ln_scale: s.ln(),
+            mirrored: det < 0.0,
+        }
+    }
+
+    impl Placement {
+        /// Move `splats`, read in the mesh's frame, into the scene frame by this placement's
+        /// world transform (the rules are in [`super::read_splat_glb`]'s docs).
+        ///
+        /// # Errors
+        /// [`Error::Invalid`] for a singular transform, a zero splat quaternion under a general
+        /// transform, or a non-finite result; [`Error::Unsupported`] for a non-uniform or
+        /// mirroring transform on SH degree ≥ 1.
+        pub(super) fn apply(
+            &self,
+            splats: &mut GaussianSplats,
+            doc: &Value,
+            path: &Path,
+        ) -> Result<()> {
+            // Kiln's own files: no work, so the splats stay bit-identical to the decoded ones.
+            if self.world == Affine::IDENTITY {
+                return Ok(());
+            }
+            // Computed up front: `rotate_splats` below also rotates the means it is given.
+            let means: Vec<f32> = self.positions_m(&splats.means).map(|m| m as f32).collect();
+            let view_dependent = splats.sh_degree >= 1;
+            match classify(&self.world.linear) {
+                LinearPart::Identity => {}
+                LinearPart::Singular => return Err(self.singular(doc, path)),
+                LinearPart::Similarity { mirrored: true, .. } if view_dependent => {
+                    return Err(self.unsupported(doc, path, splats.sh_degree, Culprit::Mirroring));
+                }
+                LinearPart::General if view_dependent => {
+                    return Err(self.unsupported(doc, path, splats.sh_degree, Culprit::NonUniform));
+                }
+                LinearPart::Similarity {
+                    rotation, ln_scale, ..
+                } => {
+                    if rotation != IDENTITY3 {
+                        rotate_splats(splats, rotation)?;
+                    }
+                    for l in &mut splats.log_scales {
+                        *l = (f64::from(*l) + ln_scale) as f32;
+                    }
+                }
+                LinearPart::General => self.reshape_covariances(splats, path)?,
+            }
+            splats.means = means;
+            self.check_finite(splats, path)
+        }
+
+        /// `means` (`[N, 3]`, the mesh's frame) moved into the scene frame, in f64 metres.
+        pub(super) fn positions_m(&self, means: &[f32]) -> impl Iterator<Item = f64> {
+            means
+                .chunks_exact(3)
+                .flat_map(|p| self.world.apply([p[0], p[1], p[2]].map(f64::from)))
+        }
+
+        /// Non-similar A at SH degree 0: each covariance becomes A·Σ·Aᵀ, re-expressed as a
+        /// rotation and three log-scales.
+        fn reshape_covariances(&self, splats: &mut GaussianSplats, path: &Path) -> Result<()> {
+            let gaussians = splats
+                .rotations
+                .chunks_exact_mut(4)
+                .zip(splats.log_scales.chunks_exact_mut(3));
+            for (i, (q, l)) in gaussians.enumerate() {
+                let q_in: [f64; 4] = std::array::from_fn(|j| f64::from(q[j]));
+                let l_in: [f64; 3] = std::array::from_fn(|j| f64::from(l[j]));
+                let Some((q_out, l_out)) = transformed_covariance(&self.world.linear, q_in, l_in)
+                else {
+                    return Err(Error::Invalid {
+                        path: path.to_path_buf(),
+                        field: format!(
+                            "{}:ROTATION (splat {i} of the mesh of {})",
+                            super::KHR_GAUSSIAN_SPLATTING,
+                            self.node_name()
+                        ),
+                        expected: "a non-zero quaternion (a zero one has no axes to transform)"
+                            .into(),
+                        found: format!("{q_in:?}"),
+                    });
+                };
+                q.iter_mut().zip(q_out).for_each(|(d, s)| *d = s as f32);
+                l.iter_mut().zip(l_out).for_each(|(d, s)| *d = s as f32);
+            }
+            Ok(())
+        }
+
+        /// Huge scales or translations can overflow f32; say which node and value.
+        fn check_finite(&self, splats: &GaussianSplats, path: &Path) -> Result<()> {
+            let fields: [(&str, &[f32], usize); 4] = [
+                ("means", &splats.means, 3),
+                ("log_scales", &splats.log_scales, 3),
+                ("rotations", &splats.rotations, 4),
+                (
+                    "sh_coeffs",
+                    &splats.sh_coeffs,
+                    splats.sh_coeffs_per_channel() * 3,
+                ),
+            ];
+            for (name, values, per_splat) in fields {
+                if let Some(at) = values.iter().position(|v| !v.is_finite()) {
+                    return Err(Error::Invalid {
+                        path: path.to_path_buf(),
+                        field: self.node_name(),
+                        expected: "a world transform that keeps every splat finite in f32; \
+                            check the scales and translations of this node and its parents"
+                            .into(),
+                        found: format!(
+                            "{name}[splat {}] = {} after the transform of {}",
+                            at / per_splat,
+                            values[at],
+                            self.chain_text()
+                        ),
+                    });
+                }
+            }
+            Ok(())
+        }
+
+        fn singular(&self, doc: &Value, path: &Path) -> Error {
+            let (field, value) = self.blame(doc, |part| matches!(part, LinearPart::Singular));
+            Error::Invalid {
+                path: path.to_path_buf(),
+                field,
+                expected:
+                    "an invertible world transform (a non-zero, finite scale on every axis); \
+                    remove the zero scale or the node"
+                        .into(),
+                found: format!(
+                    "{value}, which makes the world transform of {} singular",
+                    self.chain_text()
+                ),
+            }
+        }
+
+        fn unsupported(&self, doc: &Value, path: &Path, sh_degree: u32, culprit: Culprit) -> Error {
+            let (field, value) = self.blame(doc, |part| culprit.is_in(part));
+            Error::Unsupported {
+                path: path.to_path_buf(),
+                field,
+                found: format!(
+                    "{value}: {} in the world transform of {} on splats of SH degree \
+                     {sh_degree} (their view-dependent colour would be distorted)",
+                    culprit.description(),
+                    self.chain_text()
+                ),
+                supported: format!(
+                    "rotations, translations and uniform positive scales at SH degree ≥ 1 (any \
+                     invertible transform at SH degree 0); {}, or re-export the splats at SH \
+                     degree 0",
+                    culprit.fix()
+                ),
+            }
+        }
+
+        /// The node property to blame for a world-transform problem, and its JSON value: the
+        /// first node of the chain whose own linear part has the problem (its `matrix`, else its
+        /// `scale`; a TRS rotation alone is never singular, mirroring or non-uniform), else the
+        /// node holding the mesh.
+        fn blame(&self, doc: &Value, has: impl Fn(&LinearPart) -> bool) -> (String, String) {
+            let node_has = |&n: &usize| {
+                local_transform(&doc["nodes"][n], n, Path::new(""))
+                    .is_ok_and(|t| has(&classify(&t.linear)))
+            };
+            let node = self.chain.iter().copied().find(node_has);
+            let node = node.unwrap_or_else(|| *self.chain.last().unwrap_or(&0));
+            let json = &doc["nodes"][node];
+            let property = if json.get("matrix").is_some() {
+                "matrix"
+            } else {
+                "scale"
+            };
+            (
+                format!("nodes[{node}].{property}"),
+                excerpt(&json[property]),
+            )
+        }
+
+        /// `nodes[i]`, the node holding the mesh.
+        fn node_name(&self) -> String {
+            format!("nodes[{}]", self.chain.last().unwrap_or(&0))
+        }
+
+        /// `nodes 0 → 3 → 4`, the path from the scene root.
+        fn chain_text(&self) -> String {
+            let names: Vec<String> = self.chain.iter().map(usize::to_string).collect();
+            format!("nodes {}", names.join(" → "))
+        }
+    }
+
+    /// Which representability rule a transform broke at SH degree ≥ 1.
+    #[derive(Debug, Clone, Copy)]
+    enum Culprit {
+        Mirroring,
+        NonUniform,
+    }
+
+    impl Culprit {
+        fn is_in(self, part: &LinearPart) -> bool {
+            match self {
+                Self::Mirroring => matches!(part, LinearPart::Similarity { mirrored: true, .. }),
+                Self::NonUniform => matches!(part, LinearPart::General),
+            }
+        }
+
+        fn description(self) -> &'static str {
+            match self {
+                Self::Mirroring => "a mirroring transform (negative determinant)",
+                Self::NonUniform => "a non-uniform scale or shear",
+            }
+        }
+
+        fn fix(self) -> &'static str {
+            match self {
+                Self::Mirroring => "remove the negative scale (mirroring) from the node",
+                Self::NonUniform => "make the node's scale uniform",
+            }
+        }
+    }
+
+    /// The unit quaternion (wxyz) and log-scales of A·Σ·Aᵀ, where
+    /// Σ = R(q)·diag(e^{2·log_scales})·R(q)ᵀ; `None` for a zero quaternion.
+    ///
+    /// A·Σ·Aᵀ = M·Mᵀ with M = A·R·diag(s), so M's left singular vectors are the new axes and
+    /// its singular values the new scales. M is factored as e^{l_max}·A·R·diag(e^{l − l_max}) so
+    /// that no column under- or overflows, and its SVD is taken by one-sided Jacobi, which keeps
+    /// tiny scales accurate where an eigen-solver on M·Mᵀ would lose them below round-off.
+    fn transformed_covariance(
+        a: &Mat3,
+        q: [f64; 4],
+        log_scales: [f64; 3],
+    ) -> Option<([f64; 4], [f64; 3])> {
+        let r = quaternion_to_rotation(q)?;
+        let l_max = log_scales.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let ar = mat_mul(a, &r);
+        let columns: [[f64; 3]; 3] = std::array::from_fn(|k| {
+            let w = (log_scales[k] - l_max).exp();
+            std::array::from_fn(|row| ar[row][k] * w)
+        });
+        let (axes, singular_values) = left_singular_vectors(columns);
+        let log_scales_out = singular_values.map(|s| s.ln() + l_max);
+        Some((rotation_to_quaternion(axes), log_scales_out))
+    }
+
+    /// U (row-major, a proper rotation) and σ of the SVD M = U·diag(σ)·Vᵀ of the 3×3 matrix
+    /// with the given columns, by one-sided (Hestenes) Jacobi: rotate pairs of columns until all
+    /// are orthogonal; then σₖ = ‖column k‖ and uₖ = column k / σₖ. V is not needed
+    /// (M·Mᵀ = U·diag(σ²)·Uᵀ), and flipping one uₖ to make det U = +1 leaves M·Mᵀ unchanged.
+    fn left_singular_vectors(mut columns: [[f64; 3]; 3]) -> (Mat3, [f64; 3]) {
+        let dot = |a: &[f64; 3], b: &[f64; 3]| a[0] * b[0] + a[1] * b[1] + a[2] * b[2];
+        for _ in 0..JACOBI_MAX_SWEEPS {
+            let mut rotated = false;
+            for (i, j) in [(0, 1), (0, 2), (1, 2)] {
+                let alpha = dot(&columns[i], &columns[i]);
+                let beta = dot(&columns[j], &columns[j]);
+                let gamma = dot(&columns[i], &columns[j]);
+                if gamma.abs() <= f64::EPSILON * (alpha * beta).sqrt() {
+                    continue;
+                }
+                rotated = true;
+                // The rotation angle that zeroes the pair's inner product (smaller root).
+                let zeta = (beta - alpha) / (2.0 * gamma);
+                let t = zeta.signum() / (zeta.abs() + (1.0 + zeta * zeta).sqrt());
+                let c = 1.0 / (1.0 + t * t).sqrt();
+                let s = c * t;
+                let (ci, cj) = (columns[i], columns[j]);
+                columns[i] = std::array::from_fn(|r| c * ci[r] - s * cj[r]);
+                columns[j] = std::array::from_fn(|r| s * ci[r] + c * cj[r]);
+            }
+            if !rotated {
+                break;
+            }
+        }
+        let sigma = columns.map(|col| dot(&col, &col).sqrt());
+        let mut u: Mat3 =
+            std::array::from_fn(|r| std::array::from_fn(|k| columns[k][r] / sigma[k]));
+        if det3(&u) < 0.0 {
+            u.iter_mut().for_each(|row| row[0] = -row[0]);
+        }
+        (u, sigma)
+    }
+
+    fn mat_mul(a: &Mat3, b: &Mat3) -> Mat3 {
+        std::array::from_fn(|i| std::array::from_fn(|j| (0..3).map(|k| a[i][k] * b[k][j]).sum()))
+    }
+
+    fn det3(a: &Mat3) -> f64 {
+        a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1])
+            - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0])
+            + a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0])
+    }
 }
 
 #[cfg(test)]
@@ -926,5 +1754,461 @@ mod tests {
         assert!(
             write_plain_splat_glb(&GaussianSplats::default(), &SplatGlbOptions::default()).is_err()
         );
+    }
+
+    // Node transforms (glTF 2.0 §3.5.2). Each GLB below is a plain (lossless) GLB whose JSON
+    // nodes were replaced; expected values are worked out by hand in the comments.
+
+    const H: f64 = std::f64::consts::FRAC_1_SQRT_2;
+    /// 90° about +Y as a glTF (x, y, z, w) quaternion: (x, y, z) ↦ (z, y, −x).
+    const QUARTER_TURN_Y_XYZW: [f64; 4] = [0.0, H, 0.0, H];
+
+    /// Two hand-picked splats of SH degree `degree`: splat 0 at (1, 2, 3) unrotated with scales
+    /// 1, 2, 3; splat 1 at (−0.5, 0.25, 4) turned 90° about +X (wxyz (√½, √½, 0, 0)) with
+    /// log-scales −1, −2, −0.5; SH coefficients all distinct.
+    fn hand_splats(degree: u32) -> GaussianSplats {
+        let k = super::super::sh::sh_coeff_count(degree);
+        let h = H as f32;
+        GaussianSplats {
+            means: vec![1.0, 2.0, 3.0, -0.5, 0.25, 4.0],
+            log_scales: vec![0.0, 2f32.ln(), 3f32.ln(), -1.0, -2.0, -0.5],
+            rotations: vec![1.0, 0.0, 0.0, 0.0, h, h, 0.0, 0.0],
+            logit_opacities: vec![0.5, -1.0],
+            sh_coeffs: (0..2 * k * 3).map(|j| 0.05 * j as f32 - 0.4).collect(),
+            sh_degree: degree,
+        }
+    }
+
+    /// `glb` with its JSON edited by `edit` (the BIN chunk kept).
+    fn edit_json(glb: &[u8], edit: impl FnOnce(&mut Value)) -> Vec<u8> {
+        let (mut doc, bin) = parse_glb(glb, Path::new("t")).unwrap();
+        edit(&mut doc);
+        frame_glb(&serde_json::to_vec(&doc).unwrap(), bin)
+    }
+
+    /// A plain GLB of `splats` whose `nodes` and scene-0 roots are replaced.
+    fn glb_with_nodes(splats: &GaussianSplats, nodes: Value, roots: Value) -> Vec<u8> {
+        let glb = write_plain_splat_glb(splats, &SplatGlbOptions::default()).unwrap();
+        edit_json(&glb, |doc| {
+            doc["nodes"] = nodes;
+            doc["scenes"][0]["nodes"] = roots;
+        })
+    }
+
+    fn read_with_nodes(splats: &GaussianSplats, nodes: Value, roots: Value) -> GaussianSplats {
+        read_splat_glb(&glb_with_nodes(splats, nodes, roots)).unwrap()
+    }
+
+    /// The splats as the file stores them (read under one node without a transform).
+    fn stored(splats: &GaussianSplats) -> GaussianSplats {
+        read_with_nodes(splats, json!([{ "mesh": 0 }]), json!([0]))
+    }
+
+    fn assert_close(found: &[f32], expected: &[f64], tolerance: f64, what: &str) {
+        assert_eq!(found.len(), expected.len(), "{what}: length");
+        for (i, (f, e)) in found.iter().zip(expected).enumerate() {
+            assert!(
+                (f64::from(*f) - e).abs() <= tolerance,
+                "{what}[{i}]: found {f}, expected {e}"
+            );
+        }
+    }
+
+    /// Σ = R·diag(s²)·Rᵀ of splat `i`.
+    fn covariance(s: &GaussianSplats, i: usize) -> [[f64; 3]; 3] {
+        let q = std::array::from_fn(|j| f64::from(s.rotations[i * 4 + j]));
+        let r = crate::rotation::quaternion_to_rotation(q).unwrap();
+        let s2: [f64; 3] =
+            std::array::from_fn(|k| (2.0 * f64::from(s.log_scales[i * 3 + k])).exp());
+        std::array::from_fn(|a| {
+            std::array::from_fn(|b| (0..3).map(|k| r[a][k] * s2[k] * r[b][k]).sum())
+        })
+    }
+
+    fn assert_covariance(found: [[f64; 3]; 3], expected: [[f64; 3]; 3], what: &str) {
+        let scale = expected.iter().flatten().fold(0f64, |m, v| m.max(v.abs()));
+        for a in 0..3 {
+            for b in 0..3 {
+                let err = (found[a][b] - expected[a][b]).abs();
+                assert!(err <= 1e-5 * scale, "{what}: {found:?} vs {expected:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn identity_node_transforms_leave_splats_bit_identical() {
+        let glb = write_splat_glb(&random_splats(40, 2, 5.0, 21)).unwrap();
+        let plain = read_splat_glb(&glb).unwrap();
+        let identity_matrix = json!([1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1]);
+        for nodes in [
+            json!([{ "mesh": 0, "translation": [0, 0, 0], "rotation": [0, 0, 0, 1],
+                     "scale": [1, 1, 1] }]),
+            json!([{ "mesh": 0, "matrix": identity_matrix }]),
+            json!([{ "children": [1] }, { "mesh": 0 }]),
+        ] {
+            let edited = edit_json(&glb, |doc| doc["nodes"] = nodes.clone());
+            assert_eq!(read_splat_glb(&edited).unwrap(), plain, "{nodes}");
+        }
+    }
+
+    #[test]
+    fn node_translation_shifts_means_exactly_and_nothing_else() {
+        let s = hand_splats(1);
+        let base = stored(&s);
+        let moved = read_with_nodes(
+            &s,
+            json!([{ "mesh": 0, "translation": [10.0, -2.5, 0.125] }]),
+            json!([0]),
+        );
+        // (1, 2, 3) + t and (−0.5, 0.25, 4) + t.
+        assert_eq!(moved.means, [11.0, -0.5, 3.125, 9.5, -2.25, 4.125]);
+        assert_eq!(moved.log_scales, base.log_scales);
+        assert_eq!(moved.rotations, base.rotations);
+        assert_eq!(moved.sh_coeffs, base.sh_coeffs);
+        assert_eq!(moved.logit_opacities, base.logit_opacities);
+    }
+
+    #[test]
+    fn node_rotation_turns_means_quaternions_and_sh_together() {
+        let s = hand_splats(1);
+        let base = stored(&s);
+        let moved = read_with_nodes(
+            &s,
+            json!([{ "mesh": 0, "rotation": QUARTER_TURN_Y_XYZW }]),
+            json!([0]),
+        );
+        // (x, y, z) ↦ (z, y, −x).
+        assert_close(
+            &moved.means,
+            &[3.0, 2.0, -1.0, 4.0, 0.25, 0.5],
+            1e-6,
+            "means",
+        );
+        // q_Y = (√½, 0, √½, 0); q_Y ⊗ 1 = q_Y; q_Y ⊗ (√½, √½, 0, 0) = (½, ½, ½, −½).
+        let expected_q = [H, 0.0, H, 0.0, 0.5, 0.5, 0.5, -0.5];
+        assert_close(&moved.rotations, &expected_q, 1e-6, "rotations");
+        assert_eq!(moved.log_scales, base.log_scales);
+        assert_eq!(moved.logit_opacities, base.logit_opacities);
+        // Band 1 is C1·(−c₋₁·y + c₀·z − c₁·x); turning the gradient by R gives
+        // (c₋₁, c₀, c₁) ↦ (c₋₁, c₁, −c₀). The DC term stays.
+        for i in 0..2 {
+            for ch in 0..3 {
+                let c = |k: usize| base.sh_coeffs[(i * 4 + k) * 3 + ch];
+                let at = |k: usize| (i * 4 + k) * 3 + ch;
+                assert_eq!(moved.sh_coeffs[at(0)], c(0));
+                let found = [1, 2, 3].map(|k| moved.sh_coeffs[at(k)]);
+                let expected = [c(1), c(3), -c(2)].map(f64::from);
+                assert_close(&found, &expected, 1e-5, "band 1");
+            }
+        }
+        // The colour seen along d before is the colour seen along R·d after.
+        for d in [[0.6, 0.0, 0.8], [0.0, -1.0, 0.0], [H, H, 0.0]] {
+            let turned = [d[2], d[1], -d[0]];
+            for i in 0..2 {
+                let coeffs = |sh: &[f32]| sh[i * 12..i * 12 + 12].to_vec();
+                let before = super::super::sh::eval_sh_colour(&coeffs(&base.sh_coeffs), d);
+                let after = super::super::sh::eval_sh_colour(&coeffs(&moved.sh_coeffs), turned);
+                assert_close(&after.map(|v| v as f32), &before, 1e-5, "colour");
+            }
+        }
+    }
+
+    #[test]
+    fn uniform_node_scale_doubles_means_and_adds_ln2_to_log_scales() {
+        let s = hand_splats(2);
+        let base = stored(&s);
+        let moved = read_with_nodes(&s, json!([{ "mesh": 0, "scale": [2, 2, 2] }]), json!([0]));
+        assert_eq!(moved.means, [2.0, 4.0, 6.0, -1.0, 0.5, 8.0]);
+        let expected: Vec<f64> = base
+            .log_scales
+            .iter()
+            .map(|&l| f64::from(l) + std::f64::consts::LN_2)
+            .collect();
+        assert_close(&moved.log_scales, &expected, 1e-6, "log_scales");
+        // No rotation: quaternions and every SH band are untouched.
+        assert_eq!(moved.rotations, base.rotations);
+        assert_eq!(moved.sh_coeffs, base.sh_coeffs);
+    }
+
+    #[test]
+    fn non_uniform_node_scale_reshapes_degree_0_covariances() {
+        // Pure scale (2, 3, 4), worked by hand. Splat 0: axes stay, scales 1·2, 2·3, 3·4.
+        let s = hand_splats(0);
+        let moved = read_with_nodes(&s, json!([{ "mesh": 0, "scale": [2, 3, 4] }]), json!([0]));
+        assert_close(
+            &moved.means,
+            &[2.0, 6.0, 12.0, -1.0, 0.75, 16.0],
+            1e-6,
+            "means",
+        );
+        let ln = |x: f64| x.ln();
+        assert_close(
+            &moved.log_scales[..3],
+            &[ln(2.0), ln(6.0), ln(12.0)],
+            1e-6,
+            "splat 0",
+        );
+        assert!((f64::from(moved.rotations[0].abs()) - 1.0).abs() < 1e-6);
+        // Splat 1: Σ = diag(e⁻², e⁻¹, e⁻⁴) (its local y, z lie along world z, −y), so
+        // A·Σ·Aᵀ = diag(4e⁻², 9e⁻¹, 16e⁻⁴).
+        let e = |x: f64| x.exp();
+        let expected = [
+            [4.0 * e(-2.0), 0.0, 0.0],
+            [0.0, 9.0 * e(-1.0), 0.0],
+            [0.0, 0.0, 16.0 * e(-4.0)],
+        ];
+        assert_covariance(covariance(&moved, 1), expected, "splat 1");
+
+        // Rotation 30° about Z times scale (2, 0.5, 3) on random splats: A·Σ·Aᵀ per splat.
+        let s = random_splats(50, 0, 5.0, 17);
+        let base = stored(&s);
+        let (sin, cos) = (15f64.to_radians().sin(), 15f64.to_radians().cos());
+        let node = json!([{ "mesh": 0, "rotation": [0.0, 0.0, sin, cos], "scale": [2, 0.5, 3] }]);
+        let moved = read_with_nodes(&s, node, json!([0]));
+        let (s30, c30) = (0.5, 3f64.sqrt() / 2.0);
+        let scale = [2.0, 0.5, 3.0];
+        let r = [[c30, -s30, 0.0], [s30, c30, 0.0], [0.0, 0.0, 1.0]];
+        let a: [[f64; 3]; 3] = std::array::from_fn(|i| std::array::from_fn(|j| r[i][j] * scale[j]));
+        for i in 0..s.len() {
+            let sigma = covariance(&base, i);
+            let expected = std::array::from_fn(|p| {
+                std::array::from_fn(|q| {
+                    let mut v = 0.0;
+                    for k in 0..3 {
+                        for l in 0..3 {
+                            v += a[p][k] * sigma[k][l] * a[q][l];
+                        }
+                    }
+                    v
+                })
+            });
+            assert_covariance(covariance(&moved, i), expected, &format!("splat {i}"));
+            let m: [f64; 3] = std::array::from_fn(|k| f64::from(base.means[i * 3 + k]));
+            let am: Vec<f64> = (0..3)
+                .map(|p| (0..3).map(|k| a[p][k] * m[k]).sum())
+                .collect();
+            assert_close(&moved.means[i * 3..i * 3 + 3], &am, 1e-5, "means");
+        }
+        assert_eq!(moved.logit_opacities, base.logit_opacities);
+    }
+
+    #[test]
+    fn node_matrix_reads_like_the_same_trs() {
+        let s = hand_splats(1);
+        let trs = read_with_nodes(
+            &s,
+            json!([{ "mesh": 0, "translation": [1, 2, 3], "rotation": [0.0, 0.0, H, H],
+                     "scale": [2, 2, 2] }]),
+            json!([0]),
+        );
+        // T·R_z(90°)·2, column-major.
+        let matrix = json!([0, 2, 0, 0, -2, 0, 0, 0, 0, 0, 2, 0, 1, 2, 3, 1]);
+        let m = read_with_nodes(&s, json!([{ "mesh": 0, "matrix": matrix }]), json!([0]));
+        // (x, y, z) ↦ 2·(−y, x, z) + (1, 2, 3).
+        assert_close(&m.means, &[-3.0, 4.0, 9.0, 0.5, 1.0, 11.0], 1e-6, "means");
+        let as_f64 = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
+        assert_close(&m.means, &as_f64(&trs.means), 1e-6, "means");
+        assert_close(&m.rotations, &as_f64(&trs.rotations), 1e-6, "rotations");
+        assert_close(&m.log_scales, &as_f64(&trs.log_scales), 1e-6, "log_scales");
+        assert_close(&m.sh_coeffs, &as_f64(&trs.sh_coeffs), 1e-6, "sh_coeffs");
+    }
+
+    #[test]
+    fn parent_translation_applies_after_child_rotation() {
+        let s = hand_splats(1);
+        let nodes = json!([
+            { "translation": [10, 0, 0], "children": [1] },
+            { "mesh": 0, "rotation": QUARTER_TURN_Y_XYZW },
+        ]);
+        let moved = read_with_nodes(&s, nodes, json!([0]));
+        // T·R: (x, y, z) ↦ (z + 10, y, −x); R·T would give (3, 2, −11) for splat 0.
+        assert_close(
+            &moved.means,
+            &[13.0, 2.0, -1.0, 14.0, 0.25, 0.5],
+            1e-6,
+            "means",
+        );
+        let expected_q = [H, 0.0, H, 0.0, 0.5, 0.5, 0.5, -0.5];
+        assert_close(&moved.rotations, &expected_q, 1e-6, "rotations");
+    }
+
+    #[test]
+    fn mesh_referenced_by_two_nodes_yields_both_copies() {
+        let s = hand_splats(1);
+        let base = stored(&s);
+        let nodes = json!([{ "mesh": 0 }, { "mesh": 0, "translation": [5, 0, 0] }]);
+        let both = read_with_nodes(&s, nodes, json!([0, 1]));
+        assert_eq!(both.len(), 2 * s.len());
+        assert_eq!(both.means[..6], base.means);
+        assert_eq!(both.means[6..], [6.0, 2.0, 3.0, 4.5, 0.25, 4.0]);
+        assert_eq!(
+            both.rotations,
+            [&base.rotations[..], &base.rotations[..]].concat()
+        );
+        assert_eq!(
+            both.sh_coeffs,
+            [&base.sh_coeffs[..], &base.sh_coeffs[..]].concat()
+        );
+    }
+
+    #[test]
+    fn non_uniform_scale_on_view_dependent_splats_is_refused_naming_the_node() {
+        let s = hand_splats(1);
+        let nodes = json!([{ "children": [1] }, { "mesh": 0, "scale": [1, 2, 1] }]);
+        let e = read_splat_glb(&glb_with_nodes(&s, nodes, json!([0]))).unwrap_err();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
+        let msg = e.to_string();
+        for part in [
+            "nodes[1].scale",
+            "[1,2,1]",
+            "non-uniform",
+            "SH degree 1",
+            "nodes 0 → 1",
+        ] {
+            assert!(msg.contains(part), "`{part}` missing from: {msg}");
+        }
+        // A stretching parent matrix is named as such.
+        let nodes = json!([
+            { "matrix": [1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 3, 0, 0, 0, 0, 1], "children": [1] },
+            { "mesh": 0 },
+        ]);
+        let msg = read_splat_glb(&glb_with_nodes(&s, nodes, json!([0])))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("nodes[0].matrix"), "{msg}");
+    }
+
+    #[test]
+    fn zero_scale_and_mirroring_with_sh_are_refused_mirroring_at_degree_0_is_read() {
+        let one = |scale: Value| json!([{ "mesh": 0, "scale": scale }]);
+        let e = read_splat_glb(&glb_with_nodes(
+            &hand_splats(0),
+            one(json!([1, 0, 1])),
+            json!([0]),
+        ))
+        .unwrap_err();
+        assert!(matches!(e, Error::Invalid { .. }), "{e:?}");
+        assert!(e.to_string().contains("nodes[0].scale"), "{e}");
+        let e = read_splat_glb(&glb_with_nodes(
+            &hand_splats(1),
+            one(json!([-1, 1, 1])),
+            json!([0]),
+        ))
+        .unwrap_err();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
+        assert!(e.to_string().contains("mirroring"), "{e}");
+        // At SH degree 0 the mirror only moves means: Σ' = A·Σ·Aᵀ with A = diag(−1, 1, 1).
+        let s = hand_splats(0);
+        let base = stored(&s);
+        let m = read_with_nodes(&s, one(json!([-1, 1, 1])), json!([0]));
+        assert_eq!(m.means, [-1.0, 2.0, 3.0, 0.5, 0.25, 4.0]);
+        for i in 0..2 {
+            let mut expected = covariance(&base, i);
+            for k in 0..3 {
+                expected[0][k] = -expected[0][k];
+                expected[k][0] = -expected[k][0];
+            }
+            assert_covariance(covariance(&m, i), expected, "mirrored");
+        }
+    }
+
+    #[test]
+    fn default_scene_is_scene_property_else_scene_0_else_root_nodes() {
+        let s = hand_splats(0);
+        let glb = glb_with_nodes(
+            &s,
+            json!([{ "mesh": 0 }, { "mesh": 0, "translation": [0, 7, 0] }]),
+            json!([0]),
+        );
+        let picked = edit_json(&glb, |doc| {
+            doc["scenes"] = json!([{ "nodes": [0] }, { "nodes": [1] }]);
+            doc["scene"] = json!(1);
+        });
+        assert_eq!(
+            read_splat_glb(&picked).unwrap().means,
+            [1.0, 9.0, 3.0, -0.5, 7.25, 4.0]
+        );
+        let first = edit_json(&picked, |doc| {
+            doc.as_object_mut().unwrap().remove("scene");
+        });
+        assert_eq!(read_splat_glb(&first).unwrap().means, s.means);
+        // No scenes: every root node, a child only once under its parent.
+        let roots = edit_json(&glb, |doc| {
+            let doc = doc.as_object_mut().unwrap();
+            doc.remove("scene");
+            doc.remove("scenes");
+            doc["nodes"] = json!([{ "mesh": 0 }, { "translation": [0, 7, 0], "children": [0] }]);
+        });
+        assert_eq!(
+            read_splat_glb(&roots).unwrap().means,
+            [1.0, 9.0, 3.0, -0.5, 7.25, 4.0]
+        );
+    }
+
+    #[test]
+    fn bad_node_hierarchies_are_refused_naming_the_field() {
+        let s = hand_splats(0);
+        let error = |nodes: Value, roots: Value| {
+            read_splat_glb(&glb_with_nodes(&s, nodes, roots)).unwrap_err()
+        };
+        let e = error(json!([{ "mesh": 0, "children": [0] }]), json!([0]));
+        assert!(matches!(e, Error::Corrupt { .. }), "cycle: {e:?}");
+        let e = error(json!([{ "mesh": 0, "children": [4] }]), json!([0]));
+        assert!(e.to_string().contains("nodes[0].children"), "{e}");
+        let e = error(json!([{ "mesh": 3 }]), json!([0]));
+        assert!(e.to_string().contains("nodes[0].mesh"), "{e}");
+        let e = error(json!([{ "mesh": 0, "rotation": [0, 0, 0, 0] }]), json!([0]));
+        assert!(e.to_string().contains("nodes[0].rotation"), "{e}");
+        let e = error(json!([{ "mesh": 0, "scale": [1, 1] }]), json!([0]));
+        assert!(e.to_string().contains("nodes[0].scale"), "{e}");
+        let projective = json!([1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1]);
+        let e = error(json!([{ "mesh": 0, "matrix": projective }]), json!([0]));
+        assert!(e.to_string().contains("nodes[0].matrix"), "{e}");
+        // A splat mesh that no node of the scene reaches is not drawn, so not read.
+        let e = error(json!([{}]), json!([0]));
+        assert!(matches!(e, Error::Invalid { .. }), "{e:?}");
+        assert!(e.to_string().contains("scenes[0].nodes"), "{e}");
+        let e = error(
+            json!([{ "mesh": 0, "scale": [1e40, 1e40, 1e40] }]),
+            json!([0]),
+        );
+        assert!(e.to_string().contains("nodes[0]"), "overflow: {e}");
+    }
+
+    #[test]
+    fn parts_of_lower_sh_degree_are_padded_with_zero_bands() {
+        let (a, b) = (hand_splats(0), hand_splats(1));
+        let both = concatenate(vec![a.clone(), b.clone()]);
+        assert_eq!((both.len(), both.sh_degree), (4, 1));
+        // Splat 0 of `a`: its DC, then three zero band-1 coefficients per channel.
+        assert_eq!(both.sh_coeffs[..3], a.sh_coeffs[..3]);
+        assert_eq!(both.sh_coeffs[3..12], [0.0; 9]);
+        assert_eq!(both.sh_coeffs[24..], b.sh_coeffs);
+        assert_eq!(both.means, [a.means, b.means].concat());
+    }
+
+    #[test]
+    fn placed_reader_keeps_survey_translations_in_f64() {
+        let s = hand_splats(0);
+        let nodes = json!([{ "mesh": 0, "translation": [500_000.0, 4_000_000.0, 0.0] }]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("survey.glb");
+        std::fs::write(&path, glb_with_nodes(&s, nodes, json!([0]))).unwrap();
+        let placed = read_splat_glb_file_placed(&path).unwrap();
+        // Splat i sits at translation + mean, to well under a millimetre.
+        let expected = [500_001.0, 4_000_002.0, 3.0, 499_999.5, 4_000_000.25, 4.0];
+        for (j, e) in expected.iter().enumerate() {
+            let found = placed.origin_m[j % 3] + f64::from(placed.splats.means[j]);
+            assert!((found - e).abs() < 1e-4, "coordinate {j}: {found} vs {e}");
+        }
+        // A scene that f32 holds reads at origin 0, as read_splat_glb_file reads it.
+        std::fs::write(
+            &path,
+            glb_with_nodes(&s, json!([{ "mesh": 0 }]), json!([0])),
+        )
+        .unwrap();
+        let near = read_splat_glb_file_placed(&path).unwrap();
+        assert_eq!(near.origin_m, [0.0; 3]);
+        assert_eq!(near.splats, read_splat_glb_file(&path).unwrap());
     }
 }

@@ -2,6 +2,9 @@
 //! PlayCanvas compressed PLY (`compressed_ply`), SPZ v1–v4 (`spz`), antimatter15 `.splat`
 //! (`dot_splat`), glTF `KHR_gaussian_splatting` GLB (`glb`); `convert` picks a format from a file
 //! name and converts between them (SH degree, up axis), `sh` evaluates and rotates real SH.
+//! Positions f32 cannot hold (`double` PLY coordinates in a survey frame) travel as
+//! [`placed::PlacedSplats`]: an f64 origin beside f32 means, kept by the PLY and GLB writers and
+//! refused with the format's range by SPZ, `.splat` and compressed PLY.
 //!
 //! Every reader returns splats in the training parametrisation below; every writer checks its input
 //! once with [`GaussianSplats::check_shapes`] (and, where the format cannot hold them, rejects
@@ -11,6 +14,7 @@ pub mod compressed_ply;
 pub mod convert;
 pub mod dot_splat;
 pub mod glb;
+pub mod placed;
 pub mod ply;
 pub mod sh;
 pub mod spz;
@@ -23,7 +27,9 @@ use crate::{Error, Result};
 
 /// A set of N 3D Gaussians in the training parametrisation.
 ///
-/// - `means`: `[N, 3]` positions, metres, in the scene's world frame.
+/// - `means`: `[N, 3]` positions, metres, f32, in the scene's world frame — or relative to an
+///   f64 origin when carried in a [`placed::PlacedSplats`] (what readers of `double` PLY
+///   coordinates return for survey-sized positions: f32 steps are 31 mm at 500 km).
 /// - `log_scales`: `[N, 3]` natural log of per-axis standard deviations (metres).
 /// - `rotations`: `[N, 4]` unit quaternions wxyz (local → world).
 /// - `logit_opacities`: `[N]` logits; opacity = sigmoid(logit).
@@ -161,6 +167,22 @@ pub(crate) mod test_data {
         pub fn range(&mut self, lo: f32, hi: f32) -> f32 {
             lo + (hi - lo) * self.next_f32()
         }
+    }
+
+    /// Three splats 1 cm apart along x at a UTM-like position (`[3, 3]` metres: x 500 km,
+    /// y 4000 km, z 10 m), the case f32 cannot hold.
+    pub fn survey_xyz() -> Vec<f64> {
+        vec![
+            500_000.00,
+            4_000_000.0,
+            10.0,
+            500_000.01,
+            4_000_000.0,
+            10.0,
+            500_000.02,
+            4_000_000.0,
+            10.0,
+        ]
     }
 
     /// N random splats of the given degree: means in ±`half_extent_m`, log-scales in [−6, −1],

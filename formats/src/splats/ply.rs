@@ -20,6 +20,7 @@ use std::path::Path;
 use ply_rs_bw::parser::Parser;
 use ply_rs_bw::ply::{DefaultElement, Property};
 
+use super::placed::PlacedSplats;
 use super::{GaussianSplats, MAX_SH_DEGREE};
 use crate::atomic_write::write_atomic_with;
 use crate::{Error, Result};
@@ -56,6 +57,38 @@ fn inria_property_names(sh_degree: u32) -> Vec<String> {
 /// [`Error::InvalidInput`] when an array length does not match N or a value is NaN/±Inf (with the
 /// splat index); [`Error::Io`] naming `path` when writing fails (the old file, if any, is kept).
 pub fn write_inria_ply(path: &Path, splats: &GaussianSplats) -> Result<()> {
+    write_rows(path, splats, None)
+}
+
+/// Write placed splats as an INRIA 3DGS PLY at `path`, atomically, keeping their f64
+/// positions: with origin 0 exactly [`write_inria_ply`] (all `float`, byte-identical); otherwise
+/// `x y z` are `property double` holding `origin + mean` computed in f64 (the true
+/// coordinates, which other tools read as such), every other property `float`.
+/// [`read_ply_placed`] reads such a file back to the same positions (within 1 µm; the origin
+/// it picks may differ from `placed.origin_m`).
+///
+/// - `path`: destination; missing parent directories are created.
+/// - `placed`: N ≥ 0 splats at an f64 origin ([`PlacedSplats`]).
+///
+/// # Errors
+/// As [`write_inria_ply`].
+pub fn write_inria_ply_placed(path: &Path, placed: &PlacedSplats) -> Result<()> {
+    let origin = (!placed.is_at_zero()).then_some(placed.origin_m);
+    write_rows(path, &placed.splats, origin)
+}
+
+/// [`write_inria_ply_placed`] for splats and their origin held apart (no copy).
+pub(super) fn write_inria_ply_at(
+    path: &Path,
+    splats: &GaussianSplats,
+    origin_m: [f64; 3],
+) -> Result<()> {
+    write_rows(path, splats, (origin_m != [0.0; 3]).then_some(origin_m))
+}
+
+/// The writer of [`write_inria_ply`] (`origin` `None`: all `float`) and
+/// [`write_inria_ply_placed`] (`Some`: `double x y z` = origin + mean).
+fn write_rows(path: &Path, splats: &GaussianSplats, origin: Option<[f64; 3]>) -> Result<()> {
     const CONTEXT: &str = "INRIA PLY write";
     splats.check_shapes(CONTEXT)?;
     splats.check_finite(CONTEXT)?;
@@ -64,8 +97,12 @@ pub fn write_inria_ply(path: &Path, splats: &GaussianSplats) -> Result<()> {
     let stride = names.len();
 
     let mut header = format!("ply\nformat binary_little_endian 1.0\nelement vertex {n}\n");
-    for name in &names {
-        header.push_str("property float ");
+    for (i, name) in names.iter().enumerate() {
+        header.push_str(if origin.is_some() && i < 3 {
+            "property double "
+        } else {
+            "property float "
+        });
         header.push_str(name);
         header.push('\n');
     }
@@ -73,6 +110,7 @@ pub fn write_inria_ply(path: &Path, splats: &GaussianSplats) -> Result<()> {
 
     // Rows are built and written a block at a time: memory stays the splats plus one block.
     let mut rows = vec![0f32; ROWS_PER_BLOCK.min(n) * stride];
+    let mut bytes = Vec::new();
     write_atomic_with(path, |w| {
         use std::io::Write;
         w.write_all(header.as_bytes())?;
@@ -80,7 +118,20 @@ pub fn write_inria_ply(path: &Path, splats: &GaussianSplats) -> Result<()> {
             let count = ROWS_PER_BLOCK.min(n - start);
             let block = &mut rows[..count * stride];
             fill_rows(splats, start, stride, block);
-            w.write_all(bytemuck::cast_slice(block))?;
+            let Some(o) = origin else {
+                w.write_all(bytemuck::cast_slice(block))?;
+                continue;
+            };
+            // x y z as f64 (origin + mean), then the row's other floats (already little-endian).
+            bytes.clear();
+            for (r, row) in block.chunks_exact(stride).enumerate() {
+                for a in 0..3 {
+                    let mean = splats.means[(start + r) * 3 + a];
+                    bytes.extend_from_slice(&(o[a] + f64::from(mean)).to_le_bytes());
+                }
+                bytes.extend_from_slice(bytemuck::cast_slice(&row[3..]));
+            }
+            w.write_all(&bytes)?;
         }
         Ok(())
     })
@@ -117,12 +168,15 @@ fn fill_rows(splats: &GaussianSplats, start: usize, stride: usize, rows: &mut [f
     }
 }
 
-/// Read a 3DGS PLY (INRIA layout or any PLY with those property names) into [`GaussianSplats`].
+/// Read a 3DGS PLY (INRIA layout or any PLY with those property names) into [`GaussianSplats`]
+/// with absolute f32 means.
 ///
 /// Columns are found by name in any order; `nx ny nz` and unknown properties are ignored. The SH
 /// degree follows from the number of `f_rest_*` properties: 0, 9, 24, 45 → degree 0, 1, 2, 3,
 /// and they must be named `f_rest_0..f_rest_{m−1}` (channel-major, transposed into `[N, K, 3]`).
 /// Values are returned as stored: logit opacities, log scales, wxyz rotations not renormalised.
+/// `double` and integer values are cast to f32, which moves coordinates beyond ±16 m by more
+/// than 1 µm (31 mm steps at 500 km): read survey-sized positions with [`read_ply_placed`].
 ///
 /// - `path`: the PLY file; ASCII, binary little- or big-endian; `float`, `double` or integer
 ///   scalar properties (converted to f32). The vertex element must be named `vertex`.
@@ -136,18 +190,58 @@ fn fill_rows(splats: &GaussianSplats, start: usize, stride: usize, rows: &mut [f
 /// list-typed splat property. A PlayCanvas compressed PLY (`element chunk`) is recognised and
 /// decoded by [`super::compressed_ply`] (its errors are listed there).
 pub fn read_ply(path: &Path) -> Result<GaussianSplats> {
+    Ok(read_ply_as(path, Positions::CastToF32)?.splats)
+}
+
+/// Read a 3DGS PLY as [`read_ply`] does, keeping `double` (or integer) x/y/z beyond f32: when
+/// f32 holds every coordinate to [`super::placed::RECENTRE_ABOVE_M`] the origin is `[0, 0, 0]`
+/// and the splats are bit-identical to [`read_ply`]'s (every `float` PLY, and every PLY of
+/// ordinary scene size); otherwise the origin is the bounding-box centre rounded to whole
+/// metres and the means are `(x − origin) as f32` subtracted in f64, which keeps 1 cm spacing
+/// at 500 km to about 0.1 µm ([`PlacedSplats::from_absolute`]).
+///
+/// - `path`: as [`read_ply`]; a PlayCanvas compressed PLY stores f32 positions and reads with
+///   origin 0.
+///
+/// # Errors
+/// As [`read_ply`]; a NaN/±Inf coordinate is named as `vertex[i].x/y/z` before any origin is
+/// picked.
+pub fn read_ply_placed(path: &Path) -> Result<PlacedSplats> {
+    read_ply_as(path, Positions::Placed)
+}
+
+/// What a reader does with x/y/z values f32 cannot hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Positions {
+    /// Cast each to f32 ([`read_ply`]).
+    CastToF32,
+    /// Keep them at an f64 origin ([`read_ply_placed`]).
+    Placed,
+}
+
+fn read_ply_as(path: &Path, positions: Positions) -> Result<PlacedSplats> {
     let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
     let prefix = read_header_block(&mut file, path)?;
     let prefix_header = parse_header(path, &prefix)?;
     // The common case, one all-float little-endian vertex element, streams into the columns:
-    // memory holds the splats and one block of rows, never the whole file.
+    // memory holds the splats and one block of rows, never the whole file. f32 values need no
+    // origin.
     if let Some(fast) = prefix_header.fast_path() {
         let leftover = &prefix[prefix_header.body_offset..];
         let body_len = file_len.saturating_sub(prefix_header.body_offset as u64);
         let splats = read_fast_stream(path, &mut file, leftover, body_len, &prefix_header, fast)?;
         check_values_finite(path, &splats)?;
-        return Ok(splats);
+        return Ok(PlacedSplats::at_zero(splats));
+    }
+    // Little-endian `float` and `double` columns (Kiln writes `double x y z` for placed splats)
+    // stream the same way, positions kept in f64.
+    if let Some(layout) = prefix_header.float_double_layout() {
+        let leftover = &prefix[prefix_header.body_offset..];
+        let body_len = file_len.saturating_sub(prefix_header.body_offset as u64);
+        let (splats, xyz) =
+            read_float_double_stream(path, &mut file, leftover, body_len, &prefix_header, &layout)?;
+        return place(path, positions, &xyz, splats);
     }
     let mut bytes = prefix;
     std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| Error::io(path, e))?;
@@ -157,11 +251,37 @@ pub fn read_ply(path: &Path) -> Result<GaussianSplats> {
     if header.elements.iter().any(|e| e.name == "chunk") {
         let splats = super::compressed_ply::decode(path, &bytes, &header)?;
         check_values_finite(path, &splats)?;
-        return Ok(splats);
+        return Ok(PlacedSplats::at_zero(splats));
     }
-    let splats = read_with_ply_rs(path, &bytes, &header)?;
-    check_values_finite(path, &splats)?;
-    Ok(splats)
+    let (splats, xyz) = read_with_ply_rs(path, &bytes, &header)?;
+    place(path, positions, &xyz, splats)
+}
+
+/// Set the means of `splats` from `xyz` (`[N, 3]` f64 as read) by `positions`, after checking
+/// every value (coordinates first, in f64).
+fn place(
+    path: &Path,
+    positions: Positions,
+    xyz: &[f64],
+    mut splats: GaussianSplats,
+) -> Result<PlacedSplats> {
+    if let Some(pos) = xyz.iter().position(|v| !v.is_finite()) {
+        return Err(Error::Invalid {
+            path: path.to_path_buf(),
+            field: format!("vertex[{}].x/y/z", pos / 3),
+            expected: "finite values (remove or re-export the splat)".into(),
+            found: xyz[pos].to_string(),
+        });
+    }
+    let placed = match positions {
+        Positions::CastToF32 => {
+            splats.means = xyz.iter().map(|&x| x as f32).collect();
+            PlacedSplats::at_zero(splats)
+        }
+        Positions::Placed => PlacedSplats::from_absolute(xyz, splats),
+    };
+    check_values_finite(path, &placed.splats)?;
+    Ok(placed)
 }
 
 /// One `element` of the header with its scalar properties (name, type keyword).
@@ -185,6 +305,27 @@ struct FastLayout {
     stride: usize,
 }
 
+/// A little-endian row of `float` and `double` columns: its size and, per column, the byte
+/// offset and whether it is a `double`.
+struct RowLayout {
+    row_bytes: usize,
+    columns: Vec<(usize, bool)>,
+}
+
+impl RowLayout {
+    /// Column `col` of `row` (a whole row's bytes) as f64.
+    fn get(&self, row: &[u8], col: usize) -> f64 {
+        let (at, is_double) = self.columns[col];
+        if is_double {
+            f64::from_le_bytes(row[at..at + 8].try_into().expect("8 bytes"))
+        } else {
+            f64::from(f32::from_le_bytes(
+                row[at..at + 4].try_into().expect("4 bytes"),
+            ))
+        }
+    }
+}
+
 impl PlyHeader {
     fn fast_path(&self) -> Option<FastLayout> {
         let [vertex] = self.elements.as_slice() else {
@@ -199,6 +340,33 @@ impl PlyHeader {
                 stride: vertex.properties.len(),
             },
         )
+    }
+
+    /// Byte layout of a binary little-endian file whose only element is `vertex` and whose
+    /// properties are all `float` or `double` (at least one `double`: all-`float` files take
+    /// [`Self::fast_path`]).
+    fn float_double_layout(&self) -> Option<RowLayout> {
+        let [vertex] = self.elements.as_slice() else {
+            return None;
+        };
+        if self.format != "binary_little_endian" || vertex.name != "vertex" {
+            return None;
+        }
+        let mut offsets = Vec::with_capacity(vertex.properties.len());
+        let mut bytes = 0;
+        for (_, ty) in &vertex.properties {
+            let size = match ty.as_str() {
+                "float" | "float32" => 4,
+                "double" | "float64" => 8,
+                _ => return None,
+            };
+            offsets.push((bytes, size == 8));
+            bytes += size;
+        }
+        (bytes != 4 * offsets.len()).then_some(RowLayout {
+            row_bytes: bytes,
+            columns: offsets,
+        })
     }
 
     fn vertex(&self) -> Option<&ElementHeader> {
@@ -450,7 +618,13 @@ fn read_fast_stream(
     let n = vertex.count;
     let names: Vec<&str> = vertex.properties.iter().map(|(n, _)| n.as_str()).collect();
     let cols = map_columns(path, &names)?;
-    check_body_len(path, header, layout.stride, body_len)?;
+    check_body_len(
+        path,
+        header,
+        layout.stride * 4,
+        &format!("{} floats", layout.stride),
+        body_len,
+    )?;
     let stride = layout.stride;
     let mut splats = with_capacity(n, &cols);
     let mut block = vec![0f32; ROWS_PER_BLOCK.min(n).max(1) * stride];
@@ -481,26 +655,29 @@ fn read_fast_stream(
     Ok(splats)
 }
 
-/// The body length a fast-path file must have (`element vertex N` × stride floats), checked
-/// against `found` bytes.
-fn check_body_len(path: &Path, header: &PlyHeader, stride: usize, found: u64) -> Result<()> {
+/// The body length a streamed file must have (`element vertex N` × `row_bytes`), checked
+/// against `found` bytes; `row` describes a row for the message (`"17 floats"`).
+fn check_body_len(
+    path: &Path,
+    header: &PlyHeader,
+    row_bytes: usize,
+    row: &str,
+    found: u64,
+) -> Result<()> {
     let n = header.elements[0].count;
-    let expected = n
-        .checked_mul(stride)
-        .and_then(|v| v.checked_mul(4))
-        .ok_or_else(|| {
-            corrupt(
-                path,
-                "element vertex",
-                format!("vertex count {n} overflows"),
-            )
-        })?;
+    let expected = n.checked_mul(row_bytes).ok_or_else(|| {
+        corrupt(
+            path,
+            "element vertex",
+            format!("vertex count {n} overflows"),
+        )
+    })?;
     if found < expected as u64 {
         return Err(corrupt(
             path,
             format!("byte {}", header.body_offset as u64 + found),
             format!(
-                "truncated body: `element vertex {n}` × {stride} floats needs {expected} bytes, \
+                "truncated body: `element vertex {n}` × {row} needs {expected} bytes, \
                  found {found}"
             ),
         ));
@@ -509,14 +686,72 @@ fn check_body_len(path: &Path, header: &PlyHeader, stride: usize, found: u64) ->
         return Err(Error::Invalid {
             path: path.to_path_buf(),
             field: "element vertex".into(),
-            expected: format!("{expected} body bytes for {n} vertices of {stride} floats"),
+            expected: format!("{expected} body bytes for {n} vertices of {row}"),
             found: format!("{found} bytes (vertex count does not match the data)"),
         });
     }
     Ok(())
 }
 
-fn read_with_ply_rs(path: &Path, bytes: &[u8], header: &PlyHeader) -> Result<GaussianSplats> {
+/// The `float`/`double` path, streamed like [`read_fast_stream`]: returns the splats (means
+/// not yet set) and x/y/z as read, `[N, 3]` f64.
+fn read_float_double_stream(
+    path: &Path,
+    file: &mut std::fs::File,
+    leftover: &[u8],
+    body_len: u64,
+    header: &PlyHeader,
+    layout: &RowLayout,
+) -> Result<(GaussianSplats, Vec<f64>)> {
+    use std::io::Read;
+    let vertex = &header.elements[0];
+    let n = vertex.count;
+    let names: Vec<&str> = vertex.properties.iter().map(|(n, _)| n.as_str()).collect();
+    let cols = map_columns(path, &names)?;
+    let row_bytes = layout.row_bytes;
+    check_body_len(
+        path,
+        header,
+        row_bytes,
+        &format!("{row_bytes} bytes"),
+        body_len,
+    )?;
+    let mut splats = with_capacity(n, &cols);
+    let mut xyz = Vec::with_capacity(n * 3);
+    let mut block = vec![0u8; ROWS_PER_BLOCK.min(n).max(1) * row_bytes];
+    let mut leftover = leftover;
+    for start in (0..n).step_by(ROWS_PER_BLOCK) {
+        let rows = ROWS_PER_BLOCK.min(n - start);
+        let bytes = &mut block[..rows * row_bytes];
+        let from_leftover = leftover.len().min(bytes.len());
+        bytes[..from_leftover].copy_from_slice(&leftover[..from_leftover]);
+        leftover = &leftover[from_leftover..];
+        file.read_exact(&mut bytes[from_leftover..]).map_err(|e| {
+            corrupt(
+                path,
+                format!("vertex {start}"),
+                format!("cannot read the body: {e}"),
+            )
+        })?;
+        let bytes = &block[..rows * row_bytes];
+        let row = |r: usize| &bytes[r * row_bytes..(r + 1) * row_bytes];
+        for r in 0..rows {
+            xyz.extend(cols.xyz.map(|c| layout.get(row(r), c)));
+        }
+        append_rows(&mut splats, rows, &cols, |r, col| {
+            layout.get(row(r), col) as f32
+        });
+    }
+    Ok((splats, xyz))
+}
+
+/// The general path (ASCII, big-endian, integer columns, further elements): returns the
+/// splats (means not yet set) and x/y/z as read, `[N, 3]` f64.
+fn read_with_ply_rs(
+    path: &Path,
+    bytes: &[u8],
+    header: &PlyHeader,
+) -> Result<(GaussianSplats, Vec<f64>)> {
     let Some(vertex) = header.vertex() else {
         return Err(Error::Invalid {
             path: path.to_path_buf(),
@@ -561,24 +796,31 @@ fn read_with_ply_rs(path: &Path, bytes: &[u8], header: &PlyHeader) -> Result<Gau
     needed.push(cols.opacity);
     let width = names.len();
     let mut table = vec![0f32; rows.len() * width];
+    let mut xyz = Vec::with_capacity(rows.len() * 3);
     for (i, row) in rows.iter().enumerate() {
-        for &c in &needed {
+        // `needed` starts with x, y, z: those are kept in f64 too.
+        for (j, &c) in needed.iter().enumerate() {
             let name = names[c];
-            let value = row
-                .get(name)
-                .and_then(Property::to_f32_lossy)
-                .ok_or_else(|| Error::Unsupported {
-                    path: path.to_path_buf(),
-                    field: format!("vertex[{i}].{name}"),
-                    found: "a list or missing value".into(),
-                    supported: "scalar numeric properties".into(),
-                })?;
-            table[i * width + c] = value;
+            let value = row.get(name).and_then(|p| match p {
+                Property::Double(v) => Some(*v),
+                Property::Int(v) => Some(f64::from(*v)),
+                Property::UInt(v) => Some(f64::from(*v)),
+                p => p.to_f32_lossy().map(f64::from),
+            });
+            let value = value.ok_or_else(|| Error::Unsupported {
+                path: path.to_path_buf(),
+                field: format!("vertex[{i}].{name}"),
+                found: "a list or missing value".into(),
+                supported: "scalar numeric properties".into(),
+            })?;
+            table[i * width + c] = value as f32;
+            if j < 3 {
+                xyz.push(value);
+            }
         }
     }
-    Ok(assemble(rows.len(), &cols, |row, col| {
-        table[row * width + col]
-    }))
+    let splats = assemble(rows.len(), &cols, |row, col| table[row * width + col]);
+    Ok((splats, xyz))
 }
 
 pub(super) fn check_values_finite(path: &Path, s: &GaussianSplats) -> Result<()> {
@@ -781,6 +1023,137 @@ mod tests {
                 assert_bit_exact(&read_ply(&p).unwrap(), &s);
             }
         }
+    }
+
+    /// Three splats 1 cm apart at x = 500 km, y = 4000 km (`survey_xyz`), the rest random, as a
+    /// hand-written PLY whose x/y/z are `double` (other columns `float`) in `format`.
+    fn survey_ply(format: &str) -> (GaussianSplats, Vec<u8>) {
+        let s = random_splats(3, 1, 1.0, 11);
+        let xyz = crate::splats::test_data::survey_xyz();
+        let names = inria_property_names(1);
+        let mut text = format!("ply\nformat {format} 1.0\nelement vertex 3\n");
+        for (i, name) in names.iter().enumerate() {
+            let ty = if i < 3 { "double" } else { "float" };
+            text.push_str(&format!("property {ty} {name}\n"));
+        }
+        text.push_str("end_header\n");
+        let mut bytes = text.into_bytes();
+        let mut rows = vec![0f32; 3 * names.len()];
+        fill_rows(&s, 0, names.len(), &mut rows);
+        for (i, row) in rows.chunks_exact(names.len()).enumerate() {
+            if format == "ascii" {
+                let mut line: Vec<String> = xyz[i * 3..i * 3 + 3]
+                    .iter()
+                    .map(|v| format!("{v:.2}"))
+                    .collect();
+                line.extend(row[3..].iter().map(|v| v.to_string()));
+                bytes.extend_from_slice(line.join(" ").as_bytes());
+                bytes.push(b'\n');
+            } else {
+                xyz[i * 3..i * 3 + 3]
+                    .iter()
+                    .for_each(|v| bytes.extend(v.to_le_bytes()));
+                row[3..].iter().for_each(|v| bytes.extend(v.to_le_bytes()));
+            }
+        }
+        (s, bytes)
+    }
+
+    /// Assert that `placed` puts its splats at `survey_xyz` to well under a millimetre.
+    fn assert_at_survey_positions(placed: &PlacedSplats) {
+        let want = crate::splats::test_data::survey_xyz();
+        for i in 0..3 {
+            let got = placed.absolute_mean(i);
+            for a in 0..3 {
+                let err = (got[a] - want[i * 3 + a]).abs();
+                assert!(err < 1e-3, "splat {i} axis {a}: {got:?} vs {want:?}");
+            }
+        }
+        // The 1 cm spacing itself, in f64 from the f32 means.
+        let dx = placed.absolute_mean(1)[0] - placed.absolute_mean(0)[0];
+        assert!((dx - 0.01).abs() < 1e-6, "spacing {dx}");
+    }
+
+    #[test]
+    fn ply_double_survey_coordinates_keep_1_cm_spacing_at_500_km() {
+        let dir = tempfile::tempdir().unwrap();
+        for format in ["binary_little_endian", "ascii"] {
+            let (s, bytes) = survey_ply(format);
+            let p = dir.path().join(format!("{format}.ply"));
+            std::fs::write(&p, &bytes).unwrap();
+            let placed = read_ply_placed(&p).unwrap();
+            assert_eq!(placed.origin_m, [500_000.0, 4_000_000.0, 10.0], "{format}");
+            assert_at_survey_positions(&placed);
+            // Everything but the means is read as before.
+            assert_eq!(placed.splats.log_scales, s.log_scales);
+            assert_eq!(placed.splats.sh_coeffs, s.sh_coeffs);
+            // The f32 reader collapses the three splats onto two f32 values 31.25 mm apart.
+            let cast = read_ply(&p).unwrap();
+            assert_eq!(cast.means[0], 500_000.0);
+            assert_eq!(cast.means[3], 500_000.0);
+        }
+    }
+
+    #[test]
+    fn ply_placed_write_stores_double_xyz_and_reads_back_the_same_positions() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, bytes) = survey_ply("binary_little_endian");
+        let p = dir.path().join("in.ply");
+        std::fs::write(&p, bytes).unwrap();
+        let placed = read_ply_placed(&p).unwrap();
+        let q = dir.path().join("out.ply");
+        write_inria_ply_placed(&q, &placed).unwrap();
+        let out = std::fs::read(&q).unwrap();
+        let text = String::from_utf8_lossy(&out[..parse_header(&q, &out).unwrap().body_offset]);
+        assert!(
+            text.contains(
+                "property double x\nproperty double y\nproperty double z\nproperty float nx"
+            ),
+            "{text}"
+        );
+        // The first row's x as stored is the true coordinate, for any tool.
+        let body = parse_header(&q, &out).unwrap().body_offset;
+        let x0 = f64::from_le_bytes(out[body..body + 8].try_into().unwrap());
+        assert_eq!(x0, 500_000.0);
+        let back = read_ply_placed(&q).unwrap();
+        assert_at_survey_positions(&back);
+        assert_eq!(back.splats.rotations, placed.splats.rotations);
+        assert_eq!(back.splats.sh_coeffs, placed.splats.sh_coeffs);
+    }
+
+    #[test]
+    fn ply_float_files_read_placed_at_origin_zero_and_write_the_same_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = random_splats(100, 2, 50.0, 5);
+        let p = dir.path().join("f.ply");
+        write_inria_ply(&p, &s).unwrap();
+        let placed = read_ply_placed(&p).unwrap();
+        assert!(placed.is_at_zero());
+        assert_bit_exact(&placed.splats, &s);
+        let q = dir.path().join("g.ply");
+        write_inria_ply_placed(&q, &placed).unwrap();
+        assert_eq!(std::fs::read(&q).unwrap(), std::fs::read(&p).unwrap());
+        // A double file of f32 values reads identically too (origin 0, same means).
+        let d = dir.path().join("d.ply");
+        std::fs::write(&d, hand_written_ply(&s, "binary_little_endian", "double")).unwrap();
+        let placed = read_ply_placed(&d).unwrap();
+        assert!(placed.is_at_zero());
+        assert_bit_exact(&placed.splats, &s);
+    }
+
+    #[test]
+    fn ply_rejects_non_finite_double_coordinates_with_vertex_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, mut bytes) = survey_ply("binary_little_endian");
+        let body = parse_header(Path::new("x"), &bytes).unwrap().body_offset;
+        // Vertex 1, y: a row is 3 doubles and 23 floats (SH degree 1).
+        let row = 3 * 8 + (inria_property_names(1).len() - 3) * 4;
+        let at = body + row + 8;
+        bytes[at..at + 8].copy_from_slice(&f64::INFINITY.to_le_bytes());
+        let p = dir.path().join("inf.ply");
+        std::fs::write(&p, &bytes).unwrap();
+        let e = read_ply_placed(&p).unwrap_err().to_string();
+        assert!(e.contains("vertex[1].x/y/z") && e.contains("inf"), "{e}");
     }
 
     #[test]

@@ -120,6 +120,10 @@ pub struct IngestedFrame {
     /// training gives those pixels loss weight 0 and leaves them out of the held-out metrics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub valid: Option<String>,
+    /// The split the capture declares for this frame (Blender `transforms_{train,val,test}.json`,
+    /// nerfstudio `*_filenames`); `None` when it declares none (training holds out every n-th).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<capture::Split>,
 }
 
 /// SfM points carried from the capture (COLMAP `points3D`), world frame, metres.
@@ -267,6 +271,7 @@ pub fn ingest_capture(
                 mask,
                 alpha,
                 valid,
+                split: f.split,
             })
         })
         .collect::<Result<_>>()?;
@@ -355,6 +360,80 @@ fn undeclared_rescale(
 ) -> Option<(u32, u32)> {
     let expected = capture::scaled_size(f.intrinsics.width, f.intrinsics.height, max_side);
     (expected != (width, height)).then_some(expected)
+}
+
+/// Where a posed capture's poses and initial points come from (`kiln plan`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CaptureSources {
+    /// The files the poses are read from (one per split for a Blender layout).
+    pub pose_files: Vec<std::path::PathBuf>,
+    /// Usable frames.
+    pub frames: usize,
+    /// Frames per declared split (`train`, `val`, `test`); empty when the capture declares none.
+    pub splits: std::collections::BTreeMap<&'static str, usize>,
+    /// The points file, when there is one.
+    pub points_file: Option<std::path::PathBuf>,
+    /// Points in it.
+    pub points: usize,
+}
+
+impl CaptureSources {
+    /// One line on the poses, e.g. `poses: …/transforms.json (50 frames)`.
+    #[must_use]
+    pub fn poses_line(&self) -> String {
+        let files: Vec<String> = self
+            .pose_files
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        let frames = if self.splits.is_empty() {
+            format!("{} frames", self.frames)
+        } else {
+            let per: Vec<String> = self
+                .splits
+                .iter()
+                .map(|(s, n)| format!("{n} {s}"))
+                .collect();
+            let held_out = ["test", "val"]
+                .into_iter()
+                .find(|s| self.splits.contains_key(s))
+                .unwrap_or("every eval_every-th train frame");
+            format!(
+                "{} frames: trained on train, evaluated on {held_out}",
+                per.join(", ")
+            )
+        };
+        format!("poses: {} ({frames})", files.join(", "))
+    }
+
+    /// One line on the initial points, e.g. `points: …/points3D.bin (4,000 points)`.
+    #[must_use]
+    pub fn points_line(&self) -> String {
+        match &self.points_file {
+            Some(file) => format!("points: {} ({} points)", file.display(), self.points),
+            None => "points: none (training starts from random points inside the camera frustums)"
+                .to_string(),
+        }
+    }
+}
+
+/// Read the posed capture at `input` (poses and points, no pixels) and say where they come from.
+///
+/// # Errors
+/// The capture readers' errors, naming the file and field.
+pub fn capture_sources(input: &Path) -> Result<CaptureSources> {
+    let cap = capture::read_capture(input)?;
+    let mut splits = std::collections::BTreeMap::new();
+    for split in cap.frames.iter().filter_map(|f| f.split) {
+        *splits.entry(split.name()).or_insert(0) += 1;
+    }
+    Ok(CaptureSources {
+        pose_files: cap.pose_files,
+        frames: cap.frames.len(),
+        splits,
+        points: cap.points.as_ref().map_or(0, |p| p.positions.len()),
+        points_file: cap.points_file,
+    })
 }
 
 /// Read back the `capture.json` written by [`ingest_capture`].
@@ -601,13 +680,20 @@ pub struct IngestedSplats {
     /// The input's up axis when it was rotated to glTF +Y (`IngestParams::up_axis`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rotated_from_up_axis: Option<String>,
+    /// The f64 origin (metres, glTF Y-up after any rotation) that the input's positions are kept
+    /// around because f32 cannot hold them (`double` PLY coordinates such as UTM; see
+    /// `kiln_formats::splats::placed`); absent when the positions fit f32 (origin 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin_m: Option<[f64; 3]>,
 }
 
 /// Ingest splats trained elsewhere: read any splat format Kiln knows (INRIA 3DGS PLY, PlayCanvas
 /// compressed PLY, SPZ v1–4, antimatter15 `.splat`, `KHR_gaussian_splatting` GLB; by extension,
-/// see `kiln_formats::splats::convert::read_splats`), reject non-finite values, rotate the scene
-/// so that `up_axis` becomes glTF +Y when given, and write `out_dir/splats.ply` in the INRIA
-/// layout for the tiler.
+/// see `kiln_formats::splats::convert::read_splats_placed`), reject non-finite values, rotate the
+/// scene so that `up_axis` becomes glTF +Y when given, and write `out_dir/splats.ply` in the INRIA
+/// layout for the tiler. Positions f32 cannot hold (a `double` PLY in a survey frame) keep an f64
+/// origin: the PLY then stores `double x y z` (the true coordinates), which the tile stage reads
+/// back with `read_ply_placed` and puts in the tileset's transforms.
 ///
 /// # Errors
 /// [`Error::Format`] for an unknown extension (naming the file and the accepted ones) and the
@@ -618,19 +704,19 @@ pub fn ingest_splats(
     out_dir: &Path,
 ) -> Result<IngestedSplats> {
     use kiln_formats::splats::convert::{
-        SplatFormat, UpAxis, read_splats, rotate_splats, up_axis_rotation,
+        SplatFormat, UpAxis, read_splats_placed, up_axis_rotation,
     };
     use kiln_formats::splats::ply;
     let format = SplatFormat::from_path(input)?;
-    let mut splats = read_splats(input)?;
-    splats.check_finite("ingest splats")?;
+    let mut placed = read_splats_placed(input)?;
+    placed.splats.check_finite("ingest splats")?;
     if let Some(from) = up_axis {
-        rotate_splats(&mut splats, up_axis_rotation(from, UpAxis::Y))?;
+        placed.rotate(up_axis_rotation(from, UpAxis::Y))?;
     }
-    ply::write_inria_ply(&out_dir.join(SPLATS_PLY), &splats)?;
+    ply::write_inria_ply_placed(&out_dir.join(SPLATS_PLY), &placed)?;
     Ok(IngestedSplats {
-        splats: splats.len(),
-        sh_degree: splats.sh_degree,
+        splats: placed.splats.len(),
+        sh_degree: placed.splats.sh_degree,
         format: format.name().into(),
         rotated_from_up_axis: up_axis.map(|a| {
             UpAxis::ALL
@@ -638,6 +724,7 @@ pub fn ingest_splats(
                 .find(|(x, _)| *x == a)
                 .map_or_else(|| format!("{a:?}"), |(_, name)| (*name).to_string())
         }),
+        origin_m: (!placed.is_at_zero()).then_some(placed.origin_m),
     })
 }
 
@@ -659,6 +746,7 @@ mod tests {
             mask: mask.map(String::from),
             alpha: None,
             valid: None,
+            split: None,
         }
     }
 

@@ -11,7 +11,10 @@
 //!
 //! Frames, all right-handed, metres (or capture units):
 //! - capture `C`: the frame of `splats.ply` and of the capture's `world_to_camera` poses;
-//! - content `G`: glTF Y-up, `G = content_from_capture · C` (a rotation, no translation);
+//! - content `G`: glTF Y-up, `G = content_from_capture · C` (a rotation, plus a translation when
+//!   `splats.ply` kept its positions around an f64 origin: then `C` is the frame of its f32
+//!   means relative to that origin, and the translation, rotated into `G`, is the origin the
+//!   tile stage puts in the root `transform`);
 //! - tileset `T`: 3D Tiles Z-up, `T = Y_UP_TO_Z_UP · G`; tile transforms and bounding volumes are
 //!   in `T`;
 //! - world: where the root's `transform` maps to: `T` itself, or ECEF when georeferenced
@@ -37,7 +40,9 @@ pub const SNAP_TO_AXIS_DEG: f64 = 15.0;
 /// How a tileset's frames relate (module docs).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TilesetFrame {
-    /// Column-major 4×4, capture frame → glTF content frame (a proper rotation).
+    /// Column-major 4×4, capture frame → glTF content frame: a proper rotation, and a
+    /// translation (metres, f64) when the splats are kept relative to an origin
+    /// ([`Self::placed_at`]).
     pub content_from_capture: Mat4,
     /// The capture's up axis as the train stage estimated it (`"+z"`), when the rotation came
     /// from it; `None` for splats jobs (rotated at ingest).
@@ -80,6 +85,20 @@ impl TilesetFrame {
             capture_up_axis: Some(info.up_axis.to_string()),
             georef: None,
         }
+    }
+
+    /// This frame for splats kept relative to `origin_m` (metres, in the capture frame `C` as
+    /// read, before the rotation): `content_from_capture` becomes [R | R·origin], so a tile's
+    /// content in `C` is relative to the origin and the tileset places it at R·(origin + mean).
+    #[must_use]
+    pub fn placed_at(mut self, origin_m: [f64; 3]) -> Self {
+        if origin_m == [0.0; 3] {
+            return self;
+        }
+        let r = self.rotation();
+        let t = std::array::from_fn(|i| (0..3).map(|k| r[i][k] * origin_m[k]).sum());
+        self.content_from_capture = transform::from_rotation_translation(r, t);
+        self
     }
 
     /// The rotation part of [`Self::content_from_capture`] (row-major, p′ = R·p).

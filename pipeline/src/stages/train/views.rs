@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use kiln_formats::capture::Split;
 use kiln_kernels::Camera;
 
 /// The pixels of one view, as the trainer uses them.
@@ -78,6 +79,9 @@ pub struct TrainView {
     pub camera: Camera,
     /// The image, its transparency and its loss weights, held or loaded on demand.
     pub pixels: Pixels,
+    /// The capture's declared split for this view, if any: training then uses `Train` views and
+    /// holds out `Test` (else `Val`) views instead of every n-th view.
+    pub split: Option<Split>,
 }
 
 impl TrainView {
@@ -87,6 +91,7 @@ impl TrainView {
             name: name.into(),
             camera,
             pixels: Pixels::Resident(Arc::new(pixels)),
+            split: None,
         }
     }
 
@@ -96,7 +101,14 @@ impl TrainView {
             name: name.into(),
             camera,
             pixels: Pixels::Load(load),
+            split: None,
         }
+    }
+
+    /// This view with the capture's declared split.
+    #[must_use]
+    pub fn with_split(self, split: Option<Split>) -> Self {
+        Self { split, ..self }
     }
 
     /// The view's pixels, decoded now when they are not resident (no caching), and checked

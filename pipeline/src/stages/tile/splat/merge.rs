@@ -841,7 +841,7 @@ mod tests {
         // No merged splat mixes the red and the blue halves.
         for i in 0..m.len() {
             let r = m.sh[i * 3];
-            assert!(r > 0.85 || r < 0.15, "mixed colour {r}");
+            assert!(!(0.15..=0.85).contains(&r), "mixed colour {r}");
         }
     }
 }

@@ -31,7 +31,9 @@
 //! would rotate twice). Each tile stores its content relative to its own box centre c (so SPZ's
 //! 24-bit fixed point never overflows and precision is uniform) and its `transform` is the
 //! translation from the parent's centre to c, expressed in the Z-up frame. The root's translation
-//! is its centre; put a georeference (ENU → ECEF) in front of it when one exists.
+//! is its centre plus the frame's f64 translation (the origin of survey-sized inputs, see
+//! [`TilesetFrame::content_from_capture`]); put a georeference (ENU → ECEF) in front of it when
+//! one exists.
 //!
 //! Boxes: axis-aligned in the tile frame, the union of the content's 3σ extents (mean ± 3·max
 //! scale) and the children's boxes, so each tile's content lies inside its box and inside every
@@ -246,7 +248,10 @@ pub fn tile_splats(
 /// [`tile_splats`] for splats already turned into the glTF content frame by `frame`
 /// ([`TilesetFrame::content_from_capture`], e.g. a capture made upright), recording `frame` in
 /// `tileset.json` (`asset.extras.kiln.frame`) so that evaluation and viewers can place the
-/// capture's cameras. Same contract otherwise.
+/// capture's cameras. When `frame` has a translation t (an f64 origin the splats were kept
+/// around: survey coordinates), `splats` are relative to it (content = splats + t) and the root
+/// `transform` carries t in f64 on top of its box centre, so the tiles sit at the true
+/// coordinates; tile content stays relative to each tile's centre. Same contract otherwise.
 ///
 /// # Errors
 /// As [`tile_splats`].
@@ -344,7 +349,15 @@ pub fn tile_splats_refined(
     }
     drop(contents);
 
-    let root = build_tile(&nodes, &built.boxes, &built.errors, 0, [0.0; 3]);
+    // The root is placed at the frame's translation (an f64 origin the splats are relative to),
+    // plus its box centre: tile_from_parent = c − (−t).
+    let origin = kiln_formats::tiles::transform::translation_part(&frame.content_from_capture);
+    let below_root = if origin == [0.0; 3] {
+        [0.0; 3] // not −0.0: tilesets without an origin stay byte-identical
+    } else {
+        origin.map(|v| -v)
+    };
+    let root = build_tile(&nodes, &built.boxes, &built.errors, 0, below_root);
     let tileset_path = write_tileset(
         out_dir,
         root,
@@ -678,8 +691,8 @@ fn translation(t: [f64; 3]) -> Option<[f64; 16]> {
     Some(m)
 }
 
-/// The tile of node `i`; `parent_center` is the parent's box centre (training frame; origin for
-/// the root).
+/// The tile of node `i`; `parent_center` is the parent's box centre (training frame; for the
+/// root, minus the frame's translation, so the root's transform puts it at the true place).
 fn build_tile(
     nodes: &[Node],
     boxes: &[Aabb],
@@ -910,6 +923,66 @@ mod tests {
                 .chunks_exact(3)
                 .any(|o| (0..3).all(|a| (o[a] - w[a]).abs() <= tol));
             assert!(hit, "{w:?} matches no input splat");
+        }
+    }
+
+    /// Splats 1 cm apart at a UTM-like position (x 500 km, y 4000 km, z 10 m), kept relative to
+    /// an f64 origin by the frame: the root transform carries the origin, so transforms (f64)
+    /// plus tile content reproduce every position to the millimetre, and the evaluation loader
+    /// sees the content relative to the origin again.
+    #[test]
+    fn a_survey_origin_goes_into_the_root_transform_and_keeps_1_cm_spacing() {
+        let absolute = [
+            [500_000.00, 4_000_000.0, 10.0],
+            [500_000.01, 4_000_000.0, 10.0],
+            [500_000.02, 4_000_000.0, 10.0],
+        ];
+        let origin = [500_000.0, 4_000_000.0, 10.0];
+        let mut s = random_splats(3, 1, 1.0, 4);
+        s.means = absolute
+            .iter()
+            .flat_map(|p| (0..3).map(move |a| (p[a] - origin[a]) as f32))
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let frame = TilesetFrame::default().placed_at(origin);
+        tile_splats_framed(&s, &SplatTileParams::default(), &frame, dir.path()).unwrap();
+        let path = dir.path().join("tileset.json");
+        let ts: Tileset = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let mut tiles = Vec::new();
+        walk(&ts.root, [0.0; 3], &mut tiles);
+        let leaves: Vec<_> = tiles
+            .iter()
+            .filter(|(t, _)| t.children.is_empty())
+            .collect();
+        assert_eq!(leaves.len(), 1);
+        let (leaf, offset) = leaves[0];
+        // The root sits near the origin (Z-up: (x, −z, y)).
+        assert!((offset[0] - 500_000.0).abs() < 1.0 && (offset[2] - 4_000_000.0).abs() < 1.0);
+        let c = assert_content_inside_box(dir.path(), leaf);
+        let off_yup = [offset[0], offset[2], -offset[1]];
+        let got: Vec<[f64; 3]> = c
+            .means
+            .chunks_exact(3)
+            .map(|p| std::array::from_fn(|a| off_yup[a] + f64::from(p[a])))
+            .collect();
+        // Each input position is matched by a decoded one within 1 mm (1 cm apart: one each).
+        assert_eq!(got.len(), 3);
+        for want in &absolute {
+            let hits = got
+                .iter()
+                .filter(|g| (0..3).all(|a| (g[a] - want[a]).abs() < 1e-3))
+                .count();
+            assert_eq!(hits, 1, "{want:?} in {got:?}");
+        }
+        // Evaluation places the content in the capture frame: relative to the origin.
+        let loaded = crate::stages::eval::LoadedTileset::open(&path).unwrap();
+        let back = loaded.leaves().unwrap();
+        for want in s.means.chunks_exact(3) {
+            let hit = back
+                .means
+                .chunks_exact(3)
+                .any(|b| (0..3).all(|a| (b[a] - want[a]).abs() < 1e-3));
+            assert!(hit, "{want:?} in {:?}", back.means);
         }
     }
 
