@@ -82,6 +82,12 @@ pub const LIMITS: &[Limit] = &[
         "a fraction",
     ),
     scalar(
+        "reconstruct.min_points_per_image",
+        0.0,
+        1_000_000.0,
+        "3D points per registered photo",
+    ),
+    scalar(
         "reconstruct.max_frames",
         1.0,
         100_000.0,
@@ -124,6 +130,12 @@ pub const LIMITS: &[Limit] = &[
         1.0,
         10_000_000.0,
         "random initial splats",
+    ),
+    scalar(
+        "train.init_min_points",
+        0.0,
+        10_000_000.0,
+        "random points topping up a sparse point set",
     ),
     scalar(
         "train.lambda_dssim",

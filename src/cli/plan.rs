@@ -10,6 +10,7 @@ use kiln_jobs::estimate::{self, Estimate, HistoryJob, JobShape};
 use kiln_jobs::prices::PriceCatalog;
 use kiln_jobs::spec::JobSpec;
 use kiln_pipeline::run::job_dag;
+use kiln_pipeline::stages::ingest;
 
 /// Arguments of `kiln plan`.
 #[derive(Debug, clap::Args)]
@@ -77,6 +78,7 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
             .flatten(),
         stages: stage_names,
     };
+    let sources = capture_sources(&spec, &plan.input, reason.is_some());
     let history = ledger_history().await;
     let est = estimate::estimate(&shape, &history, &catalog, &args.sku)?;
 
@@ -87,6 +89,11 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
             "input": plan.input,
             "work_dir": plan.work_dir,
             "reconstruct_reason": reason,
+            "capture_sources": match &sources {
+                Some(Ok(s)) => serde_json::to_value(s)?,
+                Some(Err(e)) => serde_json::json!({ "error": e.to_string() }),
+                None => serde_json::Value::Null,
+            },
             "stages": stages,
             "estimate": {
                 "shape": shape,
@@ -107,6 +114,13 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     );
     if let Some(reason) = &reason {
         println!("reconstruct: {reason}");
+        println!("poses: estimated by COLMAP in the reconstruct stage (its images.bin)");
+        println!("points: the reconstruct stage's points3D.bin");
+    }
+    match &sources {
+        Some(Ok(s)) => println!("{}\n{}", s.poses_line(), s.points_line()),
+        Some(Err(e)) => println!("poses: the capture cannot be read yet: {e}"),
+        None => {}
     }
     println!("work directory {}", plan.work_dir.display());
     for (i, s) in stages.iter().enumerate() {
@@ -134,6 +148,18 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     }
     print_estimate(&est, &shape, &catalog, history.len());
     Ok(())
+}
+
+/// Where a posed capture job's poses and points come from; `None` for other jobs, captures the
+/// reconstruct stage poses, and inputs that are not local (read at ingest).
+fn capture_sources(
+    spec: &JobSpec,
+    input: &str,
+    reconstructs: bool,
+) -> Option<Result<ingest::CaptureSources, kiln_pipeline::Error>> {
+    let local = Path::new(input);
+    let is_capture = spec.kind.name() == "capture";
+    (is_capture && !reconstructs && local.exists()).then(|| ingest::capture_sources(local))
 }
 
 /// The estimate as text: seconds per stage with their basis, then one row per SKU.

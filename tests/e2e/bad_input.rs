@@ -57,6 +57,14 @@ fn corrupt_jpeg_names_the_image() {
     let job = sb.job("c", &format!("name = \"c\"\nkind = \"capture\"\ninput = \"{}\"\noutput = \"out/c\"\n[ingest]\nmax_side = 32\n", cap.display()));
     let o = sb.kiln(&["run", job.to_str().unwrap()]);
     assert_clean_failure(&sb, &o, "0001.jpg", "out/c");
+    // The user's own file, not the job's work-directory copy of it.
+    let user_file = cap.join("images/0001.jpg").display().to_string();
+    assert!(stderr(&o).contains(&user_file), "{}", stderr(&o));
+    assert!(
+        !stderr(&o).contains("/input/images/0001.jpg"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -78,7 +86,8 @@ fn transforms_without_frames_names_the_field() {
     );
     let o = sb.kiln(&["run", job.to_str().unwrap()]);
     assert_clean_failure(&sb, &o, "frames", "out/c");
-    assert!(stderr(&o).contains("transforms.json"), "{}", stderr(&o));
+    let user_file = cap.join("transforms.json").display().to_string();
+    assert!(stderr(&o).contains(&user_file), "{}", stderr(&o));
 }
 
 #[test]

@@ -114,6 +114,12 @@ pub struct ReconstructParams {
     pub focal_length_35mm: Option<f64>,
     /// Quality gate: the least share of images that must register, 0..=1. Default 0.6.
     pub min_registered_fraction: f64,
+    /// Quality gate: the fewest 3D points per registered image. Default 10: COLMAP models of
+    /// photo sets that train well hold hundreds per image, while a model of 25 points for 20
+    /// photos (a textureless object) starts training from a handful of splats that never grow
+    /// into the scene. 0 turns this check off (training then tops the points up at random,
+    /// `[train] init_min_points`).
+    pub min_points_per_image: f64,
     /// Video: the most frames kept. Default 300.
     pub max_frames: u32,
     /// Video: the shortest time between kept frames, seconds. Default 0 (only `max_frames`
@@ -133,6 +139,7 @@ impl Default for ReconstructParams {
             max_num_features: None,
             focal_length_35mm: None,
             min_registered_fraction: 0.6,
+            min_points_per_image: 10.0,
             max_frames: 300,
             min_frame_interval_s: 0.0,
         }
@@ -167,6 +174,13 @@ impl ReconstructParams {
                 "min_registered_fraction",
                 "a share between 0 and 1 (e.g. 0.6)",
                 self.min_registered_fraction.to_string(),
+            );
+        }
+        if !(self.min_points_per_image.is_finite() && self.min_points_per_image >= 0.0) {
+            return bad(
+                "min_points_per_image",
+                "a number of points ≥ 0 (e.g. 10)",
+                self.min_points_per_image.to_string(),
             );
         }
         if self.max_image_size < 64 {
@@ -390,8 +404,26 @@ pub struct ReconstructQuality {
     pub models: usize,
     /// The gate's threshold (`min_registered_fraction`).
     pub min_registered_fraction: f64,
+    /// `points / registered` (0 without a model).
+    #[serde(default)]
+    pub points_per_image: f64,
+    /// The gate's threshold on it (`min_points_per_image`).
+    #[serde(default)]
+    pub min_points_per_image: f64,
     /// Whether the gate passed.
     pub passed: bool,
+}
+
+impl ReconstructQuality {
+    /// Whether enough images registered (at least 2, and `min_registered_fraction` of them).
+    fn enough_registered(&self) -> bool {
+        self.registered >= 2 && self.registered_fraction + 1e-12 >= self.min_registered_fraction
+    }
+
+    /// Whether the model holds points, and `min_points_per_image` per registered image.
+    fn enough_points(&self) -> bool {
+        self.points > 0 && self.points_per_image + 1e-12 >= self.min_points_per_image
+    }
 }
 
 /// `reconstruct.json`: everything needed to audit or rerun the stage.
@@ -711,30 +743,58 @@ pub fn reconstruct(
     Ok(report)
 }
 
-/// The gate's failure message: figures, unregistered images, likely causes and the knob.
+/// The gate's failure message: figures, unregistered images or the point count, likely causes
+/// and the knob.
 fn gate_error(q: &ReconstructQuality, out_dir: &Path) -> Error {
+    let problem = if q.enough_registered() {
+        too_few_points(q)
+    } else {
+        too_few_registered(q)
+    };
+    Error::Input {
+        path: out_dir.join(REPORT_JSON),
+        field: "reconstruct quality gate".into(),
+        problem,
+    }
+}
+
+/// Too few images registered: which, why it usually happens, and the knob.
+fn too_few_registered(q: &ReconstructQuality) -> String {
     let mut listed: Vec<&str> = q.unregistered.iter().map(String::as_str).take(10).collect();
     if q.unregistered.len() > 10 {
         listed.push("…");
     }
-    Error::Input {
-        path: out_dir.join(REPORT_JSON),
-        field: "reconstruct quality gate".into(),
-        problem: format!(
-            "only {} of {} images registered ({:.0} %, need ≥ {:.0} %; {} model(s), {} points); \
-             not registered: {}. The photos probably do not overlap enough or show different \
-             scenes: shoot the subject from closely spaced viewpoints (≥ 60 % overlap), or lower \
-             [reconstruct] min_registered_fraction to accept a partial model. No training was \
-             started.",
-            q.registered,
-            q.images,
-            100.0 * q.registered_fraction,
-            100.0 * q.min_registered_fraction,
-            q.models,
-            q.points,
-            listed.join(", ")
-        ),
-    }
+    format!(
+        "only {} of {} images registered ({:.0} %, need ≥ {:.0} %; {} model(s), {} points); \
+         not registered: {}. The photos probably do not overlap enough or show different \
+         scenes: shoot the subject from closely spaced viewpoints (≥ 60 % overlap), or lower \
+         [reconstruct] min_registered_fraction to accept a partial model. No training was \
+         started.",
+        q.registered,
+        q.images,
+        100.0 * q.registered_fraction,
+        100.0 * q.min_registered_fraction,
+        q.models,
+        q.points,
+        listed.join(", ")
+    )
+}
+
+/// Too few 3D points for the registered images: the figures, why, and the knob.
+fn too_few_points(q: &ReconstructQuality) -> String {
+    format!(
+        "the model is too sparse to train from: {} points for {} registered images ({:.1} per \
+         image, need ≥ {}; mean reprojection error {:.2} px). The photos probably show too \
+         little texture (plain backgrounds, shiny or uniform surfaces) or are too few: add \
+         textured surroundings or more photos, or set [reconstruct] min_points_per_image = 0 \
+         to train anyway (training then tops the points up at random, [train] \
+         init_min_points). No training was started.",
+        q.points,
+        q.registered,
+        q.points_per_image,
+        q.min_points_per_image,
+        q.mean_reprojection_error_px
+    )
 }
 
 /// Quality figures of the best model (or of no model) against the gate.
@@ -756,7 +816,7 @@ fn quality(
     let registered = best.map_or(0, |s| s.registered_images);
     let registered_fraction = registered as f64 / names.len().max(1) as f64;
     let points = best.map_or(0, |s| s.points);
-    ReconstructQuality {
+    let mut q = ReconstructQuality {
         images: names.len(),
         registered,
         registered_fraction,
@@ -766,10 +826,12 @@ fn quality(
         mean_reprojection_error_px: best.map_or(0.0, |s| s.mean_reprojection_error_px),
         models,
         min_registered_fraction: params.min_registered_fraction,
-        passed: registered >= 2
-            && points > 0
-            && registered_fraction + 1e-12 >= params.min_registered_fraction,
-    }
+        points_per_image: points as f64 / registered.max(1) as f64,
+        min_points_per_image: params.min_points_per_image,
+        passed: false,
+    };
+    q.passed = q.enough_registered() && q.enough_points();
+    q
 }
 
 /// The mapper's model directories under `sparse` (`0`, `1`, …) and the one with the most

@@ -213,6 +213,37 @@ fn the_gate_passes_at_the_threshold_and_fails_below_it() {
     assert!(!quality(&all, 1, Some(&stats(&["a.jpg", "b.jpg"], 0)), &lenient).passed);
 }
 
+/// The sparse model of the issue: 20 of 22 photos registered but only 25 points (1.25 per image,
+/// under the default 10) fails the gate with the figures and the key; 200 points (10 per image)
+/// pass; `min_points_per_image = 0` lets the sparse one through.
+#[test]
+fn the_gate_fails_a_model_with_too_few_points_per_registered_image() {
+    let all: Vec<String> = (0..22).map(|i| format!("{i:02}.jpg")).collect();
+    let registered: Vec<&str> = all[..20].iter().map(String::as_str).collect();
+    let p = ReconstructParams::default();
+    let sparse = quality(&all, 1, Some(&stats(&registered, 25)), &p);
+    assert!(!sparse.passed);
+    assert!((sparse.points_per_image - 1.25).abs() < 1e-12);
+    let msg = gate_error(&sparse, Path::new("/w/reconstruct.partial")).to_string();
+    for want in [
+        "too sparse",
+        "25 points for 20 registered images",
+        "1.2 per image",
+        "need ≥ 10",
+        "min_points_per_image",
+        "init_min_points",
+        "No training was started",
+    ] {
+        assert!(msg.contains(want), "missing {want:?} in {msg}");
+    }
+    assert!(quality(&all, 1, Some(&stats(&registered, 200)), &p).passed);
+    let off = ReconstructParams {
+        min_points_per_image: 0.0,
+        ..p
+    };
+    assert!(quality(&all, 1, Some(&stats(&registered, 25)), &off).passed);
+}
+
 /// A small valid PNG of `w × h` pixels.
 fn png(path: &Path, w: u32, h: u32) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();

@@ -153,6 +153,8 @@ pub struct Metrics {
     /// `(step, splats)`: number of splats at every [`Metrics::loss_curve`] sample. Older
     /// `metrics.json` files lack it.
     pub splat_count_curve: Vec<(usize, usize)>,
+    /// Where the initial splats came from.
+    pub init: super::InitSummary,
 }
 
 /// How many held-out evaluations are spread over a run for [`Metrics::psnr_curve`] (plus the

@@ -118,7 +118,11 @@ pub fn knn_mean_dist2(points: &[[f32; 3]]) -> Vec<f32> {
         return vec![MIN_KNN_DIST2; n];
     }
     let span: [f32; 3] = std::array::from_fn(|a| (hi[a] - lo[a]).max(1e-6));
-    let volume = span[0] * span[1] * span[2];
+    // Flat or collinear sets (a sparse model of a table top, points along an edge) would give
+    // cells far smaller than their spacing, and shells without end: each side counts as at least
+    // 1 % of the longest in the volume the cell size comes from.
+    let longest = span.iter().copied().fold(0.0f32, f32::max);
+    let volume: f32 = span.iter().map(|s| s.max(1e-2 * longest)).product();
     let cell = (2.0 * volume / n as f32).cbrt().max(1e-6);
     let dims: [i64; 3] =
         std::array::from_fn(|a| ((span[a] / cell).ceil() as i64).clamp(1, 1 << 20));
@@ -420,6 +424,18 @@ mod tests {
         ];
         assert!((scene_extent(&cams) - 2.2).abs() < 1e-5);
         assert_eq!(scene_extent(&cams[..1]), FALLBACK_EXTENT);
+    }
+
+    /// Collinear points 0.1 apart (a degenerate set that once made the grid search endless):
+    /// the 3 nearest of an inner point are at 0.1, 0.1 and 0.2, mean squared distance
+    /// (0.01 + 0.01 + 0.04) / 3 = 0.02.
+    #[test]
+    fn knn_of_collinear_points_finishes_with_the_hand_computed_distances() {
+        let points: Vec<[f32; 3]> = (0..2000).map(|i| [0.1 * i as f32, 1.0, -2.0]).collect();
+        let d = knn_mean_dist2(&points);
+        assert!((d[1000] - 0.02).abs() < 1e-4, "{}", d[1000]);
+        // The end point's nearest are 0.1, 0.2, 0.3 away: (0.01 + 0.04 + 0.09) / 3.
+        assert!((d[0] - 0.14 / 3.0).abs() < 1e-4, "{}", d[0]);
     }
 
     #[test]

@@ -44,6 +44,7 @@ pub mod views;
 use std::path::Path;
 use std::time::Instant;
 
+use kiln_formats::capture::Split;
 use kiln_formats::splats::GaussianSplats;
 use kiln_kernels::{Camera, RenderOptions, Renderer};
 use rand::Rng;
@@ -96,6 +97,9 @@ pub struct TrainReport {
     /// Mean milliseconds per training step, by stage.
     #[serde(default)]
     pub step_ms: StepTimings,
+    /// Where the initial splats came from (SfM points, random points, a restart).
+    #[serde(default)]
+    pub init: InitSummary,
 }
 
 /// Mean wall milliseconds per training step of each part of the step (`kiln bench train`).
@@ -151,13 +155,24 @@ impl StepTimings {
     }
 }
 
-/// Split views (sorted by name) into (train, test): index % `eval_every` == 0 is held out.
-/// With fewer than 2 views, or `eval_every` = 0, every view is in both sets.
+/// Split views (sorted by name) into (train, test, evaluated on training views).
+///
+/// A capture that declares splits ([`TrainView::split`]) is split as declared: train on its
+/// `Train` views (its undeclared views when none is `Train`), hold out its `Test` views, else its
+/// `Val` views; with neither, every `eval_every`-th training view is held out as below. Otherwise
+/// index % `eval_every` == 0 is held out; with fewer than 2 views, or `eval_every` = 0, every view
+/// is in both sets.
 fn split_views(
     mut views: Vec<TrainView>,
     eval_every: usize,
 ) -> (Vec<TrainView>, Vec<TrainView>, bool) {
     views.sort_by(|a, b| a.name.cmp(&b.name));
+    if views.iter().any(|v| v.split.is_some()) {
+        views = match declared_split(views) {
+            Ok(split) => return split,
+            Err(train) => train,
+        };
+    }
     if views.len() < 2 || eval_every == 0 {
         return (views.clone(), views, true);
     }
@@ -172,8 +187,38 @@ fn split_views(
     (train, test, false)
 }
 
-/// The held-out views of `views` as [`train`] splits them: sorted by name, every view whose
-/// index is a multiple of `eval_every`; all views when there are fewer than 2 or `eval_every` = 0.
+/// The capture's declared split of `views` (sorted): `Ok((train, held out, false))`, or
+/// `Err(train views)` when it declares no held-out views (the caller holds out every n-th).
+fn declared_split(
+    views: Vec<TrainView>,
+) -> Result<(Vec<TrainView>, Vec<TrainView>, bool), Vec<TrainView>> {
+    let has = |s: Split| views.iter().any(|v| v.split == Some(s));
+    let train_split = has(Split::Train).then_some(Split::Train);
+    let held_out = [Split::Test, Split::Val].into_iter().find(|&s| has(s));
+    let total = views.len();
+    let (train, rest): (Vec<TrainView>, Vec<TrainView>) =
+        views.into_iter().partition(|v| v.split == train_split);
+    let test: Vec<TrainView> = rest
+        .into_iter()
+        .filter(|v| held_out.is_some() && v.split == held_out)
+        .collect();
+    let unused = total - train.len() - test.len();
+    tracing::info!(
+        train = train.len(),
+        held_out = test.len(),
+        held_out_split = held_out.map_or("every eval_every-th train view", Split::name),
+        unused,
+        "train: using the capture's declared train/val/test split"
+    );
+    if held_out.is_none() || train.is_empty() {
+        return Err(train);
+    }
+    Ok((train, test, false))
+}
+
+/// The held-out views of `views` as [`train`] splits them: the capture's declared test (else
+/// val) views; else, sorted by name, every view whose index is a multiple of `eval_every`; all
+/// views when there are fewer than 2 or `eval_every` = 0.
 #[must_use]
 pub fn held_out_views(views: Vec<TrainView>, eval_every: usize) -> Vec<TrainView> {
     split_views(views, eval_every).1
@@ -282,7 +327,8 @@ fn prune_non_finite(
 /// - [`crate::Error::Param`]: a parameter out of range, or no views;
 /// - [`crate::Error::Input`]: an image whose length is not H·W·3 or holds non-finite values;
 /// - [`crate::Error::Kernel`]: the rasterizer rejected a camera or inputs;
-/// - [`crate::Error::Numeric`]: the loss became non-finite, or every splat was pruned;
+/// - [`crate::Error::Numeric`]: the loss became non-finite, or every splat vanished (also after
+///   the one restart from a denser start);
 /// - [`crate::Error::Io`] / [`crate::Error::Format`]: an output file could not be written.
 pub fn train(
     views: Vec<TrainView>,
@@ -341,6 +387,65 @@ pub fn train_checkpointed(
     progress: &dyn Fn(usize, usize, f64),
     checkpoint: Option<&CheckpointPolicy>,
 ) -> crate::Result<(GaussianSplats, TrainReport)> {
+    let attempt = |views, init, denser| {
+        train_attempt(
+            renderer, views, init, params, out_dir, progress, checkpoint, denser,
+        )
+    };
+    match attempt(views.clone(), init.clone(), false) {
+        Err(e) if splats_vanished(&e) => {
+            tracing::warn!(
+                error = %e,
+                "train: every splat vanished; restarting once from a denser start \
+                 (init_random_points more random points)"
+            );
+            if let Some(policy) = checkpoint {
+                // The checkpoint holds the failed attempt's state: the restart must not resume it.
+                let _ = std::fs::remove_file(&policy.path);
+            }
+            attempt(views, init, true).map_err(|e| match e {
+                crate::Error::Numeric {
+                    stage,
+                    step,
+                    problem,
+                } => crate::Error::Numeric {
+                    stage,
+                    step,
+                    problem: format!(
+                        "{problem}, again after one restart from a denser start; the photos \
+                         probably do not constrain the scene (check the poses, or give more \
+                         SfM points)"
+                    ),
+                },
+                other => other,
+            })
+        }
+        other => other,
+    }
+}
+
+/// The prefix of the [`crate::Error::Numeric`] problem when no splat is left: the one failure a
+/// denser start can cure.
+const VANISHED: &str = "every splat vanished";
+
+/// Whether `e` says that every splat vanished during training.
+fn splats_vanished(e: &crate::Error) -> bool {
+    matches!(e, crate::Error::Numeric { problem, .. } if problem.starts_with(VANISHED))
+}
+
+/// One training run of [`train_checkpointed`]; `denser` starts it from
+/// `init_random_points` more random points (the restart).
+#[allow(clippy::too_many_arguments)]
+fn train_attempt(
+    renderer: &Renderer,
+    views: Vec<TrainView>,
+    init: Option<InitPoints>,
+    params: &TrainParams,
+    out_dir: &Path,
+    progress: &dyn Fn(usize, usize, f64),
+    checkpoint: Option<&CheckpointPolicy>,
+    denser: bool,
+) -> crate::Result<(GaussianSplats, TrainReport)> {
     let started = Instant::now();
     params.validate()?;
     check_views(&views)?;
@@ -375,7 +480,12 @@ pub fn train_checkpointed(
         .chain(test_views.iter())
         .map(|v| v.camera)
         .collect();
-    let host_init = initial_splats(init, params, &train_cameras, &all_cameras, extent, &mut rng)?;
+    let init_cameras = InitCameras {
+        train: &train_cameras,
+        all: &all_cameras,
+        extent,
+    };
+    let (host_init, init_summary) = initial_splats(init, params, &init_cameras, denser, &mut rng)?;
     tracing::info!(
         splats = host_init.len(),
         train_views = train_views.len(),
@@ -475,7 +585,9 @@ pub fn train_checkpointed(
             return Err(crate::Error::Numeric {
                 stage: STAGE,
                 step,
-                problem: "every splat was pruned (all parameters non-finite or transparent)".into(),
+                problem: format!(
+                    "{VANISHED}: all were pruned (parameters non-finite or transparent)"
+                ),
             });
         }
 
@@ -630,7 +742,7 @@ pub fn train_checkpointed(
         return Err(crate::Error::Numeric {
             stage: STAGE,
             step: params.steps,
-            problem: "no splats left after training".into(),
+            problem: format!("{VANISHED}: none was left after training"),
         });
     }
     splats.sh_degree = params.sh_degree;
@@ -657,6 +769,7 @@ pub fn train_checkpointed(
         device_name: renderer.device_name(),
         peak_device_bytes: renderer.peak_device_bytes(),
         step_ms: timing_sum.scaled(1.0 / params.steps.max(1) as f64),
+        init: init_summary,
     };
     let metrics = eval::Metrics {
         device: report.device.clone(),
@@ -679,6 +792,7 @@ pub fn train_checkpointed(
         loss_curve,
         psnr_curve,
         splat_count_curve,
+        init: init_summary,
     };
     let json = serde_json::to_vec_pretty(&metrics)
         .map_err(|e| crate::Error::io(out_dir.join("metrics.json"), std::io::Error::other(e)))?;
@@ -697,52 +811,34 @@ pub fn train_checkpointed(
 }
 
 /// The splats training starts from: the SfM points (minus those on a camera centre, capped at
-/// `max_splats`) when there are some and `params.init` allows them, else random points in the
-/// training cameras' frustums; opacity and scale as `params` sets them.
+/// `max_splats`) when there are some and `params.init` allows them, topped up with random points
+/// in the training cameras' frustums to `init_min_points`; else `init_random_points` random
+/// points; `denser` (the one restart after every splat vanished) adds `init_random_points` more.
+/// Opacity and scale as `params` sets them.
 ///
 /// # Errors
 /// [`crate::Error::Param`] when no initial splat is left.
 fn initial_splats(
     init: Option<InitPoints>,
     params: &TrainParams,
-    train_cameras: &[Camera],
-    all_cameras: &[Camera],
-    extent: f32,
+    cameras: &InitCameras<'_>,
+    denser: bool,
     rng: &mut rng::TrainRng,
-) -> crate::Result<GaussianSplats> {
-    let init = init.map(|points| {
-        let min_dist = init::NEAR_CAMERA_FRACTION * extent;
-        let (kept, dropped) = init::drop_points_near_cameras(&points, all_cameras, min_dist);
-        if dropped > 0 {
-            tracing::warn!(
-                dropped,
-                min_dist,
-                "train: dropped SfM points that are not finite or lie on a camera centre"
-            );
-        }
-        kept
-    });
-    let mut host_init = match &init {
-        Some(points) if !points.positions.is_empty() && params.init == Init::Auto => {
-            let points = cap_points(points, params.max_splats, rng);
-            init::splats_from_points(&points, params.sh_degree)
-        }
-        _ => {
-            let count = params.init_random_points.min(params.max_splats);
-            if params.init == Init::Auto {
-                // Asked for SfM points and got none: say so, since it usually costs quality.
-                tracing::warn!(
-                    random_points = count,
-                    "train: the capture has no SfM points (no points3D, no ply_file_path, or \
-                     all dropped); starting from {count} random points inside the camera \
-                     frustums. Give the capture's point cloud (COLMAP points3D), or re-pose it \
-                     with `[reconstruct] mode = \"always\"`, for a better start"
-                );
-            }
-            let pts = init::random_points_in_frustums(train_cameras, count, extent, rng);
-            init::splats_from_points(&pts, params.sh_degree)
-        }
+) -> crate::Result<(GaussianSplats, InitSummary)> {
+    let sfm = usable_sfm_points(init, params, cameras, rng);
+    let random = random_point_count(sfm.positions.len(), params, denser);
+    warn_about_random_points(sfm.positions.len(), random, params, denser);
+    let extra = init::random_points_in_frustums(cameras.train, random, cameras.extent, rng);
+    let summary = InitSummary {
+        sfm_points: sfm.positions.len(),
+        random_points: extra.positions.len(),
+        restarted: denser,
     };
+    let points = InitPoints {
+        positions: sfm.positions.into_iter().chain(extra.positions).collect(),
+        colors: sfm.colors.into_iter().chain(extra.colors).collect(),
+    };
+    let mut host_init = init::splats_from_points(&points, params.sh_degree);
     if params.init_opacity != init::INIT_OPACITY || params.init_scale != 1.0 {
         mcmc::set_initial_opacity_and_scale(&mut host_init, params.init_opacity, params.init_scale);
     }
@@ -754,7 +850,100 @@ fn initial_splats(
             found: "0 initial splats".into(),
         });
     }
-    Ok(host_init)
+    Ok((host_init, summary))
+}
+
+/// The cameras initialisation works from: the training ones (random points), all of them (SfM
+/// points on a camera centre are dropped) and the scene extent.
+struct InitCameras<'a> {
+    train: &'a [Camera],
+    all: &'a [Camera],
+    extent: f32,
+}
+
+/// The SfM points training may start from: none unless `params.init` is `auto`; those on a camera
+/// centre or not finite dropped (with a warning); at most `max_splats`.
+fn usable_sfm_points(
+    init: Option<InitPoints>,
+    params: &TrainParams,
+    cameras: &InitCameras<'_>,
+    rng: &mut rng::TrainRng,
+) -> InitPoints {
+    let Some(points) = init.filter(|_| params.init == Init::Auto) else {
+        return InitPoints::default();
+    };
+    let min_dist = init::NEAR_CAMERA_FRACTION * cameras.extent;
+    let (kept, dropped) = init::drop_points_near_cameras(&points, cameras.all, min_dist);
+    if dropped > 0 {
+        tracing::warn!(
+            dropped,
+            min_dist,
+            "train: dropped SfM points that are not finite or lie on a camera centre"
+        );
+    }
+    cap_points(&kept, params.max_splats, rng)
+}
+
+/// How many random points join `sfm` SfM points: all `init_random_points` without SfM points,
+/// else the top-up to `init_min_points`; plus `init_random_points` for a `denser` restart; never
+/// past `max_splats` in all.
+fn random_point_count(sfm: usize, params: &TrainParams, denser: bool) -> usize {
+    let base = if sfm == 0 {
+        params.init_random_points
+    } else {
+        params.init_min_points.saturating_sub(sfm)
+    };
+    let wanted = if denser {
+        base + params.init_random_points
+    } else {
+        base
+    };
+    wanted.min(params.max_splats.saturating_sub(sfm))
+}
+
+/// Say when random points stand in for missing or too few SfM points: both usually cost quality.
+fn warn_about_random_points(sfm: usize, random: usize, params: &TrainParams, denser: bool) {
+    if random == 0 || params.init == Init::Random {
+        return;
+    }
+    if denser {
+        tracing::warn!(
+            sfm_points = sfm,
+            random_points = random,
+            "train: restarting from a denser start: {sfm} SfM points and {random} random points \
+             inside the camera frustums"
+        );
+    } else if sfm == 0 {
+        tracing::warn!(
+            random_points = random,
+            "train: the capture has no SfM points (no points3D, no ply_file_path, or all \
+             dropped); starting from {random} random points inside the camera frustums. Give the \
+             capture's point cloud (COLMAP points3D), or re-pose it with `[reconstruct] mode = \
+             \"always\"`, for a better start"
+        );
+    } else {
+        tracing::warn!(
+            sfm_points = sfm,
+            random_points = random,
+            init_min_points = params.init_min_points,
+            "train: the capture has only {sfm} SfM points (fewer than [train] init_min_points = \
+             {}); adding {random} random points inside the camera frustums. A sparse \
+             reconstruction usually means too little texture or overlap in the photos",
+            params.init_min_points
+        );
+    }
+}
+
+/// Where the initial splats came from (`metrics.json` `init`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct InitSummary {
+    /// SfM points used (after dropping those on camera centres and capping at `max_splats`).
+    pub sfm_points: usize,
+    /// Random points inside the training cameras' frustums: all of them without SfM points, the
+    /// top-up to `init_min_points` with too few, plus `init_random_points` after a restart.
+    pub random_points: usize,
+    /// True when every splat vanished once and the run restarted from a denser start.
+    pub restarted: bool,
 }
 
 /// What happens to the splat set after a step's update: MCMC noise, then the preset's
@@ -936,6 +1125,7 @@ mod tests {
                 ],
             },
             pixels: Pixels::Resident(std::sync::Arc::new(ViewPixels::opaque(vec![0.5; 12]))),
+            split: None,
         }
     }
 
@@ -980,6 +1170,94 @@ mod tests {
                 v
             })
             .collect()
+    }
+
+    /// A sparse SfM set (17 points, the issue's count) is topped up to `init_min_points` with
+    /// random points; a dense one is used alone; `init_min_points = 0` keeps the 17; a denser
+    /// restart adds `init_random_points`; `max_splats` bounds the total.
+    #[test]
+    fn sparse_sfm_points_are_topped_up_with_random_points_and_reported() {
+        let views = small_views();
+        let cams: Vec<Camera> = views.iter().map(|v| v.camera).collect();
+        let cameras = InitCameras {
+            train: &cams,
+            all: &cams,
+            extent: init::scene_extent(&cams),
+        };
+        let points = |n: usize| InitPoints {
+            positions: (0..n).map(|i| [0.01 * i as f32, 0.0, 0.0]).collect(),
+            colors: vec![[0.5; 3]; n],
+        };
+        let p = TrainParams {
+            init_random_points: 300,
+            init_min_points: 100,
+            ..TrainParams::inria(10)
+        };
+        let run = |n: usize, p: &TrainParams, denser: bool| {
+            let mut rng = rng::TrainRng::new(p.seed);
+            let (splats, summary) =
+                initial_splats(Some(points(n)), p, &cameras, denser, &mut rng).unwrap();
+            assert_eq!(splats.len(), summary.sfm_points + summary.random_points);
+            summary
+        };
+        let s = run(17, &p, false);
+        assert_eq!(
+            (s.sfm_points, s.random_points, s.restarted),
+            (17, 83, false)
+        );
+        assert_eq!(
+            (
+                run(150, &p, false).sfm_points,
+                run(150, &p, false).random_points
+            ),
+            (150, 0)
+        );
+        let off = TrainParams {
+            init_min_points: 0,
+            ..p.clone()
+        };
+        assert_eq!(run(17, &off, false).random_points, 0);
+        let s = run(17, &p, true);
+        assert_eq!((s.random_points, s.restarted), (83 + 300, true));
+        let capped = TrainParams {
+            max_splats: 50,
+            ..p.clone()
+        };
+        assert_eq!(run(17, &capped, false).random_points, 33);
+        assert_eq!(run(0, &p, false).random_points, 300);
+    }
+
+    /// Views that show nothing (black over a black background) make every splat fade and be
+    /// pruned: the run restarts once from a denser start, and when that fails too the error says
+    /// so (two attempts, not one).
+    #[test]
+    fn a_run_whose_splats_all_vanish_restarts_once_from_a_denser_start() {
+        let mut views = small_views();
+        for v in &mut views {
+            pixels_mut(v).image.iter_mut().for_each(|x| *x = 0.0);
+        }
+        let p = TrainParams {
+            init_random_points: 50,
+            densify_from: 60,
+            densify_every: 20,
+            densify_until: 150,
+            ..TrainParams::inria(150)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let attempts = std::cell::Cell::new(0);
+        let err = train(views, None, &p, dir.path(), &|step, _, _| {
+            if step == 1 {
+                attempts.set(attempts.get() + 1);
+            }
+        })
+        .unwrap_err();
+        let msg = err.to_string();
+        assert!(splats_vanished(&err), "{msg}");
+        assert!(
+            msg.contains("again after one restart from a denser start"),
+            "{msg}"
+        );
+        assert_eq!(attempts.get(), 2);
     }
 
     /// [`train_checkpointed`] on the CPU with [`small_views`] and random init.
@@ -1360,6 +1638,41 @@ mod tests {
         let names: Vec<&str> = test.iter().map(|v| v.name.as_str()).collect();
         assert_eq!(names, ["img00", "img08", "img16"]);
         assert_eq!(train.len(), 14);
+    }
+
+    #[test]
+    fn a_declared_split_trains_on_train_and_holds_out_test_else_val() {
+        let tagged = |name: &str, split: Option<Split>| view(name).with_split(split);
+        let names = |vs: &[TrainView]| vs.iter().map(|v| v.name.clone()).collect::<Vec<_>>();
+        let views = vec![
+            tagged("test/r_0", Some(Split::Test)),
+            tagged("train/r_1", Some(Split::Train)),
+            tagged("train/r_0", Some(Split::Train)),
+            tagged("val/r_0", Some(Split::Val)),
+            tagged("loose", None),
+        ];
+        let (train, test, all) = split_views(views.clone(), 8);
+        assert!(!all);
+        assert_eq!(names(&train), ["train/r_0", "train/r_1"]);
+        assert_eq!(names(&test), ["test/r_0"]);
+        // Without a test split the val views are held out.
+        let no_test: Vec<TrainView> = views[1..].to_vec();
+        let (train, test, _) = split_views(no_test, 8);
+        assert_eq!(names(&train), ["train/r_0", "train/r_1"]);
+        assert_eq!(names(&test), ["val/r_0"]);
+        // Only train declared: every eval_every-th train view is held out, undeclared ones unused.
+        let train_only = vec![
+            tagged("a", Some(Split::Train)),
+            tagged("b", Some(Split::Train)),
+            tagged("c", Some(Split::Train)),
+            tagged("z", None),
+        ];
+        let (train, test, all) = split_views(train_only, 2);
+        assert!(!all);
+        assert_eq!(
+            (names(&train), names(&test)),
+            (vec!["b".into()], vec!["a".into(), "c".into()])
+        );
     }
 
     #[test]

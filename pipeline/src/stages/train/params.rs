@@ -128,6 +128,12 @@ pub struct TrainParams {
     pub init: Init,
     /// Number of random points inside the camera frustums when no SfM points are used.
     pub init_random_points: usize,
+    /// Fewest initial points: a capture with fewer SfM points (after dropping those on camera
+    /// centres) is topped up to this many with random points inside the training cameras'
+    /// frustums, and the run says so. A sparse model (25 points for 20 photos) otherwise starts
+    /// from a handful of splats that densification cannot grow into a scene. 0 turns the top-up
+    /// off. Default 1000.
+    pub init_min_points: usize,
     /// Weight λ of the D-SSIM term: loss = (1 − λ)·L1 + λ·(1 − SSIM). Default 0.2.
     pub lambda_dssim: f32,
     /// Background colour `[3]`, linear RGB in [0, 1], behind the splats in training and eval.
@@ -231,6 +237,7 @@ impl TrainParams {
             max_splats: 1_000_000,
             init: Init::Auto,
             init_random_points: 10_000,
+            init_min_points: 1_000,
             lambda_dssim: 0.2,
             background: [0.0; 3],
             random_background: false,
@@ -428,6 +435,7 @@ struct TrainParamsToml {
     max_splats: Option<usize>,
     init: Option<Init>,
     init_random_points: Option<usize>,
+    init_min_points: Option<usize>,
     lambda_dssim: Option<f32>,
     /// A list (not `[f32; 3]`): a fixed-size array silently drops values past the third.
     background: Option<Vec<f32>>,
@@ -485,6 +493,7 @@ impl<'de> Deserialize<'de> for TrainParams {
             max_splats,
             init,
             init_random_points,
+            init_min_points,
             lambda_dssim,
             random_background,
             mask_mode,
