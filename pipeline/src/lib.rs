@@ -7,6 +7,7 @@ pub mod dag;
 pub mod error;
 pub mod file_tree;
 pub mod gpu_monitor;
+pub mod input_alias;
 pub mod interrupt;
 pub mod location;
 pub mod meter;

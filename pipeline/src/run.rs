@@ -204,6 +204,7 @@ pub async fn run_stage(
         let with_siblings = plan.kind == JobKind::Mesh;
         let fetched = crate::storage::fetch(&plan.input, &dest, with_siblings).await?;
         bytes_read += fetched.bytes;
+        crate::input_alias::register(&fetched.local, &plan.input);
         fetched_input = Some(fetched.local.clone());
         let d = dest.clone();
         vec![

@@ -136,10 +136,31 @@ pub fn init_logging(format: &LogFormat) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
+        .with_writer(|| UserTermsWriter(std::io::stderr()));
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// A log writer that names the user's own input locations instead of a job's work-directory
+/// copies of them ([`kiln_pipeline::input_alias`]).
+struct UserTermsWriter<W>(W);
+
+impl<W: std::io::Write> std::io::Write for UserTermsWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match std::str::from_utf8(buf) {
+            Ok(text) => {
+                let named = kiln_pipeline::input_alias::in_user_terms(text);
+                self.0.write_all(named.as_bytes())?;
+            }
+            Err(_) => self.0.write_all(buf)?,
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
     }
 }
 

@@ -28,7 +28,8 @@ fn line<'a>(text: &'a str, prefix: &str) -> &'a str {
 }
 
 /// A Blender-layout copy of the first `n` fox frames (symlinked images): frames 0–5 in
-/// `transforms_train.json` (with `ply_file_path` naming a 17-point `sparse_pc.ply`), 6 in
+/// `transforms_train.json` (with `ply_file_path` naming a 17-point `sparse_pc.ply`, and a 7th
+/// frame whose image is missing), 6 in
 /// `transforms_val.json`, 7 in `transforms_test.json`.
 fn split_fox(dir: &Path) -> PathBuf {
     let fox = dataset("capture-fox-instantngp");
@@ -47,6 +48,10 @@ fn split_fox(dir: &Path) -> PathBuf {
         root["frames"] = serde_json::Value::Array(frames[range].to_vec());
         if name == "train" {
             root["ply_file_path"] = "sparse_pc.ply".into();
+            // One listed photo is missing: skipped with a warning naming this file.
+            let mut missing = frames[0].clone();
+            missing["file_path"] = "images/missing.jpg".into();
+            root["frames"].as_array_mut().unwrap().push(missing);
         } else {
             root.as_object_mut().unwrap().remove("ply_file_path");
         }
@@ -146,6 +151,13 @@ fn a_split_capture_trains_on_train_evaluates_on_test_and_tops_up_sparse_points()
         err.contains("only 17 SfM points") && err.contains("adding 983 random points"),
         "the top-up must be announced:\n{err}"
     );
+    // The warning names the user's file, not the job's work-directory copy of it.
+    let skipped = format!(
+        "{}: skipping 1 of 7 frames (image file missing): missing.jpg",
+        split.join("transforms_train.json").display()
+    );
+    assert!(err.contains(&skipped), "{err}");
+    assert!(!err.contains("/input/transforms_train.json"), "{err}");
     let out = sb.path().join("out/split");
     let metrics: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("metrics.json")).unwrap()).unwrap();
