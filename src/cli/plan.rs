@@ -104,7 +104,7 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
             },
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(());
+        return unreadable_capture(&sources);
     }
     println!(
         "job {} ({}), input {}",
@@ -119,7 +119,7 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     }
     match &sources {
         Some(Ok(s)) => println!("{}\n{}", s.poses_line(), s.points_line()),
-        Some(Err(e)) => println!("poses: the capture cannot be read yet: {e}"),
+        Some(Err(e)) => println!("capture: cannot be read: {e}"),
         None => {}
     }
     println!("work directory {}", plan.work_dir.display());
@@ -147,7 +147,18 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         );
     }
     print_estimate(&est, &shape, &catalog, history.len());
-    Ok(())
+    unreadable_capture(&sources)
+}
+
+/// The plan is printed either way; a capture that cannot be read fails the command (exit 1), so
+/// a script that plans before it runs learns of it.
+fn unreadable_capture(
+    sources: &Option<Result<ingest::CaptureSources, kiln_pipeline::Error>>,
+) -> anyhow::Result<()> {
+    match sources {
+        Some(Err(e)) => anyhow::bail!("the capture cannot be read: {e}"),
+        _ => Ok(()),
+    }
 }
 
 /// Where a posed capture job's poses and points come from; `None` for other jobs, captures the

@@ -130,6 +130,34 @@ fn plan_names_the_pose_and_point_files_of_each_capture_layout() {
         line(&text, "points:"),
         format!("points: {} (17 points)", f("sparse_pc.ply"))
     );
+    // A capture that cannot be read: the plan is printed, the reason named, and the command fails.
+    let broken = sb.path().join("broken");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::os::unix::fs::symlink(fox.join("images"), broken.join("images")).unwrap();
+    let mut root: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fox.join("transforms.json")).unwrap()).unwrap();
+    root["ply_file_path"] = "gone.ply".into();
+    std::fs::write(broken.join("transforms.json"), root.to_string()).unwrap();
+    let job = sb.job(
+        "broken",
+        &format!(
+            "name = \"broken\"\nkind = \"capture\"\ninput = \"{}\"\noutput = \"out/b\"\n",
+            broken.display()
+        ),
+    );
+    let o = sb.kiln(&["plan", job.to_str().unwrap()]);
+    assert!(!o.status.success(), "{}", stdout(&o));
+    let gone = broken.join("gone.ply").display().to_string();
+    assert!(
+        line(&stdout(&o), "capture:").contains(&gone),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stderr(&o).contains(&gone) && stderr(&o).contains("ply_file_path"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -148,7 +176,7 @@ fn a_split_capture_trains_on_train_evaluates_on_test_and_tops_up_sparse_points()
     ok(&o);
     let err = stderr(&o);
     assert!(
-        err.contains("only 17 SfM points") && err.contains("adding 983 random points"),
+        err.contains("only 17 SfM points") && err.contains("adding 10000 random points"),
         "the top-up must be announced:\n{err}"
     );
     // The warning names the user's file, not the job's work-directory copy of it.
@@ -165,7 +193,7 @@ fn a_split_capture_trains_on_train_evaluates_on_test_and_tops_up_sparse_points()
     assert_eq!(metrics["test_views"], 1, "{metrics}");
     assert_eq!(metrics["eval_on_train_views"], false);
     assert_eq!(metrics["init"]["sfm_points"], 17);
-    assert_eq!(metrics["init"]["random_points"], 983);
+    assert_eq!(metrics["init"]["random_points"], 10_000);
     // The one held-out view is the test file's frame.
     let evaluated: Vec<&str> = metrics["views"]
         .as_array()

@@ -811,9 +811,9 @@ fn train_attempt(
 }
 
 /// The splats training starts from: the SfM points (minus those on a camera centre, capped at
-/// `max_splats`) when there are some and `params.init` allows them, topped up with random points
-/// in the training cameras' frustums to `init_min_points`; else `init_random_points` random
-/// points; `denser` (the one restart after every splat vanished) adds `init_random_points` more.
+/// `max_splats`) when there are some and `params.init` allows them, joined by
+/// `init_random_points` random points in the training cameras' frustums when there are fewer
+/// than `init_min_points`; else `init_random_points` random points; `denser` (the one restart after every splat vanished) adds `init_random_points` more.
 /// Opacity and scale as `params` sets them.
 ///
 /// # Errors
@@ -884,14 +884,15 @@ fn usable_sfm_points(
     cap_points(&kept, params.max_splats, rng)
 }
 
-/// How many random points join `sfm` SfM points: all `init_random_points` without SfM points,
-/// else the top-up to `init_min_points`; plus `init_random_points` for a `denser` restart; never
-/// past `max_splats` in all.
+/// How many random points join `sfm` SfM points: `init_random_points` when there are fewer SfM
+/// points than `init_min_points` (none at all included: a sparse set never starts from fewer
+/// splats than no set), else none; plus `init_random_points` for a `denser` restart; never past
+/// `max_splats` in all.
 fn random_point_count(sfm: usize, params: &TrainParams, denser: bool) -> usize {
-    let base = if sfm == 0 {
+    let base = if sfm == 0 || sfm < params.init_min_points {
         params.init_random_points
     } else {
-        params.init_min_points.saturating_sub(sfm)
+        0
     };
     let wanted = if denser {
         base + params.init_random_points
@@ -927,8 +928,9 @@ fn warn_about_random_points(sfm: usize, random: usize, params: &TrainParams, den
             random_points = random,
             init_min_points = params.init_min_points,
             "train: the capture has only {sfm} SfM points (fewer than [train] init_min_points = \
-             {}); adding {random} random points inside the camera frustums. A sparse \
-             reconstruction usually means too little texture or overlap in the photos",
+             {}); adding {random} random points inside the camera frustums, as a capture \
+             without points would start from. A sparse reconstruction usually means too little \
+             texture or overlap in the photos",
             params.init_min_points
         );
     }
@@ -939,8 +941,8 @@ fn warn_about_random_points(sfm: usize, random: usize, params: &TrainParams, den
 pub struct InitSummary {
     /// SfM points used (after dropping those on camera centres and capping at `max_splats`).
     pub sfm_points: usize,
-    /// Random points inside the training cameras' frustums: all of them without SfM points, the
-    /// top-up to `init_min_points` with too few, plus `init_random_points` after a restart.
+    /// Random points inside the training cameras' frustums: `init_random_points` without SfM
+    /// points or with fewer than `init_min_points`, plus `init_random_points` after a restart.
     pub random_points: usize,
     /// True when every splat vanished once and the run restarted from a denser start.
     pub restarted: bool,
@@ -1172,9 +1174,10 @@ mod tests {
             .collect()
     }
 
-    /// A sparse SfM set (17 points, the issue's count) is topped up to `init_min_points` with
-    /// random points; a dense one is used alone; `init_min_points = 0` keeps the 17; a denser
-    /// restart adds `init_random_points`; `max_splats` bounds the total.
+    /// A sparse SfM set (17 points, the issue's count; fewer than `init_min_points`) is joined by
+    /// `init_random_points` random points, as many as a capture without points starts from; a
+    /// dense one is used alone; `init_min_points = 0` keeps the 17 alone; a denser restart adds
+    /// `init_random_points` more; `max_splats` bounds the total.
     #[test]
     fn sparse_sfm_points_are_topped_up_with_random_points_and_reported() {
         let views = small_views();
@@ -1203,7 +1206,7 @@ mod tests {
         let s = run(17, &p, false);
         assert_eq!(
             (s.sfm_points, s.random_points, s.restarted),
-            (17, 83, false)
+            (17, 300, false)
         );
         assert_eq!(
             (
@@ -1218,12 +1221,13 @@ mod tests {
         };
         assert_eq!(run(17, &off, false).random_points, 0);
         let s = run(17, &p, true);
-        assert_eq!((s.random_points, s.restarted), (83 + 300, true));
+        assert_eq!((s.random_points, s.restarted), (300 + 300, true));
         let capped = TrainParams {
             max_splats: 50,
             ..p.clone()
         };
         assert_eq!(run(17, &capped, false).random_points, 33);
+        assert_eq!(run(99, &p, false).random_points, 300);
         assert_eq!(run(0, &p, false).random_points, 300);
     }
 

@@ -128,8 +128,8 @@ pub struct TrainParams {
     pub init: Init,
     /// Number of random points inside the camera frustums when no SfM points are used.
     pub init_random_points: usize,
-    /// Fewest initial points: a capture with fewer SfM points (after dropping those on camera
-    /// centres) is topped up to this many with random points inside the training cameras'
+    /// Fewest SfM points trusted alone: a capture with fewer (after dropping those on camera
+    /// centres) also gets `init_random_points` random points inside the training cameras'
     /// frustums, and the run says so. A sparse model (25 points for 20 photos) otherwise starts
     /// from a handful of splats that densification cannot grow into a scene. 0 turns the top-up
     /// off. Default 1000.
