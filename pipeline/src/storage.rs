@@ -435,6 +435,15 @@ fn parent_of(p: &ObjectPath) -> ObjectPath {
 }
 
 async fn download(store: &Store, from: &ObjectPath, to: &Path) -> Result<u64> {
+    if store.local.is_some() {
+        // A local file is linked, not read into memory and written again (a 250 MB splat PLY
+        // took seconds and its size in memory): see `link_or_copy`.
+        let source = Path::new("/").join(from.as_ref());
+        let target = to.to_path_buf();
+        return tokio::task::spawn_blocking(move || link_or_copy(&source, &target))
+            .await
+            .map_err(|e| Error::io(to, std::io::Error::other(e)))?;
+    }
     let data = store
         .store
         .get(from)
@@ -451,9 +460,52 @@ async fn download(store: &Store, from: &ObjectPath, to: &Path) -> Result<u64> {
     Ok(n)
 }
 
+/// Put the local file `source` at `target` without copying its bytes when the filesystem allows:
+/// a hard link to the file itself (symlinks resolved first, so a relative link cannot dangle),
+/// else a streamed copy (another device, or a filesystem without links). Returns the bytes.
+///
+/// A link shares the file: a tool that rewrites the input *in place* while the job runs would be
+/// seen (editors and exporters write a new file and rename it, which a link does not follow).
+fn link_or_copy(source: &Path, target: &Path) -> Result<u64> {
+    let real = std::fs::canonicalize(source).map_err(|e| Error::io(source, e))?;
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+    }
+    if target.exists() {
+        std::fs::remove_file(target).map_err(|e| Error::io(target, e))?;
+    }
+    if std::fs::hard_link(&real, target).is_err() {
+        std::fs::copy(&real, target).map_err(|e| Error::io(&real, e))?;
+    }
+    let len = std::fs::metadata(target)
+        .map_err(|e| Error::io(target, e))?
+        .len();
+    Ok(len)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A local input is linked (same inode, no second copy of its bytes), through a symlink too.
+    #[tokio::test]
+    async fn fetch_links_local_files_instead_of_copying_them() {
+        use std::os::unix::fs::MetadataExt;
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("scene.ply"), b"ply bytes").unwrap();
+        std::os::unix::fs::symlink("scene.ply", src.path().join("alias.ply")).unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        for name in ["scene.ply", "alias.ply"] {
+            let input = src.path().join(name);
+            let f = fetch(input.to_str().unwrap(), dst.path(), false)
+                .await
+                .unwrap();
+            assert_eq!(f.bytes, 9);
+            let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+            assert_eq!(ino(&f.local), ino(&src.path().join("scene.ply")), "{name}");
+            assert_eq!(std::fs::read(&f.local).unwrap(), b"ply bytes");
+        }
+    }
 
     #[tokio::test]
     async fn fetch_copies_a_local_folder_keeping_relative_paths() {
