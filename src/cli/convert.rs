@@ -1,6 +1,6 @@
 //! `kiln convert IN OUT`: convert a Gaussian splat file between formats (INRIA PLY, PlayCanvas
-//! compressed PLY, SPZ, `.splat`, `KHR_gaussian_splatting` GLB), optionally dropping SH bands
-//! and changing the up axis. Formats follow the file names; the work is
+//! compressed PLY, SPZ, `.splat`, `KHR_gaussian_splatting` GLB, PlayCanvas SOG), optionally
+//! dropping SH bands and changing the up axis. Formats follow the file names; the work is
 //! `kiln_formats::splats::convert`.
 
 use std::path::PathBuf;
@@ -17,7 +17,8 @@ use kiln_formats::splats::spz::{SpzOptions, SpzVersion};
 #[command(
     after_help = "Formats by file name: .ply (INRIA 3DGS), .compressed.ply (PlayCanvas), \
     .spz (Niantic, reads v1-v4), .splat (antimatter15, no SH), .glb (KHR_gaussian_splatting; \
-    add --glb-spz for the SPZ-compressed variant CesiumJS renders).\n\
+    add --glb-spz for the SPZ-compressed variant CesiumJS renders), .sog (PlayCanvas SOG bundle) \
+    or DIR/meta.json (unbundled SOG: meta.json plus WebP images in DIR).\n\
     Up axes: y (glTF, 3D Tiles content), neg-y (COLMAP / OpenCV / INRIA training output), z \
     (Blender, ENU), and x, neg-x, neg-z."
 )]

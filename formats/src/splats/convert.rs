@@ -3,9 +3,10 @@
 //!
 //! Formats ([`SplatFormat`], chosen from the file name): INRIA 3DGS PLY (`.ply`), PlayCanvas
 //! compressed PLY (`.compressed.ply`), SPZ (`.spz`, v1–v4 read; v2/v3/v4 written), antimatter15
-//! `.splat`, and glTF `KHR_gaussian_splatting` GLB (`.glb`): plain float accessors, or with the
+//! `.splat`, glTF `KHR_gaussian_splatting` GLB (`.glb`): plain float accessors, or with the
 //! SPZ payload of `KHR_gaussian_splatting_compression_spz_2` when [`WriteOptions::glb_spz`] is
-//! set. Reading a `.ply` looks at the content, so an INRIA file named `.compressed.ply` (or the
+//! set, and PlayCanvas SOG v2 (`.sog` bundle, or a `meta.json` with its WebP images beside it).
+//! Reading a `.ply` looks at the content, so an INRIA file named `.compressed.ply` (or the
 //! reverse) still reads.
 //!
 //! Up-axis frames ([`UpAxis`]): Kiln's splats carry no frame tag, so the caller says which world
@@ -32,6 +33,7 @@ use super::placed::{
 };
 use super::ply::{read_ply, read_ply_placed, write_inria_ply_at};
 use super::sh::ShRotation;
+use super::sog::{SogOptions, read_sog, write_sog};
 use super::spz::spz_position_limit_m;
 use super::spz::{SpzOptions, encode_spz, read_spz, spz_recorded_frame};
 use super::spz_frame::SpzFrame;
@@ -52,20 +54,24 @@ pub enum SplatFormat {
     DotSplat,
     /// glTF 2.0 binary with `KHR_gaussian_splatting` (`.glb`).
     Glb,
+    /// PlayCanvas SOG v2: a `.sog` ZIP bundle, or an unbundled `meta.json` (the name must be
+    /// `meta.json`, or an existing folder holding one) with lossless WebP images beside it.
+    Sog,
 }
 
 impl SplatFormat {
     /// Every format with the file-name suffix that selects it, for help and error texts.
-    pub const ALL: [(SplatFormat, &'static str); 5] = [
+    pub const ALL: [(SplatFormat, &'static str); 6] = [
         (SplatFormat::InriaPly, ".ply"),
         (SplatFormat::CompressedPly, ".compressed.ply"),
         (SplatFormat::Spz, ".spz"),
         (SplatFormat::DotSplat, ".splat"),
         (SplatFormat::Glb, ".glb"),
+        (SplatFormat::Sog, ".sog"),
     ];
 
     /// The format a file name asks for (case-insensitive suffix; `.compressed.ply` wins over
-    /// `.ply`).
+    /// `.ply`). A file named `meta.json`, or an existing folder holding one, is an unbundled SOG.
     ///
     /// # Errors
     /// [`Error::Unsupported`] naming `path` and the supported suffixes when none matches.
@@ -76,6 +82,8 @@ impl SplatFormat {
             .unwrap_or_default();
         let found = if name.ends_with(".compressed.ply") {
             Some(Self::CompressedPly)
+        } else if name == "meta.json" || (path.is_dir() && path.join("meta.json").is_file()) {
+            Some(Self::Sog)
         } else {
             Self::ALL
                 .iter()
@@ -89,6 +97,7 @@ impl SplatFormat {
             supported: Self::ALL
                 .iter()
                 .map(|(_, s)| *s)
+                .chain(["meta.json (unbundled SOG)"])
                 .collect::<Vec<_>>()
                 .join(", "),
         })
@@ -102,6 +111,7 @@ impl SplatFormat {
             Self::Spz => "SPZ",
             Self::DotSplat => ".splat",
             Self::Glb => "GLB",
+            Self::Sog => "SOG",
         }
     }
 
@@ -132,6 +142,7 @@ pub fn read_splats(path: &Path) -> Result<GaussianSplats> {
         SplatFormat::Spz => read_spz(path),
         SplatFormat::DotSplat => read_dot_splat(path),
         SplatFormat::Glb => read_splat_glb_file(path),
+        SplatFormat::Sog => read_sog(path),
     }?;
     check_usable(path, &splats)?;
     Ok(splats)
@@ -152,6 +163,7 @@ pub fn read_splats_placed(path: &Path) -> Result<PlacedSplats> {
         SplatFormat::Spz => PlacedSplats::at_zero(read_spz(path)?),
         SplatFormat::DotSplat => PlacedSplats::at_zero(read_dot_splat(path)?),
         SplatFormat::Glb => read_splat_glb_file_placed(path)?,
+        SplatFormat::Sog => PlacedSplats::at_zero(read_sog(path)?),
     };
     check_usable(path, &placed.splats)?;
     Ok(placed)
@@ -194,9 +206,11 @@ fn check_usable(path: &Path, splats: &GaussianSplats) -> Result<()> {
 /// As [`read_splats`] when the SPZ file cannot be read or its header is corrupt.
 pub fn frame_of_read(path: &Path) -> Result<Option<SpzFrame>> {
     Ok(match SplatFormat::from_path(path)? {
-        SplatFormat::InriaPly | SplatFormat::CompressedPly | SplatFormat::DotSplat => {
-            Some(SpzFrame::RDF)
-        }
+        // splat-transform writes SOG in the PLY's frame (it bakes its transform to PLY space).
+        SplatFormat::InriaPly
+        | SplatFormat::CompressedPly
+        | SplatFormat::DotSplat
+        | SplatFormat::Sog => Some(SpzFrame::RDF),
         SplatFormat::Glb => Some(SpzFrame::LUF),
         SplatFormat::Spz => {
             let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
@@ -506,6 +520,7 @@ fn write_splats_at(
         owned = turned.splats;
         s = &owned;
     }
+    let mut written = None;
     match format {
         SplatFormat::InriaPly => write_inria_ply_at(path, s, origin_m)?,
         SplatFormat::Glb => {
@@ -520,19 +535,27 @@ fn write_splats_at(
             };
             write_atomic(path, &bytes)?
         }
-        SplatFormat::Spz | SplatFormat::DotSplat | SplatFormat::CompressedPly => {
+        SplatFormat::Spz
+        | SplatFormat::DotSplat
+        | SplatFormat::CompressedPly
+        | SplatFormat::Sog => {
             let absolute = absolute_positions(path, format, s, origin_m, &options.spz)?;
             let a = absolute.as_ref().unwrap_or(s);
             match format {
                 SplatFormat::Spz => write_atomic(path, &encode_spz(a, &options.spz)?)?,
                 SplatFormat::DotSplat => write_dot_splat(path, a)?,
+                // An unbundled SOG is several files: count them all.
+                SplatFormat::Sog => written = Some(write_sog(a, path, &SogOptions::default())?),
                 _ => write_compressed_ply(path, a)?,
             }
         }
     }
-    let bytes = std::fs::metadata(path)
-        .map_err(|e| Error::io(path, e))?
-        .len();
+    let bytes = match written {
+        Some(bytes) => bytes,
+        None => std::fs::metadata(path)
+            .map_err(|e| Error::io(path, e))?
+            .len(),
+    };
     Ok(WriteSummary {
         format,
         splats: s.len(),
@@ -602,6 +625,7 @@ fn absolute_positions(
         let how = match format {
             SplatFormat::CompressedPly => "f32 chunk bounds (positions quantised between them)",
             SplatFormat::Spz => "f32 positions before fixed-point quantisation",
+            SplatFormat::Sog => "f32 positions (log-transformed, 16 bits between per-axis bounds)",
             _ => "absolute f32 positions",
         };
         return Err(error(format!(
@@ -676,6 +700,9 @@ mod tests {
         assert_eq!(f("x.spz").unwrap(), SplatFormat::Spz);
         assert_eq!(f("x.splat").unwrap(), SplatFormat::DotSplat);
         assert_eq!(f("x.glb").unwrap(), SplatFormat::Glb);
+        assert_eq!(f("x.SOG").unwrap(), SplatFormat::Sog);
+        assert_eq!(f("out/meta.json").unwrap(), SplatFormat::Sog);
+        assert!(f("out/other.json").is_err());
         let e = f("scene.ksplat").unwrap_err().to_string();
         assert!(
             e.contains("scene.ksplat") && e.contains(".compressed.ply"),
@@ -811,6 +838,16 @@ mod tests {
                 (expected_degree, expected_degree)
             );
         }
+        // Unbundled SOG: `meta.json` names it; the summary counts every file of the folder,
+        // and the folder itself reads back.
+        let p = out(&dir, "sog/meta.json");
+        let summary = write_splats(&p, &s, &WriteOptions::default()).unwrap();
+        let on_disk: u64 = std::fs::read_dir(out(&dir, "sog"))
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum();
+        assert_eq!((summary.format, summary.bytes), (SplatFormat::Sog, on_disk));
+        assert_eq!(read_splats(&out(&dir, "sog")).unwrap().len(), 300);
         // SPZ-compressed GLB and SPZ v4 through the same entry point.
         let p = out(&dir, "c.glb");
         let opts = WriteOptions {

@@ -1,6 +1,7 @@
 //! Gaussian splats in memory ([`GaussianSplats`]) and their file formats: INRIA 3DGS PLY (`ply`),
 //! PlayCanvas compressed PLY (`compressed_ply`), SPZ v1–v4 (`spz`), antimatter15 `.splat`
-//! (`dot_splat`), glTF `KHR_gaussian_splatting` GLB (`glb`); `convert` picks a format from a file
+//! (`dot_splat`), glTF `KHR_gaussian_splatting` GLB (`glb`), PlayCanvas SOG v2 (`sog`: `meta.json`
+//! with lossless WebP images, folder or `.sog` bundle); `convert` picks a format from a file
 //! name and converts between them (SH degree, up axis), `sh` evaluates and rotates real SH.
 //! Positions f32 cannot hold (`double` PLY coordinates in a survey frame) travel as
 //! [`placed::PlacedSplats`]: an f64 origin beside f32 means, kept by the PLY and GLB writers and
@@ -17,6 +18,7 @@ pub mod glb;
 pub mod placed;
 pub mod ply;
 pub mod sh;
+pub mod sog;
 pub mod spz;
 pub mod spz_frame;
 
