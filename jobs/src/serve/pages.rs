@@ -308,6 +308,9 @@ const VIEWER_JS: &str = r#"
     }
     return out;
   }
+  // Frames over which a finished load is settled (CesiumJS rebuilds its splat snapshot once
+  // the selected tiles have been stable for some frames).
+  const SETTLE_FRAMES = 60;
   async function start() {
     const bg = cfg.background;
     const widget = new Cesium.CesiumWidget('viewer', {
@@ -316,7 +319,18 @@ const VIEWER_JS: &str = r#"
     });
     const scene = widget.scene;
     scene.backgroundColor = Cesium.Color.fromBytes(bg[0], bg[1], bg[2], 255);
-    scene.postRender.addEventListener(() => { status.frames += 1; });
+    // Frames left in which the camera is nudged after all tiles loaded (see allTilesLoaded).
+    let settleFrames = 0;
+    let nudge = 0;
+    scene.postRender.addEventListener(() => {
+      status.frames += 1;
+      if (settleFrames > 0) {
+        // Forward and back in turn (an even count: the camera ends where it started).
+        widget.camera.moveForward(settleFrames % 2 === 0 ? nudge : -nudge);
+        settleFrames -= 1;
+        if (settleFrames === 0) { status.tilesLoaded = true; }
+      }
+    });
     // A headlight: by default CesiumJS lights models with the sun at the current clock time, so
     // a mesh viewed at the site's night is drawn almost black.
     const light = new Cesium.DirectionalLight({ direction: new Cesium.Cartesian3(0, 0, -1) });
@@ -346,11 +360,14 @@ const VIEWER_JS: &str = r#"
       if (pending > 0 || processing > 0) { status.tilesLoaded = false; }
     });
     tileset.allTilesLoaded.addEventListener(() => {
-      // CesiumJS sorts Gaussian splats by depth when the camera moves; a tile that finishes
-      // loading while the camera stands still can keep an order made for another view (seen as
-      // a wrong picture in about one headless run in four). A move far below a pixel re-sorts.
-      widget.camera.moveForward(Math.max(tileset.boundingSphere.radius, 1e-3) * 1e-6);
-      status.tilesLoaded = true;
+      // CesiumJS sorts Gaussian splats by depth when the camera moves, and rebuilds its splat
+      // snapshot only once the selected tiles have been stable for some frames: a tile that
+      // finishes loading while the camera stands still can be drawn in an order made for another
+      // view (a fixed wrong picture in some headless runs, whatever one nudge's timing). Moves
+      // far below a pixel over the next frames re-sort after the snapshot is rebuilt; the page
+      // reports loaded only then.
+      nudge = Math.max(tileset.boundingSphere.radius, 1e-3) * 1e-6;
+      settleFrames = SETTLE_FRAMES;
       status.allTilesLoadedEvents += 1;
       status.statistics = numbers(tileset.statistics);
       say('tiles loaded: ' + JSON.stringify(status.contentKinds) + (status.failed.length ? ', ' + status.failed.length + ' failed' : ''));
