@@ -40,6 +40,29 @@ pub struct Store {
 /// [`Error::Param`] for a location [`Location::parse`] refuses or a dataset that is not on this
 /// machine; [`Error::Storage`] when the S3 builder rejects its configuration.
 pub fn open(location: &str) -> Result<Store> {
+    open_with_retry(location, object_store::RetryConfig::default())
+}
+
+/// [`open`] for a reachability check: an S3 request gives up after about
+/// [`PROBE_PATIENCE`] instead of retrying for up to three minutes (object_store's default), so a
+/// caller that waits for an outage can say so while it waits. Local and memory stores are the
+/// same as [`open`].
+///
+/// # Errors
+/// As [`open`].
+pub fn open_for_probe(location: &str) -> Result<Store> {
+    let retry = object_store::RetryConfig {
+        max_retries: 3,
+        retry_timeout: PROBE_PATIENCE,
+        ..object_store::RetryConfig::default()
+    };
+    open_with_retry(location, retry)
+}
+
+/// How long one probe request of [`open_for_probe`] keeps retrying.
+pub const PROBE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+
+fn open_with_retry(location: &str, retry: object_store::RetryConfig) -> Result<Store> {
     let bad = |problem: String| Error::Param {
         stage: "storage",
         field: "url".into(),
@@ -53,6 +76,7 @@ pub fn open(location: &str) -> Result<Store> {
         Location::S3 { bucket, key } => {
             let store = AmazonS3Builder::from_env()
                 .with_bucket_name(&bucket)
+                .with_retry(retry)
                 .build()
                 .map_err(|source| Error::Storage {
                     url: location.into(),

@@ -250,7 +250,9 @@ fn failure_exit_code(retryable: bool, infrastructure: bool) -> i32 {
 /// The store's refusal, naming `--cache` and what to check; a signal while waiting.
 async fn wait_for_cache(cfg: &WorkerConfig) -> anyhow::Result<()> {
     let probe = format!(".kiln-probe/{}", cfg.id);
-    let store = kiln_pipeline::storage::open(&cfg.cache)?;
+    // Short retries per request: the loop below waits (and says so) rather than object_store
+    // retrying silently for minutes inside one request.
+    let store = kiln_pipeline::storage::open_for_probe(&cfg.cache)?;
     let mut delay = Duration::from_secs(1);
     let mut stop = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {

@@ -896,6 +896,14 @@ fn a_worker_started_while_s3_is_down_waits_for_it_then_runs_jobs() {
     let o = sb.kiln(&["submit", job.to_str().unwrap(), "--db", db]);
     ok(&o);
     let id = stdout(&o).trim().to_string();
+    // The bucket is made first and the server stopped: when it comes back the bucket is there, so
+    // the worker's first successful probe cannot fall between the server answering and the bucket
+    // being created (a missing bucket ends a worker, rightly).
+    let s3_data = sb.path().join("s3-data");
+    let mut s3 = start_s3(&bin, port, &s3_data);
+    create_bucket(port, "kiln-cache");
+    let _ = s3.kill();
+    let _ = s3.wait();
     // S3 is down when the worker starts: it must wait, not exit (a crash loop under Kubernetes).
     let mut w = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["worker", "--db", db, "--work-dir", "w"])
@@ -914,8 +922,7 @@ fn a_worker_started_while_s3_is_down_waits_for_it_then_runs_jobs() {
         "the worker exited while S3 was down"
     );
     assert_eq!(job_json(&sb, db, &id)["job"]["state"], "queued");
-    let mut s3 = start_s3(&bin, port, &sb.path().join("s3-data"));
-    create_bucket(port, "kiln-cache");
+    let mut s3 = start_s3(&bin, port, &s3_data);
     wait_for("the job to finish", Duration::from_secs(180), || {
         let s = job_json(&sb, db, &id)["job"]["state"].clone();
         s != "queued" && s != "running"
