@@ -10,6 +10,7 @@ use kiln_formats::splats::convert::{
     SplatFormat, UpAxis, WriteOptions, frame_of_read, read_splats_placed, rotated_frame,
     up_axis_rotation, write_splats_placed,
 };
+use kiln_formats::splats::sog::SogOptions;
 use kiln_formats::splats::spz::{SpzOptions, SpzVersion};
 
 /// Arguments of `kiln convert`.
@@ -46,6 +47,19 @@ pub struct ConvertArgs {
     /// plain float accessors.
     #[arg(long)]
     pub glb_spz: bool,
+    /// SOG outputs: Lloyd rounds of the SH palette k-means (splat-transform's -i; 0 keeps the
+    /// seeded initial palette: fast, coarse).
+    #[arg(long, value_name = "N", default_value_t = SogOptions::default().kmeans_iterations)]
+    pub sog_iterations: u32,
+    /// SOG outputs: SH palette entries, 1-65536. Default: splat-transform's size for the splat
+    /// count (8192 for 15 K splats, 65536 from 64 K). Fewer entries: smaller files, coarser
+    /// view-dependent colour (measure with kiln eval).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub sog_sh_palette: Option<u32>,
+    /// SOG outputs: seed of the SH palette k-means (the same input, options and seed give the
+    /// same files).
+    #[arg(long, value_name = "SEED", default_value_t = 0)]
+    pub seed: u64,
 }
 
 fn parse_axis(s: &str) -> Result<UpAxis, String> {
@@ -90,6 +104,11 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
             ..Default::default()
         },
         glb_spz: args.glb_spz,
+        sog: SogOptions {
+            kmeans_iterations: args.sog_iterations,
+            seed: args.seed,
+            sh_palette: args.sog_sh_palette.map(|p| p as usize),
+        },
         ..Default::default()
     };
     let summary = write_splats_placed(&args.output, &placed, &options).with_context(|| {

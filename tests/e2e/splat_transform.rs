@@ -21,7 +21,7 @@ const PLUSHDOG_SPLATS: u64 = 15_105;
 const PLUSHDOG_SH_DEGREE: u64 = 3;
 
 /// The splat-transform runner, or `None` (skip) when it is not installed outside CI.
-fn splat_transform() -> Option<PathBuf> {
+pub fn splat_transform() -> Option<PathBuf> {
     match std::env::var_os("KILN_SPLAT_TRANSFORM") {
         Some(p) => {
             let p = PathBuf::from(p);
@@ -48,7 +48,7 @@ fn splat_transform() -> Option<PathBuf> {
 }
 
 /// `splat-transform FILE null --info json` → (numGaussians, shBands).
-fn info(tool: &Path, file: &Path) -> (u64, u64) {
+pub fn info(tool: &Path, file: &Path) -> (u64, u64) {
     let o = Command::new(tool)
         .arg("-q")
         .arg(file)

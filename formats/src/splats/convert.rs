@@ -425,6 +425,8 @@ pub struct WriteOptions {
     pub glb_spz: bool,
     /// `.glb` colour space and (with `glb_spz`) SPZ settings; `spz` is taken from [`Self::spz`].
     pub glb: SplatGlbOptions,
+    /// SOG encoding of `.sog` / `meta.json` outputs (SH palette k-means rounds, seed, size).
+    pub sog: SogOptions,
 }
 
 /// What [`write_splats`] wrote, for a one-line summary.
@@ -545,7 +547,7 @@ fn write_splats_at(
                 SplatFormat::Spz => write_atomic(path, &encode_spz(a, &options.spz)?)?,
                 SplatFormat::DotSplat => write_dot_splat(path, a)?,
                 // An unbundled SOG is several files: count them all.
-                SplatFormat::Sog => written = Some(write_sog(a, path, &SogOptions::default())?),
+                SplatFormat::Sog => written = Some(write_sog(a, path, &options.sog)?),
                 _ => write_compressed_ply(path, a)?,
             }
         }

@@ -1,6 +1,7 @@
 //! PlayCanvas SOG ("Spatially Ordered Gaussians", meta.json `version: 2`): read and write, as an
 //! unbundled folder (`meta.json` beside its WebP images) or a bundled `.sog` (a ZIP of the same
-//! files, entries stored uncompressed as splat-transform writes them).
+//! files, entries stored uncompressed as splat-transform writes them; DEFLATE entries, as general
+//! ZIP tools write, are read too).
 //!
 //! Source: the layout below was read from PlayCanvas splat-transform `src/lib/writers/write-sog.ts`
 //! (commit 8d6b801, with `src/lib/ops/morton-order.ts` and `src/lib/spatial/quantize-1d-core.ts`
@@ -101,13 +102,22 @@ pub struct SogOptions {
     /// Seed of the palette initialisation and of re-seeding empty clusters; the same input,
     /// options and seed always give the same files (on every thread count).
     pub seed: u64,
+    /// Entries of the SH palette, 1 ..= 65536 (16-bit labels); `None` takes splat-transform's
+    /// size for the splat count ([`sh_palette_size`]: 8192 for 15,105 splats, 65536 from 64 K
+    /// splats). Smaller palettes cost SH fidelity and save bytes on small scenes, where the
+    /// palette dominates: plush-dog's 8192-entry palette is 57 % of its SOG.
+    pub sh_palette: Option<usize>,
 }
+
+/// Largest SH palette a SOG can address (labels are 16-bit).
+pub const MAX_SH_PALETTE: usize = 1 << 16;
 
 impl Default for SogOptions {
     fn default() -> Self {
         Self {
             kmeans_iterations: 10,
             seed: 0,
+            sh_palette: None,
         }
     }
 }
@@ -633,16 +643,28 @@ fn kmeans(points: &[f32], d: usize, k: usize, iterations: u32, seed: u64) -> (Ve
     (centroids, labels)
 }
 
-/// Lossless RGBA WebP of `rgba` (`[H, W, 4]` bytes).
+/// Lossless RGBA WebP of `rgba` (`[H, W, 4]` bytes), by libwebp at its default lossless effort
+/// (quality 75, method 4: what `cwebp -lossless` and splat-transform use). `exact` keeps the RGB
+/// of texels whose alpha is 0: `sh0.webp` stores opacity in alpha, and a fully transparent splat
+/// still has a colour (libwebp would otherwise clear it to compress better).
 fn encode_webp(rgba: &[u8], w: usize, h: usize, name: &str) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    image::codecs::webp::WebPEncoder::new_lossless(&mut out)
-        .encode(rgba, w as u32, h as u32, image::ExtendedColorType::Rgba8)
-        .map_err(|source| Error::Image {
-            path: PathBuf::from(name),
-            source,
-        })?;
-    Ok(out)
+    let failed = |found: String| Error::InvalidInput {
+        context: "SOG write",
+        field: format!("{name} (lossless WebP)"),
+        expected: "an image libwebp encodes (each side 1 ..= 16383 texels)".into(),
+        found,
+    };
+    let mut config = webp::WebPConfig::new().map_err(|()| {
+        failed("libwebp refused its default configuration (a libwebp build mismatch)".into())
+    })?;
+    config.lossless = 1;
+    config.exact = 1;
+    config.quality = 75.0;
+    config.method = 4;
+    let encoded = webp::Encoder::from_rgba(rgba, w as u32, h as u32)
+        .encode_advanced(&config)
+        .map_err(|e| failed(format!("libwebp failed on a {w}×{h} image: {e:?}")))?;
+    Ok(encoded.to_vec())
 }
 
 /// The finished files of a SOG: (name, bytes), images first and `meta.json` last.
@@ -657,6 +679,17 @@ fn encode_sog(splats: &GaussianSplats, options: &SogOptions) -> Result<Vec<(Stri
             field: "splat count".into(),
             expected: "at least one splat (a SOG texture cannot be 0 × 0)".into(),
             found: "0 splats".into(),
+        });
+    }
+    if let Some(p) = options
+        .sh_palette
+        .filter(|p| !(1..=MAX_SH_PALETTE).contains(p))
+    {
+        return Err(Error::InvalidInput {
+            context: CONTEXT,
+            field: "SH palette size".into(),
+            expected: format!("1 ..= {MAX_SH_PALETTE} entries (labels are 16-bit)"),
+            found: p.to_string(),
         });
     }
     let (w, h) = texture_size(n);
@@ -770,7 +803,9 @@ fn encode_sog(splats: &GaussianSplats, options: &SogOptions) -> Result<Vec<(Stri
                 }
             }
         }
-        let palette = sh_palette_size(n);
+        let palette = options
+            .sh_palette
+            .map_or_else(|| sh_palette_size(n), |p| p.clamp(1, n));
         let (centroids, labels) =
             kmeans(&rest, dim, palette, options.kmeans_iterations, options.seed);
         let (sh_n_codebook, centroid_labels) = quantize_1d(&centroids);
@@ -946,8 +981,8 @@ impl SogFiles {
                     path: path.join(&entry),
                     field: "ZIP entry".into(),
                     found: e.to_string(),
-                    supported: "stored (uncompressed) entries, as splat-transform writes; \
-                                re-bundle with splat-transform or unzip to a folder"
+                    supported: "stored or DEFLATE entries (as splat-transform and common ZIP \
+                                tools write); re-bundle with splat-transform or unzip to a folder"
                         .into(),
                 })?;
                 let mut bytes = Vec::new();
@@ -978,7 +1013,7 @@ struct Rgba {
 /// [`Error::NotFound`] / [`Error::Io`] for a missing or unreadable file (named);
 /// [`Error::Corrupt`] for JSON that does not parse or a bundle that is not a ZIP;
 /// [`Error::Unsupported`] for `version` ≠ 2 (SOG v1 used min/max instead of codebooks) or
-/// compressed bundle entries; [`Error::Image`] for an image that does not decode;
+/// bundle entries compressed other than by DEFLATE; [`Error::Image`] for an image that does not decode;
 /// [`Error::Invalid`] naming the file and field for a count of 0, codebooks not of 256 entries,
 /// images too small for `count`, a quaternion mode byte outside 252..=255, `shN.bands` outside
 /// 1..=3, or a palette label past the palette.
@@ -1508,6 +1543,40 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(a.sh_degree, 1);
         assert_eq!(&std::fs::read(&bundle).unwrap()[..4], b"PK\x03\x04");
+    }
+
+    /// A bundle re-zipped by a general ZIP tool (DEFLATE entries, in another order) reads as the
+    /// same splats as splat-transform's stored bundle.
+    #[test]
+    fn a_deflated_bundle_reads_like_the_stored_one() {
+        let s = random_splats(300, 2, 2.0, 5);
+        let dir = tempfile::tempdir().unwrap();
+        write_sog(&s, &dir.path().join("f"), &SogOptions::default()).unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(dir.path().join("f"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names.reverse();
+        let deflated = dir.path().join("deflated.sog");
+        let mut zip = zip::ZipWriter::new(std::fs::File::create(&deflated).unwrap());
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated);
+        for name in &names {
+            zip.start_file(name.as_str(), options).unwrap();
+            zip.write_all(&std::fs::read(dir.path().join("f").join(name)).unwrap())
+                .unwrap();
+        }
+        zip.finish().unwrap();
+        let mut archive = zip::ZipArchive::new(std::fs::File::open(&deflated).unwrap()).unwrap();
+        assert_eq!(
+            archive.by_index(0).unwrap().compression(),
+            zip::CompressionMethod::Deflated
+        );
+        assert_eq!(
+            read_sog(&deflated).unwrap(),
+            read_sog(&dir.path().join("f")).unwrap()
+        );
     }
 
     #[test]
