@@ -808,7 +808,10 @@ fn content_frame(plan: &JobPlan) -> Result<tile::frame::TilesetFrame> {
 fn find_input(dir: &Path, kind: JobKind) -> Result<PathBuf> {
     let (accepted, what): (&[&str], &str) = match kind {
         JobKind::Capture => return Ok(dir.to_path_buf()),
-        JobKind::Mesh => (&["glb", "gltf"], ".glb or .gltf"),
+        JobKind::Mesh => (
+            &kiln_formats::mesh::MESH_EXTENSIONS,
+            ".glb, .gltf, .obj or .ply",
+        ),
         JobKind::Splats => (&["ply", "spz", "glb"], ".ply, .spz or .glb"),
     };
     let mut candidates: Vec<PathBuf> = std::fs::read_dir(dir)

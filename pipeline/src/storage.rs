@@ -248,14 +248,17 @@ pub struct Fetched {
 /// Copy the object or prefix named by `location` into `dest_dir`.
 ///
 /// When `location` names one object, it lands at `dest_dir/<file name>`; if `with_references` is
-/// set and it is a `.gltf`, the external files it references (`buffers[].uri`, `images[].uri`,
-/// relative, not `data:`) are fetched beside it — nothing else in its folder is. When `location`
-/// names a prefix, all objects under it are copied keeping their relative paths. Local-filesystem
-/// locations are copied too, so a stage never reads a file that may change under it.
+/// set, the files a mesh names are fetched beside it, keeping their relative paths, and nothing
+/// else in its folder is: a `.gltf`'s `buffers[].uri` and `images[].uri` (relative, not `data:`),
+/// an `.obj`'s `mtllib` files and those MTLs' texture maps. Missing textures and MTLs are skipped
+/// (the mesh reader lists them in one warning); a missing glTF buffer is an error. When
+/// `location` names a prefix, all objects under it are copied keeping their relative paths.
+/// Local-filesystem locations are copied too, so a stage never reads a file that may change
+/// under it.
 ///
 /// # Errors
-/// [`Error::Input`] when nothing exists at `location` (no object, or an empty folder) or a
-/// referenced file is missing; [`Error::Storage`] / [`Error::Io`] on I/O.
+/// [`Error::Input`] when nothing exists at `location` (no object, or an empty folder) or a glTF
+/// buffer it references is missing; [`Error::Storage`] / [`Error::Io`] on I/O.
 pub async fn fetch(location: &str, dest_dir: &Path, with_references: bool) -> Result<Fetched> {
     let store = open(location)?;
     std::fs::create_dir_all(dest_dir).map_err(|e| Error::io(dest_dir, e))?;
@@ -264,31 +267,41 @@ pub async fn fetch(location: &str, dest_dir: &Path, with_references: bool) -> Re
         let local = dest_dir.join(&name);
         let mut bytes = download(&store, &meta.location, &local).await?;
         let mut objects = 1;
-        if with_references && name.to_ascii_lowercase().ends_with(".gltf") {
+        if with_references {
             let parent = parent_of(&meta.location);
-            for uri in gltf_external_uris(&local)? {
+            let mut queue = sidecar_references(&name, &local, "")?;
+            let mut seen = std::collections::HashSet::new();
+            while let Some(r) = queue.pop() {
+                if !seen.insert(r.rel.clone()) {
+                    continue;
+                }
                 let mut from = parent.clone();
-                for part in uri.split('/').filter(|p| !p.is_empty() && *p != ".") {
+                for part in r.rel.split('/').filter(|p| !p.is_empty() && *p != ".") {
                     from = from.join(part);
                 }
-                let to = dest_dir.join(&uri);
-                bytes += match download(&store, &from, &to).await {
-                    Ok(n) => n,
-                    Err(Error::Storage {
-                        source: object_store::Error::NotFound { .. },
-                        ..
-                    }) => {
+                let to = dest_dir.join(&r.rel);
+                match download(&store, &from, &to).await {
+                    Ok(n) => {
+                        bytes += n;
+                        objects += 1;
+                    }
+                    // Textures and material libraries may be missing: the mesh reader lists
+                    // them all in one warning and keeps the materials' colours.
+                    Err(e) if is_not_found(&e) && !r.required => continue,
+                    Err(e) if is_not_found(&e) => {
                         return Err(Error::Input {
                             path: PathBuf::from(location),
-                            field: "buffers/images uri".into(),
+                            field: r.field.into(),
                             problem: format!(
-                                "the glTF references `{uri}`, which does not exist beside it; upload it next to the .gltf or use a .glb"
+                                "the glTF references `{}`, which does not exist beside it; upload it next to the .gltf or use a .glb",
+                                r.rel
                             ),
                         });
                     }
                     Err(e) => return Err(e),
-                };
-                objects += 1;
+                }
+                let dir = r.rel.rsplit_once('/').map_or("", |(d, _)| d);
+                queue.extend(sidecar_references(&r.rel, &to, dir)?);
             }
         }
         return Ok(Fetched {
@@ -369,9 +382,80 @@ pub async fn list_names(location: &str) -> Result<Vec<String>> {
     Ok(names)
 }
 
+/// A file that a fetched mesh file names, to be fetched from beside it.
+struct Reference {
+    /// `/`-separated path relative to the input's folder.
+    rel: String,
+    /// A glTF buffer (the geometry) is required; textures and MTL files are not (see `fetch`).
+    required: bool,
+    field: &'static str,
+}
+
+/// The files that `file` (fetched to `local`, at `dir` relative to the input's folder) names:
+/// a `.gltf`'s buffers and images, an `.obj`'s `mtllib` files, an `.mtl`'s texture maps; nothing
+/// for other files. Names that are absolute or climb out of the folder are errors for a glTF and
+/// skipped for OBJ/MTL (exporters often write absolute texture paths; the reader reports them as
+/// missing).
+fn sidecar_references(file: &str, local: &Path, dir: &str) -> Result<Vec<Reference>> {
+    let lower = file.to_ascii_lowercase();
+    let join = |name: &str| {
+        if dir.is_empty() {
+            name.to_string()
+        } else {
+            format!("{dir}/{name}")
+        }
+    };
+    if lower.ends_with(".gltf") {
+        return Ok(gltf_external_uris(local)?
+            .into_iter()
+            .map(|(key, uri)| Reference {
+                rel: join(&uri),
+                required: key == "buffers",
+                field: if key == "buffers" {
+                    "buffers[].uri"
+                } else {
+                    "images[].uri"
+                },
+            })
+            .collect());
+    }
+    let (names, field) = if lower.ends_with(".obj") {
+        let text = std::fs::read(local).map_err(|e| Error::io(local, e))?;
+        let text = String::from_utf8_lossy(&text);
+        (kiln_formats::mesh::obj_material_libraries(&text), "mtllib")
+    } else if lower.ends_with(".mtl") {
+        let text = std::fs::read(local).map_err(|e| Error::io(local, e))?;
+        let text = String::from_utf8_lossy(&text);
+        (kiln_formats::mesh::mtl_texture_files(&text), "map_*")
+    } else {
+        return Ok(Vec::new());
+    };
+    Ok(names
+        .into_iter()
+        .filter(|n| !n.starts_with('/') && !n.contains(':') && !n.split('/').any(|p| p == ".."))
+        .map(|n| Reference {
+            rel: join(&n),
+            required: false,
+            field,
+        })
+        .collect())
+}
+
+/// Is `e` "no such object/file"?
+fn is_not_found(e: &Error) -> bool {
+    match e {
+        Error::Storage {
+            source: object_store::Error::NotFound { .. },
+            ..
+        } => true,
+        Error::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
+        _ => false,
+    }
+}
+
 /// The relative external URIs of a `.gltf` (`buffers[].uri`, `images[].uri`), percent-decoded;
 /// `data:` URIs are skipped. URIs that are absolute or climb out of the folder (`..`) are rejected.
-fn gltf_external_uris(gltf: &Path) -> Result<Vec<String>> {
+fn gltf_external_uris(gltf: &Path) -> Result<Vec<(&'static str, String)>> {
     let bytes = std::fs::read(gltf).map_err(|e| Error::io(gltf, e))?;
     let json: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| Error::Input {
         path: gltf.to_path_buf(),
@@ -403,8 +487,8 @@ fn gltf_external_uris(gltf: &Path) -> Result<Vec<String>> {
                     problem: format!("`{uri}` is not a relative path inside the model's folder"),
                 });
             }
-            if !out.contains(&decoded) {
-                out.push(decoded);
+            if !out.iter().any(|(_, u)| *u == decoded) {
+                out.push((key, decoded));
             }
         }
     }
@@ -600,6 +684,55 @@ mod tests {
         .await
         .unwrap_err();
         assert!(err.to_string().contains("gone.bin"), "{err}");
+    }
+
+    /// An `.obj` brings its MTL (in a subfolder) and the textures that MTL names, relative to
+    /// the MTL; missing textures are skipped, unrelated files stay behind.
+    #[tokio::test]
+    async fn fetch_of_an_obj_brings_its_mtl_and_the_textures_the_mtl_names() {
+        let src = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(src.path().join("mat/tex")).unwrap();
+        std::fs::write(
+            src.path().join("m.obj"),
+            "mtllib mat/m.mtl\nv 0 0 0\nv 1 0 0\nv 0 1 0\nf 1 2 3\n",
+        )
+        .unwrap();
+        std::fs::write(
+            src.path().join("mat/m.mtl"),
+            "newmtl a\nmap_Kd -s 1 1 1 tex\\a.png\nmap_Bump gone.png\n",
+        )
+        .unwrap();
+        std::fs::write(src.path().join("mat/tex/a.png"), b"png").unwrap();
+        std::fs::write(src.path().join("unrelated.bin"), b"big").unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        let f = fetch(src.path().join("m.obj").to_str().unwrap(), dst.path(), true)
+            .await
+            .unwrap();
+        assert_eq!(f.objects, 3);
+        assert!(dst.path().join("mat/m.mtl").exists());
+        assert!(dst.path().join("mat/tex/a.png").exists());
+        assert!(!dst.path().join("unrelated.bin").exists());
+    }
+
+    /// Missing glTF images do not stop the fetch (the reader warns once for all of them).
+    #[tokio::test]
+    async fn fetch_of_a_gltf_skips_missing_images() {
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(
+            src.path().join("m.gltf"),
+            br#"{"buffers":[{"uri":"m.bin"}],"images":[{"uri":"a.png"},{"uri":"b.png"}]}"#,
+        )
+        .unwrap();
+        std::fs::write(src.path().join("m.bin"), b"xx").unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        let f = fetch(
+            src.path().join("m.gltf").to_str().unwrap(),
+            dst.path(),
+            true,
+        )
+        .await
+        .unwrap();
+        assert_eq!(f.objects, 2);
     }
 
     #[tokio::test]

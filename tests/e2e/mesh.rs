@@ -120,3 +120,110 @@ fn carbon_sphere_glb_job_produces_four_lods_with_growing_error() {
     }
     validate_glbs(&files_with_ext(&sb.path().join("out/sphere"), "glb"));
 }
+
+/// A repository fixture under `tests/fixtures/mesh/`.
+fn mesh_fixture(rel: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/mesh")
+        .join(rel)
+}
+
+/// The JSON chunk of a GLB (glTF 2.0 §4.4: 12-byte header, then chunk length, type, data).
+fn glb_json(path: &std::path::Path) -> serde_json::Value {
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(&bytes[0..4], b"glTF", "{}", path.display());
+    let len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    assert_eq!(&bytes[16..20], b"JSON");
+    serde_json::from_slice(&bytes[20..20 + len]).unwrap()
+}
+
+/// The content URIs of the tiles without children (the full-detail leaves).
+fn leaf_uris(tile: &serde_json::Value, out: &mut Vec<String>) {
+    match tile["children"].as_array() {
+        Some(children) if !children.is_empty() => {
+            for c in children {
+                leaf_uris(c, out);
+            }
+        }
+        _ => out.push(tile["content"]["uri"].as_str().unwrap().to_string()),
+    }
+}
+
+/// An OBJ + MTL given as the `.obj` file (the job fetches the MTL, in a subfolder, and the PNG it
+/// names) or as its folder: it tiles, and the leaves hold all 7 triangles (2 quads + a pentagon,
+/// by hand) with the texture.
+#[test]
+fn obj_with_mtl_and_texture_tiles_with_every_triangle_and_the_texture() {
+    let sb = Sandbox::new();
+    let obj = mesh_fixture("obj_textured/quads.obj");
+    for (name, input) in [
+        ("quads", obj.clone()),
+        ("folder", obj.parent().unwrap().into()),
+    ] {
+        let job = mesh_job(&sb, name, input.to_str().unwrap());
+        ok(&sb.kiln(&["run", job.to_str().unwrap()]));
+        check_quads_tileset(&sb.path().join("out").join(name));
+    }
+}
+
+fn check_quads_tileset(out: &std::path::Path) {
+    let tileset: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("tileset.json")).unwrap()).unwrap();
+    let mut leaves = Vec::new();
+    leaf_uris(&tileset["root"], &mut leaves);
+    let mut triangles = 0;
+    let mut textured = 0;
+    for uri in &leaves {
+        let glb = out.join(uri);
+        let json = glb_json(&glb);
+        for prim in json["meshes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|m| m["primitives"].as_array().unwrap())
+        {
+            let idx = prim["indices"].as_u64().unwrap() as usize;
+            triangles += json["accessors"][idx]["count"].as_u64().unwrap() / 3;
+        }
+        for image in json["images"].as_array().into_iter().flatten() {
+            let rel = image["uri"]
+                .as_str()
+                .expect("tile images are referenced by uri");
+            let file = glb.parent().unwrap().join(rel);
+            assert_eq!(
+                std::fs::read(&file).unwrap(),
+                std::fs::read(mesh_fixture("obj_textured/materials/checker.png")).unwrap(),
+                "{}",
+                file.display()
+            );
+            textured += 1;
+        }
+    }
+    assert_eq!(triangles, 7, "leaves {leaves:?}");
+    assert!(textured > 0, "no leaf references the map_Kd texture");
+    validate_glbs(&files_with_ext(out, "glb"));
+}
+
+/// Two missing textures: the job succeeds, and ONE warning names both files.
+#[test]
+fn gltf_with_two_missing_textures_tiles_with_one_warning_naming_both() {
+    let sb = Sandbox::new();
+    let gltf = mesh_fixture("missing_textures/two_missing.gltf");
+    let job = mesh_job(&sb, "missing", gltf.to_str().unwrap());
+    let o = sb.kiln(&["run", job.to_str().unwrap()]);
+    ok(&o);
+    let err = stderr(&o);
+    let warnings: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("texture file(s) missing"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(
+        warnings[0].contains("textures/albedo missing.png")
+            && warnings[0].contains("textures/bumpy_albedo.jpg")
+            && warnings[0].contains(gltf.to_str().unwrap()),
+        "{}",
+        warnings[0]
+    );
+    assert!(sb.path().join("out/missing/tileset.json").exists());
+}

@@ -41,24 +41,31 @@ use crate::{Error, Result};
 /// (e.g. `chess-board.glb` mesh 5: 5,456 decoded vertices, accessor count 5,452, identical
 /// triangles).
 ///
+/// `TRIANGLE_STRIP` and `TRIANGLE_FAN` primitives (modes 5 and 6, indexed or not) become triangle
+/// lists with the winding glTF 2.0 §3.7.2.1 defines (see [`strip_to_list`], [`fan_to_list`]).
+///
+/// Missing image files do not fail the read: every `images[].uri` that names an absent file is
+/// listed in one warning (see [`super::warn_missing_textures`]) and the material keeps its factors
+/// without the texture.
+///
 /// Not guaranteed: attributes other than POSITION, NORMAL and the base-colour TEXCOORD set are
 /// dropped; normals or UVs are dropped for the whole mesh (with a warning) when any primitive lacks
 /// them or holds non-finite values; only the first triangle primitive's material is kept;
-/// non-triangle primitives (points, lines, strips, fans) are skipped with a warning; images that
-/// are not PNG or JPEG are dropped with a warning. A POSITION accessor without the schema-required
+/// point and line primitives are skipped with a warning; images that are not PNG or JPEG are
+/// dropped with a warning. A POSITION accessor without the schema-required
 /// `min`/`max` is tolerated (with a warning) since the bounds are recomputed anyway.
 ///
 /// * `path` — a `.gltf` or `.glb` file; relative URIs resolve against its directory.
 ///
 /// # Errors
-/// * [`Error::NotFound`] — `path`, or a buffer or image file its URIs name (the error's path is that
-///   file).
+/// * [`Error::NotFound`] — `path`, or a buffer file its URIs name (the error's path is that file).
 /// * [`Error::Corrupt`] — not JSON / not a GLB, truncated GLB chunks, a buffer shorter than its
 ///   `byteLength`, an accessor range outside its buffer view, a node cycle, a Draco stream that
 ///   does not decode (names the primitive and buffer view).
 /// * [`Error::Invalid`] — schema failures (field path from the `gltf` crate), an index ≥ the
 ///   primitive's vertex count (names mesh, primitive, element and value), a non-finite position
-///   (names the accessor and element), an index count that is not a multiple of 3.
+///   (names the accessor and element), a TRIANGLES index count that is not a multiple of 3, a strip
+///   or fan of fewer than 3 indices.
 /// * [`Error::Unsupported`] — required extensions other than `KHR_draco_mesh_compression` (e.g.
 ///   `EXT_meshopt_compression`), sparse or quantized accessors, accessors without a buffer view
 ///   (outside Draco primitives), non-file URI schemes.
@@ -390,11 +397,14 @@ impl<'a> Builder<'a> {
     ) -> Result<()> {
         let (m, p) = (mesh.index(), primitive.index());
         let field = format!("meshes[{m}].primitives[{p}]");
-        if primitive.mode() != Mode::Triangles {
+        let mode = primitive.mode();
+        if !matches!(
+            mode,
+            Mode::Triangles | Mode::TriangleStrip | Mode::TriangleFan
+        ) {
             tracing::warn!(
                 file = %self.path.display(),
-                "{field}: mode {:?} is not TRIANGLES; primitive skipped",
-                primitive.mode()
+                "{field}: mode {mode:?} draws points or lines, not triangles; primitive skipped"
             );
             return Ok(());
         }
@@ -597,7 +607,21 @@ impl<'a> Builder<'a> {
             }
             (None, None) => (0..vertex_count as u32).collect(),
         };
-        if !indices.len().is_multiple_of(3) {
+        // Draco streams always decode to triangle lists; other strips and fans become lists here
+        // (after the range check below has seen the indices as written).
+        let list_from = match (mode, draco.is_some()) {
+            (Mode::TriangleStrip | Mode::TriangleFan, false) => Some(mode),
+            _ => None,
+        };
+        if list_from.is_some() && indices.len() < 3 {
+            return Err(Error::Invalid {
+                path: self.path.to_path_buf(),
+                field: format!("{field}.indices"),
+                expected: "3 or more indices (glTF 2.0 §3.7.2.1, strips and fans)".into(),
+                found: format!("{} indices", indices.len()),
+            });
+        }
+        if list_from.is_none() && !indices.len().is_multiple_of(3) {
             return Err(Error::Invalid {
                 path: self.path.to_path_buf(),
                 field: format!("{field}.indices"),
@@ -616,6 +640,12 @@ impl<'a> Builder<'a> {
                 expected: format!("an index < vertex count {vertex_count}"),
                 found: format!("index {bad}"),
             });
+        }
+        if let Some(mode) = list_from {
+            indices = match mode {
+                Mode::TriangleStrip => strip_to_list(&indices),
+                _ => fan_to_list(&indices),
+            };
         }
         if indices.is_empty() {
             return Ok(());
@@ -814,12 +844,23 @@ impl<'a> Builder<'a> {
                     .into(),
             });
         }
+        let missing = self.missing_images();
+        super::warn_missing_textures(
+            self.path,
+            &missing.iter().map(|(_, m)| m.clone()).collect::<Vec<_>>(),
+        );
         let (factor, texture) = match self.material {
             Some(Some(i)) => match self.doc().materials().nth(i) {
                 Some(mat) => {
                     let pbr = mat.pbr_metallic_roughness();
                     let tex = match (pbr.base_color_texture(), self.all_have_uvs) {
-                        (Some(info), true) => self.load_image(info.texture().source().index())?,
+                        (Some(info), true)
+                            if !missing
+                                .iter()
+                                .any(|(m, _)| *m == info.texture().source().index()) =>
+                        {
+                            self.load_image(info.texture().source().index())?
+                        }
                         _ => None,
                     };
                     (pbr.base_color_factor(), tex)
@@ -844,6 +885,34 @@ impl<'a> Builder<'a> {
         let start = v.byte_offset.map_or(0, |o| o.0 as usize);
         let end = start.checked_add(v.byte_length.0 as usize)?;
         self.buffers.get(v.buffer.value())?.get(start..end)
+    }
+
+    /// Every `images[i]` whose relative or `file:` URI names a file that is not there, as
+    /// `(i, what to report)`. Checked for all images, used or not, so that one warning lists every
+    /// file the user has to supply; URIs that do not resolve are left to [`Self::load_image`].
+    fn missing_images(&self) -> Vec<(usize, super::MissingTexture)> {
+        let root = self.doc().as_json();
+        let mut out = Vec::new();
+        for (i, image) in root.images.iter().enumerate() {
+            // Data URIs are never missing (and decoding them here would be wasted work).
+            let Some(uri) = image.uri.as_deref().filter(|u| !u.starts_with("data:")) else {
+                continue;
+            };
+            let field = format!("images[{i}].uri");
+            if let Ok(UriTarget::File(file)) = resolve_uri(self.path, self.base, &field, uri)
+                && !file.is_file()
+            {
+                out.push((
+                    i,
+                    super::MissingTexture {
+                        field,
+                        as_written: uri.to_string(),
+                        resolved: file,
+                    },
+                ));
+            }
+        }
+        out
     }
 
     /// Encoded bytes of `images[index]`; `None` (with a warning) for non-PNG/JPEG images.
@@ -891,6 +960,42 @@ impl<'a> Builder<'a> {
             mime: mime.into(),
             bytes,
         }))
+    }
+}
+
+/// A `TRIANGLE_STRIP` index sequence as a triangle list, `[n] → [F, 3]` with F ≤ n − 2.
+///
+/// glTF 2.0 §3.7.2.1 (Meshes, Overview, "Triangle Strips"): triangle i is
+/// `{v_i, v_{i+(1+i%2)}, v_{i+(2−i%2)}}`, i.e. `(i, i+1, i+2)` for even i and `(i, i+2, i+1)` for
+/// odd i, which keeps every triangle counter-clockwise like the first. glTF has no primitive
+/// restart (the maximum index value is forbidden), so the sequence is one strip. Triangles that
+/// use one vertex twice (the zero-area joins of stitched strips; the spec says they SHOULD NOT
+/// occur) are dropped. Fewer than 3 indices give no triangle.
+pub(crate) fn strip_to_list(strip: &[u32]) -> Vec<u32> {
+    let mut out = Vec::with_capacity(strip.len().saturating_sub(2) * 3);
+    for i in 0..strip.len().saturating_sub(2) {
+        let odd = i % 2;
+        push_unless_degenerate(&mut out, [strip[i], strip[i + 1 + odd], strip[i + 2 - odd]]);
+    }
+    out
+}
+
+/// A `TRIANGLE_FAN` index sequence as a triangle list, `[n] → [F, 3]` with F ≤ n − 2.
+///
+/// glTF 2.0 §3.7.2.1 ("Triangle Fans"): triangle i is `{v_{i+1}, v_{i+2}, v_0}`, the same winding
+/// as `(v_0, v_{i+1}, v_{i+2})`, which is what is written. Degenerate triangles are dropped as in
+/// [`strip_to_list`].
+pub(crate) fn fan_to_list(fan: &[u32]) -> Vec<u32> {
+    let mut out = Vec::with_capacity(fan.len().saturating_sub(2) * 3);
+    for i in 0..fan.len().saturating_sub(2) {
+        push_unless_degenerate(&mut out, [fan[0], fan[i + 1], fan[i + 2]]);
+    }
+    out
+}
+
+fn push_unless_degenerate(out: &mut Vec<u32>, [a, b, c]: [u32; 3]) {
+    if a != b && b != c && a != c {
+        out.extend([a, b, c]);
     }
 }
 
@@ -1505,5 +1610,91 @@ mod tests {
         assert!(decode_base64("Zm9v!").is_none());
         assert_eq!(percent_decode("a%20b.bin"), "a b.bin");
         assert_eq!(percent_decode("bad%ZZ%"), "bad%ZZ%");
+    }
+
+    /// glTF 2.0 §3.7.2.1: strip triangle i = {v_i, v_{i+(1+i%2)}, v_{i+(2−i%2)}}, so for
+    /// [a b c d e] → (a b c), (b d c), (c d e); fan triangle i = {v_{i+1}, v_{i+2}, v_0}, written
+    /// as the same rotation (v_0, v_{i+1}, v_{i+2}).
+    #[test]
+    fn strips_and_fans_follow_the_spec_equations() {
+        assert_eq!(
+            strip_to_list(&[10, 11, 12, 13, 14]),
+            [10, 11, 12, 11, 13, 12, 12, 13, 14]
+        );
+        assert_eq!(fan_to_list(&[7, 1, 2, 3]), [7, 1, 2, 7, 2, 3]);
+        // Stitched strips repeat an index; those zero-area joins are dropped.
+        assert_eq!(strip_to_list(&[0, 1, 2, 2, 3, 4]), [0, 1, 2, 2, 4, 3]);
+        assert!(strip_to_list(&[0, 1]).is_empty());
+    }
+
+    /// `tests/fixtures/mesh/strip_fan.gltf`: an indexed TRIANGLE_STRIP over a 2 × 1 m zigzag
+    /// (4 triangles, 2 m²) and a non-indexed TRIANGLE_FAN of 5 vertices translated by +4 m in x
+    /// (3 triangles, 1.5 m²): 7 triangles, every one counter-clockwise seen from +z.
+    #[test]
+    fn strip_and_fan_primitives_become_counter_clockwise_triangle_lists() {
+        let mesh = read_gltf(&super::super::fixture("strip_fan.gltf")).unwrap();
+        assert_eq!(mesh.triangle_count(), 7);
+        // The scene walk reaches the fan's node first (vertices 0–4), then the strip's (5–10).
+        assert_eq!(
+            mesh.indices,
+            [
+                0, 1, 2, 0, 2, 3, 0, 3, 4, 5, 6, 7, 6, 8, 7, 7, 8, 9, 8, 10, 9
+            ]
+        );
+        for t in 0..7 {
+            let n = super::super::geometry::cross(&mesh, t);
+            assert!(n[2] > 0.0, "triangle {t} is clockwise: {n:?}");
+        }
+        assert!((super::super::geometry::area(&mesh) - 3.5).abs() < 1e-6);
+        assert_eq!(
+            mesh.positions[0],
+            [4.0, 0.0, 0.0],
+            "fan node translation applied"
+        );
+    }
+
+    /// `tests/fixtures/mesh/missing_textures/two_missing.gltf`: images[0] and images[1] name files
+    /// that are not there (images[2] is a data URI). The read succeeds, both are found at once,
+    /// and the first material keeps its factor without a texture.
+    #[test]
+    fn missing_images_are_all_found_and_the_material_keeps_its_factor() {
+        let path = super::super::fixture("missing_textures/two_missing.gltf");
+        let mesh = read_gltf(&path).unwrap();
+        assert_eq!(mesh.triangle_count(), 2);
+        assert_eq!(mesh.base_color_factor, [0.2, 0.4, 0.6, 1.0]);
+        assert!(mesh.base_color_texture.is_none());
+        let raw = gltf::Gltf::open(&path).unwrap();
+        let base = path.parent().unwrap();
+        let builder = Builder {
+            path: &path,
+            base,
+            document: &raw.document,
+            buffers: &[],
+            positions: Vec::new(),
+            normals: Vec::new(),
+            uvs: Vec::new(),
+            indices: Vec::new(),
+            all_have_normals: true,
+            all_have_uvs: true,
+            primitives: 0,
+            material: None,
+            warned_materials: false,
+        };
+        let missing = builder.missing_images();
+        let found: Vec<(usize, &str)> = missing
+            .iter()
+            .map(|(i, m)| (*i, m.as_written.as_str()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (0, "textures/albedo%20missing.png"),
+                (1, "textures/bumpy_albedo.jpg")
+            ]
+        );
+        assert_eq!(
+            missing[0].1.resolved,
+            base.join("textures/albedo missing.png")
+        );
     }
 }

@@ -626,27 +626,14 @@ pub struct IngestedMesh {
     pub max: [f32; 3],
 }
 
-/// Ingest a glTF/GLB mesh: validate and write `out_dir/mesh.glb`.
+/// Ingest a mesh (glTF/GLB, OBJ + MTL or PLY, by extension: see
+/// `kiln_formats::mesh::read_mesh`): validate and write `out_dir/mesh.glb`.
 ///
 /// # Errors
-/// Reader errors name the file and the bad accessor, index or buffer.
+/// Reader errors name the file and the bad accessor, index, line or buffer; another extension is
+/// refused naming the ones read.
 pub fn ingest_mesh(input: &Path, out_dir: &Path) -> Result<IngestedMesh> {
-    let ext = input
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase)
-        .unwrap_or_default();
-    if ext != "gltf" && ext != "glb" {
-        return Err(Error::Input {
-            path: input.to_path_buf(),
-            field: "input".into(),
-            problem: format!(
-                "a mesh job reads glTF 2.0 (.gltf or .glb), not `.{ext}`; convert the mesh first \
-                 (e.g. `assimp export in.{ext} out.glb` or Blender's glTF exporter)"
-            ),
-        });
-    }
-    let mesh = kiln_formats::mesh::read_gltf(input)?;
+    let mesh = kiln_formats::mesh::read_mesh(input)?;
     let glb = kiln_formats::mesh::write_glb(&mesh)?;
     kiln_formats::atomic_write::write_atomic(&out_dir.join(MESH_GLB), &glb)?;
     let mut min = [f32::INFINITY; 3];
@@ -922,16 +909,23 @@ mod tests {
     }
 
     #[test]
-    fn a_mesh_job_names_the_formats_it_reads_for_an_obj() {
+    fn a_mesh_job_reads_an_obj_and_names_the_formats_it_reads_for_an_stl() {
         let d = tempfile::tempdir().unwrap();
-        let obj = d.path().join("cube.obj");
+        let obj = d.path().join("tri.obj");
         std::fs::write(&obj, "v 0 0 0\nv 1 0 0\nv 0 1 0\nf 1 2 3\n").unwrap();
-        let err = ingest_mesh(&obj, d.path()).unwrap_err().to_string();
+        let ingested = ingest_mesh(&obj, d.path()).unwrap();
+        assert_eq!((ingested.vertices, ingested.triangles), (3, 1));
+        assert!(d.path().join(MESH_GLB).exists());
+        let stl = d.path().join("cube.stl");
+        std::fs::write(&stl, "solid cube\nendsolid\n").unwrap();
+        let out = d.path().join("stl");
+        std::fs::create_dir_all(&out).unwrap();
+        let err = ingest_mesh(&stl, &out).unwrap_err().to_string();
         assert!(
-            err.contains("cube.obj") && err.contains(".gltf or .glb") && err.contains("`.obj`"),
+            err.contains("cube.stl") && err.contains(".obj") && err.contains("`.stl`"),
             "{err}"
         );
-        assert!(!d.path().join(MESH_GLB).exists());
+        assert!(!out.join(MESH_GLB).exists());
     }
 
     #[test]
