@@ -47,9 +47,9 @@ pub struct ConvertArgs {
     /// plain float accessors.
     #[arg(long)]
     pub glb_spz: bool,
-    /// SOG outputs: Lloyd rounds of the SH palette k-means (splat-transform's -i; 0 keeps the
-    /// seeded initial palette: fast, coarse).
-    #[arg(long, value_name = "N", default_value_t = SogOptions::default().kmeans_iterations)]
+    /// SOG outputs: Lloyd rounds of the SH palette k-means, 0-1000 (splat-transform's -i; 0
+    /// keeps the seeded initial palette: fast, coarse).
+    #[arg(long, value_name = "N", default_value_t = SogOptions::default().kmeans_iterations, value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub sog_iterations: u32,
     /// SOG outputs: SH palette entries, 1-65536. Default: splat-transform's size for the splat
     /// count (8192 for 15 K splats, 65536 from 64 K). Fewer entries: smaller files, coarser
@@ -62,6 +62,19 @@ pub struct ConvertArgs {
     pub seed: u64,
 }
 
+/// Say so when `--sog-*` options were given for an output they do not apply to.
+fn warn_unused_sog_options(args: &ConvertArgs, out_format: SplatFormat) {
+    let given = args.sog_sh_palette.is_some()
+        || args.sog_iterations != SogOptions::default().kmeans_iterations;
+    if given && out_format != SplatFormat::Sog {
+        eprintln!(
+            "warning: --sog-sh-palette / --sog-iterations apply to SOG outputs only; {} is {}",
+            args.output.display(),
+            out_format.name()
+        );
+    }
+}
+
 fn parse_axis(s: &str) -> Result<UpAxis, String> {
     s.parse()
 }
@@ -72,11 +85,16 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
     let out_format = SplatFormat::from_path(&args.output)
         .context("choose the output format with the file name")?;
     let in_format = SplatFormat::from_path(&args.input)?;
+    warn_unused_sog_options(&args, out_format);
     // Positions stay f64 (an origin beside f32 means) until the writer: survey-sized PLY
     // coordinates keep their precision in .ply and .glb, and formats that cannot hold them
     // refuse with their range.
     let placed = read_splats_placed(&args.input)
         .with_context(|| format!("cannot read {} splats", in_format.name()))?;
+    let out_degree = args.sh_degree.unwrap_or(placed.splats.sh_degree);
+    if out_format == SplatFormat::Sog && out_degree == 0 && args.sog_sh_palette.is_some() {
+        eprintln!("warning: --sog-sh-palette has no effect: the output has no SH beyond degree 0");
+    }
     let spz_version = match args.spz_version {
         2 => SpzVersion::V2,
         3 => SpzVersion::V3,

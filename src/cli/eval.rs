@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use kiln_formats::splats::convert::{UpAxis, up_axis_rotation};
+use kiln_formats::splats::convert::{SplatFormat, UpAxis, up_axis_rotation};
 use kiln_formats::splats::placed::PlacedSplats;
 use kiln_kernels::{RenderOptions, Renderer};
 use kiln_pipeline::stages::eval::{
@@ -26,7 +26,8 @@ use kiln_pipeline::stages::train::{self, TrainParams};
     default; 0 shows every leaf); budgets = the most splats a Spark-style client shows.")]
 pub struct EvalArgs {
     /// A tileset (`tileset.json`, or a folder holding one, e.g. a job's output) or one splat
-    /// file (.ply, .spz, .splat, .glb, .compressed.ply).
+    /// file (.ply, .spz, .splat, .glb, .compressed.ply, .sog, or an unbundled SOG's meta.json or
+    /// folder).
     #[arg(value_name = "INPUT")]
     pub input: PathBuf,
     /// The job file INPUT came from: its capture (held-out photos, masks, background, hold-out
@@ -212,25 +213,35 @@ fn default_out(input_dir: &Path) -> PathBuf {
 
 /// The tileset or splat file named by INPUT, and the folder it is in.
 fn open_input(input: &Path) -> anyhow::Result<(Delivered, PathBuf)> {
-    let path = if input.is_dir() {
-        input.join("tileset.json")
-    } else {
-        input.to_path_buf()
+    // A folder is a tileset's, or an unbundled SOG's (meta.json beside its images).
+    let path = match input.is_dir() {
+        true if !input.join("tileset.json").exists() && input.join("meta.json").is_file() => {
+            input.join("meta.json")
+        }
+        true => input.join("tileset.json"),
+        false => input.to_path_buf(),
     };
     let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
     if !path.exists() {
         bail!(
-            "{}: no such file (give a tileset.json, a folder holding one, or a splat file)",
+            "{}: no such file (give a tileset.json, a folder holding one, a splat file, or an \
+             unbundled SOG's meta.json or folder)",
             path.display()
         );
     }
-    if path.extension().is_some_and(|e| e == "json") {
+    let is_sog_meta = SplatFormat::from_path(&path).is_ok_and(|f| f == SplatFormat::Sog)
+        && path.extension().is_some_and(|e| e == "json");
+    if path.extension().is_some_and(|e| e == "json") && !is_sog_meta {
         let ts = LoadedTileset::open(&path)?;
         return Ok((Delivered::Tileset(ts), dir));
     }
     let splats = kiln_formats::splats::convert::read_splats(&path)
         .with_context(|| format!("read splats from {}", path.display()))?;
-    let bytes = std::fs::metadata(&path)?.len();
+    let bytes = if is_sog_meta {
+        sog_folder_bytes(&path)?
+    } else {
+        std::fs::metadata(&path)?.len()
+    };
     Ok((
         Delivered::Splats {
             label: path.display().to_string(),
@@ -239,6 +250,19 @@ fn open_input(input: &Path) -> anyhow::Result<(Delivered, PathBuf)> {
         },
         dir,
     ))
+}
+
+/// Bytes of an unbundled SOG: its meta file and the WebP images beside it.
+fn sog_folder_bytes(meta: &Path) -> anyhow::Result<u64> {
+    let dir = meta.parent().unwrap_or(Path::new("."));
+    let mut total = std::fs::metadata(meta)?.len();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("list {}", dir.display()))? {
+        let entry = entry?;
+        if entry.path().extension().is_some_and(|e| e == "webp") {
+            total += entry.metadata()?.len();
+        }
+    }
+    Ok(total)
 }
 
 /// The full splats to compare with, labelled: `--reference`; else a splats job's input made

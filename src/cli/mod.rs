@@ -50,7 +50,7 @@ pub enum Command {
     Regress(regress::RegressArgs),
     /// Serve the job list and a CesiumJS viewer of each job's tileset beside its report.
     Serve(serve::ServeArgs),
-    /// Convert a splat file between formats (.ply, .compressed.ply, .spz, .splat, .glb).
+    /// Convert a splat file between formats (.ply, .compressed.ply, .spz, .splat, .glb, .sog).
     Convert(convert::ConvertArgs),
     /// Render a tileset's cuts (or a splat file) from a capture's held-out cameras or an orbit and
     /// score them against the photos and the full splats (PSNR/SSIM, splats, bytes).

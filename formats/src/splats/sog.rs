@@ -54,7 +54,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::{GaussianSplats, logit, sigmoid};
-use crate::atomic_write::{write_atomic, write_atomic_with};
+use crate::atomic_write::write_atomic_with;
 use crate::{Error, Result};
 
 /// The SOG `meta.json` version Kiln reads and writes.
@@ -1071,18 +1071,63 @@ pub fn write_sog(splats: &GaussianSplats, dir_or_file: &Path, options: &SogOptio
                 .map_err(|e| Error::io(&path, e))
         }
         SogContainer::Folder { meta } => {
-            let dir = meta.parent().unwrap_or(Path::new("")).to_path_buf();
-            for (name, bytes) in &files {
-                let path = if name == "meta.json" {
-                    meta.clone()
-                } else {
-                    dir.join(name)
-                };
-                write_atomic(&path, bytes)?;
-            }
+            write_folder(&meta, &files)?;
             Ok(total)
         }
     }
+}
+
+/// Write an unbundled SOG: every file goes to a temporary name beside its target first, and only
+/// when all are written are they renamed into place (images first, the meta file last), so a
+/// failure leaves the folder as it was. SH images of an earlier SOG in the folder that this one
+/// does not have are removed (no reader would look at them, but they would be published).
+fn write_folder(meta: &Path, files: &[(String, Vec<u8>)]) -> Result<()> {
+    let dir = meta.parent().unwrap_or(Path::new("")).to_path_buf();
+    if !dir.as_os_str().is_empty() {
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    }
+    let target = |name: &str| {
+        if name == "meta.json" {
+            meta.to_path_buf()
+        } else {
+            dir.join(name)
+        }
+    };
+    let temp = |path: &Path| {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+    };
+    let mut written = Vec::with_capacity(files.len());
+    let staged = files.iter().try_for_each(|(name, bytes)| {
+        let path = target(name);
+        if path.is_dir() {
+            return Err(Error::io(
+                &path,
+                std::io::Error::new(
+                    std::io::ErrorKind::IsADirectory,
+                    "a folder is in the way of a SOG file",
+                ),
+            ));
+        }
+        let tmp = temp(&path);
+        written.push((tmp.clone(), path));
+        std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))
+    });
+    if let Err(e) = staged {
+        for (tmp, _) in &written {
+            let _ = std::fs::remove_file(tmp);
+        }
+        return Err(e);
+    }
+    for (tmp, path) in &written {
+        std::fs::rename(tmp, path).map_err(|e| Error::io(path, e))?;
+    }
+    if !files.iter().any(|(name, _)| name == SHN_LABELS) {
+        for stale in [SHN_CENTROIDS, SHN_LABELS] {
+            let _ = std::fs::remove_file(dir.join(stale));
+        }
+    }
+    Ok(())
 }
 
 /// A ZIP of `files` with every entry stored (method 0), as splat-transform writes bundles.
@@ -1186,6 +1231,18 @@ pub fn read_sog(path: &Path) -> Result<GaussianSplats> {
                 f.read_exact(&mut magic).map(|_| magic == *b"PK\x03\x04")
             })
             .unwrap_or(false);
+    let named_bundle = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("sog"));
+    if named_bundle && path.is_file() && !is_bundle {
+        return Err(Error::Corrupt {
+            path: path.to_path_buf(),
+            location: "first 4 bytes".into(),
+            what: "not a ZIP archive (a .sog bundle starts with PK\\x03\\x04); give the bundle \
+                   splat-transform or kiln wrote, or the folder's meta.json for an unbundled SOG"
+                .into(),
+        });
+    }
     let (mut files, meta_path, meta_name) = if is_bundle {
         let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
         let zip = zip::ZipArchive::new(file).map_err(|e| Error::Corrupt {
@@ -1807,6 +1864,53 @@ mod tests {
         assert_eq!(
             read_sog(&deflated).unwrap(),
             read_sog(&dir.path().join("f")).unwrap()
+        );
+    }
+
+    /// A folder SOG that cannot be written completely is not written at all: an image path taken
+    /// by a folder fails the write and the earlier SOG in that folder still reads whole. Writing
+    /// an SH-0 SOG over an SH-2 one removes the old SH images.
+    #[test]
+    fn a_failed_folder_write_leaves_the_old_sog_and_sh0_removes_stale_sh_images() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("f");
+        let old = random_splats(200, 2, 2.0, 1);
+        write_sog(&old, &out, &SogOptions::default()).unwrap();
+        let before = read_sog(&out).unwrap();
+        std::fs::remove_file(out.join(SCALES)).unwrap();
+        std::fs::create_dir(out.join(SCALES)).unwrap();
+        let err = write_sog(&random_splats(300, 2, 2.0, 2), &out, &SogOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("scales.webp"), "{err}");
+        std::fs::remove_dir(out.join(SCALES)).unwrap();
+        // Nothing of the failed write landed: the old SOG minus the file we removed, no temps.
+        let names: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
+        assert_eq!(std::fs::read(out.join(MEANS_L)).unwrap(), {
+            let again = dir.path().join("again");
+            write_sog(&old, &again, &SogOptions::default()).unwrap();
+            std::fs::read(again.join(MEANS_L)).unwrap()
+        });
+        write_sog(&old, &out, &SogOptions::default()).unwrap();
+        assert_eq!(read_sog(&out).unwrap(), before);
+        write_sog(&random_splats(50, 0, 2.0, 3), &out, &SogOptions::default()).unwrap();
+        assert!(!out.join(SHN_LABELS).exists() && !out.join(SHN_CENTROIDS).exists());
+        assert_eq!(read_sog(&out).unwrap().sh_degree, 0);
+    }
+
+    #[test]
+    fn a_sog_named_file_that_is_not_a_zip_is_refused_as_such() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("notes.sog");
+        std::fs::write(&bad, "just text").unwrap();
+        let err = read_sog(&bad).unwrap_err().to_string();
+        assert!(
+            err.contains("notes.sog") && err.contains("not a ZIP archive"),
+            "{err}"
         );
     }
 
