@@ -115,21 +115,7 @@ pub fn read_gltf(path: &Path) -> Result<Mesh> {
     };
     let base = path.parent().unwrap_or(Path::new("."));
     let buffers = load_buffers(path, base, &document, blob)?;
-    let mut builder = Builder {
-        path,
-        base,
-        document: &document,
-        buffers: &buffers,
-        positions: Vec::new(),
-        normals: Vec::new(),
-        uvs: Vec::new(),
-        indices: Vec::new(),
-        all_have_normals: true,
-        all_have_uvs: true,
-        primitives: 0,
-        material: None,
-        warned_materials: false,
-    };
+    let mut builder = Builder::new(path, base, &document, &buffers);
     builder.walk_default_scene()?;
     builder.finish()
 }
@@ -351,6 +337,25 @@ struct Builder<'a> {
 }
 
 impl<'a> Builder<'a> {
+    /// A builder with nothing gathered yet.
+    fn new(path: &'a Path, base: &'a Path, document: &'a Document, buffers: &'a [Vec<u8>]) -> Self {
+        Self {
+            path,
+            base,
+            document,
+            buffers,
+            positions: Vec::new(),
+            normals: Vec::new(),
+            uvs: Vec::new(),
+            indices: Vec::new(),
+            all_have_normals: true,
+            all_have_uvs: true,
+            primitives: 0,
+            material: None,
+            warned_materials: false,
+        }
+    }
+
     fn doc(&self) -> &'a Document {
         self.document
     }
@@ -1665,21 +1670,7 @@ mod tests {
         assert!(mesh.base_color_texture.is_none());
         let raw = gltf::Gltf::open(&path).unwrap();
         let base = path.parent().unwrap();
-        let builder = Builder {
-            path: &path,
-            base,
-            document: &raw.document,
-            buffers: &[],
-            positions: Vec::new(),
-            normals: Vec::new(),
-            uvs: Vec::new(),
-            indices: Vec::new(),
-            all_have_normals: true,
-            all_have_uvs: true,
-            primitives: 0,
-            material: None,
-            warned_materials: false,
-        };
+        let builder = Builder::new(&path, base, &raw.document, &[]);
         let missing = builder.missing_images();
         let found: Vec<(usize, &str)> = missing
             .iter()
