@@ -8,8 +8,10 @@
 //! refused with the format's range by SPZ, `.splat` and compressed PLY.
 //!
 //! Every reader returns splats in the training parametrisation below; every writer checks its input
-//! once with [`GaussianSplats::check_shapes`] (and, where the format cannot hold them, rejects
-//! non-finite values with the splat index) before it writes a byte.
+//! once with [`GaussianSplats::check_shapes`] and, where the format cannot hold them, rejects
+//! non-finite values with the splat index: before it writes a byte, or (the parallel INRIA PLY
+//! writer, which checks each chunk as it builds it) before the output replaces anything — the
+//! temporary file is removed and an existing output kept.
 
 pub mod compressed_ply;
 pub mod convert;

@@ -9,11 +9,14 @@
 //!
 //! Reading maps columns by name, in any order, so files from other tools (extra properties,
 //! missing normals) load too. The fast path (`binary_little_endian`, one `vertex` element, only
-//! `float` properties) copies the body with bytemuck; anything else (ASCII, big-endian, `double`,
-//! integer columns, further elements) goes through `ply_rs_bw` and is converted to f32 (lossy for
-//! `double`). A file with an `element chunk` is a PlayCanvas compressed PLY and is handed to
-//! [`super::compressed_ply`]. NaN and ±Inf values are rejected with the vertex index: no Kiln stage can use them,
-//! and silently dropping splats would change the vertex count a user expects.
+//! `float` properties, in any order) reads the body in parallel chunks straight into the columns
+//! and writing builds and writes rows the same way (`body`); little-endian `float`/`double` rows
+//! stream a block at a time; anything else (ASCII, big-endian, integer columns, further
+//! elements) goes through `ply_rs_bw` and is converted to f32 (lossy for `double` unless read
+//! with [`read_ply_placed`]). A file with an `element chunk` is a PlayCanvas compressed PLY and
+//! is handed to [`super::compressed_ply`]. NaN and ±Inf values are rejected with the vertex
+//! index: no Kiln stage can use them, and silently dropping splats would change the vertex count
+//! a user expects.
 
 use std::path::Path;
 
@@ -24,6 +27,10 @@ use super::placed::PlacedSplats;
 use super::{GaussianSplats, MAX_SH_DEGREE};
 use crate::atomic_write::write_atomic_with;
 use crate::{Error, Result};
+
+mod body;
+#[cfg(test)]
+use body::fill_rows;
 
 /// Number of `f_rest_*` properties per SH degree 0..=3: 3·((d+1)² − 1).
 const F_REST_COUNTS: [usize; 4] = [0, 9, 24, 45];
@@ -91,7 +98,6 @@ pub(super) fn write_inria_ply_at(
 fn write_rows(path: &Path, splats: &GaussianSplats, origin: Option<[f64; 3]>) -> Result<()> {
     const CONTEXT: &str = "INRIA PLY write";
     splats.check_shapes(CONTEXT)?;
-    splats.check_finite(CONTEXT)?;
     let n = splats.len();
     let names = inria_property_names(splats.sh_degree);
     let stride = names.len();
@@ -108,63 +114,26 @@ fn write_rows(path: &Path, splats: &GaussianSplats, origin: Option<[f64; 3]>) ->
     }
     header.push_str("end_header\n");
 
-    // Rows are built and written a block at a time: memory stays the splats plus one block.
-    let mut rows = vec![0f32; ROWS_PER_BLOCK.min(n) * stride];
-    let mut bytes = Vec::new();
-    write_atomic_with(path, |w| {
+    // The header goes through the buffered writer; the rows are checked, built and written a
+    // chunk at a time on every core, each chunk at its own offset (memory: the splats plus one
+    // chunk per thread).
+    let written = write_atomic_with(path, |w| {
         use std::io::Write;
         w.write_all(header.as_bytes())?;
-        for start in (0..n).step_by(ROWS_PER_BLOCK) {
-            let count = ROWS_PER_BLOCK.min(n - start);
-            let block = &mut rows[..count * stride];
-            fill_rows(splats, start, stride, block);
-            let Some(o) = origin else {
-                w.write_all(bytemuck::cast_slice(block))?;
-                continue;
-            };
-            // x y z as f64 (origin + mean), then the row's other floats (already little-endian).
-            bytes.clear();
-            for (r, row) in block.chunks_exact(stride).enumerate() {
-                for a in 0..3 {
-                    let mean = splats.means[(start + r) * 3 + a];
-                    bytes.extend_from_slice(&(o[a] + f64::from(mean)).to_le_bytes());
-                }
-                bytes.extend_from_slice(bytemuck::cast_slice(&row[3..]));
-            }
-            w.write_all(&bytes)?;
+        w.flush()?;
+        body::write_rows(w.get_ref(), header.len() as u64, splats, stride, origin)
+    });
+    match written {
+        // A NaN/±Inf stopped the write (the temporary file is gone): name the first one in
+        // field order, as every writer does.
+        Err(Error::Io { source, .. }) if body::is_non_finite(&source) => {
+            splats.check_finite(CONTEXT)?;
+            Err(Error::Io {
+                path: path.to_path_buf(),
+                source,
+            })
         }
-        Ok(())
-    })
-}
-
-/// Splats per block of rows when streaming a PLY body in or out (about 4 MB at SH degree 3).
-const ROWS_PER_BLOCK: usize = 16_384;
-
-/// Fill `rows` (`[rows.len() / stride, stride]`, INRIA column order, little-endian) with the
-/// splats from index `start` on.
-fn fill_rows(splats: &GaussianSplats, start: usize, stride: usize, rows: &mut [f32]) {
-    let k = splats.sh_coeffs_per_channel();
-    for (r, row) in rows.chunks_exact_mut(stride).enumerate() {
-        let i = start + r;
-        row[0..3].copy_from_slice(&splats.means[i * 3..i * 3 + 3]);
-        row[3..6].fill(0.0); // normals
-        let sh = &splats.sh_coeffs[i * k * 3..(i + 1) * k * 3];
-        row[6..9].copy_from_slice(&sh[0..3]);
-        let rest = &mut row[9..9 + 3 * (k - 1)];
-        for c in 0..3 {
-            for kk in 1..k {
-                rest[c * (k - 1) + (kk - 1)] = sh[kk * 3 + c];
-            }
-        }
-        let tail = 9 + 3 * (k - 1);
-        row[tail] = splats.logit_opacities[i];
-        row[tail + 1..tail + 4].copy_from_slice(&splats.log_scales[i * 3..i * 3 + 3]);
-        row[tail + 4..tail + 8].copy_from_slice(&splats.rotations[i * 4..i * 4 + 4]);
-    }
-    if cfg!(target_endian = "big") {
-        for v in rows.iter_mut() {
-            *v = f32::from_bits(v.to_bits().to_le());
-        }
+        other => other,
     }
 }
 
@@ -224,14 +193,12 @@ fn read_ply_as(path: &Path, positions: Positions) -> Result<PlacedSplats> {
     let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
     let prefix = read_header_block(&mut file, path)?;
     let prefix_header = parse_header(path, &prefix)?;
-    // The common case, one all-float little-endian vertex element, streams into the columns:
-    // memory holds the splats and one block of rows, never the whole file. f32 values need no
-    // origin.
+    // The common case, one all-float little-endian vertex element, is read in chunks on every
+    // core straight into the columns: memory holds the splats and one chunk of rows per thread,
+    // never the whole file. f32 values need no origin.
     if let Some(fast) = prefix_header.fast_path() {
-        let leftover = &prefix[prefix_header.body_offset..];
         let body_len = file_len.saturating_sub(prefix_header.body_offset as u64);
-        let splats = read_fast_stream(path, &mut file, leftover, body_len, &prefix_header, fast)?;
-        check_values_finite(path, &splats)?;
+        let splats = read_fast(path, &file, body_len, &prefix_header, fast)?;
         return Ok(PlacedSplats::at_zero(splats));
     }
     // Little-endian `float` and `double` columns (Kiln writes `double x y z` for placed splats)
@@ -603,19 +570,16 @@ fn header_ends_in(buf: &[u8]) -> bool {
             .any(|w| w == b"end_header\r\n")
 }
 
-/// The fast path, streamed: `leftover` (body bytes already read with the header), then the rest
-/// of `file`, `ROWS_PER_BLOCK` rows at a time, appended to the columns.
-fn read_fast_stream(
+/// The fast path: one all-`float` little-endian `vertex` element, its columns in any order,
+/// read in parallel chunks at their file offsets straight into the columns ([`body`]).
+fn read_fast(
     path: &Path,
-    file: &mut std::fs::File,
-    leftover: &[u8],
+    file: &std::fs::File,
     body_len: u64,
     header: &PlyHeader,
     layout: FastLayout,
 ) -> Result<GaussianSplats> {
-    use std::io::Read;
     let vertex = &header.elements[0];
-    let n = vertex.count;
     let names: Vec<&str> = vertex.properties.iter().map(|(n, _)| n.as_str()).collect();
     let cols = map_columns(path, &names)?;
     check_body_len(
@@ -625,34 +589,8 @@ fn read_fast_stream(
         &format!("{} floats", layout.stride),
         body_len,
     )?;
-    let stride = layout.stride;
-    let mut splats = with_capacity(n, &cols);
-    let mut block = vec![0f32; ROWS_PER_BLOCK.min(n).max(1) * stride];
-    let mut leftover = leftover;
-    for start in (0..n).step_by(ROWS_PER_BLOCK) {
-        let rows = ROWS_PER_BLOCK.min(n - start);
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut block[..rows * stride]);
-        let from_leftover = leftover.len().min(bytes.len());
-        bytes[..from_leftover].copy_from_slice(&leftover[..from_leftover]);
-        leftover = &leftover[from_leftover..];
-        file.read_exact(&mut bytes[from_leftover..]).map_err(|e| {
-            corrupt(
-                path,
-                format!("vertex {start}"),
-                format!("cannot read the body: {e}"),
-            )
-        })?;
-        let floats = &mut block[..rows * stride];
-        if cfg!(target_endian = "big") {
-            for v in floats.iter_mut() {
-                *v = f32::from_bits(u32::from_le(v.to_bits()));
-            }
-        }
-        append_rows(&mut splats, rows, &cols, |row, col| {
-            floats[row * stride + col]
-        });
-    }
-    Ok(splats)
+    let gather = body::RowGather::new(&cols, layout.stride);
+    body::read_float_rows(path, file, header.body_offset as u64, vertex.count, &gather)
 }
 
 /// The body length a streamed file must have (`element vertex N` × `row_bytes`), checked
@@ -693,8 +631,12 @@ fn check_body_len(
     Ok(())
 }
 
-/// The `float`/`double` path, streamed like [`read_fast_stream`]: returns the splats (means
-/// not yet set) and x/y/z as read, `[N, 3]` f64.
+/// Splats per block of rows when streaming a `float`/`double` body in (about 4 MB at SH degree
+/// 3 with `double x y z`).
+const ROWS_PER_BLOCK: usize = 16_384;
+
+/// The `float`/`double` path, streamed a block at a time into the columns: returns the splats
+/// (means not yet set) and x/y/z as read, `[N, 3]` f64.
 fn read_float_double_stream(
     path: &Path,
     file: &mut std::fs::File,
@@ -965,18 +907,8 @@ mod tests {
         }
         out.push_str("end_header\n");
         let mut bytes = out.into_bytes();
-        let k = s.sh_coeffs_per_channel();
         for i in 0..s.len() {
-            let sh = &s.sh_coeffs[i * k * 3..(i + 1) * k * 3];
-            let mut row: Vec<f32> = s.means[i * 3..i * 3 + 3].to_vec();
-            row.extend([0.0; 3]);
-            row.extend(&sh[..3]);
-            for c in 0..3 {
-                row.extend((1..k).map(|kk| sh[kk * 3 + c]));
-            }
-            row.push(s.logit_opacities[i]);
-            row.extend(&s.log_scales[i * 3..i * 3 + 3]);
-            row.extend(&s.rotations[i * 4..i * 4 + 4]);
+            let row = inria_row(s, i);
             match (format, ty) {
                 ("ascii", _) => {
                     let line: Vec<String> = row.iter().map(|v| v.to_string()).collect();
@@ -998,6 +930,220 @@ mod tests {
             }
         }
         bytes
+    }
+
+    /// Splat `i` of `s` as an INRIA row (`inria_property_names` order), built by hand from the
+    /// layout in the module doc, independently of the writer.
+    fn inria_row(s: &GaussianSplats, i: usize) -> Vec<f32> {
+        let k = s.sh_coeffs_per_channel();
+        let sh = &s.sh_coeffs[i * k * 3..(i + 1) * k * 3];
+        let mut row: Vec<f32> = s.means[i * 3..i * 3 + 3].to_vec();
+        row.extend([0.0; 3]);
+        row.extend(&sh[..3]);
+        for c in 0..3 {
+            row.extend((1..k).map(|kk| sh[kk * 3 + c]));
+        }
+        row.push(s.logit_opacities[i]);
+        row.extend(&s.log_scales[i * 3..i * 3 + 3]);
+        row.extend(&s.rotations[i * 4..i * 4 + 4]);
+        row
+    }
+
+    /// Splats enough for three and a bit body chunks at SH degree `degree`, so that chunk
+    /// boundaries, a short last chunk and several threads are all exercised.
+    fn splats_over_chunks(degree: u32, seed: u64) -> GaussianSplats {
+        let stride = inria_property_names(degree).len();
+        let n = 3 * (body::CHUNK_BYTES / (4 * stride)) + 17;
+        random_splats(n, degree, 40.0, seed)
+    }
+
+    #[test]
+    fn ply_writer_bytes_are_the_hand_computed_header_and_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = GaussianSplats {
+            means: vec![1.0, -2.0, 3.5],
+            log_scales: vec![-3.0, -4.0, -5.0],
+            rotations: vec![1.0, 0.0, 0.0, 0.0],
+            logit_opacities: vec![0.25],
+            sh_coeffs: vec![0.5, 0.75, -1.0],
+            sh_degree: 0,
+        };
+        let p = dir.path().join("one.ply");
+        write_inria_ply(&p, &s).unwrap();
+        let mut want = b"ply\nformat binary_little_endian 1.0\nelement vertex 1\n\
+            property float x\nproperty float y\nproperty float z\n\
+            property float nx\nproperty float ny\nproperty float nz\n\
+            property float f_dc_0\nproperty float f_dc_1\nproperty float f_dc_2\n\
+            property float opacity\n\
+            property float scale_0\nproperty float scale_1\nproperty float scale_2\n\
+            property float rot_0\nproperty float rot_1\nproperty float rot_2\n\
+            property float rot_3\nend_header\n"
+            .to_vec();
+        // x y z, normals 0, DC, opacity logit, log scales, wxyz: 17 little-endian f32.
+        let record: [f32; 17] = [
+            1.0, -2.0, 3.5, 0.0, 0.0, 0.0, 0.5, 0.75, -1.0, 0.25, -3.0, -4.0, -5.0, 1.0, 0.0, 0.0,
+            0.0,
+        ];
+        record.iter().for_each(|v| want.extend(v.to_le_bytes()));
+        assert_eq!(std::fs::read(&p).unwrap(), want);
+        // 1.0f32 is 0x3F800000: the first x byte order is little-endian.
+        assert_eq!(&want[want.len() - 68..want.len() - 64], &[0, 0, 0x80, 0x3F]);
+    }
+
+    #[test]
+    fn ply_writer_bytes_match_a_hand_built_file_across_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        for degree in 0..=3 {
+            let s = splats_over_chunks(degree, 90 + u64::from(degree));
+            let p = dir.path().join(format!("w{degree}.ply"));
+            write_inria_ply(&p, &s).unwrap();
+            let want = hand_written_ply(&s, "binary_little_endian", "float");
+            assert!(
+                std::fs::read(&p).unwrap() == want,
+                "degree {degree}: bytes differ"
+            );
+        }
+    }
+
+    #[test]
+    fn ply_placed_writer_bytes_match_a_hand_built_file_across_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = splats_over_chunks(2, 95);
+        let origin = [500_000.0, 4_000_000.0, 10.0];
+        let p = dir.path().join("placed.ply");
+        write_inria_ply_placed(
+            &p,
+            &PlacedSplats {
+                origin_m: origin,
+                splats: s.clone(),
+            },
+        )
+        .unwrap();
+        let mut want = format!(
+            "ply\nformat binary_little_endian 1.0\nelement vertex {}\n",
+            s.len()
+        );
+        for (j, name) in inria_property_names(2).iter().enumerate() {
+            let ty = if j < 3 { "double" } else { "float" };
+            want.push_str(&format!("property {ty} {name}\n"));
+        }
+        want.push_str("end_header\n");
+        let mut want = want.into_bytes();
+        for i in 0..s.len() {
+            let row = inria_row(&s, i);
+            for a in 0..3 {
+                want.extend((origin[a] + f64::from(row[a])).to_le_bytes());
+            }
+            row[3..].iter().for_each(|v| want.extend(v.to_le_bytes()));
+        }
+        assert!(std::fs::read(&p).unwrap() == want, "bytes differ");
+    }
+
+    #[test]
+    fn ply_write_rejects_nan_in_a_later_chunk_and_keeps_the_old_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("keep.ply");
+        std::fs::write(&p, b"old").unwrap();
+        let mut s = splats_over_chunks(3, 83);
+        let last = s.len() - 1;
+        s.rotations[4 * last + 2] = f32::NAN;
+        s.sh_coeffs[48 * (last - 1) + 40] = f32::NEG_INFINITY;
+        let e = write_inria_ply(&p, &s).unwrap_err();
+        // The first bad field in check_finite's order (rotations before sh_coeffs).
+        assert!(
+            matches!(e, Error::InvalidInput { ref field, .. } if *field == format!("rotations[splat {last}]")),
+            "{e}"
+        );
+        assert_eq!(std::fs::read(&p).unwrap(), b"old");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn ply_large_body_written_while_flushing_reads_back_bit_exact() {
+        // Above SYNC_BEHIND_MIN_BYTES the body is flushed by a helper thread while it is
+        // written; the file must be the same.
+        let stride = inria_property_names(3).len();
+        let n = body::SYNC_BEHIND_MIN_BYTES / (4 * stride) + 1000;
+        let s = random_splats(n, 3, 40.0, 84);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("large.ply");
+        write_inria_ply(&p, &s).unwrap();
+        let back = read_ply(&p).unwrap();
+        assert_bit_exact(&back, &s);
+    }
+
+    /// `s` as a binary little-endian all-`float` PLY whose properties are the INRIA ones plus
+    /// `extra` unknown ones (all NaN), in the order `order` (a permutation of their indices).
+    fn shuffled_ply(s: &GaussianSplats, extra: &[&str], order: &[usize]) -> Vec<u8> {
+        let mut names = inria_property_names(s.sh_degree);
+        names.extend(extra.iter().map(|e| e.to_string()));
+        let mut text = format!(
+            "ply\nformat binary_little_endian 1.0\ncomment shuffled\nelement vertex {}\n",
+            s.len()
+        );
+        for &j in order {
+            text.push_str(&format!("property float {}\n", names[j]));
+        }
+        text.push_str("end_header\n");
+        let mut bytes = text.into_bytes();
+        for i in 0..s.len() {
+            let mut row = inria_row(s, i);
+            row.extend(extra.iter().map(|_| f32::NAN));
+            order
+                .iter()
+                .for_each(|&j| bytes.extend(row[j].to_le_bytes()));
+        }
+        bytes
+    }
+
+    #[test]
+    fn ply_fast_path_reads_shuffled_columns_and_skips_unknown_properties() {
+        let dir = tempfile::tempdir().unwrap();
+        let extra = ["red", "segment_id", "nx2"];
+        for degree in [0, 1, 3] {
+            let s = splats_over_chunks(degree, 70 + u64::from(degree));
+            let width = inria_property_names(degree).len() + extra.len();
+            // A seeded Fisher–Yates permutation of the columns.
+            let mut order: Vec<usize> = (0..width).collect();
+            let mut rng = crate::splats::test_data::Rng::new(5 + u64::from(degree));
+            for j in (1..width).rev() {
+                let pick = ((rng.next_f32() * (j + 1) as f32) as usize).min(j);
+                order.swap(j, pick);
+            }
+            let p = dir.path().join(format!("shuffled{degree}.ply"));
+            std::fs::write(&p, shuffled_ply(&s, &extra, &order)).unwrap();
+            let h = parse_header(&p, &std::fs::read(&p).unwrap()).unwrap();
+            assert!(
+                h.fast_path().is_some(),
+                "all-float LE must take the fast path"
+            );
+            // Unknown columns are skipped even when NaN; every splat value is bit-exact.
+            assert_bit_exact(&read_ply(&p).unwrap(), &s);
+            assert_bit_exact(&read_ply_placed(&p).unwrap().splats, &s);
+        }
+    }
+
+    #[test]
+    fn ply_rejects_nan_in_a_later_chunk_with_its_vertex_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = splats_over_chunks(3, 81);
+        let p = dir.path().join("late-nan.ply");
+        write_inria_ply(&p, &s).unwrap();
+        let mut bytes = std::fs::read(&p).unwrap();
+        let h = parse_header(&p, &bytes).unwrap();
+        // Vertex N − 2 (last chunk), column 20 (f_rest_11); and vertex 1, column 3 (nx, not a
+        // splat field: ignored as before).
+        let vertex = s.len() - 2;
+        let at = h.body_offset + (vertex * 62 + 20) * 4;
+        bytes[at..at + 4].copy_from_slice(&f32::INFINITY.to_le_bytes());
+        let at = h.body_offset + (62 + 3) * 4;
+        bytes[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+        std::fs::write(&p, &bytes).unwrap();
+        let e = read_ply(&p).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("vertex[{vertex}].f_dc_*/f_rest_*")) && e.contains("inf"),
+            "{e}"
+        );
     }
 
     #[test]
