@@ -229,6 +229,14 @@ fn open_input(input: &Path) -> anyhow::Result<(Delivered, PathBuf)> {
             path.display()
         );
     }
+    if path.file_name().is_some_and(|n| n == "lod-meta.json") {
+        bail!(
+            "{}: a streamed SOG index, which kiln eval does not render as a whole; give one \
+             level's SOG (e.g. {}) or the job's tileset.json",
+            path.display(),
+            dir.join("0_0").join("meta.json").display()
+        );
+    }
     let is_sog_meta = SplatFormat::from_path(&path).is_ok_and(|f| f == SplatFormat::Sog)
         && path.extension().is_some_and(|e| e == "json");
     if path.extension().is_some_and(|e| e == "json") && !is_sog_meta {
