@@ -69,6 +69,13 @@ pub fn emulator_source() -> String {
 
 /// Compiles (or reuses) the emulator library and returns its path.
 fn build_library() -> Result<PathBuf, Error> {
+    // One build at a time in this process: tests run on several threads, and each used to
+    // compile to the same per-process temp name, so one thread's rename took the file from
+    // under another's (a cold-cache CI failure).
+    static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = BUILDING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let src = emulator_source();
     let hash = blake3::hash(src.as_bytes()).to_hex();
     let dir = std::env::temp_dir().join("kiln-cuda-emulator");
@@ -78,15 +85,13 @@ fn build_library() -> Result<PathBuf, Error> {
     }
     std::fs::create_dir_all(&dir)
         .map_err(|e| emu_error(format!("creating {}: {e}", dir.display())))?;
-    let cpp = dir.join(format!("kiln_emu_{}.cpp", &hash[..16]));
+    // Per-process names for the source and the library, then a rename: concurrent processes
+    // never compile a half-written source or load a half-written library.
+    let unique = format!("{}.{}", &hash[..16], std::process::id());
+    let cpp = dir.join(format!("kiln_emu_{unique}.cpp"));
     std::fs::write(&cpp, &src).map_err(|e| emu_error(format!("writing {}: {e}", cpp.display())))?;
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    // Unique temp name, then rename: concurrent test processes never load a half-written file.
-    let tmp = dir.join(format!(
-        "kiln_emu_{}.{}.tmp.so",
-        &hash[..16],
-        std::process::id()
-    ));
+    let tmp = dir.join(format!("kiln_emu_{unique}.tmp.so"));
     let out = Command::new(&cxx)
         .args([
             "-std=c++20",
@@ -120,6 +125,7 @@ fn build_library() -> Result<PathBuf, Error> {
             lib.display()
         ))
     })?;
+    let _ = std::fs::remove_file(&cpp);
     Ok(lib)
 }
 
