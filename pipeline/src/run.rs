@@ -547,7 +547,11 @@ fn run_local(
                     }))
                 }
                 JobKind::Mesh => {
-                    Ok(serde_json::to_value(ingest::ingest_mesh(&input, out)?).unwrap_or_default())
+                    let up_axis = plan.ingest.up_axis()?;
+                    Ok(
+                        serde_json::to_value(ingest::ingest_mesh(&input, up_axis, out)?)
+                            .unwrap_or_default(),
+                    )
                 }
                 JobKind::Splats => {
                     let up_axis = plan.ingest.up_axis()?;

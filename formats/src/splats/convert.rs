@@ -257,6 +257,15 @@ impl UpAxis {
         (UpAxis::NegZ, "neg-z"),
     ];
 
+    /// The command-line name ([`UpAxis::ALL`]).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        UpAxis::ALL
+            .iter()
+            .find(|(a, _)| *a == self)
+            .map_or("y", |(_, name)| name)
+    }
+
     /// Rotation (row-major, p′ = R·p) carrying this axis onto +Y: a single quarter or half turn
     /// about X (for ±Y, ±Z) or about Z (for ±X).
     fn to_y(self) -> [[f64; 3]; 3] {

@@ -32,9 +32,10 @@ pub struct IngestParams {
     /// people or sky masks), instead of the foreground. Default false.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub invert_masks: bool,
-    /// Splats jobs: the input scene's up axis (`x`, `-x`, `y`, `-y`, `z`, `-z`; e.g. `-y` for
-    /// COLMAP-frame 3DGS output); the splats are rotated (means, rotations and SH) so that it
-    /// becomes glTF +Y, the up axis of tile content. Absent: the input is already Y-up.
+    /// Splats and mesh jobs: the input's up axis (`x`, `-x`, `y`, `-y`, `z`, `-z`; e.g. `-y` for
+    /// COLMAP-frame 3DGS output, `z` for a Z-up scan or CAD export); splats are rotated (means,
+    /// rotations and SH), meshes turned (positions and normals), so that it becomes glTF +Y, the
+    /// up axis of tile content. Absent: the input is already Y-up (glTF's convention).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub up_axis: Option<String>,
 }
@@ -621,19 +622,32 @@ fn save_png(path: &Path, img: Option<image::DynamicImage>) -> Result<()> {
 pub struct IngestedMesh {
     pub vertices: usize,
     pub triangles: usize,
-    /// Axis-aligned bounds, metres, glTF Y-up frame.
+    /// Axis-aligned bounds, metres, glTF Y-up frame (after any `up_axis` turn).
     pub min: [f32; 3],
     pub max: [f32; 3],
+    /// The input's up axis when it was turned to glTF +Y (`IngestParams::up_axis`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotated_from_up_axis: Option<String>,
 }
 
 /// Ingest a mesh (glTF/GLB, OBJ + MTL or PLY, by extension: see
-/// `kiln_formats::mesh::read_mesh`): validate and write `out_dir/mesh.glb`.
+/// `kiln_formats::mesh::read_mesh`): validate, turn it so that `up_axis` becomes glTF +Y when
+/// given, and write `out_dir/mesh.glb`.
 ///
 /// # Errors
 /// Reader errors name the file and the bad accessor, index, line or buffer; another extension is
 /// refused naming the ones read.
-pub fn ingest_mesh(input: &Path, out_dir: &Path) -> Result<IngestedMesh> {
-    let mesh = kiln_formats::mesh::read_mesh(input)?;
+pub fn ingest_mesh(
+    input: &Path,
+    up_axis: Option<kiln_formats::splats::convert::UpAxis>,
+    out_dir: &Path,
+) -> Result<IngestedMesh> {
+    use kiln_formats::splats::convert::{UpAxis, up_axis_rotation};
+    let mut mesh = kiln_formats::mesh::read_mesh(input)?;
+    let rotated_from_up_axis = up_axis.filter(|&a| a != UpAxis::Y).map(|from| {
+        turn_mesh(&mut mesh, up_axis_rotation(from, UpAxis::Y));
+        from.name().to_string()
+    });
     let glb = kiln_formats::mesh::write_glb(&mesh)?;
     kiln_formats::atomic_write::write_atomic(&out_dir.join(MESH_GLB), &glb)?;
     let mut min = [f32::INFINITY; 3];
@@ -649,7 +663,24 @@ pub fn ingest_mesh(input: &Path, out_dir: &Path) -> Result<IngestedMesh> {
         triangles: mesh.indices.len() / 3,
         min,
         max,
+        rotated_from_up_axis,
     })
+}
+
+/// Turn a mesh by the proper rotation `r` (row-major, p′ = r·p; from `up_axis_rotation`, so a
+/// permutation of axes with signs): positions and normals. Computed in f64; a quarter turn maps
+/// f32 coordinates to f32 coordinates exactly. Texture coordinates and winding are unchanged (a
+/// rotation keeps front faces front).
+fn turn_mesh(mesh: &mut kiln_formats::mesh::Mesh, r: [[f64; 3]; 3]) {
+    let turn = |p: [f32; 3]| -> [f32; 3] {
+        std::array::from_fn(|i| (0..3).map(|k| r[i][k] * f64::from(p[k])).sum::<f64>() as f32)
+    };
+    for p in &mut mesh.positions {
+        *p = turn(*p);
+    }
+    for n in mesh.normals.iter_mut().flatten() {
+        *n = turn(*n);
+    }
 }
 
 /// File name of the normalised splats written by [`ingest_splats`] (INRIA 3DGS PLY layout).
@@ -705,12 +736,7 @@ pub fn ingest_splats(
         splats: placed.splats.len(),
         sh_degree: placed.splats.sh_degree,
         format: format.name().into(),
-        rotated_from_up_axis: up_axis.map(|a| {
-            UpAxis::ALL
-                .iter()
-                .find(|(x, _)| *x == a)
-                .map_or_else(|| format!("{a:?}"), |(_, name)| (*name).to_string())
-        }),
+        rotated_from_up_axis: up_axis.map(|a| a.name().to_string()),
         origin_m: (!placed.is_at_zero()).then_some(placed.origin_m),
     })
 }
@@ -913,19 +939,56 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let obj = d.path().join("tri.obj");
         std::fs::write(&obj, "v 0 0 0\nv 1 0 0\nv 0 1 0\nf 1 2 3\n").unwrap();
-        let ingested = ingest_mesh(&obj, d.path()).unwrap();
+        let ingested = ingest_mesh(&obj, None, d.path()).unwrap();
         assert_eq!((ingested.vertices, ingested.triangles), (3, 1));
         assert!(d.path().join(MESH_GLB).exists());
         let stl = d.path().join("cube.stl");
         std::fs::write(&stl, "solid cube\nendsolid\n").unwrap();
         let out = d.path().join("stl");
         std::fs::create_dir_all(&out).unwrap();
-        let err = ingest_mesh(&stl, &out).unwrap_err().to_string();
+        let err = ingest_mesh(&stl, None, &out).unwrap_err().to_string();
         assert!(
             err.contains("cube.stl") && err.contains(".obj") && err.contains("`.stl`"),
             "{err}"
         );
         assert!(!out.join(MESH_GLB).exists());
+    }
+
+    /// A Z-up OBJ (Blender's and most scanners' convention) turned by `up_axis = "z"`: glTF's
+    /// (x, y, z) = the input's (x, z, −y) — the turn Blender's own glTF exporter applies — for
+    /// positions and normals alike, read back from the written `mesh.glb`.
+    #[test]
+    fn a_z_up_mesh_is_turned_so_that_its_up_axis_becomes_gltf_y() {
+        let d = tempfile::tempdir().unwrap();
+        let obj = d.path().join("tower.obj");
+        std::fs::write(
+            &obj,
+            "v 1 2 3\nv 1 2 13\nv 4 2 3\nvn 0 -1 0\nf 1//1 2//1 3//1\n",
+        )
+        .unwrap();
+        let up = Some(kiln_formats::splats::convert::UpAxis::Z);
+        let ingested = ingest_mesh(&obj, up, d.path()).unwrap();
+        assert_eq!(ingested.rotated_from_up_axis.as_deref(), Some("z"));
+        // Height 10 along the input's z is now along glTF y.
+        assert_eq!(
+            (ingested.min, ingested.max),
+            ([1.0, 3.0, -2.0], [4.0, 13.0, -2.0])
+        );
+        let mesh = kiln_formats::mesh::read_mesh(&d.path().join(MESH_GLB)).unwrap();
+        let mut positions = mesh.positions.clone();
+        positions.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        assert_eq!(
+            positions,
+            vec![[1.0, 3.0, -2.0], [1.0, 13.0, -2.0], [4.0, 3.0, -2.0]]
+        );
+        // The normal (0, −1, 0) faced away from +y in the input: now it faces +z.
+        assert!(mesh.normals.unwrap().iter().all(|n| *n == [0.0, 0.0, 1.0]));
+        // Without up_axis nothing turns.
+        let plain = d.path().join("plain");
+        std::fs::create_dir_all(&plain).unwrap();
+        let same = ingest_mesh(&obj, None, &plain).unwrap();
+        assert_eq!((same.min, same.max), ([1.0, 2.0, 3.0], [4.0, 2.0, 13.0]));
+        assert_eq!(same.rotated_from_up_axis, None);
     }
 
     #[test]
