@@ -674,7 +674,9 @@ fn run_local(
                         "tiles": mesh.report.tiles,
                         "levels": mesh.report.levels,
                         "content_bytes": mesh.report.content_bytes,
+                        "texture_bytes": mesh.texture_bytes,
                         "mesh_levels": mesh.levels,
+                        "materials": mesh.materials,
                     }));
                 }
             };

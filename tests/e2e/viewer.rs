@@ -486,12 +486,23 @@ fn axis_fixture_mesh() -> kiln_formats::mesh::Mesh {
         positions: Vec::new(),
         normals: Some(Vec::new()),
         uvs: Some(Vec::new()),
+        uvs1: None,
+        colors: None,
         indices: Vec::new(),
-        base_color_texture: Some(kiln_formats::mesh::EmbeddedImage {
+        triangle_materials: Vec::new(),
+        materials: vec![kiln_formats::mesh::Material {
+            base_color_texture: Some(kiln_formats::mesh::TextureRef {
+                image: 0,
+                sampler: kiln_formats::mesh::Sampler::default(),
+                tex_coord: 0,
+                transform: None,
+            }),
+            ..kiln_formats::mesh::Material::diffuse([1.0; 4])
+        }],
+        images: vec![kiln_formats::mesh::EmbeddedImage {
             mime: "image/png".into(),
             bytes: png,
-        }),
-        base_color_factor: [1.0; 4],
+        }],
     };
     let (t, l) = (HALF_THICK_M, ARM_M);
     // (min, max, stripe centre u) per arm; red and blue start past the green arm's footprint.
@@ -526,6 +537,7 @@ fn axis_fixture_mesh() -> kiln_formats::mesh::Mesh {
             }
         }
     }
+    mesh.triangle_materials = vec![0; mesh.indices.len() / 3];
     mesh
 }
 

@@ -1,5 +1,5 @@
-//! Write a [`Mesh`] as one self-contained GLB (glTF 2.0 binary): one node, one mesh, one
-//! triangle primitive, one PBR material whose base-colour image is embedded in the BIN chunk.
+//! Write a [`Mesh`] as one self-contained GLB (glTF 2.0 binary): one node, one mesh, one triangle
+//! primitive per material, every material in full with its images embedded in the BIN chunk.
 //!
 //! Source: glTF 2.0 specification §4.4 (GLB file format: 12-byte header, JSON chunk padded with
 //! spaces, BIN chunk padded with zeros, 4-byte alignment), §3.6.2 (accessor alignment, `min`/`max`
@@ -11,7 +11,7 @@ use std::borrow::Cow;
 
 use serde_json::{Value, json};
 
-use super::Mesh;
+use super::{Material, MaterialTable, Mesh, effective_tex_coord};
 use crate::{Error, Result};
 
 /// glTF `bufferView.target` for vertex attributes (ARRAY_BUFFER).
@@ -25,109 +25,113 @@ const UNSIGNED_INT: u32 = 5125;
 
 /// Encode `mesh` as GLB bytes.
 ///
-/// Layout of the BIN chunk (each part 4-byte aligned): POSITION `[V, 3]` f32 (with exact `min` /
-/// `max`), NORMAL `[V, 3]` f32 if present, TEXCOORD_0 `[V, 2]` f32 if present, indices `[F, 3]` as
-/// u16 when V ≤ 65,536 else u32, then the base-colour image if present (bufferView + mimeType). The
-/// material is metallic 0, roughness 1 with the mesh's base-colour factor and texture (the texture
-/// is written only when the mesh has UVs). Normals that are not unit length are renormalised; zero
-/// or non-finite normals become +Y. Unused vertices are kept (callers compact first).
+/// One node, one glTF mesh with one triangle primitive per used material (in material order);
+/// each primitive has its own compacted vertices (a vertex used by two materials is written twice),
+/// so a reader that appends primitive by primitive gets no unused vertices. Per primitive, in the
+/// BIN chunk (each part 4-byte aligned): POSITION `[V_p, 3]` f32 (with exact `min` / `max`),
+/// NORMAL `[V_p, 3]` f32, TEXCOORD_0 / TEXCOORD_1 `[V_p, 2]` f32 and COLOR_0 `[V_p, 4]` f32 when
+/// the mesh has them (TEXCOORD_1 only for materials that sample set 1), indices as u16 when
+/// V_p ≤ 65,536 else u32; then every image the materials use, once (bufferView + mimeType).
+/// Materials, textures and samplers are written by [`MaterialTable`] (each distinct texture and
+/// sampler once). A texture whose texCoord set the mesh lacks is left out of the written material.
+/// Normals that are not unit length are renormalised; zero or non-finite normals become +Y.
 ///
 /// Not guaranteed: byte-identical output across kiln versions (the generator string changes).
 ///
 /// # Errors
 /// * [`Error::Empty`] — no triangles.
 /// * [`Error::Invalid`] — an index ≥ V, a non-finite position, `indices.len()` not a multiple of 3,
-///   or `normals` / `uvs` whose length differs from V. The `path` is `<in-memory mesh>`.
+///   attribute arrays whose length differs from V, or broken material invariants (see
+///   [`Mesh::check_materials`]). The `path` is `<in-memory mesh>`.
 ///
 /// # Panics
 /// Never.
 pub fn write_glb(mesh: &Mesh) -> Result<Vec<u8>> {
     check_write_glb_inputs(mesh)?;
-    let v = mesh.positions.len();
-    let mut bin: Vec<u8> = Vec::new();
-    let mut views: Vec<Value> = Vec::new();
-    let mut accessors: Vec<Value> = Vec::new();
-    let mut push_view = |bin: &mut Vec<u8>, bytes: &[u8], target: Option<u32>| -> usize {
-        let offset = bin.len();
-        bin.extend_from_slice(bytes);
-        while !bin.len().is_multiple_of(4) {
-            bin.push(0);
+    let mut out = Buffers::default();
+    let mut table = MaterialTable::default();
+    let mut primitives = Vec::new();
+    for MaterialGroup {
+        material,
+        vertices,
+        local,
+    } in split_by_material(mesh)
+    {
+        let v = vertices.len();
+        let gather = |src: &[[f32; 3]]| -> Vec<[f32; 3]> {
+            vertices.iter().map(|&i| src[i as usize]).collect()
+        };
+        let mut attributes = serde_json::Map::new();
+        let positions = gather(&mesh.positions);
+        let mut min = [f32::INFINITY; 3];
+        let mut max = [f32::NEG_INFINITY; 3];
+        for p in &positions {
+            for i in 0..3 {
+                min[i] = min[i].min(p[i]);
+                max[i] = max[i].max(p[i]);
+            }
         }
-        let mut view = json!({"buffer": 0, "byteOffset": offset, "byteLength": bytes.len()});
-        if let Some(t) = target {
-            view["target"] = json!(t);
+        let a = out.attribute(bytemuck::cast_slice(&positions), v, "VEC3");
+        out.accessors[a]["min"] = json!(min);
+        out.accessors[a]["max"] = json!(max);
+        attributes.insert("POSITION".into(), json!(a));
+        if let Some(normals) = &mesh.normals {
+            let unit: Vec<[f32; 3]> = gather(normals).iter().map(unit_normal).collect();
+            let a = out.attribute(bytemuck::cast_slice(&unit), v, "VEC3");
+            attributes.insert("NORMAL".into(), json!(a));
         }
-        views.push(view);
-        views.len() - 1
-    };
-
-    let mut attributes = serde_json::Map::new();
-    let mut min = [f32::INFINITY; 3];
-    let mut max = [f32::NEG_INFINITY; 3];
-    for p in &mesh.positions {
-        for i in 0..3 {
-            min[i] = min[i].min(p[i]);
-            max[i] = max[i].max(p[i]);
+        let m = &mesh.materials[material as usize];
+        let mut sets = 0;
+        for (set, uvs) in [(0, &mesh.uvs), (1, &mesh.uvs1)] {
+            let Some(uvs) = uvs.as_ref().filter(|_| set == 0 || m.uses_tex_coord(1)) else {
+                break;
+            };
+            let t: Vec<[f32; 2]> = vertices.iter().map(|&i| uvs[i as usize]).collect();
+            let a = out.attribute(bytemuck::cast_slice(&t), v, "VEC2");
+            attributes.insert(format!("TEXCOORD_{set}"), json!(a));
+            sets += 1;
         }
-    }
-    let view = push_view(
-        &mut bin,
-        bytemuck::cast_slice(&mesh.positions),
-        Some(TARGET_ARRAY_BUFFER),
-    );
-    accessors.push(json!({"bufferView": view, "componentType": FLOAT, "count": v, "type": "VEC3", "min": min, "max": max}));
-    attributes.insert("POSITION".into(), json!(accessors.len() - 1));
-
-    if let Some(normals) = &mesh.normals {
-        let unit: Vec<[f32; 3]> = normals.iter().map(unit_normal).collect();
-        let view = push_view(
-            &mut bin,
-            bytemuck::cast_slice(&unit),
-            Some(TARGET_ARRAY_BUFFER),
+        if let Some(colors) = &mesh.colors {
+            let c: Vec<[f32; 4]> = vertices.iter().map(|&i| colors[i as usize]).collect();
+            let a = out.attribute(bytemuck::cast_slice(&c), v, "VEC4");
+            attributes.insert("COLOR_0".into(), json!(a));
+        }
+        let (index_bytes, component): (Vec<u8>, u32) = if v <= usize::from(u16::MAX) + 1 {
+            let narrow: Vec<u16> = local.iter().map(|&i| i as u16).collect();
+            (bytemuck::cast_slice(&narrow).to_vec(), UNSIGNED_SHORT)
+        } else {
+            (bytemuck::cast_slice(&local).to_vec(), UNSIGNED_INT)
+        };
+        let view = out.view(&index_bytes, Some(TARGET_ELEMENT_ARRAY_BUFFER));
+        out.accessors.push(json!({"bufferView": view, "componentType": component, "count": local.len(), "type": "SCALAR"}));
+        let written = table.add(&with_tex_coord_sets(m, sets));
+        primitives.push(
+            json!({"attributes": attributes, "indices": out.accessors.len() - 1,
+            "material": written, "mode": 4}),
         );
-        accessors
-            .push(json!({"bufferView": view, "componentType": FLOAT, "count": v, "type": "VEC3"}));
-        attributes.insert("NORMAL".into(), json!(accessors.len() - 1));
     }
-    if let Some(uvs) = &mesh.uvs {
-        let view = push_view(
-            &mut bin,
-            bytemuck::cast_slice(uvs),
-            Some(TARGET_ARRAY_BUFFER),
-        );
-        accessors
-            .push(json!({"bufferView": view, "componentType": FLOAT, "count": v, "type": "VEC2"}));
-        attributes.insert("TEXCOORD_0".into(), json!(accessors.len() - 1));
+    let mut images = Vec::new();
+    for &i in table.images() {
+        let image = &mesh.images[i];
+        let view = out.view(&image.bytes, None);
+        images.push(json!({"bufferView": view, "mimeType": image.mime}));
     }
-
-    let (index_bytes, component): (Vec<u8>, u32) = if v <= usize::from(u16::MAX) + 1 {
-        let narrow: Vec<u16> = mesh.indices.iter().map(|&i| i as u16).collect();
-        (bytemuck::cast_slice(&narrow).to_vec(), UNSIGNED_SHORT)
-    } else {
-        (bytemuck::cast_slice(&mesh.indices).to_vec(), UNSIGNED_INT)
-    };
-    let view = push_view(&mut bin, &index_bytes, Some(TARGET_ELEMENT_ARRAY_BUFFER));
-    accessors.push(json!({"bufferView": view, "componentType": component, "count": mesh.indices.len(), "type": "SCALAR"}));
-    let indices_accessor = accessors.len() - 1;
-
-    let mut pbr = json!({"baseColorFactor": mesh.base_color_factor, "metallicFactor": 0.0, "roughnessFactor": 1.0});
     let mut root = json!({
         "asset": {"version": "2.0", "generator": concat!("kiln ", env!("CARGO_PKG_VERSION"))},
         "scene": 0,
         "scenes": [{"nodes": [0]}],
         "nodes": [{"mesh": 0}],
-        "meshes": [{"primitives": [{"attributes": attributes, "indices": indices_accessor, "material": 0, "mode": 4}]}],
+        "meshes": [{"primitives": primitives}],
     });
-    if let (Some(image), Some(_)) = (&mesh.base_color_texture, &mesh.uvs) {
-        let view = push_view(&mut bin, &image.bytes, None);
-        pbr["baseColorTexture"] = json!({"index": 0});
-        root["images"] = json!([{"bufferView": view, "mimeType": image.mime}]);
-        // LINEAR_MIPMAP_LINEAR / LINEAR, REPEAT: the glTF defaults made explicit.
-        root["samplers"] =
-            json!([{"magFilter": 9729, "minFilter": 9987, "wrapS": 10497, "wrapT": 10497}]);
-        root["textures"] = json!([{"sampler": 0, "source": 0}]);
+    table.write_into(&mut root);
+    if !images.is_empty() {
+        root["images"] = json!(images);
     }
-    root["materials"] = json!([{"pbrMetallicRoughness": pbr, "doubleSided": false}]);
+    let Buffers {
+        bin,
+        views,
+        accessors,
+    } = out;
     root["bufferViews"] = json!(views);
     root["accessors"] = json!(accessors);
     root["buffers"] = json!([{"byteLength": bin.len()}]);
@@ -153,6 +157,115 @@ pub fn write_glb(mesh: &Mesh) -> Result<Vec<u8>> {
         expected: "a GLB under 4 GiB".into(),
         found: e.to_string(),
     })
+}
+
+/// The BIN chunk with its bufferViews and accessors, filled in order.
+#[derive(Default)]
+struct Buffers {
+    bin: Vec<u8>,
+    views: Vec<Value>,
+    accessors: Vec<Value>,
+}
+
+impl Buffers {
+    /// Append `bytes` (4-byte aligned) as a new bufferView; returns its index.
+    fn view(&mut self, bytes: &[u8], target: Option<u32>) -> usize {
+        let offset = self.bin.len();
+        self.bin.extend_from_slice(bytes);
+        while !self.bin.len().is_multiple_of(4) {
+            self.bin.push(0);
+        }
+        let mut view = json!({"buffer": 0, "byteOffset": offset, "byteLength": bytes.len()});
+        if let Some(t) = target {
+            view["target"] = json!(t);
+        }
+        self.views.push(view);
+        self.views.len() - 1
+    }
+
+    /// A float vertex attribute of `count` elements of glTF type `ty`; returns the accessor index.
+    fn attribute(&mut self, bytes: &[u8], count: usize, ty: &str) -> usize {
+        let view = self.view(bytes, Some(TARGET_ARRAY_BUFFER));
+        self.accessors
+            .push(json!({"bufferView": view, "componentType": FLOAT, "count": count, "type": ty}));
+        self.accessors.len() - 1
+    }
+}
+
+/// The triangles of one material, over their own vertices (see [`split_by_material`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MaterialGroup {
+    /// Index into `Mesh::materials`.
+    pub material: u32,
+    /// The group's distinct vertices, sorted (indices into the mesh).
+    pub vertices: Vec<u32>,
+    /// `[F_m, 3]` the group's triangles, indices into `vertices`.
+    pub local: Vec<u32>,
+}
+
+/// One [`MaterialGroup`] per used material, ascending.
+pub fn split_by_material(mesh: &Mesh) -> Vec<MaterialGroup> {
+    let mut groups: Vec<Vec<u32>> = vec![Vec::new(); mesh.materials.len()];
+    for (t, &m) in mesh.triangle_materials.iter().enumerate() {
+        groups[m as usize].extend_from_slice(&mesh.indices[3 * t..3 * t + 3]);
+    }
+    groups
+        .into_iter()
+        .enumerate()
+        .filter(|(_, g)| !g.is_empty())
+        .map(|(m, g)| {
+            let (vertices, local) = compact(&g);
+            MaterialGroup {
+                material: m as u32,
+                vertices,
+                local,
+            }
+        })
+        .collect()
+}
+
+/// The distinct vertices of `global` (sorted) and `global` re-indexed into them.
+pub fn compact(global: &[u32]) -> (Vec<u32>, Vec<u32>) {
+    let mut vertices = global.to_vec();
+    vertices.sort_unstable();
+    vertices.dedup();
+    let local = global
+        .iter()
+        .map(|v| vertices.binary_search(v).unwrap_or_default() as u32)
+        .collect();
+    (vertices, local)
+}
+
+/// `m` without the textures that sample a texture-coordinate set ≥ `sets` (the primitive does not
+/// carry it; glTF-Validator reports such a reference as an error), extensions naming one dropped.
+pub fn with_tex_coord_sets(m: &Material, sets: u32) -> Material {
+    if m.textures().all(|t| effective_tex_coord(t) < sets) {
+        return m.clone();
+    }
+    let mut out = m.clone();
+    for slot in [
+        &mut out.base_color_texture,
+        &mut out.metallic_roughness_texture,
+        &mut out.normal_texture,
+        &mut out.occlusion_texture,
+        &mut out.emissive_texture,
+    ] {
+        if slot
+            .as_ref()
+            .is_some_and(|t| effective_tex_coord(t) >= sets)
+        {
+            *slot = None;
+        }
+    }
+    if out
+        .extension_textures
+        .iter()
+        .any(|t| effective_tex_coord(t) >= sets)
+    {
+        out.other_extensions.clear();
+        out.extension_textures.clear();
+    }
+    out
 }
 
 /// The `path` reported for errors about a mesh that is not (yet) a file.
@@ -211,6 +324,13 @@ fn check_write_glb_inputs(mesh: &Mesh) -> Result<()> {
             format!("{}", n.len()),
         ));
     }
+    if let Err((field, problem)) = mesh.check_materials() {
+        return Err(invalid(
+            &field,
+            "the Mesh material invariants".into(),
+            problem,
+        ));
+    }
     if let Some(t) = mesh.uvs.as_ref().filter(|t| t.len() != v) {
         return Err(invalid(
             "uvs",
@@ -259,9 +379,12 @@ mod tests {
             ],
             normals: Some(vec![[0.0, 2.0, 0.0]; 4]),
             uvs: Some(vec![[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]),
+            uvs1: None,
+            colors: None,
             indices: vec![0, 1, 2, 0, 2, 3],
-            base_color_texture: None,
-            base_color_factor: [0.5, 0.5, 0.5, 1.0],
+            triangle_materials: vec![0, 0],
+            materials: vec![Material::diffuse([0.5, 0.5, 0.5, 1.0])],
+            images: Vec::new(),
         }
     }
 
@@ -308,17 +431,26 @@ mod tests {
     fn written_glb_round_trips_geometry_and_material() {
         let dir = tempfile::tempdir().unwrap();
         let mut mesh = quad();
-        mesh.base_color_texture = Some(EmbeddedImage {
+        mesh.images.push(EmbeddedImage {
             mime: "image/png".into(),
             bytes: tiny_png(),
+        });
+        mesh.materials[0].base_color_texture = Some(crate::mesh::TextureRef {
+            image: 0,
+            sampler: crate::mesh::Sampler::default(),
+            tex_coord: 0,
+            transform: None,
         });
         let (back, p) = round_trip(&mesh, dir.path(), "quad.glb");
         assert_eq!(back.positions, mesh.positions);
         assert_eq!(back.indices, mesh.indices);
         assert_eq!(back.uvs, mesh.uvs);
         assert_eq!(back.normals, Some(vec![[0.0, 1.0, 0.0]; 4]));
-        assert_eq!(back.base_color_factor, mesh.base_color_factor);
-        assert_eq!(back.base_color_texture, mesh.base_color_texture);
+        assert_eq!(
+            back.materials[0].base_color_factor,
+            mesh.materials[0].base_color_factor
+        );
+        assert_eq!(back.base_color_image(0), mesh.base_color_image(0));
         if let Some(ok) = khronos_validate(&[&p]) {
             assert!(
                 ok,
@@ -337,7 +469,62 @@ mod tests {
         let (back, p) = round_trip(&mesh, dir.path(), "avocado.glb");
         assert_eq!(back.triangle_count(), mesh.triangle_count());
         assert_eq!(back.positions, mesh.positions);
-        assert!(back.base_color_texture.is_some());
+        assert!(back.base_color_image(0).is_some());
+        if let Some(ok) = khronos_validate(&[&p]) {
+            assert!(
+                ok,
+                "Khronos glTF-Validator reported errors for {}",
+                p.display()
+            );
+        }
+    }
+
+    /// Two materials sharing the quad's diagonal: each primitive gets its own copy of the two
+    /// shared vertices (4 + 2 = 6 written, 3 per primitive), every material field survives the
+    /// round trip, and vertex colours and TEXCOORD_1 (sampled by the second material) come back.
+    #[test]
+    fn two_materials_round_trip_as_two_primitives_with_every_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut mesh = quad();
+        mesh.images.push(EmbeddedImage {
+            mime: "image/png".into(),
+            bytes: tiny_png(),
+        });
+        mesh.uvs1 = Some(vec![[0.5, 0.5]; 4]);
+        mesh.colors = Some(vec![[1.0, 0.5, 0.25, 1.0]; 4]);
+        let tex = |tex_coord| crate::mesh::TextureRef {
+            image: 0,
+            sampler: crate::mesh::Sampler {
+                mag_filter: Some(9728),
+                min_filter: None,
+                wrap_s: 33071,
+                wrap_t: 10497,
+            },
+            tex_coord,
+            transform: None,
+        };
+        let emissive = Material {
+            name: Some("glow".into()),
+            emissive_factor: [1.0, 0.5, 0.0],
+            emissive_strength: Some(5.0),
+            emissive_texture: Some(tex(1)),
+            alpha_mode: crate::mesh::AlphaMode::Blend,
+            double_sided: true,
+            normal_texture: Some(tex(0)),
+            normal_scale: 0.25,
+            ..Material::default()
+        };
+        mesh.materials.push(emissive.clone());
+        mesh.triangle_materials = vec![0, 1];
+        let (back, p) = round_trip(&mesh, dir.path(), "two.glb");
+        assert_eq!(back.positions.len(), 6);
+        assert_eq!(back.triangle_materials, vec![0, 1]);
+        assert_eq!(back.materials.len(), 2);
+        assert_eq!(back.materials[0], mesh.materials[0]);
+        assert_eq!(back.materials[1], emissive);
+        assert_eq!(back.images, mesh.images);
+        assert!(back.uvs1.is_some());
+        assert_eq!(back.colors, Some(vec![[1.0, 0.5, 0.25, 1.0]; 6]));
         if let Some(ok) = khronos_validate(&[&p]) {
             assert!(
                 ok,
@@ -354,9 +541,12 @@ mod tests {
             positions: (0..n).map(|i| [i as f32, (i % 2) as f32, 0.0]).collect(),
             normals: None,
             uvs: None,
+            uvs1: None,
+            colors: None,
             indices: (0..n - 2).flat_map(|i| [i, i + 1, i + 2]).collect(),
-            base_color_texture: None,
-            base_color_factor: [1.0; 4],
+            triangle_materials: vec![0; n as usize - 2],
+            materials: vec![Material::default()],
+            images: Vec::new(),
         };
         let dir = tempfile::tempdir().unwrap();
         let (back, _) = round_trip(&mesh, dir.path(), "big.glb");

@@ -23,7 +23,8 @@ use gltf::mesh::Mode;
 use gltf::{Document, Semantic};
 
 use super::draco;
-use super::{EmbeddedImage, Mesh};
+use super::material::{AlphaMode, Material, Sampler, TextureRef, for_each_texture_info};
+use super::{EmbeddedImage, Mesh, MissingTexture};
 use crate::{Error, Result};
 
 /// Read the default scene of a glTF/GLB file as one triangle mesh.
@@ -33,8 +34,17 @@ use crate::{Error, Result};
 /// (metres, glTF Y-up) and its inverse transpose to normals (renormalised). A mirroring transform
 /// (negative determinant) flips the triangle winding so front faces stay counter-clockwise.
 ///
-/// Primitives compressed with `KHR_draco_mesh_compression` are decoded (POSITION, NORMAL and the
-/// base-colour TEXCOORD set from the Draco stream; attributes the extension does not list are read
+/// Materials: every primitive keeps its material, converted in full (see
+/// [`super::Material`]: PBR metallic-roughness factors and maps, normal/occlusion/emissive maps,
+/// texCoord sets 0 and 1, `KHR_texture_transform`, samplers, `alphaMode`/`alphaCutoff`,
+/// `doubleSided`, `KHR_materials_emissive_strength`, `KHR_materials_unlit`, other
+/// `KHR_materials_*` as JSON with their textures resolved); identical materials share one entry.
+/// `TEXCOORD_1` is read for primitives whose material samples set 1, `COLOR_0` (VEC3/VEC4, float
+/// or normalized) for every primitive that has it; primitives without UVs or colours read the glTF
+/// defaults (`[0, 0]`, opaque white) when others have them.
+///
+/// Primitives compressed with `KHR_draco_mesh_compression` are decoded (POSITION, NORMAL,
+/// TEXCOORD_0 and TEXCOORD_1 from the Draco stream; attributes the extension does not list are read
 /// from their accessors as usual). The decoded index count must equal the indices accessor's
 /// `count`. The decoded vertex count may differ from the POSITION accessor's `count` (with a
 /// warning): Draco decoders may split vertices differently from the encoder that wrote the count
@@ -48,11 +58,13 @@ use crate::{Error, Result};
 /// listed in one warning (see [`super::warn_missing_textures`]) and the material keeps its factors
 /// without the texture.
 ///
-/// Not guaranteed: attributes other than POSITION, NORMAL and the base-colour TEXCOORD set are
-/// dropped; normals or UVs are dropped for the whole mesh (with a warning) when any primitive lacks
-/// them or holds non-finite values; only the first triangle primitive's material is kept;
-/// point and line primitives are skipped with a warning; images that are not PNG or JPEG are
-/// dropped with a warning. A POSITION accessor without the schema-required
+/// Not guaranteed: attributes other than POSITION, NORMAL, TEXCOORD_0/1 and COLOR_0 are dropped
+/// (tangents, joints, weights, morph targets); normals are dropped for the whole mesh (with a
+/// warning) when any primitive lacks them or holds non-finite values; textures sampling sets ≥ 2
+/// and material extensions that are not `KHR_materials_*` are dropped with a warning; Draco
+/// `COLOR_0` is not decoded (warned); point and line primitives are skipped with a warning;
+/// images that are not PNG or JPEG (KTX2, WebP) are dropped with a warning, their materials
+/// keeping their factors. A POSITION accessor without the schema-required
 /// `min`/`max` is tolerated (with a warning) since the bounds are recomputed anyway.
 ///
 /// * `path` — a `.gltf` or `.glb` file; relative URIs resolve against its directory.
@@ -326,14 +338,23 @@ struct Builder<'a> {
     buffers: &'a [Vec<u8>],
     positions: Vec<[f32; 3]>,
     normals: Vec<[f32; 3]>,
-    uvs: Vec<[f32; 2]>,
+    /// TEXCOORD_0 / TEXCOORD_1 / COLOR_0: `None` until a primitive has them, then back-filled
+    /// with the glTF defaults for the vertices of primitives without them.
+    uvs: Option<Vec<[f32; 2]>>,
+    uvs1: Option<Vec<[f32; 2]>>,
+    colors: Option<Vec<[f32; 4]>>,
     indices: Vec<u32>,
+    triangle_materials: Vec<u32>,
     all_have_normals: bool,
-    all_have_uvs: bool,
     primitives: usize,
-    /// Material of the first triangle primitive: `Some(index)`; `Some(None)` = default material.
-    material: Option<Option<usize>>,
-    warned_materials: bool,
+    /// glTF material index (`None` = the default material) → index into `materials`.
+    material_slots: std::collections::HashMap<Option<usize>, u32>,
+    materials: Vec<Material>,
+    /// glTF image index → index into `images` (`None`: missing or not PNG/JPEG).
+    image_slots: std::collections::HashMap<usize, Option<usize>>,
+    images: Vec<EmbeddedImage>,
+    /// Image files named but absent (filled before the walk, see [`Self::missing_images`]).
+    missing: Vec<(usize, MissingTexture)>,
 }
 
 impl<'a> Builder<'a> {
@@ -346,13 +367,18 @@ impl<'a> Builder<'a> {
             buffers,
             positions: Vec::new(),
             normals: Vec::new(),
-            uvs: Vec::new(),
+            uvs: None,
+            uvs1: None,
+            colors: None,
             indices: Vec::new(),
+            triangle_materials: Vec::new(),
             all_have_normals: true,
-            all_have_uvs: true,
             primitives: 0,
-            material: None,
-            warned_materials: false,
+            material_slots: Default::default(),
+            materials: Vec::new(),
+            image_slots: Default::default(),
+            images: Vec::new(),
+            missing: Vec::new(),
         }
     }
 
@@ -361,6 +387,7 @@ impl<'a> Builder<'a> {
     }
 
     fn walk_default_scene(&mut self) -> Result<()> {
+        self.missing = self.missing_images();
         let document = self.doc();
         let scene = document
             .default_scene()
@@ -413,20 +440,16 @@ impl<'a> Builder<'a> {
             );
             return Ok(());
         }
-        let material = primitive.material();
-        let uv_set = material
-            .pbr_metallic_roughness()
-            .base_color_texture()
-            .map_or(0, |t| t.tex_coord());
+        let material_slot = self.material_slot(primitive.material().index())?;
+        let wants_uv1 = self.materials[material_slot as usize].uses_tex_coord(1);
 
         let draco = match primitive.extension_value(draco::EXTENSION) {
             Some(value) => Some(draco::Extension::parse(self.path, &field, value)?),
             None => None,
         };
-        let uv_semantic = format!("TEXCOORD_{uv_set}");
         let decoded = match &draco {
             Some(ext) => {
-                let wanted: Vec<usize> = ["POSITION", "NORMAL", uv_semantic.as_str()]
+                let wanted: Vec<usize> = ["POSITION", "NORMAL", "TEXCOORD_0", "TEXCOORD_1"]
                     .iter()
                     .filter_map(|s| ext.id_of(s))
                     .collect();
@@ -549,36 +572,39 @@ impl<'a> Builder<'a> {
             None => None,
         };
         let uv_types = [DataType::F32, DataType::U8, DataType::U16];
-        let uvs = match primitive.get(&Semantic::TexCoords(uv_set)) {
-            Some(acc) => {
-                let t: Vec<[f32; 2]> = match from_draco(&uv_semantic) {
-                    Some((id, d)) => {
-                        self.check_accessor_type(&acc, "TEXCOORD", Dimensions::Vec2, &uv_types)?;
-                        d.tex_coords(self.path, &ext_field(&uv_semantic), id)?
-                    }
-                    None => {
-                        self.check_accessor(&acc, "TEXCOORD", Dimensions::Vec2, &uv_types)?;
-                        let t: Vec<[f32; 2]> = reader
-                            .read_tex_coords(uv_set)
-                            .map(|it| it.into_f32().collect())
-                            .unwrap_or_default();
-                        self.check_count(&acc, t.len())?;
-                        t
-                    }
-                };
-                if t.len() != vertex_count || t.iter().any(|v| !v.iter().all(|c| c.is_finite())) {
-                    tracing::warn!(
-                        file = %self.path.display(),
-                        "{field}: TEXCOORD_{uv_set} (accessors[{}]) is non-finite or mis-sized; UVs dropped",
-                        acc.index()
-                    );
-                    None
-                } else {
-                    Some(t)
+        let read_uv_set = |set: u32| -> Result<Option<Vec<[f32; 2]>>> {
+            let Some(acc) = primitive.get(&Semantic::TexCoords(set)) else {
+                return Ok(None);
+            };
+            let semantic = format!("TEXCOORD_{set}");
+            let t: Vec<[f32; 2]> = match from_draco(&semantic) {
+                Some((id, d)) => {
+                    self.check_accessor_type(&acc, "TEXCOORD", Dimensions::Vec2, &uv_types)?;
+                    d.tex_coords(self.path, &ext_field(&semantic), id)?
                 }
+                None => {
+                    self.check_accessor(&acc, "TEXCOORD", Dimensions::Vec2, &uv_types)?;
+                    let t: Vec<[f32; 2]> = reader
+                        .read_tex_coords(set)
+                        .map(|it| it.into_f32().collect())
+                        .unwrap_or_default();
+                    self.check_count(&acc, t.len())?;
+                    t
+                }
+            };
+            if t.len() != vertex_count || t.iter().any(|v| !v.iter().all(|c| c.is_finite())) {
+                tracing::warn!(
+                    file = %self.path.display(),
+                    "{field}: {semantic} (accessors[{}]) is non-finite or mis-sized; read as (0, 0)",
+                    acc.index()
+                );
+                return Ok(None);
             }
-            None => None,
+            Ok(Some(t))
         };
+        let uvs = read_uv_set(0)?;
+        let uvs1 = if wants_uv1 { read_uv_set(1)? } else { None };
+        let colors = self.read_colors(primitive, &field, vertex_count, draco.is_some())?;
 
         let index_types = [DataType::U8, DataType::U16, DataType::U32];
         let mut indices: Vec<u32> = match (decoded, primitive.indices()) {
@@ -656,20 +682,6 @@ impl<'a> Builder<'a> {
             return Ok(());
         }
 
-        // First triangle primitive fixes the material; later different ones are only warned about.
-        let material_index = material.index();
-        match self.material {
-            None => self.material = Some(material_index),
-            Some(first) if first != material_index && !self.warned_materials => {
-                self.warned_materials = true;
-                tracing::warn!(
-                    file = %self.path.display(),
-                    "{field}: uses another material than the first primitive; only the first material is kept"
-                );
-            }
-            _ => {}
-        }
-
         // Transform into the world frame (f64), flip winding under mirroring transforms.
         let normal_matrix = normal_matrix(world);
         let base = self.positions.len() as u64;
@@ -697,18 +709,10 @@ impl<'a> Builder<'a> {
                 self.all_have_normals = false;
             }
         }
-        match uvs {
-            Some(t) if self.all_have_uvs => self.uvs.extend(t),
-            _ => {
-                if self.all_have_uvs && self.primitives > 0 {
-                    tracing::warn!(
-                        file = %self.path.display(),
-                        "{field}: has no usable TEXCOORD_{uv_set}; UVs dropped for the whole mesh"
-                    );
-                }
-                self.all_have_uvs = false;
-            }
-        }
+        let base_len = base as usize;
+        append_or_default(&mut self.uvs, base_len, vertex_count, uvs, [0.0; 2]);
+        append_or_default(&mut self.uvs1, base_len, vertex_count, uvs1, [0.0; 2]);
+        append_or_default(&mut self.colors, base_len, vertex_count, colors, [1.0; 4]);
         if determinant3(world) < 0.0 {
             for tri in indices.chunks_exact_mut(3) {
                 tri.swap(1, 2);
@@ -716,8 +720,236 @@ impl<'a> Builder<'a> {
         }
         self.indices
             .extend(indices.iter().map(|&i| i + base as u32));
+        self.triangle_materials
+            .extend(std::iter::repeat_n(material_slot, indices.len() / 3));
         self.primitives += 1;
         Ok(())
+    }
+
+    /// `COLOR_0` of `primitive` as linear RGBA (VEC3 gets alpha 1; normalized integers scaled to
+    /// 0–1, glTF §3.7.2.1); `None` when absent. Draco-compressed colours are not decoded (warned).
+    fn read_colors(
+        &self,
+        primitive: &gltf::Primitive<'a>,
+        field: &str,
+        vertex_count: usize,
+        is_draco: bool,
+    ) -> Result<Option<Vec<[f32; 4]>>> {
+        let Some(acc) = primitive.get(&Semantic::Colors(0)) else {
+            return Ok(None);
+        };
+        if is_draco {
+            tracing::warn!(
+                file = %self.path.display(),
+                "{field}: COLOR_0 of a Draco-compressed primitive is not decoded; vertex colours dropped"
+            );
+            return Ok(None);
+        }
+        let dims = if acc.dimensions() == Dimensions::Vec3 {
+            Dimensions::Vec3
+        } else {
+            Dimensions::Vec4
+        };
+        self.check_accessor(
+            &acc,
+            "COLOR_0",
+            dims,
+            &[DataType::F32, DataType::U8, DataType::U16],
+        )?;
+        let reader = primitive.reader(|b| self.buffers.get(b.index()).map(|d| d.as_slice()));
+        let c: Vec<[f32; 4]> = reader
+            .read_colors(0)
+            .map(|it| it.into_rgba_f32().collect())
+            .unwrap_or_default();
+        self.check_count(&acc, c.len())?;
+        if c.len() != vertex_count || c.iter().any(|v| !v.iter().all(|x| x.is_finite())) {
+            tracing::warn!(
+                file = %self.path.display(),
+                "{field}: COLOR_0 (accessors[{}]) is non-finite or mis-sized; read as white",
+                acc.index()
+            );
+            return Ok(None);
+        }
+        Ok(Some(c))
+    }
+
+    /// Index into `self.materials` of glTF material `index` (`None`: the default material),
+    /// converting it on first use.
+    fn material_slot(&mut self, index: Option<usize>) -> Result<u32> {
+        if let Some(&slot) = self.material_slots.get(&index) {
+            return Ok(slot);
+        }
+        let material = match index {
+            Some(i) => self.convert_material(i)?,
+            None => Material::default(),
+        };
+        // Identical materials (CAD exporters write one per part: 2CylinderEngine has 34 entries,
+        // 8 distinct) share one slot, so tiles carry one primitive per distinct look.
+        let slot = match self.materials.iter().position(|m| *m == material) {
+            Some(existing) => existing as u32,
+            None => {
+                self.materials.push(material);
+                (self.materials.len() - 1) as u32
+            }
+        };
+        self.material_slots.insert(index, slot);
+        Ok(slot)
+    }
+
+    /// `materials[i]` as a [`Material`], read from its JSON (so that extensions the `gltf` crate
+    /// does not model are seen as written). Textures whose image is missing or not PNG/JPEG are
+    /// left out (the factors stay); extensions other than `KHR_materials_*` are dropped with a
+    /// warning (their meaning is unknown, so they cannot be carried safely).
+    fn convert_material(&mut self, i: usize) -> Result<Material> {
+        let json = self
+            .doc()
+            .as_json()
+            .materials
+            .get(i)
+            .and_then(|m| serde_json::to_value(m).ok())
+            .unwrap_or_default();
+        let field = format!("materials[{i}]");
+        let num = |v: &serde_json::Value, default: f32| v.as_f64().map_or(default, |x| x as f32);
+        let mut m = Material {
+            name: json["name"].as_str().map(String::from),
+            ..Material::default()
+        };
+        let pbr = &json["pbrMetallicRoughness"];
+        if let Some(c) = floats::<4>(&pbr["baseColorFactor"]) {
+            m.base_color_factor = c;
+        }
+        m.metallic_factor = num(&pbr["metallicFactor"], 1.0);
+        m.roughness_factor = num(&pbr["roughnessFactor"], 1.0);
+        m.base_color_texture = self.texture_ref(
+            &pbr["baseColorTexture"],
+            &format!("{field}.baseColorTexture"),
+        )?;
+        m.metallic_roughness_texture = self.texture_ref(
+            &pbr["metallicRoughnessTexture"],
+            &format!("{field}.metallicRoughnessTexture"),
+        )?;
+        m.normal_texture =
+            self.texture_ref(&json["normalTexture"], &format!("{field}.normalTexture"))?;
+        m.normal_scale = num(&json["normalTexture"]["scale"], 1.0);
+        m.occlusion_texture = self.texture_ref(
+            &json["occlusionTexture"],
+            &format!("{field}.occlusionTexture"),
+        )?;
+        m.occlusion_strength = num(&json["occlusionTexture"]["strength"], 1.0);
+        if let Some(c) = floats::<3>(&json["emissiveFactor"]) {
+            m.emissive_factor = c;
+        }
+        m.emissive_texture = self.texture_ref(
+            &json["emissiveTexture"],
+            &format!("{field}.emissiveTexture"),
+        )?;
+        m.alpha_mode = json["alphaMode"]
+            .as_str()
+            .and_then(AlphaMode::parse)
+            .unwrap_or_default();
+        m.alpha_cutoff = num(&json["alphaCutoff"], 0.5);
+        m.double_sided = json["doubleSided"].as_bool().unwrap_or(false);
+        let extensions = json["extensions"].as_object().cloned().unwrap_or_default();
+        for (name, mut value) in extensions {
+            match name.as_str() {
+                super::KHR_MATERIALS_EMISSIVE_STRENGTH => {
+                    m.emissive_strength = Some(num(&value["emissiveStrength"], 1.0));
+                }
+                super::KHR_MATERIALS_UNLIT => m.unlit = true,
+                n if n.starts_with("KHR_materials_") => {
+                    let mut textures = Vec::new();
+                    let mut missing = false;
+                    let mut infos = Vec::new();
+                    for_each_texture_info(&mut value, &mut |info| infos.push(info.clone()));
+                    for info in &infos {
+                        match self.texture_ref(info, &format!("{field}.extensions.{n}"))? {
+                            Some(t) => textures.push(t),
+                            None => missing = true,
+                        }
+                    }
+                    if missing {
+                        tracing::warn!(
+                            file = %self.path.display(),
+                            "{field}.extensions.{n}: a texture it names is missing or not PNG/JPEG; extension dropped"
+                        );
+                        continue;
+                    }
+                    let mut next = m.extension_textures.len();
+                    for_each_texture_info(&mut value, &mut |info| {
+                        info["index"] = serde_json::json!(next);
+                        next += 1;
+                    });
+                    m.extension_textures.extend(textures);
+                    m.other_extensions.insert(name, without_nulls(value));
+                }
+                other => tracing::warn!(
+                    file = %self.path.display(),
+                    "{field}.extensions.{other}: not a KHR_materials_* extension; dropped"
+                ),
+            }
+        }
+        Ok(m)
+    }
+
+    /// A glTF textureInfo JSON object as a [`TextureRef`]; `None` when `info` is not an object
+    /// with an `index`, when the image is missing or not PNG/JPEG, or when it samples a set other
+    /// than TEXCOORD_0/1 (warned).
+    fn texture_ref(&mut self, info: &serde_json::Value, field: &str) -> Result<Option<TextureRef>> {
+        let Some(index) = info["index"].as_u64() else {
+            return Ok(None);
+        };
+        let root = self.doc().as_json();
+        let Some(texture) = root.textures.get(index as usize) else {
+            return Ok(None);
+        };
+        let sampler = texture
+            .sampler
+            .and_then(|s| root.samplers.get(s.value()))
+            .and_then(|s| serde_json::to_value(s).ok())
+            .map_or_else(Sampler::default, |s| Sampler {
+                mag_filter: s["magFilter"].as_u64().map(|f| f as u32),
+                min_filter: s["minFilter"].as_u64().map(|f| f as u32),
+                wrap_s: s["wrapS"].as_u64().map_or(super::WRAP_REPEAT, |f| f as u32),
+                wrap_t: s["wrapT"].as_u64().map_or(super::WRAP_REPEAT, |f| f as u32),
+            });
+        let source = texture.source.value();
+        let t = TextureRef {
+            image: 0,
+            sampler,
+            tex_coord: info["texCoord"].as_u64().unwrap_or(0) as u32,
+            transform: info["extensions"][super::KHR_TEXTURE_TRANSFORM]
+                .as_object()
+                .map(|o| without_nulls(serde_json::Value::Object(o.clone()))),
+        };
+        if super::effective_tex_coord(&t) > 1 {
+            tracing::warn!(
+                file = %self.path.display(),
+                "{field}: samples TEXCOORD_{}; only sets 0 and 1 are kept, so the texture is dropped",
+                super::effective_tex_coord(&t)
+            );
+            return Ok(None);
+        }
+        Ok(self
+            .image_slot(source)?
+            .map(|image| TextureRef { image, ..t }))
+    }
+
+    /// Index into `self.images` of glTF image `index`, loading it on first use; `None` when the
+    /// file is missing (already warned about) or not PNG/JPEG.
+    fn image_slot(&mut self, index: usize) -> Result<Option<usize>> {
+        if let Some(&slot) = self.image_slots.get(&index) {
+            return Ok(slot);
+        }
+        let slot = if self.missing.iter().any(|(m, _)| *m == index) {
+            None
+        } else {
+            self.load_image(index)?.map(|image| {
+                self.images.push(image);
+                self.images.len() - 1
+            })
+        };
+        self.image_slots.insert(index, slot);
+        Ok(slot)
     }
 
     /// Check an accessor's type, density and count (everything but its bytes; a Draco primitive's
@@ -849,38 +1081,24 @@ impl<'a> Builder<'a> {
                     .into(),
             });
         }
-        let missing = self.missing_images();
         super::warn_missing_textures(
             self.path,
-            &missing.iter().map(|(_, m)| m.clone()).collect::<Vec<_>>(),
+            &self
+                .missing
+                .iter()
+                .map(|(_, m)| m.clone())
+                .collect::<Vec<_>>(),
         );
-        let (factor, texture) = match self.material {
-            Some(Some(i)) => match self.doc().materials().nth(i) {
-                Some(mat) => {
-                    let pbr = mat.pbr_metallic_roughness();
-                    let tex = match (pbr.base_color_texture(), self.all_have_uvs) {
-                        (Some(info), true)
-                            if !missing
-                                .iter()
-                                .any(|(m, _)| *m == info.texture().source().index()) =>
-                        {
-                            self.load_image(info.texture().source().index())?
-                        }
-                        _ => None,
-                    };
-                    (pbr.base_color_factor(), tex)
-                }
-                None => ([1.0; 4], None),
-            },
-            _ => ([1.0; 4], None),
-        };
         Ok(Mesh {
             positions: self.positions,
             normals: self.all_have_normals.then_some(self.normals),
-            uvs: self.all_have_uvs.then_some(self.uvs),
+            uvs: self.uvs,
+            uvs1: self.uvs1,
+            colors: self.colors,
             indices: self.indices,
-            base_color_texture: texture,
-            base_color_factor: factor,
+            triangle_materials: self.triangle_materials,
+            materials: self.materials,
+            images: self.images,
         })
     }
 
@@ -956,7 +1174,7 @@ impl<'a> Builder<'a> {
             _ => {
                 tracing::warn!(
                     file = %self.path.display(),
-                    "{field}: not PNG or JPEG; base-colour texture dropped"
+                    "{field}: not PNG or JPEG (e.g. KTX2 or WebP); textures using it are dropped, the materials keep their factors"
                 );
                 return Ok(None);
             }
@@ -966,6 +1184,55 @@ impl<'a> Builder<'a> {
             bytes,
         }))
     }
+}
+
+/// Append `count` values of one primitive's attribute to `slot`, which holds `base` values of the
+/// earlier primitives: the primitive's own values, or `default` when it has none; the first
+/// primitive that has the attribute back-fills `default` for the earlier ones.
+fn append_or_default<T: Copy>(
+    slot: &mut Option<Vec<T>>,
+    base: usize,
+    count: usize,
+    values: Option<Vec<T>>,
+    default: T,
+) {
+    match (slot.as_mut(), values) {
+        (Some(all), Some(v)) => all.extend(v),
+        (Some(all), None) => all.extend(std::iter::repeat_n(default, count)),
+        (None, Some(v)) => {
+            let mut all = vec![default; base];
+            all.extend(v);
+            *slot = Some(all);
+        }
+        (None, None) => {}
+    }
+}
+
+/// `value` without object members that are `null`: the `gltf` crate serialises absent optional
+/// fields (`texCoord`, `extras`) as `null`, which glTF-Validator reports as a type error.
+fn without_nulls(value: serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) => serde_json::Value::Object(
+            map.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, without_nulls(v)))
+                .collect(),
+        ),
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.into_iter().map(without_nulls).collect())
+        }
+        other => other,
+    }
+}
+
+/// `N` numbers of a JSON array (`None` when it is not an array of `N` numbers).
+fn floats<const N: usize>(v: &serde_json::Value) -> Option<[f32; N]> {
+    let a = v.as_array().filter(|a| a.len() == N)?;
+    let mut out = [0.0; N];
+    for (o, x) in out.iter_mut().zip(a) {
+        *o = x.as_f64()? as f32;
+    }
+    Some(out)
 }
 
 /// A `TRIANGLE_STRIP` index sequence as a triangle list, `[n] → [F, 3]` with F ≤ n − 2.
@@ -1161,8 +1428,7 @@ mod tests {
         );
         assert_eq!(mesh.uvs.as_ref().map(Vec::len), Some(mesh.positions.len()));
         let tex = mesh
-            .base_color_texture
-            .as_ref()
+            .base_color_image(0)
             .expect("Avocado has a base-colour texture");
         assert_eq!(tex.mime, "image/png");
         let (min, max) = mesh.aabb().unwrap();
@@ -1237,7 +1503,7 @@ mod tests {
             mesh.normals.as_ref().map(Vec::len),
             Some(mesh.positions.len())
         );
-        assert!(mesh.base_color_texture.is_some());
+        assert!(mesh.base_color_image(0).is_some());
     }
 
     /// `(JSON, BIN chunk)` of a GLB.
@@ -1431,7 +1697,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(mesh.triangle_count(), 12);
-        assert!(mesh.base_color_texture.is_some());
+        assert!(mesh.base_color_image(0).is_some());
     }
 
     #[test]
@@ -1666,8 +1932,8 @@ mod tests {
         let path = super::super::fixture("missing_textures/two_missing.gltf");
         let mesh = read_gltf(&path).unwrap();
         assert_eq!(mesh.triangle_count(), 2);
-        assert_eq!(mesh.base_color_factor, [0.2, 0.4, 0.6, 1.0]);
-        assert!(mesh.base_color_texture.is_none());
+        assert_eq!(mesh.materials[0].base_color_factor, [0.2, 0.4, 0.6, 1.0]);
+        assert!(mesh.base_color_image(0).is_none());
         let raw = gltf::Gltf::open(&path).unwrap();
         let base = path.parent().unwrap();
         let builder = Builder::new(&path, base, &raw.document, &[]);
@@ -1687,5 +1953,67 @@ mod tests {
             missing[0].1.resolved,
             base.join("textures/albedo missing.png")
         );
+    }
+
+    /// `tests/fixtures/mesh/multi_material` (values from its generator): three materials, each
+    /// field as written, primitives in order.
+    #[test]
+    fn multi_material_fixture_reads_every_material_field() {
+        let mesh = read_gltf(&super::super::fixture("multi_material/multi_material.gltf")).unwrap();
+        assert_eq!(mesh.triangle_count(), 72);
+        assert_eq!(mesh.materials.len(), 3);
+        let per_row: Vec<u32> = (0..3).flat_map(|r| std::iter::repeat_n(r, 24)).collect();
+        assert_eq!(mesh.triangle_materials, per_row);
+        let [textured, emissive, glass] = [0, 1, 2].map(|i| &mesh.materials[i]);
+        let base = textured.base_color_texture.as_ref().unwrap();
+        // The `gltf` crate fills the extension's defaults (offset 0, rotation 0) in.
+        assert_eq!(
+            base.transform,
+            Some(serde_json::json!({"offset": [0.0, 0.0], "rotation": 0.0, "scale": [2.0, 2.0]}))
+        );
+        assert_eq!(base.sampler.wrap_s, 33071);
+        assert_eq!(base.sampler.mag_filter, Some(9728));
+        assert_eq!(textured.normal_scale, 0.5);
+        assert_eq!(
+            (textured.metallic_factor, textured.roughness_factor),
+            (0.0, 0.75)
+        );
+        assert_eq!(mesh.images.len(), 2);
+        assert_eq!(emissive.emissive_factor, [1.0, 0.5, 0.0]);
+        assert_eq!(emissive.emissive_strength, Some(4.0));
+        assert_eq!(glass.alpha_mode, AlphaMode::Blend);
+        assert!(glass.double_sided);
+        assert_eq!(glass.base_color_factor, [0.2, 0.6, 0.9, 0.4]);
+    }
+
+    /// chess-board.glb (PROVENANCE: Draco, KHR_materials_clearcoat, 8 textures): 3 materials
+    /// with base colour, metallic-roughness, normal and occlusion maps where the JSON names them,
+    /// and Black_Piece's clearcoat carried through.
+    #[test]
+    fn chess_board_keeps_every_map_and_the_clearcoat_extension() {
+        let mesh = read_gltf(&dataset("mesh-playcanvas-glb/chess-board.glb")).unwrap();
+        let names: Vec<&str> = mesh
+            .materials
+            .iter()
+            .map(|m| m.name.as_deref().unwrap())
+            .collect();
+        assert_eq!(names.len(), 3, "{names:?}");
+        let by_name = |n: &str| {
+            mesh.materials
+                .iter()
+                .find(|m| m.name.as_deref() == Some(n))
+                .unwrap()
+        };
+        let black = by_name("Black_Piece");
+        assert!(black.base_color_texture.is_some() && black.metallic_roughness_texture.is_some());
+        assert!(black.normal_texture.is_some() && black.occlusion_texture.is_some());
+        assert!(black.double_sided);
+        assert_eq!(
+            black.other_extensions["KHR_materials_clearcoat"]["clearcoatFactor"],
+            1.0
+        );
+        let white = by_name("White_Piece");
+        assert!(white.normal_texture.is_none() && white.metallic_roughness_texture.is_some());
+        assert_eq!(mesh.images.len(), 8);
     }
 }

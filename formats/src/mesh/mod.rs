@@ -15,19 +15,24 @@
 mod draco;
 mod glb_write;
 mod gltf_read;
+mod material;
 mod obj_read;
 mod ply_read;
 mod tile_glb;
 
 use std::path::{Path, PathBuf};
 
-pub use glb_write::write_glb;
+pub use glb_write::{MaterialGroup, compact, split_by_material, with_tex_coord_sets, write_glb};
 pub use gltf_read::read_gltf;
+pub use material::{
+    AlphaMode, KHR_MATERIALS_EMISSIVE_STRENGTH, KHR_MATERIALS_UNLIT, KHR_TEXTURE_TRANSFORM,
+    Material, MaterialTable, Sampler, TextureRef, WRAP_REPEAT, effective_tex_coord,
+};
 pub use obj_read::{mtl_texture_files, obj_material_libraries, read_obj};
 pub use ply_read::read_ply_mesh;
 pub use tile_glb::{
     EXT_MESHOPT_COMPRESSION, ImageRef, KHR_MESH_QUANTIZATION, MeshoptEncoder, QuantizedMesh,
-    TexCoords, quantize_normal, write_quantized_glb,
+    QuantizedPrimitive, TexCoords, quantize_normal, write_quantized_glb,
 };
 
 /// An image file kept as its encoded bytes (never decoded), to be embedded again on write.
@@ -39,37 +44,118 @@ pub struct EmbeddedImage {
     pub bytes: Vec<u8>,
 }
 
-/// One indexed triangle mesh with a single base-colour material.
+/// One indexed triangle mesh with per-triangle materials.
 ///
 /// Invariants that the readers ([`read_gltf`], [`read_obj`], [`read_ply_mesh`]) guarantee and
-/// consumers check again at their boundary (the fields are public): every index is
-/// `< positions.len()`, `indices.len()` is a multiple of 3, all positions are finite, and
-/// `normals` / `uvs` when present have `positions.len()` entries.
+/// consumers check again at their boundary (the fields are public; see [`Mesh::check`]): every
+/// index is `< positions.len()`, `indices.len()` is a multiple of 3, all positions are finite,
+/// `normals` / `uvs` / `uvs1` / `colors` when present have `positions.len()` entries,
+/// `triangle_materials` has one entry per triangle, each `< materials.len()`, and every texture's
+/// `image` is `< images.len()`.
 ///
-/// Materials: only the material of the first triangle primitive (glTF) or object (OBJ) is kept
-/// (its base-colour factor and texture); primitives with other materials keep their geometry but
-/// are drawn with it. A warning is logged when that happens.
+/// Materials: every material of the source is kept (glTF: each primitive's; OBJ: each `usemtl`;
+/// PLY: one diffuse white material), see [`Material`]. A triangle's material is
+/// `materials[triangle_materials[t]]`. Vertices may be shared by triangles of different materials
+/// here; the tiler's weld splits them so that material borders become attribute seams.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mesh {
     /// `[V, 3]` metres, glTF Y-up world frame, node transforms applied.
     pub positions: Vec<[f32; 3]>,
     /// `[V, 3]` unit normals in the same frame; `None` when any source primitive lacked them.
     pub normals: Option<Vec<[f32; 3]>>,
-    /// `[V, 2]` texture coordinates of the base-colour texture (glTF convention: origin top-left,
-    /// v down); `None` when any source primitive lacked them.
+    /// `[V, 2]` texture coordinates set 0 (glTF `TEXCOORD_0` convention: origin top-left, v down);
+    /// `None` when no source primitive had them (primitives without them read `[0, 0]`).
     pub uvs: Option<Vec<[f32; 2]>>,
+    /// `[V, 2]` texture coordinates set 1 (`TEXCOORD_1`), kept only when a material samples set 1;
+    /// primitives without them read `[0, 0]`.
+    pub uvs1: Option<Vec<[f32; 2]>>,
+    /// `[V, 4]` linear RGBA vertex colours (`COLOR_0`, multiplied into the base colour); `None`
+    /// when no source vertex had one (vertices without one read opaque white, the glTF default).
+    pub colors: Option<Vec<[f32; 4]>>,
     /// `[F, 3]` flattened, counter-clockwise front faces (glTF winding).
     pub indices: Vec<u32>,
-    /// The base-colour texture, encoded; `None` when the material has none (or it is not PNG/JPEG).
-    pub base_color_texture: Option<EmbeddedImage>,
-    /// Linear RGBA multiplier of the base colour (glTF `baseColorFactor`), default `[1, 1, 1, 1]`.
-    pub base_color_factor: [f32; 4],
+    /// `[F]` index into `materials` of each triangle.
+    pub triangle_materials: Vec<u32>,
+    /// The materials (≥ 1 when there are triangles), in order of first use in the source.
+    pub materials: Vec<Material>,
+    /// The images the materials' textures index, encoded, each once.
+    pub images: Vec<EmbeddedImage>,
 }
 
 impl Mesh {
     /// Number of triangles F (`indices.len() / 3`).
     pub fn triangle_count(&self) -> usize {
         self.indices.len() / 3
+    }
+
+    /// The base-colour image of `materials[material]`, if it has one.
+    pub fn base_color_image(&self, material: usize) -> Option<&EmbeddedImage> {
+        let t = self.materials.get(material)?.base_color_texture.as_ref()?;
+        self.images.get(t.image)
+    }
+
+    /// Indices of the materials some triangle uses, ascending.
+    pub fn used_materials(&self) -> Vec<u32> {
+        let mut used = vec![false; self.materials.len()];
+        for &m in &self.triangle_materials {
+            if let Some(u) = used.get_mut(m as usize) {
+                *u = true;
+            }
+        }
+        (0..used.len() as u32)
+            .filter(|&m| used[m as usize])
+            .collect()
+    }
+
+    /// Check the material invariants of [`Mesh`] (one material per triangle, indices in range,
+    /// textures naming existing images); the geometric ones are checked by each consumer.
+    ///
+    /// # Errors
+    /// `(field, problem)` naming the first broken invariant.
+    pub fn check_materials(&self) -> std::result::Result<(), (String, String)> {
+        let f = self.indices.len() / 3;
+        if self.triangle_materials.len() != f {
+            return Err((
+                "triangle_materials".into(),
+                format!(
+                    "{} entries, expected one per triangle ({f})",
+                    self.triangle_materials.len()
+                ),
+            ));
+        }
+        if let Some((t, &m)) = self
+            .triangle_materials
+            .iter()
+            .enumerate()
+            .find(|&(_, &m)| m as usize >= self.materials.len())
+        {
+            return Err((
+                format!("triangle_materials[{t}]"),
+                format!("{m}, expected < material count {}", self.materials.len()),
+            ));
+        }
+        for (i, m) in self.materials.iter().enumerate() {
+            if let Some(t) = m.textures().find(|t| t.image >= self.images.len()) {
+                return Err((
+                    format!("materials[{i}] texture"),
+                    format!(
+                        "image {}, expected < image count {}",
+                        t.image,
+                        self.images.len()
+                    ),
+                ));
+            }
+        }
+        let v = self.positions.len();
+        if self.uvs1.as_ref().is_some_and(|t| t.len() != v)
+            || self.colors.as_ref().is_some_and(|c| c.len() != v)
+        {
+            return Err((
+                "uvs1/colors".into(),
+                format!("expected {v} entries each (one per vertex)"),
+            ));
+        }
+        Ok(())
     }
 
     /// Axis-aligned bounds `(min, max)` of all positions in metres, or `None` when there are none.
@@ -119,6 +205,16 @@ pub fn read_mesh(path: &Path) -> crate::Result<Mesh> {
                         convert other formats first (e.g. Blender's glTF exporter)"
                     .into(),
         }),
+    }
+}
+
+/// The sRGB electro-optical transfer function (IEC 61966-2-1 §5.2): a display value in [0, 1] as
+/// a linear value, `c / 12.92` up to 0.04045, `((c + 0.055) / 1.055)^2.4` above.
+pub fn srgb_to_linear(c: f32) -> f32 {
+    if c <= 0.04045 {
+        c / 12.92
+    } else {
+        ((c + 0.055) / 1.055).powf(2.4)
     }
 }
 
@@ -228,6 +324,16 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    /// IEC 61966-2-1 reference points: 0 → 0, 1 → 1, 0.04045 → 0.04045 / 12.92 (the linear
+    /// segment's end), 0.5 → ((0.555) / 1.055)^2.4 = 0.214041.
+    #[test]
+    fn srgb_decoding_matches_the_standard() {
+        assert_eq!(srgb_to_linear(0.0), 0.0);
+        assert!((srgb_to_linear(1.0) - 1.0).abs() < 1e-6);
+        assert!((srgb_to_linear(0.04045) - 0.04045 / 12.92).abs() < 1e-7);
+        assert!((srgb_to_linear(0.5) - 0.214_041).abs() < 1e-6);
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! `f` with 1-based or negative (relative, −1 = the latest) indices, `mtllib`, `usemtl`; `Kd`,
 //! `d`/`Tr`, `map_Kd` with its `-o`/`-s`/… options). Parsing, n-gon triangulation (a fan from the
 //! polygon's first vertex, right for the convex polygons exporters write) and negative indices
-//! are the `tobj` crate's; this module checks what it returns, resolves texture paths and maps the
-//! materials onto Kiln's single-material [`Mesh`].
+//! are the `tobj` crate's; this module checks what it returns, resolves texture paths and maps
+//! every `usemtl` material onto glTF PBR (`MaterialConverter::convert` documents the mapping and
+//! its sources).
 //!
 //! Frame: OBJ has no units or up axis. Positions are taken as metres with +Y up (what Blender,
 //! Meshlab, Metashape and RealityCapture write by default). Texture `v` runs up from the image's
@@ -15,7 +16,7 @@
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
-use super::{EmbeddedImage, Mesh, MissingTexture};
+use super::{AlphaMode, EmbeddedImage, Material, Mesh, MissingTexture, Sampler, TextureRef};
 use crate::{Error, Result};
 
 /// Read an OBJ file and the MTL files it names as one triangle mesh.
@@ -27,15 +28,16 @@ use crate::{Error, Result};
 ///
 /// Materials: `mtllib` files resolve against the OBJ's folder, and texture paths (`map_Kd` etc.)
 /// against the folder of the MTL that names them (`map_*` options such as `-s 1 1 1` are
-/// skipped). Kiln's [`Mesh`] holds one material, so the material of the first object that uses one
-/// is kept: `Kd` → `base_color_factor` RGB, `d` (or `1 − Tr`) → alpha, `map_Kd` →
-/// `base_color_texture` (PNG or JPEG); objects with other materials keep their geometry and are
-/// drawn with it (one warning). Missing MTL or texture files do not fail the read: all of them are
-/// listed in one warning and the material keeps its colour.
+/// skipped). Every material a face uses becomes one [`Material`] (in order of first use; faces
+/// before any `usemtl` get a white diffuse one): `Kd`/`d`/`Tr` → base colour and BLEND, `map_Kd`,
+/// `Ke`/`map_Ke` → emissive, `norm` or `map_Bump`/`bump` → normal map, `Pr`/`Pm` → roughness and
+/// metallic (see `MaterialConverter::convert`). Each texture file is loaded once. Missing MTL or
+/// texture files do not fail the read: all of them are listed in one warning and the materials
+/// keep their colours.
 ///
-/// Normals or UVs are dropped for the whole mesh (with a warning) when any object lacks them on
-/// some vertex. Vertex colours (`v x y z r g b`) are parsed and checked but not kept: [`Mesh`] has
-/// no colour channel yet (a warning says so).
+/// Normals, UVs or vertex colours are dropped for the whole mesh (with a warning) when any object
+/// lacks them on some vertex. Vertex colours (`v x y z r g b`) are display values and become
+/// linear [`Mesh::colors`] (sRGB decoded).
 ///
 /// * `path` — a `.obj` file (UTF-8 text).
 ///
@@ -106,27 +108,163 @@ pub fn read_obj(path: &Path) -> Result<Mesh> {
     super::warn_missing_textures(path, &missing);
 
     let merged = merge_models(path, &models)?;
-    let (base_color_factor, base_color_texture) = match merged.material {
-        Some(id) => match (materials.get(id), material_dirs.get(id)) {
-            (Some(m), Some(mat_dir)) => {
-                let tex = match (&m.diffuse_texture, merged.uvs.is_some()) {
-                    (Some(name), true) => load_texture(path, m, name, mat_dir)?,
-                    _ => None,
-                };
-                (base_color_factor(m), tex)
-            }
-            _ => ([1.0; 4], None),
-        },
-        None => ([1.0; 4], None),
+    let mut converter = MaterialConverter {
+        obj: path,
+        images: Vec::new(),
+        image_files: Vec::new(),
     };
+    // Distinct source materials in order of first use; `None` = faces before any `usemtl`.
+    let mut slots: Vec<Option<usize>> = Vec::new();
+    let mut triangle_materials = Vec::with_capacity(merged.triangle_materials.len());
+    for &id in &merged.triangle_materials {
+        let slot = slots.iter().position(|&s| s == id).unwrap_or_else(|| {
+            slots.push(id);
+            slots.len() - 1
+        });
+        triangle_materials.push(slot as u32);
+    }
+    let mut out_materials = Vec::with_capacity(slots.len());
+    for id in &slots {
+        out_materials.push(
+            match id.and_then(|i| materials.get(i).zip(material_dirs.get(i))) {
+                Some((m, dir)) => converter.convert(m, dir, merged.uvs.is_some())?,
+                None => Material::diffuse([1.0; 4]),
+            },
+        );
+    }
     Ok(Mesh {
         positions: merged.positions,
         normals: merged.normals,
         uvs: merged.uvs,
+        uvs1: None,
+        colors: merged.colors,
         indices: merged.indices,
-        base_color_texture,
-        base_color_factor,
+        triangle_materials,
+        materials: out_materials,
+        images: converter.images,
     })
+}
+
+/// Turns MTL materials into [`Material`]s, loading each texture file once.
+struct MaterialConverter<'a> {
+    obj: &'a Path,
+    images: Vec<EmbeddedImage>,
+    /// The file of each entry of `images`.
+    image_files: Vec<PathBuf>,
+}
+
+impl MaterialConverter<'_> {
+    /// One MTL material as glTF PBR metallic-roughness. The mapping follows what obj2gltf
+    /// (CesiumGS, `lib/loadMtl.js`) and Blender's OBJ importer do, and the "PBR extension" to MTL
+    /// (Exocortex / Clara.io, as read by tinyobjloader):
+    ///
+    /// * `Kd` → `baseColorFactor` RGB (taken as linear, like obj2gltf); `d`, else `1 − Tr`, →
+    ///   its alpha, and `alphaMode` BLEND when below 1 (with `doubleSided`, since see-through
+    ///   surfaces show their back faces);
+    /// * `map_Kd` → `baseColorTexture`;
+    /// * `Ke` → `emissiveFactor` (clamped to [0, 1]; a larger component becomes
+    ///   `KHR_materials_emissive_strength` = its maximum, the factor divided by it); `map_Ke` →
+    ///   `emissiveTexture` (with factor 1 when `Ke` is absent, since MTL multiplies by `Ke` only
+    ///   when given);
+    /// * `norm`, else `map_Bump`/`bump` → `normalTexture`, `-bm` → its `scale` (exporters such as
+    ///   Blender write tangent-space normal maps as `map_Bump`; a greyscale height map read this
+    ///   way shades wrongly, which is why `norm` wins when both are present);
+    /// * `Pr` → `roughnessFactor`, `Pm` → `metallicFactor`; without them metallic 0 and roughness
+    ///   1 (a diffuse surface, [`Material::diffuse`]); `Ks`/`Ns` (Phong) have no PBR counterpart
+    ///   and are dropped.
+    ///
+    /// Textures are PNG or JPEG files; others are dropped with a warning, missing files were
+    /// already listed. Textures need UVs (`vt`); without them none is kept.
+    fn convert(&mut self, m: &tobj::Material, dir: &Path, has_uvs: bool) -> Result<Material> {
+        let param = |key: &str| {
+            m.unknown_param
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(key))
+                .map(|(_, v)| v.trim().to_string())
+        };
+        let number = |key: &str| {
+            param(key)
+                .and_then(|v| v.parse::<f32>().ok())
+                .filter(|x| x.is_finite())
+        };
+        let mut out = Material {
+            name: Some(m.name.clone()),
+            base_color_factor: base_color_factor(m),
+            metallic_factor: number("Pm").map_or(0.0, |x| x.clamp(0.0, 1.0)),
+            roughness_factor: number("Pr").map_or(1.0, |x| x.clamp(0.0, 1.0)),
+            ..Material::default()
+        };
+        if out.base_color_factor[3] < 1.0 {
+            out.alpha_mode = AlphaMode::Blend;
+            out.double_sided = true;
+        }
+        let emissive = m
+            .emissive
+            .filter(|e| e.iter().all(|c| c.is_finite() && *c >= 0.0));
+        if let Some(e) = emissive {
+            let peak = e.iter().copied().fold(0.0f32, f32::max);
+            if peak > 1.0 {
+                out.emissive_factor = e.map(|c| c / peak);
+                out.emissive_strength = Some(peak);
+            } else {
+                out.emissive_factor = e;
+            }
+        }
+        if !has_uvs {
+            return Ok(out);
+        }
+        if let Some(name) = &m.diffuse_texture {
+            out.base_color_texture = self.texture(m, "map_Kd", name, dir)?;
+        }
+        if let Some(name) = param("map_Ke") {
+            out.emissive_texture = self.texture(m, "map_Ke", &name, dir)?;
+            if out.emissive_texture.is_some() && emissive.is_none() {
+                out.emissive_factor = [1.0; 3];
+            }
+        }
+        let normal = param("norm").or_else(|| m.normal_texture.clone());
+        if let Some(argument) = normal {
+            out.normal_texture = self.texture(m, "norm/map_Bump", &argument, dir)?;
+            out.normal_scale = bump_multiplier(&argument).unwrap_or(1.0);
+        }
+        Ok(out)
+    }
+
+    /// The texture a map statement names, its file loaded once per OBJ.
+    fn texture(
+        &mut self,
+        m: &tobj::Material,
+        key: &str,
+        argument: &str,
+        dir: &Path,
+    ) -> Result<Option<TextureRef>> {
+        let file = dir.join(texture_path(argument));
+        let image = match self.image_files.iter().position(|f| *f == file) {
+            Some(i) => Some(i),
+            None => load_texture(self.obj, m, key, argument, &file)?.map(|img| {
+                self.images.push(img);
+                self.image_files.push(file);
+                self.images.len() - 1
+            }),
+        };
+        Ok(image.map(|image| TextureRef {
+            image,
+            sampler: Sampler::default(),
+            tex_coord: 0,
+            transform: None,
+        }))
+    }
+}
+
+/// The `-bm <mult>` option of a bump/normal map statement, if any.
+fn bump_multiplier(argument: &str) -> Option<f32> {
+    let mut words = argument.split_whitespace();
+    while let Some(w) = words.next() {
+        if w == "-bm" {
+            return words.next()?.parse().ok().filter(|x: &f32| x.is_finite());
+        }
+    }
+    None
 }
 
 /// One `mtllib` line: the file looked for and what loading it gave.
@@ -262,9 +400,11 @@ struct Merged {
     positions: Vec<[f32; 3]>,
     normals: Option<Vec<[f32; 3]>>,
     uvs: Option<Vec<[f32; 2]>>,
+    /// `[V, 4]` linear RGBA from `v x y z r g b`, when every object has them.
+    colors: Option<Vec<[f32; 4]>>,
     indices: Vec<u32>,
-    /// Index into the materials of the first object that names one.
-    material: Option<usize>,
+    /// `[F]` tobj material id of each triangle (`None`: no `usemtl` before it).
+    triangle_materials: Vec<Option<usize>>,
 }
 
 fn merge_models(path: &Path, models: &[tobj::Model]) -> Result<Merged> {
@@ -272,11 +412,10 @@ fn merge_models(path: &Path, models: &[tobj::Model]) -> Result<Merged> {
         positions: Vec::new(),
         normals: Some(Vec::new()),
         uvs: Some(Vec::new()),
+        colors: Some(Vec::new()),
         indices: Vec::new(),
-        material: None,
+        triangle_materials: Vec::new(),
     };
-    let mut colors_seen = 0usize;
-    let mut warned_materials = false;
     for model in models.iter().filter(|m| !m.mesh.indices.is_empty()) {
         let mesh = &model.mesh;
         let count = mesh.positions.len() / 3;
@@ -319,24 +458,29 @@ fn merge_models(path: &Path, models: &[tobj::Model]) -> Result<Merged> {
             // OBJ v counts up from the image's bottom row, glTF v down from its top row.
             t.extend(mesh.texcoords.chunks_exact(2).map(|v| [v[0], 1.0 - v[1]]));
         }
-        if mesh.vertex_color.len() == count * 3 {
-            colors_seen += count;
+        let colors_ok =
+            mesh.vertex_color.len() == count * 3 && mesh.vertex_color.iter().all(|c| c.is_finite());
+        drop_unless(
+            path,
+            &mut out.colors,
+            colors_ok,
+            "vertex colours (v x y z r g b)",
+            base > 0,
+        );
+        if let Some(c) = out.colors.as_mut() {
+            // Display values (sRGB), as MeshLab and photogrammetry tools write them.
+            c.extend(mesh.vertex_color.chunks_exact(3).map(|v| {
+                let [r, g, b] =
+                    [v[0], v[1], v[2]].map(|x| super::srgb_to_linear(x.clamp(0.0, 1.0)));
+                [r, g, b, 1.0]
+            }));
         }
         out.indices
             .extend(mesh.indices.iter().map(|&i| i + base as u32));
-        match (out.material, mesh.material_id) {
-            (None, Some(id)) => out.material = Some(id),
-            (Some(first), Some(id)) if first != id && !warned_materials => {
-                warned_materials = true;
-                tracing::warn!(
-                    file = %path.display(),
-                    "object `{}` uses another material than the first; Kiln keeps one material per \
-                     mesh for now, so it is drawn with the first (its geometry is kept)",
-                    model.name
-                );
-            }
-            _ => {}
-        }
+        out.triangle_materials.extend(std::iter::repeat_n(
+            mesh.material_id,
+            mesh.indices.len() / 3,
+        ));
     }
     if out.indices.is_empty() {
         return Err(Error::Empty {
@@ -344,13 +488,6 @@ fn merge_models(path: &Path, models: &[tobj::Model]) -> Result<Merged> {
             what: "faces",
             reason: "no `f` line with 3 or more vertices (points and lines are not meshes)".into(),
         });
-    }
-    if colors_seen > 0 {
-        tracing::warn!(
-            file = %path.display(),
-            "{colors_seen} vertices carry colours (`v x y z r g b`); Kiln's mesh has no colour \
-             channel yet, so they are not kept"
-        );
     }
     Ok(out)
 }
@@ -389,18 +526,19 @@ fn base_color_factor(m: &tobj::Material) -> [f32; 4] {
     })
 }
 
-/// The `map_Kd` image of `m`, encoded; `None` when missing (already warned about) or not PNG/JPEG.
+/// The image `file` (named by `key` of material `m`), encoded; `None` when missing (already warned
+/// about) or not PNG/JPEG.
 fn load_texture(
     obj: &Path,
     m: &tobj::Material,
+    key: &str,
     written: &str,
-    dir: &Path,
+    file: &Path,
 ) -> Result<Option<EmbeddedImage>> {
-    let file = dir.join(texture_path(written));
-    let bytes = match std::fs::read(&file) {
+    let bytes = match std::fs::read(file) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(&file, e)),
+        Err(e) => return Err(Error::io(file, e)),
     };
     let mime = match bytes.as_slice() {
         [0x89, b'P', b'N', b'G', ..] => "image/png",
@@ -408,7 +546,7 @@ fn load_texture(
         _ => {
             tracing::warn!(
                 file = %obj.display(),
-                "map_Kd `{written}` of material `{}` ({}) is not PNG or JPEG; texture dropped \
+                "{key} `{written}` of material `{}` ({}) is not PNG or JPEG; texture dropped \
                  (re-export it as PNG or JPEG)",
                 m.name,
                 file.display()
@@ -502,8 +640,8 @@ mod tests {
     #[test]
     fn first_material_keeps_kd_dissolve_and_the_map_kd_beside_its_mtl() {
         let mesh = read_obj(&fixture("obj_textured/quads.obj")).unwrap();
-        assert_eq!(mesh.base_color_factor, [0.8, 0.7, 0.6, 0.9]);
-        let tex = mesh.base_color_texture.expect("map_Kd checker.png");
+        assert_eq!(mesh.materials[0].base_color_factor, [0.8, 0.7, 0.6, 0.9]);
+        let tex = mesh.base_color_image(0).expect("map_Kd checker.png");
         assert_eq!(tex.mime, "image/png");
         assert_eq!(
             tex.bytes,
@@ -554,8 +692,8 @@ mod tests {
         .unwrap();
         let mesh = read_obj(&d.path().join("m.obj")).unwrap();
         assert_eq!(mesh.triangle_count(), 1);
-        assert_eq!(mesh.base_color_factor, [0.1, 0.2, 0.3, 1.0]);
-        assert!(mesh.base_color_texture.is_none());
+        assert_eq!(mesh.materials[0].base_color_factor, [0.1, 0.2, 0.3, 1.0]);
+        assert!(mesh.base_color_image(0).is_none());
         let mat = &tobj::load_mtl(d.path().join("m.mtl")).unwrap().0[0];
         let missing = missing_maps(mat, d.path());
         let names: Vec<&str> = missing.iter().map(|m| m.as_written.as_str()).collect();
@@ -590,5 +728,52 @@ mod tests {
         let p = d.path().join("pts.obj");
         std::fs::write(&p, "v 0 0 0\nv 1 0 0\np 1 2\n").unwrap();
         assert!(matches!(read_obj(&p), Err(Error::Empty { .. })));
+    }
+
+    /// `tests/fixtures/mesh/obj_materials/pbr.obj`: three materials, each mapped as
+    /// `MaterialConverter::convert` documents; expected values by hand from `pbr.mtl`.
+    #[test]
+    fn mtl_materials_map_onto_gltf_pbr() {
+        let mesh = read_obj(&fixture("obj_materials/pbr.obj")).unwrap();
+        assert_eq!(mesh.triangle_count(), 6);
+        assert_eq!(mesh.materials.len(), 3);
+        assert_eq!(mesh.triangle_materials, vec![0, 0, 1, 1, 2, 2]);
+        let [painted, neon, smoked] = [0, 1, 2].map(|i| &mesh.materials[i]);
+        assert_eq!(painted.name.as_deref(), Some("painted"));
+        assert_eq!(painted.base_color_factor, [0.9, 0.8, 0.7, 1.0]);
+        assert_eq!(
+            (painted.metallic_factor, painted.roughness_factor),
+            (0.75, 0.25)
+        );
+        let normal = painted
+            .normal_texture
+            .as_ref()
+            .expect("norm wins over map_Bump");
+        assert_eq!(painted.normal_scale, 0.5);
+        let base = painted.base_color_texture.as_ref().unwrap();
+        assert_ne!(normal.image, base.image);
+        assert_eq!(
+            mesh.images.len(),
+            2,
+            "checker.png loaded once for map_Kd and map_Ke"
+        );
+        assert_eq!(painted.alpha_mode, AlphaMode::Opaque);
+
+        // Ke 4 2 0 → factor (1, 0.5, 0) × strength 4.
+        assert_eq!(neon.emissive_factor, [1.0, 0.5, 0.0]);
+        assert_eq!(neon.emissive_strength, Some(4.0));
+        assert_eq!(neon.emissive_texture.as_ref().unwrap().image, base.image);
+        assert_eq!((neon.metallic_factor, neon.roughness_factor), (0.0, 1.0));
+
+        assert!((smoked.base_color_factor[3] - 0.4).abs() < 1e-6);
+        assert_eq!(smoked.alpha_mode, AlphaMode::Blend);
+        assert!(smoked.double_sided);
+
+        // v … 1 0.5 0 → linear (1, sRGB⁻¹(0.5) = 0.21404, 0).
+        let c = mesh.colors.as_ref().expect("vertex colours kept")[0];
+        assert!(
+            (c[1] - 0.214_041).abs() < 1e-5 && c[0] == 1.0 && c[2] == 0.0,
+            "{c:?}"
+        );
     }
 }

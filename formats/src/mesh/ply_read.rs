@@ -21,7 +21,7 @@ use ply_rs_bw::ply::{
     PropertyType, ScalarType,
 };
 
-use super::Mesh;
+use super::{AlphaMode, Material, Mesh};
 use crate::{Error, Result};
 
 /// Read a PLY mesh as one triangle mesh.
@@ -33,9 +33,9 @@ use crate::{Error, Result};
 /// Positions are read in f64 and stored as f32
 /// metres, taken to be +Y up (the file states neither). Normals (`nx ny nz`) are kept when all
 /// three are present and finite. Vertex colours (`red green blue [alpha]`; `uchar` scaled by
-/// 1/255, `ushort` by 1/65535, `float`/`double` taken as 0–1) are read and checked but not kept:
-/// [`Mesh`] has no colour channel yet (a warning says so). The material is the default (white
-/// factor, no texture).
+/// 1/255, `ushort` by 1/65535, `float`/`double` taken as 0–1, RGB decoded from sRGB) become
+/// [`Mesh::colors`]. The material is one diffuse white material ([`Material::diffuse`]), with
+/// `alphaMode` BLEND when some vertex alpha is below 1.
 ///
 /// * `path` — a `.ply` file.
 ///
@@ -409,27 +409,36 @@ fn assemble(
         }
         None => None,
     };
-    if let Some(scale) = layout.color_scale {
-        let colors = vertex_colors(vertices, scale);
-        tracing::warn!(
-            file = %path.display(),
-            "{} vertices carry colours (red/green/blue); Kiln's mesh has no colour channel yet, \
-             so they are not kept",
-            colors.len()
-        );
-    }
+    let colors = layout
+        .color_scale
+        .map(|scale| vertex_colors(vertices, scale));
+    // Translucent vertices draw as such only under BLEND (glTF §3.9.4: OPAQUE ignores alpha).
+    let translucent = colors.iter().flatten().any(|c| c[3] < 1.0);
+    let material = Material {
+        alpha_mode: if translucent {
+            AlphaMode::Blend
+        } else {
+            AlphaMode::Opaque
+        },
+        ..Material::diffuse([1.0; 4])
+    };
+    let triangles = indices.len() / 3;
     Ok(Mesh {
         positions,
         normals,
         uvs: None,
+        uvs1: None,
+        colors,
         indices,
-        base_color_texture: None,
-        base_color_factor: [1.0; 4],
+        triangle_materials: vec![0; triangles],
+        materials: vec![material],
+        images: Vec::new(),
     })
 }
 
-/// `[V, 4]` linear RGBA in 0–1 (stored value × `scale`, clamped; alpha 1 when absent or when the
-/// value is not finite).
+/// `[V, 4]` linear RGBA in 0–1: stored value × `scale`, clamped (1 when not finite), then RGB
+/// decoded from sRGB ([`super::srgb_to_linear`]: PLY colours are display values, as MeshLab and
+/// CloudCompare write them; glTF `COLOR_0` is linear); alpha 1 when absent, and never decoded.
 fn vertex_colors(vertices: &[PlyVertex], scale: f32) -> Vec<[f32; 4]> {
     vertices
         .iter()
@@ -441,13 +450,19 @@ fn vertex_colors(vertices: &[PlyVertex], scale: f32) -> Vec<[f32; 4]> {
                 v.color[2] * scale,
                 alpha,
             ];
-            c.map(|x| {
+            let [r, g, b, a] = c.map(|x| {
                 if x.is_finite() {
                     x.clamp(0.0, 1.0)
                 } else {
                     1.0
                 }
-            })
+            });
+            [
+                super::srgb_to_linear(r),
+                super::srgb_to_linear(g),
+                super::srgb_to_linear(b),
+                a,
+            ]
         })
         .collect()
 }
@@ -486,6 +501,16 @@ mod tests {
         );
         assert!(mesh.normals.is_none(), "the file has no nx/ny/nz");
         assert!(mesh.uvs.is_none());
+        // Pure uchar colours (0 or 255) are 0 or 1 in sRGB and linear alike; opaque, one white
+        // diffuse material.
+        let colors = mesh
+            .colors
+            .as_ref()
+            .expect("red/green/blue kept as COLOR_0");
+        assert_eq!(colors[0], [1.0, 0.0, 0.0, 1.0]);
+        assert_eq!(colors[3], [1.0, 1.0, 0.0, 1.0]);
+        assert_eq!(mesh.materials, vec![Material::diffuse([1.0; 4])]);
+        assert_eq!(mesh.triangle_materials, vec![0; 6]);
         let centroid = [0.5, 0.2, 0.5];
         for t in 0..6 {
             let n = geometry::cross(&mesh, t);

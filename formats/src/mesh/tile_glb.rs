@@ -1,5 +1,5 @@
 //! Write one mesh tile as a compact GLB: `KHR_mesh_quantization` attributes compressed with
-//! `EXT_meshopt_compression`, the base-colour image referenced by URI instead of embedded.
+//! `EXT_meshopt_compression`, one primitive per material, images referenced by URI instead of embedded.
 //!
 //! Sources: glTF 2.0 §4.4 (GLB framing), §3.6.2.4 (accessor element alignment: every element
 //! starts on a 4-byte boundary, hence the padded `[u16; 4]` / `[i8; 4]` layouts); KHR_mesh_quantization
@@ -20,6 +20,7 @@ use std::borrow::Cow;
 
 use serde_json::{Value, json};
 
+use super::{Material, MaterialTable, with_tex_coord_sets};
 use crate::{Error, Result};
 
 /// `EXT_meshopt_compression`, the glTF extension name.
@@ -72,7 +73,7 @@ impl TexCoords {
     }
 }
 
-/// A base-colour image stored next to the GLB, referenced by a relative URI.
+/// An image stored next to the GLB, referenced by a relative URI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageRef {
     /// URI relative to the GLB file (e.g. `textures/<blake3>.jpg`), RFC 3986 path characters only.
@@ -81,30 +82,43 @@ pub struct ImageRef {
     pub mime: String,
 }
 
-/// One tile's mesh, already quantized (KHR_mesh_quantization layouts).
+/// One tile's mesh, already quantized (KHR_mesh_quantization layouts): one primitive per material.
 ///
-/// Position of vertex i in the glTF frame (metres, Y-up) = `translation_m + step_m ·
-/// positions[i][0..3]`: the node transform a client applies. With `step_m` a power of two and
-/// `translation_m` an integer multiple of it that is < 2^24 steps from 0, that sum is exact in
+/// Position of vertex i of any primitive in the glTF frame (metres, Y-up) = `translation_m +
+/// step_m · positions[i][0..3]`: the node transform a client applies. With `step_m` a power of two
+/// and `translation_m` an integer multiple of it that is < 2^24 steps from 0, that sum is exact in
 /// f32, so two tiles that store the same lattice point draw bit-identical vertices.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QuantizedMesh {
-    /// `[V, 4]` lattice coordinates relative to the tile's offset; element 3 is padding (0).
-    pub positions: Vec<[u16; 4]>,
     /// Lattice step, metres (the node's uniform `scale`); finite and > 0.
     pub step_m: f64,
     /// Node translation, metres, glTF frame.
     pub translation_m: [f64; 3],
+    /// The primitives, drawn in order (≥ 1).
+    pub primitives: Vec<QuantizedPrimitive>,
+    /// The tile's materials; each texture's `image` indexes `images`.
+    pub materials: Vec<Material>,
+    /// The images the materials use, stored next to the GLB.
+    pub images: Vec<ImageRef>,
+}
+
+/// One triangle primitive of a [`QuantizedMesh`], with its own vertices.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantizedPrimitive {
+    /// `[V, 4]` lattice coordinates relative to the tile's offset; element 3 is padding (0).
+    pub positions: Vec<[u16; 4]>,
     /// `[V, 4]` unit normals as normalized signed bytes (value / 127); element 3 is padding.
     pub normals: Option<Vec<[i8; 4]>>,
-    /// `[V, 2]` base-colour texture coordinates.
+    /// `[V, 2]` texture coordinates, set 0.
     pub uvs: Option<TexCoords>,
+    /// `[V, 2]` texture coordinates, set 1 (only with `uvs`).
+    pub uvs1: Option<TexCoords>,
+    /// `[V, 4]` linear RGBA vertex colours as normalized unsigned shorts (value / 65535).
+    pub colors: Option<Vec<[u16; 4]>>,
     /// `[F, 3]` flattened, counter-clockwise; every index < V.
     pub indices: Vec<u32>,
-    /// Linear RGBA base-colour factor.
-    pub base_color_factor: [f32; 4],
-    /// The base-colour image (used only when `uvs` is present).
-    pub base_color_image: Option<ImageRef>,
+    /// Index into [`QuantizedMesh::materials`].
+    pub material: usize,
 }
 
 /// Quantize a normal to normalized signed bytes (KHR_mesh_quantization: `f = max(c / 127, -1)`),
@@ -125,22 +139,23 @@ pub fn quantize_normal(n: [f32; 3]) -> [i8; 4] {
 ///
 /// Layout: buffer 0 = the GLB BIN chunk holding the compressed streams (each 4-byte aligned);
 /// buffer 1 = the fallback buffer (no `uri`, `fallback: true`), in which each bufferView describes
-/// its decoded layout: POSITION `[V, 4]` u16 (accessor VEC3, byteStride 8, integer `min`/`max`),
-/// NORMAL `[V, 4]` i8 normalized (VEC3, byteStride 4), TEXCOORD_0 `[V, 2]` u16 normalized or f32,
-/// indices u16 when V ≤ 65,536 else u32. One node carries `translation` and uniform `scale`
-/// (dequantization). The material is metallic 0, roughness 1 with the base-colour factor and,
-/// when there are UVs and an image, the image by URI (not embedded).
+/// its decoded layout. Per primitive: POSITION `[V, 4]` u16 (accessor VEC3, byteStride 8, integer
+/// `min`/`max`), NORMAL `[V, 4]` i8 normalized (VEC3, byteStride 4), TEXCOORD_0/1 `[V, 2]` u16
+/// normalized or f32, COLOR_0 `[V, 4]` u16 normalized (VEC4), indices u16 when V ≤ 65,536 else u32.
+/// One node carries `translation` and uniform `scale` (dequantization) for the one mesh holding
+/// every primitive. Materials, textures and samplers are written by [`MaterialTable`]: each
+/// distinct texture and sampler once per tile, referenced by every material using it; images by
+/// URI (not embedded). Material extensions are added to `extensionsUsed` (not required).
 ///
 /// # Errors
 /// [`Error::Empty`] — no triangles; [`Error::InvalidInput`] — an index ≥ V, an index count not a
-/// multiple of 3, attribute arrays whose length differs from V, or a step / translation that is
-/// not finite (step must be > 0).
+/// multiple of 3, attribute arrays whose length differs from V, a material or image index out of
+/// range, or a step / translation that is not finite (step must be > 0).
 ///
 /// # Panics
 /// Never.
 pub fn write_quantized_glb(mesh: &QuantizedMesh, encoder: &dyn MeshoptEncoder) -> Result<Vec<u8>> {
     check_quantized_mesh(mesh)?;
-    let v = mesh.positions.len();
     let mut bin: Vec<u8> = Vec::new();
     let mut fallback_len = 0usize;
     let mut views: Vec<Value> = Vec::new();
@@ -179,84 +194,96 @@ pub fn write_quantized_glb(mesh: &QuantizedMesh, encoder: &dyn MeshoptEncoder) -
             views.len() - 1
         };
 
-    let mut attributes = serde_json::Map::new();
-    let mut min = [u16::MAX; 3];
-    let mut max = [0u16; 3];
-    for p in &mesh.positions {
-        for k in 0..3 {
-            min[k] = min[k].min(p[k]);
-            max[k] = max[k].max(p[k]);
+    let mut table = MaterialTable::default();
+    let mut primitives = Vec::with_capacity(mesh.primitives.len());
+    for prim in &mesh.primitives {
+        let v = prim.positions.len();
+        let mut attribute =
+            |bin: &mut Vec<u8>, raw: &[u8], stride: usize, accessor: Value| -> Result<usize> {
+                let view = push_view(
+                    bin,
+                    encoder.encode_vertices(raw, stride)?,
+                    raw.len(),
+                    stride,
+                    "ATTRIBUTES",
+                );
+                let mut accessor = accessor;
+                accessor["bufferView"] = json!(view);
+                accessor["count"] = json!(v);
+                accessors.push(accessor);
+                Ok(accessors.len() - 1)
+            };
+        let mut attributes = serde_json::Map::new();
+        let mut min = [u16::MAX; 3];
+        let mut max = [0u16; 3];
+        for p in &prim.positions {
+            for k in 0..3 {
+                min[k] = min[k].min(p[k]);
+                max[k] = max[k].max(p[k]);
+            }
         }
-    }
-    let raw: &[u8] = bytemuck::cast_slice(&mesh.positions);
-    let view = push_view(
-        &mut bin,
-        encoder.encode_vertices(raw, 8)?,
-        raw.len(),
-        8,
-        "ATTRIBUTES",
-    );
-    accessors.push(
-        json!({"bufferView": view, "componentType": UNSIGNED_SHORT, "count": v,
-        "type": "VEC3", "min": min, "max": max}),
-    );
-    attributes.insert("POSITION".into(), json!(accessors.len() - 1));
-
-    if let Some(normals) = &mesh.normals {
-        let raw: &[u8] = bytemuck::cast_slice(normals);
-        let view = push_view(
+        let a = attribute(
             &mut bin,
-            encoder.encode_vertices(raw, 4)?,
-            raw.len(),
-            4,
-            "ATTRIBUTES",
-        );
-        accessors.push(
-            json!({"bufferView": view, "componentType": BYTE, "normalized": true,
-            "count": v, "type": "VEC3"}),
-        );
-        attributes.insert("NORMAL".into(), json!(accessors.len() - 1));
-    }
-    if let Some(uvs) = &mesh.uvs {
-        let (raw, stride, component, normalized): (&[u8], usize, u32, bool) = match uvs {
-            TexCoords::Unorm16(t) => (bytemuck::cast_slice(t), 4, UNSIGNED_SHORT, true),
-            TexCoords::Float(t) => (bytemuck::cast_slice(t), 8, FLOAT, false),
+            bytemuck::cast_slice(&prim.positions),
+            8,
+            json!({"componentType": UNSIGNED_SHORT, "type": "VEC3", "min": min, "max": max}),
+        )?;
+        attributes.insert("POSITION".into(), json!(a));
+        if let Some(normals) = &prim.normals {
+            let a = attribute(
+                &mut bin,
+                bytemuck::cast_slice(normals),
+                4,
+                json!({"componentType": BYTE, "normalized": true, "type": "VEC3"}),
+            )?;
+            attributes.insert("NORMAL".into(), json!(a));
+        }
+        let mut sets = 0;
+        for (set, uvs) in [(0, &prim.uvs), (1, &prim.uvs1)] {
+            let Some(uvs) = uvs else { break };
+            let (raw, stride, component, normalized): (&[u8], usize, u32, bool) = match uvs {
+                TexCoords::Unorm16(t) => (bytemuck::cast_slice(t), 4, UNSIGNED_SHORT, true),
+                TexCoords::Float(t) => (bytemuck::cast_slice(t), 8, FLOAT, false),
+            };
+            let mut accessor = json!({"componentType": component, "type": "VEC2"});
+            if normalized {
+                accessor["normalized"] = json!(true);
+            }
+            let a = attribute(&mut bin, raw, stride, accessor)?;
+            attributes.insert(format!("TEXCOORD_{set}"), json!(a));
+            sets += 1;
+        }
+        if let Some(colors) = &prim.colors {
+            let a = attribute(
+                &mut bin,
+                bytemuck::cast_slice(colors),
+                8,
+                json!({"componentType": UNSIGNED_SHORT, "normalized": true, "type": "VEC4"}),
+            )?;
+            attributes.insert("COLOR_0".into(), json!(a));
+        }
+        let (raw_len, stride, component) = if v <= usize::from(u16::MAX) + 1 {
+            (prim.indices.len() * 2, 2, UNSIGNED_SHORT)
+        } else {
+            (prim.indices.len() * 4, 4, UNSIGNED_INT)
         };
         let view = push_view(
             &mut bin,
-            encoder.encode_vertices(raw, stride)?,
-            raw.len(),
+            encoder.encode_triangles(&prim.indices, v)?,
+            raw_len,
             stride,
-            "ATTRIBUTES",
+            "TRIANGLES",
         );
-        let mut accessor =
-            json!({"bufferView": view, "componentType": component, "count": v, "type": "VEC2"});
-        if normalized {
-            accessor["normalized"] = json!(true);
-        }
-        accessors.push(accessor);
-        attributes.insert("TEXCOORD_0".into(), json!(accessors.len() - 1));
+        accessors.push(json!({"bufferView": view, "componentType": component,
+            "count": prim.indices.len(), "type": "SCALAR"}));
+        let material = table.add(&with_tex_coord_sets(&mesh.materials[prim.material], sets));
+        primitives.push(
+            json!({"attributes": attributes, "indices": accessors.len() - 1,
+            "material": material, "mode": 4}),
+        );
     }
 
-    let (raw_len, stride, component) = if v <= usize::from(u16::MAX) + 1 {
-        (mesh.indices.len() * 2, 2, UNSIGNED_SHORT)
-    } else {
-        (mesh.indices.len() * 4, 4, UNSIGNED_INT)
-    };
-    let view = push_view(
-        &mut bin,
-        encoder.encode_triangles(&mesh.indices, v)?,
-        raw_len,
-        stride,
-        "TRIANGLES",
-    );
-    accessors.push(json!({"bufferView": view, "componentType": component,
-        "count": mesh.indices.len(), "type": "SCALAR"}));
-    let indices_accessor = accessors.len() - 1;
-
     let s = mesh.step_m;
-    let mut pbr = json!({"baseColorFactor": mesh.base_color_factor, "metallicFactor": 0.0,
-        "roughnessFactor": 1.0});
     let mut root = json!({
         "asset": {"version": "2.0", "generator": concat!("kiln ", env!("CARGO_PKG_VERSION"))},
         "extensionsUsed": [EXT_MESHOPT_COMPRESSION, KHR_MESH_QUANTIZATION],
@@ -264,17 +291,16 @@ pub fn write_quantized_glb(mesh: &QuantizedMesh, encoder: &dyn MeshoptEncoder) -
         "scene": 0,
         "scenes": [{"nodes": [0]}],
         "nodes": [{"mesh": 0, "translation": mesh.translation_m, "scale": [s, s, s]}],
-        "meshes": [{"primitives": [{"attributes": attributes, "indices": indices_accessor,
-            "material": 0, "mode": 4}]}],
+        "meshes": [{"primitives": primitives}],
     });
-    if let (Some(image), Some(_)) = (&mesh.base_color_image, &mesh.uvs) {
-        pbr["baseColorTexture"] = json!({"index": 0});
-        root["images"] = json!([{"uri": image.uri, "mimeType": image.mime}]);
-        root["samplers"] =
-            json!([{"magFilter": 9729, "minFilter": 9987, "wrapS": 10497, "wrapT": 10497}]);
-        root["textures"] = json!([{"sampler": 0, "source": 0}]);
+    table.write_into(&mut root);
+    if !table.images().is_empty() {
+        root["images"] = table
+            .images()
+            .iter()
+            .map(|&i| json!({"uri": mesh.images[i].uri, "mimeType": mesh.images[i].mime}))
+            .collect();
     }
-    root["materials"] = json!([{"pbrMetallicRoughness": pbr, "doubleSided": false}]);
     root["bufferViews"] = json!(views);
     root["accessors"] = json!(accessors);
     root["buffers"] = json!([
@@ -307,50 +333,85 @@ pub fn write_quantized_glb(mesh: &QuantizedMesh, encoder: &dyn MeshoptEncoder) -
 
 const CONTEXT: &str = "write_quantized_glb";
 
+/// The per-primitive checks of [`check_quantized_mesh`], as `(field, expected, found)`.
+fn check_primitive(
+    prim: &QuantizedPrimitive,
+    materials: usize,
+) -> std::result::Result<(), (String, String, String)> {
+    let v = prim.positions.len();
+    let bad =
+        |field: &str, expected: String, found: String| Err((field.to_string(), expected, found));
+    if prim.indices.is_empty() || !prim.indices.len().is_multiple_of(3) {
+        return bad(
+            "indices",
+            "a non-zero multiple of 3".into(),
+            prim.indices.len().to_string(),
+        );
+    }
+    if let Some((i, &x)) = prim
+        .indices
+        .iter()
+        .enumerate()
+        .find(|&(_, &x)| x as usize >= v)
+    {
+        return bad(
+            &format!("indices[{i}]"),
+            format!("< vertex count {v}"),
+            x.to_string(),
+        );
+    }
+    if prim.normals.as_ref().is_some_and(|n| n.len() != v) {
+        return bad("normals", format!("{v} entries"), "another count".into());
+    }
+    for (name, t) in [("uvs", &prim.uvs), ("uvs1", &prim.uvs1)] {
+        if let Some(t) = t.as_ref().filter(|t| t.len() != v) {
+            return bad(name, format!("{v} entries"), t.len().to_string());
+        }
+    }
+    if prim.uvs1.is_some() && prim.uvs.is_none() {
+        return bad("uvs1", "only with uvs (set 0)".into(), "set 1 alone".into());
+    }
+    if let Some(c) = prim.colors.as_ref().filter(|c| c.len() != v) {
+        return bad("colors", format!("{v} entries"), c.len().to_string());
+    }
+    if prim.material >= materials {
+        return bad(
+            "material",
+            format!("< material count {materials}"),
+            prim.material.to_string(),
+        );
+    }
+    Ok(())
+}
+
 /// The checks [`write_quantized_glb`] runs before encoding.
 fn check_quantized_mesh(mesh: &QuantizedMesh) -> Result<()> {
-    let v = mesh.positions.len();
     let invalid = |field: &str, expected: String, found: String| Error::InvalidInput {
         context: CONTEXT,
         field: field.into(),
         expected,
         found,
     };
-    if mesh.indices.is_empty() {
+    if mesh.primitives.iter().all(|p| p.indices.is_empty()) {
         return Err(Error::Empty {
             path: "<in-memory tile>".into(),
             what: "triangles",
             reason: "the tile has no indices".into(),
         });
     }
-    if !mesh.indices.len().is_multiple_of(3) {
-        return Err(invalid(
-            "indices",
-            "a multiple of 3".into(),
-            mesh.indices.len().to_string(),
-        ));
+    for (i, prim) in mesh.primitives.iter().enumerate() {
+        check_primitive(prim, mesh.materials.len()).map_err(|(field, expected, found)| {
+            invalid(&format!("primitives[{i}].{field}"), expected, found)
+        })?;
     }
-    if let Some((i, &bad)) = mesh
-        .indices
-        .iter()
-        .enumerate()
-        .find(|&(_, &x)| x as usize >= v)
-    {
-        return Err(invalid(
-            &format!("indices[{i}]"),
-            format!("< vertex count {v}"),
-            bad.to_string(),
-        ));
-    }
-    if mesh.normals.as_ref().is_some_and(|n| n.len() != v) {
-        return Err(invalid(
-            "normals",
-            format!("{v} entries"),
-            "another count".into(),
-        ));
-    }
-    if let Some(t) = mesh.uvs.as_ref().filter(|t| t.len() != v) {
-        return Err(invalid("uvs", format!("{v} entries"), t.len().to_string()));
+    for (i, m) in mesh.materials.iter().enumerate() {
+        if let Some(t) = m.textures().find(|t| t.image >= mesh.images.len()) {
+            return Err(invalid(
+                &format!("materials[{i}] texture image"),
+                format!("< image count {}", mesh.images.len()),
+                t.image.to_string(),
+            ));
+        }
     }
     if !(mesh.step_m.is_finite() && mesh.step_m > 0.0) {
         return Err(invalid(
@@ -386,23 +447,65 @@ mod tests {
 
     fn quad() -> QuantizedMesh {
         QuantizedMesh {
-            positions: vec![[0, 0, 0, 0], [10, 0, 0, 0], [10, 0, 7, 0], [0, 0, 7, 0]],
             step_m: 0.25,
             translation_m: [1.0, 2.0, 3.0],
-            normals: Some(vec![quantize_normal([0.0, 2.0, 0.0]); 4]),
-            uvs: Some(TexCoords::Unorm16(vec![
-                [0, 0],
-                [65535, 0],
-                [65535, 65535],
-                [0, 65535],
-            ])),
-            indices: vec![0, 1, 2, 0, 2, 3],
-            base_color_factor: [1.0; 4],
-            base_color_image: Some(ImageRef {
+            primitives: vec![QuantizedPrimitive {
+                positions: vec![[0, 0, 0, 0], [10, 0, 0, 0], [10, 0, 7, 0], [0, 0, 7, 0]],
+                normals: Some(vec![quantize_normal([0.0, 2.0, 0.0]); 4]),
+                uvs: Some(TexCoords::Unorm16(vec![
+                    [0, 0],
+                    [65535, 0],
+                    [65535, 65535],
+                    [0, 65535],
+                ])),
+                uvs1: None,
+                colors: None,
+                indices: vec![0, 1, 2, 0, 2, 3],
+                material: 0,
+            }],
+            materials: vec![Material {
+                base_color_texture: Some(crate::mesh::TextureRef {
+                    image: 0,
+                    sampler: crate::mesh::Sampler::default(),
+                    tex_coord: 0,
+                    transform: None,
+                }),
+                ..Material::default()
+            }],
+            images: vec![ImageRef {
                 uri: "textures/abc.png".into(),
                 mime: "image/png".into(),
-            }),
+            }],
         }
+    }
+
+    /// Two primitives whose materials share one image and sampler: one texture, one sampler and
+    /// one image in the tile; the second primitive's COLOR_0 is a normalized VEC4.
+    #[test]
+    fn two_materials_share_one_texture_entry() {
+        let mut m = quad();
+        let mut second = m.primitives[0].clone();
+        second.material = 1;
+        second.colors = Some(vec![[65535, 0, 0, 65535]; 4]);
+        m.primitives.push(second);
+        let mut emissive = Material {
+            emissive_factor: [1.0, 1.0, 1.0],
+            ..Material::default()
+        };
+        emissive.emissive_texture = m.materials[0].base_color_texture.clone();
+        m.materials.push(emissive);
+        let bytes = write_quantized_glb(&m, &Identity).unwrap();
+        let glb = gltf::binary::Glb::from_slice(&bytes).unwrap();
+        let json: Value = serde_json::from_slice(&glb.json).unwrap();
+        assert_eq!(json["meshes"][0]["primitives"].as_array().unwrap().len(), 2);
+        assert_eq!(json["textures"].as_array().unwrap().len(), 1);
+        assert_eq!(json["samplers"].as_array().unwrap().len(), 1);
+        assert_eq!(json["images"].as_array().unwrap().len(), 1);
+        assert_eq!(json["materials"][1]["emissiveTexture"]["index"], 0);
+        let color = &json["meshes"][0]["primitives"][1]["attributes"]["COLOR_0"];
+        let accessor = &json["accessors"][color.as_u64().unwrap() as usize];
+        assert_eq!(accessor["type"], "VEC4");
+        assert_eq!(accessor["normalized"], true);
     }
 
     #[test]
@@ -448,7 +551,7 @@ mod tests {
     #[test]
     fn bad_quantized_meshes_are_rejected() {
         let mut m = quad();
-        m.indices[2] = 4;
+        m.primitives[0].indices[2] = 4;
         assert!(matches!(
             write_quantized_glb(&m, &Identity),
             Err(Error::InvalidInput { .. })
@@ -457,7 +560,7 @@ mod tests {
         m.step_m = 0.0;
         assert!(write_quantized_glb(&m, &Identity).is_err());
         let mut m = quad();
-        m.indices.clear();
+        m.primitives[0].indices.clear();
         assert!(matches!(
             write_quantized_glb(&m, &Identity),
             Err(Error::Empty { .. })

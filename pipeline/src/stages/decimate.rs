@@ -65,16 +65,24 @@ pub struct LodLevel {
     pub file: String,
 }
 
-/// Merge vertices whose position, normal and UV are all bit-identical, and drop unreferenced ones.
+/// Merge vertices whose position, normal, UVs, colour and material are all bit-identical, and drop
+/// unreferenced ones.
 ///
-/// The result draws the same triangles (same order) over ≤ V vertices; material fields are copied.
-/// Bit equality means `0.0` and `-0.0` stay distinct, which only costs a few extra vertices.
+/// The result draws the same triangles (same order, same `triangle_materials`) over its own
+/// vertices; materials and images are copied. A source vertex used by triangles of several
+/// materials is first split into one vertex per material, so in the result every vertex belongs
+/// to exactly one material ([`vertex_materials`]): material borders become attribute seams, which
+/// meshoptimizer's simplifier keeps (it does not collapse across attribute discontinuities unless
+/// told to with `Permissive`), so no triangle is merged across materials. Bit equality means `0.0`
+/// and `-0.0` stay distinct, which only costs a few extra vertices.
 ///
 /// # Errors
 /// [`Error::Input`] when the mesh breaks the [`Mesh`] invariants (see [`check_decimate_inputs`]).
 pub fn weld(mesh: &Mesh) -> Result<Mesh> {
     check_mesh(mesh)?;
-    let vertices = interleave(mesh);
+    let split = split_material_borders(mesh);
+    let mesh = &split;
+    let vertices = interleave(mesh, &vertex_materials(mesh));
     let (unique, remap) = meshopt::generate_vertex_remap(&vertices, Some(&mesh.indices));
     let indices = meshopt::remap_index_buffer(Some(&mesh.indices), unique, &remap);
     let vertices = meshopt::remap_vertex_buffer(&vertices, unique, &remap);
@@ -112,7 +120,7 @@ pub fn weld(mesh: &Mesh) -> Result<Mesh> {
 pub fn decimate(mesh: &Mesh, params: &DecimateParams, out_dir: &Path) -> Result<Vec<LodLevel>> {
     check_decimate_inputs(mesh, params)?;
     let welded = weld(mesh)?;
-    let vertices = interleave(&welded);
+    let vertices = interleave(&welded, &vertex_materials(&welded));
     let positions: &[u8] = bytemuck::cast_slice(&welded.positions);
     let adapter =
         VertexDataAdapter::new(positions, std::mem::size_of::<[f32; 3]>(), 0).map_err(|e| {
@@ -317,38 +325,112 @@ fn check_mesh(mesh: &Mesh) -> Result<()> {
             format!("expected {v} entries each (one per vertex)"),
         ));
     }
+    mesh.check_materials()
+        .map_err(|(field, problem)| input(&field, problem))?;
     Ok(())
 }
 
-/// One interleaved vertex: position (3), normal (3), uv (2); absent attributes are zeros.
-type Vertex = [f32; 8];
+/// `[V]` the material of each vertex: that of the last triangle using it (after [`weld`], the only
+/// one); 0 for unused vertices.
+pub fn vertex_materials(mesh: &Mesh) -> Vec<u32> {
+    let mut out = vec![0u32; mesh.positions.len()];
+    for (t, &m) in mesh.triangle_materials.iter().enumerate() {
+        for &v in &mesh.indices[3 * t..3 * t + 3] {
+            out[v as usize] = m;
+        }
+    }
+    out
+}
 
-fn interleave(mesh: &Mesh) -> Vec<Vertex> {
+/// `mesh` with every vertex used by triangles of more than one material duplicated, one copy per
+/// further material (attributes copied), so that each vertex belongs to one material.
+fn split_material_borders(mesh: &Mesh) -> Mesh {
+    let mut out = mesh.clone();
+    let mut first = vec![u32::MAX; mesh.positions.len()];
+    let mut copies: std::collections::HashMap<(u32, u32), u32> = Default::default();
+    for (t, &m) in mesh.triangle_materials.iter().enumerate() {
+        for k in 0..3 {
+            let v = mesh.indices[3 * t + k];
+            let owner = &mut first[v as usize];
+            if *owner == u32::MAX {
+                *owner = m;
+            }
+            if *owner == m {
+                continue;
+            }
+            let copy = *copies.entry((v, m)).or_insert_with(|| {
+                let i = v as usize;
+                out.positions.push(mesh.positions[i]);
+                push_copy(&mut out.normals, i);
+                push_copy(&mut out.uvs, i);
+                push_copy(&mut out.uvs1, i);
+                push_copy(&mut out.colors, i);
+                (out.positions.len() - 1) as u32
+            });
+            out.indices[3 * t + k] = copy;
+        }
+    }
+    out
+}
+
+/// Append a copy of element `i` to an optional per-vertex attribute.
+fn push_copy<T: Copy>(attribute: &mut Option<Vec<T>>, i: usize) {
+    if let Some(a) = attribute.as_mut() {
+        a.push(a[i]);
+    }
+}
+
+/// One interleaved vertex: position (3), normal (3), uv (2), uv1 (2), colour (4), material (the
+/// bits of its u32 index), padding (1); absent attributes are zeros.
+type Vertex = [f32; 16];
+
+/// Slot of the material bits in a [`Vertex`].
+const MATERIAL_SLOT: usize = 14;
+
+fn interleave(mesh: &Mesh, vertex_materials: &[u32]) -> Vec<Vertex> {
     (0..mesh.positions.len())
         .map(|i| {
             let p = mesh.positions[i];
             let n = mesh.normals.as_ref().map_or([0.0; 3], |n| n[i]);
             let t = mesh.uvs.as_ref().map_or([0.0; 2], |t| t[i]);
-            [p[0], p[1], p[2], n[0], n[1], n[2], t[0], t[1]]
+            let t1 = mesh.uvs1.as_ref().map_or([0.0; 2], |t| t[i]);
+            let c = mesh.colors.as_ref().map_or([0.0; 4], |c| c[i]);
+            let m = f32::from_bits(vertex_materials[i]);
+            [
+                p[0], p[1], p[2], n[0], n[1], n[2], t[0], t[1], t1[0], t1[1], c[0], c[1], c[2],
+                c[3], m, 0.0,
+            ]
         })
         .collect()
 }
 
-/// A mesh over `vertices` with `template`'s attribute set and material.
+/// A mesh over `vertices` with `template`'s attribute set, materials and images; each triangle's
+/// material is its first vertex's.
 fn deinterleave(template: &Mesh, vertices: &[Vertex], indices: Vec<u32>) -> Mesh {
+    let attribute = |present: bool, f: &dyn Fn(&Vertex) -> [f32; 2]| {
+        present.then(|| vertices.iter().map(f).collect::<Vec<_>>())
+    };
     Mesh {
         positions: vertices.iter().map(|v| [v[0], v[1], v[2]]).collect(),
         normals: template
             .normals
             .as_ref()
             .map(|_| vertices.iter().map(|v| [v[3], v[4], v[5]]).collect()),
-        uvs: template
-            .uvs
-            .as_ref()
-            .map(|_| vertices.iter().map(|v| [v[6], v[7]]).collect()),
+        uvs: attribute(template.uvs.is_some(), &|v| [v[6], v[7]]),
+        uvs1: attribute(template.uvs1.is_some(), &|v| [v[8], v[9]]),
+        colors: template.colors.as_ref().map(|_| {
+            vertices
+                .iter()
+                .map(|v| [v[10], v[11], v[12], v[13]])
+                .collect()
+        }),
+        triangle_materials: indices
+            .chunks_exact(3)
+            .map(|t| vertices[t[0] as usize][MATERIAL_SLOT].to_bits())
+            .collect(),
         indices,
-        base_color_texture: template.base_color_texture.clone(),
-        base_color_factor: template.base_color_factor,
+        materials: template.materials.clone(),
+        images: template.images.clone(),
     }
 }
 
@@ -424,9 +506,12 @@ pub(crate) mod tests {
             normals: Some(vec![[0.0, 1.0, 0.0]; positions.len()]),
             positions,
             uvs: Some(uvs),
+            uvs1: None,
+            colors: None,
+            triangle_materials: vec![0; indices.len() / 3],
             indices,
-            base_color_texture: None,
-            base_color_factor: [1.0; 4],
+            materials: vec![kiln_formats::mesh::Material::diffuse([1.0; 4])],
+            images: Vec::new(),
         }
     }
 

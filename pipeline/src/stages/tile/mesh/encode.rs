@@ -16,7 +16,8 @@
 //! (meshes within 2^24 steps of their origin, i.e. any mesh not stored far from 0).
 
 use kiln_formats::mesh::{
-    ImageRef, Mesh, MeshoptEncoder, QuantizedMesh, TexCoords, quantize_normal,
+    ImageRef, Material, Mesh, MeshoptEncoder, QuantizedMesh, QuantizedPrimitive, TexCoords,
+    quantize_normal,
 };
 
 use super::hlod::compact;
@@ -55,17 +56,69 @@ pub struct EncodedTile {
     pub offset: [i64; 3],
 }
 
-/// Quantize the triangles `global` (indices into `welded`) as one tile.
+/// Quantize the triangles `global` (indices into `welded`) as one tile: one primitive per material
+/// its triangles use (ascending material index; a triangle's material is its first vertex's in
+/// `vertex_materials`, which after `decimate::weld` is that of all three), each with only those
+/// materials; `images` (one per `welded.images` entry) are the files the textures point at.
 ///
-/// Vertices are compacted, reordered for the vertex cache and for fetch locality (which also
-/// helps the meshopt codecs), then quantized: positions on `lattice`, normals to i8, UVs to
-/// normalized u16 when all lie in [0, 1] (else f32).
+/// Each primitive's vertices are compacted, reordered for the vertex cache and for fetch locality
+/// (which also helps the meshopt codecs), then quantized: positions on `lattice` relative to the
+/// tile's offset (the smallest lattice point over all its primitives), normals to i8, UVs to
+/// normalized u16 when all of a primitive's lie in [0, 1] (else f32), colours to normalized u16.
 pub fn quantize_tile(
+    welded: &Mesh,
+    vertex_materials: &[u32],
+    global: &[u32],
+    lattice: Lattice,
+    images: &[ImageRef],
+) -> EncodedTile {
+    let mut groups: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
+    for t in global.chunks_exact(3) {
+        let m = vertex_materials[t[0] as usize];
+        groups.entry(m).or_default().extend_from_slice(t);
+    }
+    let mut offset = [i64::MAX; 3];
+    for &v in global {
+        let q = lattice.point(welded.positions[v as usize]);
+        for k in 0..3 {
+            offset[k] = offset[k].min(q[k]);
+        }
+    }
+    let materials: Vec<Material> = groups
+        .keys()
+        .map(|&m| welded.materials[m as usize].clone())
+        .collect();
+    let primitives = groups
+        .values()
+        .zip(&materials)
+        .enumerate()
+        .map(|(slot, (triangles, m))| {
+            let mut p = quantize_primitive(welded, triangles, lattice, offset, m.uses_tex_coord(1));
+            p.material = slot;
+            p
+        })
+        .collect();
+    let s = lattice.step_m;
+    EncodedTile {
+        mesh: QuantizedMesh {
+            step_m: s,
+            translation_m: offset.map(|o| o as f64 * s),
+            primitives,
+            materials,
+            images: images.to_vec(),
+        },
+        offset,
+    }
+}
+
+/// One material's triangles `global` of a tile as a [`QuantizedPrimitive`] (see [`quantize_tile`]).
+fn quantize_primitive(
     welded: &Mesh,
     global: &[u32],
     lattice: Lattice,
-    image: Option<&ImageRef>,
-) -> EncodedTile {
+    offset: [i64; 3],
+    uses_set1: bool,
+) -> QuantizedPrimitive {
     let (vertices, local) = compact(global);
     let local = meshopt::optimize_vertex_cache(&local, vertices.len());
     let remap = meshopt::optimize_vertex_fetch_remap(&local, vertices.len());
@@ -76,19 +129,10 @@ pub fn quantize_tile(
             order[new as usize] = vertices[old];
         }
     }
-    let points: Vec<[i64; 3]> = order
+    let positions = order
         .iter()
-        .map(|&v| lattice.point(welded.positions[v as usize]))
-        .collect();
-    let mut offset = [i64::MAX; 3];
-    for q in &points {
-        for k in 0..3 {
-            offset[k] = offset[k].min(q[k]);
-        }
-    }
-    let positions = points
-        .iter()
-        .map(|q| {
+        .map(|&v| {
+            let q = lattice.point(welded.positions[v as usize]);
             let c = |k: usize| (q[k] - offset[k]).clamp(0, i64::from(u16::MAX)) as u16;
             [c(0), c(1), c(2), 0]
         })
@@ -99,7 +143,7 @@ pub fn quantize_tile(
             .map(|&v| quantize_normal(n[v as usize]))
             .collect()
     });
-    let uvs = welded.uvs.as_ref().map(|t| {
+    let uv_set = |t: &Vec<[f32; 2]>| {
         let tile: Vec<[f32; 2]> = order.iter().map(|&v| t[v as usize]).collect();
         if tile.iter().flatten().all(|c| (0.0..=1.0).contains(c)) {
             TexCoords::Unorm16(
@@ -110,20 +154,27 @@ pub fn quantize_tile(
         } else {
             TexCoords::Float(tile)
         }
+    };
+    let uvs = welded.uvs.as_ref().map(uv_set);
+    let uvs1 = welded
+        .uvs1
+        .as_ref()
+        .filter(|_| uses_set1 && uvs.is_some())
+        .map(uv_set);
+    let colors = welded.colors.as_ref().map(|c| {
+        order
+            .iter()
+            .map(|&v| c[v as usize].map(|x| (x.clamp(0.0, 1.0) * 65535.0).round() as u16))
+            .collect()
     });
-    let s = lattice.step_m;
-    EncodedTile {
-        mesh: QuantizedMesh {
-            positions,
-            step_m: s,
-            translation_m: offset.map(|o| o as f64 * s),
-            normals,
-            uvs,
-            indices,
-            base_color_factor: welded.base_color_factor,
-            base_color_image: image.cloned(),
-        },
-        offset,
+    QuantizedPrimitive {
+        positions,
+        normals,
+        uvs,
+        uvs1,
+        colors,
+        indices,
+        material: 0,
     }
 }
 
@@ -199,8 +250,11 @@ pub(crate) struct DecodedTile {
     /// Positions in metres, glTF frame (translation + step · stored).
     pub positions_m: Vec<[f64; 3]>,
     pub indices: Vec<u32>,
+    /// Every primitive has NORMAL / TEXCOORD_0.
     pub has_normals: bool,
     pub has_uvs: bool,
+    /// `materials[]` index of each primitive, in order.
+    pub primitive_materials: Vec<usize>,
     /// `images[*].uri`.
     pub image_uris: Vec<String>,
     /// The parsed glTF JSON.
@@ -251,11 +305,6 @@ pub(crate) fn decode_tile(bytes: &[u8], lattice: Lattice) -> DecodedTile {
         };
         (raw, stride, count)
     };
-    let primitive = &json["meshes"][0]["primitives"][0];
-    let accessor = |i: &serde_json::Value| &json["accessors"][i.as_u64().unwrap() as usize];
-    let (raw, _, count) = view_bytes(accessor(&primitive["attributes"]["POSITION"]));
-    let stored: Vec<[u16; 4]> = bytemuck::cast_slice(&raw).to_vec();
-    assert_eq!(stored.len(), count);
     let node = &json["nodes"][0];
     let t: Vec<f64> = (0..3)
         .map(|k| node["translation"][k].as_f64().unwrap())
@@ -263,16 +312,36 @@ pub(crate) fn decode_tile(bytes: &[u8], lattice: Lattice) -> DecodedTile {
     let s = node["scale"][0].as_f64().unwrap();
     assert_eq!(s, lattice.step_m);
     let offset: Vec<i64> = t.iter().map(|&c| (c / s).round() as i64).collect();
-    let points = stored
-        .iter()
-        .map(|p| [0, 1, 2].map(|k| offset[k] + i64::from(p[k])))
-        .collect();
-    let positions_m = stored
-        .iter()
-        .map(|p| [0, 1, 2].map(|k| t[k] + s * f64::from(p[k])))
-        .collect();
-    let (raw, _, _) = view_bytes(accessor(&primitive["indices"]));
-    let indices: Vec<u32> = bytemuck::cast_slice(&raw).to_vec();
+    let accessor = |i: &serde_json::Value| &json["accessors"][i.as_u64().unwrap() as usize];
+    let mut points = Vec::new();
+    let mut positions_m = Vec::new();
+    let mut indices = Vec::new();
+    let mut has_normals = true;
+    let mut has_uvs = true;
+    let mut primitive_materials = Vec::new();
+    // Primitives concatenated: vertices appended, indices offset by the vertices before them.
+    for primitive in json["meshes"][0]["primitives"].as_array().unwrap() {
+        let (raw, _, count) = view_bytes(accessor(&primitive["attributes"]["POSITION"]));
+        let stored: Vec<[u16; 4]> = bytemuck::cast_slice(&raw).to_vec();
+        assert_eq!(stored.len(), count);
+        let base = points.len() as u32;
+        points.extend(
+            stored
+                .iter()
+                .map(|p| [0, 1, 2].map(|k| offset[k] + i64::from(p[k]))),
+        );
+        positions_m.extend(
+            stored
+                .iter()
+                .map(|p| [0, 1, 2].map(|k| t[k] + s * f64::from(p[k]))),
+        );
+        let (raw, _, _) = view_bytes(accessor(&primitive["indices"]));
+        let local: Vec<u32> = bytemuck::cast_slice(&raw).to_vec();
+        indices.extend(local.iter().map(|&i| i + base));
+        has_normals &= primitive["attributes"].get("NORMAL").is_some();
+        has_uvs &= primitive["attributes"].get("TEXCOORD_0").is_some();
+        primitive_materials.push(primitive["material"].as_u64().unwrap() as usize);
+    }
     let image_uris = json["images"]
         .as_array()
         .map(|a| {
@@ -285,8 +354,9 @@ pub(crate) fn decode_tile(bytes: &[u8], lattice: Lattice) -> DecodedTile {
         points,
         positions_m,
         indices,
-        has_normals: primitive["attributes"].get("NORMAL").is_some(),
-        has_uvs: primitive["attributes"].get("TEXCOORD_0").is_some(),
+        has_normals,
+        has_uvs,
+        primitive_materials,
         image_uris,
         json,
     }

@@ -84,11 +84,21 @@ pub struct HlodOptions {
 /// get below ~1/8 of their triangles. The own open edges are shared with no other tile, so moving
 /// them cannot open a crack.
 ///
+/// Materials: `vertex_materials` (`[V]`, see `decimate::vertex_materials`) gives each vertex's
+/// material; after `decimate::weld` no vertex is shared by two materials, so a material border is
+/// an attribute seam, which the simplifier keeps without a lock (collapses run along it, not
+/// across it), and no triangle is merged across materials. This is preferred to simplifying each
+/// material on its own with its border locked: locked material borders would stop CAD assemblies
+/// (many small parts, one colour each) from simplifying at all. Where `Permissive` is used (the
+/// kd root over budget), the vertices on material borders are marked `Protect`, which keeps
+/// meshopt from collapsing across that seam.
+///
 /// # Errors
 /// [`Error::Input`] when meshopt rejects the vertex buffer.
 pub fn build_hlod(
     positions: &[[f32; 3]],
     indices: &[u32],
+    vertex_materials: &[u32],
     options: HlodOptions,
 ) -> Result<HlodNode> {
     let f = indices.len() / 3;
@@ -121,10 +131,18 @@ pub fn build_hlod(
         }
     });
     let vertex_range: Vec<(u32, u32)> = position_of.iter().map(|&p| range[p as usize]).collect();
+    let material_border = material_borders(&position_of, vertex_materials);
     let ctx = Ctx {
         positions,
         indices,
         vertex_range: &vertex_range,
+        material_border: &material_border,
+        vertex_materials,
+        material_count: vertex_materials
+            .iter()
+            .copied()
+            .max()
+            .map_or(0, |m| m as usize + 1),
         all_leaves: part.leaves(),
         options,
     };
@@ -229,6 +247,12 @@ struct Ctx<'a> {
     indices: &'a [u32],
     /// `[V]` first and last leaf id among the triangles at each vertex's position.
     vertex_range: &'a [(u32, u32)],
+    /// `[V]` whether a vertex of another material lies at this vertex's position.
+    material_border: &'a [bool],
+    /// `[V]` material of each vertex.
+    vertex_materials: &'a [u32],
+    /// 1 + the largest material index in `vertex_materials`.
+    material_count: usize,
     /// First and last leaf id of the whole mesh.
     all_leaves: (u32, u32),
     options: HlodOptions,
@@ -304,6 +328,10 @@ impl Ctx<'_> {
     /// triangles (indices into `positions`) and the error in metres (meshopt's relative
     /// `result_error` × `simplify_scale` of these vertices). `max_error` is relative to the extent
     /// of these vertices (meshopt's convention).
+    ///
+    /// Every material of `global` stays in the result: when the simplifier removed all triangles
+    /// of some material (a small part collapsed away), it runs again with those materials'
+    /// vertices locked, so a parent draws every material its subtree draws.
     fn simplify(
         &self,
         global: &[u32],
@@ -311,6 +339,38 @@ impl Ctx<'_> {
         target_triangles: usize,
         max_error: f32,
         options: SimplifyOptions,
+    ) -> Result<(Vec<u32>, f64)> {
+        let before = self.materials_of(global);
+        let no_keep = vec![false; before.len()];
+        let first =
+            self.simplify_once(global, cell, target_triangles, max_error, options, &no_keep)?;
+        let after = self.materials_of(&first.0);
+        let lost: Vec<bool> = before.iter().zip(&after).map(|(&b, &a)| b && !a).collect();
+        if !lost.contains(&true) {
+            return Ok(first);
+        }
+        self.simplify_once(global, cell, target_triangles, max_error, options, &lost)
+    }
+
+    /// Per material: does some triangle of `global` use it?
+    fn materials_of(&self, global: &[u32]) -> Vec<bool> {
+        let mut used = vec![false; self.material_count];
+        for t in global.chunks_exact(3) {
+            used[self.vertex_materials[t[0] as usize] as usize] = true;
+        }
+        used
+    }
+
+    /// One meshopt run of [`Self::simplify`]; vertices of the materials flagged in `keep` are
+    /// locked.
+    fn simplify_once(
+        &self,
+        global: &[u32],
+        cell: (u32, u32),
+        target_triangles: usize,
+        max_error: f32,
+        options: SimplifyOptions,
+        keep: &[bool],
     ) -> Result<(Vec<u32>, f64)> {
         let (vertices, local) = compact(global);
         let local_positions: Vec<[f32; 3]> = vertices
@@ -322,8 +382,10 @@ impl Ctx<'_> {
             .iter()
             .map(|&v| {
                 let (lo, hi) = self.vertex_range[v as usize];
-                if lo < cell.0 || hi > cell.1 {
+                if lo < cell.0 || hi > cell.1 || keep[self.vertex_materials[v as usize] as usize] {
                     SimplifyVertex::Lock | SimplifyVertex::Protect
+                } else if self.material_border[v as usize] {
+                    SimplifyVertex::Protect
                 } else {
                     SimplifyVertex::None
                 }
@@ -374,6 +436,23 @@ fn lock_ears(indices: &[u32], locks: &mut [SimplifyVertex]) {
     for v in extra {
         locks[v as usize] |= SimplifyVertex::Lock | SimplifyVertex::Protect;
     }
+}
+
+/// `[V]` whether another vertex at the same position (`position_of`, meshopt's position remap)
+/// has another material.
+fn material_borders(position_of: &[u32], vertex_materials: &[u32]) -> Vec<bool> {
+    let mut first = vec![u32::MAX; position_of.len()];
+    let mut mixed = vec![false; position_of.len()];
+    for (v, &p) in position_of.iter().enumerate() {
+        let m = vertex_materials.get(v).copied().unwrap_or(0);
+        let slot = &mut first[p as usize];
+        if *slot == u32::MAX {
+            *slot = m;
+        } else if *slot != m {
+            mixed[p as usize] = true;
+        }
+    }
+    position_of.iter().map(|&p| mixed[p as usize]).collect()
 }
 
 fn adapter(positions: &[[f32; 3]]) -> Result<VertexDataAdapter<'_>> {

@@ -12,7 +12,13 @@
 //!
 //! Layout of `out_dir`: `tileset.json`; `tiles/r.glb` (root), `tiles/r0.glb`, `tiles/r01.glb`, …
 //! (one digit per level: the child's index); `tiles/textures/<blake3 of the bytes>.png|jpg`, the
-//! base-colour image, referenced by every tile GLB as `textures/<…>` (relative to the GLB).
+//! images of every material, each written once and referenced by every tile GLB that draws a
+//! material using it as `textures/<…>` (relative to the GLB).
+//!
+//! Materials: every tile holds one primitive per material among its triangles (only those), with
+//! the full glTF PBR material (`kiln_formats::mesh::Material`); a tile's textures and samplers are
+//! written once per tile and shared by its materials. Parents are simplified without merging
+//! triangles across materials (material borders are attribute seams, see [`hlod::build_hlod`]).
 //!
 //! Frames: content stays in the glTF Y-up frame (metres) of the source mesh; the tileset's boxes
 //! are in the Z-up tile frame (glTF `(x, y, z)` → `(x, −z, y)`, the [`Y_UP_TO_Z_UP`] rotation that
@@ -37,7 +43,7 @@ use kiln_formats::tiles::tileset::{BoundingVolume, Content, Refine, Tile, Y_UP_T
 use serde::{Deserialize, Serialize};
 
 use super::{TileReport, write_tileset};
-use crate::stages::decimate::{LodLevel, weld};
+use crate::stages::decimate::{LodLevel, vertex_materials, weld};
 use crate::{Error, Result};
 use encode::{Lattice, MeshoptCodec, quantize_tile};
 use hlod::{HlodNode, HlodOptions, build_hlod};
@@ -122,6 +128,9 @@ pub struct MeshLevelStats {
     pub triangles: usize,
     /// GLB bytes of the level's tiles (textures not included).
     pub bytes: u64,
+    /// Distinct materials drawn at this level (a material counts once however many tiles use it).
+    #[serde(default)]
+    pub materials: usize,
 }
 
 /// What [`tile_mesh`] wrote.
@@ -133,6 +142,9 @@ pub struct MeshTileReport {
     pub levels: Vec<MeshLevelStats>,
     /// Bytes of the texture files (each written once).
     pub texture_bytes: u64,
+    /// Names of the source materials, in the mesh's order (`material <i>` when unnamed); every
+    /// one whose triangles reach the leaves is in some leaf tile.
+    pub materials: Vec<String>,
 }
 
 /// Tile the full-resolution level of a decimate chain: check `lods`, read `lod_dir/lods[0].file`
@@ -163,7 +175,9 @@ pub fn tile_mesh_lods(
 /// vertices quantize to the same integers in every tile; geometricError (metres) is 0 at leaves,
 /// the accumulated simplification error above (parents ≥ children) and `tileset.geometricError` =
 /// max(root error, box diagonal); each tile's box is the Z-up AABB of its decoded content and of
-/// its descendants'; refinement is REPLACE; the image is written once. Files are written
+/// its descendants'; refinement is REPLACE; each tile has one primitive per material it draws and
+/// a parent draws every material its children draw (simplification keeps material seams); each
+/// image is written once. Files are written
 /// atomically, tiles and textures before `tileset.json`.
 ///
 /// Not guaranteed: parents at exactly half their children's triangles (the simplifier stops at
@@ -200,9 +214,11 @@ fn build_and_write(
     })?;
     let extent_m = (0..3).map(|k| max[k] - min[k]).fold(0.0, f64::max);
     let lattice = Lattice::for_extent(extent_m);
+    let vertex_materials = vertex_materials(&welded);
     let tree = build_hlod(
         &welded.positions,
         &welded.indices,
+        &vertex_materials,
         HlodOptions {
             max_triangles: params.max_triangles_per_tile,
             root_fraction: params.root_fraction,
@@ -211,35 +227,22 @@ fn build_and_write(
     )?;
 
     let tiles_dir = out_dir.join(TILES_DIR);
-    let mut texture_bytes = 0u64;
-    let image = match (&welded.base_color_texture, &welded.uvs) {
-        (Some(img), Some(_)) => {
-            let ext = if img.mime == "image/jpeg" {
-                "jpg"
-            } else {
-                "png"
-            };
-            let name = format!("{}.{ext}", blake3::hash(&img.bytes).to_hex());
-            let uri = format!("{TEXTURES_DIR}/{name}");
-            write_atomic(&tiles_dir.join(&uri), &img.bytes)?;
-            texture_bytes = img.bytes.len() as u64;
-            Some(ImageRef {
-                uri,
-                mime: img.mime.clone(),
-            })
-        }
-        _ => None,
-    };
+    let (images, texture_bytes) = write_textures(&welded, &tiles_dir)?;
 
     let mut writer = Writer {
         welded: &welded,
+        vertex_materials: &vertex_materials,
         lattice,
-        image: image.as_ref(),
+        images: &images,
         tiles_dir: &tiles_dir,
         levels: Vec::new(),
+        level_materials: Vec::new(),
     };
     let (root, (lo, hi)) = writer.emit(&tree, "r", 0)?;
-    let levels = writer.levels;
+    let mut levels = writer.levels;
+    for (level, used) in levels.iter_mut().zip(&writer.level_materials) {
+        level.materials = used.iter().filter(|&&u| u).count();
+    }
     let diagonal_m = (0..3).map(|k| (hi[k] - lo[k]).powi(2)).sum::<f64>().sqrt();
     let geometric_error = diagonal_m.max(root.geometric_error);
     let tileset_path = write_tileset(
@@ -256,6 +259,7 @@ fn build_and_write(
             tiles = l.tiles,
             triangles = l.triangles,
             bytes = l.bytes,
+            materials = l.materials,
             "tile: mesh level"
         );
     }
@@ -269,6 +273,12 @@ fn build_and_write(
         },
         levels,
         texture_bytes,
+        materials: welded
+            .materials
+            .iter()
+            .enumerate()
+            .map(|(i, m)| m.name.clone().unwrap_or_else(|| format!("material {i}")))
+            .collect(),
     };
     Ok((report, welded, lattice, tree))
 }
@@ -276,20 +286,60 @@ fn build_and_write(
 /// Axis-aligned box `(min, max)`, metres.
 type Aabb = ([f64; 3], [f64; 3]);
 
+/// Write every image some material of `welded` uses to `tiles_dir/textures/<blake3>.png|jpg`
+/// (once, whatever number of tiles and materials use it); returns one [`ImageRef`] per
+/// `welded.images` entry (URI relative to the tile GLBs) and the bytes written.
+fn write_textures(welded: &Mesh, tiles_dir: &Path) -> Result<(Vec<ImageRef>, u64)> {
+    let mut used = vec![false; welded.images.len()];
+    for m in &welded.materials {
+        for t in m.textures() {
+            used[t.image] = true;
+        }
+    }
+    let mut bytes = 0u64;
+    let mut refs = Vec::with_capacity(welded.images.len());
+    for (img, used) in welded.images.iter().zip(used) {
+        let ext = if img.mime == "image/jpeg" {
+            "jpg"
+        } else {
+            "png"
+        };
+        let uri = format!("{TEXTURES_DIR}/{}.{ext}", blake3::hash(&img.bytes).to_hex());
+        if used {
+            write_atomic(&tiles_dir.join(&uri), &img.bytes)?;
+            bytes += img.bytes.len() as u64;
+        }
+        refs.push(ImageRef {
+            uri,
+            mime: img.mime.clone(),
+        });
+    }
+    Ok((refs, bytes))
+}
+
 /// Writes tile GLBs depth-first and assembles the [`Tile`] tree.
 struct Writer<'a> {
     welded: &'a Mesh,
+    vertex_materials: &'a [u32],
     lattice: Lattice,
-    image: Option<&'a ImageRef>,
+    images: &'a [ImageRef],
     tiles_dir: &'a Path,
     levels: Vec<MeshLevelStats>,
+    /// Per level, per source material: drawn by some tile of the level.
+    level_materials: Vec<Vec<bool>>,
 }
 
 impl Writer<'_> {
     /// Write `node` (named `name`, at `depth`) and its subtree; returns its tile and its box
     /// (Z-up, metres, content ∪ descendants).
     fn emit(&mut self, node: &HlodNode, name: &str, depth: usize) -> Result<(Tile, Aabb)> {
-        let encoded = quantize_tile(self.welded, &node.indices, self.lattice, self.image);
+        let encoded = quantize_tile(
+            self.welded,
+            self.vertex_materials,
+            &node.indices,
+            self.lattice,
+            self.images,
+        );
         let bytes = write_quantized_glb(&encoded.mesh, &MeshoptCodec)?;
         let file = format!("{name}.glb");
         write_atomic(&self.tiles_dir.join(&file), &bytes)?;
@@ -300,8 +350,14 @@ impl Writer<'_> {
                     tiles: 0,
                     triangles: 0,
                     bytes: 0,
+                    materials: 0,
                 },
             );
+            self.level_materials
+                .resize(depth + 1, vec![false; self.welded.materials.len()]);
+        }
+        for t in node.indices.chunks_exact(3) {
+            self.level_materials[depth][self.vertex_materials[t[0] as usize] as usize] = true;
         }
         let level = &mut self.levels[depth];
         level.tiles += 1;
@@ -312,7 +368,7 @@ impl Writer<'_> {
         let s = self.lattice.step_m;
         let mut lo = [f64::INFINITY; 3];
         let mut hi = [f64::NEG_INFINITY; 3];
-        for p in &encoded.mesh.positions {
+        for p in encoded.mesh.primitives.iter().flat_map(|p| &p.positions) {
             let y_up = [0, 1, 2].map(|k| (encoded.offset[k] + i64::from(p[k])) as f64 * s);
             let z_up = to_z_up(y_up);
             for k in 0..3 {

@@ -318,23 +318,44 @@ fn check_hlod(
     let texture_files: Vec<_> = std::fs::read_dir(&textures_dir)
         .map(|d| d.map(|e| e.unwrap().path()).collect())
         .unwrap_or_default();
-    match &welded.base_color_texture {
-        Some(img) if welded.uvs.is_some() => {
-            assert_eq!(texture_files.len(), 1, "{name}: {texture_files:?}");
-            assert_eq!(std::fs::read(&texture_files[0]).unwrap(), img.bytes);
-            assert_eq!(report.texture_bytes, img.bytes.len() as u64);
-            for w in &tiles {
-                assert_eq!(w.decoded.image_uris.len(), 1);
-                let glb_dir = out.path().join(TILES_DIR);
-                assert_eq!(
-                    glb_dir.join(&w.decoded.image_uris[0]),
-                    texture_files[0],
-                    "{name}: image URI must resolve from the GLB's folder"
-                );
-                assert!(w.decoded.json["images"][0].get("bufferView").is_none());
-            }
+    let used_images: Vec<&kiln_formats::mesh::EmbeddedImage> = welded
+        .images
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| {
+            welded
+                .materials
+                .iter()
+                .any(|m| m.textures().any(|t| t.image == *i))
+        })
+        .map(|(_, img)| img)
+        .collect();
+    assert_eq!(
+        texture_files.len(),
+        used_images.len(),
+        "{name}: {texture_files:?}"
+    );
+    assert_eq!(
+        report.texture_bytes,
+        used_images
+            .iter()
+            .map(|i| i.bytes.len() as u64)
+            .sum::<u64>()
+    );
+    let glb_dir = out.path().join(TILES_DIR);
+    for w in &tiles {
+        for (k, uri) in w.decoded.image_uris.iter().enumerate() {
+            let file = glb_dir.join(uri);
+            assert!(
+                texture_files.contains(&file),
+                "{name}: image URI {uri} must resolve from the GLB's folder"
+            );
+            assert!(w.decoded.json["images"][k].get("bufferView").is_none());
         }
-        _ => assert!(texture_files.is_empty()),
+    }
+    for file in &texture_files {
+        let bytes = std::fs::read(file).unwrap();
+        assert!(used_images.iter().any(|i| i.bytes == bytes));
     }
     // Both extensions are declared and required in every GLB.
     for w in &tiles {
@@ -498,4 +519,259 @@ fn missing_lod_file_is_an_error_naming_it() {
     .unwrap_err();
     assert!(e.to_string().contains("lod_0.glb"), "{e}");
     assert!(!dir.path().join("tileset.json").exists());
+}
+
+/// A hand-made fixture in the repository's `tests/fixtures/mesh/`.
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/mesh")
+        .join(rel)
+}
+
+/// A decoded tile: (is a leaf, index of its parent, content).
+type TileRow = (bool, Option<usize>, DecodedTile);
+
+/// Tile `mesh` into a temporary folder and return the folder, the report and every tile.
+fn tile_and_decode(
+    mesh: &Mesh,
+    params: &MeshTileParams,
+) -> (tempfile::TempDir, MeshTileReport, Vec<TileRow>) {
+    let out = tempfile::tempdir().unwrap();
+    let (report, _, lattice, tree) = build_and_write(mesh, params, out.path()).unwrap();
+    let tileset: Tileset =
+        serde_json::from_slice(&std::fs::read(&report.report.tileset_path).unwrap()).unwrap();
+    let mut tiles = Vec::new();
+    flatten(&tileset.root, &tree, out.path(), lattice, None, &mut tiles);
+    let tiles = tiles
+        .into_iter()
+        .map(|w| (w.node.children.is_empty(), w.parent, w.decoded))
+        .collect();
+    (out, report, tiles)
+}
+
+/// Names of the materials a decoded tile's primitives draw.
+fn drawn_material_names(d: &DecodedTile) -> HashSet<String> {
+    d.primitive_materials
+        .iter()
+        .map(|&m| d.json["materials"][m]["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn close(v: &serde_json::Value, expected: &[f64]) -> bool {
+    let a = v.as_array().unwrap();
+    a.len() == expected.len()
+        && a.iter()
+            .zip(expected)
+            .all(|(x, e)| (x.as_f64().unwrap() - e).abs() < 1e-6)
+}
+
+/// `tests/fixtures/mesh/multi_material` (see its `make_multi_material.py`): 72 triangles in three
+/// rows, one material each, tiled at 18 triangles a leaf. The kd split cuts across the rows
+/// (x is the long axis: 12 m against 3 m), so every leaf holds all three materials; the
+/// expected values are the ones the generator writes.
+#[test]
+fn multi_material_fixture_keeps_every_material_with_its_maps_and_modes_in_every_tile() {
+    let mesh = read_gltf(&fixture("multi_material/multi_material.gltf")).unwrap();
+    assert_eq!(mesh.materials.len(), 3);
+    let params = MeshTileParams {
+        max_triangles_per_tile: 18,
+        ..MeshTileParams::default()
+    };
+    // Cracks, budgets, boxes and Khronos validation as for the samples.
+    check_hlod(&mesh, &params, 1.0, "multi_material");
+    let (out, report, tiles) = tile_and_decode(&mesh, &params);
+    let leaves: Vec<&DecodedTile> = tiles.iter().filter(|t| t.0).map(|t| &t.2).collect();
+    assert_eq!(leaves.len(), 4, "72 triangles at 18 per leaf");
+    for d in &leaves {
+        let json = &d.json;
+        assert_eq!(d.primitive_materials.len(), 3, "one primitive per material");
+        let by_name = |name: &str| {
+            json["materials"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["name"] == name)
+                .unwrap_or_else(|| panic!("material {name} missing: {}", json["materials"]))
+                .clone()
+        };
+        let textured = by_name("textured");
+        let pbr = &textured["pbrMetallicRoughness"];
+        assert_eq!(pbr["metallicFactor"], 0.0);
+        assert_eq!(pbr["roughnessFactor"], 0.75);
+        let base = &pbr["baseColorTexture"];
+        assert!(close(
+            &base["extensions"]["KHR_texture_transform"]["scale"],
+            &[2.0, 2.0]
+        ));
+        assert_eq!(textured["normalTexture"]["scale"], 0.5);
+        let texture = &json["textures"][base["index"].as_u64().unwrap() as usize];
+        let sampler = &json["samplers"][texture["sampler"].as_u64().unwrap() as usize];
+        assert_eq!(sampler["wrapS"], 33071);
+        assert_eq!(sampler["magFilter"], 9728);
+        let normal =
+            &json["textures"][textured["normalTexture"]["index"].as_u64().unwrap() as usize];
+        assert_ne!(normal["source"], texture["source"], "two images");
+        // Both textures share the one sampler: written once.
+        assert_eq!(json["samplers"].as_array().unwrap().len(), 1);
+        assert_eq!(json["textures"].as_array().unwrap().len(), 2);
+        assert_eq!(d.image_uris.len(), 2);
+
+        let emissive = by_name("emissive");
+        assert!(close(&emissive["emissiveFactor"], &[1.0, 0.5, 0.0]));
+        assert_eq!(
+            emissive["extensions"]["KHR_materials_emissive_strength"]["emissiveStrength"],
+            4.0
+        );
+        assert!(close(
+            &emissive["pbrMetallicRoughness"]["baseColorFactor"],
+            &[0.05, 0.05, 0.05, 1.0]
+        ));
+        assert_eq!(emissive["alphaMode"], "OPAQUE");
+
+        let glass = by_name("glass");
+        assert_eq!(glass["alphaMode"], "BLEND");
+        assert_eq!(glass["doubleSided"], true);
+        assert!(close(
+            &glass["pbrMetallicRoughness"]["baseColorFactor"],
+            &[0.2, 0.6, 0.9, 0.4]
+        ));
+        let used = json["extensionsUsed"].to_string();
+        assert!(used.contains("KHR_texture_transform"), "{used}");
+        assert!(used.contains("KHR_materials_emissive_strength"), "{used}");
+    }
+    // Every parent draws every material its subtree draws.
+    for (i, (leaf, _, d)) in tiles.iter().enumerate() {
+        if *leaf {
+            continue;
+        }
+        let mine = drawn_material_names(d);
+        for (_, parent, child) in &tiles {
+            if *parent == Some(i) {
+                let theirs = drawn_material_names(child);
+                assert!(mine.is_superset(&theirs), "{mine:?} ⊉ {theirs:?}");
+            }
+        }
+        assert_eq!(mine.len(), 3);
+    }
+    assert!(
+        report.levels.iter().all(|l| l.materials == 3),
+        "{:?}",
+        report.levels
+    );
+    assert_eq!(report.materials, ["textured", "emissive", "glass"]);
+    // Two texture files (checker + normal map), each once.
+    let n = std::fs::read_dir(out.path().join(TILES_DIR).join(TEXTURES_DIR))
+        .unwrap()
+        .count();
+    assert_eq!(n, 2);
+}
+
+/// 2CylinderEngine (shared datasets, mesh-gltf-edgecases-assimp): a CAD assembly whose 34
+/// material entries hold 8 distinct materials (counted from its JSON: distinct
+/// `materials[i]` objects, name included; all 34 are used by the default scene). The tiles, all
+/// levels together, draw exactly those 8, with the source's base colours.
+#[test]
+fn cad_assembly_tiles_keep_every_distinct_material() {
+    let path =
+        dataset("mesh-gltf-edgecases-assimp/2CylinderEngine-glTF-Binary/2CylinderEngine.glb");
+    let bytes = std::fs::read(&path).unwrap();
+    // GLB: 12-byte header, then the JSON chunk (length, type, bytes); glTF 2.0 §4.4.
+    let json_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    let source: serde_json::Value = serde_json::from_slice(&bytes[20..20 + json_len]).unwrap();
+    let distinct_source: HashSet<String> = source["materials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.to_string())
+        .collect();
+    assert_eq!(distinct_source.len(), 8);
+    // (name, base colour) of each source material, as the tiles must show them.
+    let expected: HashSet<(String, String)> = source["materials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let c = &m["pbrMetallicRoughness"]["baseColorFactor"];
+            let c: Vec<f32> = c
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect();
+            (m["name"].as_str().unwrap().to_string(), format!("{c:?}"))
+        })
+        .collect();
+    let mesh = read_gltf(&path).unwrap();
+    assert_eq!(mesh.materials.len(), 8);
+    let params = MeshTileParams {
+        max_triangles_per_tile: 16_384,
+        ..MeshTileParams::default()
+    };
+    let (_out, report, tiles) = tile_and_decode(&mesh, &params);
+    let mut seen: HashSet<(String, String)> = HashSet::new();
+    let mut leaf_seen: HashSet<String> = HashSet::new();
+    for (leaf, _, d) in &tiles {
+        for &m in &d.primitive_materials {
+            let m = &d.json["materials"][m];
+            let c: Vec<f32> = m["pbrMetallicRoughness"]["baseColorFactor"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect();
+            seen.insert((m["name"].as_str().unwrap().to_string(), format!("{c:?}")));
+            if *leaf {
+                leaf_seen.insert(m["name"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    eprintln!(
+        "2CylinderEngine: {} tiles; materials per level {:?}",
+        report.report.tiles,
+        report
+            .levels
+            .iter()
+            .map(|l| l.materials)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(seen, expected);
+    assert_eq!(
+        report.levels[0].materials, 8,
+        "the root draws every material"
+    );
+    assert_eq!(
+        leaf_seen.len(),
+        expected.iter().map(|e| &e.0).collect::<HashSet<_>>().len()
+    );
+}
+
+/// DamagedHelmet (Khronos sample: one material with base colour, metallic-roughness, normal,
+/// occlusion and emissive maps; emissiveFactor (1, 1, 1)): every tile keeps all five maps, and
+/// the five textures' images are the source's five files.
+#[test]
+fn damaged_helmet_tiles_keep_all_five_maps() {
+    let mesh = read_gltf(&dataset(
+        "mesh-khronos-gltf-samples/DamagedHelmet/glTF/DamagedHelmet.gltf",
+    ))
+    .unwrap();
+    assert_eq!(mesh.materials.len(), 1);
+    assert_eq!(mesh.images.len(), 5);
+    let report = check_hlod(&mesh, &MeshTileParams::default(), 1.0, "DamagedHelmet");
+    let (_out, _, tiles) = tile_and_decode(&mesh, &MeshTileParams::default());
+    assert_eq!(tiles.len(), report.report.tiles);
+    for (_, _, d) in &tiles {
+        let m = &d.json["materials"][0];
+        let pbr = &m["pbrMetallicRoughness"];
+        for map in [
+            &pbr["baseColorTexture"],
+            &pbr["metallicRoughnessTexture"],
+            &m["normalTexture"],
+            &m["occlusionTexture"],
+            &m["emissiveTexture"],
+        ] {
+            assert!(map["index"].is_u64(), "{m}");
+        }
+        assert!(close(&m["emissiveFactor"], &[1.0, 1.0, 1.0]));
+        assert_eq!(d.image_uris.len(), 5);
+    }
 }
