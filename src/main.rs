@@ -76,7 +76,7 @@ async fn watch_signals() {
         }
         if !kiln_pipeline::interrupt::request_stop() {
             eprintln!(
-                "\nstopped: this stage cannot checkpoint, so it will run again from its start; \
+                "\nstopped: this stage cannot checkpoint, so if it runs again it starts over; \
                  the stages finished before it are kept"
             );
             std::process::exit(130);

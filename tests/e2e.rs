@@ -6,6 +6,7 @@ mod e2e {
     pub mod bad_input;
     pub mod capture_layouts;
     pub mod check;
+    pub mod cost;
     pub mod harness;
     pub mod large_coordinates;
     pub mod mesh;

@@ -66,6 +66,11 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "idempotency_key",
         include_str!("../migrations/sqlite/0006_idempotency_key.sql"),
     ),
+    (
+        7,
+        "gpu_slot_and_estimate",
+        include_str!("../migrations/sqlite/0007_gpu_slot_and_estimate.sql"),
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -97,6 +102,11 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         6,
         "idempotency_key",
         include_str!("../migrations/postgres/0006_idempotency_key.sql"),
+    ),
+    (
+        7,
+        "gpu_slot_and_estimate",
+        include_str!("../migrations/postgres/0007_gpu_slot_and_estimate.sql"),
     ),
 ];
 

@@ -165,6 +165,16 @@ pub struct SkuEstimate {
     /// USD at spot rates; `None` when the catalog lacks the SKU's or the CPU's spot rate (and
     /// GPU-hours are needed).
     pub usd_spot: Option<f64>,
+    /// Where `gpu_s` comes from: history on this very SKU (median GPU-seconds per pixel-step of
+    /// its successful attempts, no speed conversion), or `None` = the reference estimate ÷
+    /// `relative_speed`.
+    #[serde(default)]
+    pub gpu_basis: Option<Basis>,
+    /// For a partial-GPU slot (`H100:1g.10gb`, `H100:0.5`): its share of the GPU. `gpu_s` is
+    /// then seconds on the slot (GPU seconds ÷ fraction, assuming throughput scales with the
+    /// share) and `gpu_hours` GPU-equivalent hours billed (slot hours × fraction).
+    #[serde(default)]
+    pub slot_fraction: Option<f64>,
 }
 
 /// The estimate of one job.
@@ -411,6 +421,17 @@ pub fn sku_estimate(
     catalog: &PriceCatalog,
     sku: &str,
 ) -> Result<SkuEstimate, PriceError> {
+    whole_sku_estimate(stages, catalog, sku, None)
+}
+
+/// [`sku_estimate`] with the GPU-seconds on `sku` taken from `own` = (GPU-seconds, rows) of this
+/// SKU's history when there is some.
+fn whole_sku_estimate(
+    stages: &[StageEstimate],
+    catalog: &PriceCatalog,
+    sku: &str,
+    own: Option<(f64, usize)>,
+) -> Result<SkuEstimate, PriceError> {
     let cpu_od = catalog.cpu.vcpu_hour_usd_on_demand;
     let cpu_spot = catalog.cpu.vcpu_hour_usd_spot;
     if sku == CPU_SKU {
@@ -423,15 +444,21 @@ pub fn sku_estimate(
             vcpu_hours,
             usd_on_demand: vcpu_hours * cpu_od,
             usd_spot: cpu_spot.map(|r| vcpu_hours * r),
+            gpu_basis: None,
+            slot_fraction: None,
         });
     }
     let entry = catalog.sku(sku)?;
     let speed = relative_speed(catalog, sku)?;
-    let gpu_s: f64 = stages
+    let converted: f64 = stages
         .iter()
         .filter_map(|s| s.reference_gpu_s)
         .fold(0.0, |a, b| a + b)
         / speed;
+    let (gpu_s, gpu_basis) = match own {
+        Some((s, rows)) => (s, Some(Basis::History { rows })),
+        None => (converted, None),
+    };
     let gpu_hours = catalog.billed_seconds(gpu_s) / 3600.0;
     let vcpu_hours = stages
         .iter()
@@ -463,6 +490,202 @@ pub fn sku_estimate(
         vcpu_hours,
         usd_on_demand,
         usd_spot,
+        gpu_basis,
+        slot_fraction: None,
+    })
+}
+
+/// The cost on a partial-GPU slot: the whole-SKU estimate's GPU-seconds ÷ fraction on the slot
+/// (throughput assumed proportional to the share: a 1g slice has 1/7 of the SMs), billed at
+/// least the billing minimum of slot time, charged slot-hours × fraction at the SKU's
+/// GPU-hour, or at the profile's published slot price where the catalog has one.
+fn slot_estimate(
+    whole: SkuEstimate,
+    slot: &crate::gpu_slot::GpuSlot,
+    catalog: &PriceCatalog,
+) -> SkuEstimate {
+    use crate::prices::Tier;
+    let sku = whole.sku.clone();
+    let slot_s = whole.gpu_s / slot.fraction;
+    let gpu_hours = catalog.billed_seconds(slot_s) * slot.fraction / 3600.0;
+    let cpu_od = catalog.cpu.vcpu_hour_usd_on_demand;
+    let od = slot
+        .gpu_hour_usd(catalog, &sku, Tier::OnDemand)
+        .unwrap_or(0.0);
+    let usd_on_demand = gpu_hours * od + whole.vcpu_hours * cpu_od;
+    let usd_spot = match (
+        slot.gpu_hour_usd(catalog, &sku, Tier::Spot),
+        catalog.cpu.vcpu_hour_usd_spot,
+    ) {
+        (Some(g), Some(c)) => Some(gpu_hours * g + whole.vcpu_hours * c),
+        (Some(g), None) if whole.vcpu_hours == 0.0 => Some(gpu_hours * g),
+        _ => None,
+    };
+    SkuEstimate {
+        sku: slot.label.clone(),
+        relative_speed: whole.relative_speed.map(|v| v * slot.fraction),
+        gpu_s: slot_s,
+        gpu_hours,
+        usd_on_demand,
+        usd_spot,
+        slot_fraction: Some(slot.fraction),
+        ..whole
+    }
+}
+
+/// Dollars to four decimals, `<$0.0001` for a smaller amount above 0 (so a few hundredths of a
+/// cent do not read as free), as `kiln plan` prints every USD figure.
+pub fn usd4(v: f64) -> String {
+    if v > 0.0 && v < 0.0001 {
+        "<$0.0001".to_string()
+    } else {
+        format!("${v:.4}")
+    }
+}
+
+/// One estimate row priced at one pricing tier, as `kiln plan` prints it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PricedRow {
+    /// GPU-equivalent hours billed at the tier: the lease's slot seconds billed by the SKU's
+    /// provider rule ([`PriceCatalog::billed_gpu_seconds`]; exact seconds for committed) × the
+    /// slot's fraction (1 for a whole GPU) / 3600. 0 on the `cpu` row.
+    pub gpu_hours_billed: f64,
+    /// USD: `gpu_hours_billed` × the tier's $/GPU-hour (a MIG profile's published slot price ÷
+    /// fraction where the catalog lists one) + vCPU-hours × the tier's $/vCPU-hour. Committed
+    /// falls back to on-demand where the catalog has no committed price; `None` for spot where
+    /// the catalog has no spot price for a rate that is needed.
+    pub usd: Option<f64>,
+}
+
+/// Price estimate row `k` at `tier`, the same way for whole GPUs, partial-GPU slots
+/// (`H100:1g.10gb`: `k.gpu_s` are slot seconds, billed as one lease of the slot, then × fraction)
+/// and the `cpu` row.
+///
+/// # Errors
+/// [`PriceError::UnknownSku`] for a SKU no longer in `catalog`.
+pub fn price_at(
+    k: &SkuEstimate,
+    catalog: &PriceCatalog,
+    tier: crate::prices::Tier,
+) -> Result<PricedRow, PriceError> {
+    use crate::prices::Tier;
+    let cpu_rate = catalog
+        .vcpu_hour_usd(tier)
+        .or_else(|| (tier == Tier::Committed).then_some(catalog.cpu.vcpu_hour_usd_on_demand));
+    let cpu_usd = if k.vcpu_hours > 0.0 {
+        cpu_rate.map(|r| k.vcpu_hours * r)
+    } else {
+        Some(0.0)
+    };
+    if k.sku == CPU_SKU || k.gpu_s <= 0.0 {
+        return Ok(PricedRow {
+            gpu_hours_billed: 0.0,
+            usd: cpu_usd,
+        });
+    }
+    let slot = match k.slot_fraction {
+        Some(_) => Some(
+            crate::gpu_slot::GpuSlot::parse(&k.sku, catalog).map_err(|_| {
+                PriceError::UnknownSku {
+                    sku: k.sku.clone(),
+                    catalog: catalog.file.clone(),
+                    known: catalog.sku.keys().cloned().collect::<Vec<_>>().join(", "),
+                }
+            })?,
+        ),
+        None => None,
+    };
+    let (sku, fraction) = match &slot {
+        Some(s) => (s.sku.clone().unwrap_or_else(|| k.sku.clone()), s.fraction),
+        None => (k.sku.clone(), 1.0),
+    };
+    catalog.sku(&sku)?;
+    let rate_at = |t: Tier| match &slot {
+        Some(s) => s.gpu_hour_usd(catalog, &sku, t),
+        None => catalog.gpu_hour_usd(&sku, t).ok(),
+    };
+    // Committed without a committed price is bought on demand, and billed by on-demand rules.
+    let (rate, billing_tier) = match (tier, rate_at(tier)) {
+        (_, Some(r)) => (Some(r), tier),
+        (Tier::Committed, None) => (rate_at(Tier::OnDemand), Tier::OnDemand),
+        (_, None) => (None, tier),
+    };
+    let gpu_hours_billed =
+        catalog.billed_gpu_seconds(&sku, k.gpu_s, billing_tier) * fraction / 3600.0;
+    Ok(PricedRow {
+        gpu_hours_billed,
+        usd: rate.zip(cpu_usd).map(|(r, c)| gpu_hours_billed * r + c),
+    })
+}
+
+/// Median GPU-seconds per pixel-step of successful `train` attempts of `kind` jobs on `sku`
+/// itself (GPU-equivalent seconds on partial-GPU slots), with the row count; `None` without any.
+fn own_sku_train_rate(
+    kind: &str,
+    history: &[HistoryJob],
+    catalog: &PriceCatalog,
+    sku: &str,
+) -> Option<(f64, usize)> {
+    let rates: Vec<f64> = history
+        .iter()
+        .filter(|j| j.kind == kind)
+        .flat_map(|j| {
+            j.stages
+                .iter()
+                .filter(|r| r.stage == "train" && r.state == "succeeded" && r.gpu_s > 0.0)
+                .filter(|r| {
+                    r.device_name
+                        .as_deref()
+                        .and_then(|n| sku_for_device_name(catalog, n))
+                        .is_some_and(|k| k.eq_ignore_ascii_case(sku))
+                })
+                .filter_map(move |r| history_pixel_steps(j, r).map(|u| r.gpu_s / u))
+        })
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .collect();
+    let n = rates.len();
+    median(rates).map(|m| (m, n))
+}
+
+/// One SKU row of [`estimate`]: `CPU_SKU`, a catalog SKU (from its own history when it has
+/// some), or a partial-GPU slot `SKU:PROFILE` / `SKU:FRACTION`.
+fn estimate_for(
+    shape: &JobShape,
+    history: &[HistoryJob],
+    stages: &[StageEstimate],
+    catalog: &PriceCatalog,
+    name: &str,
+) -> Result<SkuEstimate, PriceError> {
+    if name == CPU_SKU {
+        return whole_sku_estimate(stages, catalog, name, None);
+    }
+    let (sku, slot) = match name.split_once(':') {
+        Some(_) => {
+            let slot = crate::gpu_slot::GpuSlot::parse(name, catalog).map_err(|e| match e {
+                crate::gpu_slot::SlotError::Catalog { cause, .. } => *cause,
+                other => PriceError::BadSkuOption {
+                    text: name.to_string(),
+                    problem: format!(
+                        "{other}. For a whole GPU name the SKU alone (`--sku {}`)",
+                        name.split(':').next().unwrap_or(name)
+                    ),
+                },
+            })?;
+            (slot.sku.clone().unwrap_or_default(), Some(slot))
+        }
+        None => (name.to_string(), None),
+    };
+    let units = shape.train.map(|t| t.pixel_steps());
+    let own = match units {
+        Some(u) if stages.iter().any(|s| s.gpu_stage) => {
+            own_sku_train_rate(&shape.kind, history, catalog, &sku).map(|(m, n)| (m * u, n))
+        }
+        _ => None,
+    };
+    let whole = whole_sku_estimate(stages, catalog, &sku, own)?;
+    Ok(match slot {
+        Some(s) => slot_estimate(whole, &s, catalog),
+        None => whole,
     })
 }
 
@@ -499,7 +722,7 @@ pub fn estimate(
     };
     let skus = skus
         .iter()
-        .map(|s| sku_estimate(&stages, catalog, s))
+        .map(|s| estimate_for(shape, history, &stages, catalog, s))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Estimate {
         catalog_version: catalog.version.clone(),
@@ -509,13 +732,249 @@ pub fn estimate(
     })
 }
 
+// Explaining and recording estimates.
+
+/// Where one figure of an estimate comes from (`kiln plan --explain`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Explanation {
+    /// The stage, or the SKU row, the figure belongs to.
+    pub item: String,
+    /// The figure, with its unit.
+    pub figure: String,
+    /// How it was obtained: ledger rows (how many, the median rate, its range, the units it was
+    /// scaled by) or the model constant with its published source.
+    pub source: String,
+}
+
+/// (min, max) of `v`.
+fn range(v: &[f64]) -> (f64, f64) {
+    v.iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+            (a.min(*x), b.max(*x))
+        })
+}
+
+fn history_text(rates: &[f64], unit: &str, what: &str, units: f64, per: &str) -> String {
+    let (lo, hi) = range(rates);
+    format!(
+        "ledger: median {:.4e} {unit} over {} successful {what} (range {lo:.3e}–{hi:.3e}) × {units:.4e} {per}",
+        median(rates.to_vec()).unwrap_or(0.0),
+        rates.len()
+    )
+}
+
+/// Where every figure of `est` comes from, given the same `shape`, `history` and `catalog` it
+/// was made from: one line per stage figure and per SKU row.
+///
+/// # Errors
+/// As [`estimate`] (a catalog without the reference SKU).
+pub fn explain(
+    shape: &JobShape,
+    history: &[HistoryJob],
+    catalog: &PriceCatalog,
+    est: &Estimate,
+) -> Result<Vec<Explanation>, PriceError> {
+    let mut out = Vec::new();
+    let units = shape.train.map(|t| t.pixel_steps()).unwrap_or(0.0);
+    let (gpu_rates, cpu_rates) = train_rates(&shape.kind, history, catalog)?;
+    for st in &est.stages {
+        let kind = &shape.kind;
+        let what = format!("`{}` attempts of {kind} jobs", st.stage);
+        if let (Some(g), Some(b)) = (st.reference_gpu_s, &st.gpu_basis) {
+            let source = match b {
+                Basis::History { .. } => format!(
+                    "{}; each row's GPU-seconds × its SKU's relative speed (√(FP32 ratio × bandwidth ratio))",
+                    history_text(
+                        &gpu_rates,
+                        "reference-GPU-s/pixel-step",
+                        &what,
+                        units,
+                        "pixel-steps"
+                    )
+                ),
+                Basis::Model { .. } => format!(
+                    "model: MODEL_GPU_S_PER_PIXEL_STEP = {MODEL_GPU_S_PER_PIXEL_STEP:.4e} s × {units:.4e} pixel-steps; \
+                     gsplat MCMC (1 M splats) trains Mip-NeRF 360 for 30 000 steps in 15.42 min on an A100 at ≈1.37 Mpx/view \
+                     (gsplat docs/source/tests/eval.rst, research note splat-anchors.md §1)"
+                ),
+                Basis::Unknown { reason } => format!("unknown: {reason}; counted as 0"),
+            };
+            out.push(Explanation {
+                item: st.stage.clone(),
+                figure: format!("{g:.1} GPU-s on {}", est.reference_sku),
+                source,
+            });
+        }
+        let source = match (&st.vcpu_basis, st.gpu_stage) {
+            (Basis::History { .. }, true) => {
+                history_text(&cpu_rates, "vCPU-s/pixel-step", &what, units, "pixel-steps")
+            }
+            (Basis::History { .. }, false) => {
+                let rates = cpu_stage_rates(&st.stage, kind, history);
+                history_text(
+                    &rates,
+                    "vCPU-s/B read",
+                    &what,
+                    shape.input_bytes as f64,
+                    "input bytes",
+                )
+            }
+            (Basis::Model { .. }, true) => format!(
+                "model: MODEL_CPU_VCPU_S_PER_PIXEL_STEP = {MODEL_CPU_VCPU_S_PER_PIXEL_STEP:.4e} vCPU-s × {units:.4e} pixel-steps; \
+                 datasets/baselines.toml scene fox: 3.49002 steps/s at 152×270 px on 2 cores"
+            ),
+            (Basis::Model { .. }, false) => format!(
+                "model: MODEL_CPU_STAGE_VCPU_S_PER_BYTE = {MODEL_CPU_STAGE_VCPU_S_PER_BYTE:e} vCPU-s/B × {} input bytes; \
+                 README avocado example: ≤ 0.06 CPU-s per stage for 8.3 MB, rounded up",
+                shape.input_bytes
+            ),
+            (Basis::Unknown { reason }, _) => format!("unknown: {reason}; counted as 0"),
+        };
+        out.push(Explanation {
+            item: st.stage.clone(),
+            figure: format!(
+                "{:.2} vCPU-s{}",
+                st.vcpu_s,
+                if st.gpu_stage { " (CPU-only row)" } else { "" }
+            ),
+            source,
+        });
+    }
+    for k in &est.skus {
+        if k.sku == CPU_SKU {
+            out.push(Explanation {
+                item: k.sku.clone(),
+                figure: format!("{} on-demand", usd4(k.usd_on_demand)),
+                source: format!(
+                    "every stage's vCPU-s at ${}/vCPU-h (catalog [cpu]: {}; {})",
+                    catalog.cpu.vcpu_hour_usd_on_demand, catalog.cpu.basis, catalog.cpu.as_of
+                ),
+            });
+            continue;
+        }
+        let base = k.sku.split(':').next().unwrap_or(&k.sku);
+        let speed = relative_speed(catalog, base)?;
+        let seconds = match &k.gpu_basis {
+            Some(Basis::History { rows }) => format!(
+                "ledger: median GPU-s per pixel-step of {rows} successful train attempts on {base} itself × {units:.4e} pixel-steps"
+            ),
+            _ => format!(
+                "reference {} GPU-s ÷ relative speed {speed:.3} (catalog datasheet FP32 and bandwidth)",
+                est.reference_sku
+            ),
+        };
+        let slot = k.slot_fraction.map_or(String::new(), |f| {
+            format!(
+                "; slot = {f:.4} of the GPU (MIG: compute slices / 7, NVIDIA MIG user guide), seconds ÷ {f:.4}, throughput assumed proportional"
+            )
+        });
+        let entry = catalog.sku(base)?;
+        out.push(Explanation {
+            item: k.sku.clone(),
+            figure: format!("{:.1} GPU-s, {} on-demand", k.gpu_s, usd4(k.usd_on_demand)),
+            source: format!(
+                "{seconds}{slot}; ${}/GPU-h from catalog {} [sku.{base}] ({}; {}; as of {})",
+                entry.gpu_hour_usd_on_demand,
+                est.catalog_version,
+                entry.basis,
+                entry.anchor,
+                entry.as_of
+            ),
+        });
+    }
+    Ok(out)
+}
+
+/// The estimate kept in the ledger with a job (`jobs.estimate`), made when the job was run: the
+/// per-stage seconds on reference hardware, so `kiln report --estimate-error` can price them on
+/// whatever SKU the job actually ran on.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct RecordedEstimate {
+    pub catalog_version: String,
+    pub reference_sku: String,
+    pub stages: Vec<RecordedStage>,
+}
+
+/// One stage of a [`RecordedEstimate`].
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct RecordedStage {
+    pub stage: String,
+    /// vCPU-seconds when run on CPUs.
+    pub vcpu_s: f64,
+    /// GPU stages: GPU-seconds on the reference GPU.
+    pub reference_gpu_s: Option<f64>,
+    /// `history`, `model` or `unknown` (of the GPU figure on GPU stages).
+    pub basis: String,
+}
+
+impl RecordedEstimate {
+    /// The recordable part of `stages`.
+    pub fn of(catalog_version: &str, stages: &[StageEstimate]) -> RecordedEstimate {
+        let tag = |b: &Basis| match b {
+            Basis::History { .. } => "history",
+            Basis::Model { .. } => "model",
+            Basis::Unknown { .. } => "unknown",
+        };
+        RecordedEstimate {
+            catalog_version: catalog_version.to_string(),
+            reference_sku: REFERENCE_GPU_SKU.to_string(),
+            stages: stages
+                .iter()
+                .map(|s| RecordedStage {
+                    stage: s.stage.clone(),
+                    vcpu_s: s.vcpu_s,
+                    reference_gpu_s: s.reference_gpu_s,
+                    basis: tag(s.gpu_basis.as_ref().unwrap_or(&s.vcpu_basis)).to_string(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Every job in `ledger` with its stage attempts (the estimate's history).
+///
+/// # Errors
+/// [`crate::Error::Ledger`].
+pub async fn ledger_history(ledger: &crate::ledger::Ledger) -> crate::Result<Vec<HistoryJob>> {
+    let mut out = Vec::new();
+    for job in ledger.jobs().await? {
+        out.push(HistoryJob {
+            stages: ledger.stages(&job.id).await?,
+            kind: job.kind,
+        });
+    }
+    Ok(out)
+}
+
 // Gathering the shape from the local input (the only functions here that touch the disk).
+
+/// The shape of a job of `kind` with `stages` (run order) on the local `input`: its bytes, and
+/// for jobs with a `train` stage the training workload (`steps`, views downscaled to `max_side`)
+/// read from the first image; unknown parts stay 0 / `None` (remote inputs).
+pub fn job_shape(
+    kind: &str,
+    stages: Vec<String>,
+    input: &Path,
+    steps: usize,
+    max_side: Option<u32>,
+) -> JobShape {
+    JobShape {
+        kind: kind.to_string(),
+        input_bytes: local_bytes(input),
+        train: stages
+            .iter()
+            .any(|s| s == "train")
+            .then(|| capture_train_shape(input, steps, max_side))
+            .flatten(),
+        stages,
+    }
+}
 
 /// Bytes of a local file, or of every file under a local folder; 0 for anything else (a remote
 /// URL, a missing path).
 pub fn local_bytes(path: &Path) -> u64 {
     match std::fs::metadata(path) {
-        Ok(m) if m.is_file() => m.len(),
+        Ok(m) if m.is_file() => m.len() + gltf_external_bytes(path),
         Ok(m) if m.is_dir() => std::fs::read_dir(path)
             .into_iter()
             .flatten()
@@ -524,6 +983,37 @@ pub fn local_bytes(path: &Path) -> u64 {
             .sum(),
         _ => 0,
     }
+}
+
+/// Bytes of the files a `.gltf` at `path` refers to (its `buffers[].uri` and `images[].uri`
+/// relative paths; `data:` URIs are inside the file already): ingest reads them too, so an input
+/// size without them would make every per-byte rate wrong by orders of magnitude (Khronos
+/// Avocado: a 2.4 kB .gltf with 8.3 MB of buffers and textures). 0 for other files, or when the
+/// file is not readable JSON.
+fn gltf_external_bytes(path: &Path) -> u64 {
+    let is_gltf = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gltf"));
+    let Some(doc) = is_gltf
+        .then(|| std::fs::read(path).ok())
+        .flatten()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+    else {
+        return 0;
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    ["buffers", "images"]
+        .iter()
+        .filter_map(|k| doc.get(*k)?.as_array())
+        .flatten()
+        .filter_map(|e| e.get("uri")?.as_str())
+        .filter(|uri| !uri.starts_with("data:") && !uri.contains("://"))
+        .map(|uri| {
+            // glTF URIs are percent-encoded; the common case is a space.
+            let uri = uri.replace("%20", " ");
+            std::fs::metadata(dir.join(uri)).map_or(0, |m| m.len())
+        })
+        .sum()
 }
 
 /// The training workload of a capture at `input`: `steps` and the pixels of one view after
@@ -752,6 +1242,113 @@ mod tests {
         assert!(close(e.skus[0].usd_on_demand, 0.0001));
         // FAST has no GPU spot rate but needs no GPU: spot is the CPU spot cost, $0.00005.
         assert!(close(e.skus[0].usd_spot.unwrap(), 0.00005));
+    }
+
+    #[test]
+    fn a_plan_sku_fraction_above_one_names_the_option_and_the_whole_gpu_fix() {
+        let cat = catalog();
+        let shape = capture_shape(30_000, 1_370_000, 1_000_000_000);
+        let e = estimate(&shape, &[], &cat, &["A100-40GB:2.0".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("kiln plan --sku A100-40GB:2.0")
+                && e.contains("`--sku A100-40GB`")
+                && !e.contains("--gpus"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_mig_row_is_priced_at_its_share_of_one_lease_at_every_tier() {
+        // Built-in catalog, H100 (AWS: per second, 60 s minimum): on-demand $6.88, spot $2.34,
+        // committed $4.916 per GPU-hour. A 1g.10gb slice is 1/7 of the GPU. 30 s on the slice is
+        // billed as a 60 s lease (AWS minimum) × 1/7 on demand and spot, and exactly 30 s × 1/7
+        // committed: spot 60/7/3600 × 2.34 = $0.0055714, on-demand × 6.88 = $0.0163810,
+        // committed 30/7/3600 × 4.916 = $0.0058524.
+        use crate::prices::Tier;
+        let cat = PriceCatalog::default_catalog();
+        let row = |sku: &str, fraction: Option<f64>| SkuEstimate {
+            sku: sku.into(),
+            relative_speed: None,
+            gpu_s: 30.0,
+            gpu_hours: 0.0,
+            vcpu_hours: 0.0,
+            usd_on_demand: 0.0,
+            usd_spot: None,
+            gpu_basis: None,
+            slot_fraction: fraction,
+        };
+        let mig = row("H100:1g.10gb", Some(1.0 / 7.0));
+        let spot = price_at(&mig, &cat, Tier::Spot).unwrap();
+        assert!((spot.usd.unwrap() - 60.0 / 7.0 / 3600.0 * 2.34).abs() < 1e-12);
+        assert!((spot.gpu_hours_billed - 60.0 / 7.0 / 3600.0).abs() < 1e-12);
+        let od = price_at(&mig, &cat, Tier::OnDemand).unwrap();
+        assert!((od.usd.unwrap() - 60.0 / 7.0 / 3600.0 * 6.88).abs() < 1e-12);
+        assert!(spot.usd < od.usd, "spot must be cheaper than on-demand");
+        // Tiny figures read as in the table, never as free.
+        assert_eq!(
+            (usd4(0.00004), usd4(0.0), usd4(0.0164)),
+            ("<$0.0001".into(), "$0.0000".into(), "$0.0164".into())
+        );
+        let committed = price_at(&mig, &cat, Tier::Committed).unwrap();
+        assert!((committed.usd.unwrap() - 30.0 / 7.0 / 3600.0 * 4.916).abs() < 1e-12);
+        // A whole H100: GPU-h follows the tier's billing rule, as its USD does.
+        let whole = row("H100", None);
+        let c = price_at(&whole, &cat, Tier::Committed).unwrap();
+        assert!((c.gpu_hours_billed - 30.0 / 3600.0).abs() < 1e-12);
+        let o = price_at(&whole, &cat, Tier::OnDemand).unwrap();
+        assert!((o.gpu_hours_billed - 60.0 / 3600.0).abs() < 1e-12);
+        assert!((o.usd.unwrap() - 60.0 / 3600.0 * 6.88).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_half_gpu_slot_takes_twice_as_long_at_half_the_rate_and_explain_names_sources() {
+        // The anchor on FAST: 231.3 GPU-s whole (see above). On `FAST:0.5`: 462.6 s on the slot,
+        // 462.6 × 0.5 / 3600 GPU-equivalent hours × $7.20 = $0.4626, + $0.0003 of CPU stages.
+        let cat = catalog();
+        let shape = capture_shape(30_000, 1_370_000, 1_000_000_000);
+        let e = estimate(&shape, &[], &cat, &["FAST:0.5".into()]).unwrap();
+        let k = &e.skus[0];
+        assert_eq!((k.sku.as_str(), k.slot_fraction), ("FAST:0.5", Some(0.5)));
+        assert!(close(k.gpu_s, 462.6));
+        assert!(close(k.gpu_hours, 231.3 / 3600.0));
+        assert!(close(k.usd_on_demand, 0.4629));
+        let x = explain(&shape, &[], &cat, &e).unwrap();
+        let train = x.iter().find(|x| x.figure.contains("GPU-s on")).unwrap();
+        assert!(train.source.contains("15.42 min on an A100"), "{train:?}");
+        assert!(
+            x.iter()
+                .any(|x| x.item == "FAST:0.5" && x.source.contains("slot = 0.5000"))
+        );
+
+        // With two FAST runs in the ledger, FAST learns from its own rows: median of 50 and 60
+        // GPU-s per 2e7 pixel-steps = 2.75e-6 × 4.11e10 pixel-steps.
+        let history = [
+            gpu_history_job(50.0, "succeeded"),
+            gpu_history_job(60.0, "succeeded"),
+        ];
+        let e = estimate(&shape, &history, &cat, &["FAST".into()]).unwrap();
+        assert_eq!(e.skus[0].gpu_basis, Some(Basis::History { rows: 2 }));
+        assert!(close(e.skus[0].gpu_s, 2.75e-6 * 30_000.0 * 1_370_000.0));
+        let x = explain(&shape, &history, &cat, &e).unwrap();
+        assert!(
+            x.iter()
+                .any(|x| x.item == "FAST"
+                    && x.source.contains("2 successful train attempts on FAST")),
+            "{x:?}"
+        );
+    }
+
+    #[test]
+    fn a_gltf_input_counts_the_buffers_and_images_it_refers_to() {
+        let d = tempfile::tempdir().unwrap();
+        let gltf = d.path().join("m.gltf");
+        let json = r#"{"buffers":[{"uri":"m.bin"},{"uri":"data:application/octet-stream;base64,AAAA"}],"images":[{"uri":"t%20a.png"}]}"#;
+        std::fs::write(&gltf, json).unwrap();
+        std::fs::write(d.path().join("m.bin"), [0u8; 1000]).unwrap();
+        std::fs::write(d.path().join("t a.png"), [0u8; 300]).unwrap();
+        assert_eq!(local_bytes(&gltf), json.len() as u64 + 1300);
     }
 
     #[test]

@@ -49,6 +49,10 @@ pub struct StageRow {
     pub stage_key: Option<String>,
     #[serde(default)]
     pub key_recipe: Option<serde_json::Value>,
+    /// The slot when the attempt held part of a GPU (`H100:1g.10gb`, `0.5`); its `gpu_s` is then
+    /// GPU-equivalent seconds (slot seconds × the slot's fraction). `None`: a whole GPU or the CPU.
+    #[serde(default)]
+    pub gpu_slot: Option<String>,
 }
 
 /// One job as stored.
@@ -213,12 +217,13 @@ impl Ledger {
         summary: Option<&serde_json::Value>,
         error: Option<&str>,
     ) -> Result<()> {
-        sqlx::query("UPDATE stage_attempts SET state = $1, stage_key = $2, device = $3, wall_s = $4, cpu_s = $5, gpu_s = $6, bytes_read = $7, bytes_written = $8, summary = $9, error = $10, gpu_busy_s = $11, device_name = $12, device_memory_bytes = $13 WHERE id = $14")
+        sqlx::query("UPDATE stage_attempts SET state = $1, stage_key = $2, device = $3, wall_s = $4, cpu_s = $5, gpu_s = $6, bytes_read = $7, bytes_written = $8, summary = $9, error = $10, gpu_busy_s = $11, device_name = $12, device_memory_bytes = $13, gpu_slot = $14 WHERE id = $15")
             .bind(state).bind(key).bind(&usage.device).bind(usage.wall_s).bind(usage.cpu_s).bind(usage.gpu_s)
             .bind(usage.bytes_read as i64).bind(usage.bytes_written as i64)
             .bind(summary.map(|s| s.to_string())).bind(error)
             .bind(usage.gpu_busy_s).bind(usage.device_name.as_deref())
             .bind(usage.device_memory_bytes.map(|b| b as i64))
+            .bind(usage.gpu_slot.as_deref())
             .bind(attempt_id)
             .execute(&self.db.pool).await.map_err(self.err())?;
         Ok(())
@@ -292,12 +297,31 @@ impl Ledger {
             .collect())
     }
 
+    /// The team (`local` for a job run with `kiln run`) and the budget (`kiln submit
+    /// --budget-usd`, `None` without one) of job `id`.
+    ///
+    /// # Errors
+    /// [`Error::Ledger`].
+    pub async fn job_team_and_budget(&self, id: &str) -> Result<(String, Option<f64>)> {
+        let row = sqlx::query(
+            "SELECT COALESCE(q.team, 'local') AS team, q.budget_usd AS budget_usd \
+             FROM jobs j LEFT JOIN queue_jobs q ON q.id = j.id WHERE j.id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.db.pool)
+        .await
+        .map_err(self.err())?;
+        Ok(row.map_or(("local".to_string(), None), |r| {
+            (r.get("team"), r.get("budget_usd"))
+        }))
+    }
+
     /// The stage attempts of job `id`, in run order.
     ///
     /// # Errors
     /// [`Error::Ledger`].
     pub async fn stages(&self, id: &str) -> Result<Vec<StageRow>> {
-        let rows = sqlx::query("SELECT stage, attempt, state, device, wall_s, cpu_s, gpu_s, bytes_read, bytes_written, summary, error, gpu_busy_s, device_name, device_memory_bytes, stage_key, key_recipe FROM stage_attempts WHERE job_id = $1 ORDER BY id")
+        let rows = sqlx::query("SELECT stage, attempt, state, device, wall_s, cpu_s, gpu_s, bytes_read, bytes_written, summary, error, gpu_busy_s, device_name, device_memory_bytes, stage_key, key_recipe, gpu_slot FROM stage_attempts WHERE job_id = $1 ORDER BY id")
             .bind(id).fetch_all(&self.db.pool).await.map_err(self.err())?;
         Ok(rows
             .iter()
@@ -322,8 +346,39 @@ impl Ledger {
                 key_recipe: r
                     .get::<Option<String>, _>("key_recipe")
                     .and_then(|s: String| serde_json::from_str(&s).ok()),
+                gpu_slot: r.get("gpu_slot"),
             })
             .collect())
+    }
+
+    /// Record the estimate made for job `id` when it was run or submitted (see
+    /// `crate::estimate::RecordedEstimate`), replacing any earlier one.
+    ///
+    /// # Errors
+    /// [`crate::Error::Ledger`].
+    pub async fn record_estimate(&self, id: &str, estimate: &serde_json::Value) -> Result<()> {
+        sqlx::query("UPDATE jobs SET estimate = $1 WHERE id = $2")
+            .bind(estimate.to_string())
+            .bind(id)
+            .execute(&self.db.pool)
+            .await
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// The estimate recorded for job `id`; `None` when none was (older jobs) or it does not parse.
+    ///
+    /// # Errors
+    /// [`crate::Error::Ledger`].
+    pub async fn estimate(&self, id: &str) -> Result<Option<serde_json::Value>> {
+        let row = sqlx::query("SELECT estimate FROM jobs WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.db.pool)
+            .await
+            .map_err(self.err())?;
+        Ok(row
+            .and_then(|r| r.get::<Option<String>, _>("estimate"))
+            .and_then(|s| serde_json::from_str(&s).ok()))
     }
 }
 

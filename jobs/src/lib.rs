@@ -5,6 +5,7 @@ pub mod api;
 pub mod costing;
 pub mod db;
 pub mod error;
+pub mod gpu_slot;
 pub mod job_page;
 pub mod ledger;
 pub mod limits;
@@ -20,4 +21,5 @@ pub mod worker;
 
 pub use error::{Error, Result};
 pub mod estimate;
+pub mod estimate_error;
 pub mod prices;

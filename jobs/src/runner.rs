@@ -70,6 +70,16 @@ pub async fn run_job(plan: &JobPlan, spec_toml: &str, ledger: &Ledger) -> Result
         }
     };
     let order = dag.topo_order().map_err(dag_err)?;
+    let names: Vec<String> = order.iter().map(|n| n.kind.name().to_string()).collect();
+    let shape = crate::estimate::job_shape(
+        &kind,
+        names,
+        std::path::Path::new(&plan.input),
+        plan.train.steps,
+        plan.ingest.max_side,
+    );
+    let catalog = crate::prices::PriceCatalog::default_catalog();
+    record_estimate(ledger, &plan.job_id, &shape, &catalog).await;
     let mut done: HashMap<StageKind, StageOutcome> = HashMap::new();
     let mut stages = Vec::new();
     for node in order {
@@ -142,6 +152,32 @@ fn resume_hint(e: &kiln_pipeline::Error) -> &'static str {
     } else {
         "the input or the job file is at fault: fix it, then run the job again; finished stages \
          are kept"
+    }
+}
+
+/// Keep with job `job_id` the estimate `kiln plan` would print for `shape`, for `kiln report
+/// --estimate-error` (reference seconds per stage, from the ledger's history or the model, with
+/// `catalog`'s speeds). Called before the job's first stage runs (by `kiln run`, and by the worker
+/// that claims a queued job's first stage), so the history holds only other jobs. Best effort: a
+/// failure is logged and the job runs anyway.
+pub(crate) async fn record_estimate(
+    ledger: &Ledger,
+    job_id: &str,
+    shape: &crate::estimate::JobShape,
+    catalog: &crate::prices::PriceCatalog,
+) {
+    use crate::estimate;
+    let history = match estimate::ledger_history(ledger).await {
+        Ok(h) => h,
+        Err(e) => return tracing::warn!(job = %job_id, "estimate not recorded: {e}"),
+    };
+    let recorded = match estimate::stage_estimates(shape, &history, catalog) {
+        Ok(st) => estimate::RecordedEstimate::of(&catalog.version, &st),
+        Err(e) => return tracing::warn!(job = %job_id, "estimate not recorded: {e}"),
+    };
+    let json = serde_json::to_value(&recorded).expect("estimate serialises");
+    if let Err(e) = ledger.record_estimate(job_id, &json).await {
+        tracing::warn!(job = %job_id, "estimate not recorded: {e}");
     }
 }
 

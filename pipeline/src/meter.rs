@@ -35,6 +35,32 @@ pub struct StageUsage {
     /// The device's total memory, bytes (`None` on the CPU).
     #[serde(default)]
     pub device_memory_bytes: Option<u64>,
+    /// The slot, when the attempt held part of a GPU (a MIG profile `H100:1g.10gb`, a fraction
+    /// `0.5`); `None` for a whole GPU or the CPU. See [`StageUsage::on_gpu_slot`].
+    #[serde(default)]
+    pub gpu_slot: Option<String>,
+}
+
+impl StageUsage {
+    /// This attempt as charged on a slot that is `share` (0 < share ≤ 1) of one GPU: allocated and
+    /// busy GPU-seconds become GPU-equivalent seconds (× `share`), and `slot` is recorded.
+    ///
+    /// Why scale here and not in the price: every later sum (GPU-hours, idle time, budgets) then
+    /// counts a 1g.10gb slice of an H100 held for an hour as 1/7 GPU-hour, so whole and partial
+    /// GPUs add up in one unit. Busy seconds are scaled too: NVML reports a vGPU's utilisation
+    /// relative to the partition (and none at all for MIG instances, which stay `None`).
+    /// A `share` outside (0, 1] is clamped into it.
+    pub fn on_gpu_slot(mut self, slot: &str, share: f64) -> StageUsage {
+        let share = if share.is_finite() {
+            share.clamp(f64::MIN_POSITIVE, 1.0)
+        } else {
+            1.0
+        };
+        self.gpu_s *= share;
+        self.gpu_busy_s = self.gpu_busy_s.map(|b| b * share);
+        self.gpu_slot = Some(slot.to_string());
+        self
+    }
 }
 
 /// A running meter; [`Meter::finish`] turns it into [`StageUsage`].
@@ -95,6 +121,7 @@ impl Meter {
             gpu_busy_s: self.monitor.and_then(|m| m.finish()).map(|b| b.busy_s),
             device_name: self.device_name,
             device_memory_bytes: self.device_memory_bytes,
+            gpu_slot: None,
         }
     }
 }
@@ -179,6 +206,24 @@ mod tests {
         let u = m.finish(0, 0);
         assert!((u.gpu_s - 2.0 * u.wall_s).abs() < 1e-4, "{u:?}");
         assert_eq!(u.gpu_busy_s, None);
+    }
+
+    #[test]
+    fn a_half_gpu_slot_charges_half_the_gpu_seconds() {
+        // 120 s held on a slot that is half a GPU, 90 busy slot-seconds measured: 60 allocated and
+        // 45 busy GPU-equivalent seconds; wall and CPU time are the slot's own.
+        let u = StageUsage {
+            device: "cuda:0".into(),
+            wall_s: 120.0,
+            cpu_s: 30.0,
+            gpu_s: 120.0,
+            gpu_busy_s: Some(90.0),
+            ..Default::default()
+        }
+        .on_gpu_slot("0.5", 0.5);
+        assert_eq!((u.wall_s, u.cpu_s, u.gpu_s), (120.0, 30.0, 60.0));
+        assert_eq!(u.gpu_busy_s, Some(45.0));
+        assert_eq!(u.gpu_slot.as_deref(), Some("0.5"));
     }
 
     #[test]

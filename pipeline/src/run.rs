@@ -72,6 +72,10 @@ pub struct StageOutcome {
 
 use crate::stage_cache::MARKER;
 
+/// Key of a computed stage's summary (ledger `summary`) holding the size of its output folder,
+/// bytes: the one copy storage is charged on (`bytes_written` also counts the stage-cache upload).
+pub const STORED_BYTES: &str = "stored_bytes";
+
 #[derive(Serialize, Deserialize)]
 struct Marker {
     key: String,
@@ -425,6 +429,7 @@ pub async fn run_stage(
     } else {
         let _ = std::fs::remove_dir_all(&partial);
     }
+    let mut summary = summary;
     let written = if kind == StageKind::Publish {
         extra_written
     } else {
@@ -432,7 +437,13 @@ pub async fn run_stage(
             Some(cache) => crate::stage_cache::store(cache, kind, &key, &final_dir).await?,
             None => 0,
         };
-        meter::dir_bytes(&final_dir) + uploaded
+        // `bytes_written` counts every byte written (the work folder and the cache upload); the
+        // size of the output itself is recorded apart, so storage is charged on one copy.
+        let stored = meter::dir_bytes(&final_dir);
+        if let Some(o) = summary.as_object_mut() {
+            o.insert(STORED_BYTES.into(), stored.into());
+        }
+        stored + uploaded
     };
     Ok(StageOutcome {
         kind,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use kiln_jobs::estimate::{self, Estimate, HistoryJob, JobShape};
-use kiln_jobs::prices::PriceCatalog;
+use kiln_jobs::prices::{PriceCatalog, Tier};
 use kiln_jobs::spec::JobSpec;
 use kiln_pipeline::run::job_dag;
 use kiln_pipeline::stages::ingest;
@@ -27,13 +27,32 @@ pub struct PlanArgs {
     #[arg(long, value_name = "FILE")]
     pub prices: Option<PathBuf>,
     /// Estimate only these SKUs (catalog names such as `H100`, or `cpu`; repeat or comma-separate)
-    /// [default: every catalog SKU, then cpu].
+    /// [default: every catalog SKU, then cpu]. Part of a GPU: `SKU:PROFILE` for a MIG profile of
+    /// the catalog (`H100:1g.10gb`) or `SKU:FRACTION` for a vGPU share (`H100:0.5`).
     #[arg(long, value_name = "SKU", value_delimiter = ',')]
     pub sku: Vec<String>,
+    /// Say where each figure comes from: the ledger rows it was learnt from (count, median rate,
+    /// range, units scaled by; per SKU when the SKU has its own history) or the model constant and
+    /// its published source, and the catalog entry of each price.
+    #[arg(long)]
+    pub explain: bool,
+    /// Price model of the `GPU-h` and `USD` columns: `on-demand`, `spot` ('-' where the catalog
+    /// has no spot price) or `committed` (also spelt `reserved`: reserved capacity, amortised,
+    /// billed exactly; on-demand where none is listed). GPU time is billed by the SKU's provider
+    /// rule (`[billing.*]` in the catalog). Other than on-demand, an on-demand USD column is
+    /// shown beside it. Compute only: storage and egress are not estimated.
+    #[arg(long, value_name = "MODE", default_value = "on-demand", value_parser = |t: &str| t.parse::<Tier>())]
+    pub pricing: Tier,
+    /// Same as `--pricing spot` (as on `kiln report`).
+    #[arg(long, conflicts_with = "pricing")]
+    pub spot: bool,
 }
 
 /// Print the plan of a job file.
-pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
+pub async fn run(mut args: PlanArgs) -> anyhow::Result<()> {
+    if args.spot {
+        args.pricing = Tier::Spot;
+    }
     let spec = JobSpec::from_file(&args.job)?;
     let work_root = args
         .work_dir
@@ -81,6 +100,11 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     let sources = capture_sources(&spec, &plan.input, reason.is_some());
     let history = ledger_history().await;
     let est = estimate::estimate(&shape, &history, &catalog, &args.sku)?;
+    let explained = if args.explain {
+        estimate::explain(&shape, &history, &catalog, &est)?
+    } else {
+        Vec::new()
+    };
 
     if args.json {
         let doc = serde_json::json!({
@@ -100,7 +124,17 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
                 "prices": args.prices.as_ref().map_or(catalog.file.clone(), |p| p.display().to_string()),
                 "billing_minimum_s": catalog.billing_minimum_s,
                 "history_jobs": history.len(),
+                "pricing": args.pricing.name(),
+                "usd_priced": priced_usd(&est, &catalog, args.pricing)?
+                    .into_iter()
+                    .map(|(sku, p)| serde_json::json!({
+                        "sku": sku,
+                        "gpu_hours_billed": p.gpu_hours_billed,
+                        "usd": p.usd,
+                    }))
+                    .collect::<Vec<_>>(),
                 "result": est,
+                "explain": args.explain.then_some(&explained),
             },
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
@@ -146,8 +180,40 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
             s["stage"].as_str().unwrap_or("")
         );
     }
-    print_estimate(&est, &shape, &catalog, history.len());
+    print_estimate(&est, &shape, &catalog, history.len(), args.pricing)?;
+    let finished = stages
+        .iter()
+        .filter(|s| s["finished_earlier"] == true)
+        .count();
+    if finished > 0 {
+        println!(
+            "  note: the estimate includes the {finished} stage(s) finished earlier; a stage reused \
+             from its finished output costs nothing"
+        );
+    }
+    if args.explain {
+        println!("where the figures come from:");
+        for e in &explained {
+            println!(
+                "  {:<14} {}\n  {:<14}   from {}",
+                e.item, e.figure, "", e.source
+            );
+        }
+    }
     unreadable_capture(&sources)
+}
+
+/// Each SKU row priced at `tier` ([`estimate::price_at`]: billed GPU-hours and USD; `None`: no
+/// spot price).
+fn priced_usd(
+    est: &Estimate,
+    catalog: &PriceCatalog,
+    tier: Tier,
+) -> anyhow::Result<Vec<(String, estimate::PricedRow)>> {
+    est.skus
+        .iter()
+        .map(|k| Ok((k.sku.clone(), estimate::price_at(k, catalog, tier)?)))
+        .collect()
 }
 
 /// The plan is printed either way; a capture that cannot be read fails the command (exit 1), so
@@ -174,7 +240,13 @@ fn capture_sources(
 }
 
 /// The estimate as text: seconds per stage with their basis, then one row per SKU.
-fn print_estimate(est: &Estimate, shape: &JobShape, catalog: &PriceCatalog, history_jobs: usize) {
+fn print_estimate(
+    est: &Estimate,
+    shape: &JobShape,
+    catalog: &PriceCatalog,
+    history_jobs: usize,
+    tier: Tier,
+) -> anyhow::Result<()> {
     println!(
         "estimate (rough; prices {} version {}, reference GPU {}; {} earlier jobs in the ledger):",
         if catalog.file.starts_with('<') {
@@ -208,37 +280,68 @@ fn print_estimate(est: &Estimate, shape: &JobShape, catalog: &PriceCatalog, hist
             );
         }
     }
-    println!(
-        "  {:<10} {:>6} {:>9} {:>10} {:>10} {:>14} {:>10}",
-        "SKU", "speed", "GPU-s", "GPU-h", "vCPU-h", "USD on-demand", "USD spot"
-    );
-    for k in &est.skus {
-        println!(
-            "  {:<10} {:>6} {:>9.1} {:>10.4} {:>10.4} {:>14} {:>10}",
+    for line in estimate_table(est, catalog, tier)? {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// The per-SKU rows of the estimate: GPU-h and USD both at `tier` (one billing rule for both),
+/// plus an on-demand USD column for comparison when `tier` is not on-demand, then the footnote.
+fn estimate_table(
+    est: &Estimate,
+    catalog: &PriceCatalog,
+    tier: Tier,
+) -> anyhow::Result<Vec<String>> {
+    let priced = priced_usd(est, catalog, tier)?;
+    let on_demand = (tier != Tier::OnDemand)
+        .then(|| priced_usd(est, catalog, Tier::OnDemand))
+        .transpose()?;
+    let cell = |v: Option<f64>| v.map_or("-".to_string(), usd);
+    let mut out = vec![format!(
+        "  {:<14} {:>6} {:>9} {:>10} {:>10} {:>14}{}",
+        "SKU",
+        "speed",
+        "GPU-s",
+        "GPU-h",
+        "vCPU-h",
+        format!("USD {tier}"),
+        if on_demand.is_some() {
+            format!(" {:>14}", "USD on-demand")
+        } else {
+            String::new()
+        }
+    )];
+    for (i, (k, (_, p))) in est.skus.iter().zip(&priced).enumerate() {
+        out.push(format!(
+            "  {:<14} {:>6} {:>9.1} {:>10.4} {:>10.4} {:>14}{}",
             k.sku,
             k.relative_speed
                 .map_or("-".to_string(), |v| format!("{v:.2}")),
             k.gpu_s,
-            k.gpu_hours,
+            p.gpu_hours_billed,
             k.vcpu_hours,
-            usd(k.usd_on_demand),
-            k.usd_spot.map_or("-".to_string(), usd)
-        );
+            cell(p.usd),
+            on_demand
+                .as_ref()
+                .map_or(String::new(), |o| format!(" {:>14}", cell(o[i].1.usd)))
+        ));
     }
-    println!(
-        "  GPU-s = estimated GPU time, GPU-h = billed (at least {} s per job); CPU stages at ${}/vCPU-h; spot '-' where the \
-         catalog has no spot price; model and sources: jobs/src/estimate.rs",
+    out.push(format!(
+        "  GPU-s = estimated GPU time (on a partial-GPU slot: slot seconds); GPU-h = GPU-equivalent \
+         hours billed at {tier} (--pricing): by the SKU's provider [billing] rule (at least {} s per \
+         lease by default), exactly for committed (amortised), × the slot's share of the GPU; CPU \
+         stages at the {tier} $/vCPU-h (on demand ${}); '-' where the catalog has no spot price.\n  \
+         Compute only: storage and egress are not estimated (see `kiln report`). Model and \
+         sources: jobs/src/estimate.rs",
         catalog.billing_minimum_s, catalog.cpu.vcpu_hour_usd_on_demand
-    );
+    ));
+    Ok(out)
 }
 
-/// Dollars to four decimals; "<$0.0001" for a smaller non-zero amount.
+/// Dollars as every `kiln plan` figure ([`estimate::usd4`]).
 fn usd(v: f64) -> String {
-    if v > 0.0 && v < 0.0001 {
-        "<$0.0001".to_string()
-    } else {
-        format!("${v:.4}")
-    }
+    estimate::usd4(v)
 }
 
 /// Every job in the default ledger with its stage attempts, read-only; empty when there is no
@@ -265,5 +368,65 @@ async fn ledger_history() -> Vec<HistoryJob> {
             tracing::warn!("estimate without history: {e}");
             Vec::new()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn plan_args(extra: &[&str]) -> PlanArgs {
+        let all = ["kiln", "plan", "job.toml"].iter().chain(extra).copied();
+        match super::super::Cli::try_parse_from(all).unwrap().command {
+            super::super::Command::Plan(a) => a,
+            other => panic!("not plan: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn spot_flag_is_an_alias_of_pricing_spot_and_conflicts_with_pricing() {
+        assert!(plan_args(&["--spot"]).spot);
+        assert_eq!(plan_args(&[]).pricing, Tier::OnDemand);
+        let both = ["kiln", "plan", "j.toml", "--spot", "--pricing", "committed"];
+        assert!(super::super::Cli::try_parse_from(both).is_err());
+    }
+
+    fn mig_estimate() -> Estimate {
+        Estimate {
+            catalog_version: "v".into(),
+            reference_sku: "A100-40GB".into(),
+            stages: Vec::new(),
+            skus: vec![estimate::SkuEstimate {
+                sku: "H100:1g.10gb".into(),
+                relative_speed: Some(0.3),
+                gpu_s: 60.0,
+                gpu_hours: 0.0,
+                vcpu_hours: 0.0,
+                usd_on_demand: 0.0,
+                usd_spot: None,
+                gpu_basis: None,
+                slot_fraction: Some(1.0 / 7.0),
+            }],
+        }
+    }
+
+    #[test]
+    fn plan_table_headers_are_distinct_and_a_mig_row_is_priced_at_its_share() {
+        let cat = PriceCatalog::default_catalog();
+        let od = estimate_table(&mig_estimate(), &cat, Tier::OnDemand).unwrap();
+        assert_eq!(od[0].matches("USD").count(), 1, "{}", od[0]);
+        // 60 s on a 1/7 slice of an AWS H100: 60/7/3600 GPU-h × $6.88 = $0.0164 on demand.
+        assert!(od[1].contains("$0.0164"), "{}", od[1]);
+        assert!(od[1].contains("0.0024"), "{}", od[1]);
+        let spot = estimate_table(&mig_estimate(), &cat, Tier::Spot).unwrap();
+        assert!(spot[0].contains("USD spot") && spot[0].contains("USD on-demand"));
+        // × $2.34 spot = $0.0056, left of the on-demand $0.0164.
+        let (s, o) = (
+            spot[1].find("$0.0056").unwrap(),
+            spot[1].find("$0.0164").unwrap(),
+        );
+        assert!(s < o, "{}", spot[1]);
+        assert!(spot.last().unwrap().contains("Compute only"));
     }
 }

@@ -20,6 +20,15 @@ pub struct WorkerArgs {
     /// on the CPU.
     #[arg(long, default_value_t = 0, env = "KILN_GPUS")]
     pub gpus: usize,
+    /// Each GPU slot is part of a GPU, not a whole one: a MIG instance `SKU:PROFILE`
+    /// (`H100:1g.10gb`, `A100-40GB:3g.20gb`; profiles from the price catalog's [[mig]] tables) or
+    /// a vGPU / time-sliced partition as a fraction of one GPU (`0.5`, `1/4`, `H100:0.5`).
+    /// Attempts are charged the fraction: allocated GPU-seconds × fraction at the SKU's price (MIG:
+    /// compute slices / 7), or the profile's published price per instance-hour where the catalog
+    /// has one. With a SKU in SLOT, --sku defaults to it. Needs --gpus ≥ 1 (cuda:i is the slot's
+    /// device as the container sees it).
+    #[arg(long, value_name = "SLOT", env = "KILN_GPU_SLOT")]
+    pub gpu_slot: Option<String>,
     /// Extra slots for CPU stages (ingest, decimate, tile, publish) beside the GPU slots.
     #[arg(long, default_value_t = 1)]
     pub cpu_slots: usize,
@@ -57,6 +66,34 @@ pub struct WorkerArgs {
     pub prices: Option<PathBuf>,
 }
 
+/// `--gpu-slot TEXT` checked against `--gpus` and `--sku`.
+///
+/// # Errors
+/// A malformed or unknown slot; a slot on a worker without GPUs; a SKU in the slot that is not
+/// `--sku`.
+fn worker_gpu_slot(
+    text: &str,
+    gpus: usize,
+    sku: Option<&str>,
+    catalog: &kiln_jobs::prices::PriceCatalog,
+) -> anyhow::Result<kiln_jobs::gpu_slot::GpuSlot> {
+    let slot = kiln_jobs::gpu_slot::GpuSlot::parse(text, catalog)
+        .with_context(|| format!("--gpu-slot {text}"))?;
+    if gpus == 0 {
+        anyhow::bail!(
+            "--gpu-slot {text} needs --gpus 1 or more (the number of such slots on this machine); --gpus is 0"
+        );
+    }
+    if let (Some(a), Some(b)) = (sku, &slot.sku)
+        && !a.eq_ignore_ascii_case(b)
+    {
+        anyhow::bail!(
+            "--gpu-slot {text} is part of a {b} but --sku is {a}; drop --sku or make them agree"
+        );
+    }
+    Ok(slot)
+}
+
 fn seconds(name: &str, v: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(v)
         .ok()
@@ -87,9 +124,23 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     if let Some(s) = &args.sku {
         catalog.sku(s)?;
     }
+    let gpu_slot = match &args.gpu_slot {
+        Some(text) => Some(worker_gpu_slot(
+            text,
+            args.gpus,
+            args.sku.as_deref(),
+            &catalog,
+        )?),
+        None => None,
+    };
+    let sku = args
+        .sku
+        .clone()
+        .or_else(|| gpu_slot.as_ref().and_then(|s| s.sku.clone()));
     let cfg = WorkerConfig {
         catalog,
-        sku: args.sku,
+        sku,
+        gpu_slot,
         name: args.name.unwrap_or_else(|| id.clone()),
         id,
         gpus: args.gpus,
@@ -282,5 +333,39 @@ async fn wait_for_cache(cfg: &WorkerConfig) -> anyhow::Result<()> {
             _ = stop.recv() => anyhow::bail!("stopped while waiting for the stage cache {}", cfg.cache),
         }
         delay = (delay * 2).min(Duration::from_secs(30));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_slots_need_gpus_and_a_matching_sku() {
+        let cat = kiln_jobs::prices::PriceCatalog::default_catalog();
+        let s = worker_gpu_slot("h100:1g.10gb", 1, None, &cat).unwrap();
+        assert_eq!(s.label, "H100:1g.10gb");
+        assert_eq!(
+            worker_gpu_slot("0.5", 2, Some("A100-40GB"), &cat)
+                .unwrap()
+                .fraction,
+            0.5
+        );
+        let e = worker_gpu_slot("0.5", 0, None, &cat)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--gpus 1 or more"), "{e}");
+        let e = worker_gpu_slot("H100:0.5", 1, Some("A100-40GB"), &cat)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--sku is A100-40GB"), "{e}");
+        let e = format!(
+            "{:#}",
+            worker_gpu_slot("H100:9g.1gb", 1, None, &cat).unwrap_err()
+        );
+        assert!(
+            e.contains("--gpu-slot H100:9g.1gb") && e.contains("1g.10gb"),
+            "{e}"
+        );
     }
 }

@@ -62,6 +62,21 @@ fn avocado_report_html_embeds_lod_renders_tile_map_and_cost_table() {
         );
     }
     assert!(html.contains("GPU-hours"));
+    // The bill is `kiln report`'s: the page's total USD and storage USD are the JSON's.
+    let j = sb.kiln(&["report", &id, "--json"]);
+    ok(&j);
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&j)).unwrap();
+    let total = format!(
+        "<tr class=\"total\"><td>total</td><td class=\"n\">{}</td><td class=\"n\">{:.6}</td>\
+         <td class=\"n\">{:.6}</td><td class=\"n\">{:.6}</td><td class=\"n\">{:.6}</td>",
+        doc["totals"]["attempts"],
+        doc["cost"]["gpu_usd"].as_f64().unwrap() + doc["cost"]["cpu_usd"].as_f64().unwrap(),
+        doc["cost"]["storage_usd"].as_f64().unwrap(),
+        doc["cost"]["egress_usd"].as_f64().unwrap(),
+        doc["cost"]["usd"].as_f64().unwrap(),
+    );
+    assert!(html.contains(&total), "{total} not in the page");
+    assert!(html.contains("compute USD") && html.contains("idle GPU-s"));
     assert!(
         !html.contains("class=\"err\""),
         "no notes or failures expected"

@@ -32,6 +32,7 @@ use base64::Engine as _;
 
 use kiln_pipeline::stages::eval::{EvalReport, FIDELITY_JSON};
 
+use crate::costing::Pricing;
 use crate::report::JobReport;
 use crate::{Error, Result};
 
@@ -133,9 +134,37 @@ pub struct RenderedPage {
 /// Unreadable files inside `output_dir` do not fail the call: they become notes on the page and
 /// in [`JobPage::notes`].
 ///
+/// The cost section is priced with the built-in catalog at on-demand prices; use
+/// [`write_job_page_priced`] to price it as `kiln report --prices … --pricing …` does.
+///
 /// # Errors
 /// [`crate::Error::Io`] when `output_dir` is not a folder, or `index.html` cannot be written.
 pub fn write_job_page(report: &JobReport, output_dir: &Path, dest_dir: &Path) -> Result<JobPage> {
+    let catalog = crate::prices::PriceCatalog::default_catalog();
+    write_job_page_priced(report, &default_pricing(&catalog), output_dir, dest_dir)
+}
+
+/// On-demand prices from `catalog`, unknown GPUs at its dearest SKU (as `kiln report` without
+/// `--sku`).
+fn default_pricing(catalog: &crate::prices::PriceCatalog) -> Pricing<'_> {
+    Pricing {
+        catalog,
+        tier: crate::prices::Tier::OnDemand,
+        fallback_sku: None,
+    }
+}
+
+/// [`write_job_page`] with the cost section priced by `pricing` (the same [`Pricing`] `kiln
+/// report` prints its table with).
+///
+/// # Errors
+/// As [`write_job_page`].
+pub fn write_job_page_priced(
+    report: &JobReport,
+    pricing: &Pricing,
+    output_dir: &Path,
+    dest_dir: &Path,
+) -> Result<JobPage> {
     if !output_dir.is_dir() {
         return Err(Error::Io {
             path: output_dir.to_path_buf(),
@@ -145,7 +174,7 @@ pub fn write_job_page(report: &JobReport, output_dir: &Path, dest_dir: &Path) ->
             ),
         });
     }
-    let page = render_job_page(report, output_dir);
+    let page = render_job_page_priced(report, pricing, output_dir);
     let index = dest_dir.join("index.html");
     kiln_formats::atomic_write::write_atomic(&index, page.html.as_bytes()).map_err(|e| {
         Error::Io {
@@ -162,7 +191,18 @@ pub fn write_job_page(report: &JobReport, output_dir: &Path, dest_dir: &Path) ->
 
 /// Build the page's HTML from `report` and the files in `output_dir` (see [`write_job_page`]);
 /// writes nothing. Never fails: missing or unreadable files become notes.
+/// The cost section is priced as in [`write_job_page`].
 pub fn render_job_page(report: &JobReport, output_dir: &Path) -> RenderedPage {
+    let catalog = crate::prices::PriceCatalog::default_catalog();
+    render_job_page_priced(report, &default_pricing(&catalog), output_dir)
+}
+
+/// [`render_job_page`] with the cost section priced by `pricing`.
+pub fn render_job_page_priced(
+    report: &JobReport,
+    pricing: &Pricing,
+    output_dir: &Path,
+) -> RenderedPage {
     let mut page = PageBuilder::default();
     let job = &report.job;
     page.body.push_str(&format!(
@@ -213,7 +253,7 @@ pub fn render_job_page(report: &JobReport, output_dir: &Path) -> RenderedPage {
         tiles_section(&mut page, &tileset_path);
     }
     page.section("Cost");
-    page.body.push_str(&cost::cost_table_html(report));
+    page.body.push_str(&cost::cost_table_html(report, pricing));
 
     if !page.notes.is_empty() {
         page.section("Notes");
@@ -747,6 +787,7 @@ mod tests {
                 error: None,
             },
             totals: crate::report::totals(&stages),
+            gpu_by_stage: crate::report::gpu_by_stage(&stages),
             stages,
         }
     }

@@ -11,7 +11,9 @@
 //! their leases and returns. A worker that dies without releasing (kill -9, lost machine) stops
 //! heartbeating; its leases expire and other workers reclaim the stages.
 
+mod egress_budget;
 pub mod exec;
+mod first_estimate;
 pub mod health;
 
 use std::path::PathBuf;
@@ -55,6 +57,9 @@ pub struct WorkerConfig {
     pub catalog: crate::prices::PriceCatalog,
     /// This machine's GPU SKU in the catalog; `None`: budgets assume the dearest GPU.
     pub sku: Option<String>,
+    /// Each GPU slot is this part of a GPU (a MIG instance or vGPU partition); `None`: whole GPUs.
+    /// Attempts on it are charged its fraction ([`WorkerConfig::charged_usage`]).
+    pub gpu_slot: Option<crate::gpu_slot::GpuSlot>,
 }
 
 impl WorkerConfig {
@@ -78,12 +83,37 @@ impl WorkerConfig {
                         ..Default::default()
                     })
                 });
-                p.gpu_rate(&sku) / 3600.0
+                match &self.gpu_slot {
+                    // GPU-equivalent rate × the slot's share = what one second of the slot costs.
+                    Some(gs) => {
+                        gs.gpu_hour_usd(&self.catalog, &sku, p.tier)
+                            .unwrap_or_else(|| p.gpu_rate(&sku))
+                            * gs.fraction
+                            / 3600.0
+                    }
+                    None => p.gpu_rate(&sku) / 3600.0,
+                }
             }
             None => {
                 let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
                 p.cpu_rate() / 3600.0 * cores as f64
             }
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// `usage` of an attempt on `slot` as charged: on a GPU slot of a worker declared with
+    /// `--gpu-slot`, an attempt that held the GPU (`gpu_s > 0`) is recorded at the slot's fraction
+    /// (`StageUsage::on_gpu_slot`); anything else unchanged.
+    fn charged_usage(
+        &self,
+        slot: Slot,
+        usage: kiln_pipeline::meter::StageUsage,
+    ) -> kiln_pipeline::meter::StageUsage {
+        match (&self.gpu_slot, slot.gpu) {
+            (Some(gs), Some(_)) if usage.gpu_s > 0.0 => usage.on_gpu_slot(&gs.label, gs.fraction),
+            _ => usage,
         }
     }
 }
@@ -236,6 +266,27 @@ enum Ended {
     Lost,
 }
 
+/// USD of storing what running stage `stage` has written so far (its `STAGE.partial` folder in
+/// the job's work folder, the output it will keep) for the catalog's `stage_cache_days`: the
+/// storage part of a running stage's budget projection. 0 for `publish` (its egress and storage
+/// are projected before it starts, `egress_budget`), or without a `[placement]`.
+fn storage_so_far_usd(
+    catalog: &crate::prices::PriceCatalog,
+    work_dir: &std::path::Path,
+    stage: &str,
+) -> f64 {
+    let Some(p) = catalog.placement.as_ref() else {
+        return 0.0;
+    };
+    if stage == "publish" {
+        return 0.0;
+    }
+    let bytes = kiln_pipeline::meter::dir_bytes(&work_dir.join(format!("{stage}.partial")));
+    catalog
+        .storage_usd_for_days(&p.storage_class, bytes, p.stage_cache_days)
+        .unwrap_or(0.0)
+}
+
 /// Run one claimed stage to its end, keeping the lease, and record the result in the queue
 /// and the ledger.
 async fn run_claimed(
@@ -252,24 +303,29 @@ async fn run_claimed(
         None => "cpu".to_string(),
     };
     tracing::info!(job = %lease.job_id, stage = %lease.stage, attempt = lease.attempt, token = lease.token, %device, "claimed");
-    // Budget: what the job has cost so far (every attempt, at catalog prices), and this slot's
-    // rate, so the stage is stopped before the job would pass its cap.
+    // Budget: what the job has cost so far (every attempt, at catalog prices, with storage and
+    // egress), and this slot's rate, so the stage is stopped before the job would pass its cap.
     let budget = c.job.budget_usd;
-    let spent = match budget {
-        Some(_) => ledger
-            .stages(&lease.job_id)
-            .await
-            .map(|rows| cfg.pricing().total(&rows).usd)
-            .unwrap_or(0.0),
-        None => 0.0,
+    let rows = match budget {
+        Some(_) => ledger.stages(&lease.job_id).await.unwrap_or_default(),
+        None => Vec::new(),
     };
+    let spent = cfg.pricing().job_total(&rows, &c.job.output).usd;
     if let Some(b) = budget
         && spent >= b
     {
         let msg = format!(
-            "budget exhausted: the job has cost ${spent:.6} of its ${b:.6} (price catalog {}); not starting `{}`",
+            "budget exhausted: the job has cost ${spent:.6} of its ${b:.6} budget (--budget-usd; \
+             price catalog {}); not starting `{}`. To finish it, submit the job again with a \
+             larger --budget-usd: its finished stages are reused from the stage cache",
             cfg.catalog.version, lease.stage
         );
+        return report_failure(queue, ledger, &lease, None, &msg, Fault::Job, cfg).await;
+    }
+    if let Some(b) = budget
+        && lease.stage == "publish"
+        && let Some(msg) = egress_budget::refusal(cfg, &c, &rows, spent, b).await
+    {
         return report_failure(queue, ledger, &lease, None, &msg, Fault::Job, cfg).await;
     }
     let rate = cfg.slot_usd_per_s(slot);
@@ -306,7 +362,12 @@ async fn run_claimed(
         tokio::select! {
             _ = child.wait() => break Stop::Exited,
             _ = beat.tick() => {
-                if budget.is_some_and(|b| spent + started.elapsed().as_secs_f64() * rate > b) {
+                if budget.is_some_and(|b| {
+                    spent
+                        + started.elapsed().as_secs_f64() * rate
+                        + storage_so_far_usd(&cfg.catalog, &work_dir, &lease.stage)
+                        > b
+                }) {
                     break Stop::Budget;
                 }
                 let sent_ms = kiln_pipeline::stages::publish::now_ms();
@@ -349,7 +410,13 @@ async fn run_claimed(
             terminate(&mut child).await;
         }
     }
-    let outcome = exec::read_outcome(&outcome_path);
+    let outcome = exec::read_outcome(&outcome_path).map(|o| match o {
+        ExecOutcome::Succeeded(mut o) => {
+            o.usage = cfg.charged_usage(slot, o.usage);
+            ExecOutcome::Succeeded(o)
+        }
+        other => other,
+    });
     // Attempts that end without a result are charged what their slot held while they ran:
     // one GPU on a GPU slot, every core on a CPU slot (allocated, not measured, seconds).
     let usage = match &outcome {
@@ -357,17 +424,20 @@ async fn run_claimed(
         _ => {
             let held = started.elapsed().as_secs_f64();
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-            kiln_pipeline::meter::StageUsage {
-                device: device.clone(),
-                wall_s: held,
-                gpu_s: if slot.gpu.is_some() { held } else { 0.0 },
-                cpu_s: if slot.gpu.is_some() {
-                    0.0
-                } else {
-                    held * cores
+            cfg.charged_usage(
+                slot,
+                kiln_pipeline::meter::StageUsage {
+                    device: device.clone(),
+                    wall_s: held,
+                    gpu_s: if slot.gpu.is_some() { held } else { 0.0 },
+                    cpu_s: if slot.gpu.is_some() {
+                        0.0
+                    } else {
+                        held * cores
+                    },
+                    ..Default::default()
                 },
-                ..Default::default()
-            }
+            )
         }
     };
     match (stop, outcome) {
@@ -442,10 +512,15 @@ async fn run_claimed(
         (Stop::Budget, _) => {
             let b = budget.unwrap_or_default();
             let msg = format!(
-                "budget: stopped `{}` after {:.0} s, before the job would pass its ${b:.6} cap (${spent:.6} spent before this stage, about ${:.4}/h on this slot; price catalog {})",
+                "budget exhausted: stopped `{}` after {:.0} s, before the job would pass its \
+                 ${b:.6} budget (--budget-usd; ${spent:.6} spent before this stage, about \
+                 ${:.4}/h on this slot, ${:.6} of storage for what it had written; price catalog \
+                 {}). The job has failed and will not run again; to finish it, submit it again \
+                 with a larger --budget-usd",
                 lease.stage,
                 started.elapsed().as_secs_f64(),
                 rate * 3600.0,
+                storage_so_far_usd(&cfg.catalog, &work_dir, &lease.stage),
                 cfg.catalog.version
             );
             report_failure(
@@ -555,6 +630,8 @@ async fn prepare(
             &c.job.spec,
         )
         .await?;
+    // Before the job's first attempt exists, so the estimate learns from other jobs only.
+    first_estimate::record_on_first_claim(ledger, c, &cfg.catalog).await;
     let attempt = ledger
         .start_stage(&c.job.id, &c.lease.stage, device)
         .await?;
@@ -703,6 +780,105 @@ async fn report_failure(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn config(sku: &str, gpu_slot: Option<&str>) -> WorkerConfig {
+        let catalog = crate::prices::PriceCatalog::default_catalog();
+        WorkerConfig {
+            id: "w".into(),
+            name: "w".into(),
+            gpus: 1,
+            cpu_slots: 1,
+            cache: "/nonexistent".into(),
+            work_root: "/nonexistent".into(),
+            lease_ttl: Duration::from_secs(60),
+            heartbeat: Duration::from_secs(15),
+            poll: Duration::from_secs(1),
+            retry: RetryPolicy::default(),
+            exe: "kiln".into(),
+            drain: true,
+            gpu_slot: gpu_slot.map(|s| crate::gpu_slot::GpuSlot::parse(s, &catalog).unwrap()),
+            sku: Some(sku.into()),
+            catalog,
+        }
+    }
+
+    /// An attempt that held a GPU for one hour on a worker declared `--gpus 1 --gpu-slot 0.5
+    /// --sku H100`: recorded as 1800 GPU-seconds and charged $6.88 × 0.5 = $3.44 (H100 on-demand
+    /// $6.88/GPU-h in the built-in catalog); the budget rate of the slot is $3.44/h too. A whole
+    /// GPU is charged $6.88.
+    #[test]
+    fn a_running_stage_is_charged_the_storage_of_what_it_has_written_so_far() {
+        let catalog = crate::prices::PriceCatalog::default_catalog();
+        let work = tempfile::tempdir().unwrap();
+        let partial = work.path().join("decimate.partial");
+        std::fs::create_dir_all(&partial).unwrap();
+        std::fs::write(partial.join("lod_0.glb"), vec![0u8; 3_000_000]).unwrap();
+        // 3 MB on S3 Standard for 30 days: 0.003 GB × 30/30 × $0.023 = $0.000069.
+        let usd = super::storage_so_far_usd(&catalog, work.path(), "decimate");
+        assert!((usd - 0.000069).abs() < 1e-12, "{usd}");
+        // Nothing written yet, and publish (projected before it starts): 0.
+        assert_eq!(
+            super::storage_so_far_usd(&catalog, work.path(), "tile"),
+            0.0
+        );
+        assert_eq!(
+            super::storage_so_far_usd(&catalog, work.path(), "publish"),
+            0.0
+        );
+    }
+
+    #[test]
+    fn a_worker_on_a_half_gpu_slot_is_charged_half() {
+        let gpu_slot = Slot {
+            index: 0,
+            gpu: Some(0),
+            claims_gpu: true,
+        };
+        let hour_on_gpu = kiln_pipeline::meter::StageUsage {
+            device: "cuda:0".into(),
+            wall_s: 3600.0,
+            gpu_s: 3600.0,
+            device_name: Some("NVIDIA H100 80GB HBM3".into()),
+            ..Default::default()
+        };
+        let cost_of = |cfg: &WorkerConfig| {
+            let u = cfg.charged_usage(gpu_slot, hour_on_gpu.clone());
+            let row = crate::ledger::StageRow {
+                state: "succeeded".into(),
+                device: u.device.clone(),
+                wall_s: u.wall_s,
+                gpu_s: u.gpu_s,
+                device_name: u.device_name.clone(),
+                gpu_slot: u.gpu_slot.clone(),
+                ..Default::default()
+            };
+            (
+                u.gpu_s,
+                cfg.pricing().attempt(&row).usd,
+                cfg.slot_usd_per_s(gpu_slot) * 3600.0,
+            )
+        };
+        let (gpu_s, usd, rate) = cost_of(&config("H100", Some("0.5")));
+        assert_eq!(gpu_s, 1800.0);
+        assert!((usd - 3.44).abs() < 1e-12, "{usd}");
+        assert!((rate - 3.44).abs() < 1e-12, "{rate}");
+        let (gpu_s, usd, rate) = cost_of(&config("H100", None));
+        assert_eq!(gpu_s, 3600.0);
+        assert!((usd - 6.88).abs() < 1e-12 && (rate - 6.88).abs() < 1e-12);
+        // A 1g.10gb MIG slice of an H100: 1/7 of $6.88 = $0.982857… per slot-hour.
+        let (gpu_s, usd, _) = cost_of(&config("H100", Some("H100:1g.10gb")));
+        assert!((gpu_s - 3600.0 / 7.0).abs() < 1e-9);
+        assert!((usd - 6.88 / 7.0).abs() < 1e-12, "{usd}");
+        // CPU stages on the GPU slot hold no GPU and are not relabelled.
+        let cpu = kiln_pipeline::meter::StageUsage {
+            device: "cuda:0".into(),
+            wall_s: 10.0,
+            cpu_s: 10.0,
+            ..Default::default()
+        };
+        let cfg = config("H100", Some("0.5"));
+        assert_eq!(cfg.charged_usage(gpu_slot, cpu.clone()), cpu);
+    }
 
     /// PostgreSQL goes away as a finished stage commits (every connection cut, new ones refused,
     /// as during a restart) and comes back 1.5 s later: the commit is retried and lands once; the
