@@ -223,6 +223,12 @@ pub const LIMITS: &[Limit] = &[
         1.0,
         "relative to the mesh extent",
     ),
+    scalar(
+        "mesh_tile.max_texture_size",
+        1.0,
+        16_384.0,
+        "pixels per image side",
+    ),
     list(
         "eval.taus_px",
         0.0,

@@ -11,7 +11,7 @@ use std::borrow::Cow;
 
 use serde_json::{Value, json};
 
-use super::{Material, MaterialTable, Mesh, effective_tex_coord};
+use super::{ImageRef, Material, MaterialTable, Mesh, effective_tex_coord};
 use crate::{Error, Result};
 
 /// glTF `bufferView.target` for vertex attributes (ARRAY_BUFFER).
@@ -47,6 +47,30 @@ const UNSIGNED_INT: u32 = 5125;
 /// # Panics
 /// Never.
 pub fn write_glb(mesh: &Mesh) -> Result<Vec<u8>> {
+    write_glb_images(mesh, None)
+}
+
+/// [`write_glb`], except that the images are not embedded: image `i` of `mesh` is written as
+/// `{"uri": image_uris[i].uri, "mimeType": …}` (a URI relative to the GLB, glTF 2.0 §3.8.4.3),
+/// so several GLBs can share one file per image. The caller writes the files.
+///
+/// # Errors
+/// As [`write_glb`]; [`Error::Invalid`] when `image_uris` does not have one entry per
+/// `mesh.images` entry.
+pub fn write_glb_referencing_images(mesh: &Mesh, image_uris: &[ImageRef]) -> Result<Vec<u8>> {
+    if image_uris.len() != mesh.images.len() {
+        return Err(Error::Invalid {
+            path: IN_MEMORY.into(),
+            field: "image_uris".into(),
+            expected: format!("one URI per image ({})", mesh.images.len()),
+            found: image_uris.len().to_string(),
+        });
+    }
+    write_glb_images(mesh, Some(image_uris))
+}
+
+/// [`write_glb`] with images embedded (`None`) or referenced by `image_uris`.
+fn write_glb_images(mesh: &Mesh, image_uris: Option<&[ImageRef]>) -> Result<Vec<u8>> {
     check_write_glb_inputs(mesh)?;
     let mut out = Buffers::default();
     let mut table = MaterialTable::default();
@@ -113,8 +137,12 @@ pub fn write_glb(mesh: &Mesh) -> Result<Vec<u8>> {
     let mut images = Vec::new();
     for &i in table.images() {
         let image = &mesh.images[i];
-        let view = out.view(&image.bytes, None);
-        images.push(json!({"bufferView": view, "mimeType": image.mime}));
+        if let Some(uris) = image_uris {
+            images.push(json!({"uri": uris[i].uri, "mimeType": image.mime}));
+        } else {
+            let view = out.view(&image.bytes, None);
+            images.push(json!({"bufferView": view, "mimeType": image.mime}));
+        }
     }
     let mut root = json!({
         "asset": {"version": "2.0", "generator": concat!("kiln ", env!("CARGO_PKG_VERSION"))},

@@ -22,7 +22,10 @@ mod tile_glb;
 
 use std::path::{Path, PathBuf};
 
-pub use glb_write::{MaterialGroup, compact, split_by_material, with_tex_coord_sets, write_glb};
+pub use glb_write::{
+    MaterialGroup, compact, split_by_material, with_tex_coord_sets, write_glb,
+    write_glb_referencing_images,
+};
 pub use gltf_read::read_gltf;
 pub use material::{
     AlphaMode, KHR_MATERIALS_EMISSIVE_STRENGTH, KHR_MATERIALS_UNLIT, KHR_TEXTURE_TRANSFORM,

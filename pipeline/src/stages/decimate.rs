@@ -1,5 +1,6 @@
 //! `decimate`: turn one mesh into a chain of levels of detail (LODs) with meshoptimizer, each with
-//! its geometric error in metres, written as `lod_<i>.glb` plus a `lods.json` index.
+//! its geometric error in metres, written as `lod_<i>.glb` plus a `lods.json` index; the levels'
+//! images are written once under `textures/` and referenced by URI from every level.
 //!
 //! Sources: meshoptimizer 1.x `src/meshoptimizer.h` (vendored by the `meshopt` 0.7 crate):
 //! `meshopt_simplify` ("target_error represents the error relative to mesh extents … result_error
@@ -17,11 +18,14 @@
 use std::path::Path;
 
 use kiln_formats::atomic_write::write_atomic;
-use kiln_formats::mesh::{Mesh, write_glb};
+use kiln_formats::mesh::{ImageRef, Mesh, write_glb_referencing_images};
 use meshopt::{SimplifyOptions, VertexDataAdapter};
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
+
+/// Sub-directory of the stage directory holding the images every level references (each once).
+pub const LOD_TEXTURES_DIR: &str = "textures";
 
 /// Name of the LOD index written next to the GLBs.
 pub const LODS_JSON: &str = "lods.json";
@@ -93,7 +97,9 @@ pub fn weld(mesh: &Mesh) -> Result<Mesh> {
 ///
 /// Steps: [`weld`]; then for each ratio r (level i) simplify the *full* welded mesh with
 /// `meshopt::simplify` towards `⌈r · F⌉` triangles within `params.target_error`; compact the
-/// level's vertices (`optimize_vertex_fetch`); write `out_dir/lod_<i>.glb` ([`write_glb`]); finally
+/// level's vertices (`optimize_vertex_fetch`); write `out_dir/lod_<i>.glb`
+/// ([`write_glb_referencing_images`]: the images are written once to `out_dir/textures/` and
+/// shared by every level, not embedded); finally
 /// write `out_dir/lods.json` (a JSON array of [`LodLevel`]). All writes are atomic. Level 0 is the
 /// welded mesh itself with `error_m = 0`.
 ///
@@ -132,6 +138,7 @@ pub fn decimate(mesh: &Mesh, params: &DecimateParams, out_dir: &Path) -> Result<
         })?;
     let scale_m = f64::from(meshopt::simplify_scale(&adapter));
     let full_triangles = welded.triangle_count();
+    let image_uris = write_lod_textures(&welded, out_dir)?;
 
     let mut levels = Vec::with_capacity(params.ratios.len());
     let mut prev_error_m = 0.0f64;
@@ -168,7 +175,10 @@ pub fn decimate(mesh: &Mesh, params: &DecimateParams, out_dir: &Path) -> Result<
         let level_vertices = meshopt::optimize_vertex_fetch(&mut indices, &vertices);
         let level_mesh = deinterleave(&welded, &level_vertices, indices);
         let file = format!("lod_{i}.glb");
-        write_atomic(&out_dir.join(&file), &write_glb(&level_mesh)?)?;
+        write_atomic(
+            &out_dir.join(&file),
+            &write_glb_referencing_images(&level_mesh, &image_uris)?,
+        )?;
         tracing::info!(
             level = i,
             ratio,
@@ -190,6 +200,39 @@ pub fn decimate(mesh: &Mesh, params: &DecimateParams, out_dir: &Path) -> Result<
     })?;
     write_atomic(&out_dir.join(LODS_JSON), &json)?;
     Ok(levels)
+}
+
+/// Write every image a material of `welded` uses to `out_dir/textures/<blake3>.png|jpg`, once;
+/// returns one reference per `welded.images` entry (relative to the GLBs). Every level's GLB
+/// references these files instead of embedding a copy: a chain of four levels would otherwise
+/// hold every texture four times (Avocado: 4 × 8.3 MB of PNG for 682 triangles).
+fn write_lod_textures(welded: &Mesh, out_dir: &Path) -> Result<Vec<ImageRef>> {
+    let mut used = vec![false; welded.images.len()];
+    for m in &welded.materials {
+        for t in m.textures() {
+            used[t.image] = true;
+        }
+    }
+    let mut refs = Vec::with_capacity(welded.images.len());
+    for (img, used) in welded.images.iter().zip(used) {
+        let ext = if img.mime == "image/jpeg" {
+            "jpg"
+        } else {
+            "png"
+        };
+        let uri = format!(
+            "{LOD_TEXTURES_DIR}/{}.{ext}",
+            blake3::hash(&img.bytes).to_hex()
+        );
+        if used {
+            write_atomic(&out_dir.join(&uri), &img.bytes)?;
+        }
+        refs.push(ImageRef {
+            uri,
+            mime: img.mime.clone(),
+        });
+    }
+    Ok(refs)
 }
 
 /// Read the `lods.json` that [`decimate`] wrote into `dir`.

@@ -11,9 +11,11 @@
 //! encoding: [`encode`].
 //!
 //! Layout of `out_dir`: `tileset.json`; `tiles/r.glb` (root), `tiles/r0.glb`, `tiles/r01.glb`, …
-//! (one digit per level: the child's index); `tiles/textures/<blake3 of the bytes>.png|jpg`, the
-//! images of every material, each written once and referenced by every tile GLB that draws a
-//! material using it as `textures/<…>` (relative to the GLB).
+//! (one digit per level: the child's index); `tiles/textures/<blake3 of the source>.png|jpg` and
+//! `tiles/textures/L<h>/<…>`, the texture pyramid of every image (see [`texture`]: leaves use the
+//! source size, each level above ½ of its resolution, all capped by `max_texture_size`), each file
+//! written once and referenced by every tile GLB of its level as `textures/<…>` (relative to the
+//! GLB).
 //!
 //! Materials: every tile holds one primitive per material among its triangles (only those), with
 //! the full glTF PBR material (`kiln_formats::mesh::Material`); a tile's textures and samplers are
@@ -32,6 +34,7 @@
 
 pub mod encode;
 pub mod hlod;
+pub mod texture;
 
 use std::path::Path;
 
@@ -41,17 +44,23 @@ use kiln_formats::mesh::{
 };
 use kiln_formats::tiles::tileset::{BoundingVolume, Content, Refine, Tile, Y_UP_TO_Z_UP};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 
 use super::{TileReport, write_tileset};
 use crate::stages::decimate::{LodLevel, vertex_materials, weld};
 use crate::{Error, Result};
 use encode::{Lattice, MeshoptCodec, quantize_tile};
 use hlod::{HlodNode, HlodOptions, build_hlod};
+use texture::TexturePyramid;
 
 /// Sub-directory of `out_dir` holding the tile contents.
 pub const TILES_DIR: &str = "tiles";
 /// Sub-directory of [`TILES_DIR`] holding the images the tiles reference.
 pub const TEXTURES_DIR: &str = "textures";
+
+/// Upper bound of [`MeshTileParams::max_texture_size`]: the largest 2D texture WebGL 2 / WebGPU
+/// implementations commonly allow.
+pub const MAX_TEXTURE_SIZE_LIMIT: u32 = 16_384;
 
 /// Parameters of the mesh tiler. Serialised into the tile stage's key; missing fields take the
 /// defaults.
@@ -69,6 +78,10 @@ pub struct MeshTileParams {
     /// Largest error one simplification step may add, relative to the extent of the simplified
     /// tile (meshopt's `target_error`). Range (0, 1]; default 0.05.
     pub max_simplify_error: f32,
+    /// Largest side, in pixels, of any image a tile references (leaves included): larger images
+    /// are downscaled to fit, keeping their aspect ratio. Range 1 ..= 16384; default 4096 (a
+    /// common GPU texture limit, and Obj2Tiles' default).
+    pub max_texture_size: u32,
 }
 
 impl Default for MeshTileParams {
@@ -77,6 +90,7 @@ impl Default for MeshTileParams {
             max_triangles_per_tile: 65_536,
             root_fraction: 0.125,
             max_simplify_error: 0.05,
+            max_texture_size: 4096,
         }
     }
 }
@@ -115,6 +129,13 @@ impl MeshTileParams {
                 self.max_simplify_error.to_string(),
             ));
         }
+        if !(1..=MAX_TEXTURE_SIZE_LIMIT).contains(&self.max_texture_size) {
+            return Err(param(
+                "max_texture_size",
+                "pixels in 1 ..= 16384, e.g. 4096",
+                self.max_texture_size.to_string(),
+            ));
+        }
         Ok(())
     }
 }
@@ -131,6 +152,10 @@ pub struct MeshLevelStats {
     /// Distinct materials drawn at this level (a material counts once however many tiles use it).
     #[serde(default)]
     pub materials: usize,
+    /// Bytes of the distinct image files the level's tiles reference (a file shared with another
+    /// level counts in both).
+    #[serde(default)]
+    pub texture_bytes: u64,
 }
 
 /// What [`tile_mesh`] wrote.
@@ -177,7 +202,8 @@ pub fn tile_mesh_lods(
 /// max(root error, box diagonal); each tile's box is the Z-up AABB of its decoded content and of
 /// its descendants'; refinement is REPLACE; each tile has one primitive per material it draws and
 /// a parent draws every material its children draw (simplification keeps material seams); each
-/// image is written once. Files are written
+/// image file is written once: leaves reference the source size, each level above ½ the resolution
+/// of the level below, capped by `max_texture_size` (see [`texture`]). Files are written
 /// atomically, tiles and textures before `tileset.json`.
 ///
 /// Not guaranteed: parents at exactly half their children's triangles (the simplifier stops at
@@ -227,21 +253,26 @@ fn build_and_write(
     )?;
 
     let tiles_dir = out_dir.join(TILES_DIR);
-    let (images, texture_bytes) = write_textures(&welded, &tiles_dir)?;
-
     let mut writer = Writer {
         welded: &welded,
         vertex_materials: &vertex_materials,
         lattice,
-        images: &images,
+        textures: TexturePyramid::new(&welded.images, &tiles_dir, params.max_texture_size),
         tiles_dir: &tiles_dir,
         levels: Vec::new(),
         level_materials: Vec::new(),
+        level_textures: Vec::new(),
     };
     let (root, (lo, hi)) = writer.emit(&tree, "r", 0)?;
+    let texture_bytes = writer.textures.bytes;
     let mut levels = writer.levels;
-    for (level, used) in levels.iter_mut().zip(&writer.level_materials) {
+    for ((level, used), files) in levels
+        .iter_mut()
+        .zip(&writer.level_materials)
+        .zip(&writer.level_textures)
+    {
         level.materials = used.iter().filter(|&&u| u).count();
+        level.texture_bytes = files.values().sum();
     }
     let diagonal_m = (0..3).map(|k| (hi[k] - lo[k]).powi(2)).sum::<f64>().sqrt();
     let geometric_error = diagonal_m.max(root.geometric_error);
@@ -286,63 +317,24 @@ fn build_and_write(
 /// Axis-aligned box `(min, max)`, metres.
 type Aabb = ([f64; 3], [f64; 3]);
 
-/// Write every image some material of `welded` uses to `tiles_dir/textures/<blake3>.png|jpg`
-/// (once, whatever number of tiles and materials use it); returns one [`ImageRef`] per
-/// `welded.images` entry (URI relative to the tile GLBs) and the bytes written.
-fn write_textures(welded: &Mesh, tiles_dir: &Path) -> Result<(Vec<ImageRef>, u64)> {
-    let mut used = vec![false; welded.images.len()];
-    for m in &welded.materials {
-        for t in m.textures() {
-            used[t.image] = true;
-        }
-    }
-    let mut bytes = 0u64;
-    let mut refs = Vec::with_capacity(welded.images.len());
-    for (img, used) in welded.images.iter().zip(used) {
-        let ext = if img.mime == "image/jpeg" {
-            "jpg"
-        } else {
-            "png"
-        };
-        let uri = format!("{TEXTURES_DIR}/{}.{ext}", blake3::hash(&img.bytes).to_hex());
-        if used {
-            write_atomic(&tiles_dir.join(&uri), &img.bytes)?;
-            bytes += img.bytes.len() as u64;
-        }
-        refs.push(ImageRef {
-            uri,
-            mime: img.mime.clone(),
-        });
-    }
-    Ok((refs, bytes))
-}
-
 /// Writes tile GLBs depth-first and assembles the [`Tile`] tree.
 struct Writer<'a> {
     welded: &'a Mesh,
     vertex_materials: &'a [u32],
     lattice: Lattice,
-    images: &'a [ImageRef],
+    textures: TexturePyramid<'a>,
     tiles_dir: &'a Path,
     levels: Vec<MeshLevelStats>,
     /// Per level, per source material: drawn by some tile of the level.
     level_materials: Vec<Vec<bool>>,
+    /// Per level: the image files its tiles reference (URI → bytes).
+    level_textures: Vec<HashMap<String, u64>>,
 }
 
 impl Writer<'_> {
     /// Write `node` (named `name`, at `depth`) and its subtree; returns its tile and its box
     /// (Z-up, metres, content ∪ descendants).
     fn emit(&mut self, node: &HlodNode, name: &str, depth: usize) -> Result<(Tile, Aabb)> {
-        let encoded = quantize_tile(
-            self.welded,
-            self.vertex_materials,
-            &node.indices,
-            self.lattice,
-            self.images,
-        );
-        let bytes = write_quantized_glb(&encoded.mesh, &MeshoptCodec)?;
-        let file = format!("{name}.glb");
-        write_atomic(&self.tiles_dir.join(&file), &bytes)?;
         if self.levels.len() <= depth {
             self.levels.resize(
                 depth + 1,
@@ -351,11 +343,24 @@ impl Writer<'_> {
                     triangles: 0,
                     bytes: 0,
                     materials: 0,
+                    texture_bytes: 0,
                 },
             );
             self.level_materials
                 .resize(depth + 1, vec![false; self.welded.materials.len()]);
+            self.level_textures.resize(depth + 1, HashMap::new());
         }
+        let images = self.tile_images(node, depth)?;
+        let encoded = quantize_tile(
+            self.welded,
+            self.vertex_materials,
+            &node.indices,
+            self.lattice,
+            &images,
+        );
+        let bytes = write_quantized_glb(&encoded.mesh, &MeshoptCodec)?;
+        let file = format!("{name}.glb");
+        write_atomic(&self.tiles_dir.join(&file), &bytes)?;
         for t in node.indices.chunks_exact(3) {
             self.level_materials[depth][self.vertex_materials[t[0] as usize] as usize] = true;
         }
@@ -397,6 +402,45 @@ impl Writer<'_> {
         };
         Ok((tile, (lo, hi)))
     }
+}
+
+impl Writer<'_> {
+    /// One [`ImageRef`] per `welded.images` entry for the tile `node` at `depth`: the images its
+    /// materials use at the tile's texture level (its height, see [`texture`]), written if not
+    /// yet; the others keep the source name (the tile GLB lists only the images it uses).
+    fn tile_images(&mut self, node: &HlodNode, depth: usize) -> Result<Vec<ImageRef>> {
+        let mut used = vec![false; self.welded.images.len()];
+        for t in node.indices.chunks_exact(3) {
+            let m = &self.welded.materials[self.vertex_materials[t[0] as usize] as usize];
+            for tex in m.textures() {
+                used[tex.image] = true;
+            }
+        }
+        let level = height(node);
+        let mut refs = Vec::with_capacity(used.len());
+        for (i, used) in used.into_iter().enumerate() {
+            if used {
+                let (r, n) = self.textures.image_at(i, level)?;
+                self.level_textures[depth].insert(r.uri.clone(), n);
+                refs.push(r);
+            } else {
+                refs.push(ImageRef {
+                    uri: String::new(),
+                    mime: self.welded.images[i].mime.clone(),
+                });
+            }
+        }
+        Ok(refs)
+    }
+}
+
+/// Height of `node` in its tree: 0 for a leaf, else 1 + its highest child's.
+fn height(node: &HlodNode) -> u32 {
+    node.children
+        .iter()
+        .map(|c| height(c) + 1)
+        .max()
+        .unwrap_or(0)
 }
 
 /// A glTF Y-up point in the Z-up tile frame ([`Y_UP_TO_Z_UP`], column-major).

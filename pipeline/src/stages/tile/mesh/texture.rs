@@ -1,0 +1,218 @@
+//! Texture LOD: one image pyramid per source image, shared by every tile of a level.
+//!
+//! Level `h` of a tile is its height in the tree (0 = leaf, a parent = 1 + its highest child).
+//! A tile at height `h` references each image at `⌊w / 2^h⌋ × ⌊h_px / 2^h⌋` pixels (at least 1),
+//! then shrunk to fit `max_texture_size` on its longer side (aspect kept): a parent's simplified
+//! triangles cover the same surface as its children's, so halving the resolution per level keeps
+//! texels per screen pixel roughly constant at the distance where the parent's geometric error
+//! (about double its children's) is shown — the texture scale of ½ per level that OpenDroneMap's
+//! Obj2Tiles uses. Pixel area, and so bytes, fall to about ¼ per level.
+//!
+//! Files: the source bytes unchanged at `textures/<blake3 of the source>.<ext>` when a level
+//! needs the full size; otherwise `textures/L<h>/<blake3 of the source>.<ext>`, written once for
+//! the first level that needs that size and shared by every tile (of any level) that needs the
+//! same size. URIs are relative to the tile GLBs in [`super::TILES_DIR`].
+//!
+//! Resampling: `image`'s `Triangle` filter (a tent whose support widens with the reduction, so a
+//! ½ step averages each 2×2 block with its ring — an area filter without aliasing). Lanczos3 is
+//! sharper but rings at hard edges (alpha-cutout borders, UV-chart borders next to the padding
+//! colour) and costs 3× the taps per axis; with each level resampled from the source (never from
+//! the previous level), Triangle's softness does not accumulate. Normal maps are resampled like
+//! colour and not renormalised: averaged unit vectors shorten slightly, which glTF viewers undo
+//! by normalising the sampled normal (glTF 2.0 §3.9.3 normalTexture, "normalized" in the
+//! shader), so renormalising the texels would only change the rounding.
+//!
+//! Encoding keeps the source's: PNG stays PNG (its colour type and bit depth kept), JPEG is
+//! re-encoded as baseline JPEG at quality 90. Other image types (WebP, KTX2) are not resampled:
+//! every level references the source file.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use image::codecs::jpeg::JpegEncoder;
+use image::codecs::png::PngEncoder;
+use image::imageops::FilterType;
+use image::{DynamicImage, ImageFormat};
+use kiln_formats::atomic_write::write_atomic;
+use kiln_formats::mesh::{EmbeddedImage, ImageRef};
+
+use super::TEXTURES_DIR;
+use crate::{Error, Result};
+
+/// JPEG quality of the downscaled levels of a JPEG source (libjpeg's 0–100 scale).
+pub const JPEG_QUALITY: u8 = 90;
+
+/// Writes the levels of the source images on demand and remembers what it wrote.
+pub struct TexturePyramid<'a> {
+    images: &'a [EmbeddedImage],
+    tiles_dir: &'a Path,
+    max_size: u32,
+    /// Source pixel size per image, once read.
+    dims: HashMap<usize, (u32, u32)>,
+    /// Decoded sources (decoded once, resampled once per size).
+    decoded: HashMap<usize, DynamicImage>,
+    /// Written files by (image, width, height): their reference and byte count.
+    written: HashMap<(usize, u32, u32), (ImageRef, u64)>,
+    /// Bytes of every file written.
+    pub bytes: u64,
+}
+
+impl<'a> TexturePyramid<'a> {
+    /// A pyramid over `images` (the welded mesh's), writing under `tiles_dir/textures/`, no image
+    /// side above `max_size` pixels (≥ 1).
+    pub fn new(images: &'a [EmbeddedImage], tiles_dir: &'a Path, max_size: u32) -> Self {
+        Self {
+            images,
+            tiles_dir,
+            max_size: max_size.max(1),
+            dims: HashMap::new(),
+            decoded: HashMap::new(),
+            written: HashMap::new(),
+            bytes: 0,
+        }
+    }
+
+    /// The file of image `image` for a tile at height `level` (0 = leaf), written if it is not
+    /// yet; returns its reference (URI relative to the tile GLBs) and its size in bytes.
+    ///
+    /// # Errors
+    /// [`Error::Input`] — a PNG or JPEG the `image` crate cannot decode or encode (names the
+    /// image's index); [`Error::Format`] — the write failed.
+    pub fn image_at(&mut self, image: usize, level: u32) -> Result<(ImageRef, u64)> {
+        let src = &self.images[image];
+        let ext = if src.mime == "image/jpeg" {
+            "jpg"
+        } else {
+            "png"
+        };
+        let hash = blake3::hash(&src.bytes).to_hex();
+        let resamplable = matches!(src.mime.as_str(), "image/png" | "image/jpeg");
+        let full = (0, 0);
+        let (w, h) = if resamplable {
+            self.source_dims(image)?
+        } else {
+            full
+        };
+        let (tw, th) = if resamplable {
+            level_size(w, h, level, self.max_size)
+        } else {
+            full
+        };
+        if let Some((r, n)) = self.written.get(&(image, tw, th)) {
+            return Ok((r.clone(), *n));
+        }
+        let (uri, bytes) = if (tw, th) == (w, h) {
+            let uri = format!("{TEXTURES_DIR}/{hash}.{ext}");
+            (uri, src.bytes.clone())
+        } else {
+            let uri = format!("{TEXTURES_DIR}/L{level}/{hash}.{ext}");
+            (uri, self.resample(image, tw, th)?)
+        };
+        write_atomic(&self.tiles_dir.join(&uri), &bytes)?;
+        let n = bytes.len() as u64;
+        self.bytes += n;
+        let r = ImageRef {
+            uri,
+            mime: src.mime.clone(),
+        };
+        self.written.insert((image, tw, th), (r.clone(), n));
+        Ok((r, n))
+    }
+
+    /// Pixel size of source image `image`, read from its header.
+    fn source_dims(&mut self, image: usize) -> Result<(u32, u32)> {
+        if let Some(&d) = self.dims.get(&image) {
+            return Ok(d);
+        }
+        let src = &self.images[image];
+        let d = image::ImageReader::with_format(
+            std::io::Cursor::new(&src.bytes),
+            image_format(&src.mime),
+        )
+        .into_dimensions()
+        .map_err(|e| bad_image(image, &src.mime, &e))?;
+        self.dims.insert(image, d);
+        Ok(d)
+    }
+
+    /// Source image `image` resampled to `w × h` and encoded like its source.
+    fn resample(&mut self, image: usize, w: u32, h: u32) -> Result<Vec<u8>> {
+        let src = &self.images[image];
+        let decoded = match self.decoded.entry(image) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(
+                image::load_from_memory_with_format(&src.bytes, image_format(&src.mime))
+                    .map_err(|e| bad_image(image, &src.mime, &e))?,
+            ),
+        };
+        let small = decoded.resize_exact(w, h, FilterType::Triangle);
+        let mut out = Vec::new();
+        let encoded = if src.mime == "image/jpeg" {
+            // JPEG holds 8-bit grey or RGB only.
+            let small = if small.color().has_color() {
+                DynamicImage::ImageRgb8(small.to_rgb8())
+            } else {
+                DynamicImage::ImageLuma8(small.to_luma8())
+            };
+            small.write_with_encoder(JpegEncoder::new_with_quality(&mut out, JPEG_QUALITY))
+        } else {
+            small.write_with_encoder(PngEncoder::new(&mut out))
+        };
+        encoded.map_err(|e| bad_image(image, &src.mime, &e))?;
+        Ok(out)
+    }
+}
+
+/// Pixel size of a `w × h` image at tree height `level`: halved per level (at least 1 pixel),
+/// then scaled to fit `max_size` on its longer side with the aspect ratio kept (rounded, at
+/// least 1).
+pub fn level_size(w: u32, h: u32, level: u32, max_size: u32) -> (u32, u32) {
+    let halve = |n: u32| n.checked_shr(level).unwrap_or(0).max(1);
+    let (w, h) = (halve(w), halve(h));
+    let longer = w.max(h);
+    if longer <= max_size {
+        return (w, h);
+    }
+    let fit = |n: u32| {
+        ((f64::from(n) * f64::from(max_size) / f64::from(longer)).round() as u32).clamp(1, max_size)
+    };
+    (fit(w), fit(h))
+}
+
+fn image_format(mime: &str) -> ImageFormat {
+    if mime == "image/jpeg" {
+        ImageFormat::Jpeg
+    } else {
+        ImageFormat::Png
+    }
+}
+
+fn bad_image(image: usize, mime: &str, e: &image::ImageError) -> Error {
+    Error::Input {
+        path: "<input mesh>".into(),
+        field: format!("images[{image}]"),
+        problem: format!(
+            "cannot resample this {mime} for the coarser tile levels ({e}); re-save the image \
+             as a standard PNG or JPEG"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::level_size;
+
+    #[test]
+    fn level_size_halves_per_level_and_caps_the_longer_side() {
+        assert_eq!(level_size(2048, 2048, 0, 4096), (2048, 2048));
+        assert_eq!(level_size(2048, 2048, 3, 4096), (256, 256));
+        assert_eq!(level_size(2048, 1024, 11, 4096), (1, 1));
+        assert_eq!(level_size(3, 5, 40, 4096), (1, 1));
+        // 8192 × 4096 capped to 4096: 4096 × 2048; one level up, 4096 × 2048 is within the cap.
+        assert_eq!(level_size(8192, 4096, 0, 4096), (4096, 2048));
+        assert_eq!(level_size(8192, 4096, 1, 4096), (4096, 2048));
+        assert_eq!(level_size(8192, 4096, 2, 4096), (2048, 1024));
+        // 1000 × 300 capped to 512: 512 × 153.6 → 154.
+        assert_eq!(level_size(1000, 300, 0, 512), (512, 154));
+    }
+}
