@@ -332,7 +332,7 @@ fn estimate_table(
          hours billed at {tier} (--pricing): by the SKU's provider [billing] rule (at least {} s per \
          lease by default), exactly for committed (amortised), × the slot's share of the GPU; CPU \
          stages at the {tier} $/vCPU-h (on demand ${}); '-' where the catalog has no spot price.\n  \
-         Compute only: storage and egress are not estimated (see `kiln report`). Model and \
+         Compute only: storage and egress are not estimated (see `kiln report`); model and \
          sources: jobs/src/estimate.rs",
         catalog.billing_minimum_s, catalog.cpu.vcpu_hour_usd_on_demand
     ));

@@ -412,7 +412,7 @@ fn a_budget_stops_training_before_the_cap_and_reports_sum_cost_per_team() {
     let doc = job_json(&sb, db, &id);
     assert_eq!(doc["job"]["state"], "failed", "{doc:#}");
     let err = doc["job"]["error"].as_str().unwrap();
-    assert!(err.contains("budget: stopped `train`"), "{err}");
+    assert!(err.contains("budget exhausted: stopped `train`"), "{err}");
     // 100,000 steps take far longer; the stop came within a few heartbeats of the cap.
     assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
 

@@ -75,7 +75,9 @@ fn plan_shows_reconstruct_for_photos_without_poses_and_not_for_posed_captures() 
     );
     let order: Vec<&str> = text
         .lines()
-        .filter_map(|l| l.trim().split_once(". ").map(|(_, r)| r))
+        .filter_map(|l| l.trim().split_once(". "))
+        .filter(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .map(|(_, r)| r)
         .filter_map(|r| r.split_whitespace().next())
         .collect();
     assert_eq!(
