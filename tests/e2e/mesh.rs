@@ -268,3 +268,85 @@ fn multi_material_gltf_job_publishes_every_material_in_every_leaf() {
     }
     validate_glbs(&files_with_ext(&out, "glb"));
 }
+
+/// Spot (5,856 triangles) with its faces split in file order into three plain-colour materials,
+/// which scatters each material over the surface in small patches (a new-user trial's input):
+/// at 1,024 triangles per tile the root cannot be simplified to budget without removing every
+/// patch, and the job once failed with "the tile has no indices". It must tile, every tile must
+/// draw triangles, and the leaves must keep all three materials.
+#[test]
+fn a_mesh_of_small_material_patches_tiles_with_every_tile_drawing_triangles() {
+    let sb = Sandbox::new();
+    let source =
+        std::fs::read_to_string(dataset("mesh-common-3d-test-models").join("spot.obj")).unwrap();
+    let dir = sb.path().join("patches");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("patches.mtl"),
+        "newmtl A\nKd 0.9 0.85 0.8\n\nnewmtl B\nKd 0.2 0.5 0.9\n\nnewmtl C\nKd 0.1 0.1 0.1\n",
+    )
+    .unwrap();
+    let mut obj = String::from("mtllib patches.mtl\n");
+    let mut faces = 0;
+    for line in source.lines() {
+        if line.starts_with("f ") {
+            if let Some(m) = [(0, "A"), (2000, "B"), (4000, "C")]
+                .iter()
+                .find(|(at, _)| *at == faces)
+            {
+                obj.push_str(&format!("usemtl {}\n", m.1));
+            }
+            faces += 1;
+        }
+        obj.push_str(line);
+        obj.push('\n');
+    }
+    let input = dir.join("patches.obj");
+    std::fs::write(&input, obj).unwrap();
+    let job = sb.job(
+        "patches",
+        &format!(
+            "name = \"patches\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"out/patches\"\n\
+             [mesh_tile]\nmax_triangles_per_tile = 1024\n",
+            input.display()
+        ),
+    );
+    ok(&sb.kiln(&["run", job.to_str().unwrap()]));
+    let out = sb.path().join("out/patches");
+    let mut leaf_materials = std::collections::BTreeSet::new();
+    let tileset: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("tileset.json")).unwrap()).unwrap();
+    let mut leaves = Vec::new();
+    leaf_uris(&tileset["root"], &mut leaves);
+    for glb in files_with_ext(&out.join("tiles"), "glb") {
+        let json = glb_json(&glb);
+        let prims: Vec<&serde_json::Value> = json["meshes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|m| m["primitives"].as_array().unwrap())
+            .collect();
+        let triangles: u64 = prims
+            .iter()
+            .map(|p| {
+                json["accessors"][p["indices"].as_u64().unwrap() as usize]["count"]
+                    .as_u64()
+                    .unwrap()
+                    / 3
+            })
+            .sum();
+        assert!(triangles > 0, "{} draws nothing", glb.display());
+        let name = format!("tiles/{}", glb.file_name().unwrap().to_str().unwrap());
+        if leaves.contains(&name) {
+            for p in prims {
+                let m = p["material"].as_u64().unwrap() as usize;
+                leaf_materials.insert(json["materials"][m]["name"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    assert_eq!(
+        leaf_materials.into_iter().collect::<Vec<_>>(),
+        ["A", "B", "C"],
+        "leaves {leaves:?}"
+    );
+}

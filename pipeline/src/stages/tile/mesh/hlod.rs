@@ -312,8 +312,21 @@ impl Ctx<'_> {
             if simplified.len() / 3 <= self.options.max_triangles {
                 break;
             }
-            (simplified, own_error_m) =
+            let (candidate, candidate_error_m) =
                 self.simplify(&union, cell, target, UNLIMITED_ERROR, options)?;
+            // `Prune` can remove every triangle of a mesh made of many small material patches
+            // (each patch is a component once seams split it): an over-budget parent is kept
+            // rather than an empty one, which no client could draw.
+            if candidate.is_empty() {
+                tracing::warn!(
+                    triangles = simplified.len() / 3,
+                    budget = self.options.max_triangles,
+                    "tile: the root stays over its triangle budget: simplifying further removed \
+                     every triangle (material seams split the mesh into many small patches)"
+                );
+                break;
+            }
+            (simplified, own_error_m) = (candidate, candidate_error_m);
         }
         let error_m = children.iter().map(|c| c.error_m).fold(0.0, f64::max) + own_error_m;
         Ok(HlodNode {
