@@ -33,7 +33,8 @@ pub struct TileReport {
 pub(crate) const CONTENT_GLTF: &str = "3DTILES_content_gltf";
 
 /// Write `out_dir/tileset.json` atomically: 3D Tiles 1.1 with `root`, `geometric_error` (metres)
-/// and `3DTILES_content_gltf` declaring `gltf_extensions` as used and required by every content;
+/// and `3DTILES_content_gltf` declaring `gltf_used` as used and `gltf_required` as required by
+/// the content;
 /// the tileset extension itself is listed as required when `content_gltf_required` (splats:
 /// clients must route the content) and as used only otherwise. Returns the file's path.
 ///
@@ -43,7 +44,8 @@ fn write_tileset(
     out_dir: &Path,
     root: Tile,
     geometric_error: f64,
-    gltf_extensions: &[&str],
+    gltf_used: &[&str],
+    gltf_required: &[&str],
     content_gltf_required: bool,
     frame: Option<&frame::TilesetFrame>,
 ) -> Result<PathBuf> {
@@ -64,8 +66,8 @@ fn write_tileset(
         extensions: [(
             CONTENT_GLTF.to_string(),
             serde_json::json!({
-                "extensionsUsed": gltf_extensions,
-                "extensionsRequired": gltf_extensions,
+                "extensionsUsed": gltf_used,
+                "extensionsRequired": gltf_required,
             }),
         )]
         .into_iter()

@@ -225,6 +225,18 @@ pub fn tile_mesh(mesh: &Mesh, params: &MeshTileParams, out_dir: &Path) -> Result
     Ok(build_and_write(mesh, params, out_dir)?.0)
 }
 
+/// The glTF extensions the tiles' materials may use (`KHR_texture_transform`,
+/// `KHR_materials_*`), for the tileset's `3DTILES_content_gltf.extensionsUsed`: 3D Tiles 1.1
+/// asks that list to hold every extension the content uses (validators warn otherwise). None is
+/// required: a client without one still draws the core material.
+fn material_extensions(materials: &[kiln_formats::mesh::Material]) -> Vec<String> {
+    let mut table = kiln_formats::mesh::MaterialTable::default();
+    for m in materials {
+        table.add(m);
+    }
+    table.extensions_used().map(str::to_string).collect()
+}
+
 /// [`tile_mesh`], also returning the welded mesh, the lattice and the tree (for tests).
 fn build_and_write(
     mesh: &Mesh,
@@ -276,10 +288,14 @@ fn build_and_write(
     }
     let diagonal_m = (0..3).map(|k| (hi[k] - lo[k]).powi(2)).sum::<f64>().sqrt();
     let geometric_error = diagonal_m.max(root.geometric_error);
+    let material_extensions = material_extensions(&mesh.materials);
+    let mut used = vec![KHR_MESH_QUANTIZATION, EXT_MESHOPT_COMPRESSION];
+    used.extend(material_extensions.iter().map(String::as_str));
     let tileset_path = write_tileset(
         out_dir,
         root,
         geometric_error,
+        &used,
         &[KHR_MESH_QUANTIZATION, EXT_MESHOPT_COMPRESSION],
         false,
         None,

@@ -384,6 +384,7 @@ pub fn tile_splats_refined(
         root,
         built.boxes[0].diagonal().max(built.errors[0]),
         &[KHR_GAUSSIAN_SPLATTING, KHR_GAUSSIAN_SPLATTING_SPZ_2],
+        &[KHR_GAUSSIAN_SPLATTING, KHR_GAUSSIAN_SPLATTING_SPZ_2],
         true,
         Some(frame),
     )?;
