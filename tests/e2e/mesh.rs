@@ -271,7 +271,11 @@ fn multi_material_gltf_job_publishes_every_material_in_every_leaf() {
     // Kiln's own check has nothing to warn about (it warned once per tile and extension).
     let check = sb.kiln(&["check", out.to_str().unwrap()]);
     ok(&check);
-    assert!(stdout(&check).contains("0 errors, 0 warnings"), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains("0 errors, 0 warnings"),
+        "{}",
+        stdout(&check)
+    );
 }
 
 /// Spot (5,856 triangles) with its faces split in file order into three plain-colour materials,
