@@ -314,16 +314,7 @@ async fn period_report(
     args: &ReportArgs,
     pricing: &Pricing<'_>,
 ) -> anyhow::Result<()> {
-    let since = args
-        .since
-        .as_deref()
-        .map(|t| utc_bound("--since", t))
-        .transpose()?;
-    let until = args
-        .until
-        .as_deref()
-        .map(|t| utc_bound("--until", t))
-        .transpose()?;
+    let (since, until) = period_bounds(args)?;
     if let (Some(a), Some(b)) = (&since, &until)
         && a >= b
     {
@@ -418,6 +409,16 @@ fn period_table(lines: &[CostLine], total: &CostLine, by: By) -> String {
     out
 }
 
+/// `--since` and `--until` as UTC bounds, each parsed by [`utc_bound`].
+fn period_bounds(args: &ReportArgs) -> anyhow::Result<(Option<String>, Option<String>)> {
+    let bound =
+        |flag: &str, t: &Option<String>| t.as_deref().map(|t| utc_bound(flag, t)).transpose();
+    Ok((
+        bound("--since", &args.since)?,
+        bound("--until", &args.until)?,
+    ))
+}
+
 /// `text` (RFC 3339 with any offset, or a date `YYYY-MM-DD` meaning its UTC midnight) as the
 /// ledger's UTC timestamp format, so that text order is time order.
 fn utc_bound(flag: &str, text: &str) -> anyhow::Result<String> {
@@ -473,16 +474,7 @@ async fn estimate_error_report(
 ) -> anyhow::Result<()> {
     use kiln_jobs::estimate::RecordedEstimate;
     use kiln_jobs::estimate_error;
-    let since = args
-        .since
-        .as_deref()
-        .map(|t| utc_bound("--since", t))
-        .transpose()?;
-    let until = args
-        .until
-        .as_deref()
-        .map(|t| utc_bound("--until", t))
-        .transpose()?;
+    let (since, until) = period_bounds(args)?;
     let (mut compared, mut without) = (Vec::new(), 0usize);
     for (job, team) in ledger
         .jobs_between(since.as_deref(), until.as_deref())

@@ -20,7 +20,7 @@ use kiln_formats::mesh::{
     quantize_normal,
 };
 
-use super::hlod::compact;
+use kiln_formats::mesh::compact;
 
 /// Largest lattice span of a tile on any axis: u16 coordinates hold 0..=65535; one step of
 /// headroom because rounding both ends can add one.

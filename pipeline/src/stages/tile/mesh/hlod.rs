@@ -20,6 +20,7 @@
 //! * `error_m` = max(children's) + the own simplification error: an upper bound on the distance
 //!   to the full-resolution surface (triangle inequality), monotone towards the root; leaves 0.
 
+use kiln_formats::mesh::compact;
 use meshopt::{SimplifyOptions, SimplifyVertex, VertexDataAdapter};
 
 use crate::{Error, Result};
@@ -479,16 +480,4 @@ fn adapter(positions: &[[f32; 3]]) -> Result<VertexDataAdapter<'_>> {
         field: "positions".into(),
         problem: format!("meshopt rejected the vertex buffer: {e}"),
     })
-}
-
-/// The distinct vertices of `global` (sorted) and `global` re-indexed into them.
-pub fn compact(global: &[u32]) -> (Vec<u32>, Vec<u32>) {
-    let mut vertices = global.to_vec();
-    vertices.sort_unstable();
-    vertices.dedup();
-    let local = global
-        .iter()
-        .map(|v| vertices.binary_search(v).unwrap_or_default() as u32)
-        .collect();
-    (vertices, local)
 }
