@@ -576,15 +576,18 @@ fn local_output_dir(output: &str) -> anyhow::Result<PathBuf> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn csv_leaves_unmeasured_gpu_time_empty_and_has_compute_usd_team_and_budget() {
-        let catalog = PriceCatalog::default_catalog();
-        let p = Pricing {
-            catalog: &catalog,
+    /// On-demand prices, unknown GPUs priced as an H100.
+    fn on_demand_h100(catalog: &PriceCatalog) -> Pricing<'_> {
+        Pricing {
+            catalog,
             tier: Tier::OnDemand,
             fallback_sku: Some("H100".into()),
-        };
-        let gpu = |busy: Option<f64>| kiln_jobs::ledger::StageRow {
+        }
+    }
+
+    /// A successful 100 s train attempt on one GPU, `busy` GPU-seconds measured (None: no NVML).
+    fn train_on_gpu(busy: Option<f64>) -> kiln_jobs::ledger::StageRow {
+        kiln_jobs::ledger::StageRow {
             stage: "train".into(),
             state: "succeeded".into(),
             device: "cuda:0".into(),
@@ -592,7 +595,14 @@ mod tests {
             gpu_s: 100.0,
             gpu_busy_s: busy,
             ..Default::default()
-        };
+        }
+    }
+
+    #[test]
+    fn csv_leaves_unmeasured_gpu_time_empty_and_has_compute_usd_team_and_budget() {
+        let catalog = PriceCatalog::default_catalog();
+        let p = on_demand_h100(&catalog);
+        let gpu = train_on_gpu;
         // 100 s allocated, 64 busy: idle 36. Without NVML: empty cells in both columns.
         let measured = CostLine::for_job("m", "art", "succeeded", &[gpu(Some(64.0))], &p)
             .with_budget(Some(0.1));
@@ -697,20 +707,8 @@ mod tests {
     #[test]
     fn the_period_table_shows_busy_and_idle_gpu_seconds_or_not_measured() {
         let catalog = PriceCatalog::default_catalog();
-        let p = Pricing {
-            catalog: &catalog,
-            tier: Tier::OnDemand,
-            fallback_sku: Some("H100".into()),
-        };
-        let gpu = |busy: Option<f64>| kiln_jobs::ledger::StageRow {
-            stage: "train".into(),
-            state: "succeeded".into(),
-            device: "cuda:0".into(),
-            wall_s: 100.0,
-            gpu_s: 100.0,
-            gpu_busy_s: busy,
-            ..Default::default()
-        };
+        let p = on_demand_h100(&catalog);
+        let gpu = train_on_gpu;
         // Job m: 100 s allocated, 64 busy, idle 36; job u: no NVML. The total cannot be measured.
         let lines = [
             CostLine::for_job("m", "art", "succeeded", &[gpu(Some(64.0))], &p),

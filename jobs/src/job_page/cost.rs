@@ -177,22 +177,7 @@ mod tests {
             row("train", "failed", 1800.0),
             row("train", "succeeded", 5400.0),
         ];
-        let r = JobReport {
-            job: JobRow {
-                id: "j".into(),
-                name: "n".into(),
-                kind: "capture".into(),
-                input: "i".into(),
-                output: "o".into(),
-                state: "succeeded".into(),
-                created_at: "t".into(),
-                finished_at: None,
-                error: None,
-            },
-            totals: crate::report::totals(&stages),
-            gpu_by_stage: crate::report::gpu_by_stage(&stages),
-            stages,
-        };
+        let r = report_of(stages);
         let catalog = crate::prices::PriceCatalog::default_catalog();
         let html = cost_table_html(&r, &crate::job_page::default_pricing(&catalog));
         assert_eq!(
