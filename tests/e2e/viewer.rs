@@ -15,17 +15,17 @@ use std::process::{Child, Command, Stdio};
 use super::harness::*;
 
 /// Where the browser check's tools are.
-struct BrowserTools {
+pub(super) struct BrowserTools {
     /// `node_modules` holding `puppeteer-core` (for `NODE_PATH`).
-    node_path: PathBuf,
+    pub(super) node_path: PathBuf,
     /// The CesiumJS build folder (`…/cesium/Build/Cesium`).
-    cesium_dir: PathBuf,
-    chromium: PathBuf,
+    pub(super) cesium_dir: PathBuf,
+    pub(super) chromium: PathBuf,
 }
 
 /// Find Chromium, Node.js, puppeteer-core and CesiumJS; `None` (after printing why) when one is
 /// missing outside CI. In CI a missing tool is a test failure naming what to install.
-fn browser_tools() -> Option<BrowserTools> {
+pub(super) fn browser_tools() -> Option<BrowserTools> {
     let home = std::env::var("HOME").unwrap_or_default();
     let node_path: PathBuf = std::env::var_os("KILN_BROWSER_NODE_PATH")
         .map(PathBuf::from)
@@ -483,6 +483,7 @@ fn axis_fixture_mesh() -> kiln_formats::mesh::Mesh {
     img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
         .unwrap();
     let mut mesh = kiln_formats::mesh::Mesh {
+        origin_m: [0.0; 3],
         positions: Vec::new(),
         normals: Some(Vec::new()),
         uvs: Some(Vec::new()),

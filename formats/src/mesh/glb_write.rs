@@ -25,8 +25,8 @@ const UNSIGNED_INT: u32 = 5125;
 
 /// Encode `mesh` as GLB bytes.
 ///
-/// One node, one glTF mesh with one triangle primitive per used material (in material order);
-/// each primitive has its own compacted vertices (a vertex used by two materials is written twice),
+/// One node (translated by [`Mesh::origin_m`] when it is not 0, the f64 value written in full),
+/// one glTF mesh with one triangle primitive per used material (in material order); each primitive has its own compacted vertices (a vertex used by two materials is written twice),
 /// so a reader that appends primitive by primitive gets no unused vertices. Per primitive, in the
 /// BIN chunk (each part 4-byte aligned): POSITION `[V_p, 3]` f32 (with exact `min` / `max`),
 /// NORMAL `[V_p, 3]` f32, TEXCOORD_0 / TEXCOORD_1 `[V_p, 2]` f32 and COLOR_0 `[V_p, 4]` f32 when
@@ -40,7 +40,7 @@ const UNSIGNED_INT: u32 = 5125;
 ///
 /// # Errors
 /// * [`Error::Empty`] — no triangles.
-/// * [`Error::Invalid`] — an index ≥ V, a non-finite position, `indices.len()` not a multiple of 3,
+/// * [`Error::Invalid`] — an index ≥ V, a non-finite position or origin, `indices.len()` not a multiple of 3,
 ///   attribute arrays whose length differs from V, or broken material invariants (see
 ///   [`Mesh::check_materials`]). The `path` is `<in-memory mesh>`.
 ///
@@ -148,7 +148,7 @@ fn write_glb_images(mesh: &Mesh, image_uris: Option<&[ImageRef]>) -> Result<Vec<
         "asset": {"version": "2.0", "generator": concat!("kiln ", env!("CARGO_PKG_VERSION"))},
         "scene": 0,
         "scenes": [{"nodes": [0]}],
-        "nodes": [{"mesh": 0}],
+        "nodes": [node_json(mesh.origin_m)],
         "meshes": [{"primitives": primitives}],
     });
     table.write_into(&mut root);
@@ -308,6 +308,13 @@ fn check_write_glb_inputs(mesh: &Mesh) -> Result<()> {
         expected,
         found,
     };
+    if !mesh.origin_m.iter().all(|c| c.is_finite()) {
+        return Err(invalid(
+            "origin_m",
+            "finite metres".into(),
+            format!("{:?}", mesh.origin_m),
+        ));
+    }
     if mesh.indices.is_empty() {
         return Err(Error::Empty {
             path: IN_MEMORY.into(),
@@ -382,6 +389,16 @@ fn check_write_glb_inputs(mesh: &Mesh) -> Result<()> {
 }
 
 /// Unit-length normal (validator tolerance is 4e-4 on |n|−1); degenerate ones become +Y.
+/// The one node: the mesh, translated by `origin_m` when that is not 0 (f64 in the JSON text, so
+/// [`super::read_gltf`] reads the same origin back and the positions relative to it bit for bit).
+fn node_json(origin_m: [f64; 3]) -> serde_json::Value {
+    if origin_m == [0.0; 3] {
+        json!({"mesh": 0})
+    } else {
+        json!({"mesh": 0, "translation": origin_m})
+    }
+}
+
 fn unit_normal(n: &[f32; 3]) -> [f32; 3] {
     let len = (n[0] * n[0] + n[1] * n[1] + n[2] * n[2]).sqrt();
     if len.is_finite() && len > 1e-12 {
@@ -399,6 +416,7 @@ mod tests {
 
     fn quad() -> Mesh {
         Mesh {
+            origin_m: [0.0; 3],
             positions: vec![
                 [0.0, 0.0, 0.0],
                 [1.0, 0.0, 0.0],
@@ -453,6 +471,34 @@ mod tests {
         let p = dir.join(name);
         crate::atomic_write::write_atomic(&p, &bytes).unwrap();
         (read_gltf(&p).unwrap(), p)
+    }
+
+    /// A mesh placed at an ECEF point keeps its origin and its positions bit for bit through
+    /// write and read: the origin is a whole-metre node translation (f64 in the JSON), and the
+    /// reader takes a whole-metre translation ≥ 1024 m back as the origin.
+    #[test]
+    fn an_ecef_origin_round_trips_as_the_node_translation() {
+        let mut mesh = quad();
+        mesh.origin_m = [4_000_000.0, 3_000_000.0, -3_500_000.0];
+        mesh.positions[1] = [0.123_456_7, 1e-4, -2.5];
+        let dir = tempfile::tempdir().unwrap();
+        let (back, p) = round_trip(&mesh, dir.path(), "ecef.glb");
+        assert_eq!(back.origin_m, mesh.origin_m);
+        assert_eq!(back.positions, mesh.positions);
+        let bytes = std::fs::read(&p).unwrap();
+        let n = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+        let json: serde_json::Value = serde_json::from_slice(&bytes[20..20 + n]).unwrap();
+        assert_eq!(
+            json["nodes"][0]["translation"],
+            serde_json::json!([4_000_000.0, 3_000_000.0, -3_500_000.0])
+        );
+        mesh.origin_m[0] = f64::NAN;
+        assert!(
+            write_glb(&mesh)
+                .unwrap_err()
+                .to_string()
+                .contains("origin_m")
+        );
     }
 
     #[test]
@@ -566,8 +612,10 @@ mod tests {
     fn large_meshes_use_u32_indices() {
         let n = 70_000u32;
         let mesh = Mesh {
+            origin_m: [0.0; 3],
             positions: (0..n).map(|i| [i as f32, (i % 2) as f32, 0.0]).collect(),
-            normals: None,
+            // Given, so that the reader does not generate (and split) any.
+            normals: Some(vec![[0.0, 0.0, 1.0]; n as usize]),
             uvs: None,
             uvs1: None,
             colors: None,

@@ -34,6 +34,17 @@ use crate::{Error, Result};
 /// (metres, glTF Y-up) and its inverse transpose to normals (renormalised). A mirroring transform
 /// (negative determinant) flips the triangle winding so front faces stay counter-clockwise.
 ///
+/// Precision: node transforms (`matrix`, or translation/rotation/scale) are read from the JSON
+/// text in f64 and composed in f64. When the first primitive's world translation is ≥ 1024 m on
+/// some axis (an ECEF or projected placement), [`Mesh::origin_m`] is that translation rounded to
+/// whole metres and positions are stored relative to it (world − origin in f64, then f32), so an
+/// ECEF-placed mesh keeps the precision of its vertex data instead of f32's 0.25 m spacing at
+/// 4,000 km; otherwise the origin is 0.
+///
+/// Normals: a primitive without a usable `NORMAL` gets generated smooth normals with creases
+/// kept (see [`super::generate_missing_normals`]; one info line), where glTF clients would draw
+/// flat facets; other primitives keep theirs.
+///
 /// Materials: every primitive keeps its material, converted in full (see
 /// [`super::Material`]: PBR metallic-roughness factors and maps, normal/occlusion/emissive maps,
 /// texCoord sets 0 and 1, `KHR_texture_transform`, samplers, `alphaMode`/`alphaCutoff`,
@@ -59,9 +70,9 @@ use crate::{Error, Result};
 /// without the texture.
 ///
 /// Not guaranteed: attributes other than POSITION, NORMAL, TEXCOORD_0/1 and COLOR_0 are dropped
-/// (tangents, joints, weights, morph targets); normals are dropped for the whole mesh (with a
-/// warning) when any primitive lacks them or holds non-finite values; textures sampling sets ≥ 2
-/// and material extensions that are not `KHR_materials_*` are dropped with a warning; Draco
+/// (joints, weights, morph targets; `TANGENT` with one warning per file naming the primitives,
+/// since viewers then compute MikkTSpace tangents as glTF 2.0 §3.7.2.1 asks); textures sampling
+/// sets ≥ 2 and material extensions that are not `KHR_materials_*` are dropped with a warning; Draco
 /// `COLOR_0` is not decoded (warned); point and line primitives are skipped with a warning;
 /// images that are not PNG or JPEG (KTX2, WebP) are dropped with a warning, their materials
 /// keeping their factors. A POSITION accessor without the schema-required
@@ -126,8 +137,10 @@ pub fn read_gltf(path: &Path) -> Result<Mesh> {
         Err(e) => return Err(convert_gltf_error(path, &required, e)),
     };
     let base = path.parent().unwrap_or(Path::new("."));
+    let node_matrices = node_matrices_f64(&bytes, document.nodes().len());
     let buffers = load_buffers(path, base, &document, blob)?;
     let mut builder = Builder::new(path, base, &document, &buffers);
+    builder.node_matrices = node_matrices;
     builder.walk_default_scene()?;
     builder.finish()
 }
@@ -336,8 +349,18 @@ struct Builder<'a> {
     base: &'a Path,
     document: &'a Document,
     buffers: &'a [Vec<u8>],
+    /// Relative to `origin_m` (decided by the first primitive, see [`origin_for`]).
     positions: Vec<[f32; 3]>,
+    /// `None` until the first primitive is added.
+    origin_m: Option<[f64; 3]>,
+    /// Local matrix of every node in f64 from the JSON text (`None` entries, or an empty list,
+    /// fall back to the `gltf` crate's f32 values).
+    node_matrices: Vec<Option<[f64; 16]>>,
+    /// `[V, 3]`; zero where the primitive had no usable NORMAL (`normal_authored` false).
     normals: Vec<[f32; 3]>,
+    normal_authored: Vec<bool>,
+    /// Primitives whose TANGENT was not kept (one warning per file names them).
+    dropped_tangents: Vec<String>,
     /// TEXCOORD_0 / TEXCOORD_1 / COLOR_0: `None` until a primitive has them, then back-filled
     /// with the glTF defaults for the vertices of primitives without them.
     uvs: Option<Vec<[f32; 2]>>,
@@ -345,7 +368,6 @@ struct Builder<'a> {
     colors: Option<Vec<[f32; 4]>>,
     indices: Vec<u32>,
     triangle_materials: Vec<u32>,
-    all_have_normals: bool,
     primitives: usize,
     /// glTF material index (`None` = the default material) → index into `materials`.
     material_slots: std::collections::HashMap<Option<usize>, u32>,
@@ -366,13 +388,16 @@ impl<'a> Builder<'a> {
             document,
             buffers,
             positions: Vec::new(),
+            origin_m: None,
+            node_matrices: Vec::new(),
             normals: Vec::new(),
+            normal_authored: Vec::new(),
+            dropped_tangents: Vec::new(),
             uvs: None,
             uvs1: None,
             colors: None,
             indices: Vec::new(),
             triangle_materials: Vec::new(),
-            all_have_normals: true,
             primitives: 0,
             material_slots: Default::default(),
             materials: Vec::new(),
@@ -409,8 +434,13 @@ impl<'a> Builder<'a> {
                         .into(),
                 });
             }
-            let local = node.transform().matrix();
-            let world = mat_mul(&parent, &mat_from_cols(&local));
+            let local = self
+                .node_matrices
+                .get(node.index())
+                .copied()
+                .flatten()
+                .unwrap_or_else(|| mat_from_cols(&node.transform().matrix()));
+            let world = mat_mul(&parent, &local);
             if let Some(mesh) = node.mesh() {
                 for primitive in mesh.primitives() {
                     self.add_primitive(&mesh, &primitive, &world)?;
@@ -561,7 +591,7 @@ impl<'a> Builder<'a> {
                 if n.len() != vertex_count || n.iter().any(|v| !v.iter().all(|c| c.is_finite())) {
                     tracing::warn!(
                         file = %self.path.display(),
-                        "{field}: NORMAL (accessors[{}]) is non-finite or mis-sized; normals dropped",
+                        "{field}: NORMAL (accessors[{}]) is non-finite or mis-sized; normals are generated instead",
                         acc.index()
                     );
                     None
@@ -693,21 +723,25 @@ impl<'a> Builder<'a> {
                 supported: "meshes with < 2^32 vertices".into(),
             });
         }
+        let origin = *self.origin_m.get_or_insert_with(|| origin_for(world));
         self.positions
-            .extend(positions.iter().map(|v| transform_point(world, v)));
+            .extend(positions.iter().map(|v| transform_point(world, origin, v)));
         match normals {
-            Some(n) if self.all_have_normals => self
-                .normals
-                .extend(n.iter().map(|v| transform_normal(&normal_matrix, v))),
-            _ => {
-                if self.all_have_normals && self.primitives > 0 {
-                    tracing::warn!(
-                        file = %self.path.display(),
-                        "{field}: has no usable NORMAL; normals dropped for the whole mesh"
-                    );
-                }
-                self.all_have_normals = false;
+            Some(n) => {
+                self.normals
+                    .extend(n.iter().map(|v| transform_normal(&normal_matrix, v)));
+                self.normal_authored
+                    .extend(std::iter::repeat_n(true, vertex_count));
             }
+            None => {
+                self.normals
+                    .extend(std::iter::repeat_n([0.0; 3], vertex_count));
+                self.normal_authored
+                    .extend(std::iter::repeat_n(false, vertex_count));
+            }
+        }
+        if primitive.get(&Semantic::Tangents).is_some() {
+            self.dropped_tangents.push(field.clone());
         }
         let base_len = base as usize;
         append_or_default(&mut self.uvs, base_len, vertex_count, uvs, [0.0; 2]);
@@ -1089,9 +1123,11 @@ impl<'a> Builder<'a> {
                 .map(|(_, m)| m.clone())
                 .collect::<Vec<_>>(),
         );
-        Ok(Mesh {
+        self.warn_dropped_tangents();
+        let mut mesh = Mesh {
+            origin_m: self.origin_m.unwrap_or([0.0; 3]),
             positions: self.positions,
-            normals: self.all_have_normals.then_some(self.normals),
+            normals: Some(self.normals),
             uvs: self.uvs,
             uvs1: self.uvs1,
             colors: self.colors,
@@ -1099,7 +1135,28 @@ impl<'a> Builder<'a> {
             triangle_materials: self.triangle_materials,
             materials: self.materials,
             images: self.images,
-        })
+        };
+        super::fill_missing_normals(self.path, &mut mesh, Some(&self.normal_authored));
+        Ok(mesh)
+    }
+
+    /// One warning naming the primitives whose `TANGENT` is not kept (the tiles carry no
+    /// tangents). glTF 2.0 §3.7.2.1: "When tangents are not specified, client implementations
+    /// SHOULD calculate tangents using default MikkTSpace algorithms with the specified vertex
+    /// positions, normals, and texture coordinates associated with the normal texture", which is
+    /// what CesiumJS and three.js do for normal-mapped materials.
+    fn warn_dropped_tangents(&self) {
+        let Some(first) = self.dropped_tangents.first() else {
+            return;
+        };
+        tracing::warn!(
+            file = %self.path.display(),
+            "TANGENT of {} primitive(s) ({first}{}) is not kept; viewers compute tangents \
+             (MikkTSpace, as glTF 2.0 §3.7.2.1 asks) for normal maps, which matches the source \
+             where its exporter used MikkTSpace (Blender, Substance, gltfpack do)",
+            self.dropped_tangents.len(),
+            if self.dropped_tangents.len() > 1 { ", …" } else { "" }
+        );
     }
 
     /// The bytes of `bufferViews[index]`; `None` when it does not exist or lies outside its buffer.
@@ -1297,9 +1354,135 @@ fn mat_mul(a: &[f64; 16], b: &[f64; 16]) -> [f64; 16] {
     m
 }
 
-fn transform_point(m: &[f64; 16], p: &[f32; 3]) -> [f32; 3] {
+/// `m · p − origin` in f64, then rounded to f32. The origin is taken off the translation column
+/// first (`(R·p) + (t − origin)`): `t − origin` is exact (Sterbenz: the two are within a factor of
+/// 2, see [`origin_for`]), so small coordinates never pass through a sum with millions of metres
+/// and a node that only translates gives back its vertex data bit for bit.
+fn transform_point(m: &[f64; 16], origin: [f64; 3], p: &[f32; 3]) -> [f32; 3] {
     let (x, y, z) = (f64::from(p[0]), f64::from(p[1]), f64::from(p[2]));
-    std::array::from_fn(|r| (m[r] * x + m[4 + r] * y + m[8 + r] * z + m[12 + r]) as f32)
+    std::array::from_fn(|r| {
+        let t = m[12 + r] - origin[r];
+        (m[r] * x + m[4 + r] * y + m[8 + r] * z + t) as f32
+    })
+}
+
+/// Node translations at least this far from 0 (metres, on any axis) move the mesh's
+/// [`Mesh::origin_m`] there. f32 spacing at 1024 m is 2^-13 m = 0.12 mm (IEEE 754 binary32: 24
+/// significant bits), so below it f32 world coordinates keep 0.06 mm; at an ECEF radius (2^22 m
+/// ≈ 4,194 km) they would keep only 0.25 m / 2 = 12.5 cm.
+pub(crate) const RECENTRE_FROM_M: f64 = 1024.0;
+
+/// The origin the positions are kept relative to, from the world matrix of the first primitive:
+/// its translation rounded to whole metres when some axis is ≥ [`RECENTRE_FROM_M`] (whole metres
+/// so that writing the origin as a node translation and reading it back gives the same origin,
+/// and positions back bit for bit), else 0.
+fn origin_for(world: &[f64; 16]) -> [f64; 3] {
+    let t = [world[12], world[13], world[14]];
+    if t.iter().any(|c| c.abs() >= RECENTRE_FROM_M) && t.iter().all(|c| c.is_finite()) {
+        t.map(f64::round)
+    } else {
+        [0.0; 3]
+    }
+}
+
+/// The local matrix (column-major) of every node, composed in f64 from the JSON text: the `gltf`
+/// crate stores `matrix`/`translation` as f32, which rounds an ECEF translation to 0.25 m.
+/// `matrix` when given, else `T · R · S` (glTF 2.0 §5.25: translation, rotation as the unit
+/// quaternion `[x, y, z, w]`, scale). An entry is `None` (the caller then uses the crate's f32
+/// value) when a field is not an array of numbers of the right length; the list is empty when
+/// the file's JSON cannot be found again (it parsed once already, so never in practice).
+fn node_matrices_f64(bytes: &[u8], count: usize) -> Vec<Option<[f64; 16]>> {
+    let Some(json) = json_text(bytes) else {
+        return Vec::new();
+    };
+    let Ok(root) = serde_json::from_slice::<serde_json::Value>(json) else {
+        return Vec::new();
+    };
+    let Some(nodes) = root["nodes"].as_array() else {
+        return Vec::new();
+    };
+    let mut out: Vec<Option<[f64; 16]>> = nodes.iter().map(node_matrix_f64).collect();
+    out.resize(count, None);
+    out
+}
+
+/// The JSON text of a `.gltf` file or of a GLB's first chunk (glTF 2.0 §4.4: 12-byte header,
+/// then chunk length (u32 LE), chunk type `JSON`, chunk data).
+fn json_text(bytes: &[u8]) -> Option<&[u8]> {
+    if !bytes.starts_with(b"glTF") {
+        return Some(bytes);
+    }
+    let len = u32::from_le_bytes(bytes.get(12..16)?.try_into().ok()?) as usize;
+    if bytes.get(16..20)? != b"JSON" {
+        return None;
+    }
+    bytes.get(20..20usize.checked_add(len)?)
+}
+
+fn node_matrix_f64(node: &serde_json::Value) -> Option<[f64; 16]> {
+    let numbers = |v: &serde_json::Value, n: usize| -> Option<Vec<f64>> {
+        let a = v.as_array()?;
+        (a.len() == n)
+            .then(|| {
+                a.iter()
+                    .map(serde_json::Value::as_f64)
+                    .collect::<Option<Vec<f64>>>()
+            })
+            .flatten()
+    };
+    if !node["matrix"].is_null() {
+        return numbers(&node["matrix"], 16)?.try_into().ok();
+    }
+    let or = |key: &str, n: usize, default: &[f64]| -> Option<Vec<f64>> {
+        if node[key].is_null() {
+            Some(default.to_vec())
+        } else {
+            numbers(&node[key], n)
+        }
+    };
+    let t = or("translation", 3, &[0.0; 3])?;
+    let q = or("rotation", 4, &[0.0, 0.0, 0.0, 1.0])?;
+    let s = or("scale", 3, &[1.0; 3])?;
+    Some(trs_matrix(
+        [t[0], t[1], t[2]],
+        [q[0], q[1], q[2], q[3]],
+        [s[0], s[1], s[2]],
+    ))
+}
+
+/// Column-major `T · R · S` for translation `t`, unit quaternion `q = [x, y, z, w]` (rotation
+/// matrix as in glTF 2.0 §3.5.3 / Shoemake 1985) and scale `s`.
+fn trs_matrix(t: [f64; 3], q: [f64; 4], s: [f64; 3]) -> [f64; 16] {
+    let [x, y, z, w] = q;
+    // Rotation matrix, row-major r[row][col].
+    let r = [
+        [
+            1.0 - 2.0 * (y * y + z * z),
+            2.0 * (x * y - z * w),
+            2.0 * (x * z + y * w),
+        ],
+        [
+            2.0 * (x * y + z * w),
+            1.0 - 2.0 * (x * x + z * z),
+            2.0 * (y * z - x * w),
+        ],
+        [
+            2.0 * (x * z - y * w),
+            2.0 * (y * z + x * w),
+            1.0 - 2.0 * (x * x + y * y),
+        ],
+    ];
+    let mut m = [0.0; 16];
+    for c in 0..3 {
+        for row in 0..3 {
+            m[c * 4 + row] = r[row][c] * s[c];
+        }
+    }
+    m[12] = t[0];
+    m[13] = t[1];
+    m[14] = t[2];
+    m[15] = 1.0;
+    m
 }
 
 /// Upper 3×3 of `m` at (row, col).
@@ -1793,6 +1976,43 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// glTF 2.0 §5.25 node TRS by hand: a 90° turn about +Y (quaternion [0, sin 45°, 0, cos 45°])
+    /// maps +X to −Z and +Z to +X; scale 2 doubles; the translation is kept to the last f64 bit
+    /// (4,000,000.1234 m is 4,000,000.0 or 4,000,000.25 in f32).
+    #[test]
+    fn node_trs_is_composed_in_f64_from_the_json_text() {
+        let h = std::f64::consts::FRAC_1_SQRT_2;
+        let node = serde_json::json!({
+            "translation": [4_000_000.123_4, -1.5, 0.25],
+            "rotation": [0.0, h, 0.0, h],
+            "scale": [2.0, 2.0, 2.0]
+        });
+        let m = node_matrix_f64(&node).unwrap();
+        let apply = |p: [f64; 3]| -> [f64; 3] {
+            std::array::from_fn(|r| m[r] * p[0] + m[4 + r] * p[1] + m[8 + r] * p[2] + m[12 + r])
+        };
+        let expect = |got: [f64; 3], want: [f64; 3]| {
+            assert!(
+                (0..3).all(|k| (got[k] - want[k]).abs() < 1e-9),
+                "{got:?} vs {want:?}"
+            );
+        };
+        expect(apply([0.0; 3]), [4_000_000.123_4, -1.5, 0.25]);
+        expect(apply([1.0, 0.0, 0.0]), [4_000_000.123_4, -1.5, 0.25 - 2.0]);
+        expect(apply([0.0, 0.0, 1.0]), [4_000_000.123_4 + 2.0, -1.5, 0.25]);
+        expect(apply([0.0, 1.0, 0.0]), [4_000_000.123_4, 0.5, 0.25]);
+        assert_eq!(m[12], 4_000_000.123_4);
+        // `matrix` wins over TRS; a malformed field falls back (None) to the crate's value.
+        let matrix: Vec<f64> = (0..16).map(f64::from).collect();
+        assert_eq!(
+            node_matrix_f64(&serde_json::json!({"matrix": matrix, "translation": [1, 2, 3]}))
+                .unwrap()
+                .to_vec(),
+            matrix
+        );
+        assert!(node_matrix_f64(&serde_json::json!({"translation": [1, 2]})).is_none());
     }
 
     #[test]

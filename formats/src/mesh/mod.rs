@@ -9,13 +9,17 @@
 //! meshoptimizer dependency; this crate stays free of native code.
 //!
 //! Frame and units: positions are metres in the glTF world frame (right-handed, +Y up), with every
-//! node transform of the default scene already applied; OBJ and PLY state neither units nor up
-//! axis, and are taken as metres, +Y up. Letters: V vertices, F triangles.
+//! node transform of the default scene already applied (composed in f64), stored in f32 relative
+//! to the mesh's f64 [`Mesh::origin_m`] (non-zero only for placements ≥ 1024 m from 0, such as
+//! ECEF or UTM coordinates); OBJ and PLY state neither units nor up axis, and are taken as metres,
+//! +Y up. Normals the source lacks are generated ([`generate_missing_normals`]). Letters: V
+//! vertices, F triangles.
 
 mod draco;
 mod glb_write;
 mod gltf_read;
 mod material;
+mod normals;
 mod obj_read;
 mod ply_read;
 mod tile_glb;
@@ -31,6 +35,7 @@ pub use material::{
     AlphaMode, KHR_MATERIALS_EMISSIVE_STRENGTH, KHR_MATERIALS_UNLIT, KHR_TEXTURE_TRANSFORM,
     Material, MaterialTable, Sampler, TextureRef, WRAP_REPEAT, effective_tex_coord,
 };
+pub use normals::{CREASE_ANGLE_DEG, generate_missing_normals};
 pub use obj_read::{mtl_texture_files, obj_material_libraries, read_obj};
 pub use ply_read::read_ply_mesh;
 pub use tile_glb::{
@@ -62,7 +67,13 @@ pub struct EmbeddedImage {
 /// here; the tiler's weld splits them so that material borders become attribute seams.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mesh {
-    /// `[V, 3]` metres, glTF Y-up world frame, node transforms applied.
+    /// `[3]` metres, glTF Y-up world frame: the point `positions` are relative to (world position
+    /// of vertex i = `origin_m + positions[i]`, summed in f64). Non-zero when the source places
+    /// the mesh far from 0 (a glTF node translation such as an ECEF point, see [`read_gltf`]),
+    /// where f32 world coordinates would round to centimetres or worse; `[0, 0, 0]` otherwise.
+    /// Writers put it in the node translation ([`write_glb`]) and the tiler in each tile's.
+    pub origin_m: [f64; 3],
+    /// `[V, 3]` metres, glTF Y-up world frame relative to `origin_m`, node transforms applied.
     pub positions: Vec<[f32; 3]>,
     /// `[V, 3]` unit normals in the same frame; `None` when any source primitive lacked them.
     pub normals: Option<Vec<[f32; 3]>>,
@@ -161,8 +172,8 @@ impl Mesh {
         Ok(())
     }
 
-    /// Axis-aligned bounds `(min, max)` of all positions in metres, or `None` when there are none.
-    /// Non-finite positions are skipped.
+    /// Axis-aligned bounds `(min, max)` of all positions in metres, relative to `origin_m`, or
+    /// `None` when there are none. Non-finite positions are skipped.
     pub fn aabb(&self) -> Option<([f64; 3], [f64; 3])> {
         let mut min = [f64::INFINITY; 3];
         let mut max = [f64::NEG_INFINITY; 3];
@@ -219,6 +230,27 @@ pub fn srgb_to_linear(c: f32) -> f32 {
     } else {
         ((c + 0.055) / 1.055).powf(2.4)
     }
+}
+
+/// Generate the normals `mesh`'s source at `path` did not give ([`generate_missing_normals`]) and
+/// say so in one info line naming the file; nothing when every vertex has one (`authored` all
+/// `true`, or `None` with `mesh.normals` present).
+pub(crate) fn fill_missing_normals(path: &Path, mesh: &mut Mesh, authored: Option<&[bool]>) {
+    let complete = match authored {
+        Some(a) => a.len() == mesh.positions.len() && a.iter().all(|&x| x),
+        None => mesh.normals.is_some(),
+    };
+    if complete {
+        return;
+    }
+    let vertices_before = mesh.positions.len();
+    let generated = generate_missing_normals(mesh, authored);
+    tracing::info!(
+        file = %path.display(),
+        "normals generated for {generated} vertices (angle-weighted smooth normals, creases above \
+         {CREASE_ANGLE_DEG}° kept: {} vertices added); the source has none there",
+        mesh.positions.len() - vertices_before
+    );
 }
 
 /// A texture file that a material names but that is not there.

@@ -35,8 +35,10 @@ use crate::{Error, Result};
 /// texture files do not fail the read: all of them are listed in one warning and the materials
 /// keep their colours.
 ///
-/// Normals, UVs or vertex colours are dropped for the whole mesh (with a warning) when any object
-/// lacks them on some vertex. Vertex colours (`v x y z r g b`) are display values and become
+/// UVs or vertex colours are dropped for the whole mesh (with a warning) when any object lacks them
+/// on some vertex. Normals likewise, and then (or when the file has no `vn`) smooth normals are
+/// generated for the whole mesh with creases kept (see [`super::generate_missing_normals`]; one
+/// info line says so), so the mesh never draws with the flat normals glTF clients fall back to. Vertex colours (`v x y z r g b`) are display values and become
 /// linear [`Mesh::colors`] (sRGB decoded).
 ///
 /// * `path` — a `.obj` file (UTF-8 text).
@@ -132,7 +134,8 @@ pub fn read_obj(path: &Path) -> Result<Mesh> {
             },
         );
     }
-    Ok(Mesh {
+    let mut mesh = Mesh {
+        origin_m: [0.0; 3],
         positions: merged.positions,
         normals: merged.normals,
         uvs: merged.uvs,
@@ -142,7 +145,9 @@ pub fn read_obj(path: &Path) -> Result<Mesh> {
         triangle_materials,
         materials: out_materials,
         images: converter.images,
-    })
+    };
+    super::fill_missing_normals(path, &mut mesh, None);
+    Ok(mesh)
 }
 
 /// Turns MTL materials into [`Material`]s, loading each texture file once.

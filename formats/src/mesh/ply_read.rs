@@ -31,8 +31,11 @@ use crate::{Error, Result};
 /// 3 vertices are skipped (counted in a warning). `tristrips` rows become triangles as glTF strips
 /// do (`(i, i+1, i+2)` for even i, `(i, i+2, i+1)` for odd i, restarting after each −1).
 /// Positions are read in f64 and stored as f32
-/// metres, taken to be +Y up (the file states neither). Normals (`nx ny nz`) are kept when all
-/// three are present and finite. Vertex colours (`red green blue [alpha]`; `uchar` scaled by
+/// metres relative to [`Mesh::origin_m`] (non-zero for coordinates ≥ 1024 m, e.g. a `double` UTM
+/// scan), taken to be +Y up (the file states neither). Normals (`nx ny nz`) are kept when all
+/// three are present and finite; otherwise smooth normals are generated with creases kept (see
+/// [`super::generate_missing_normals`]; one info line says so), since glTF clients would draw
+/// the scan with flat normals. Vertex colours (`red green blue [alpha]`; `uchar` scaled by
 /// 1/255, `ushort` by 1/65535, `float`/`double` taken as 0–1, RGB decoded from sRGB) become
 /// [`Mesh::colors`]. The material is one diffuse white material ([`Material::diffuse`]), with
 /// `alphaMode` BLEND when some vertex alpha is below 1.
@@ -52,6 +55,13 @@ use crate::{Error, Result};
 /// # Panics
 /// Never on file content.
 pub fn read_ply_mesh(path: &Path) -> Result<Mesh> {
+    let mut mesh = read_ply_as_written(path)?;
+    super::fill_missing_normals(path, &mut mesh, None);
+    Ok(mesh)
+}
+
+/// [`read_ply_mesh`] without generated normals: the file's vertices and faces, one for one.
+fn read_ply_as_written(path: &Path) -> Result<Mesh> {
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let mut reader = Reader::new(std::io::BufReader::new(file));
     let header = Parser::<DefaultElement>::new()
@@ -325,6 +335,24 @@ fn scalar_value(p: &Property) -> Option<f64> {
     })
 }
 
+/// The origin positions are kept relative to ([`Mesh::origin_m`]): the first vertex rounded to
+/// whole metres when one of its coordinates is ≥ 1024 m (a `double` PLY in UTM or ECEF metres,
+/// as photogrammetry tools export georeferenced scans, which f32 would round to centimetres or
+/// worse), else 0 (see `gltf_read::RECENTRE_FROM_M` for the threshold).
+fn ply_origin(vertices: &[PlyVertex]) -> [f64; 3] {
+    match vertices.first() {
+        Some(v)
+            if v.position.iter().all(|c| c.is_finite())
+                && v.position
+                    .iter()
+                    .any(|c| c.abs() >= super::gltf_read::RECENTRE_FROM_M) =>
+        {
+            v.position.map(f64::round)
+        }
+        _ => [0.0; 3],
+    }
+}
+
 /// Build the mesh: check positions and indices, fan-triangulate the faces.
 fn assemble(
     path: &Path,
@@ -333,9 +361,10 @@ fn assemble(
     faces: &[PlyFace],
     strips: &[PlyFace],
 ) -> Result<Mesh> {
+    let origin_m = ply_origin(vertices);
     let mut positions = Vec::with_capacity(vertices.len());
     for (i, v) in vertices.iter().enumerate() {
-        let p = v.position.map(|c| c as f32);
+        let p: [f32; 3] = std::array::from_fn(|k| (v.position[k] - origin_m[k]) as f32);
         if !p.iter().all(|c| c.is_finite()) {
             return Err(Error::Invalid {
                 path: path.to_path_buf(),
@@ -424,6 +453,7 @@ fn assemble(
     };
     let triangles = indices.len() / 3;
     Ok(Mesh {
+        origin_m,
         positions,
         normals,
         uvs: None,
@@ -495,11 +525,24 @@ mod tests {
     fn ascii_pyramid_fans_its_quad_and_keeps_outward_winding() {
         let mesh = read_ply_mesh(&fixture("pyramid_colors.ply")).unwrap();
         assert_eq!(mesh.triangle_count(), 6);
-        assert_eq!(
-            mesh.indices,
-            [0, 1, 2, 0, 2, 3, 0, 4, 1, 1, 4, 2, 2, 4, 3, 3, 4, 0]
-        );
-        assert!(mesh.normals.is_none(), "the file has no nx/ny/nz");
+        // Corners as the file's vertex rows (normal generation copies vertices at creases).
+        let rows = [
+            [0.0, 0.0, 0.0],
+            [1.0, 0.0, 0.0],
+            [1.0, 0.0, 1.0],
+            [0.0, 0.0, 1.0],
+            [0.5, 1.0, 0.5],
+        ];
+        let corners: Vec<[f32; 3]> = mesh
+            .indices
+            .iter()
+            .map(|&i| mesh.positions[i as usize])
+            .collect();
+        let expected: Vec<[f32; 3]> = [0, 1, 2, 0, 2, 3, 0, 4, 1, 1, 4, 2, 2, 4, 3, 3, 4, 0]
+            .iter()
+            .map(|&i: &usize| rows[i])
+            .collect();
+        assert_eq!(corners, expected);
         assert!(mesh.uvs.is_none());
         // Pure uchar colours (0 or 255) are 0 or 1 in sRGB and linear alike; opaque, one white
         // diffuse material.
@@ -517,6 +560,19 @@ mod tests {
             let a = mesh.positions[mesh.indices[3 * t] as usize].map(f64::from);
             let out: f64 = (0..3).map(|k| n[k] * (a[k] - centroid[k])).sum();
             assert!(out > 0.0, "triangle {t} faces inward");
+            // The file has no nx/ny/nz: normals are generated. Every edge of this pyramid is a
+            // crease (faces meet at ≥ 78°, above the 60° crease angle), so each corner carries
+            // its own face's unit normal.
+            let len = (n[0] * n[0] + n[1] * n[1] + n[2] * n[2]).sqrt();
+            for k in 0..3 {
+                let g = mesh.normals.as_ref().expect("generated")[mesh.indices[3 * t + k] as usize];
+                for i in 0..3 {
+                    assert!(
+                        (f64::from(g[i]) - n[i] / len).abs() < 1e-6,
+                        "{t}/{k}: {g:?}"
+                    );
+                }
+            }
         }
         // Base 1 m² + four sides, each ½ · 1 · slant height √(1² + 0.5²).
         let expected = 1.0 + 4.0 * 0.5 * (1.25f64).sqrt();
@@ -560,6 +616,36 @@ mod tests {
         assert!((geometry::area(&mesh) - 1.0).abs() < 1e-9);
     }
 
+    /// A `double` PLY in UTM metres (easting 500,000.1234, northing 5,400,000.5678) with 1 mm
+    /// sides: f32 would put both at a spacing of 0.0625 m / 0.5 m; relative to the whole-metre
+    /// origin the millimetres survive (f32 error ≤ 2^-24 · 0.6 m ≈ 4e-8 m).
+    #[test]
+    fn utm_double_positions_keep_millimetres_around_a_whole_metre_origin() {
+        let d = tempfile::tempdir().unwrap();
+        let p = write(
+            d.path(),
+            "utm.ply",
+            "ply\nformat ascii 1.0\nelement vertex 3\nproperty double x\nproperty double y\n\
+             property double z\nelement face 1\nproperty list uchar int vertex_indices\n\
+             end_header\n500000.1234 5400000.5678 250.25\n500000.1244 5400000.5678 250.25\n\
+             500000.1234 5400000.5688 250.25\n3 0 1 2\n",
+        );
+        let mesh = read_ply_mesh(&p).unwrap();
+        assert_eq!(mesh.origin_m, [500_000.0, 5_400_001.0, 250.0]);
+        let world = |i: usize| -> [f64; 3] {
+            std::array::from_fn(|k| mesh.origin_m[k] + f64::from(mesh.positions[i][k]))
+        };
+        let expected = [
+            [500_000.123_4, 5_400_000.567_8, 250.25],
+            [500_000.124_4, 5_400_000.567_8, 250.25],
+            [500_000.123_4, 5_400_000.568_8, 250.25],
+        ];
+        for (i, e) in expected.iter().enumerate() {
+            let w = world(i);
+            assert!((0..3).all(|k| (w[k] - e[k]).abs() < 1e-7), "{i}: {w:?}");
+        }
+    }
+
     fn dataset(rel: &str) -> std::path::PathBuf {
         std::env::var_os("KILN_DATASETS")
             .map(std::path::PathBuf::from)
@@ -573,7 +659,8 @@ mod tests {
     /// odd-triangle rule would repeat half of them).
     #[test]
     fn igea_tristrips_give_a_closed_consistently_wound_surface() {
-        let mesh = read_ply_mesh(&dataset("mesh-common-3d-test-models/igea.ply")).unwrap();
+        // As written: generated normals copy vertices at creases, which would open the edges.
+        let mesh = read_ply_as_written(&dataset("mesh-common-3d-test-models/igea.ply")).unwrap();
         assert_eq!(mesh.positions.len(), 134_345);
         assert_eq!(mesh.triangle_count(), 2 * 134_345 - 4);
         let mut edges: Vec<(u32, u32)> = mesh
@@ -594,14 +681,14 @@ mod tests {
     }
 
     /// The assimp test suite's `cube_binary.ply` (VCGLIB, binary little endian): 8 vertices, 12
-    /// triangles, a unit-volume cube's 6 m² of surface.
+    /// triangles, a unit-volume cube's 6 m² of surface. It has no normals: the generated ones keep
+    /// the cube's 90° edges (above the crease angle), so each corner becomes 3 vertices, 24 in all.
     #[test]
     fn binary_cube_reads_12_triangles() {
-        let mesh = read_ply_mesh(&dataset(
-            "mesh-ply-obj-edgecases-assimp/PLY/cube_binary.ply",
-        ))
-        .unwrap();
-        assert_eq!(mesh.positions.len(), 8);
+        let path = dataset("mesh-ply-obj-edgecases-assimp/PLY/cube_binary.ply");
+        assert_eq!(read_ply_as_written(&path).unwrap().positions.len(), 8);
+        let mesh = read_ply_mesh(&path).unwrap();
+        assert_eq!(mesh.positions.len(), 24);
         assert_eq!(mesh.triangle_count(), 12);
         let (min, max) = mesh.aabb().unwrap();
         let side: Vec<f64> = (0..3).map(|k| max[k] - min[k]).collect();

@@ -454,6 +454,7 @@ fn deinterleave(template: &Mesh, vertices: &[Vertex], indices: Vec<u32>) -> Mesh
         present.then(|| vertices.iter().map(f).collect::<Vec<_>>())
     };
     Mesh {
+        origin_m: template.origin_m,
         positions: vertices.iter().map(|v| [v[0], v[1], v[2]]).collect(),
         normals: template
             .normals
@@ -546,6 +547,7 @@ pub(crate) mod tests {
             }
         }
         Mesh {
+            origin_m: [0.0; 3],
             normals: Some(vec![[0.0, 1.0, 0.0]; positions.len()]),
             positions,
             uvs: Some(uvs),

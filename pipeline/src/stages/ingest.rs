@@ -658,6 +658,11 @@ pub fn ingest_mesh(
             max[i] = max[i].max(p[i]);
         }
     }
+    // World bounds (positions are relative to the mesh's f64 origin).
+    for i in 0..3 {
+        min[i] = (mesh.origin_m[i] + f64::from(min[i])) as f32;
+        max[i] = (mesh.origin_m[i] + f64::from(max[i])) as f32;
+    }
     Ok(IngestedMesh {
         vertices: mesh.positions.len(),
         triangles: mesh.indices.len() / 3,
@@ -670,7 +675,7 @@ pub fn ingest_mesh(
 /// Turn a mesh by the proper rotation `r` (row-major, p′ = r·p; from `up_axis_rotation`, so a
 /// permutation of axes with signs): positions and normals. Computed in f64; a quarter turn maps
 /// f32 coordinates to f32 coordinates exactly. Texture coordinates and winding are unchanged (a
-/// rotation keeps front faces front).
+/// rotation keeps front faces front). The f64 origin turns with them.
 fn turn_mesh(mesh: &mut kiln_formats::mesh::Mesh, r: [[f64; 3]; 3]) {
     let turn = |p: [f32; 3]| -> [f32; 3] {
         std::array::from_fn(|i| (0..3).map(|k| r[i][k] * f64::from(p[k])).sum::<f64>() as f32)
@@ -678,6 +683,8 @@ fn turn_mesh(mesh: &mut kiln_formats::mesh::Mesh, r: [[f64; 3]; 3]) {
     for p in &mut mesh.positions {
         *p = turn(*p);
     }
+    let o = mesh.origin_m;
+    mesh.origin_m = std::array::from_fn(|i| (0..3).map(|k| r[i][k] * o[k]).sum());
     for n in mesh.normals.iter_mut().flatten() {
         *n = turn(*n);
     }

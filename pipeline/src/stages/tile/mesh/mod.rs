@@ -386,11 +386,10 @@ impl Writer<'_> {
         level.bytes += bytes.len() as u64;
 
         // Content bounds from the lattice points a client decodes (exact: s is a power of two).
-        let s = self.lattice.step_m;
         let mut lo = [f64::INFINITY; 3];
         let mut hi = [f64::NEG_INFINITY; 3];
         for p in encoded.mesh.primitives.iter().flat_map(|p| &p.positions) {
-            let y_up = [0, 1, 2].map(|k| (encoded.offset[k] + i64::from(p[k])) as f64 * s);
+            let y_up = encoded.position_m(*p);
             let z_up = to_z_up(y_up);
             for k in 0..3 {
                 lo[k] = lo[k].min(z_up[k]);
