@@ -17,12 +17,30 @@
 //! * a leaf holds ≤ `max_triangles` original triangles (median kd-split by centroid);
 //! * a parent's cell border (vertices its cell shares with triangles outside it) is locked: it is
 //!   kept vertex for vertex and edge for edge;
-//! * `error_m` = max(children's) + the own simplification error: an upper bound on the distance
-//!   to the full-resolution surface (triangle inequality), monotone towards the root; leaves 0.
+//! * `error_m` ≥ the measured deviation of the node's surface from the full-resolution surface
+//!   of its cell (a certified upper bound of the two-sided Hausdorff distance, see
+//!   [`super::deviation`]), ≥ its children's `error_m` (monotone towards the root); leaves 0.
+//!
+//! Attribute-aware simplification (meshopt `meshopt_simplifyWithAttributes`): normals (weight
+//! 0.5) and vertex colours (premultiplied RGB, weight 1) as gltfpack does (meshoptimizer
+//! `gltf/mesh.cpp`, `simplifyAttributes`); texture coordinates with a weight that turns a UV
+//! shift into the surface distance it slides the texture by (see [`uv_weight`]), so a collapse
+//! that drags a texture costs what the same move of the surface would. UV seams: the welded
+//! mesh splits vertices where UVs differ (see `decimate::weld`); meshopt finds vertices that
+//! share a position (its own position remap) and keeps such seams, collapsing only along them;
+//! mirrored UV charts (triangles of both UV windings around one vertex, which have no seam in the
+//! index buffer) are split for the simplifier as gltfpack's `simplifyUvSplit` does (a parent
+//! still over budget without the error limit is retried without this split, whose extra seams
+//! can stall it); where `Permissive` lets meshopt collapse across seams (the kd root over
+//! budget), UV-seam vertices are marked `Protect` (gltfpack's `simplifyProtect`).
+//!
+//! Measured error: the two-sided Hausdorff distance (Cignoni, Rocchini, Scopigno 1998, "Metro:
+//! measuring error on simplified surfaces"), bounded from above in [`super::deviation`].
 
 use kiln_formats::mesh::compact;
 use meshopt::{SimplifyOptions, SimplifyVertex, VertexDataAdapter};
 
+use super::deviation::{Surface, hausdorff_bound};
 use crate::{Error, Result};
 
 /// Fraction of its children's triangles a parent aims for (one halving per level).
@@ -36,13 +54,31 @@ const MIN_CHAIN_REDUCTION: f64 = 0.1;
 /// used for the second attempt on a parent that stayed over the triangle budget.
 const UNLIMITED_ERROR: f32 = 1.0e3;
 
+/// Samples per side of the first pass of one deviation measurement (see [`super::deviation`]):
+/// they only set the level the certified bound is driven to (its largest sampled distance), so
+/// fewer samples cost more splitting in the second pass, never a bound below the truth; 4,096
+/// (plus every vertex) finds the maximum of the Khronos samples' roots to within the 2 %
+/// tolerance; measuring every parent of DamagedHelmet's tree costs ≈ 0.4 s on 2 cores.
+pub const DEVIATION_SAMPLES: usize = 4096;
+
+/// meshopt attribute weight of each normal component (gltfpack's value).
+const NORMAL_WEIGHT: f32 = 0.5;
+
+/// meshopt attribute weight of each premultiplied colour component (gltfpack's value).
+const COLOR_WEIGHT: f32 = 1.0;
+
 /// One tile of the tree.
 #[derive(Debug, Clone)]
 pub struct HlodNode {
     /// `[F_tile, 3]` flattened triangles, indices into the welded mesh's vertices.
     pub indices: Vec<u32>,
     /// Geometric error of this content against the full-resolution mesh, metres; 0 for leaves.
+    /// max(`measured_m`, children's `error_m`): the measured distance to the full-resolution
+    /// surface, kept monotone towards the root.
     pub error_m: f64,
+    /// Certified upper bound of the two-sided Hausdorff distance between this content and the
+    /// full-resolution triangles of its cell (its leaves'), metres; 0 for leaves.
+    pub measured_m: f64,
     /// Finer tiles that REPLACE this one.
     pub children: Vec<HlodNode>,
 }
@@ -94,12 +130,23 @@ pub struct HlodOptions {
 /// kd root over budget), the vertices on material borders are marked `Protect`, which keeps
 /// meshopt from collapsing across that seam.
 ///
+/// Attributes (`attributes`, optional per kind, `[V, ·]` like `positions`) steer the collapses,
+/// see the module docs; they do not change which vertices exist or are locked.
+///
+/// Errors: each parent's [`HlodNode::measured_m`] is [`hausdorff_bound`] between its content and
+/// its cell's leaf triangles ([`DEVIATION_SAMPLES`] samples a side), and `error_m` the larger of
+/// that and its children's `error_m`. meshopt's own estimate (`result_error` ×
+/// `meshopt_simplifyScale`) only steers the simplification: it includes the attribute terms, so it
+/// overstates the geometric distance (up to 3.4× on Avocado at 64 triangles per tile), and a
+/// larger geometricError makes clients fetch finer tiles than the measured error needs.
+///
 /// # Errors
 /// [`Error::Input`] when meshopt rejects the vertex buffer.
 pub fn build_hlod(
     positions: &[[f32; 3]],
     indices: &[u32],
     vertex_materials: &[u32],
+    attributes: VertexAttributes<'_>,
     options: HlodOptions,
 ) -> Result<HlodNode> {
     let f = indices.len() / 3;
@@ -133,11 +180,19 @@ pub fn build_hlod(
     });
     let vertex_range: Vec<(u32, u32)> = position_of.iter().map(|&p| range[p as usize]).collect();
     let material_border = material_borders(&position_of, vertex_materials);
+    let uv_seam = attributes
+        .uvs
+        .map(|uvs| uv_seams(&position_of, uvs))
+        .unwrap_or_else(|| vec![false; positions.len()]);
+    let weighted = WeightedAttributes::new(positions, indices, attributes);
     let ctx = Ctx {
         positions,
         indices,
         vertex_range: &vertex_range,
         material_border: &material_border,
+        uv_seam: &uv_seam,
+        attributes: &weighted,
+        uvs: attributes.uvs,
         vertex_materials,
         material_count: vertex_materials
             .iter()
@@ -153,21 +208,23 @@ pub fn build_hlod(
     while root.triangle_count() > root_target.max(1) {
         let current = root.triangle_count();
         let target = ((current as f64) * PARENT_TRIANGLE_RATIO).ceil() as usize;
-        let (simplified, own_error_m) = ctx.simplify(
+        let (simplified, _estimate_m) = ctx.simplify(
             &root.indices,
             ctx.all_leaves,
             target,
             options.max_simplify_error,
-            SimplifyOptions::None,
+            Pass::DEFAULT,
         )?;
         let kept = simplified.len() / 3;
         if simplified.is_empty() || (kept as f64) > (current as f64) * (1.0 - MIN_CHAIN_REDUCTION) {
             break;
         }
-        let error_m = root.error_m + own_error_m;
+        let measured_m = ctx.measure(&simplified, indices);
+        let error_m = root.error_m.max(measured_m);
         root = HlodNode {
             indices: simplified,
             error_m,
+            measured_m,
             children: vec![root],
         };
     }
@@ -250,6 +307,12 @@ struct Ctx<'a> {
     vertex_range: &'a [(u32, u32)],
     /// `[V]` whether a vertex of another material lies at this vertex's position.
     material_border: &'a [bool],
+    /// `[V]` whether another vertex at this vertex's position has other texture coordinates.
+    uv_seam: &'a [bool],
+    /// What the simplifier weighs besides positions.
+    attributes: &'a WeightedAttributes,
+    /// `[V, 2]` texture coordinates set 0, for the UV-mirror split.
+    uvs: Option<&'a [[f32; 2]]>,
     /// `[V]` material of each vertex.
     vertex_materials: &'a [u32],
     /// 1 + the largest material index in `vertex_materials`.
@@ -260,6 +323,16 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Certified bound of the Hausdorff distance between the surfaces `simplified` and `full`
+    /// (indices into `positions`), metres.
+    fn measure(&self, simplified: &[u32], full: &[u32]) -> f64 {
+        let surface = |indices| Surface {
+            positions: self.positions,
+            indices,
+        };
+        hausdorff_bound(surface(simplified), surface(full), DEVIATION_SAMPLES).hausdorff_m()
+    }
+
     /// The node of `part`: leaves as they are, parents simplified (the two halves in parallel).
     fn build(&self, part: &Part) -> Result<HlodNode> {
         let (left, right) = match part {
@@ -274,6 +347,7 @@ impl Ctx<'_> {
                 return Ok(HlodNode {
                     indices: leaf,
                     error_m: 0.0,
+                    measured_m: 0.0,
                     children: Vec::new(),
                 });
             }
@@ -288,32 +362,40 @@ impl Ctx<'_> {
         let target = (((union.len() / 3) as f64 * PARENT_TRIANGLE_RATIO).ceil() as usize)
             .min(self.options.max_triangles);
         let cell = part.leaves();
-        let (mut simplified, mut own_error_m) = self.simplify(
+        let (mut simplified, _estimate_m) = self.simplify(
             &union,
             cell,
             target,
             self.options.max_simplify_error,
-            SimplifyOptions::None,
+            Pass::DEFAULT,
         )?;
         // Over budget: first lift the error limit; then, only for a cell with no border (the kd
         // root), also allow collapses across attribute seams (meshopt `Permissive`), then removing
         // small disconnected parts (`Prune`). With locked
         // vertices, Permissive was seen to drop locked border edges (carbon-sphere, 8,192-triangle
         // tiles), so it is never used where a border must be kept.
-        let fallbacks: &[SimplifyOptions] = if cell == self.all_leaves {
+        // Each attempt without the error limit first keeps, then drops, the UV-mirror split (its
+        // extra seams can stall a tile that positions alone would bring under budget:
+        // carbon-sphere at 8,192 triangles a tile).
+        let unsplit = |options| Pass {
+            options,
+            split_mirrors: false,
+        };
+        let fallbacks: &[Pass] = if cell == self.all_leaves {
             &[
-                SimplifyOptions::None,
-                SimplifyOptions::Permissive,
-                SimplifyOptions::Permissive.union(SimplifyOptions::Prune),
+                Pass::DEFAULT,
+                unsplit(SimplifyOptions::None),
+                unsplit(SimplifyOptions::Permissive),
+                unsplit(SimplifyOptions::Permissive.union(SimplifyOptions::Prune)),
             ]
         } else {
-            &[SimplifyOptions::None]
+            &[Pass::DEFAULT, unsplit(SimplifyOptions::None)]
         };
         for &options in fallbacks {
             if simplified.len() / 3 <= self.options.max_triangles {
                 break;
             }
-            let (candidate, candidate_error_m) =
+            let (candidate, _estimate_m) =
                 self.simplify(&union, cell, target, UNLIMITED_ERROR, options)?;
             // `Prune` can remove every triangle of a mesh made of many small material patches
             // (each patch is a component once seams split it): an over-budget parent is kept
@@ -327,12 +409,21 @@ impl Ctx<'_> {
                 );
                 break;
             }
-            (simplified, own_error_m) = (candidate, candidate_error_m);
+            simplified = candidate;
         }
-        let error_m = children.iter().map(|c| c.error_m).fold(0.0, f64::max) + own_error_m;
+        let mut cell_triangles = Vec::new();
+        part.for_each_leaf(&mut |_, triangles| {
+            cell_triangles.extend(triangles.iter().flat_map(|&t| {
+                let t = t as usize * 3;
+                [self.indices[t], self.indices[t + 1], self.indices[t + 2]]
+            }));
+        });
+        let measured_m = self.measure(&simplified, &cell_triangles);
+        let children_m = children.iter().map(|c| c.error_m).fold(0.0, f64::max);
         Ok(HlodNode {
             indices: simplified,
-            error_m,
+            error_m: children_m.max(measured_m),
+            measured_m,
             children,
         })
     }
@@ -352,7 +443,7 @@ impl Ctx<'_> {
         cell: (u32, u32),
         target_triangles: usize,
         max_error: f32,
-        options: SimplifyOptions,
+        options: Pass,
     ) -> Result<(Vec<u32>, f64)> {
         let before = self.materials_of(global);
         let no_keep = vec![false; before.len()];
@@ -383,14 +474,10 @@ impl Ctx<'_> {
         cell: (u32, u32),
         target_triangles: usize,
         max_error: f32,
-        options: SimplifyOptions,
+        pass: Pass,
         keep: &[bool],
     ) -> Result<(Vec<u32>, f64)> {
         let (vertices, local) = compact(global);
-        let local_positions: Vec<[f32; 3]> = vertices
-            .iter()
-            .map(|&v| self.positions[v as usize])
-            .collect();
         // Lock + Protect: Protect keeps `Permissive` from collapsing across a seam at them.
         let mut locks: Vec<SimplifyVertex> = vertices
             .iter()
@@ -398,7 +485,7 @@ impl Ctx<'_> {
                 let (lo, hi) = self.vertex_range[v as usize];
                 if lo < cell.0 || hi > cell.1 || keep[self.vertex_materials[v as usize] as usize] {
                     SimplifyVertex::Lock | SimplifyVertex::Protect
-                } else if self.material_border[v as usize] {
+                } else if self.material_border[v as usize] || self.uv_seam[v as usize] {
                     SimplifyVertex::Protect
                 } else {
                     SimplifyVertex::None
@@ -406,20 +493,226 @@ impl Ctx<'_> {
             })
             .collect();
         lock_ears(&local, &mut locks);
+        // Mirrored UV charts: split after the locks, so a copy inherits its vertex's flags.
+        let (mut vertices, mut local) = (vertices, local);
+        if let (Some(uvs), true) = (self.uvs, pass.split_mirrors) {
+            split_uv_mirrors(uvs, &mut vertices, &mut local, &mut locks);
+        }
+        let local_positions: Vec<[f32; 3]> = vertices
+            .iter()
+            .map(|&v| self.positions[v as usize])
+            .collect();
         let adapter = adapter(&local_positions)?;
         let scale_m = f64::from(meshopt::simplify_scale(&adapter));
+        let attributes = self.attributes.gather(&vertices);
         let mut rel_error = 0.0f32;
-        let kept = meshopt::simplify_with_locks(
+        let kept = meshopt::simplify_with_attributes_and_locks(
             &local,
             &adapter,
+            &attributes,
+            &self.attributes.weights,
+            self.attributes.stride_bytes(),
             &locks,
             target_triangles * 3,
             max_error,
-            options,
+            pass.options,
             Some(&mut rel_error),
         );
         let kept = kept.iter().map(|&i| vertices[i as usize]).collect();
         Ok((kept, f64::from(rel_error) * scale_m))
+    }
+}
+
+/// One simplifier configuration.
+#[derive(Debug, Clone, Copy)]
+struct Pass {
+    /// meshopt options.
+    options: SimplifyOptions,
+    /// Split vertices on UV mirror lines ([`split_uv_mirrors`]).
+    split_mirrors: bool,
+}
+
+impl Pass {
+    /// No meshopt options, mirror lines split.
+    const DEFAULT: Pass = Pass {
+        options: SimplifyOptions::None,
+        split_mirrors: true,
+    };
+}
+
+/// The optional vertex attributes of the welded mesh the simplifier weighs (each `[V, ·]`, same
+/// vertex order as the positions).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VertexAttributes<'a> {
+    /// `[V, 3]` unit normals.
+    pub normals: Option<&'a [[f32; 3]]>,
+    /// `[V, 2]` texture coordinates set 0.
+    pub uvs: Option<&'a [[f32; 2]]>,
+    /// `[V, 4]` linear RGBA vertex colours.
+    pub colors: Option<&'a [[f32; 4]]>,
+}
+
+/// `[V, n]` interleaved attribute values, already in the units the weights expect, with their
+/// `[n]` meshopt weights (n ≤ 8 of meshopt's 32).
+struct WeightedAttributes {
+    values: Vec<f32>,
+    weights: Vec<f32>,
+}
+
+impl WeightedAttributes {
+    /// Normals (weight [`NORMAL_WEIGHT`]), premultiplied RGB colours ([`COLOR_WEIGHT`]) and UVs
+    /// ([`uv_weight`]), each when present.
+    fn new(positions: &[[f32; 3]], indices: &[u32], a: VertexAttributes<'_>) -> Self {
+        let mut columns: Vec<(Vec<f32>, f32)> = Vec::new();
+        if let Some(n) = a.normals {
+            for k in 0..3 {
+                columns.push((n.iter().map(|v| v[k]).collect(), NORMAL_WEIGHT));
+            }
+        }
+        if let Some(c) = a.colors {
+            for k in 0..3 {
+                columns.push((c.iter().map(|v| v[k] * v[3]).collect(), COLOR_WEIGHT));
+            }
+        }
+        if let Some(t) = a.uvs {
+            let w = uv_weight(positions, indices, t);
+            if w > 0.0 {
+                for k in 0..2 {
+                    columns.push((t.iter().map(|v| v[k]).collect(), w));
+                }
+            }
+        }
+        let n = columns.len();
+        let mut values = vec![0.0f32; positions.len() * n];
+        for (k, (column, _)) in columns.iter().enumerate() {
+            for (v, &x) in column.iter().enumerate() {
+                values[v * n + k] = if x.is_finite() { x } else { 0.0 };
+            }
+        }
+        Self {
+            values,
+            weights: columns.into_iter().map(|(_, w)| w).collect(),
+        }
+    }
+
+    fn stride_bytes(&self) -> usize {
+        self.weights.len() * std::mem::size_of::<f32>()
+    }
+
+    /// `[vertices.len(), n]` the rows of `vertices`.
+    fn gather(&self, vertices: &[u32]) -> Vec<f32> {
+        let n = self.weights.len();
+        let mut out = Vec::with_capacity(vertices.len() * n);
+        for &v in vertices {
+            out.extend_from_slice(&self.values[v as usize * n..(v as usize + 1) * n]);
+        }
+        out
+    }
+}
+
+/// meshopt weight of a UV component: metres per UV unit at the mesh's mean texel scale,
+/// `sqrt(Σ area_3D / Σ |area_UV|)`, divided by the mesh's extent (`meshopt_simplifyScale`: meshopt
+/// measures positions in units of it). A UV shift δ then costs what moving the surface by the
+/// distance the texture slides (δ · metres per UV unit) costs. 0 when the UVs span no area.
+///
+/// The extent is the whole mesh's while a tile's simplification rescales positions by the tile's
+/// extent, so within smaller tiles UVs weigh relatively less than positions: a parent never
+/// favours UV fidelity over shape more than the root does.
+fn uv_weight(positions: &[[f32; 3]], indices: &[u32], uvs: &[[f32; 2]]) -> f32 {
+    let (mut area_3d, mut area_uv) = (0.0f64, 0.0f64);
+    for t in indices.chunks_exact(3) {
+        let [a, b, c] = [0, 1, 2].map(|k| positions[t[k] as usize].map(f64::from));
+        let e1 = [0, 1, 2].map(|k| b[k] - a[k]);
+        let e2 = [0, 1, 2].map(|k| c[k] - a[k]);
+        let cross = [
+            e1[1] * e2[2] - e1[2] * e2[1],
+            e1[2] * e2[0] - e1[0] * e2[2],
+            e1[0] * e2[1] - e1[1] * e2[0],
+        ];
+        area_3d += 0.5 * cross.iter().map(|x| x * x).sum::<f64>().sqrt();
+        area_uv += 0.5 * signed_uv_area2(uvs, t).abs();
+    }
+    let Some(extent) = extent(positions, indices) else {
+        return 0.0;
+    };
+    let w = (area_3d / area_uv).sqrt() / extent;
+    if w.is_finite() && w > 0.0 {
+        w as f32
+    } else {
+        0.0
+    }
+}
+
+/// Largest side of the box of the vertices `indices` use, metres; `None` when it is 0.
+fn extent(positions: &[[f32; 3]], indices: &[u32]) -> Option<f64> {
+    let mut lo = [f64::INFINITY; 3];
+    let mut hi = [f64::NEG_INFINITY; 3];
+    for &v in indices {
+        for k in 0..3 {
+            let x = f64::from(positions[v as usize][k]);
+            lo[k] = lo[k].min(x);
+            hi[k] = hi[k].max(x);
+        }
+    }
+    let e = (0..3).map(|k| hi[k] - lo[k]).fold(0.0, f64::max);
+    (e > 0.0 && e.is_finite()).then_some(e)
+}
+
+/// Twice the signed UV-space area of triangle `t` (positive = counter-clockwise in UV).
+fn signed_uv_area2(uvs: &[[f32; 2]], t: &[u32]) -> f64 {
+    let [a, b, c] = [0, 1, 2].map(|k| uvs[t[k] as usize].map(f64::from));
+    (b[0] - a[0]) * (c[1] - a[1]) - (c[0] - a[0]) * (b[1] - a[1])
+}
+
+/// Split the vertices around which UV windings of both signs meet (the mirror line of a mirrored
+/// chart): such a vertex gets a copy (same global vertex, same lock flags, marked `Protect`) used
+/// by its negative-winding triangles, so meshopt sees a seam there and never collapses a triangle
+/// into the mirrored half, which would flip or stretch its texture. The idea of gltfpack's
+/// `simplifyUvSplit` (meshoptimizer `gltf/mesh.cpp`). `vertices` (local → global) and `local`
+/// grow/change in place; copies map back through `vertices`.
+fn split_uv_mirrors(
+    uvs: &[[f32; 2]],
+    vertices: &mut Vec<u32>,
+    local: &mut [u32],
+    locks: &mut Vec<SimplifyVertex>,
+) {
+    const POSITIVE: u8 = 1;
+    const NEGATIVE: u8 = 2;
+    let mut signs = vec![0u8; vertices.len()];
+    let triangle_sign: Vec<u8> = local
+        .chunks_exact(3)
+        .map(|t| {
+            let global = [0, 1, 2].map(|k| vertices[t[k] as usize]);
+            let a = signed_uv_area2(uvs, &global);
+            let sign = if a > 0.0 {
+                POSITIVE
+            } else if a < 0.0 {
+                NEGATIVE
+            } else {
+                0
+            };
+            for &v in t {
+                signs[v as usize] |= sign;
+            }
+            sign
+        })
+        .collect();
+    let mut copy = vec![u32::MAX; signs.len()];
+    for (v, &s) in signs.iter().enumerate() {
+        if s == POSITIVE | NEGATIVE {
+            copy[v] = vertices.len() as u32;
+            vertices.push(vertices[v]);
+            locks.push(locks[v] | SimplifyVertex::Protect);
+        }
+    }
+    for (t, &sign) in local.chunks_exact_mut(3).zip(&triangle_sign) {
+        if sign == NEGATIVE {
+            for v in t {
+                if copy[*v as usize] != u32::MAX {
+                    *v = copy[*v as usize];
+                }
+            }
+        }
     }
 }
 
@@ -467,6 +760,22 @@ fn material_borders(position_of: &[u32], vertex_materials: &[u32]) -> Vec<bool> 
         }
     }
     position_of.iter().map(|&p| mixed[p as usize]).collect()
+}
+
+/// `[V]` whether another vertex at the same position (`position_of`) has other texture
+/// coordinates (a UV seam).
+fn uv_seams(position_of: &[u32], uvs: &[[f32; 2]]) -> Vec<bool> {
+    let mut first = vec![u32::MAX; position_of.len()];
+    let mut seam = vec![false; position_of.len()];
+    for (v, &p) in position_of.iter().enumerate() {
+        let slot = &mut first[p as usize];
+        if *slot == u32::MAX {
+            *slot = v as u32;
+        } else if uvs[*slot as usize] != uvs[v] {
+            seam[p as usize] = true;
+        }
+    }
+    position_of.iter().map(|&p| seam[p as usize]).collect()
 }
 
 fn adapter(positions: &[[f32; 3]]) -> Result<VertexDataAdapter<'_>> {

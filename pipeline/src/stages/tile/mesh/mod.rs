@@ -7,8 +7,8 @@
 //! volume), §"Refinement" (REPLACE), §"glTF transforms" (clients rotate glTF content Y-up → Z-up
 //! *before* the tile transforms apply, so volumes are written in the Z-up tile frame;
 //! CesiumGS/3d-tiles-samples `1.1/BoundingBoxTests` computes boxes the same way);
-//! shared/research/tiles-formats.md §1.2, §1.6, §4. Tree construction: [`hlod`]; content
-//! encoding: [`encode`].
+//! shared/research/tiles-formats.md §1.2, §1.6, §4. Tree construction: [`hlod`]; measured
+//! geometric error: [`deviation`]; content encoding: [`encode`].
 //!
 //! Layout of `out_dir`: `tileset.json`; `tiles/r.glb` (root), `tiles/r0.glb`, `tiles/r01.glb`, …
 //! (one digit per level: the child's index); `tiles/textures/<blake3 of the source>.png|jpg` and
@@ -32,6 +32,7 @@
 //! with `read_gltf` (a truncated or foreign file is an error naming it) and checked like the
 //! decimate stage's input (finite positions, indices in range) before anything is written.
 
+pub mod deviation;
 pub mod encode;
 pub mod hlod;
 pub mod texture;
@@ -50,7 +51,7 @@ use super::{TileReport, write_tileset};
 use crate::stages::decimate::{LodLevel, vertex_materials, weld};
 use crate::{Error, Result};
 use encode::{Lattice, MeshoptCodec, quantize_tile};
-use hlod::{HlodNode, HlodOptions, build_hlod};
+use hlod::{HlodNode, HlodOptions, VertexAttributes, build_hlod};
 use texture::TexturePyramid;
 
 /// Sub-directory of `out_dir` holding the tile contents.
@@ -197,8 +198,11 @@ pub fn tile_mesh_lods(
 /// each; a parent's content is the union of its children's simplified with its cell border
 /// locked (see [`hlod::build_hlod`]), so the border of every tile's cell is made of the full-resolution vertices and edges (no cracks
 /// between tiles of any levels); all tiles share one position lattice (see [`encode`]), so those
-/// vertices quantize to the same integers in every tile; geometricError (metres) is 0 at leaves,
-/// the accumulated simplification error above (parents ≥ children) and `tileset.geometricError` =
+/// vertices quantize to the same integers in every tile; geometricError (metres) is 0 at
+/// leaves and, above, never below the measured two-sided Hausdorff distance between the tile's
+/// content and the full-resolution triangles of its cell (a certified bound, see [`deviation`];
+/// the lattice moves vertices by at most half a step per axis) nor below its children's;
+/// `tileset.geometricError` =
 /// max(root error, box diagonal); each tile's box is the Z-up AABB of its decoded content and of
 /// its descendants'; refinement is REPLACE; each tile has one primitive per material it draws and
 /// a parent draws every material its children draw (simplification keeps material seams); each
@@ -257,6 +261,11 @@ fn build_and_write(
         &welded.positions,
         &welded.indices,
         &vertex_materials,
+        VertexAttributes {
+            normals: welded.normals.as_deref(),
+            uvs: welded.uvs.as_deref(),
+            colors: welded.colors.as_deref(),
+        },
         HlodOptions {
             max_triangles: params.max_triangles_per_tile,
             root_fraction: params.root_fraction,
