@@ -10,6 +10,7 @@ mod e2e {
     pub mod harness;
     pub mod large_coordinates;
     pub mod mesh;
+    pub mod mesh_browser;
     pub mod mesh_frames;
     pub mod queue;
     pub mod reconstruct;
