@@ -15,6 +15,7 @@
 //! +Y up. Normals the source lacks are generated ([`generate_missing_normals`]). Letters: V
 //! vertices, F triangles.
 
+mod cleanup;
 mod draco;
 mod glb_write;
 mod gltf_read;
@@ -26,6 +27,7 @@ mod tile_glb;
 
 use std::path::{Path, PathBuf};
 
+pub use cleanup::{MeshCleanup, survey as survey_cleanup};
 pub use glb_write::{
     MaterialGroup, compact, split_by_material, with_tex_coord_sets, write_glb,
     write_glb_referencing_images,

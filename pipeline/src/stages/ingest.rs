@@ -628,11 +628,15 @@ pub struct IngestedMesh {
     /// The input's up axis when it was turned to glTF +Y (`IngestParams::up_axis`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotated_from_up_axis: Option<String>,
+    /// Degenerate and duplicate triangles, non-manifold and boundary edges, counted by position
+    /// (`kiln_formats::mesh::MeshCleanup`); absent from summaries written before it existed.
+    #[serde(default)]
+    pub cleanup: kiln_formats::mesh::MeshCleanup,
 }
 
 /// Ingest a mesh (glTF/GLB, OBJ + MTL or PLY, by extension: see
-/// `kiln_formats::mesh::read_mesh`): validate, turn it so that `up_axis` becomes glTF +Y when
-/// given, and write `out_dir/mesh.glb`.
+/// `kiln_formats::mesh::read_mesh`): validate, count its faults (the cleanup report), turn it so
+/// that `up_axis` becomes glTF +Y when given, and write `out_dir/mesh.glb`.
 ///
 /// # Errors
 /// Reader errors name the file and the bad accessor, index, line or buffer; another extension is
@@ -644,6 +648,7 @@ pub fn ingest_mesh(
 ) -> Result<IngestedMesh> {
     use kiln_formats::splats::convert::{UpAxis, up_axis_rotation};
     let mut mesh = kiln_formats::mesh::read_mesh(input)?;
+    let cleanup = report_cleanup(input, &mesh);
     let rotated_from_up_axis = up_axis.filter(|&a| a != UpAxis::Y).map(|from| {
         turn_mesh(&mut mesh, up_axis_rotation(from, UpAxis::Y));
         from.name().to_string()
@@ -669,7 +674,32 @@ pub fn ingest_mesh(
         min,
         max,
         rotated_from_up_axis,
+        cleanup,
     })
+}
+
+/// Count `mesh`'s faults and warn once, naming the file, when there are any: a content team
+/// wants to fix them at the source, and the tiles cannot show better than the source has.
+fn report_cleanup(
+    input: &Path,
+    mesh: &kiln_formats::mesh::Mesh,
+) -> kiln_formats::mesh::MeshCleanup {
+    let c = kiln_formats::mesh::survey_cleanup(mesh);
+    if !c.is_clean() {
+        tracing::warn!(
+            file = %input.display(),
+            degenerate_triangles = c.degenerate_triangles,
+            duplicate_triangles = c.duplicate_triangles,
+            non_manifold_edges = c.non_manifold_edges,
+            "mesh cleanup report: {} degenerate and {} duplicate triangles, {} non-manifold \
+             edges (counted, not repaired: fix them in the modelling tool; they cause shading \
+             seams, z-fighting and cracks)",
+            c.degenerate_triangles,
+            c.duplicate_triangles,
+            c.non_manifold_edges
+        );
+    }
+    c
 }
 
 /// Turn a mesh by the proper rotation `r` (row-major, p′ = r·p; from `up_axis_rotation`, so a
@@ -959,6 +989,36 @@ mod tests {
             "{err}"
         );
         assert!(!out.join(MESH_GLB).exists());
+    }
+
+    /// The cleanup report of an OBJ with hand-placed faults: a quad (two triangles) repeated
+    /// with reversed winding, a triangle with a repeated corner, and a fin on the quad's
+    /// diagonal (three triangles on one edge).
+    #[test]
+    fn a_mesh_ingest_counts_degenerate_duplicate_and_non_manifold_faces() {
+        let d = tempfile::tempdir().unwrap();
+        let obj = d.path().join("faulty.obj");
+        std::fs::write(
+            &obj,
+            "v 0 0 0\nv 1 0 0\nv 1 1 0\nv 0 1 0\nv 0.5 0.5 1\n\
+             f 1 2 3\nf 1 3 4\nf 3 2 1\nf 1 1 2\nf 1 3 5\n",
+        )
+        .unwrap();
+        let ingested = ingest_mesh(&obj, None, d.path()).unwrap();
+        let c = ingested.cleanup;
+        assert_eq!(
+            (
+                c.degenerate_triangles,
+                c.duplicate_triangles,
+                c.non_manifold_edges
+            ),
+            (1, 1, 1),
+            "{c:?}"
+        );
+        // Quad border (4) + the fin's two outer edges.
+        assert_eq!(c.boundary_edges, 6);
+        let json = serde_json::to_value(&ingested).unwrap();
+        assert_eq!(json["cleanup"]["duplicate_triangles"], 1);
     }
 
     /// A Z-up OBJ (Blender's and most scanners' convention) turned by `up_axis = "z"`: glTF's
