@@ -825,10 +825,16 @@ fn content_frame(plan: &JobPlan) -> Result<tile::frame::TilesetFrame> {
 fn find_input(dir: &Path, kind: JobKind) -> Result<PathBuf> {
     let (accepted, what): (&[&str], &str) = match kind {
         JobKind::Capture => return Ok(dir.to_path_buf()),
-        JobKind::Mesh => (
-            &kiln_formats::mesh::MESH_EXTENSIONS,
-            ".glb, .gltf, .obj or .ply",
-        ),
+        // Several mesh files (one per block or part, in subfolders too) are one asset: the
+        // ingest stage reads the folder; one file is read alone.
+        JobKind::Mesh => {
+            let mut files = kiln_formats::mesh::mesh_files_in(dir)?;
+            return Ok(if files.len() == 1 {
+                files.remove(0)
+            } else {
+                dir.to_path_buf()
+            });
+        }
         JobKind::Splats => (&["ply", "spz", "glb"], ".ply, .spz or .glb"),
     };
     let mut candidates: Vec<PathBuf> = std::fs::read_dir(dir)

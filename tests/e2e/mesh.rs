@@ -204,6 +204,71 @@ fn check_quads_tileset(out: &std::path::Path) {
     validate_glbs(&files_with_ext(out, "glb"));
 }
 
+/// A photogrammetry-style export: Spot (5,856 triangles) cut into two OBJ blocks by face order,
+/// each in its own subfolder with its own MTL (ContextCapture's `Tile_*/Tile_*.obj` layout). The
+/// job's `input` is the folder: one tileset whose leaves hold every triangle of both blocks and
+/// both materials.
+#[test]
+fn a_folder_of_obj_blocks_tiles_as_one_asset_with_every_triangle_and_material() {
+    let sb = Sandbox::new();
+    let source =
+        std::fs::read_to_string(dataset("mesh-common-3d-test-models").join("spot.obj")).unwrap();
+    let (mut header, mut faces) = (String::new(), Vec::new());
+    for line in source.lines() {
+        if line.starts_with("f ") {
+            faces.push(line);
+        } else if !line.starts_with("mtllib") && !line.starts_with("usemtl") {
+            header.push_str(line);
+            header.push('\n');
+        }
+    }
+    assert_eq!(faces.len(), 5856);
+    let export = sb.path().join("export");
+    let half = faces.len() / 2;
+    for (block, range, kd) in [
+        ("Tile_+000_+000", 0..half, "0.9 0.2 0.2"),
+        ("Tile_+000_+001", half..faces.len(), "0.2 0.2 0.9"),
+    ] {
+        let dir = export.join(block);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join(format!("{block}.mtl")),
+            format!("newmtl {block}\nKd {kd}\n"),
+        )
+        .unwrap();
+        let obj = format!(
+            "mtllib {block}.mtl\n{header}usemtl {block}\n{}\n",
+            faces[range].join("\n")
+        );
+        std::fs::write(dir.join(format!("{block}.obj")), obj).unwrap();
+    }
+    let job = mesh_job(&sb, "blocks", export.to_str().unwrap());
+    ok(&sb.kiln(&["run", job.to_str().unwrap()]));
+    let out = sb.path().join("out/blocks");
+    let tileset: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("tileset.json")).unwrap()).unwrap();
+    let mut leaves = Vec::new();
+    leaf_uris(&tileset["root"], &mut leaves);
+    let (mut triangles, mut colours) = (0, std::collections::BTreeSet::new());
+    for uri in &leaves {
+        let json = glb_json(&out.join(uri));
+        for prim in json["meshes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|m| m["primitives"].as_array().unwrap())
+        {
+            let idx = prim["indices"].as_u64().unwrap() as usize;
+            triangles += json["accessors"][idx]["count"].as_u64().unwrap() / 3;
+            let m = &json["materials"][prim["material"].as_u64().unwrap() as usize];
+            colours.insert(m["pbrMetallicRoughness"]["baseColorFactor"].to_string());
+        }
+    }
+    assert_eq!(triangles, 5856, "leaves {leaves:?}");
+    assert_eq!(colours.len(), 2, "both blocks' materials: {colours:?}");
+    validate_glbs(&files_with_ext(&out, "glb"));
+}
+
 /// Two missing textures: the job succeeds, and ONE warning names both files.
 #[test]
 fn gltf_with_two_missing_textures_tiles_with_one_warning_naming_both() {

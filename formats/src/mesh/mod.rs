@@ -15,6 +15,7 @@
 //! +Y up. Normals the source lacks are generated ([`generate_missing_normals`]). Letters: V
 //! vertices, F triangles.
 
+mod assemble;
 mod cleanup;
 mod draco;
 mod glb_write;
@@ -27,6 +28,7 @@ mod tile_glb;
 
 use std::path::{Path, PathBuf};
 
+pub use assemble::{mesh_files_in, read_meshes};
 pub use cleanup::{MeshCleanup, survey as survey_cleanup};
 pub use glb_write::{
     MaterialGroup, compact, split_by_material, with_tex_coord_sets, write_glb,

@@ -635,8 +635,10 @@ pub struct IngestedMesh {
 }
 
 /// Ingest a mesh (glTF/GLB, OBJ + MTL or PLY, by extension: see
-/// `kiln_formats::mesh::read_mesh`): validate, count its faults (the cleanup report), turn it so
-/// that `up_axis` becomes glTF +Y when given, and write `out_dir/mesh.glb`.
+/// `kiln_formats::mesh::read_mesh`), or every mesh file under a folder as one asset
+/// (`kiln_formats::mesh::read_meshes`: one OBJ per block of a photogrammetry export): validate,
+/// count its faults (the cleanup report), turn it so that `up_axis` becomes glTF +Y when given,
+/// and write `out_dir/mesh.glb`.
 ///
 /// # Errors
 /// Reader errors name the file and the bad accessor, index, line or buffer; another extension is
@@ -647,7 +649,11 @@ pub fn ingest_mesh(
     out_dir: &Path,
 ) -> Result<IngestedMesh> {
     use kiln_formats::splats::convert::{UpAxis, up_axis_rotation};
-    let mut mesh = kiln_formats::mesh::read_mesh(input)?;
+    let mut mesh = if input.is_dir() {
+        kiln_formats::mesh::read_meshes(input)?
+    } else {
+        kiln_formats::mesh::read_mesh(input)?
+    };
     let cleanup = report_cleanup(input, &mesh);
     let rotated_from_up_axis = up_axis.filter(|&a| a != UpAxis::Y).map(|from| {
         turn_mesh(&mut mesh, up_axis_rotation(from, UpAxis::Y));
