@@ -112,18 +112,7 @@ mod tests {
     use super::*;
 
     fn mesh(positions: Vec<[f32; 3]>, indices: Vec<u32>) -> Mesh {
-        Mesh {
-            origin_m: [0.0; 3],
-            positions,
-            normals: None,
-            uvs: None,
-            uvs1: None,
-            colors: None,
-            triangle_materials: vec![0; indices.len() / 3],
-            indices,
-            materials: vec![Default::default()],
-            images: Vec::new(),
-        }
+        Mesh::plain(positions, indices)
     }
 
     /// A closed tetrahedron: 4 faces, 6 edges each shared by two faces, no faults.

@@ -1450,28 +1450,18 @@ fn node_matrix_f64(node: &serde_json::Value) -> Option<[f64; 16]> {
     ))
 }
 
-/// Column-major `T · R · S` for translation `t`, unit quaternion `q = [x, y, z, w]` (rotation
-/// matrix as in glTF 2.0 §3.5.3 / Shoemake 1985) and scale `s`.
+/// Column-major `T · R · S` for translation `t`, unit quaternion `q = [x, y, z, w]` (glTF's
+/// order; the rotation matrix of [`crate::rotation::quaternion_to_rotation`], normalised first)
+/// and scale `s`.
 fn trs_matrix(t: [f64; 3], q: [f64; 4], s: [f64; 3]) -> [f64; 16] {
     let [x, y, z, w] = q;
-    // Rotation matrix, row-major r[row][col].
-    let r = [
-        [
-            1.0 - 2.0 * (y * y + z * z),
-            2.0 * (x * y - z * w),
-            2.0 * (x * z + y * w),
-        ],
-        [
-            2.0 * (x * y + z * w),
-            1.0 - 2.0 * (x * x + z * z),
-            2.0 * (y * z - x * w),
-        ],
-        [
-            2.0 * (x * z - y * w),
-            2.0 * (y * z + x * w),
-            1.0 - 2.0 * (x * x + y * y),
-        ],
-    ];
+    // Row-major r[row][col]; a zero quaternion (invalid glTF) reads as no rotation, as the
+    // unnormalised formula gave.
+    let r = crate::rotation::quaternion_to_rotation([w, x, y, z]).unwrap_or([
+        [1.0, 0.0, 0.0],
+        [0.0, 1.0, 0.0],
+        [0.0, 0.0, 1.0],
+    ]);
     let mut m = [0.0; 16];
     for c in 0..3 {
         for row in 0..3 {

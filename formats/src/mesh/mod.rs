@@ -101,6 +101,23 @@ pub struct Mesh {
 }
 
 impl Mesh {
+    /// A test mesh: `positions` and `indices`, one white diffuse material, no attributes.
+    #[cfg(test)]
+    pub(crate) fn plain(positions: Vec<[f32; 3]>, indices: Vec<u32>) -> Mesh {
+        Mesh {
+            origin_m: [0.0; 3],
+            positions,
+            normals: None,
+            uvs: None,
+            uvs1: None,
+            colors: None,
+            triangle_materials: vec![0; indices.len() / 3],
+            indices,
+            materials: vec![Material::diffuse([1.0; 4])],
+            images: Vec::new(),
+        }
+    }
+
     /// Number of triangles F (`indices.len() / 3`).
     pub fn triangle_count(&self) -> usize {
         self.indices.len() / 3

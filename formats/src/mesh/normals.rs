@@ -252,22 +252,9 @@ fn norm(a: [f64; 3]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mesh::Material;
 
     fn mesh(positions: Vec<[f32; 3]>, indices: Vec<u32>) -> Mesh {
-        let f = indices.len() / 3;
-        Mesh {
-            origin_m: [0.0; 3],
-            positions,
-            normals: None,
-            uvs: None,
-            uvs1: None,
-            colors: None,
-            indices,
-            triangle_materials: vec![0; f],
-            materials: vec![Material::diffuse([1.0; 4])],
-            images: Vec::new(),
-        }
+        Mesh::plain(positions, indices)
     }
 
     fn close(a: [f32; 3], b: [f64; 3], tol: f64) -> bool {
