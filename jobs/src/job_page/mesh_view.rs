@@ -125,7 +125,7 @@ pub fn read_triangles(path: &Path) -> Result<Vec<Triangle>, PageError> {
     // Without validation, an inconsistent accessor can make the gltf crate's readers panic;
     // contain that and report the file instead of taking the whole report down.
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        collect_document(&gltf.document, &buffers)
+        recentred(&collect_document(&gltf.document, &buffers))
     }))
     .map_err(|_| PageError::Invalid {
         path: path.to_path_buf(),
@@ -135,7 +135,41 @@ pub fn read_triangles(path: &Path) -> Result<Vec<Triangle>, PageError> {
     })
 }
 
-fn collect_document(document: &gltf::Document, buffers: &[gltf::buffer::Data]) -> Vec<Triangle> {
+/// A triangle in f64 metres, before [`recentred`].
+type WorldTriangle = [[f64; 3]; 3];
+
+/// `tris` relative to the centre of their box, in f32: a mesh placed far from 0 (an ECEF node
+/// translation of millions of metres) would otherwise collapse to f32's 0.25–0.5 m steps there
+/// and draw nothing. The orthographic views frame the box, so the shift changes no picture.
+fn recentred(tris: &[WorldTriangle]) -> Vec<Triangle> {
+    let mut lo = [f64::INFINITY; 3];
+    let mut hi = [f64::NEG_INFINITY; 3];
+    for p in tris
+        .iter()
+        .flatten()
+        .filter(|p| p.iter().all(|c| c.is_finite()))
+    {
+        for k in 0..3 {
+            lo[k] = lo[k].min(p[k]);
+            hi[k] = hi[k].max(p[k]);
+        }
+    }
+    let centre: [f64; 3] = std::array::from_fn(|k| {
+        if lo[k] <= hi[k] {
+            0.5 * (lo[k] + hi[k])
+        } else {
+            0.0
+        }
+    });
+    tris.iter()
+        .map(|t| t.map(|p| std::array::from_fn(|k| (p[k] - centre[k]) as f32)))
+        .collect()
+}
+
+fn collect_document(
+    document: &gltf::Document,
+    buffers: &[gltf::buffer::Data],
+) -> Vec<WorldTriangle> {
     let mut out = Vec::new();
     match document
         .default_scene()
@@ -156,7 +190,7 @@ fn collect_document(document: &gltf::Document, buffers: &[gltf::buffer::Data]) -
 }
 
 /// Column-major 4 × 4 identity, glTF's matrix layout.
-const IDENTITY: [[f32; 4]; 4] = [
+const IDENTITY: [[f64; 4]; 4] = [
     [1.0, 0.0, 0.0, 0.0],
     [0.0, 1.0, 0.0, 0.0],
     [0.0, 0.0, 1.0, 0.0],
@@ -169,15 +203,16 @@ const MAX_NODE_DEPTH: usize = 256;
 
 fn collect_node(
     node: &gltf::Node<'_>,
-    parent: [[f32; 4]; 4],
+    parent: [[f64; 4]; 4],
     buffers: &[gltf::buffer::Data],
-    out: &mut Vec<Triangle>,
+    out: &mut Vec<WorldTriangle>,
     depth: usize,
 ) {
     if depth > MAX_NODE_DEPTH {
         return;
     }
-    let world = mat_mul(&parent, &node.transform().matrix());
+    let local = node.transform().matrix().map(|c| c.map(f64::from));
+    let world = mat_mul(&parent, &local);
     if let Some(mesh) = node.mesh() {
         collect_mesh(&mesh, &world, buffers, out);
     }
@@ -188,9 +223,9 @@ fn collect_node(
 
 fn collect_mesh(
     mesh: &gltf::Mesh<'_>,
-    m: &[[f32; 4]; 4],
+    m: &[[f64; 4]; 4],
     buffers: &[gltf::buffer::Data],
-    out: &mut Vec<Triangle>,
+    out: &mut Vec<WorldTriangle>,
 ) {
     for prim in mesh.primitives() {
         if prim.mode() != gltf::mesh::Mode::Triangles {
@@ -200,7 +235,7 @@ fn collect_mesh(
         let Some(positions) = reader.read_positions() else {
             continue;
         };
-        let pos: Vec<[f32; 3]> = positions.map(|p| transform_point(m, p)).collect();
+        let pos: Vec<[f64; 3]> = positions.map(|p| transform_point(m, p)).collect();
         let idx: Vec<u32> = match reader.read_indices() {
             Some(i) => i.into_u32().collect(),
             None => (0..pos.len() as u32).collect(),
@@ -214,14 +249,15 @@ fn collect_mesh(
     }
 }
 
-fn mat_mul(a: &[[f32; 4]; 4], b: &[[f32; 4]; 4]) -> [[f32; 4]; 4] {
+fn mat_mul(a: &[[f64; 4]; 4], b: &[[f64; 4]; 4]) -> [[f64; 4]; 4] {
     // Column-major: (a·b)[col][row] = Σ_k a[k][row] · b[col][k].
     std::array::from_fn(|col| {
         std::array::from_fn(|row| (0..4).map(|k| a[k][row] * b[col][k]).sum())
     })
 }
 
-fn transform_point(m: &[[f32; 4]; 4], p: [f32; 3]) -> [f32; 3] {
+fn transform_point(m: &[[f64; 4]; 4], p: [f32; 3]) -> [f64; 3] {
+    let p = p.map(f64::from);
     std::array::from_fn(|row| m[0][row] * p[0] + m[1][row] * p[1] + m[2][row] * p[2] + m[3][row])
 }
 
@@ -495,6 +531,58 @@ mod tests {
         shades.sort();
         shades.dedup();
         assert_eq!(shades.len(), 3, "{shades:?}");
+    }
+
+    /// A 1 m square, 10 × 10 quads, at an ECEF point (node translation of millions of metres,
+    /// as Kiln writes an f64 origin): it renders, and like the same square at 0. In f32 world
+    /// coordinates its 10 cm steps collapse to f32's 0.5 m spacing there and nothing is drawn.
+    #[test]
+    fn a_mesh_placed_at_ecef_coordinates_renders_like_the_same_mesh_at_zero() {
+        let square = |origin_m: [f64; 3]| {
+            let n = 10u32;
+            let positions = (0..=n)
+                .flat_map(|j| (0..=n).map(move |i| [i as f32 / n as f32, 0.0, j as f32 / n as f32]))
+                .collect();
+            let indices = (0..n)
+                .flat_map(|j| {
+                    (0..n).flat_map(move |i| {
+                        let a = j * (n + 1) + i;
+                        [a, a + n + 1, a + 1, a + 1, a + n + 1, a + n + 2]
+                    })
+                })
+                .collect::<Vec<u32>>();
+            kiln_formats::mesh::Mesh {
+                origin_m,
+                positions,
+                normals: None,
+                uvs: None,
+                uvs1: None,
+                colors: None,
+                triangle_materials: vec![0; indices.len() / 3],
+                indices,
+                materials: vec![kiln_formats::mesh::Material::diffuse([1.0; 4])],
+                images: Vec::new(),
+            }
+        };
+        let d = tempfile::tempdir().unwrap();
+        let mut pictures = Vec::new();
+        for (name, origin) in [
+            ("zero", [0.0; 3]),
+            ("ecef", [4_000_000.0, 3_000_000.0, 3_500_000.0]),
+        ] {
+            let path = d.path().join(format!("{name}.glb"));
+            std::fs::write(
+                &path,
+                kiln_formats::mesh::write_glb(&square(origin)).unwrap(),
+            )
+            .unwrap();
+            let tris = read_triangles(&path).unwrap();
+            let (lo, hi) = bounds(&tris).unwrap();
+            let img = render_shaded(&tris, &OrthoView::three_quarter(lo, hi, 64, 64));
+            pictures.push(covered(&img).len());
+        }
+        assert!(pictures[0] > 500, "{pictures:?}");
+        assert_eq!(pictures[0], pictures[1], "covered pixels at 0 and at ECEF");
     }
 
     #[test]
