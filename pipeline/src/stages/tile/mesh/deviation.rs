@@ -115,8 +115,10 @@ pub fn hausdorff_bound(a: Surface<'_>, b: Surface<'_>, budget: usize) -> Deviati
     let floor = ABS_TOLERANCE * diagonal(ta.iter().chain(&tb));
     let bvh_a = Bvh::new(ta.clone());
     let bvh_b = Bvh::new(tb.clone());
-    let (ab, sa) = one_sided_bound(&ta, &bvh_b, budget, floor);
-    let (ba, sb) = one_sided_bound(&tb, &bvh_a, budget, floor);
+    let (pa, ca) = vertices(a);
+    let (pb, cb) = vertices(b);
+    let (ab, sa) = one_sided_bound((&ta, &pa, &ca), &bvh_b, budget, floor);
+    let (ba, sb) = one_sided_bound((&tb, &pb, &cb), &bvh_a, budget, floor);
     Deviation {
         a_to_b_m: ab,
         b_to_a_m: ba,
@@ -145,28 +147,67 @@ fn triangles(s: Surface<'_>) -> Vec<Triangle> {
         .collect()
 }
 
+/// The vertices of `s` that its triangles use, in f64, and each triangle's corners as indices
+/// into them.
+fn vertices(s: Surface<'_>) -> (Vec<P3>, Vec<[u32; 3]>) {
+    let mut id = vec![u32::MAX; s.positions.len()];
+    let mut points = Vec::new();
+    let corners = s
+        .indices
+        .chunks_exact(3)
+        .map(|t| {
+            [0, 1, 2].map(|k| {
+                let v = t[k] as usize;
+                if id[v] == u32::MAX {
+                    id[v] = points.len() as u32;
+                    points.push(s.positions[v].map(f64::from));
+                }
+                id[v]
+            })
+        })
+        .collect();
+    (points, corners)
+}
+
 /// (Upper bound of `sup_{x ∈ from} d(x, to)`, largest sampled distance): the two passes of the
-/// module docs.
-fn one_sided_bound(from: &[Triangle], to: &Bvh, budget: usize, floor: f64) -> (f64, f64) {
-    let spacing = sample_spacing(from, budget);
-    let sampled = from
+/// module docs. `from` is `triangles` (`corners` gives each one's corners as indices into
+/// `points`, the shared vertices): a vertex is queried once, not once per triangle around it
+/// (about six times fewer nearest-point queries on a closed mesh).
+fn one_sided_bound(
+    (triangles, points, corners): (&[Triangle], &[P3], &[[u32; 3]]),
+    to: &Bvh,
+    budget: usize,
+    floor: f64,
+) -> (f64, f64) {
+    let spacing = sample_spacing(triangles, budget);
+    let inner = triangles
         .par_iter()
         .fold(
             || 0.0f64,
             |max, t| {
                 let k = subdivision(covering_radius(t), spacing);
-                lattice(t, k).fold(max, |m, p| m.max(to.distance(p, m)))
+                lattice(t, k)
+                    .filter(|p| !t.contains(p))
+                    .fold(max, |m, p| m.max(to.distance(p, m)))
             },
         )
         .reduce(|| 0.0, f64::max);
-    let tau = (sampled * (1.0 + REL_TOLERANCE)).max(floor);
-    let (upper, refined) = from
+    // Vertex distances need only be exact above what some sample already reached: a strided
+    // subset of the vertices (exact) sets that level before all of them are queried.
+    let stride = (points.len() / budget.max(1)).max(1);
+    let known = points
         .par_iter()
-        .map(|t| {
-            let stop = tau - covering_radius(t);
-            let corners = t.map(|v| to.nearest(v, stop));
-            refine(t, corners, tau, 0, to)
-        })
+        .step_by(stride)
+        .map(|&p| to.distance(p, 0.0))
+        .reduce(|| 0.0, f64::max)
+        .max(inner);
+    let at_vertex: Vec<(f64, u32)> = points.par_iter().map(|&p| to.nearest(p, known)).collect();
+    let sampled = at_vertex.iter().map(|d| d.0).fold(inner, f64::max);
+    let tau = (sampled * (1.0 + REL_TOLERANCE)).max(floor);
+    let (upper, refined) = triangles
+        .par_iter()
+        .zip(corners)
+        .map(|(t, c)| refine(t, c.map(|v| at_vertex[v as usize]), tau, 0, to))
         .reduce(|| (0.0, 0.0), |a, b| (a.0.max(b.0), a.1.max(b.1)));
     let sampled = sampled.max(refined);
     (upper.max(sampled), sampled)
@@ -179,6 +220,9 @@ fn one_sided_bound(from: &[Triangle], to: &Bvh, budget: usize, floor: f64) -> (f
 fn refine(t: &Triangle, corners: [(f64, u32); 3], tau: f64, depth: u32, to: &Bvh) -> (f64, f64) {
     let rho = covering_radius(t);
     let lipschitz = corners[0].0.max(corners[1].0).max(corners[2].0) + rho;
+    if lipschitz <= tau {
+        return (lipschitz, 0.0);
+    }
     let convex = corners
         .iter()
         .map(|&(_, c)| {
