@@ -23,12 +23,13 @@ use super::viewer::{BrowserTools, browser_tools};
 /// Issue 19's bar for leaves against the source (dB, over the asset's pixels).
 const MIN_LEAF_PSNR_DB: f64 = 30.0;
 
-/// Run a default mesh job on `input` into `out/NAME` of `sb`; returns the output folder.
-fn run_mesh_job(sb: &Sandbox, name: &str, input: &Path) -> PathBuf {
+/// Run a mesh job on `input` into `out/NAME` of `sb`, with `extra` TOML appended to the job file
+/// (empty: defaults); returns the output folder.
+fn run_mesh_job(sb: &Sandbox, name: &str, input: &Path, extra: &str) -> PathBuf {
     let job = sb.job(
         name,
         &format!(
-            "name = \"{name}\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"out/{name}\"\n",
+            "name = \"{name}\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"out/{name}\"\n{extra}",
             input.display()
         ),
     );
@@ -225,17 +226,19 @@ fn leaf_psnr(summary: &serde_json::Value, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("{name}: no PSNR: {t}"))
 }
 
-/// Tile `input`, render its leaves and the broken copies named in `breaks` against the source,
-/// and check the leaves reach the bar and every broken copy falls below it. Returns the
-/// `(name, PSNR dB)` pairs, leaves first.
+/// Tile `input` (job TOML `extra` appended), render its leaves and the broken copies named in
+/// `breaks` against the source, and check the leaves reach the bar and every broken copy falls
+/// below it. Returns the number of per-tile atlases written and the `(name, PSNR dB)` pairs,
+/// leaves first.
 fn leaves_match_source_and_breaks_do_not(
     tools: &BrowserTools,
     name: &str,
     input: &Path,
+    extra: &str,
     breaks: &[&str],
-) -> Vec<(String, f64)> {
+) -> (usize, Vec<(String, f64)>) {
     let sb = Sandbox::new();
-    let out = run_mesh_job(&sb, name, input);
+    let out = run_mesh_job(&sb, name, input, extra);
     let mut tilesets = vec![("leaves".to_string(), out.join("tileset.json"))];
     for (b, what, edit) in BREAKS.iter().filter(|(b, ..)| breaks.contains(b)) {
         tilesets.push((b.to_string(), broken_tileset(&out, b, what, edit)));
@@ -261,10 +264,12 @@ fn leaves_match_source_and_breaks_do_not(
             "{name}: the {b} copy still scores {psnr:.2} dB: the comparison cannot see that loss"
         );
     }
-    scores
+    let atlases = std::fs::read_dir(out.join("tiles/textures/atlas")).map_or(0, |d| d.count());
+    (atlases, scores)
 }
 
-/// DamagedHelmet (five maps, emissive): the leaves render like the source, and the leaves without
+/// DamagedHelmet (five maps, emissive), tiled with 4,096 triangles a tile so that its leaves
+/// sample per-tile texture atlases: the leaves render like the source, and the leaves without
 /// their base colour, metallic-roughness, normal or emissive map, or without their material, do
 /// not.
 #[test]
@@ -274,7 +279,13 @@ fn damaged_helmet_leaves_render_like_the_source_and_dropped_maps_do_not() {
     };
     let gltf = dataset("mesh-khronos-gltf-samples").join("DamagedHelmet/glTF/DamagedHelmet.gltf");
     let all: Vec<&str> = BREAKS.iter().map(|(b, ..)| *b).collect();
-    leaves_match_source_and_breaks_do_not(&tools, "helmet", &gltf, &all);
+    let small_tiles = "[mesh_tile]\nmax_triangles_per_tile = 4096\n";
+    let (atlases, _) =
+        leaves_match_source_and_breaks_do_not(&tools, "helmet", &gltf, small_tiles, &all);
+    assert!(
+        atlases > 0,
+        "the helmet's leaves were meant to use per-tile atlases"
+    );
 }
 
 /// Avocado (base colour, metallic-roughness and normal maps): the leaves render like the source,
@@ -291,6 +302,7 @@ fn avocado_leaves_render_like_the_source_and_dropped_maps_do_not() {
         &tools,
         "avocado",
         &gltf,
+        "",
         &["no-base-colour", "no-metallic-roughness", "no-material"],
     );
 }

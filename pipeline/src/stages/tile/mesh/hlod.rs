@@ -61,6 +61,21 @@ const UNLIMITED_ERROR: f32 = 1.0e3;
 /// tolerance; measuring every parent of DamagedHelmet's tree costs ≈ 0.4 s on 2 cores.
 pub const DEVIATION_SAMPLES: usize = 4096;
 
+/// Largest cell (leaf triangles) whose parent is measured directly against its leaves. Above it a
+/// parent `P` is measured against its descendants `D` [`DEVIATION_FRONTIER_LEVELS`] levels down
+/// (or its leaves where the tree is shallower) and their own bounds are added:
+/// `H(P, L) ≤ H(P, D) + max_i H(D_i, L_i)` (the triangle inequality of the Hausdorff distance,
+/// `L` the leaves, `L_i` those under `D_i`). Still a certified bound, looser by at most the
+/// descendants' errors (about 1/2^levels of the parent's, errors roughly doubling per level), and
+/// a level costs its descendants' triangles instead of the whole mesh's: measuring every level
+/// against the leaves measured the full mesh once per level (a 10 M-triangle mesh spent 35
+/// minutes there). 262,144 triangles keeps every Khronos and PlayCanvas sample fully direct.
+pub const DIRECT_DEVIATION_MAX_TRIANGLES: usize = 1 << 18;
+
+/// How many levels below a large cell's parent its deviation is measured (see
+/// [`DIRECT_DEVIATION_MAX_TRIANGLES`]).
+pub const DEVIATION_FRONTIER_LEVELS: usize = 3;
+
 /// meshopt attribute weight of each normal component (gltfpack's value).
 const NORMAL_WEIGHT: f32 = 0.5;
 
@@ -77,7 +92,9 @@ pub struct HlodNode {
     /// surface, kept monotone towards the root.
     pub error_m: f64,
     /// Certified upper bound of the two-sided Hausdorff distance between this content and the
-    /// full-resolution triangles of its cell (its leaves'), metres; 0 for leaves.
+    /// full-resolution triangles of its cell (its leaves'), metres; 0 for leaves. Measured
+    /// directly for cells of ≤ [`DIRECT_DEVIATION_MAX_TRIANGLES`], else through the children
+    /// (see there).
     pub measured_m: f64,
     /// Finer tiles that REPLACE this one.
     pub children: Vec<HlodNode>,
@@ -87,6 +104,26 @@ impl HlodNode {
     /// Triangles of this tile's content.
     pub fn triangle_count(&self) -> usize {
         self.indices.len() / 3
+    }
+
+    /// The tiles `levels` below this one (leaves where the tree ends sooner; itself at 0).
+    pub fn descendants<'a>(&'a self, levels: usize, out: &mut Vec<&'a HlodNode>) {
+        if levels == 0 || self.children.is_empty() {
+            out.push(self);
+        } else {
+            for c in &self.children {
+                c.descendants(levels - 1, out);
+            }
+        }
+    }
+
+    /// Triangles of the leaves under this tile (its own for a leaf).
+    pub fn leaf_triangle_count(&self) -> usize {
+        if self.children.is_empty() {
+            self.triangle_count()
+        } else {
+            self.children.iter().map(Self::leaf_triangle_count).sum()
+        }
     }
 }
 
@@ -99,6 +136,9 @@ pub struct HlodOptions {
     pub root_fraction: f64,
     /// meshopt `target_error` of one simplification, relative to the simplified tile's extent.
     pub max_simplify_error: f32,
+    /// Cells of more leaf triangles are measured through their children (see
+    /// [`DIRECT_DEVIATION_MAX_TRIANGLES`], the value the tile stage uses).
+    pub direct_deviation_max_triangles: usize,
 }
 
 /// Build the HLOD tree of `positions` / `indices` (a welded mesh, see `decimate::weld`).
@@ -134,7 +174,9 @@ pub struct HlodOptions {
 /// see the module docs; they do not change which vertices exist or are locked.
 ///
 /// Errors: each parent's [`HlodNode::measured_m`] is [`hausdorff_bound`] between its content and
-/// its cell's leaf triangles ([`DEVIATION_SAMPLES`] samples a side), and `error_m` the larger of
+/// its cell's leaf triangles ([`DEVIATION_SAMPLES`] samples a side; for cells larger than
+/// `options.direct_deviation_max_triangles`, between its content and its descendants a few
+/// levels down, plus their bounds), and `error_m` the larger of
 /// that and its children's `error_m`. meshopt's own estimate (`result_error` ×
 /// `meshopt_simplifyScale`) only steers the simplification: it includes the attribute terms, so it
 /// overstates the geometric distance (up to 3.4× on Avocado at 64 triangles per tile), and a
@@ -219,7 +261,9 @@ pub fn build_hlod(
         if simplified.is_empty() || (kept as f64) > (current as f64) * (1.0 - MIN_CHAIN_REDUCTION) {
             break;
         }
-        let measured_m = ctx.measure(&simplified, indices);
+        let measured_m = ctx.measure_against(&simplified, std::slice::from_ref(&root), || {
+            indices.to_vec()
+        });
         let error_m = root.error_m.max(measured_m);
         root = HlodNode {
             indices: simplified,
@@ -333,6 +377,33 @@ impl Ctx<'_> {
         hausdorff_bound(surface(simplified), surface(full), DEVIATION_SAMPLES).hausdorff_m()
     }
 
+    /// Certified bound of the Hausdorff distance between `simplified` and the full-resolution
+    /// triangles of the cell of `children` (`leaves()` lists them): measured directly when the
+    /// cell holds ≤ `options.direct_deviation_max_triangles`, else against the descendants
+    /// [`DEVIATION_FRONTIER_LEVELS`] down plus their own bounds (see
+    /// [`DIRECT_DEVIATION_MAX_TRIANGLES`]).
+    fn measure_against(
+        &self,
+        simplified: &[u32],
+        children: &[HlodNode],
+        leaves: impl FnOnce() -> Vec<u32>,
+    ) -> f64 {
+        let leaf_triangles: usize = children.iter().map(HlodNode::leaf_triangle_count).sum();
+        if leaf_triangles <= self.options.direct_deviation_max_triangles {
+            return self.measure(simplified, &leaves());
+        }
+        let mut frontier = Vec::new();
+        for c in children {
+            c.descendants(DEVIATION_FRONTIER_LEVELS - 1, &mut frontier);
+        }
+        let content: Vec<u32> = frontier
+            .iter()
+            .flat_map(|d| d.indices.iter().copied())
+            .collect();
+        let below = frontier.iter().map(|d| d.measured_m).fold(0.0, f64::max);
+        self.measure(simplified, &content) + below
+    }
+
     /// The node of `part`: leaves as they are, parents simplified (the two halves in parallel).
     fn build(&self, part: &Part) -> Result<HlodNode> {
         let (left, right) = match part {
@@ -411,14 +482,16 @@ impl Ctx<'_> {
             }
             simplified = candidate;
         }
-        let mut cell_triangles = Vec::new();
-        part.for_each_leaf(&mut |_, triangles| {
-            cell_triangles.extend(triangles.iter().flat_map(|&t| {
-                let t = t as usize * 3;
-                [self.indices[t], self.indices[t + 1], self.indices[t + 2]]
-            }));
+        let measured_m = self.measure_against(&simplified, &children, || {
+            let mut cell_triangles = Vec::new();
+            part.for_each_leaf(&mut |_, triangles| {
+                cell_triangles.extend(triangles.iter().flat_map(|&t| {
+                    let t = t as usize * 3;
+                    [self.indices[t], self.indices[t + 1], self.indices[t + 2]]
+                }));
+            });
+            cell_triangles
         });
-        let measured_m = self.measure(&simplified, &cell_triangles);
         let children_m = children.iter().map(|c| c.error_m).fold(0.0, f64::max);
         Ok(HlodNode {
             indices: simplified,

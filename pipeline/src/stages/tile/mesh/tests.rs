@@ -80,7 +80,28 @@ fn check_texture_pyramid(
                 "{name}: image URI {uri} must resolve from the GLB's folder"
             );
             assert!(w.decoded.json["images"][k].get("bufferView").is_none());
+            referenced.insert(file.clone());
             let stem = file.file_stem().unwrap().to_str().unwrap();
+            if uri.starts_with(&format!("{TEXTURES_DIR}/{}/", atlas::ATLAS_DIR)) {
+                // A per-tile atlas: under the pixels of every level image it could replace.
+                let (aw, ah) = image::image_dimensions(&file).unwrap();
+                let largest = welded
+                    .images
+                    .iter()
+                    .map(|img| {
+                        let (sw, sh) = image::load_from_memory(&img.bytes).unwrap().dimensions();
+                        let (lw, lh) = texture::level_size(sw, sh, level, params.max_texture_size);
+                        u64::from(lw) * u64::from(lh)
+                    })
+                    .max()
+                    .unwrap();
+                assert!(
+                    ((u64::from(aw) * u64::from(ah)) as f64)
+                        < atlas::MAX_ATLAS_FRACTION * largest as f64,
+                    "{name}: {uri} {aw}×{ah} at height {level}"
+                );
+                continue;
+            }
             let src = &welded.images[by_hash[stem]];
             let (sw, sh) = image::load_from_memory(&src.bytes).unwrap().dimensions();
             let expected = texture::level_size(sw, sh, level, params.max_texture_size);
@@ -92,12 +113,14 @@ fn check_texture_pyramid(
             if expected == (sw, sh) {
                 assert_eq!(std::fs::read(&file).unwrap(), src.bytes, "{name}: {uri}");
             }
-            referenced.insert(file);
         }
     }
     let mut sizes = HashSet::new();
     for file in &texture_files {
         assert!(referenced.contains(file), "{name}: {file:?} is not used");
+        if file.parent().unwrap().ends_with(atlas::ATLAS_DIR) {
+            continue;
+        }
         let stem = file.file_stem().unwrap().to_str().unwrap().to_string();
         let dims = image::image_dimensions(file).unwrap();
         assert!(sizes.insert((stem, dims)), "{name}: {file:?} written twice");
@@ -1230,6 +1253,7 @@ fn removed_spike_is_declared_at_least_its_height() {
             max_triangles: 128,
             root_fraction: 2.0 / 128.0,
             max_simplify_error: 1.0,
+            direct_deviation_max_triangles: hlod::DIRECT_DEVIATION_MAX_TRIANGLES,
         },
     )
     .unwrap();
@@ -1255,6 +1279,105 @@ fn removed_spike_is_declared_at_least_its_height() {
         "the root ({} triangles) kept the spike",
         tree.triangle_count()
     );
+}
+
+/// Leaf triangles under `node`, concatenated.
+fn leaf_indices(node: &HlodNode, out: &mut Vec<u32>) {
+    if node.children.is_empty() {
+        out.extend_from_slice(&node.indices);
+    }
+    for c in &node.children {
+        leaf_indices(c, out);
+    }
+}
+
+/// Cells above `direct_deviation_max_triangles` are bounded through descendants a few levels down
+/// (`H(P, L) ≤ H(P, D) + max H(D_i, L_i)`): on a bumpy 8,192-triangle grid with 256-triangle
+/// leaves and direct measurement only up to 1,024 triangles, every such parent's bound must
+/// still be ≥ the deviation sampled directly against its leaves (the bound holds), not far above
+/// the direct bound (the sum stays useful), and cells at or under the limit are measured
+/// exactly as before.
+#[test]
+fn parents_of_large_cells_are_bounded_through_their_children() {
+    let n = 64u32;
+    let mut positions = Vec::new();
+    for y in 0..=n {
+        for x in 0..=n {
+            let (fx, fy) = (x as f32 / 8.0, y as f32 / 8.0);
+            positions.push([x as f32 * 0.1, y as f32 * 0.1, 0.05 * (fx.sin() * fy.cos())]);
+        }
+    }
+    let mut indices = Vec::new();
+    for y in 0..n {
+        for x in 0..n {
+            let v = y * (n + 1) + x;
+            indices.extend([v, v + 1, v + n + 2, v, v + n + 2, v + n + 1]);
+        }
+    }
+    let materials = vec![0; positions.len()];
+    let limit = 1024;
+    let tree = hlod::build_hlod(
+        &positions,
+        &indices,
+        &materials,
+        hlod::VertexAttributes::default(),
+        hlod::HlodOptions {
+            max_triangles: 256,
+            root_fraction: 1.0 / 64.0,
+            max_simplify_error: 1.0,
+            direct_deviation_max_triangles: limit,
+        },
+    )
+    .unwrap();
+    let mut through_children = 0;
+    let mut stack = vec![&tree];
+    while let Some(node) = stack.pop() {
+        stack.extend(&node.children);
+        if node.children.is_empty() {
+            continue;
+        }
+        let mut leaves = Vec::new();
+        leaf_indices(node, &mut leaves);
+        let direct = hausdorff_bound(
+            Surface {
+                positions: &positions,
+                indices: &node.indices,
+            },
+            Surface {
+                positions: &positions,
+                indices: &leaves,
+            },
+            deviation_samples(),
+        );
+        assert!(node.error_m >= node.measured_m);
+        if leaves.len() / 3 <= limit {
+            assert_eq!(node.measured_m, direct.hausdorff_m());
+            continue;
+        }
+        through_children += 1;
+        assert!(
+            node.measured_m >= direct.sampled_m,
+            "{} triangles: bound {} m < sampled {} m",
+            node.triangle_count(),
+            node.measured_m,
+            direct.sampled_m
+        );
+        eprintln!(
+            "{} triangles: through descendants {:.4} m, direct {:.4} m ({:.2}x)",
+            node.triangle_count(),
+            node.measured_m,
+            direct.hausdorff_m(),
+            node.measured_m / direct.hausdorff_m()
+        );
+        assert!(
+            node.measured_m <= 2.0 * direct.hausdorff_m(),
+            "{} triangles: bound {} m, direct {} m",
+            node.triangle_count(),
+            node.measured_m,
+            direct.hausdorff_m()
+        );
+    }
+    assert!(through_children >= 3, "{through_children}");
 }
 
 /// Every parent's triangles and its cell's leaf triangles, as decoded from the tile files.
@@ -1586,4 +1709,206 @@ fn root_triangles_never_bridge_two_uv_charts() {
         eprintln!("{name}: {across} of {total} root triangles bridge two UV charts");
         assert_eq!(across, 0, "{name}");
     }
+}
+
+/// Bilinear sample of `img` at texture coordinate `uv` (glTF: origin at the top-left, texel `i`
+/// centred at `(i + ½) / w`), RGBA in 0–255; texels outside wrap (`REPEAT`) when `repeat`, else
+/// clamp to the edge.
+fn bilinear(img: &image::RgbaImage, uv: [f64; 2], repeat: bool) -> [f64; 4] {
+    let (w, h) = (f64::from(img.width()), f64::from(img.height()));
+    let (x, y) = (uv[0] * w - 0.5, uv[1] * h - 0.5);
+    let (x0, y0) = (x.floor(), y.floor());
+    let (fx, fy) = (x - x0, y - y0);
+    let index = |c: f64, n: f64| {
+        if repeat {
+            c.rem_euclid(n) as u32
+        } else {
+            c.clamp(0.0, n - 1.0) as u32
+        }
+    };
+    let at = |dx: f64, dy: f64| {
+        img.get_pixel(index(x0 + dx, w), index(y0 + dy, h))
+            .0
+            .map(f64::from)
+    };
+    let (a, b, c, d) = (at(0.0, 0.0), at(1.0, 0.0), at(0.0, 1.0), at(1.0, 1.0));
+    [0, 1, 2, 3].map(|k| {
+        (a[k] * (1.0 - fx) + b[k] * fx) * (1.0 - fy) + (c[k] * (1.0 - fx) + d[k] * fx) * fy
+    })
+}
+
+fn uvs_of(t: &kiln_formats::mesh::TexCoords) -> Vec<[f64; 2]> {
+    match t {
+        kiln_formats::mesh::TexCoords::Unorm16(t) => t
+            .iter()
+            .map(|uv| uv.map(|c| f64::from(c) / 65535.0))
+            .collect(),
+        kiln_formats::mesh::TexCoords::Float(t) => t.iter().map(|uv| uv.map(f64::from)).collect(),
+    }
+}
+
+/// Per-tile atlases, checked on every tile of `mesh` tiled with `params`: each tile is quantized,
+/// then atlased; at the centroid and three inner points of every triangle whose material moved to
+/// an atlas, the atlas sampled at the moved UVs is compared with the tile's level image sampled at
+/// the original UVs. Returns (PSNR of those samples in dB, atlas pixels / level-image pixels the
+/// atlases replaced, atlas pixels / texels under the atlased triangles, number of atlases).
+fn atlas_fidelity(mesh: &Mesh, params: &MeshTileParams) -> (f64, f64, f64, usize) {
+    let out = tempfile::tempdir().unwrap();
+    let (_, welded, lattice, tree) = build_and_write(mesh, params, out.path()).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let mut pyramid =
+        texture::TexturePyramid::new(&welded.images, scratch.path(), params.max_texture_size);
+    let vm = crate::stages::decimate::vertex_materials(&welded);
+    let unset: Vec<ImageRef> = welded
+        .images
+        .iter()
+        .map(|i| ImageRef {
+            uri: String::new(),
+            mime: i.mime.clone(),
+        })
+        .collect();
+    let (mut sq, mut n) = (0.0f64, 0usize);
+    let (mut atlas_px, mut level_px, mut atlases) = (0u64, 0u64, 0usize);
+    let mut covered_px = 0.0f64;
+    let mut stack = vec![&tree];
+    let mut id = 0;
+    while let Some(node) = stack.pop() {
+        stack.extend(&node.children);
+        id += 1;
+        let level = height(node);
+        let before = encode::quantize_tile(&welded, &vm, &node.indices, lattice, &unset).mesh;
+        let mut after = before.clone();
+        let written = atlas::atlas_tile(
+            &mut after,
+            level,
+            &format!("t{id}"),
+            &mut pyramid,
+            params.max_texture_size,
+        )
+        .unwrap();
+        atlases += written.len();
+        let mut counted = HashSet::new();
+        for (pb, pa) in before.primitives.iter().zip(&after.primitives) {
+            let (mb, ma) = (
+                &before.materials[pb.material],
+                &after.materials[pa.material],
+            );
+            for (tb, ta) in mb.textures().zip(ma.textures()) {
+                if tb.image == ta.image {
+                    continue;
+                }
+                let (lw, lh) = pyramid.level_dims(tb.image, level).unwrap();
+                let level_img = pyramid.pixels(tb.image, lw, lh).unwrap().to_rgba8();
+                let atlas_img = image::open(scratch.path().join(&after.images[ta.image].uri))
+                    .unwrap()
+                    .to_rgba8();
+                let (ub, ua) = (
+                    uvs_of(pb.uvs.as_ref().unwrap()),
+                    uvs_of(pa.uvs.as_ref().unwrap()),
+                );
+                if counted.insert(ta.image) {
+                    atlas_px += u64::from(atlas_img.width()) * u64::from(atlas_img.height());
+                    level_px += u64::from(lw) * u64::from(lh);
+                    // Texels under the triangles (UV area × pixels; overlapping UVs counted twice).
+                    for t in pb.indices.chunks_exact(3) {
+                        let [a, b, c] = [0, 1, 2].map(|k| ub[t[k] as usize]);
+                        let area = 0.5
+                            * ((b[0] - a[0]) * (c[1] - a[1]) - (c[0] - a[0]) * (b[1] - a[1])).abs();
+                        covered_px += area * f64::from(lw) * f64::from(lh);
+                    }
+                }
+                // Triangles keep their order; their vertices may be copies on a chart cut.
+                assert_eq!(pb.indices.len(), pa.indices.len());
+                let pairs = pb.indices.chunks_exact(3).zip(pa.indices.chunks_exact(3));
+                for (tb_, ta_) in pairs {
+                    for w in [
+                        [1.0 / 3.0; 3],
+                        [0.8, 0.1, 0.1],
+                        [0.1, 0.8, 0.1],
+                        [0.1, 0.1, 0.8],
+                    ] {
+                        let at = |uvs: &[[f64; 2]], t: &[u32]| {
+                            [0, 1]
+                                .map(|k| (0..3).map(|c| w[c] * uvs[t[c] as usize][k]).sum::<f64>())
+                        };
+                        let repeat = tb.sampler.wrap_s == kiln_formats::mesh::WRAP_REPEAT;
+                        let a = bilinear(&level_img, at(&ub, tb_), repeat);
+                        let b = bilinear(&atlas_img, at(&ua, ta_), false);
+                        for k in 0..4 {
+                            sq += (a[k] - b[k]).powi(2);
+                            n += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let psnr = 10.0 * (255.0f64.powi(2) / (sq / n.max(1) as f64)).log10();
+    (
+        psnr,
+        atlas_px as f64 / level_px.max(1) as f64,
+        atlas_px as f64 / covered_px.max(1.0),
+        atlases,
+    )
+}
+
+/// The issue's "no tile references a texture larger than it needs": with small tiles, each tile's
+/// atlas holds only its charts' texels, and sampling it at the moved UVs reads what the level
+/// image reads at the source UVs. Fidelity bars, by hand: Avocado's PNGs are copied exactly, so
+/// only the UV rounding (unorm16: ≤ ½ / 65535 of a 2048-px atlas side ≈ 0.016 texel) changes a
+/// sample, by at most 0.016 × the local step between neighbouring texels — far above 50 dB;
+/// DamagedHelmet's JPEG atlases pass through one more quality-90 encoding (≈ 40–50 dB on
+/// photographic texture). Size bars: pieces are boxes (with a 4-texel ring) around chart parts,
+/// packed on shelves, so an atlas holds more than the texels under its triangles; 3× bounds that
+/// overhead (measured: Avocado 2.5×, its rings around small pieces dominating; DamagedHelmet 1.8×). Avocado's 64-triangle leaves each
+/// use a small part of the texture (< 20 % of the level images' pixels in all); DamagedHelmet's
+/// UV layout gives each 4,096-triangle leaf about a third of the texture, so its atlases save
+/// less (and tiles where they would save under 25 % keep the shared level image).
+#[test]
+fn per_tile_atlases_hold_only_the_tiles_texels_and_sample_like_the_level_image() {
+    let helmet = read_gltf(&dataset(
+        "mesh-khronos-gltf-samples/DamagedHelmet/glTF/DamagedHelmet.gltf",
+    ))
+    .unwrap();
+    for (name, mesh, tris, min_psnr, max_fraction) in [
+        ("avocado/64", avocado(), 64, 50.0, 0.2),
+        (
+            "DamagedHelmet/4096",
+            helmet,
+            4096,
+            40.0,
+            atlas::MAX_ATLAS_FRACTION,
+        ),
+    ] {
+        let params = MeshTileParams {
+            max_triangles_per_tile: tris,
+            ..MeshTileParams::default()
+        };
+        let (psnr, fraction, overhead, atlases) = atlas_fidelity(&mesh, &params);
+        eprintln!(
+            "{name}: {atlases} atlases, {:.1} % of the level images' pixels they replace, \
+             {overhead:.2}× the texels under their triangles, samples {psnr:.1} dB against the \
+             level images",
+            100.0 * fraction
+        );
+        assert!(atlases > 0, "{name}");
+        assert!(psnr >= min_psnr, "{name}: {psnr} dB");
+        assert!(fraction < max_fraction, "{name}: {fraction}");
+        assert!(overhead < 3.0, "{name}: {overhead}");
+    }
+}
+
+/// `texture_atlas = false` keeps the shared level images (the source files at the leaves).
+#[test]
+fn texture_atlas_off_writes_no_atlas() {
+    let out = tempfile::tempdir().unwrap();
+    let params = MeshTileParams {
+        max_triangles_per_tile: 64,
+        texture_atlas: false,
+        ..MeshTileParams::default()
+    };
+    build_and_write(&avocado(), &params, out.path()).unwrap();
+    let dir = out.path().join(TILES_DIR).join(TEXTURES_DIR);
+    assert!(!dir.join(atlas::ATLAS_DIR).exists());
+    assert!(dir.exists());
 }

@@ -51,6 +51,8 @@ pub struct TexturePyramid<'a> {
     dims: HashMap<usize, (u32, u32)>,
     /// Decoded sources (decoded once, resampled once per size).
     decoded: HashMap<usize, DynamicImage>,
+    /// Resampled pixels by (image, width, height), for the per-tile atlases.
+    resampled: HashMap<(usize, u32, u32), DynamicImage>,
     /// Written files by (image, width, height): their reference and byte count.
     written: HashMap<(usize, u32, u32), (ImageRef, u64)>,
     /// Bytes of every file written.
@@ -67,6 +69,7 @@ impl<'a> TexturePyramid<'a> {
             max_size: max_size.max(1),
             dims: HashMap::new(),
             decoded: HashMap::new(),
+            resampled: HashMap::new(),
             written: HashMap::new(),
             bytes: 0,
         }
@@ -80,13 +83,9 @@ impl<'a> TexturePyramid<'a> {
     /// image's index); [`Error::Format`] — the write failed.
     pub fn image_at(&mut self, image: usize, level: u32) -> Result<(ImageRef, u64)> {
         let src = &self.images[image];
-        let ext = if src.mime == "image/jpeg" {
-            "jpg"
-        } else {
-            "png"
-        };
+        let ext = extension(&src.mime);
         let hash = blake3::hash(&src.bytes).to_hex();
-        let resamplable = matches!(src.mime.as_str(), "image/png" | "image/jpeg");
+        let resamplable = self.resamplable(image);
         let full = (0, 0);
         let (w, h) = if resamplable {
             self.source_dims(image)?
@@ -135,8 +134,32 @@ impl<'a> TexturePyramid<'a> {
         Ok(d)
     }
 
-    /// Source image `image` resampled to `w × h` and encoded like its source.
-    fn resample(&mut self, image: usize, w: u32, h: u32) -> Result<Vec<u8>> {
+    /// Longest image side allowed, pixels.
+    pub fn max_size(&self) -> u32 {
+        self.max_size
+    }
+
+    /// Whether image `image` is one this pyramid resamples (PNG or JPEG); others are referenced
+    /// as they are at every level.
+    pub fn resamplable(&self, image: usize) -> bool {
+        matches!(self.images[image].mime.as_str(), "image/png" | "image/jpeg")
+    }
+
+    /// Pixel size of resamplable image `image` at tree height `level` (see [`level_size`]).
+    ///
+    /// # Errors
+    /// [`Error::Input`] — the header cannot be read.
+    pub fn level_dims(&mut self, image: usize, level: u32) -> Result<(u32, u32)> {
+        let (w, h) = self.source_dims(image)?;
+        Ok(level_size(w, h, level, self.max_size))
+    }
+
+    /// The pixels of resamplable image `image` at `w × h` (the source itself at its own size),
+    /// decoded and resampled once.
+    ///
+    /// # Errors
+    /// [`Error::Input`] — the image cannot be decoded.
+    pub fn pixels(&mut self, image: usize, w: u32, h: u32) -> Result<&DynamicImage> {
         let src = &self.images[image];
         let decoded = match self.decoded.entry(image) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
@@ -145,22 +168,77 @@ impl<'a> TexturePyramid<'a> {
                     .map_err(|e| bad_image(image, &src.mime, &e))?,
             ),
         };
-        let small = decoded.resize_exact(w, h, FilterType::Triangle);
-        let mut out = Vec::new();
-        let encoded = if src.mime == "image/jpeg" {
-            // JPEG holds 8-bit grey or RGB only.
-            let small = if small.color().has_color() {
-                DynamicImage::ImageRgb8(small.to_rgb8())
-            } else {
-                DynamicImage::ImageLuma8(small.to_luma8())
-            };
-            small.write_with_encoder(JpegEncoder::new_with_quality(&mut out, JPEG_QUALITY))
-        } else {
-            small.write_with_encoder(PngEncoder::new(&mut out))
-        };
-        encoded.map_err(|e| bad_image(image, &src.mime, &e))?;
-        Ok(out)
+        if (decoded.width(), decoded.height()) == (w, h) {
+            return Ok(decoded);
+        }
+        Ok(self
+            .resampled
+            .entry((image, w, h))
+            .or_insert_with(|| decoded.resize_exact(w, h, FilterType::Triangle)))
     }
+
+    /// Write `pixels`, derived from image `image` (a per-tile atlas), at `uri` (relative to the
+    /// tile GLBs, without extension: the source's is added), encoded like the source.
+    ///
+    /// # Errors
+    /// [`Error::Input`] — encoding failed; [`Error::Format`] — the write failed.
+    pub fn write_derived(
+        &mut self,
+        image: usize,
+        uri: &str,
+        pixels: &DynamicImage,
+    ) -> Result<(ImageRef, u64)> {
+        let src = &self.images[image];
+        let uri = format!("{uri}.{}", extension(&src.mime));
+        let bytes = encode_like(pixels, &src.mime).map_err(|e| bad_image(image, &src.mime, &e))?;
+        write_atomic(&self.tiles_dir.join(&uri), &bytes)?;
+        let n = bytes.len() as u64;
+        self.bytes += n;
+        Ok((
+            ImageRef {
+                uri,
+                mime: src.mime.clone(),
+            },
+            n,
+        ))
+    }
+
+    /// Source image `image` resampled to `w × h` and encoded like its source.
+    fn resample(&mut self, image: usize, w: u32, h: u32) -> Result<Vec<u8>> {
+        let mime = self.images[image].mime.clone();
+        let small = self.pixels(image, w, h)?;
+        encode_like(small, &mime).map_err(|e| bad_image(image, &mime, &e))
+    }
+}
+
+/// File extension of an image type (a WebP or KTX2 source keeps its own, not `.png`).
+fn extension(mime: &str) -> &'static str {
+    match mime {
+        "image/jpeg" => "jpg",
+        "image/webp" => "webp",
+        "image/ktx2" => "ktx2",
+        _ => "png",
+    }
+}
+
+/// `pixels` encoded as `mime`: JPEG (8-bit grey or RGB, quality [`JPEG_QUALITY`]) or PNG (colour
+/// type and bit depth kept).
+fn encode_like(
+    pixels: &DynamicImage,
+    mime: &str,
+) -> std::result::Result<Vec<u8>, image::ImageError> {
+    let mut out = Vec::new();
+    if mime == "image/jpeg" {
+        let rgb_or_grey = if pixels.color().has_color() {
+            DynamicImage::ImageRgb8(pixels.to_rgb8())
+        } else {
+            DynamicImage::ImageLuma8(pixels.to_luma8())
+        };
+        rgb_or_grey.write_with_encoder(JpegEncoder::new_with_quality(&mut out, JPEG_QUALITY))?;
+    } else {
+        pixels.write_with_encoder(PngEncoder::new(&mut out))?;
+    }
+    Ok(out)
 }
 
 /// Pixel size of a `w × h` image at tree height `level`: halved per level (at least 1 pixel),
