@@ -201,7 +201,23 @@ fn one_sided_bound(
         .map(|&p| to.distance(p, 0.0))
         .reduce(|| 0.0, f64::max)
         .max(inner);
-    let at_vertex: Vec<(f64, u32)> = points.par_iter().map(|&p| to.nearest(p, known)).collect();
+    // A vertex's distance must be exact where it could decide a triangle around it: above
+    // `τ − ρ` of each (`τ ≥ tau_known`), so below `tau_known − max ρ` any value will do; never
+    // above `known`, so that inexact values (upper bounds ≤ the stop) cannot raise the sampled
+    // maximum, a lower bound.
+    let tau_known = (known * (1.0 + REL_TOLERANCE)).max(floor);
+    let mut widest = vec![0.0f64; points.len()];
+    for (t, c) in triangles.iter().zip(corners) {
+        let rho = covering_radius(t);
+        for &v in c {
+            widest[v as usize] = widest[v as usize].max(rho);
+        }
+    }
+    let at_vertex: Vec<(f64, u32)> = points
+        .par_iter()
+        .zip(&widest)
+        .map(|(&p, &rho)| to.nearest(p, known.min(tau_known - rho)))
+        .collect();
     let sampled = at_vertex.iter().map(|d| d.0).fold(inner, f64::max);
     let tau = (sampled * (1.0 + REL_TOLERANCE)).max(floor);
     let (upper, refined) = triangles
