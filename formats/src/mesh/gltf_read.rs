@@ -74,8 +74,9 @@ use crate::{Error, Result};
 /// since viewers then compute MikkTSpace tangents as glTF 2.0 §3.7.2.1 asks); textures sampling
 /// sets ≥ 2 and material extensions that are not `KHR_materials_*` are dropped with a warning; Draco
 /// `COLOR_0` is not decoded (warned); point and line primitives are skipped with a warning;
-/// images that are not PNG or JPEG (KTX2, WebP) are dropped with a warning, their materials
-/// keeping their factors. A POSITION accessor without the schema-required
+/// WebP images (`EXT_texture_webp`, preferred over a texture's core fallback source) are decoded
+/// and kept as lossless PNG; other images that are not PNG or JPEG (KTX2) are dropped with a
+/// warning, their materials keeping their factors. A POSITION accessor without the schema-required
 /// `min`/`max` is tolerated (with a warning) since the bounds are recomputed anyway.
 ///
 /// * `path` — a `.gltf` or `.glb` file; relative URIs resolve against its directory.
@@ -946,7 +947,15 @@ impl<'a> Builder<'a> {
                 wrap_s: s["wrapS"].as_u64().map_or(super::WRAP_REPEAT, |f| f as u32),
                 wrap_t: s["wrapT"].as_u64().map_or(super::WRAP_REPEAT, |f| f as u32),
             });
-        let source = texture.source.value();
+        let Some(source) = texture_source(texture) else {
+            tracing::warn!(
+                file = %self.path.display(),
+                "{field}: textures[{index}] has no PNG, JPEG or WebP image (KTX2 / \
+                 KHR_texture_basisu is not decoded); the texture is dropped, the material keeps \
+                 its factors"
+            );
+            return Ok(None);
+        };
         let t = TextureRef {
             image: 0,
             sampler,
@@ -1195,7 +1204,38 @@ impl<'a> Builder<'a> {
         out
     }
 
-    /// Encoded bytes of `images[index]`; `None` (with a warning) for non-PNG/JPEG images.
+    /// A WebP image (`images[i]`, named by `field`) decoded and stored as a lossless PNG: every
+    /// texel kept, alpha included, so the tiles need no `EXT_texture_webp` and every glTF viewer
+    /// reads them (the price: PNG is larger than lossy WebP).
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] when the WebP cannot be decoded.
+    fn webp_as_png(&self, field: &str, bytes: &[u8]) -> Result<EmbeddedImage> {
+        let corrupt = |what: String| Error::Corrupt {
+            path: self.path.to_path_buf(),
+            location: field.to_string(),
+            what,
+        };
+        let decoded = image::load_from_memory_with_format(bytes, image::ImageFormat::WebP)
+            .map_err(|e| corrupt(format!("WebP image that cannot be decoded ({e})")))?;
+        let mut png = Vec::new();
+        decoded
+            .write_with_encoder(image::codecs::png::PngEncoder::new(&mut png))
+            .map_err(|e| corrupt(format!("WebP image that cannot be stored as PNG ({e})")))?;
+        tracing::info!(
+            file = %self.path.display(),
+            "{field}: WebP image stored as lossless PNG ({} → {} bytes)",
+            bytes.len(),
+            png.len()
+        );
+        Ok(EmbeddedImage {
+            mime: "image/png".into(),
+            bytes: png,
+        })
+    }
+
+    /// Encoded bytes of `images[index]` (WebP stored as PNG); `None` (with a warning) for other
+    /// image types (KTX2).
     fn load_image(&self, index: usize) -> Result<Option<EmbeddedImage>> {
         let root = self.doc().as_json();
         let Some(image) = root.images.get(index) else {
@@ -1228,10 +1268,27 @@ impl<'a> Builder<'a> {
         let mime = match bytes.as_slice() {
             [0x89, b'P', b'N', b'G', ..] => "image/png",
             [0xFF, 0xD8, 0xFF, ..] => "image/jpeg",
+            [
+                b'R',
+                b'I',
+                b'F',
+                b'F',
+                _,
+                _,
+                _,
+                _,
+                b'W',
+                b'E',
+                b'B',
+                b'P',
+                ..,
+            ] => {
+                return self.webp_as_png(&field, &bytes).map(Some);
+            }
             _ => {
                 tracing::warn!(
                     file = %self.path.display(),
-                    "{field}: not PNG or JPEG (e.g. KTX2 or WebP); textures using it are dropped, the materials keep their factors"
+                    "{field}: not PNG, JPEG or WebP (e.g. KTX2, which is not decoded); textures using it are dropped, the materials keep their factors"
                 );
                 return Ok(None);
             }
@@ -1242,6 +1299,23 @@ impl<'a> Builder<'a> {
         }))
     }
 }
+
+/// The image a texture samples: the `EXT_texture_webp` source when present (the extension's
+/// image is the one the author meant; the core `source`, if any, is its fallback for viewers
+/// without WebP), else the core `source`; `None` when neither is set (e.g. a KTX2-only texture).
+fn texture_source(texture: &gltf::json::Texture) -> Option<usize> {
+    let webp = texture
+        .extensions
+        .as_ref()
+        .and_then(|e| e.others.get(EXT_TEXTURE_WEBP))
+        .and_then(|w| w["source"].as_u64())
+        .map(|i| i as usize);
+    let core = texture.source.value();
+    webp.or((core != u32::MAX as usize).then_some(core))
+}
+
+/// glTF's WebP texture extension (read; WebP images are stored as PNG, see `webp_as_png`).
+pub const EXT_TEXTURE_WEBP: &str = "EXT_texture_webp";
 
 /// Append `count` values of one primitive's attribute to `slot`, which holds `base` values of the
 /// earlier primitives: the primitive's own values, or `default` when it has none; the first
@@ -1861,6 +1935,81 @@ mod tests {
         let msg = err.to_string();
         assert!(matches!(err, Error::Unsupported { .. }), "{msg}");
         assert!(msg.contains("EXT_meshopt_compression"), "{msg}");
+    }
+
+    /// A 4 × 3 RGBA pattern, every texel distinct (alpha too).
+    fn pattern() -> Vec<u8> {
+        (0..12u8)
+            .flat_map(|i| [i * 20, 255 - i * 20, i * 7 + 3, 255 - i * 5])
+            .collect()
+    }
+
+    /// A one-triangle GLB whose only texture is WebP-only (`EXT_texture_webp`, no core source,
+    /// extension required, as glTF-Transform's `webp` command writes it) with `pattern()`
+    /// encoded losslessly.
+    fn webp_only_glb() -> Vec<u8> {
+        let webp = webp::Encoder::from_rgba(&pattern(), 4, 3).encode_lossless();
+        let positions: [[f32; 3]; 3] = [[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]];
+        let uvs: [[f32; 2]; 3] = [[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]];
+        let mut bin: Vec<u8> = bytemuck::cast_slice(&positions).to_vec();
+        bin.extend_from_slice(bytemuck::cast_slice(&uvs));
+        let image_at = bin.len();
+        bin.extend_from_slice(&webp);
+        let json = serde_json::json!({
+            "asset": {"version": "2.0"},
+            "extensionsUsed": ["EXT_texture_webp"],
+            "extensionsRequired": ["EXT_texture_webp"],
+            "scene": 0, "scenes": [{"nodes": [0]}], "nodes": [{"mesh": 0}],
+            "meshes": [{"primitives": [{"attributes": {"POSITION": 0, "TEXCOORD_0": 1},
+                "material": 0}]}],
+            "materials": [{"pbrMetallicRoughness": {"baseColorTexture": {"index": 0}}}],
+            "textures": [{"extensions": {"EXT_texture_webp": {"source": 0}}}],
+            "images": [{"bufferView": 2, "mimeType": "image/webp"}],
+            "accessors": [
+                {"bufferView": 0, "componentType": 5126, "count": 3, "type": "VEC3",
+                 "min": [0.0, 0.0, 0.0], "max": [1.0, 1.0, 0.0]},
+                {"bufferView": 1, "componentType": 5126, "count": 3, "type": "VEC2"},
+            ],
+            "bufferViews": [
+                {"buffer": 0, "byteOffset": 0, "byteLength": 36},
+                {"buffer": 0, "byteOffset": 36, "byteLength": 24},
+                {"buffer": 0, "byteOffset": image_at, "byteLength": webp.len()},
+            ],
+            "buffers": [{"byteLength": bin.len().next_multiple_of(4)}],
+        });
+        glb_bytes(&json, &bin)
+    }
+
+    #[test]
+    fn webp_only_texture_is_kept_as_a_lossless_png() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("webp.glb");
+        std::fs::write(&p, webp_only_glb()).unwrap();
+        let mesh = read_gltf(&p).unwrap();
+        assert_eq!(mesh.images.len(), 1);
+        assert_eq!(mesh.images[0].mime, "image/png");
+        let base = mesh.materials[0].base_color_texture.as_ref().unwrap();
+        assert_eq!(base.image, 0);
+        let decoded = image::load_from_memory(&mesh.images[0].bytes)
+            .unwrap()
+            .to_rgba8();
+        assert_eq!(decoded.dimensions(), (4, 3));
+        assert_eq!(decoded.into_raw(), pattern());
+    }
+
+    #[test]
+    fn corrupt_webp_is_an_error_naming_the_image() {
+        let mut glb = webp_only_glb();
+        // Damage the WebP payload (after its 12-byte RIFF header, inside the BIN chunk's tail).
+        let n = glb.len();
+        for b in &mut glb[n - 24..n - 8] {
+            *b ^= 0x5A;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bad-webp.glb");
+        std::fs::write(&p, glb).unwrap();
+        let e = read_gltf(&p).unwrap_err().to_string();
+        assert!(e.contains("bad-webp.glb") && e.contains("images[0]"), "{e}");
     }
 
     #[test]
