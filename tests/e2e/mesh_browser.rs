@@ -268,8 +268,8 @@ fn leaves_match_source_and_breaks_do_not(
     (atlases, scores)
 }
 
-/// DamagedHelmet (five maps, emissive), tiled with 4,096 triangles a tile so that its leaves
-/// sample per-tile texture atlases: the leaves render like the source, and the leaves without
+/// DamagedHelmet (five maps, emissive), tiled with 4,096 triangles a tile and `texture_atlas`
+/// on, so that its leaves sample per-tile texture atlases: the leaves render like the source, and the leaves without
 /// their base colour, metallic-roughness, normal or emissive map, or without their material, do
 /// not.
 #[test]
@@ -279,7 +279,7 @@ fn damaged_helmet_leaves_render_like_the_source_and_dropped_maps_do_not() {
     };
     let gltf = dataset("mesh-khronos-gltf-samples").join("DamagedHelmet/glTF/DamagedHelmet.gltf");
     let all: Vec<&str> = BREAKS.iter().map(|(b, ..)| *b).collect();
-    let small_tiles = "[mesh_tile]\nmax_triangles_per_tile = 4096\n";
+    let small_tiles = "[mesh_tile]\nmax_triangles_per_tile = 4096\ntexture_atlas = true\n";
     let (atlases, _) =
         leaves_match_source_and_breaks_do_not(&tools, "helmet", &gltf, small_tiles, &all);
     assert!(

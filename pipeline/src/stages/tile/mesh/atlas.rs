@@ -11,7 +11,7 @@
 //!
 //! Fidelity: a piece is a whole-texel translation of the level image and the ring holds the
 //! level image's own neighbouring texels, so bilinear sampling inside a chart (and up to
-//! [`BLEED_PX`] texels around it, which covers mipmap levels 1–2 of the atlas) reads the same
+//! [`BLEED_PX`] texels around it, which covers mipmap levels 1–3 of the atlas) reads the same
 //! values as in the level image; only the encoder's rounding differs (PNG: none; JPEG: one more
 //! quality-90 pass). UVs move in f64 from their stored (unorm16 or float) values and are stored
 //! as unorm16 again: ≤ 1/65535 of the atlas, under 0.07 texel up to 4096 px.
@@ -32,12 +32,13 @@ use super::texture::TexturePyramid;
 use crate::Result;
 
 /// Texels of real neighbouring content kept around each chart: bilinear filtering reads one,
-/// each mipmap level of the atlas halves the ring, so 4 keeps levels 1 and 2 free of the
-/// neighbouring pieces.
+/// each mipmap level of the atlas halves the ring, so 8 keeps levels 1 to 3 free of the
+/// neighbouring pieces (with [`ALIGN_PX`] their blocks also match the level image's).
 pub const BLEED_PX: i64 = 8;
 
-/// An atlas is written only when it holds fewer pixels than this fraction of the level image;
-/// otherwise the tile references the shared level image (which other tiles reuse).
+/// An atlas is written only when it holds fewer pixels, and its files fewer bytes, than this
+/// fraction of the level images it replaces; otherwise the tile references the shared level
+/// images (which other tiles reuse).
 pub const MAX_ATLAS_FRACTION: f64 = 0.75;
 
 /// Sub-directory of [`TEXTURES_DIR`] holding the atlases (one file per tile, group and image).
@@ -102,12 +103,23 @@ pub fn atlas_tile(
         let Some(plan) = plan(mesh, &primitives, size, max_texture_size) else {
             continue;
         };
+        let mut encoded = Vec::with_capacity(images.len());
+        let mut replaced = 0;
+        for &image in &images {
+            let atlas = plan.compose(pyramid.pixels(image, size.0, size.1)?);
+            encoded.push(pyramid.encode_derived(image, &atlas)?);
+            replaced += pyramid.level_bytes(image, level)?;
+        }
+        // Pixels are not bytes: an atlas of a palette PNG is written as RGB, and JPEG blocks cost
+        // more at piece borders; the shared image wins when the atlases would not be smaller.
+        let atlas_bytes: u64 = encoded.iter().map(|b| b.len() as u64).sum();
+        if atlas_bytes as f64 >= MAX_ATLAS_FRACTION * replaced as f64 {
+            continue;
+        }
         let mut retarget = HashMap::new();
-        for (k, &image) in images.iter().enumerate() {
-            let source = pyramid.pixels(image, size.0, size.1)?;
-            let atlas = plan.compose(source);
+        for (k, (&image, bytes)) in images.iter().zip(&encoded).enumerate() {
             let uri = format!("{TEXTURES_DIR}/{ATLAS_DIR}/{name}-{g}-{k}");
-            let (r, n) = pyramid.write_derived(image, &uri, &atlas)?;
+            let (r, n) = pyramid.write_derived(image, &uri, bytes)?;
             written.push((r.uri.clone(), n));
             mesh.images.push(r);
             retarget.insert(image, mesh.images.len() - 1);
@@ -457,22 +469,30 @@ fn texel_rect(b: [f64; 4], w: i64, h: i64) -> Rect {
     }
 }
 
-/// Pieces are widened (with more real texels) to multiples of this many texels, so that packed
-/// side by side their corners fall on multiples of it: the 2×2 averaging of mipmap levels 1 to 3
-/// (blocks of up to 8 texels) then never mixes two pieces.
-pub const ALIGN_PX: i64 = 8;
+/// Pieces start and end on multiples of this many texels, both in the level image and in the
+/// atlas, so every piece moves by a multiple of it: the 2×2 averages of the atlas's mipmap levels
+/// 1 to 4 (blocks of up to 16 texels) are then the level image's own, block for block. (A
+/// trial with unaligned pieces saw a tile drawn at 1/8 scale show its texture's highlights in the
+/// wrong place.)
+pub const ALIGN_PX: i64 = 16;
 
-/// `r` grown to a multiple of [`ALIGN_PX`] per side, into the image's own texels (rightwards and
-/// down first, then left and up at the image's edge; not beyond the `w × h` image).
+/// `r` grown outwards to multiples of [`ALIGN_PX`] (more real texels), clamped to the `w × h`
+/// image (whose right and bottom edges need not be aligned: see [`aligned_size`]).
 fn aligned(r: Rect, w: i64, h: i64) -> Rect {
-    let grow = |lo: i64, hi: i64, n: i64| {
-        let want = ((hi - lo + ALIGN_PX - 1) / ALIGN_PX * ALIGN_PX).min(n);
-        let hi2 = (lo + want).min(n);
-        (hi2 - want, hi2)
-    };
-    let (x0, x1) = grow(r.x0, r.x1, w);
-    let (y0, y1) = grow(r.y0, r.y1, h);
-    Rect { x0, y0, x1, y1 }
+    let down = |c: i64| c.div_euclid(ALIGN_PX) * ALIGN_PX;
+    let up = |c: i64, n: i64| ((c + ALIGN_PX - 1).div_euclid(ALIGN_PX) * ALIGN_PX).min(n);
+    Rect {
+        x0: down(r.x0),
+        y0: down(r.y0),
+        x1: up(r.x1, w),
+        y1: up(r.y1, h),
+    }
+}
+
+/// The room a piece of `n` texels takes in the atlas: `n` rounded up to [`ALIGN_PX`], so the next
+/// piece starts aligned (a piece ending at the image's unaligned edge leaves a gap).
+fn aligned_size(n: i64) -> i64 {
+    (n + ALIGN_PX - 1).div_euclid(ALIGN_PX) * ALIGN_PX
 }
 
 /// Overlapping rectangles merged into their union box where that costs no more pixels than
@@ -519,22 +539,38 @@ fn merge_overlapping(rects: &[Rect]) -> (Vec<Rect>, Vec<usize>) {
     (kept, piece_of)
 }
 
-/// Shelf packing (tallest first, left to right, a new shelf when the row is full), trying a few
-/// row widths around √(area) (at least the widest piece) and keeping the smallest atlas:
-/// top-left corners and the atlas size.
+/// Shelf packing (tallest first, left to right, a new shelf when the row is full) into an atlas
+/// whose sides are powers of two, trying each power-of-two row width from the widest piece's up
+/// to twice √(area) and keeping the smallest atlas: top-left corners and the atlas size.
+///
+/// Why powers of two: CesiumJS (1.145, `GltfTextureLoader`) resizes every texture that is
+/// mipmapped or repeats to the next power of two with the browser's image scaler, WebGL 2 or
+/// not; a 224 × 608 atlas came back resampled to 256 × 1024 and its texels no longer sat where
+/// the UVs point (a trial's Duck lost 10 dB). Padding costs pixels but not GPU memory there (the
+/// resized texture would be as large) and few bytes (the padding is flat).
 fn shelf_pack(rects: &[Rect]) -> (Vec<(i64, i64)>, i64, i64) {
-    let area: i64 = rects.iter().map(Rect::area).sum();
-    let widest = rects.iter().map(Rect::width).max().unwrap_or(1);
+    let area: i64 = rects
+        .iter()
+        .map(|r| aligned_size(r.width()) * aligned_size(r.height()))
+        .sum();
+    let widest = rects
+        .iter()
+        .map(|r| aligned_size(r.width()))
+        .max()
+        .unwrap_or(1);
     let mut order: Vec<usize> = (0..rects.len()).collect();
     order.sort_by_key(|&i| (std::cmp::Reverse(rects[i].height()), i));
-    [0.9, 1.0, 1.1, 1.25, 1.5]
-        .into_iter()
-        .map(|f| {
-            let width = widest.max((area as f64 * f).sqrt().ceil() as i64).max(1);
-            shelves(rects, &order, width)
+    let pow2 = |n: i64| (n.max(1) as u64).next_power_of_two() as i64;
+    let widest_pow2 = pow2(widest);
+    let last = pow2(2 * (area as f64).sqrt().ceil() as i64).max(widest_pow2);
+    std::iter::successors(Some(widest_pow2), |w| Some(w * 2))
+        .take_while(|&w| w <= last)
+        .map(|width| {
+            let (at, _, h) = shelves(rects, &order, width);
+            (at, width, pow2(h))
         })
         .min_by_key(|(_, w, h)| (w * h, *w))
-        .expect("five widths tried")
+        .expect("at least one width tried")
 }
 
 /// [`shelf_pack`] into rows of `width` pixels, pieces in `order`.
@@ -542,16 +578,19 @@ fn shelves(rects: &[Rect], order: &[usize], width: i64) -> (Vec<(i64, i64)>, i64
     let mut at = vec![(0, 0); rects.len()];
     let (mut x, mut y, mut shelf, mut used_w) = (0i64, 0i64, 0i64, 1i64);
     for &i in order {
-        let r = rects[i];
-        if x + r.width() > width {
+        let (rw, rh) = (
+            aligned_size(rects[i].width()),
+            aligned_size(rects[i].height()),
+        );
+        if x + rw > width {
             x = 0;
             y += shelf;
             shelf = 0;
         }
         at[i] = (x, y);
-        x += r.width();
+        x += rw;
         used_w = used_w.max(x);
-        shelf = shelf.max(r.height());
+        shelf = shelf.max(rh);
     }
     (at, used_w, (y + shelf).max(1))
 }
@@ -727,11 +766,19 @@ mod tests {
             .collect();
         for (i, a) in placed.iter().enumerate() {
             assert!(a.x1 <= w && a.y1 <= h);
+            assert_eq!((a.x0 % ALIGN_PX, a.y0 % ALIGN_PX), (0, 0), "{a:?}");
             for b in &placed[i + 1..] {
                 assert!(!a.overlaps(b), "{a:?} {b:?}");
             }
         }
-        let area: i64 = rects.iter().map(Rect::area).sum();
-        assert!((w * h) as f64 <= 2.0 * area as f64, "{w}×{h} for {area}");
+        // Against the room the pieces take on the 16-texel grid.
+        // Against the room the pieces take on the 16-texel grid; sides are powers of two, which
+        // alone can double each side's need.
+        let area: i64 = rects
+            .iter()
+            .map(|r| aligned_size(r.width()) * aligned_size(r.height()))
+            .sum();
+        assert!(w.count_ones() == 1 && h.count_ones() == 1, "{w}×{h}");
+        assert!((w * h) as f64 <= 4.0 * area as f64, "{w}×{h} for {area}");
     }
 }

@@ -1858,10 +1858,11 @@ fn atlas_fidelity(mesh: &Mesh, params: &MeshTileParams) -> (f64, f64, f64, usize
 /// only the UV rounding (unorm16: ≤ ½ / 65535 of a 2048-px atlas side ≈ 0.016 texel) changes a
 /// sample, by at most 0.016 × the local step between neighbouring texels — far above 50 dB;
 /// DamagedHelmet's JPEG atlases pass through one more quality-90 encoding (≈ 40–50 dB on
-/// photographic texture). Size bars: pieces are boxes (with a 4-texel ring) around chart parts,
-/// packed on shelves, so an atlas holds more than the texels under its triangles; 3× bounds that
-/// overhead (measured: Avocado 2.5×, its rings around small pieces dominating; DamagedHelmet 1.8×). Avocado's 64-triangle leaves each
-/// use a small part of the texture (< 20 % of the level images' pixels in all); DamagedHelmet's
+/// photographic texture). Size bars: pieces are boxes (with an 8-texel ring, on a 16-texel grid)
+/// around chart parts, packed on shelves into power-of-two images, so an atlas holds more than
+/// the texels under its triangles; 6× bounds that overhead (measured: Avocado 4.7×, rings and
+/// power-of-two padding around small pieces dominating; DamagedHelmet 2.0×). Avocado's 64-triangle leaves each
+/// use a small part of the texture (< 30 % of the level images' pixels in all, 21 % measured); DamagedHelmet's
 /// UV layout gives each 4,096-triangle leaf about a third of the texture, so its atlases save
 /// less (and tiles where they would save under 25 % keep the shared level image).
 #[test]
@@ -1871,7 +1872,7 @@ fn per_tile_atlases_hold_only_the_tiles_texels_and_sample_like_the_level_image()
     ))
     .unwrap();
     for (name, mesh, tris, min_psnr, max_fraction) in [
-        ("avocado/64", avocado(), 64, 50.0, 0.2),
+        ("avocado/64", avocado(), 64, 50.0, 0.3),
         (
             "DamagedHelmet/4096",
             helmet,
@@ -1894,13 +1895,15 @@ fn per_tile_atlases_hold_only_the_tiles_texels_and_sample_like_the_level_image()
         assert!(atlases > 0, "{name}");
         assert!(psnr >= min_psnr, "{name}: {psnr} dB");
         assert!(fraction < max_fraction, "{name}: {fraction}");
-        assert!(overhead < 3.0, "{name}: {overhead}");
+        assert!(overhead < 6.0, "{name}: {overhead}");
     }
 }
 
-/// `texture_atlas = false` keeps the shared level images (the source files at the leaves).
+/// `texture_atlas = false` (the default) keeps the shared level images (the source files at the
+/// leaves).
 #[test]
 fn texture_atlas_off_writes_no_atlas() {
+    assert!(!MeshTileParams::default().texture_atlas);
     let out = tempfile::tempdir().unwrap();
     let params = MeshTileParams {
         max_triangles_per_tile: 64,

@@ -53,6 +53,8 @@ pub struct TexturePyramid<'a> {
     decoded: HashMap<usize, DynamicImage>,
     /// Resampled pixels by (image, width, height), for the per-tile atlases.
     resampled: HashMap<(usize, u32, u32), DynamicImage>,
+    /// Encoded resampled levels by (image, width, height), not yet written.
+    encoded: HashMap<(usize, u32, u32), Vec<u8>>,
     /// Written files by (image, width, height): their reference and byte count.
     written: HashMap<(usize, u32, u32), (ImageRef, u64)>,
     /// Bytes of every file written.
@@ -70,6 +72,7 @@ impl<'a> TexturePyramid<'a> {
             dims: HashMap::new(),
             decoded: HashMap::new(),
             resampled: HashMap::new(),
+            encoded: HashMap::new(),
             written: HashMap::new(),
             bytes: 0,
         }
@@ -177,21 +180,29 @@ impl<'a> TexturePyramid<'a> {
             .or_insert_with(|| decoded.resize_exact(w, h, FilterType::Triangle)))
     }
 
-    /// Write `pixels`, derived from image `image` (a per-tile atlas), at `uri` (relative to the
-    /// tile GLBs, without extension: the source's is added), encoded like the source.
+    /// `pixels`, derived from image `image` (a per-tile atlas), encoded like the source.
     ///
     /// # Errors
-    /// [`Error::Input`] — encoding failed; [`Error::Format`] — the write failed.
+    /// [`Error::Input`] — encoding failed.
+    pub fn encode_derived(&self, image: usize, pixels: &DynamicImage) -> Result<Vec<u8>> {
+        let mime = &self.images[image].mime;
+        encode_like(pixels, mime).map_err(|e| bad_image(image, mime, &e))
+    }
+
+    /// Write `bytes` (from [`Self::encode_derived`] of image `image`) at `uri` (relative to the
+    /// tile GLBs, without extension: the source's is added).
+    ///
+    /// # Errors
+    /// [`Error::Format`] — the write failed.
     pub fn write_derived(
         &mut self,
         image: usize,
         uri: &str,
-        pixels: &DynamicImage,
+        bytes: &[u8],
     ) -> Result<(ImageRef, u64)> {
         let src = &self.images[image];
         let uri = format!("{uri}.{}", extension(&src.mime));
-        let bytes = encode_like(pixels, &src.mime).map_err(|e| bad_image(image, &src.mime, &e))?;
-        write_atomic(&self.tiles_dir.join(&uri), &bytes)?;
+        write_atomic(&self.tiles_dir.join(&uri), bytes)?;
         let n = bytes.len() as u64;
         self.bytes += n;
         Ok((
@@ -203,8 +214,34 @@ impl<'a> TexturePyramid<'a> {
         ))
     }
 
-    /// Source image `image` resampled to `w × h` and encoded like its source.
+    /// Bytes of the file image `image` has at tree height `level` ([`Self::image_at`]'s), without
+    /// writing it: the source's own size at full size, else its encoding (kept for `image_at`).
+    ///
+    /// # Errors
+    /// As [`Self::image_at`].
+    pub fn level_bytes(&mut self, image: usize, level: u32) -> Result<u64> {
+        if !self.resamplable(image) {
+            return Ok(self.images[image].bytes.len() as u64);
+        }
+        let (w, h) = self.source_dims(image)?;
+        let (tw, th) = level_size(w, h, level, self.max_size);
+        if (tw, th) == (w, h) {
+            return Ok(self.images[image].bytes.len() as u64);
+        }
+        if let Some(b) = self.encoded.get(&(image, tw, th)) {
+            return Ok(b.len() as u64);
+        }
+        let b = self.resample(image, tw, th)?;
+        let n = b.len() as u64;
+        self.encoded.insert((image, tw, th), b);
+        Ok(n)
+    }
+
+    /// Source image `image` resampled to `w × h` and encoded like its source (once).
     fn resample(&mut self, image: usize, w: u32, h: u32) -> Result<Vec<u8>> {
+        if let Some(b) = self.encoded.get(&(image, w, h)) {
+            return Ok(b.clone());
+        }
         let mime = self.images[image].mime.clone();
         let small = self.pixels(image, w, h)?;
         encode_like(small, &mime).map_err(|e| bad_image(image, &mime, &e))
