@@ -306,3 +306,46 @@ fn avocado_leaves_render_like_the_source_and_dropped_maps_do_not() {
         &["no-base-colour", "no-metallic-roughness", "no-material"],
     );
 }
+
+/// The "`up_axis = "z"` turns a Z-up scan upright", seen in CesiumJS: Avocado exported
+/// Z-up (its scene under a node turned +90° about X, which takes its +Y to +Z, as a Z-up tool
+/// would store it), tiled with `[ingest] up_axis = "z"`, renders like the Y-up original
+/// (measured 42.8 dB, as the original's own leaves); tiled without it, it lies on its side,
+/// swung out of the source's frame about its base (4.1 dB), and must fall below the bar.
+#[test]
+fn a_z_up_export_with_up_axis_z_renders_upright_and_without_it_does_not() {
+    let Some(tools) = browser_tools() else {
+        return;
+    };
+    let source = dataset("mesh-khronos-gltf-samples").join("Avocado/glTF");
+    let sb = Sandbox::new();
+    let dir = sb.path().join("z-up");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in std::fs::read_dir(&source).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.join(f.file_name().unwrap())).unwrap();
+    }
+    let gltf = dir.join("Avocado.gltf");
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&gltf).unwrap()).unwrap();
+    let roots = json["scenes"][0]["nodes"].clone();
+    let nodes = json["nodes"].as_array_mut().unwrap();
+    let s = std::f64::consts::FRAC_1_SQRT_2;
+    nodes.push(serde_json::json!({"rotation": [s, 0.0, 0.0, s], "children": roots}));
+    json["scenes"][0]["nodes"] = serde_json::json!([nodes.len() - 1]);
+    std::fs::write(&gltf, serde_json::to_vec(&json).unwrap()).unwrap();
+
+    let upright = run_mesh_job(&sb, "upright", &gltf, "[ingest]\nup_axis = \"z\"\n");
+    let lying = run_mesh_job(&sb, "lying", &gltf, "");
+    let tilesets = [
+        ("upright".to_string(), upright.join("tileset.json")),
+        ("lying".to_string(), lying.join("tileset.json")),
+    ];
+    let s = compare(&tools, &source.join("Avocado.gltf"), &tilesets, "z-up");
+    let (up, side) = (leaf_psnr(&s, "upright"), leaf_psnr(&s, "lying"));
+    eprintln!(
+        "z-up Avocado: with up_axis {up:.2} dB, without {side:.2} dB against the Y-up source"
+    );
+    assert!(up >= MIN_LEAF_PSNR_DB, "with up_axis = \"z\": {up:.2} dB");
+    assert!(side < MIN_LEAF_PSNR_DB, "without up_axis: {side:.2} dB");
+}
