@@ -1220,6 +1220,41 @@ fn deviation_samples() -> usize {
     hlod::DEVIATION_SAMPLES
 }
 
+/// The HLOD tree of a one-material mesh without attributes: `(max_triangles, root_fraction)`
+/// per tile, no simplification error limit, direct deviation up to `direct` triangles.
+fn plain_hlod(
+    positions: &[[f32; 3]],
+    indices: &[u32],
+    tiles: (usize, f64),
+    direct: usize,
+) -> HlodNode {
+    hlod::build_hlod(
+        positions,
+        indices,
+        &vec![0; positions.len()],
+        hlod::VertexAttributes::default(),
+        hlod::HlodOptions {
+            max_triangles: tiles.0,
+            root_fraction: tiles.1,
+            max_simplify_error: 1.0,
+            direct_deviation_max_triangles: direct,
+        },
+    )
+    .unwrap()
+}
+
+/// `[2n², 3]` flattened triangles of an n × n grid of cells over `(n + 1)²` row-major vertices.
+fn grid_triangles(n: u32) -> Vec<u32> {
+    let mut indices = Vec::new();
+    for y in 0..n {
+        for x in 0..n {
+            let v = y * (n + 1) + x;
+            indices.extend([v, v + 1, v + n + 2, v, v + n + 2, v + n + 1]);
+        }
+    }
+    indices
+}
+
 /// A spike the simplifier must remove: a flat 8 × 8 grid (z = 0, 1 m cells, 128 triangles) whose
 /// centre vertex is raised by h = 0.5 m, tiled into one leaf with coarse levels down to 2
 /// triangles. Any node that lost the raised vertex is flat (every other vertex has z = 0), so
@@ -1235,28 +1270,14 @@ fn removed_spike_is_declared_at_least_its_height() {
             positions.push([x as f32, y as f32, z]);
         }
     }
-    let mut indices = Vec::new();
-    for y in 0..n {
-        for x in 0..n {
-            let v = y * (n + 1) + x;
-            indices.extend([v, v + 1, v + n + 2, v, v + n + 2, v + n + 1]);
-        }
-    }
+    let indices = grid_triangles(n);
     let peak = (n / 2) * (n + 1) + n / 2;
-    let materials = vec![0; positions.len()];
-    let tree = hlod::build_hlod(
+    let tree = plain_hlod(
         &positions,
         &indices,
-        &materials,
-        hlod::VertexAttributes::default(),
-        hlod::HlodOptions {
-            max_triangles: 128,
-            root_fraction: 2.0 / 128.0,
-            max_simplify_error: 1.0,
-            direct_deviation_max_triangles: hlod::DIRECT_DEVIATION_MAX_TRIANGLES,
-        },
-    )
-    .unwrap();
+        (128, 2.0 / 128.0),
+        hlod::DIRECT_DEVIATION_MAX_TRIANGLES,
+    );
     let mut node = &tree;
     let mut lost = 0;
     loop {
@@ -1307,28 +1328,9 @@ fn parents_of_large_cells_are_bounded_through_their_children() {
             positions.push([x as f32 * 0.1, y as f32 * 0.1, 0.05 * (fx.sin() * fy.cos())]);
         }
     }
-    let mut indices = Vec::new();
-    for y in 0..n {
-        for x in 0..n {
-            let v = y * (n + 1) + x;
-            indices.extend([v, v + 1, v + n + 2, v, v + n + 2, v + n + 1]);
-        }
-    }
-    let materials = vec![0; positions.len()];
+    let indices = grid_triangles(n);
     let limit = 1024;
-    let tree = hlod::build_hlod(
-        &positions,
-        &indices,
-        &materials,
-        hlod::VertexAttributes::default(),
-        hlod::HlodOptions {
-            max_triangles: 256,
-            root_fraction: 1.0 / 64.0,
-            max_simplify_error: 1.0,
-            direct_deviation_max_triangles: limit,
-        },
-    )
-    .unwrap();
+    let tree = plain_hlod(&positions, &indices, (256, 1.0 / 64.0), limit);
     let mut through_children = 0;
     let mut stack = vec![&tree];
     while let Some(node) = stack.pop() {
