@@ -79,6 +79,31 @@ impl Rect {
 /// What [`atlas_tile`] wrote: per written file its URI and bytes.
 pub type Written = Vec<(String, u64)>;
 
+/// Why a group of a tile kept the shared level images (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Skip {
+    /// A texture reads `TEXCOORD_1` or has a `KHR_texture_transform`, or has no UVs, or an image
+    /// is not PNG/JPEG.
+    Unsupported,
+    /// The group's images differ in size at this level.
+    MixedSizes,
+    /// A chart crosses a texture repeat (or leaves [0, 1] without `REPEAT`).
+    Wrapping,
+    /// The atlas would not save [`MAX_ATLAS_FRACTION`] of the pixels or bytes, or exceeds
+    /// `max_texture_size`.
+    NoSaving,
+}
+
+/// Counts over a tileset: groups of tiles given an atlas, and groups that kept the shared images
+/// by reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AtlasStats {
+    /// (tile, image set) groups that got an atlas.
+    pub atlased: usize,
+    /// Groups that kept the shared level images, by reason.
+    pub kept: BTreeMap<Skip, usize>,
+}
+
 /// Replace, in `mesh` (a tile at tree height `level`, file stem `name`), the level images of
 /// every eligible group of materials by atlases of the texels its triangles use (see the module
 /// docs). `mesh.images` holds one entry per source image on entry (URIs not yet set); atlases are
@@ -94,14 +119,28 @@ pub fn atlas_tile(
     name: &str,
     pyramid: &mut TexturePyramid<'_>,
     max_texture_size: u32,
+    stats: &mut AtlasStats,
 ) -> Result<Written> {
     let mut written = Vec::new();
-    for (g, (images, primitives)) in groups(mesh).into_iter().enumerate() {
-        let Some(size) = common_level_size(&images, level, pyramid)? else {
-            continue;
+    let mut skip = |why: Skip| *stats.kept.entry(why).or_insert(0) += 1;
+    let (groups, unsupported) = groups(mesh);
+    for _ in 0..unsupported {
+        skip(Skip::Unsupported);
+    }
+    for (g, (images, primitives)) in groups.into_iter().enumerate() {
+        let size = match common_level_size(&images, level, pyramid)? {
+            Ok(size) => size,
+            Err(why) => {
+                skip(why);
+                continue;
+            }
         };
-        let Some(plan) = plan(mesh, &primitives, size, max_texture_size) else {
-            continue;
+        let plan = match plan(mesh, &primitives, size, max_texture_size) {
+            Ok(plan) => plan,
+            Err(why) => {
+                skip(why);
+                continue;
+            }
         };
         let mut encoded = Vec::with_capacity(images.len());
         let mut replaced = 0;
@@ -114,6 +153,7 @@ pub fn atlas_tile(
         // more at piece borders; the shared image wins when the atlases would not be smaller.
         let atlas_bytes: u64 = encoded.iter().map(|b| b.len() as u64).sum();
         if atlas_bytes as f64 >= MAX_ATLAS_FRACTION * replaced as f64 {
+            skip(Skip::NoSaving);
             continue;
         }
         let mut retarget = HashMap::new();
@@ -125,6 +165,7 @@ pub fn atlas_tile(
             retarget.insert(image, mesh.images.len() - 1);
         }
         plan.apply(mesh, size);
+        stats.atlased += 1;
         for &p in &primitives {
             let m = mesh.primitives[p].material;
             for t in mesh.materials[m].textures_mut() {
@@ -136,17 +177,20 @@ pub fn atlas_tile(
 }
 
 /// Primitives grouped by the images their material reads (in a fixed order), for the materials
-/// that can use an atlas: every texture on `TEXCOORD_0`, no `KHR_texture_transform`, UVs present.
-fn groups(mesh: &QuantizedMesh) -> BTreeMap<Vec<usize>, Vec<usize>> {
+/// that can use an atlas: every texture on `TEXCOORD_0`, no `KHR_texture_transform`, UVs present;
+/// and the number of textured primitives that cannot.
+fn groups(mesh: &QuantizedMesh) -> (BTreeMap<Vec<usize>, Vec<usize>>, usize) {
     let mut out: BTreeMap<Vec<usize>, Vec<usize>> = BTreeMap::new();
+    let mut unsupported = 0;
     for (p, prim) in mesh.primitives.iter().enumerate() {
         let m = &mesh.materials[prim.material];
         let textures: Vec<_> = m.textures().collect();
         let plain = |t: &&kiln_formats::mesh::TextureRef| t.tex_coord == 0 && t.transform.is_none();
-        if textures.is_empty() || !textures.iter().all(plain) {
+        if textures.is_empty() {
             continue;
         }
-        if prim.uvs.is_none() {
+        if !textures.iter().all(plain) || prim.uvs.is_none() {
+            unsupported += 1;
             continue;
         }
         let mut images: Vec<usize> = textures.iter().map(|t| t.image).collect();
@@ -154,28 +198,28 @@ fn groups(mesh: &QuantizedMesh) -> BTreeMap<Vec<usize>, Vec<usize>> {
         images.dedup();
         out.entry(images).or_default().push(p);
     }
-    out
+    (out, unsupported)
 }
 
-/// The level size all `images` share at `level`, or `None` when one is not resamplable or the
-/// sizes differ (one layout must fit every image of the group).
+/// The level size all `images` share at `level`, or why there is none: an image is not
+/// resamplable, or the sizes differ (one layout must fit every image of the group).
 fn common_level_size(
     images: &[usize],
     level: u32,
     pyramid: &mut TexturePyramid<'_>,
-) -> Result<Option<(u32, u32)>> {
+) -> Result<std::result::Result<(u32, u32), Skip>> {
     let mut size = None;
     for &i in images {
         if !pyramid.resamplable(i) {
-            return Ok(None);
+            return Ok(Err(Skip::Unsupported));
         }
         let s = pyramid.level_dims(i, level)?;
         if size.is_some_and(|o| o != s) {
-            return Ok(None);
+            return Ok(Err(Skip::MixedSizes));
         }
         size = Some(s);
     }
-    Ok(size)
+    Ok(size.ok_or(Skip::Unsupported))
 }
 
 /// Where each chart's piece goes.
@@ -214,21 +258,22 @@ fn uvs_f64(uvs: &TexCoords) -> Vec<[f64; 2]> {
     }
 }
 
-/// The atlas layout of `primitives` of `mesh` on a `size` level image, or `None` when an atlas
-/// would not save enough or would not fit `max_texture_size`.
+/// The atlas layout of `primitives` of `mesh` on a `size` level image, or why there is none.
 fn plan(
     mesh: &QuantizedMesh,
     primitives: &[usize],
     size: (u32, u32),
     max_texture_size: u32,
-) -> Option<Plan> {
+) -> std::result::Result<Plan, Skip> {
     let (w, h) = (i64::from(size.0), i64::from(size.1));
     let mut rects = Vec::new();
     let mut shifts = Vec::new();
     let mut split = Vec::new();
     for &p in primitives {
         let prim = &mesh.primitives[p];
-        let uvs = uvs_f64(prim.uvs.as_ref()?);
+        let Some(uvs) = prim.uvs.as_ref().map(uvs_f64) else {
+            return Err(Skip::Unsupported);
+        };
         let repeat = |axis: usize| {
             mesh.materials[prim.material].textures().all(|t| {
                 let wrap = if axis == 0 {
@@ -245,7 +290,7 @@ fn plan(
             let b = uv_box(&prim.indices, &chart, &uvs);
             let shift = [0, 1].map(|k| whole_cell(b[k], b[k + 2], repeats[k]));
             let [Some(su), Some(sv)] = shift else {
-                return None;
+                return Err(Skip::Wrapping);
             };
             let texel = |t: u32, k: usize| {
                 (0..3)
@@ -272,7 +317,7 @@ fn plan(
     let (positions, aw, ah) = shelf_pack(&merged);
     let fits = aw <= i64::from(max_texture_size) && ah <= i64::from(max_texture_size);
     if !fits || (aw * ah) as f64 >= MAX_ATLAS_FRACTION * (w * h) as f64 {
-        return None;
+        return Err(Skip::NoSaving);
     }
     let primitives = split
         .into_iter()
@@ -283,7 +328,7 @@ fn plan(
             })
         })
         .collect();
-    Some(Plan {
+    Ok(Plan {
         primitives,
         pieces: merged.into_iter().zip(positions).collect(),
         width: aw as u32,

@@ -1786,6 +1786,7 @@ fn atlas_fidelity(mesh: &Mesh, params: &MeshTileParams) -> (f64, f64, f64, usize
             &format!("t{id}"),
             &mut pyramid,
             params.max_texture_size,
+            &mut atlas::AtlasStats::default(),
         )
         .unwrap();
         atlases += written.len();
@@ -1916,4 +1917,49 @@ fn texture_atlas_off_writes_no_atlas() {
     let dir = out.path().join(TILES_DIR).join(TEXTURES_DIR);
     assert!(!dir.join(atlas::ATLAS_DIR).exists());
     assert!(dir.exists());
+}
+
+/// The atlas pass says why tiles keep the shared images: BoxTextured's UVs run from 0 to 6 on a
+/// repeating texture, each face's chart one whole repeat of the logo (so it is moved into
+/// [0, 1] by whole repeats, not refused as wrapping), and a face needs the whole image: none of
+/// its 2-triangle tiles gets an atlas, every one counted as saving nothing.
+#[test]
+fn atlas_stats_name_why_a_repeating_texture_keeps_the_shared_image() {
+    let mesh = read_gltf(&dataset(
+        "mesh-khronos-gltf-samples/BoxTextured/glTF/BoxTextured.gltf",
+    ))
+    .unwrap();
+    let params = MeshTileParams {
+        max_triangles_per_tile: 2,
+        ..MeshTileParams::default()
+    };
+    let out = tempfile::tempdir().unwrap();
+    let (_, welded, lattice, tree) = build_and_write(&mesh, &params, out.path()).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let mut pyramid = texture::TexturePyramid::new(&welded.images, scratch.path(), 4096);
+    let vm = crate::stages::decimate::vertex_materials(&welded);
+    let unset: Vec<ImageRef> = welded
+        .images
+        .iter()
+        .map(|i| ImageRef {
+            uri: String::new(),
+            mime: i.mime.clone(),
+        })
+        .collect();
+    let mut stats = atlas::AtlasStats::default();
+    let mut stack = vec![&tree];
+    let mut tiles = 0;
+    while let Some(node) = stack.pop() {
+        stack.extend(&node.children);
+        tiles += 1;
+        let mut tile = encode::quantize_tile(&welded, &vm, &node.indices, lattice, &unset).mesh;
+        atlas::atlas_tile(&mut tile, height(node), "t", &mut pyramid, 4096, &mut stats).unwrap();
+    }
+    assert_eq!(stats.atlased, 0, "{stats:?}");
+    assert_eq!(
+        stats.kept.get(&atlas::Skip::NoSaving),
+        Some(&tiles),
+        "{stats:?}"
+    );
+    assert_eq!(stats.kept.len(), 1, "{stats:?}");
 }
