@@ -414,7 +414,7 @@ impl Writer<'_> {
             self.vertex_materials,
             &node.indices,
             self.lattice,
-            &self.unset_images(),
+            &unset_images(&self.welded.images),
         );
         self.tile_textures(&mut encoded.mesh, node, name, depth)?;
         let bytes = write_quantized_glb(&encoded.mesh, &MeshoptCodec)?;
@@ -463,18 +463,6 @@ impl Writer<'_> {
 }
 
 impl Writer<'_> {
-    /// One [`ImageRef`] per `welded.images` entry, URI not yet set.
-    fn unset_images(&self) -> Vec<ImageRef> {
-        self.welded
-            .images
-            .iter()
-            .map(|i| ImageRef {
-                uri: String::new(),
-                mime: i.mime.clone(),
-            })
-            .collect()
-    }
-
     /// The images of tile `node` (file stem `name`, at `depth`), at its texture level (its
     /// height, see [`texture`]): per-tile atlases where they save pixels (see [`atlas`]), the
     /// shared level images for the rest; written if not yet, and counted in the level's bytes.
@@ -534,6 +522,18 @@ fn warn_parents_over_budget(tree: &HlodNode, budget: usize) {
              gives the simplifier room)"
         );
     }
+}
+
+/// One [`ImageRef`] per entry of `images`, URI not yet set (a tile's images before
+/// [`Writer::tile_textures`] fills those it uses).
+fn unset_images(images: &[kiln_formats::mesh::EmbeddedImage]) -> Vec<ImageRef> {
+    images
+        .iter()
+        .map(|i| ImageRef {
+            uri: String::new(),
+            mime: i.mime.clone(),
+        })
+        .collect()
 }
 
 /// Height of `node` in its tree: 0 for a leaf, else 1 + its highest child's.

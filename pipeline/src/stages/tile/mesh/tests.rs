@@ -1761,14 +1761,7 @@ fn atlas_fidelity(mesh: &Mesh, params: &MeshTileParams) -> (f64, f64, f64, usize
     let mut pyramid =
         texture::TexturePyramid::new(&welded.images, scratch.path(), params.max_texture_size);
     let vm = crate::stages::decimate::vertex_materials(&welded);
-    let unset: Vec<ImageRef> = welded
-        .images
-        .iter()
-        .map(|i| ImageRef {
-            uri: String::new(),
-            mime: i.mime.clone(),
-        })
-        .collect();
+    let unset = unset_images(&welded.images);
     let (mut sq, mut n) = (0.0f64, 0usize);
     let (mut atlas_px, mut level_px, mut atlases) = (0u64, 0u64, 0usize);
     let mut covered_px = 0.0f64;
@@ -1938,14 +1931,7 @@ fn atlas_stats_name_why_a_repeating_texture_keeps_the_shared_image() {
     let scratch = tempfile::tempdir().unwrap();
     let mut pyramid = texture::TexturePyramid::new(&welded.images, scratch.path(), 4096);
     let vm = crate::stages::decimate::vertex_materials(&welded);
-    let unset: Vec<ImageRef> = welded
-        .images
-        .iter()
-        .map(|i| ImageRef {
-            uri: String::new(),
-            mime: i.mime.clone(),
-        })
-        .collect();
+    let unset = unset_images(&welded.images);
     let mut stats = atlas::AtlasStats::default();
     let mut stack = vec![&tree];
     let mut tiles = 0;
