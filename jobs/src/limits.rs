@@ -204,6 +204,7 @@ pub const LIMITS: &[Limit] = &[
         3.0,
         "the SPZ versions spz_2 readers decode",
     ),
+    scalar("tile.fanout", 2.0, 4.0, "children per tile (2 or 4)"),
     scalar(
         "tile.refine_steps",
         0.0,
@@ -499,6 +500,7 @@ mod tests {
         doc["train"]["image_cache_mb"] = 1.into();
         doc["train"]["log_every"] = 1.into();
         doc["train"]["checkpoint_every"] = 1.into();
+        doc["tile"]["fanout"] = 2.into();
         let leaves = numeric_leaves(&doc);
         assert!(leaves.len() > 40, "{leaves:?}");
         for (field, _) in leaves {

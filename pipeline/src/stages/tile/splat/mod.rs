@@ -12,7 +12,7 @@
 //! longest axis, and each half again at the median of its own longest axis, so siblings hold
 //! equal counts and leaves hold between a quarter of the budget and the budget. Leaves hold the
 //! original splats. A parent holds its children's content merged down to a quarter
-//! ([`LEVEL_REDUCTION`]), so each level has about 4× fewer splats than the level below and a
+//! ([`SplatTileParams::fanout`], 4 by default), so each level has about 4× fewer splats than the level below and a
 //! parent tile about as many as a leaf. When the whole input fits one leaf, a merged root is put
 //! above it, so every tileset has at least two levels. Levels are built bottom-up, each from the
 //! level below (never from all the leaves), and a leaf's splats are gathered only when its parent
@@ -64,11 +64,6 @@ mod tree;
 
 use merge::MergeSet;
 use tree::{Node, build_tree};
-
-/// Splats of a parent = its children's splats / this (rounded up): each level holds about 4×
-/// fewer splats than the level below (the 2–4× that keeps a client's switch between levels
-/// small), and with the tree's fan-out of 4 a parent tile holds about as many splats as a leaf.
-pub const LEVEL_REDUCTION: usize = 4;
 
 /// SPZ fractional bits used for tile content (1/4096 m steps, ±2048 m range); lowered per tile
 /// only when a tile is wider than that range.
@@ -153,7 +148,31 @@ pub struct SplatTileParams {
     /// 3.11 MB of SPZ tiles; the tile stage took 1.7 s longer on each.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub streamed_sog: bool,
+    /// Children per parent tile, 2 or 4 (default 4), and the factor by which each level has
+    /// fewer splats than the level below, so a parent tile holds about as many splats as a leaf
+    /// either way. 2 gives twice as many levels, each half the step in detail: a client moving
+    /// away or lowering its budget sees smaller changes at each switch, at the cost of more tiles
+    /// (about 2× the parents) and a slower tile stage. Left out of the stage key when 4.
+    ///
+    /// Measured with `kiln eval` (2-core CPU). Biker (152,746 splats, SH 0, 16,384 a leaf, no
+    /// refinement; 8 orbit views at 2× its radius against the full splats): fanout 4 has levels
+    /// of 9,547 / 38,188 / 152,746 splats and 3.11 MB of tiles, and Spark-style budget cuts of
+    /// 12 k / 40 k / 80 k splats score 27.6 / 33.8 / 35.5 dB; fanout 2 has five levels (9,547 to
+    /// 152,746, 2× apart) and 4.60 MB, and the same budgets score 27.5 / 31.4 / 36.2 dB, with
+    /// 30.2 dB at 20 k where fanout 4 still shows its 27.6 dB root. README fox retiled at 4,096
+    /// a leaf (refined parents, 7 held-out photos, relative to the full leaves): τ = 16 / 64 /
+    /// 120 cuts −0.35 / −0.51 / −0.52 dB at 1.23 / 1.03 / 0.97 MB with fanout 4, −0.28 / −0.28 /
+    /// −0.31 dB at 1.36 / 1.33 / 1.30 MB with fanout 2; its tile stage took 14 s and 32 s.
+    #[serde(skip_serializing_if = "is_default_fanout")]
+    pub fanout: u8,
 }
+
+fn is_default_fanout(fanout: &u8) -> bool {
+    *fanout == DEFAULT_FANOUT
+}
+
+/// Default [`SplatTileParams::fanout`].
+pub const DEFAULT_FANOUT: u8 = 4;
 
 impl Default for SplatTileParams {
     fn default() -> Self {
@@ -167,6 +186,7 @@ impl Default for SplatTileParams {
             refine_steps: DEFAULT_REFINE_STEPS,
             spz_version: 3,
             streamed_sog: false,
+            fanout: DEFAULT_FANOUT,
         }
     }
 }
@@ -217,6 +237,14 @@ impl SplatTileParams {
                            readers decode; default 3)"
                     .into(),
                 found: self.spz_version.to_string(),
+            });
+        }
+        if !matches!(self.fanout, 2 | 4) {
+            return Err(Error::Param {
+                stage: "tile",
+                field: "fanout".into(),
+                expected: "2 or 4 children per tile (default 4)".into(),
+                found: self.fanout.to_string(),
             });
         }
         if !(1..=9).contains(&self.gzip_level) {
@@ -530,7 +558,7 @@ fn build_parent(
             set.extend_from(content);
         }
     }
-    let target = set.len().div_ceil(LEVEL_REDUCTION);
+    let target = set.len().div_ceil(usize::from(params.fanout));
     let content = merge::merge_to(set, target).to_splats();
     Ok(ParentPass {
         node: p,
@@ -907,6 +935,53 @@ mod tests {
             let ratio = w[1] as f64 / w[0] as f64;
             assert!((3.5..=4.5).contains(&ratio), "levels {per_depth:?}");
         }
+    }
+
+    #[test]
+    fn fanout_two_halves_the_splats_per_level_with_two_children_per_tile() {
+        let s = random_splats(40_000, 0, 20.0, 5);
+        let dir = tempfile::tempdir().unwrap();
+        let params = SplatTileParams {
+            max_splats_per_tile: 5_000,
+            fanout: 2,
+            ..Default::default()
+        };
+        let report = tile_splats(&s, &params, dir.path()).unwrap();
+        let ts: Tileset =
+            serde_json::from_slice(&std::fs::read(&report.tileset_path).unwrap()).unwrap();
+        check_error_monotone(&ts.root);
+        // (depth, splats) of every tile.
+        fn count(dir: &Path, t: &Tile, d: usize, out: &mut Vec<(usize, usize, bool)>) {
+            assert!(t.children.len() <= 2, "{} children", t.children.len());
+            let bytes = std::fs::read(dir.join(&t.content.as_ref().unwrap().uri)).unwrap();
+            let n = read_splat_glb(&bytes).unwrap().len();
+            out.push((d, n, t.children.is_empty()));
+            for c in &t.children {
+                count(dir, c, d + 1, out);
+            }
+        }
+        let mut tiles = Vec::new();
+        count(dir.path(), &ts.root, 0, &mut tiles);
+        // 40,000 splats in leaves of ≤ 5,000: 8 leaves at depth 3 under 7 parents.
+        assert_eq!(report.levels, 4, "{report:?}");
+        assert_eq!(tiles.len(), 15);
+        let leaves: usize = tiles.iter().filter(|t| t.2).map(|t| t.1).sum();
+        assert_eq!(leaves, s.len());
+        let mut per_depth = vec![0usize; 4];
+        for &(d, n, _) in &tiles {
+            per_depth[d] += n;
+            assert!(n <= params.max_splats_per_tile);
+        }
+        for w in per_depth.windows(2) {
+            let ratio = w[1] as f64 / w[0] as f64;
+            assert!((1.8..=2.2).contains(&ratio), "levels {per_depth:?}");
+        }
+        let three = SplatTileParams {
+            fanout: 3,
+            ..Default::default()
+        };
+        let err = tile_splats(&s, &three, dir.path()).unwrap_err().to_string();
+        assert!(err.contains("fanout") && err.contains("2 or 4"), "{err}");
     }
 
     #[test]

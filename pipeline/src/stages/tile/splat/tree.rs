@@ -25,7 +25,7 @@ impl Node {
 }
 
 /// The tree over `splats` (arena, root first, children after their parent): nodes holding more
-/// than `max_splats_per_tile` are cut into four at medians until `max_depth`; a single leaf gets
+/// than `max_splats_per_tile` are cut into `params.fanout` (2 or 4) at medians until `max_depth`; a single leaf gets
 /// a root above it.
 pub(super) fn build_tree(splats: &GaussianSplats, params: &SplatTileParams) -> Vec<Node> {
     let mut nodes = vec![Node {
@@ -40,15 +40,22 @@ pub(super) fn build_tree(splats: &GaussianSplats, params: &SplatTileParams) -> V
         if n > params.max_splats_per_tile && nodes[i].depth < params.max_depth && n >= 2 {
             let indices = std::mem::take(&mut nodes[i].indices);
             let (a, b) = split_median(splats, indices);
-            let quarters = [a, b].into_iter().flat_map(|half| {
-                if half.len() >= 2 {
-                    let (x, y) = split_median(splats, half);
-                    [x, y]
-                } else {
-                    [half, Vec::new()]
-                }
-            });
-            for (k, q) in quarters.filter(|q| !q.is_empty()).enumerate() {
+            let parts: Vec<Vec<u32>> = if params.fanout == 2 {
+                vec![a, b]
+            } else {
+                [a, b]
+                    .into_iter()
+                    .flat_map(|half| {
+                        if half.len() >= 2 {
+                            let (x, y) = split_median(splats, half);
+                            [x, y]
+                        } else {
+                            [half, Vec::new()]
+                        }
+                    })
+                    .collect()
+            };
+            for (k, q) in parts.into_iter().filter(|q| !q.is_empty()).enumerate() {
                 let child = Node {
                     depth: nodes[i].depth + 1,
                     indices: q,
