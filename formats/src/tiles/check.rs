@@ -201,6 +201,7 @@ pub fn check_tileset(path: &Path, options: &CheckOptions) -> CheckReport {
         root_dir,
         open: Vec::new(),
         declarations: Declarations::default(),
+        images: content::ImageCache::default(),
         report: CheckReport {
             tileset: path.to_path_buf(),
             tiles: 0,
@@ -258,6 +259,7 @@ struct Checker<'o> {
     open: Vec<PathBuf>,
     declarations: Declarations,
     report: CheckReport,
+    images: content::ImageCache,
 }
 
 /// Lexical normalisation (`a/./b/../c` → `a/c`) without touching the file system.
@@ -1004,6 +1006,7 @@ impl Checker<'_> {
                 bin,
                 dir: &content_dir,
                 pre,
+                images: &self.images,
             },
         );
         for i in &summary.issues {
@@ -1444,6 +1447,75 @@ mod tests {
             ],
         );
         find(&r, Severity::Error, "outside the bounding volume of root (");
+    }
+
+    /// The upright triangle with `images` and one texture per image (all sharing the
+    /// tileset's image files), plus `extra_textures`.
+    fn textured_triangle(images: Value, extra_textures: Value) -> Vec<u8> {
+        let plain = upright_triangle();
+        let (mut json, bin) = content::split_glb(&plain)
+            .map(|(j, b)| (j, b.map(<[u8]>::to_vec)))
+            .unwrap();
+        let n = images.as_array().map_or(0, Vec::len);
+        let mut textures: Vec<Value> = (0..n).map(|i| json!({"source": i})).collect();
+        textures.extend(extra_textures.as_array().cloned().unwrap_or_default());
+        json["images"] = images;
+        json["textures"] = Value::Array(textures);
+        json["materials"] = json!([{"pbrMetallicRoughness": {"baseColorTexture": {"index": 0}}}]);
+        json["meshes"][0]["primitives"][0]["material"] = json!(0);
+        glb(&json, &bin.unwrap_or_default())
+    }
+
+    /// A 2×2 RGB PNG.
+    fn png_bytes() -> Vec<u8> {
+        let mut out = Vec::new();
+        image::RgbImage::from_pixel(2, 2, image::Rgb([200, 100, 50]))
+            .write_to(&mut std::io::Cursor::new(&mut out), image::ImageFormat::Png)
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn missing_corrupt_and_dangling_textures_are_errors_and_good_ones_pass() {
+        let images = json!([{"uri": "tex/good.png"}, {"uri": "tex/missing.png"},
+                            {"uri": "tex/corrupt.png"}]);
+        let a = textured_triangle(images.clone(), json!([{"source": 7}]));
+        let b = textured_triangle(json!([{"uri": "tex/good.png"}]), json!([]));
+        let mut truncated = png_bytes();
+        truncated.truncate(truncated.len() / 2);
+        let (_d, r) = tileset(
+            two_level(0.0, unit_box(0.5), "b.glb"),
+            &[
+                ("ts/a.glb", a),
+                ("ts/b.glb", b),
+                ("ts/tex/good.png", png_bytes()),
+                ("ts/tex/corrupt.png", truncated),
+            ],
+        );
+        let missing = find(
+            &r,
+            Severity::Error,
+            "images[1] uri tex/missing.png: cannot be read",
+        );
+        assert_eq!(missing.file, Path::new("a.glb"));
+        assert!(missing.fix.contains("images[1].uri"), "{missing:?}");
+        find(
+            &r,
+            Severity::Error,
+            "images[2] uri tex/corrupt.png: does not decode",
+        );
+        find(
+            &r,
+            Severity::Error,
+            "textures[3].source is image 7, but the glTF has 3 images",
+        );
+        // The good image (used by both tiles) raises nothing; nothing is reported about b.glb.
+        assert_eq!(r.count(Severity::Error), 3, "{:#?}", r.findings);
+        assert!(
+            r.findings.iter().all(|f| f.file == Path::new("a.glb")),
+            "{:#?}",
+            r.findings
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! nianticlabs/spz (shared/research/tiles-formats.md §2.4).
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -206,7 +206,14 @@ pub(super) struct GltfSource<'a> {
     pub dir: &'a Path,
     /// Tile-frame translation applied after Y-up→Z-up (b3dm `RTC_CENTER`), identity otherwise.
     pub pre: Mat4,
+    /// Image files already decoded in this tileset and what was wrong with each (textures are
+    /// shared by many tiles: each file is decoded once).
+    pub images: &'a ImageCache,
 }
+
+/// Image files decoded so far: path → `Err(why)` when the file is missing or does not decode.
+pub(super) type ImageCache =
+    std::cell::RefCell<std::collections::HashMap<PathBuf, Result<(), String>>>;
 
 /// Summarise a glTF 2.0 JSON for the checks (see [`GltfSummary`]). Never fails: what cannot be
 /// read becomes an [`Issue`].
@@ -239,6 +246,7 @@ pub(super) fn summarise_gltf(json: &Value, src: &GltfSource) -> GltfSummary {
             ));
         }
     }
+    check_images(json, src, &mut s.issues);
     let base = volume::mul(&src.pre, &Y_UP_TO_Z_UP);
     let nodes = json.get("nodes").and_then(Value::as_array);
     let Some(nodes) = nodes else {
@@ -531,6 +539,107 @@ fn summarise_mesh(
         }
         s.primitives.push(extent);
     }
+}
+
+/// Every texture's image must exist and decode (a missing or corrupt texture renders black or
+/// stops a viewer's tile load): `textures[t].source` (and the `EXT_texture_webp` /
+/// `KHR_texture_basisu` sources) must name an image, and each image, by file or buffer view,
+/// must decode as PNG, JPEG or WebP; KTX2 files are checked for their container signature only.
+/// `data:` and remote URIs are not read.
+fn check_images(json: &Value, src: &GltfSource, issues: &mut Vec<Issue>) {
+    let images = json
+        .get("images")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    for (t, texture) in json
+        .get("textures")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let sources = [
+            ("source", texture.get("source")),
+            (
+                "extensions.EXT_texture_webp.source",
+                texture.pointer("/extensions/EXT_texture_webp/source"),
+            ),
+            (
+                "extensions.KHR_texture_basisu.source",
+                texture.pointer("/extensions/KHR_texture_basisu/source"),
+            ),
+        ];
+        for (field, v) in sources {
+            if let Some(i) = v.and_then(Value::as_u64)
+                && i as usize >= images.len()
+            {
+                issues.push(issue(
+                    Severity::Error,
+                    CheckKind::Content,
+                    format!(
+                        "textures[{t}].{field} is image {i}, but the glTF has {} images",
+                        images.len()
+                    ),
+                    format!("point textures[{t}].{field} at an existing image"),
+                ));
+            }
+        }
+    }
+    for (i, image) in images.iter().enumerate() {
+        if let Some(uri) = image.get("uri").and_then(Value::as_str) {
+            if uri.starts_with("data:") || uri.contains("://") {
+                continue;
+            }
+            let clean = uri.split(['?', '#']).next().unwrap_or(uri);
+            let path = super::normalize(&src.dir.join(super::percent_decode(clean)));
+            let cached = src.images.borrow().get(&path).cloned();
+            let result = cached.unwrap_or_else(|| {
+                let r = std::fs::read(&path)
+                    .map_err(|e| format!("cannot be read ({e})"))
+                    .and_then(|bytes| image_decodes(&bytes));
+                src.images.borrow_mut().insert(path, r.clone());
+                r
+            });
+            if let Err(why) = result {
+                issues.push(issue(
+                    Severity::Error,
+                    CheckKind::Content,
+                    format!("images[{i}] uri {uri}: {why}"),
+                    format!("write the texture file or fix images[{i}].uri"),
+                ));
+            }
+        } else if let Some(view) = image.get("bufferView").and_then(Value::as_u64) {
+            if let Err(why) = buffer_view(json, src, view).and_then(|b| image_decodes(&b)) {
+                issues.push(issue(
+                    Severity::Error,
+                    CheckKind::Content,
+                    format!("images[{i}] (bufferView {view}): {why}"),
+                    "re-export the content with its textures",
+                ));
+            }
+        } else {
+            issues.push(issue(
+                Severity::Error,
+                CheckKind::Content,
+                format!("images[{i}] has neither uri nor bufferView"),
+                format!("give images[{i}] a uri or a bufferView (glTF 2.0 §5.18)"),
+            ));
+        }
+    }
+}
+
+/// KTX2 container signature (KTX 2.0 specification §3.1).
+const KTX2_SIGNATURE: &[u8; 12] = b"\xABKTX 20\xBB\r\n\x1A\n";
+
+/// Whether `bytes` decode as PNG, JPEG or WebP (fully: a truncated file fails), or carry the
+/// KTX2 signature.
+fn image_decodes(bytes: &[u8]) -> Result<(), String> {
+    if bytes.starts_with(KTX2_SIGNATURE) {
+        return Ok(());
+    }
+    image::load_from_memory(bytes)
+        .map(|_| ())
+        .map_err(|e| format!("does not decode as PNG, JPEG or WebP ({e})"))
 }
 
 /// The bytes of a buffer view: the GLB BIN chunk for a buffer without `uri`, else the external file.
@@ -847,6 +956,7 @@ mod tests {
                 bin: None,
                 dir: Path::new("."),
                 pre: volume::IDENTITY,
+                images: &ImageCache::default(),
             },
         );
         assert_eq!(s.triangles, 1);
