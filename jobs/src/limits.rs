@@ -374,6 +374,58 @@ fn out_of_bounds(path: &Path, limit: &Limit, found: String) -> Error {
     }
 }
 
+/// A clearer error for a number TOML could not store in its field (serde says "invalid value:
+/// integer `-5`, expected usize"): the field (`table.key`, found from the error's position in
+/// `text`) with its bound from [`LIMITS`] when it has one, else the field with the range of whole
+/// numbers it takes. `None` when the error is something else or its field cannot be found.
+pub(crate) fn integer_error(text: &str, err: &toml::de::Error, path: &Path) -> Option<Error> {
+    let message = err.message();
+    let (_, integer_type) = message.split_once(", expected ")?;
+    let integer_type = integer_type.trim();
+    let range = match integer_type {
+        "u8" => "a whole number 0 ..= 255",
+        "u16" => "a whole number 0 ..= 65535",
+        "u32" => "a whole number 0 ..= 4294967295",
+        "u64" | "usize" => "a whole number ≥ 0",
+        "i32" | "i64" | "isize" => "a whole number",
+        _ => return None,
+    };
+    let found = message
+        .split('`')
+        .nth(1)
+        .map_or_else(|| message.to_string(), str::to_string);
+    let field = field_at(text, err.span()?.start)?;
+    Some(match LIMITS.iter().find(|l| l.field == field) {
+        Some(limit) => out_of_bounds(path, limit, found),
+        None => Error::Field {
+            path: path.into(),
+            field,
+            expected: range.into(),
+            found,
+        },
+    })
+}
+
+/// The `table.key` whose value covers byte `at` of the TOML `text` (top-level keys alone).
+fn field_at(text: &str, at: usize) -> Option<String> {
+    let doc = toml_edit::Document::parse(text).ok()?;
+    let covers = |item: &toml_edit::Item| item.span().is_some_and(|s| s.contains(&at));
+    for (key, item) in doc.as_table().iter() {
+        match item.as_table_like() {
+            Some(table) => {
+                for (inner, value) in table.iter() {
+                    if covers(value) {
+                        return Some(format!("{key}.{inner}"));
+                    }
+                }
+            }
+            None if covers(item) => return Some(key.to_string()),
+            None => {}
+        }
+    }
+    None
+}
+
 /// The first NaN or infinite number among the job file's fields (`table.key`), if any.
 fn non_finite(spec: &JobSpec) -> Option<(String, f64)> {
     let doc = toml::Value::try_from(spec).ok()?;
@@ -621,5 +673,25 @@ mod tests {
             "README.md's table of bounds differs; paste jobs::limits::markdown_table():\n{}",
             markdown_table()
         );
+    }
+
+    #[test]
+    fn a_number_its_field_cannot_hold_names_the_field_and_its_bound() {
+        let err = spec("[mesh_tile]\nmax_triangles_per_tile = -5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("field `mesh_tile.max_triangles_per_tile`: expected 1 ..= 16777216")
+                && err.contains("found -5"),
+            "{err}"
+        );
+        let err = spec("[tile]\nfanout = 300\n").unwrap_err().to_string();
+        assert!(
+            err.contains("field `tile.fanout`: expected 2 ..= 4"),
+            "{err}"
+        );
+        // A field without a bound still says what it takes, not a Rust type.
+        let err = spec("[train]\nseed = -1\n").unwrap_err().to_string();
+        assert!(!err.contains("u64") && err.contains("train.seed"), "{err}");
     }
 }

@@ -84,9 +84,11 @@ impl JobSpec {
     /// # Errors
     /// As [`JobSpec::from_file`].
     pub fn from_toml(text: &str, path: &Path) -> Result<JobSpec> {
-        let spec: JobSpec = toml::from_str(text).map_err(|e| Error::Spec {
-            path: path.into(),
-            message: e.to_string(),
+        let spec: JobSpec = toml::from_str(text).map_err(|e| {
+            crate::limits::integer_error(text, &e, path).unwrap_or_else(|| Error::Spec {
+                path: path.into(),
+                message: e.to_string(),
+            })
         })?;
         for (field, value) in [
             ("name", &spec.name),
