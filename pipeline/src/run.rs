@@ -681,14 +681,19 @@ fn run_local(
                         tile::georef::apply_georef(&mesh.report.tileset_path, g)?;
                     }
                     check_written_tileset(&mesh.report.tileset_path)?;
-                    return Ok(serde_json::json!({
+                    let mut summary = serde_json::json!({
                         "tiles": mesh.report.tiles,
                         "levels": mesh.report.levels,
                         "content_bytes": mesh.report.content_bytes,
                         "texture_bytes": mesh.texture_bytes,
                         "mesh_levels": mesh.levels,
                         "materials": mesh.materials,
-                    }));
+                    });
+                    if let Some(atlases) = &mesh.texture_atlases {
+                        summary["texture_atlases"] =
+                            serde_json::to_value(atlases).unwrap_or_default();
+                    }
+                    return Ok(summary);
                 }
             };
             let mut summary = serde_json::json!({

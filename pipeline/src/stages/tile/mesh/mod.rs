@@ -183,6 +183,9 @@ pub struct MeshTileReport {
     /// Names of the source materials, in the mesh's order (`material <i>` when unnamed); every
     /// one whose triangles reach the leaves is in some leaf tile.
     pub materials: Vec<String>,
+    /// With `texture_atlas`: how many (tile, image set) groups got an atlas and, by reason, how
+    /// many kept the shared level images.
+    pub texture_atlases: Option<atlas::AtlasStats>,
 }
 
 /// Tile the full-resolution level of a decimate chain: check `lods`, read `lod_dir/lods[0].file`
@@ -302,6 +305,7 @@ fn build_and_write(
     };
     let (root, (lo, hi)) = writer.emit(&tree, "r", 0)?;
     let texture_bytes = writer.textures.bytes;
+    let writer_atlas_stats = writer.atlas_stats.clone();
     if params.texture_atlas {
         let s = &writer.atlas_stats;
         let kept = |why| s.kept.get(&why).copied().unwrap_or(0);
@@ -365,6 +369,7 @@ fn build_and_write(
             .enumerate()
             .map(|(i, m)| m.name.clone().unwrap_or_else(|| format!("material {i}")))
             .collect(),
+        texture_atlases: params.texture_atlas.then_some(writer_atlas_stats),
     };
     Ok((report, welded, lattice, tree))
 }

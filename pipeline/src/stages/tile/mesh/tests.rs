@@ -1912,6 +1912,40 @@ fn texture_atlas_off_writes_no_atlas() {
     assert!(dir.exists());
 }
 
+/// The report carries the atlas counts (the job's tile summary shows them) only when atlases
+/// are on: Avocado at 64 triangles a tile gives every tile's image set an atlas except where
+/// one would save nothing, and the counts cover every tile once.
+#[test]
+fn atlas_counts_are_reported_only_with_atlases_on() {
+    let out = tempfile::tempdir().unwrap();
+    let on = MeshTileParams {
+        max_triangles_per_tile: 64,
+        texture_atlas: true,
+        ..MeshTileParams::default()
+    };
+    let report = tile_mesh(&avocado(), &on, out.path()).unwrap();
+    let stats = report
+        .texture_atlases
+        .expect("atlas counts with texture_atlas on");
+    assert!(stats.atlased > 0, "{stats:?}");
+    let groups = stats.atlased + stats.kept.values().sum::<usize>();
+    // Avocado has one material (one image set): one group per tile.
+    assert_eq!(groups, report.report.tiles, "{stats:?}");
+    let json = serde_json::to_value(&stats).unwrap();
+    assert_eq!(json["atlased"], stats.atlased);
+    let off = tempfile::tempdir().unwrap();
+    let plain = MeshTileParams {
+        max_triangles_per_tile: 64,
+        ..MeshTileParams::default()
+    };
+    assert!(
+        tile_mesh(&avocado(), &plain, off.path())
+            .unwrap()
+            .texture_atlases
+            .is_none()
+    );
+}
+
 /// The atlas pass says why tiles keep the shared images: BoxTextured's UVs run from 0 to 6 on a
 /// repeating texture, each face's chart one whole repeat of the logo (so it is moved into
 /// [0, 1] by whole repeats, not refused as wrapping), and a face needs the whole image: none of
