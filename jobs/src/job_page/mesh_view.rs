@@ -1,5 +1,8 @@
-//! Shaded renders of a mesh job's LODs: every triangle of a GLB, flat Lambert shading,
-//! orthographic 3/4 view, z-buffered into an `RgbImage`.
+//! Shaded renders of a mesh job's LODs: every triangle of a GLB in its base colour (the
+//! material's `baseColorTexture` at `TEXCOORD_0`, times its `baseColorFactor`; a neutral clay
+//! without a material), flat Lambert shading, orthographic 3/4 view, z-buffered into an
+//! `RgbImage`. Other maps (normal, metallic-roughness, emissive) are not rendered: the page shows
+//! what each level's geometry and base colour look like, CesiumJS shows the rest.
 //!
 //! Frame: glTF (Y up, metres). The view looks at the centre of the bounds from azimuth 45°
 //! (from +Z towards +X) and elevation 30°; the scale fits the bounding sphere, so every
@@ -20,6 +23,37 @@ use crate::report::JobReport;
 
 /// One triangle: three vertex positions in metres.
 pub type Triangle = [[f32; 3]; 3];
+
+/// What colours one triangle.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Paint {
+    /// Base colour, 8-bit sRGB scale (0–255) per channel: the material's `baseColorFactor`
+    /// (linear, turned sRGB), or the clay albedo for a primitive without a material.
+    pub colour: [f32; 3],
+    /// With a readable base colour texture: its index in [`Surface::textures`] and the corners'
+    /// `TEXCOORD_0`; the texel (sRGB) is multiplied by `colour` / 255.
+    pub texture: Option<(usize, [[f32; 2]; 3])>,
+}
+
+impl Paint {
+    /// The clay of untextured, material-less geometry.
+    pub const CLAY: Paint = Paint {
+        colour: ALBEDO,
+        texture: None,
+    };
+}
+
+/// A GLB's triangles with their paint (`tris[i]` is painted by `paint[i]`) and the decoded base
+/// colour textures (at most [`MAX_TEXTURE_SIDE`] px a side: the renders are a few hundred pixels).
+#[derive(Debug, Clone, Default)]
+pub struct Surface {
+    pub tris: Vec<Triangle>,
+    pub paint: Vec<Paint>,
+    pub textures: Vec<image::RgbImage>,
+}
+
+/// Largest side of a texture kept for the renders (bigger ones are downsampled on load).
+pub const MAX_TEXTURE_SIDE: u32 = 512;
 
 /// Background colour of the renders.
 const BACKGROUND: [u8; 3] = [246, 246, 246];
@@ -111,6 +145,15 @@ pub fn list_lods(output_dir: &Path, report: &JobReport) -> Result<Vec<LodEntry>,
 /// [`PageError::Gltf`] when the file or its buffers cannot be read or parsed;
 /// [`PageError::Invalid`] when its accessors are inconsistent (out-of-range views).
 pub fn read_triangles(path: &Path) -> Result<Vec<Triangle>, PageError> {
+    Ok(read_surface(path)?.tris)
+}
+
+/// [`read_triangles`] with each triangle's paint and the base colour textures it samples. A
+/// texture that cannot be read or decoded leaves its triangles in their factor colour.
+///
+/// # Errors
+/// As [`read_triangles`].
+pub fn read_surface(path: &Path) -> Result<Surface, PageError> {
     let gerr = |source| PageError::Gltf {
         path: path.to_path_buf(),
         source,
@@ -122,10 +165,17 @@ pub fn read_triangles(path: &Path) -> Result<Vec<Triangle>, PageError> {
     let gltf = gltf::Gltf::from_slice_without_validation(&bytes).map_err(gerr)?;
     let buffers =
         gltf::import_buffers(&gltf.document, path.parent(), gltf.blob.clone()).map_err(gerr)?;
+    let textures = base_colour_textures(&gltf.document, &buffers, path.parent());
     // Without validation, an inconsistent accessor can make the gltf crate's readers panic;
     // contain that and report the file instead of taking the whole report down.
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        recentred(&collect_document(&gltf.document, &buffers))
+        let mut painted = Painted::default();
+        collect_document(&gltf.document, &buffers, &textures.index, &mut painted);
+        Surface {
+            tris: recentred(&painted.tris),
+            paint: painted.paint,
+            textures: textures.images,
+        }
     }))
     .map_err(|_| PageError::Invalid {
         path: path.to_path_buf(),
@@ -133,6 +183,66 @@ pub fn read_triangles(path: &Path) -> Result<Vec<Triangle>, PageError> {
         expected: "accessors inside their buffer views".into(),
         found: "out-of-range data (check the file with the Khronos glTF validator)".into(),
     })
+}
+
+/// Decoded base colour textures: `index[t]` is texture t's position in `images`, `None` when
+/// no material uses it as `baseColorTexture` or its image cannot be read.
+#[derive(Default)]
+struct Textures {
+    index: Vec<Option<usize>>,
+    images: Vec<image::RgbImage>,
+}
+
+fn base_colour_textures(
+    document: &gltf::Document,
+    buffers: &[gltf::buffer::Data],
+    dir: Option<&Path>,
+) -> Textures {
+    let mut out = Textures {
+        index: vec![None; document.textures().len()],
+        images: Vec::new(),
+    };
+    for material in document.materials() {
+        let Some(info) = material.pbr_metallic_roughness().base_color_texture() else {
+            continue;
+        };
+        let texture = info.texture();
+        if out.index[texture.index()].is_some() {
+            continue;
+        }
+        // No core source (e.g. a WebP-only texture): left in its factor colour.
+        let Some(image) = texture.source() else {
+            continue;
+        };
+        let bytes = match image.source() {
+            gltf::image::Source::View { view, .. } => buffers
+                .get(view.buffer().index())
+                .and_then(|b| b.0.get(view.offset()..view.offset() + view.length()))
+                .map(<[u8]>::to_vec),
+            gltf::image::Source::Uri { uri, .. } if !uri.contains(':') => dir
+                .map(|d| d.join(uri.replace("%20", " ")))
+                .and_then(|p| std::fs::read(p).ok()),
+            gltf::image::Source::Uri { .. } => None,
+        };
+        let Some(decoded) = bytes.and_then(|b| image::load_from_memory(&b).ok()) else {
+            continue;
+        };
+        let fitted = if decoded.width().max(decoded.height()) > MAX_TEXTURE_SIDE {
+            decoded.thumbnail(MAX_TEXTURE_SIDE, MAX_TEXTURE_SIDE)
+        } else {
+            decoded
+        };
+        out.index[texture.index()] = Some(out.images.len());
+        out.images.push(fitted.to_rgb8());
+    }
+    out
+}
+
+/// Triangles collected in f64 with their paint.
+#[derive(Default)]
+struct Painted {
+    tris: Vec<WorldTriangle>,
+    paint: Vec<Paint>,
 }
 
 /// A triangle in f64 metres, before [`recentred`].
@@ -169,24 +279,24 @@ fn recentred(tris: &[WorldTriangle]) -> Vec<Triangle> {
 fn collect_document(
     document: &gltf::Document,
     buffers: &[gltf::buffer::Data],
-) -> Vec<WorldTriangle> {
-    let mut out = Vec::new();
+    textures: &[Option<usize>],
+    out: &mut Painted,
+) {
     match document
         .default_scene()
         .or_else(|| document.scenes().next())
     {
         Some(scene) => {
             for node in scene.nodes() {
-                collect_node(&node, IDENTITY, buffers, &mut out, 0);
+                collect_node(&node, IDENTITY, buffers, textures, out, 0);
             }
         }
         None => {
             for mesh in document.meshes() {
-                collect_mesh(&mesh, &IDENTITY, buffers, &mut out);
+                collect_mesh(&mesh, &IDENTITY, buffers, textures, out);
             }
         }
     }
-    out
 }
 
 /// Column-major 4 × 4 identity, glTF's matrix layout.
@@ -205,7 +315,8 @@ fn collect_node(
     node: &gltf::Node<'_>,
     parent: [[f64; 4]; 4],
     buffers: &[gltf::buffer::Data],
-    out: &mut Vec<WorldTriangle>,
+    textures: &[Option<usize>],
+    out: &mut Painted,
     depth: usize,
 ) {
     if depth > MAX_NODE_DEPTH {
@@ -214,10 +325,10 @@ fn collect_node(
     let local = node.transform().matrix().map(|c| c.map(f64::from));
     let world = mat_mul(&parent, &local);
     if let Some(mesh) = node.mesh() {
-        collect_mesh(&mesh, &world, buffers, out);
+        collect_mesh(&mesh, &world, buffers, textures, out);
     }
     for child in node.children() {
-        collect_node(&child, world, buffers, out, depth + 1);
+        collect_node(&child, world, buffers, textures, out, depth + 1);
     }
 }
 
@@ -225,7 +336,8 @@ fn collect_mesh(
     mesh: &gltf::Mesh<'_>,
     m: &[[f64; 4]; 4],
     buffers: &[gltf::buffer::Data],
-    out: &mut Vec<WorldTriangle>,
+    textures: &[Option<usize>],
+    out: &mut Painted,
 ) {
     for prim in mesh.primitives() {
         if prim.mode() != gltf::mesh::Mode::Triangles {
@@ -240,13 +352,45 @@ fn collect_mesh(
             Some(i) => i.into_u32().collect(),
             None => (0..pos.len() as u32).collect(),
         };
+        let (colour, texture) = primitive_paint(&prim, textures);
+        let uvs: Option<Vec<[f32; 2]>> = texture
+            .and_then(|_| reader.read_tex_coords(0))
+            .map(|t| t.into_f32().collect());
         for t in idx.chunks_exact(3) {
             let get = |i: u32| pos.get(i as usize).copied();
             if let (Some(a), Some(b), Some(c)) = (get(t[0]), get(t[1]), get(t[2])) {
-                out.push([a, b, c]);
+                out.tris.push([a, b, c]);
+                let corner_uvs = uvs.as_ref().and_then(|uv| {
+                    let g = |i: u32| uv.get(i as usize).copied();
+                    Some([g(t[0])?, g(t[1])?, g(t[2])?])
+                });
+                out.paint.push(Paint {
+                    colour,
+                    texture: texture.zip(corner_uvs),
+                });
             }
         }
     }
+}
+
+/// A primitive's base colour (sRGB, 0–255) and base colour texture (index into the decoded
+/// textures), when it reads `TEXCOORD_0`.
+fn primitive_paint(
+    prim: &gltf::Primitive<'_>,
+    textures: &[Option<usize>],
+) -> ([f32; 3], Option<usize>) {
+    let material = prim.material();
+    if material.index().is_none() {
+        return (ALBEDO, None);
+    }
+    let pbr = material.pbr_metallic_roughness();
+    let factor = pbr.base_color_factor();
+    let colour = std::array::from_fn(|k| 255.0 * factor[k].clamp(0.0, 1.0).powf(1.0 / 2.2));
+    let texture = pbr
+        .base_color_texture()
+        .filter(|info| info.tex_coord() == 0)
+        .and_then(|info| textures.get(info.texture().index()).copied().flatten());
+    (colour, texture)
 }
 
 fn mat_mul(a: &[[f64; 4]; 4], b: &[[f64; 4]; 4]) -> [[f64; 4]; 4] {
@@ -333,15 +477,29 @@ impl OrthoView {
     }
 }
 
-/// Render `tris` through `view`: z-buffered, flat Lambert shading (two-sided, light from the
-/// upper left behind the viewer), on a light grey background.
+/// Render `tris` through `view` in clay: z-buffered, flat Lambert shading (two-sided, light
+/// from the upper left behind the viewer), on a light grey background.
 pub fn render_shaded(tris: &[Triangle], view: &OrthoView) -> RgbImage {
+    let paint = vec![Paint::CLAY; tris.len()];
+    render_painted(
+        &Surface {
+            tris: tris.to_vec(),
+            paint,
+            textures: Vec::new(),
+        },
+        view,
+    )
+}
+
+/// Render `surface` through `view` as [`render_shaded`], each triangle in its paint: the
+/// texture sampled (nearest texel, repeating) at the pixel's interpolated UV, times the colour.
+pub fn render_painted(surface: &Surface, view: &OrthoView) -> RgbImage {
     let mut img = RgbImage::from_pixel(view.width, view.height, Rgb(BACKGROUND));
     let mut depth = vec![f32::INFINITY; view.width as usize * view.height as usize];
     let light = normalize(std::array::from_fn(|i| {
         -view.forward[i] + 0.6 * view.up[i] - 0.4 * view.right[i]
     }));
-    for t in tris {
+    for (t, paint) in surface.tris.iter().zip(&surface.paint) {
         let n = cross(sub(t[1], t[0]), sub(t[2], t[0]));
         let len = dot(n, n).sqrt();
         if !(len > 0.0 && len.is_finite()) {
@@ -349,17 +507,51 @@ pub fn render_shaded(tris: &[Triangle], view: &OrthoView) -> RgbImage {
         }
         let lambert = (dot(n, light) / len).abs();
         let shade = AMBIENT + (1.0 - AMBIENT) * lambert;
-        let colour = ALBEDO.map(|a| (a * shade).round().clamp(0.0, 255.0) as u8);
         let screen = t.map(|p| view.project(p));
+        let texture = paint
+            .texture
+            .and_then(|(i, uv)| Some((surface.textures.get(i)?, uv)));
+        let colour = |w: [f32; 3]| -> [u8; 3] {
+            let base = match texture {
+                Some((image, uv)) => {
+                    let texel = sample_nearest(
+                        image,
+                        std::array::from_fn(|k| {
+                            w[0] * uv[0][k] + w[1] * uv[1][k] + w[2] * uv[2][k]
+                        }),
+                    );
+                    std::array::from_fn(|k| f32::from(texel[k]) * paint.colour[k] / 255.0)
+                }
+                None => paint.colour,
+            };
+            base.map(|c| (c * shade).round().clamp(0.0, 255.0) as u8)
+        };
         fill_triangle(&mut img, &mut depth, &screen, colour);
     }
     img
 }
 
+/// The texel of `image` nearest to `uv` (glTF: u right, v down), repeating outside [0, 1].
+fn sample_nearest(image: &RgbImage, uv: [f32; 2]) -> [u8; 3] {
+    let (w, h) = (image.width(), image.height());
+    if w == 0 || h == 0 || !uv.iter().all(|v| v.is_finite()) {
+        return [0; 3];
+    }
+    let x = ((uv[0].rem_euclid(1.0) * w as f32) as u32).min(w - 1);
+    let y = ((uv[1].rem_euclid(1.0) * h as f32) as u32).min(h - 1);
+    image.get_pixel(x, y).0
+}
+
 /// Fill the screen-space triangle `s` (`[x, y, depth]` per vertex, pixels) into `img` where it
 /// is nearer than `depth`. A pixel is covered when its centre `(x + ½, y + ½)` is inside or on an
-/// edge. Either winding; degenerate or non-finite triangles draw nothing.
-fn fill_triangle(img: &mut RgbImage, depth: &mut [f32], s: &[[f32; 3]; 3], colour: [u8; 3]) {
+/// edge; its colour is `colour` of its barycentric weights (one per corner of `s`). Either
+/// winding; degenerate or non-finite triangles draw nothing.
+fn fill_triangle(
+    img: &mut RgbImage,
+    depth: &mut [f32],
+    s: &[[f32; 3]; 3],
+    colour: impl Fn([f32; 3]) -> [u8; 3],
+) {
     if s.iter().flatten().any(|v| !v.is_finite()) {
         return;
     }
@@ -409,7 +601,7 @@ fn fill_triangle(img: &mut RgbImage, depth: &mut [f32], s: &[[f32; 3]; 3], colou
                 let i = y as usize * width + x as usize;
                 if z < depth[i] {
                     depth[i] = z;
-                    img.put_pixel(x as u32, y as u32, Rgb(colour));
+                    img.put_pixel(x as u32, y as u32, Rgb(colour([w0, w1, w2])));
                 }
             }
             x += 1.0;
@@ -460,7 +652,7 @@ mod tests {
         ] {
             let mut img = RgbImage::from_pixel(12, 12, Rgb(BACKGROUND));
             let mut depth = vec![f32::INFINITY; 144];
-            fill_triangle(&mut img, &mut depth, &tri, [1, 2, 3]);
+            fill_triangle(&mut img, &mut depth, &tri, |_| [1, 2, 3]);
             let px = covered(&img);
             assert_eq!(px.len(), 36);
             assert!(px.iter().all(|&(x, y)| x + y <= 7));
@@ -473,8 +665,8 @@ mod tests {
         let far = [[0.0, 0.0, 5.0], [10.0, 0.0, 5.0], [0.0, 10.0, 5.0]];
         let mut img = RgbImage::from_pixel(4, 4, Rgb(BACKGROUND));
         let mut depth = vec![f32::INFINITY; 16];
-        fill_triangle(&mut img, &mut depth, &near, [10, 10, 10]);
-        fill_triangle(&mut img, &mut depth, &far, [200, 200, 200]);
+        fill_triangle(&mut img, &mut depth, &near, |_| [10, 10, 10]);
+        fill_triangle(&mut img, &mut depth, &far, |_| [200, 200, 200]);
         assert_eq!(img.get_pixel(0, 0).0, [10, 10, 10]);
     }
 
@@ -486,13 +678,13 @@ mod tests {
             &mut img,
             &mut depth,
             &[[0.0, 0.0, 0.0], [4.0, 4.0, 0.0], [2.0, 2.0, 0.0]],
-            [0; 3],
+            |_| [0; 3],
         );
         fill_triangle(
             &mut img,
             &mut depth,
             &[[f32::NAN, 0.0, 0.0], [4.0, 0.0, 0.0], [0.0, 4.0, 0.0]],
-            [0; 3],
+            |_| [0; 3],
         );
         assert!(covered(&img).is_empty());
     }
@@ -612,5 +804,44 @@ mod tests {
         std::fs::write(&p, b"glTF\x02\x00\x00\x00garbage").unwrap();
         let e = read_triangles(&p).unwrap_err().to_string();
         assert!(e.contains("bad.glb"), "{e}");
+    }
+
+    #[test]
+    fn nearest_texel_repeats_outside_the_unit_square() {
+        let image = RgbImage::from_fn(2, 2, |x, y| Rgb([x as u8, y as u8, 9]));
+        assert_eq!(sample_nearest(&image, [0.25, 0.25]), [0, 0, 9]);
+        assert_eq!(sample_nearest(&image, [0.75, 0.25]), [1, 0, 9]);
+        assert_eq!(sample_nearest(&image, [0.25, 0.75]), [0, 1, 9]);
+        assert_eq!(sample_nearest(&image, [1.75, -0.25]), [1, 1, 9]);
+        assert_eq!(sample_nearest(&image, [f32::NAN, 0.5]), [0, 0, 0]);
+    }
+
+    /// The Khronos Avocado (one material, a green-and-brown base colour texture): drawn in its
+    /// texture, most of its pixels are greener than red, which the clay (196:172:140) never is.
+    #[test]
+    fn a_textured_mesh_renders_in_its_base_colour_texture() {
+        let root = std::env::var_os("KILN_DATASETS")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/datasets"));
+        let gltf = root.join("mesh-khronos-gltf-samples/Avocado/glTF/Avocado.gltf");
+        assert!(
+            gltf.exists(),
+            "{} missing; set KILN_DATASETS",
+            gltf.display()
+        );
+        let surface = read_surface(&gltf).unwrap();
+        assert_eq!(surface.textures.len(), 1);
+        assert!(surface.paint.iter().all(|p| p.texture.is_some()));
+        let (lo, hi) = bounds(&surface.tris).unwrap();
+        let view = OrthoView::three_quarter(lo, hi, 128, 128);
+        let green_share = |img: &RgbImage| {
+            let covered: Vec<_> = img.pixels().filter(|p| p.0 != BACKGROUND).collect();
+            assert!(covered.len() > 1000, "{} pixels", covered.len());
+            covered.iter().filter(|p| p.0[1] > p.0[0]).count() as f64 / covered.len() as f64
+        };
+        let painted = green_share(&render_painted(&surface, &view));
+        let clay = green_share(&render_shaded(&surface.tris, &view));
+        assert!(painted > 0.5, "green share {painted}");
+        assert_eq!(clay, 0.0);
     }
 }

@@ -604,13 +604,13 @@ fn meshes_section(page: &mut PageBuilder, report: &JobReport, output_dir: &Path)
     }
     let meshes: Vec<_> = lods
         .iter()
-        .map(|l| mesh_view::read_triangles(&l.path))
+        .map(|l| mesh_view::read_surface(&l.path))
         .collect();
     // One framing for all LODs (the union of their bounds), so they can be compared in place.
     let bounds = meshes
         .iter()
         .filter_map(|m| m.as_ref().ok())
-        .filter_map(|t| mesh_view::bounds(t))
+        .filter_map(|m| mesh_view::bounds(&m.tris))
         .reduce(|a, b| {
             (
                 std::array::from_fn(|i| a.0[i].min(b.0[i])),
@@ -618,12 +618,13 @@ fn meshes_section(page: &mut PageBuilder, report: &JobReport, output_dir: &Path)
             )
         });
     page.body.push_str(
-        "<p>Flat Lambert shading, orthographic, 3/4 view (azimuth 45°, elevation 30°, glTF Y up), \
-         same framing for every level.</p>\n<div class=\"grid\">\n",
+        "<p>Base colour (texture × factor; other maps are not drawn), flat Lambert shading, \
+         orthographic, 3/4 view (azimuth 45°, elevation 30°, glTF Y up), same framing for every \
+         level.</p>\n<div class=\"grid\">\n",
     );
     for (lod, mesh) in lods.iter().zip(meshes) {
-        let tris = match mesh {
-            Ok(t) => t,
+        let surface = match mesh {
+            Ok(s) => s,
             Err(e) => {
                 page.note(format!("LOD render skipped: {e}"));
                 continue;
@@ -631,7 +632,7 @@ fn meshes_section(page: &mut PageBuilder, report: &JobReport, output_dir: &Path)
         };
         let Some((lo, hi)) = bounds else { break };
         let view = mesh_view::OrthoView::three_quarter(lo, hi, 320, 320);
-        let img = mesh_view::render_shaded(&tris, &view);
+        let img = mesh_view::render_painted(&surface, &view);
         match encode_png(&img, &lod.path) {
             Ok(png) => {
                 page.body.push_str("<figure>");
@@ -639,7 +640,7 @@ fn meshes_section(page: &mut PageBuilder, report: &JobReport, output_dir: &Path)
                 page.body.push_str(&format!(
                     "<figcaption>{}: {} triangles{}{}</figcaption></figure>\n",
                     escape_html(&lod.file),
-                    tris.len(),
+                    surface.tris.len(),
                     lod.ratio.map_or(String::new(), |r| format!(", ratio {r}")),
                     lod.error_m.map_or(String::new(), |e| format!(
                         ", simplification error {}",
