@@ -91,8 +91,16 @@ fn params_json(plan: &JobPlan, kind: StageKind) -> serde_json::Value {
         StageKind::Reconstruct => serde_json::to_value(&plan.reconstruct),
         StageKind::Ingest => serde_json::to_value(&plan.ingest),
         StageKind::Train => serde_json::to_value(&plan.train),
-        StageKind::Decimate => serde_json::to_value(&plan.decimate),
-        StageKind::Tile if plan.kind == JobKind::Mesh => serde_json::to_value(plan.mesh_tile),
+        StageKind::Decimate => serde_json::to_value(&plan.decimate).map(|mut v| {
+            v["decimator"] = decimate::DECIMATOR_VERSION.into();
+            v
+        }),
+        StageKind::Tile if plan.kind == JobKind::Mesh => {
+            serde_json::to_value(plan.mesh_tile).map(|mut v| {
+                v["mesh_tiler"] = tile::mesh::MESH_TILER_VERSION.into();
+                v
+            })
+        }
         StageKind::Tile => serde_json::to_value(plan.tile).map(|mut v| {
             // The tiler's algorithm is part of what its output depends on.
             v["tiler"] = tile::splat::TILER_VERSION.into();

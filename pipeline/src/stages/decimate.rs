@@ -22,6 +22,8 @@ use kiln_formats::mesh::{ImageRef, Mesh, write_glb_referencing_images};
 use meshopt::{SimplifyOptions, VertexDataAdapter};
 use serde::{Deserialize, Serialize};
 
+use crate::stages::tile::mesh::deviation::{Surface, hausdorff_bound};
+use crate::stages::tile::mesh::hlod::{DEVIATION_SAMPLES, DIRECT_DEVIATION_MAX_TRIANGLES};
 use crate::{Error, Result};
 
 /// Sub-directory of the stage directory holding the images every level references (each once).
@@ -53,6 +55,11 @@ impl Default for DecimateParams {
     }
 }
 
+/// Version of the LOD chain's algorithm, part of the decimate stage's key (a rerun after it
+/// changed decimates again instead of reusing older levels). 2: errors measured (Hausdorff bound)
+/// instead of meshoptimizer's estimate.
+pub const DECIMATOR_VERSION: u32 = 2;
+
 /// One level of the chain, as recorded in `lods.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LodLevel {
@@ -64,7 +71,16 @@ pub struct LodLevel {
     pub triangles: usize,
     /// Geometric error of this level against the full-resolution mesh, metres: 0 for level 0, and
     /// never smaller than the previous level's (the chain is made monotone with a running max).
+    /// Measured (see `error_measured`) for meshes up to
+    /// [`DIRECT_DEVIATION_MAX_TRIANGLES`](crate::stages::tile::mesh::hlod::DIRECT_DEVIATION_MAX_TRIANGLES)
+    /// triangles, else meshoptimizer's estimate.
     pub error_m: f64,
+    /// `error_m` is a certified upper bound of the two-sided Hausdorff distance between this level
+    /// and the full mesh (the tile stage's bound, within 2 % of the true distance); false: it is
+    /// meshoptimizer's own estimate, which understates the deviation (Avocado levels 1–3:
+    /// meshoptimizer said 0.36 / 0.78 / 1.50 mm, measured 0.65 / 1.08 / 2.11 mm).
+    #[serde(default)]
+    pub error_measured: bool,
     /// GLB file name, relative to the stage directory (`lod_<i>.glb`).
     pub file: String,
 }
@@ -93,6 +109,20 @@ pub fn weld(mesh: &Mesh) -> Result<Mesh> {
     Ok(deinterleave(mesh, &vertices, indices))
 }
 
+/// The two-sided Hausdorff bound, metres, between the level drawn by `indices` over `welded`'s
+/// vertices and `welded` itself.
+fn measured_error_m(welded: &Mesh, indices: &[u32]) -> f64 {
+    let level = Surface {
+        positions: &welded.positions,
+        indices,
+    };
+    let full = Surface {
+        positions: &welded.positions,
+        indices: &welded.indices,
+    };
+    hausdorff_bound(level, full, DEVIATION_SAMPLES).hausdorff_m()
+}
+
 /// Build the LOD chain of `mesh` and write it to `out_dir`.
 ///
 /// Steps: [`weld`]; then for each ratio r (level i) simplify the *full* welded mesh with
@@ -103,9 +133,12 @@ pub fn weld(mesh: &Mesh) -> Result<Mesh> {
 /// write `out_dir/lods.json` (a JSON array of [`LodLevel`]). All writes are atomic. Level 0 is the
 /// welded mesh itself with `error_m = 0`.
 ///
-/// Errors are metres: `result_error × meshopt::simplify_scale(positions)`, where meshopt's
-/// `result_error` is relative to the mesh extent (meshoptimizer.h, `meshopt_simplify` and
-/// `meshopt_simplifyScale`). Each level's error is raised to the previous level's if smaller, so
+/// Errors are metres: the measured Hausdorff bound between the level and the full mesh
+/// ([`hausdorff_bound`], Metro-style, as the tile stage measures its parents) for meshes up to
+/// [`DIRECT_DEVIATION_MAX_TRIANGLES`] triangles; above that meshoptimizer's estimate
+/// `result_error × meshopt::simplify_scale(positions)` (`result_error` is relative to the mesh
+/// extent: meshoptimizer.h, `meshopt_simplify` and `meshopt_simplifyScale`), flagged
+/// `error_measured = false`. Each level's error is raised to the previous level's if smaller, so
 /// the chain is monotone as 3D Tiles requires of parents over children.
 ///
 /// Not guaranteed: exact triangle counts (the simplifier may stop short: `triangles` can exceed
@@ -168,6 +201,12 @@ pub fn decimate(mesh: &Mesh, params: &DecimateParams, out_dir: &Path) -> Result<
                 ),
             });
         }
+        let error_measured = i > 0 && full_triangles <= DIRECT_DEVIATION_MAX_TRIANGLES;
+        let error_m = if error_measured {
+            measured_error_m(&welded, &indices)
+        } else {
+            error_m
+        };
         let error_m = error_m.max(prev_error_m);
         prev_error_m = error_m;
 
@@ -190,6 +229,7 @@ pub fn decimate(mesh: &Mesh, params: &DecimateParams, out_dir: &Path) -> Result<
             ratio,
             triangles: level_mesh.triangle_count(),
             error_m,
+            error_measured: error_measured || i == 0,
             file,
         });
     }
@@ -560,6 +600,30 @@ pub(crate) mod tests {
         }
     }
 
+    /// The largest distance from a vertex of `a` to the surface of `b` (brute force), metres.
+    fn farthest_vertex_m(a: &Mesh, b: &Mesh) -> f64 {
+        use crate::stages::tile::mesh::deviation::closest_point_on_triangle;
+        let p64 = |p: [f32; 3]| p.map(f64::from);
+        let tris: Vec<[[f64; 3]; 3]> = b
+            .indices
+            .chunks_exact(3)
+            .map(|t| [0, 1, 2].map(|k| p64(b.positions[t[k] as usize])))
+            .collect();
+        a.positions
+            .iter()
+            .map(|&p| {
+                let p = p64(p);
+                tris.iter()
+                    .map(|t| {
+                        let q = closest_point_on_triangle(p, t);
+                        (0..3).map(|k| (p[k] - q[k]).powi(2)).sum::<f64>()
+                    })
+                    .fold(f64::INFINITY, f64::min)
+                    .sqrt()
+            })
+            .fold(0.0, f64::max)
+    }
+
     #[test]
     fn avocado_decimates_to_four_levels_with_errors_in_metres() {
         let mesh = kiln_formats::mesh::read_gltf(&dataset(
@@ -586,7 +650,21 @@ pub(crate) mod tests {
                 l.error_m,
                 extent_m
             );
-            assert!(l.error_m <= f64::from(params.target_error) * extent_m * 1.01 + 1e-9);
+            // Measured against the full mesh: at least the farthest vertex of either surface
+            // from the other (brute force over every triangle).
+            assert!(l.error_measured);
+            let level = kiln_formats::mesh::read_gltf(&dir.path().join(&l.file)).unwrap();
+            let sampled = farthest_vertex_m(&level, &mesh).max(farthest_vertex_m(&mesh, &level));
+            assert!(
+                l.error_m >= sampled - 1e-6,
+                "lod {i}: {} < sampled {sampled}",
+                l.error_m
+            );
+            assert!(
+                l.error_m <= 1.5 * sampled + 1e-5,
+                "lod {i}: {} vs sampled {sampled}",
+                l.error_m
+            );
             assert!(dir.path().join(&l.file).exists());
         }
         assert_eq!(lods[0].triangles, f);
@@ -627,10 +705,11 @@ pub(crate) mod tests {
                 "grid: ratio {} triangles {} error_m {:.3e}",
                 l.ratio, l.triangles, l.error_m
             );
-            // meshopt reports the square root of an f32 quadric error: rounding noise of ~1e-10 in
-            // the quadric shows as ~1e-5 of the extent (1 m here). A real fold would be ≥ 1e-2.
+            // The true deviation is 0 (coplanar); the measured bound's floor is the covering
+            // radius of its finest subdivision, 1/64 of a triangle's (the 1/8 level's quarter-
+            // metre triangles: 3.9 mm), below a real fold (≥ 1e-2 m here).
             assert!(
-                l.error_m < 1e-4,
+                l.error_m < 5e-3,
                 "coplanar grid must simplify with ~0 error: {l:?}"
             );
         }
@@ -656,10 +735,12 @@ pub(crate) mod tests {
         let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let small = decimate(&bumpy, &DecimateParams::default(), d1.path()).unwrap();
         let large = decimate(&big, &DecimateParams::default(), d2.path()).unwrap();
+        // meshopt may keep one triangle more or less at the larger scale, and the bound is within
+        // 2 % of the true distance: the ratio is 100 within 3 %.
         for (s, l) in small.iter().zip(&large).skip(1) {
             assert!(s.error_m > 0.0);
             assert!(
-                (l.error_m / s.error_m - 100.0).abs() < 1.0,
+                (l.error_m / s.error_m - 100.0).abs() < 3.0,
                 "{s:?} vs {l:?}"
             );
         }

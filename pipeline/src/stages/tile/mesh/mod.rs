@@ -188,6 +188,11 @@ pub struct MeshTileReport {
     pub texture_atlases: Option<atlas::AtlasStats>,
 }
 
+/// Version of the mesh tiler, part of the mesh tile stage's key (a rerun after the algorithm
+/// changed tiles again instead of reusing an older tileset). 2 (the first recorded): per-tile
+/// atlases, geometricError measured through descendants for large cells, WebP input.
+pub const MESH_TILER_VERSION: u32 = 2;
+
 /// Tile the full-resolution level of a decimate chain: check `lods`, read `lod_dir/lods[0].file`
 /// and run [`tile_mesh`] on it. The coarser levels of the chain are not used (the HLOD parents
 /// are simplified per tile).

@@ -690,6 +690,7 @@ fn level(error_m: f64, file: &str) -> LodLevel {
         ratio: 1.0,
         triangles: 1,
         error_m,
+        error_measured: true,
         file: file.into(),
     }
 }
