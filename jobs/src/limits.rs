@@ -380,29 +380,38 @@ fn out_of_bounds(path: &Path, limit: &Limit, found: String) -> Error {
 /// numbers it takes. `None` when the error is something else or its field cannot be found.
 pub(crate) fn integer_error(text: &str, err: &toml::de::Error, path: &Path) -> Option<Error> {
     let message = err.message();
-    let (_, integer_type) = message.split_once(", expected ")?;
-    let integer_type = integer_type.trim();
-    let range = match integer_type {
-        "u8" => "a whole number 0 ..= 255",
-        "u16" => "a whole number 0 ..= 65535",
-        "u32" => "a whole number 0 ..= 4294967295",
-        "u64" | "usize" => "a whole number ≥ 0",
-        "i32" | "i64" | "isize" => "a whole number",
+    let (what, integer_type) = message.split_once(", expected ")?;
+    let range = match integer_type.trim() {
+        "u8" => "0 ..= 255",
+        "u16" => "0 ..= 65535",
+        "u32" => "0 ..= 4294967295",
+        "u64" | "usize" => "≥ 0",
+        "i32" | "i64" | "isize" => "any",
         _ => return None,
     };
-    let found = message
-        .split('`')
-        .nth(1)
-        .map_or_else(|| message.to_string(), str::to_string);
+    // "invalid value: integer `-5`" (out of the type's range) or "invalid type: floating point
+    // `2.5`" / "invalid type: string \"2\"" (not a whole number at all).
+    let found = match what.split('`').nth(1) {
+        Some(v) => v.to_string(),
+        None => what.trim_start_matches("invalid type: ").to_string(),
+    };
     let field = field_at(text, err.span()?.start)?;
-    Some(match LIMITS.iter().find(|l| l.field == field) {
-        Some(limit) => out_of_bounds(path, limit, found),
-        None => Error::Field {
-            path: path.into(),
-            field,
-            expected: range.into(),
-            found,
-        },
+    let bound = LIMITS.iter().find(|l| l.field == field);
+    let expected = match bound {
+        Some(l) => format!(
+            "a whole number {} ..= {} ({})",
+            format_number(l.min),
+            format_number(l.max),
+            l.why
+        ),
+        None if range == "any" => "a whole number".into(),
+        None => format!("a whole number {range}"),
+    };
+    Some(Error::Field {
+        path: path.into(),
+        field,
+        expected,
+        found,
     })
 }
 
@@ -681,13 +690,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("field `mesh_tile.max_triangles_per_tile`: expected 1 ..= 16777216")
-                && err.contains("found -5"),
+            err.contains(
+                "field `mesh_tile.max_triangles_per_tile`: expected a whole number 1 ..= 16777216"
+            ) && err.contains("found -5"),
             "{err}"
         );
         let err = spec("[tile]\nfanout = 300\n").unwrap_err().to_string();
         assert!(
-            err.contains("field `tile.fanout`: expected 2 ..= 4"),
+            err.contains("field `tile.fanout`: expected a whole number 2 ..= 4"),
+            "{err}"
+        );
+        // Not a whole number at all: said so, even inside the range.
+        let err = spec("[tile]\nmax_depth = 2.5\n").unwrap_err().to_string();
+        assert!(
+            err.contains("`tile.max_depth`: expected a whole number 1 ..= 32")
+                && err.contains("found 2.5"),
+            "{err}"
+        );
+        let err = spec("[tile]\nfanout = \"2\"\n").unwrap_err().to_string();
+        assert!(
+            err.contains("`tile.fanout`") && err.contains("found string"),
             "{err}"
         );
         // A field without a bound still says what it takes, not a Rust type.

@@ -110,8 +110,12 @@ pub fn weld(mesh: &Mesh) -> Result<Mesh> {
 }
 
 /// The two-sided Hausdorff bound, metres, between the level drawn by `indices` over `welded`'s
-/// vertices and `welded` itself.
+/// vertices and `welded` itself; exactly 0 when the simplifier kept every triangle (the bound
+/// alone would report its floor, 1/64 of a triangle's size, for an unchanged mesh).
 fn measured_error_m(welded: &Mesh, indices: &[u32]) -> f64 {
+    if same_triangles(indices, &welded.indices) {
+        return 0.0;
+    }
     let level = Surface {
         positions: &welded.positions,
         indices,
@@ -121,6 +125,23 @@ fn measured_error_m(welded: &Mesh, indices: &[u32]) -> f64 {
         indices: &welded.indices,
     };
     hausdorff_bound(level, full, DEVIATION_SAMPLES).hausdorff_m()
+}
+
+/// Whether two index buffers over the same vertices draw the same triangles (in any order, each
+/// triangle's corners rotated to start at its smallest index; winding kept).
+fn same_triangles(a: &[u32], b: &[u32]) -> bool {
+    let canonical = |idx: &[u32]| {
+        let mut tris: Vec<[u32; 3]> = idx
+            .chunks_exact(3)
+            .map(|t| {
+                let k = (0..3).min_by_key(|&k| t[k]).unwrap_or(0);
+                [t[k], t[(k + 1) % 3], t[(k + 2) % 3]]
+            })
+            .collect();
+        tris.sort_unstable();
+        tris
+    };
+    a.len() == b.len() && canonical(a) == canonical(b)
 }
 
 /// Build the LOD chain of `mesh` and write it to `out_dir`.
@@ -693,6 +714,21 @@ pub(crate) mod tests {
         if let Some(ok) = khronos_validate(&files) {
             assert!(ok, "Khronos glTF-Validator reported errors");
         }
+    }
+
+    #[test]
+    fn levels_the_simplifier_cannot_reduce_have_zero_error() {
+        // A single quad (two triangles, four border vertices, all locked): every level keeps it.
+        let mut quad = flat_grid(1);
+        quad.normals = None;
+        let dir = tempfile::tempdir().unwrap();
+        let lods = decimate(&quad, &DecimateParams::default(), dir.path()).unwrap();
+        for l in &lods {
+            assert_eq!(l.triangles, 2, "{l:?}");
+            assert_eq!(l.error_m, 0.0, "{l:?}");
+        }
+        assert!(same_triangles(&[0, 1, 2, 2, 3, 0], &[3, 0, 2, 1, 2, 0]));
+        assert!(!same_triangles(&[0, 1, 2], &[0, 2, 1]), "winding differs");
     }
 
     #[test]

@@ -637,9 +637,15 @@ fn image_decodes(bytes: &[u8]) -> Result<(), String> {
     if bytes.starts_with(KTX2_SIGNATURE) {
         return Ok(());
     }
-    image::load_from_memory(bytes)
-        .map(|_| ())
-        .map_err(|e| format!("does not decode as PNG, JPEG or WebP ({e})"))
+    image::load_from_memory(bytes).map(|_| ()).map_err(|e| {
+        // Decoder messages can span lines; a finding is one line.
+        let why = e
+            .to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        format!("does not decode as PNG, JPEG or WebP ({why})")
+    })
 }
 
 /// The bytes of a buffer view: the GLB BIN chunk for a buffer without `uri`, else the external file.
