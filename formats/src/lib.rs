@@ -15,5 +15,6 @@ pub mod mesh;
 pub mod rotation;
 pub mod splats;
 pub mod tiles;
+pub mod uri;
 
 pub use error::{Error, Result};

@@ -16,6 +16,7 @@
 //! `KHR_draco_mesh_compression` primitives are decoded by [`super::draco`] (see there for how a
 //! panicking decoder is contained); their accessors give type and count but no bytes.
 
+use crate::uri::percent_decode;
 use std::path::{Path, PathBuf};
 
 use gltf::accessor::{DataType, Dimensions};
@@ -1582,27 +1583,6 @@ fn transform_normal(n3: &[[f64; 3]; 3], v: &[f32; 3]) -> [f32; 3] {
         // A zero normal stays zero; the GLB writer replaces it with a valid unit vector.
         [0.0; 3]
     }
-}
-
-/// Decode `%XX` escapes of a relative URI (invalid escapes are kept verbatim; non-UTF-8 is lossy).
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
-        {
-            out.push((h * 16 + l) as u8);
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Standard base64 (RFC 4648 §4) with optional padding; `None` on any invalid character.

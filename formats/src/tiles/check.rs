@@ -23,6 +23,7 @@
 mod content;
 mod volume;
 
+use crate::uri::percent_decode;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
@@ -277,28 +278,6 @@ fn normalize(p: &Path) -> PathBuf {
         }
     }
     out
-}
-
-/// `%XX` decoding of a URI path (RFC 3986 §2.1).
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && let Some(v) = b
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            out.push(v);
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn strings(v: Option<&Value>) -> BTreeSet<String> {

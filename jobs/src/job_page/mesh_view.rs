@@ -220,7 +220,7 @@ fn base_colour_textures(
                 .and_then(|b| b.0.get(view.offset()..view.offset() + view.length()))
                 .map(<[u8]>::to_vec),
             gltf::image::Source::Uri { uri, .. } if !uri.contains(':') => dir
-                .map(|d| d.join(uri.replace("%20", " ")))
+                .map(|d| d.join(kiln_formats::uri::percent_decode(uri)))
                 .and_then(|p| std::fs::read(p).ok()),
             gltf::image::Source::Uri { .. } => None,
         };

@@ -591,7 +591,7 @@ fn check_images(json: &Value, src: &GltfSource, issues: &mut Vec<Issue>) {
                 continue;
             }
             let clean = uri.split(['?', '#']).next().unwrap_or(uri);
-            let path = super::normalize(&src.dir.join(super::percent_decode(clean)));
+            let path = super::normalize(&src.dir.join(crate::uri::percent_decode(clean)));
             let cached = src.images.borrow().get(&path).cloned();
             let result = cached.unwrap_or_else(|| {
                 let r = std::fs::read(&path)
