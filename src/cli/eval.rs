@@ -54,19 +54,27 @@ pub struct EvalArgs {
     #[arg(long)]
     pub orbit: bool,
     /// Orbit distances as multiples of the scene radius (90th percentile of the splats' distances
-    /// from their median), comma-separated.
-    #[arg(long, value_name = "X,…", value_delimiter = ',', default_values_t = EvalParams::default().orbit_radii)]
-    pub orbit_radii: Vec<f64>,
+    /// from their median), comma-separated [default: the job's `[eval] orbit_radii`, else 1,2,4].
+    #[arg(long, value_name = "X,…", value_delimiter = ',')]
+    pub orbit_radii: Option<Vec<f64>>,
     /// The scene's up axis for the orbit (y, neg-y, z, …); default: the tileset's recorded frame,
     /// else y.
     #[arg(long, value_name = "AXIS", allow_hyphen_values = true)]
     pub up_axis: Option<UpAxis>,
-    /// Screen-space errors (pixels) of the cuts, comma-separated, each ≥ 0.
-    #[arg(long, value_name = "PX,…", value_delimiter = ',', allow_hyphen_values = true, default_values_t = EvalParams::default().taus_px)]
-    pub tau: Vec<f64>,
-    /// Splat budgets of the budget cuts, comma-separated, each ≥ 1.
-    #[arg(long, value_name = "N,…", value_delimiter = ',', default_values_t = EvalParams::default().budgets)]
-    pub budget: Vec<usize>,
+    /// Screen-space errors (pixels) of the cuts, comma-separated, each ≥ 0 [default: the job's
+    /// `[eval] taus_px`, else 0,1,4,16,32,64,120].
+    #[arg(
+        long,
+        value_name = "PX,…",
+        value_delimiter = ',',
+        allow_hyphen_values = true
+    )]
+    pub tau: Option<Vec<f64>>,
+    /// Splat budgets of the budget cuts, comma-separated, each ≥ 1 [default: the job's `[eval]
+    /// budgets`, else 500000,1000000,2500000]. Orbit views per distance and their size come from
+    /// the job's `[eval]` too, as in the job's own `eval` stage.
+    #[arg(long, value_name = "N,…", value_delimiter = ',')]
+    pub budget: Option<Vec<usize>>,
     /// Render with the Mip-Splatting 2D filter (splats trained with `train.antialiased`).
     #[arg(long)]
     pub antialiased: bool,
@@ -87,6 +95,8 @@ struct JobSettings {
     antialiased: bool,
     /// Capture jobs: the capture; splats jobs: the input splats (made upright below).
     input: String,
+    /// The job's `[eval]`: cuts, budgets and orbit, the defaults of the flags.
+    eval: EvalParams,
     kind: kiln_pipeline::dag::JobKind,
 }
 
@@ -98,24 +108,37 @@ fn job_settings(path: &Path) -> anyhow::Result<JobSettings> {
         train: spec.train,
         input: spec.input,
         kind: spec.kind,
+        eval: spec.eval,
     })
+}
+
+/// The evaluation settings: each flag given, else the job's `[eval]`, else the defaults.
+fn eval_params(args: &EvalArgs, job: Option<&JobSettings>) -> EvalParams {
+    let base = job.map(|j| j.eval.clone()).unwrap_or_default();
+    EvalParams {
+        taus_px: args.tau.clone().unwrap_or(base.taus_px),
+        budgets: args.budget.clone().unwrap_or(base.budgets),
+        orbit_radii: args.orbit_radii.clone().unwrap_or(base.orbit_radii),
+        ..base
+    }
 }
 
 /// Check the flags (named as typed) before any work.
 fn check_args(args: &EvalArgs) -> anyhow::Result<()> {
-    if let Some(t) = args.tau.iter().find(|t| !(t.is_finite() && **t >= 0.0)) {
+    let (tau, budget, orbit_radii) = (
+        args.tau.as_deref().unwrap_or_default(),
+        args.budget.as_deref().unwrap_or_default(),
+        args.orbit_radii.as_deref().unwrap_or_default(),
+    );
+    if let Some(t) = tau.iter().find(|t| !(t.is_finite() && **t >= 0.0)) {
         bail!(
             "--tau {t}: each screen-space error must be a finite number of pixels ≥ 0 (e.g. --tau 0,16,64)"
         );
     }
-    if args.budget.contains(&0) {
+    if budget.contains(&0) {
         bail!("--budget 0: each splat budget must be ≥ 1 (e.g. --budget 500000,1000000)");
     }
-    if let Some(r) = args
-        .orbit_radii
-        .iter()
-        .find(|r| !(r.is_finite() && **r > 0.0))
-    {
+    if let Some(r) = orbit_radii.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
         bail!(
             "--orbit-radii {r}: each distance must be a multiple > 0 of the scene radius (e.g. --orbit-radii 1,2,4)"
         );
@@ -127,6 +150,7 @@ fn check_args(args: &EvalArgs) -> anyhow::Result<()> {
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     check_args(&args)?;
     let job = args.job.as_deref().map(job_settings).transpose()?;
+    let params = eval_params(&args, job.as_ref());
     let (delivered, input_dir) = open_input(&args.input)?;
     let reference = resolve_reference(&args, &input_dir, job.as_ref(), &delivered)?;
     let tmp = tempfile::tempdir().context("create a temporary folder")?;
@@ -164,13 +188,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             };
             held_out_views(&capture, &ingest, &train, eval_every, tmp.path())?
         }
-        None => orbit(&args, &delivered, reference.as_ref().map(|r| &r.1))?,
-    };
-    let params = EvalParams {
-        taus_px: args.tau.clone(),
-        budgets: args.budget.clone(),
-        orbit_radii: args.orbit_radii.clone(),
-        ..EvalParams::default()
+        None => orbit(&args, &params, &delivered, reference.as_ref().map(|r| &r.1))?,
     };
     let options = RenderOptions {
         background: train.background,
@@ -367,6 +385,7 @@ fn held_out_views(
 /// Orbit cameras around the reference splats (else the full-detail content).
 fn orbit(
     args: &EvalArgs,
+    p: &EvalParams,
     delivered: &Delivered,
     reference: Option<&kiln_formats::splats::GaussianSplats>,
 ) -> anyhow::Result<Vec<EvalView>> {
@@ -391,11 +410,10 @@ fn orbit(
         }
         (None, _) => [0.0, 1.0, 0.0],
     };
-    let p = EvalParams::default();
     Ok(eval::orbit_views(
         &eval::scene_sphere(scene),
         up,
-        &args.orbit_radii,
+        &p.orbit_radii,
         p.orbit_views,
         p.orbit_size_px,
     ))
@@ -454,4 +472,54 @@ fn print_table(report: &EvalReport, reference: Option<&str>, out: &Path) {
         println!("publish loss (full splats − full-detail delivery): {l:.2} dB");
     }
     println!("report: {}", out.join(eval::FIDELITY_JSON).display());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        eval: EvalArgs,
+    }
+
+    fn args(flags: &[&str]) -> EvalArgs {
+        let argv = ["kiln-eval", "out"].iter().chain(flags);
+        Cli::try_parse_from(argv).expect("flags parse").eval
+    }
+
+    fn splats_job(eval: EvalParams) -> JobSettings {
+        JobSettings {
+            ingest: IngestParams::default(),
+            train: TrainParams::default(),
+            antialiased: false,
+            input: "in.ply".into(),
+            kind: kiln_pipeline::dag::JobKind::Splats,
+            eval,
+        }
+    }
+
+    #[test]
+    fn the_job_s_eval_settings_are_the_defaults_and_flags_override_them() {
+        let job = splats_job(EvalParams {
+            taus_px: vec![0.0, 16.0],
+            budgets: vec![20_000],
+            orbit_radii: vec![3.0],
+            orbit_views: 4,
+            orbit_size_px: 256,
+        });
+        // No flags: everything from the job, as its own eval stage scored it.
+        let p = eval_params(&args(&[]), Some(&job));
+        assert_eq!(p, job.eval);
+        // Flags win where given; the orbit's view count and size stay the job's.
+        let p = eval_params(&args(&["--tau", "5", "--orbit-radii", "2"]), Some(&job));
+        assert_eq!(p.taus_px, vec![5.0]);
+        assert_eq!(p.orbit_radii, vec![2.0]);
+        assert_eq!(p.budgets, vec![20_000]);
+        assert_eq!((p.orbit_views, p.orbit_size_px), (4, 256));
+        // No job: the built-in defaults.
+        assert_eq!(eval_params(&args(&[]), None), EvalParams::default());
+    }
 }
