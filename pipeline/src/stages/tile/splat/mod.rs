@@ -104,7 +104,7 @@ const EXTENT_SIGMAS: f64 = 3.0;
 #[serde(default, deny_unknown_fields)]
 pub struct SplatTileParams {
     /// Most original splats a leaf may hold (≥ 1); default 65 536 (CesiumJS decodes each tile in a
-    /// 2 GB WASM heap; 64 K is Spark's chunk size). Leaves at `max_depth` may exceed it.
+    /// 2 GB WASM heap; 64 K is Spark's chunk size). `max_depth` must leave room for it.
     pub max_splats_per_tile: usize,
     /// Deepest octree level (root = 0); default 16. Stops endless splitting of coincident splats.
     pub max_depth: u32,
@@ -265,15 +265,15 @@ impl SplatTileParams {
 /// every tile has content; leaves have geometricError 0 and every child's error is ≤ its
 /// parent's; each tile's decoded content lies inside its bounding box; all files are written
 /// atomically (temporary name + rename), tiles before `tileset.json`. Not guaranteed: leaf sizes
-/// ≤ `max_splats_per_tile` at `max_depth`; files of an earlier run with other names are not
-/// removed.
+/// files of an earlier run with other names are not removed. Every leaf holds at most
+/// `max_splats_per_tile` splats (a `max_depth` too small for that is an error).
 ///
 /// - `splats`: N ≥ 1 splats, means in metres in the glTF Y-up content frame.
 /// - `params`: see [`SplatTileParams`].
 /// - `out_dir`: created if missing.
 ///
 /// # Errors
-/// [`Error::Param`] for `max_splats_per_tile` = 0; [`Error::Format`] wrapping
+/// [`Error::Param`] for `max_splats_per_tile` = 0 or a `max_depth` too small for it; [`Error::Format`] wrapping
 /// `InvalidInput` for N = 0, inconsistent array lengths or NaN/Inf values (with the splat
 /// index); [`Error::Format`] wrapping `Io` when a file cannot be written.
 pub fn tile_splats(
@@ -581,6 +581,7 @@ fn check_tile_inputs(splats: &GaussianSplats, params: &SplatTileParams) -> Resul
         }
         .into());
     }
+    check_depth(splats.len(), params)?;
     // The scan in parallel; the serial check only to name the first bad value.
     let finite = [
         &splats.means,
@@ -598,6 +599,27 @@ fn check_tile_inputs(splats: &GaussianSplats, params: &SplatTileParams) -> Resul
         splats.check_finite(CONTEXT)?;
     }
     Ok(())
+}
+
+/// `max_depth` must leave room for leaves of at most `max_splats_per_tile`: a tileset whose
+/// leaves break the budget breaks the clients that chose it (Spark's 64 K chunks, a WASM heap),
+/// so it is refused before any work instead of written with a warning.
+fn check_depth(n: usize, params: &SplatTileParams) -> Result<()> {
+    let need = tree::required_depth(n, params.max_splats_per_tile, params.fanout);
+    if need <= params.max_depth {
+        return Ok(());
+    }
+    let leaf_at_max = tree::largest_leaf(n, params.max_depth, params.fanout);
+    Err(Error::Param {
+        stage: "tile",
+        field: "max_depth".into(),
+        expected: format!(
+            "≥ {need} for {n} splats at ≤ {} a leaf and {} children per tile (default 16); or \
+             raise max_splats_per_tile to ≥ {leaf_at_max}",
+            params.max_splats_per_tile, params.fanout
+        ),
+        found: params.max_depth.to_string(),
+    })
 }
 
 /// Axis-aligned box in the training (Y-up) frame, metres.
@@ -1248,6 +1270,54 @@ mod tests {
             };
             let err = params.validate().unwrap_err().to_string();
             assert!(err.contains("spz_version"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_max_depth_too_small_for_the_leaf_budget_is_refused_naming_both_fixes() {
+        // 1,000 splats, ≤ 10 a leaf: 4-way cuts give ≤ 250, 63, 16, 4 at depths 1..4.
+        let s = random_splats(1_000, 0, 1.0, 9);
+        let dir = tempfile::tempdir().unwrap();
+        let params = SplatTileParams {
+            max_splats_per_tile: 10,
+            max_depth: 3,
+            ..Default::default()
+        };
+        let err = tile_splats(&s, &params, dir.path()).unwrap_err();
+        let Error::Param {
+            field,
+            expected,
+            found,
+            ..
+        } = &err
+        else {
+            panic!("expected a parameter error, got {err}");
+        };
+        assert_eq!((field.as_str(), found.as_str()), ("max_depth", "3"));
+        assert!(expected.starts_with("≥ 4 for 1000 splats"), "{expected}");
+        assert!(
+            expected.contains("max_splats_per_tile to ≥ 16"),
+            "{expected}"
+        );
+        assert!(!dir.path().join("tileset.json").exists());
+        // Binary cuts need 7 levels (500, 250, 125, 63, 32, 16, 8).
+        assert_eq!(tree::required_depth(1_000, 10, 2), 7);
+        assert_eq!(tree::largest_leaf(1_000, 3, 2), 125);
+        // The depth it names is enough: every leaf within the budget.
+        let params = SplatTileParams {
+            max_depth: 4,
+            ..params
+        };
+        let report = tile_splats(&s, &params, dir.path()).unwrap();
+        let ts: Tileset =
+            serde_json::from_slice(&std::fs::read(&report.tileset_path).unwrap()).unwrap();
+        let mut tiles = Vec::new();
+        walk(&ts.root, [0.0; 3], &mut tiles);
+        for (t, _) in tiles.iter().filter(|(t, _)| t.children.is_empty()) {
+            let uri = &t.content.as_ref().unwrap().uri;
+            let glb = std::fs::read(dir.path().join(uri)).unwrap();
+            let leaf = read_splat_glb(&glb).unwrap();
+            assert!(leaf.len() <= 10, "{uri}: {} splats", leaf.len());
         }
     }
 

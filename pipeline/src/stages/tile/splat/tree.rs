@@ -90,6 +90,29 @@ pub(super) fn build_tree(splats: &GaussianSplats, params: &SplatTileParams) -> V
     nodes
 }
 
+/// The depth at which [`build_tree`]'s leaves hold at most `budget` (≥ 1) of `n` splats: each
+/// level cuts a node at medians into `fanout` (2 or 4) parts of ⌈half⌉ at most.
+pub(super) fn required_depth(n: usize, budget: usize, fanout: u8) -> u32 {
+    let mut depth = 0;
+    let mut size = n;
+    while size > budget.max(1) {
+        size = largest_part(size, fanout);
+        depth += 1;
+    }
+    depth
+}
+
+/// The most splats a leaf at `depth` holds when `n` splats are cut `fanout`-ways at medians.
+pub(super) fn largest_leaf(n: usize, depth: u32, fanout: u8) -> usize {
+    (0..depth).fold(n, |size, _| largest_part(size, fanout))
+}
+
+/// The larger part of one level's median cuts of `size` splats: one halving (fanout 2) or two.
+fn largest_part(size: usize, fanout: u8) -> usize {
+    let half = size.div_ceil(2);
+    if fanout == 2 { half } else { half.div_ceil(2) }
+}
+
 /// Cut `indices` (≥ 2) at the median of the longest axis of their means' bounding box: two halves
 /// whose sizes differ by at most one.
 fn split_median(splats: &GaussianSplats, mut indices: Vec<u32>) -> (Vec<u32>, Vec<u32>) {
