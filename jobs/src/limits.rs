@@ -194,8 +194,13 @@ pub const LIMITS: &[Limit] = &[
         16_777_216.0,
         "16 M splats (about 400 MB per tile)",
     ),
-    scalar("tile.max_depth", 1.0, 32.0, "tree levels"),
-    scalar("tile.gzip_level", 0.0, 9.0, "gzip's levels"),
+    scalar(
+        "tile.max_depth",
+        1.0,
+        32.0,
+        "levels below the root; enough for the leaf budget",
+    ),
+    scalar("tile.gzip_level", 1.0, 9.0, "gzip's levels, 1 fastest"),
     scalar("tile.sh1_bits", 1.0, 8.0, "SPZ stores at most 8 bits"),
     scalar("tile.sh_rest_bits", 1.0, 8.0, "SPZ stores at most 8 bits"),
     scalar(
