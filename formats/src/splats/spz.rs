@@ -233,7 +233,7 @@ pub fn encode_spz(splats: &GaussianSplats, options: &SpzOptions) -> Result<Vec<u
             found: format!("{:?}", options.version),
         });
     }
-    let blocks = pack_blocks(splats, options, CONTEXT)?;
+    let mut blocks = pack_blocks(splats, options, CONTEXT)?;
     let mut flags = match options.antialiasing {
         SpzAntialiasing::Standard => 0,
         SpzAntialiasing::Antialiased => FLAG_ANTIALIASED,
@@ -290,16 +290,17 @@ pub fn encode_spz(splats: &GaussianSplats, options: &SpzOptions) -> Result<Vec<u
     header.extend_from_slice(&version.to_le_bytes());
     header.extend_from_slice(&(n as u32).to_le_bytes());
     header.extend_from_slice(&[splats.sh_degree as u8, fb, flags, 0]);
-    gzip(&header, &blocks, options.gzip_level)
+    gzip(&header, &mut blocks, options.gzip_level)
 }
 
 /// One gzip stream of `header` followed by `blocks`, at `level` (1 ..= 9, clamped), by libdeflate
 /// (whole-buffer compression: smaller and faster than a streaming deflate at the same level).
-fn gzip(header: &[u8], blocks: &[Vec<u8>], level: u8) -> Result<Vec<u8>> {
+/// Each block is freed once copied, so the peak is the raw bytes once plus the output.
+fn gzip(header: &[u8], blocks: &mut [Vec<u8>], level: u8) -> Result<Vec<u8>> {
     let mut raw = Vec::with_capacity(header.len() + blocks.iter().map(Vec::len).sum::<usize>());
     raw.extend_from_slice(header);
     for b in blocks {
-        raw.extend_from_slice(b);
+        raw.extend_from_slice(&std::mem::take(b));
     }
     let failed = |what: &str, e: String| Error::InvalidInput {
         context: "SPZ encode",
@@ -315,7 +316,9 @@ fn gzip(header: &[u8], blocks: &[Vec<u8>], level: u8) -> Result<Vec<u8>> {
     let n = compressor
         .gzip_compress(&raw, &mut out)
         .map_err(|e| failed("gzip stream", format!("{e:?}")))?;
+    drop(raw);
     out.truncate(n);
+    out.shrink_to_fit();
     Ok(out)
 }
 
