@@ -245,12 +245,6 @@ pub fn encode_spz(splats: &GaussianSplats, options: &SpzOptions) -> Result<Vec<u
     if !records.is_empty() {
         flags |= FLAG_HAS_EXTENSIONS;
     }
-    let in_memory = |what: &str, e: std::io::Error| Error::InvalidInput {
-        context: CONTEXT,
-        field: what.into(),
-        expected: "in-memory compression to succeed".into(),
-        found: e.to_string(),
-    };
     let version: u32 = match options.version {
         SpzVersion::V2 => 2,
         SpzVersion::V3 => 3,
@@ -262,7 +256,8 @@ pub fn encode_spz(splats: &GaussianSplats, options: &SpzOptions) -> Result<Vec<u
         let mut frames = Vec::with_capacity(streams.len());
         for s in &streams {
             frames.push(
-                zstd::bulk::compress(s, ZSTD_LEVEL).map_err(|e| in_memory("zstd stream", e))?,
+                zstd::bulk::compress(s, ZSTD_LEVEL)
+                    .map_err(|e| in_memory("zstd stream", e.to_string()))?,
             );
         }
         let toc_offset = V4_HEADER_BYTES + records.len();
@@ -302,24 +297,28 @@ fn gzip(header: &[u8], blocks: &mut [Vec<u8>], level: u8) -> Result<Vec<u8>> {
     for b in blocks {
         raw.extend_from_slice(&std::mem::take(b));
     }
-    let failed = |what: &str, e: String| Error::InvalidInput {
-        context: "SPZ encode",
-        field: what.into(),
-        expected: "in-memory compression to succeed".into(),
-        found: e,
-    };
     let level = libdeflater::CompressionLvl::new(i32::from(level.clamp(1, 9)))
-        .map_err(|e| failed("gzip level", format!("{e:?}")))?;
+        .map_err(|e| in_memory("gzip level", format!("{e:?}")))?;
     let mut compressor = libdeflater::Compressor::new(level);
     let mut out = vec![0; compressor.gzip_compress_bound(raw.len())];
     // The buffer is the compressor's own bound, so this cannot run out of space.
     let n = compressor
         .gzip_compress(&raw, &mut out)
-        .map_err(|e| failed("gzip stream", format!("{e:?}")))?;
+        .map_err(|e| in_memory("gzip stream", format!("{e:?}")))?;
     drop(raw);
     out.truncate(n);
     out.shrink_to_fit();
     Ok(out)
+}
+
+/// A compression step of [`encode_spz`] that failed on in-memory data (`what`: the step).
+fn in_memory(what: &str, found: String) -> Error {
+    Error::InvalidInput {
+        context: "SPZ encode",
+        field: what.into(),
+        expected: "in-memory compression to succeed".into(),
+        found,
+    }
 }
 
 /// Quantise `splats` into the six SPZ attribute blocks, in file order: positions, alphas,
