@@ -34,7 +34,7 @@ pub use glb_write::{
     MaterialGroup, compact, split_by_material, with_tex_coord_sets, write_glb,
     write_glb_referencing_images,
 };
-pub use gltf_read::read_gltf;
+pub use gltf_read::{EXT_TEXTURE_WEBP, read_gltf};
 pub use material::{
     AlphaMode, KHR_MATERIALS_EMISSIVE_STRENGTH, KHR_MATERIALS_UNLIT, KHR_TEXTURE_TRANSFORM,
     Material, MaterialTable, Sampler, TextureRef, WRAP_REPEAT, effective_tex_coord,

@@ -20,6 +20,7 @@ use std::borrow::Cow;
 
 use serde_json::{Value, json};
 
+use super::gltf_read::EXT_TEXTURE_WEBP;
 use super::{Material, MaterialTable, with_tex_coord_sets};
 use crate::{Error, Result};
 
@@ -145,7 +146,9 @@ pub fn quantize_normal(n: [f32; 3]) -> [i8; 4] {
 /// One node carries `translation` and uniform `scale` (dequantization) for the one mesh holding
 /// every primitive. Materials, textures and samplers are written by [`MaterialTable`]: each
 /// distinct texture and sampler once per tile, referenced by every material using it; images by
-/// URI (not embedded). Material extensions are added to `extensionsUsed` (not required).
+/// URI (not embedded). Material extensions are added to `extensionsUsed` (not required). A texture
+/// whose image is `image/webp` names it through `EXT_texture_webp` (used and required: there is no
+/// core fallback image).
 ///
 /// # Errors
 /// [`Error::Empty`] — no triangles; [`Error::InvalidInput`] — an index ≥ V, an index count not a
@@ -300,6 +303,12 @@ pub fn write_quantized_glb(mesh: &QuantizedMesh, encoder: &dyn MeshoptEncoder) -
             .iter()
             .map(|&i| json!({"uri": mesh.images[i].uri, "mimeType": mesh.images[i].mime}))
             .collect();
+        let webp: Vec<bool> = table
+            .images()
+            .iter()
+            .map(|&i| mesh.images[i].mime == "image/webp")
+            .collect();
+        webp_sources_through_extension(&mut root, &webp);
     }
     root["bufferViews"] = json!(views);
     root["accessors"] = json!(accessors);
@@ -332,6 +341,35 @@ pub fn write_quantized_glb(mesh: &QuantizedMesh, encoder: &dyn MeshoptEncoder) -
 }
 
 const CONTEXT: &str = "write_quantized_glb";
+
+/// Move each texture's `source` to `extensions.EXT_texture_webp.source` where that image is WebP
+/// (`webp[image]`), and list the extension as used and required when any texture is.
+fn webp_sources_through_extension(root: &mut Value, webp: &[bool]) {
+    let mut any = false;
+    for texture in root["textures"].as_array_mut().into_iter().flatten() {
+        let Some(source) = texture["source"].as_u64() else {
+            continue;
+        };
+        if !webp.get(source as usize).copied().unwrap_or(false) {
+            continue;
+        }
+        if let Some(t) = texture.as_object_mut() {
+            t.remove("source");
+            t.insert(
+                "extensions".into(),
+                json!({EXT_TEXTURE_WEBP: {"source": source}}),
+            );
+            any = true;
+        }
+    }
+    if any {
+        for list in ["extensionsUsed", "extensionsRequired"] {
+            if let Some(names) = root[list].as_array_mut() {
+                names.push(json!(EXT_TEXTURE_WEBP));
+            }
+        }
+    }
+}
 
 /// The per-primitive checks of [`check_quantized_mesh`], as `(field, expected, found)`.
 fn check_primitive(
@@ -506,6 +544,62 @@ mod tests {
         let accessor = &json["accessors"][color.as_u64().unwrap() as usize];
         assert_eq!(accessor["type"], "VEC4");
         assert_eq!(accessor["normalized"], true);
+    }
+
+    /// A WebP image is named through `EXT_texture_webp` (no core `source`, which a viewer without
+    /// WebP would try to decode), and the extension is used and required; a PNG beside it keeps
+    /// its core `source`.
+    #[test]
+    fn a_webp_texture_is_named_through_ext_texture_webp_and_required() {
+        let mut m = quad();
+        m.images[0] = ImageRef {
+            uri: "textures/abc.webp".into(),
+            mime: "image/webp".into(),
+        };
+        m.images.push(ImageRef {
+            uri: "textures/n.png".into(),
+            mime: "image/png".into(),
+        });
+        m.materials[0].normal_texture = Some(crate::mesh::TextureRef {
+            image: 1,
+            ..m.materials[0].base_color_texture.clone().unwrap()
+        });
+        let bytes = write_quantized_glb(&m, &Identity).unwrap();
+        let glb = gltf::binary::Glb::from_slice(&bytes).unwrap();
+        let json: Value = serde_json::from_slice(&glb.json).unwrap();
+        let base = &json["textures"]
+            [json["materials"][0]["pbrMetallicRoughness"]["baseColorTexture"]["index"]
+                .as_u64()
+                .unwrap() as usize];
+        let webp_image = base["extensions"][EXT_TEXTURE_WEBP]["source"]
+            .as_u64()
+            .unwrap();
+        assert!(base.get("source").is_none(), "{base}");
+        assert_eq!(
+            json["images"][webp_image as usize]["mimeType"],
+            "image/webp"
+        );
+        let normal = &json["textures"][json["materials"][0]["normalTexture"]["index"]
+            .as_u64()
+            .unwrap() as usize];
+        let png_image = normal["source"].as_u64().unwrap();
+        assert_eq!(json["images"][png_image as usize]["mimeType"], "image/png");
+        for list in ["extensionsUsed", "extensionsRequired"] {
+            let names = json[list].as_array().unwrap();
+            assert_eq!(
+                names.iter().filter(|n| *n == EXT_TEXTURE_WEBP).count(),
+                1,
+                "{list}"
+            );
+        }
+        // A tile without WebP images does not mention the extension.
+        let plain: Value = serde_json::from_slice(
+            &gltf::binary::Glb::from_slice(&write_quantized_glb(&quad(), &Identity).unwrap())
+                .unwrap()
+                .json,
+        )
+        .unwrap();
+        assert!(!plain.to_string().contains(EXT_TEXTURE_WEBP));
     }
 
     #[test]

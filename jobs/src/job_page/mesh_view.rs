@@ -210,8 +210,13 @@ fn base_colour_textures(
         if out.index[texture.index()].is_some() {
             continue;
         }
-        // No core source (e.g. a WebP-only texture): left in its factor colour.
-        let Some(image) = texture.source() else {
+        // The EXT_texture_webp image when there is one (Kiln's WebP tiles have no core source),
+        // else the core source; with neither (e.g. KTX2-only), the factor colour.
+        let webp = texture
+            .extension_value("EXT_texture_webp")
+            .and_then(|w| w["source"].as_u64())
+            .and_then(|i| document.images().nth(i as usize));
+        let Some(image) = webp.or_else(|| texture.source()) else {
             continue;
         };
         let bytes = match image.source() {

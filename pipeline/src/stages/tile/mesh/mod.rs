@@ -43,8 +43,8 @@ use std::path::Path;
 
 use kiln_formats::atomic_write::write_atomic;
 use kiln_formats::mesh::{
-    EXT_MESHOPT_COMPRESSION, ImageRef, KHR_MESH_QUANTIZATION, Mesh, QuantizedMesh, read_gltf,
-    write_quantized_glb,
+    EXT_MESHOPT_COMPRESSION, EXT_TEXTURE_WEBP, ImageRef, KHR_MESH_QUANTIZATION, Mesh,
+    QuantizedMesh, read_gltf, write_quantized_glb,
 };
 use kiln_formats::tiles::tileset::{BoundingVolume, Content, Refine, Tile, Y_UP_TO_Z_UP};
 use serde::{Deserialize, Serialize};
@@ -94,7 +94,19 @@ pub struct MeshTileParams {
     /// re-encoding), and a JPEG source is re-encoded at the leaves (DamagedHelmet at 4,096
     /// triangles a tile in CesiumJS: 39.3 dB against the source instead of 39.7 dB).
     pub texture_atlas: bool,
+    /// How the tiles' PNG and JPEG images are encoded: `"source"` (default; each keeps its type)
+    /// or `"webp"` (lossy WebP at every level, `EXT_texture_webp`; see [`texture::TextureFormat`]).
+    /// Left out of the stage key when `"source"`.
+    #[serde(skip_serializing_if = "is_source_format")]
+    pub texture_format: texture::TextureFormat,
 }
+
+fn is_source_format(f: &texture::TextureFormat) -> bool {
+    *f == texture::TextureFormat::Source
+}
+
+/// Longest image side libwebp encodes (`WEBP_MAX_DIMENSION`).
+const WEBP_MAX_SIDE: u32 = 16_383;
 
 impl Default for MeshTileParams {
     fn default() -> Self {
@@ -104,6 +116,7 @@ impl Default for MeshTileParams {
             max_simplify_error: 0.05,
             max_texture_size: 4096,
             texture_atlas: false,
+            texture_format: texture::TextureFormat::Source,
         }
     }
 }
@@ -146,6 +159,15 @@ impl MeshTileParams {
             return Err(param(
                 "max_texture_size",
                 "pixels in 1 ..= 16384, e.g. 4096",
+                self.max_texture_size.to_string(),
+            ));
+        }
+        if self.texture_format == texture::TextureFormat::Webp
+            && self.max_texture_size > WEBP_MAX_SIDE
+        {
+            return Err(param(
+                "max_texture_size",
+                "pixels in 1 ..= 16383 with texture_format = \"webp\" (WebP's largest side)",
                 self.max_texture_size.to_string(),
             ));
         }
@@ -300,7 +322,13 @@ fn build_and_write(
         welded: &welded,
         vertex_materials: &vertex_materials,
         lattice,
-        textures: TexturePyramid::new(&welded.images, &tiles_dir, params.max_texture_size),
+        textures: TexturePyramid::new(
+            &welded.images,
+            &welded.materials,
+            &tiles_dir,
+            params.max_texture_size,
+            params.texture_format,
+        ),
         texture_atlas: params.texture_atlas,
         atlas_stats: atlas::AtlasStats::default(),
         tiles_dir: &tiles_dir,
@@ -338,13 +366,23 @@ fn build_and_write(
     let geometric_error = diagonal_m.max(root.geometric_error);
     let material_extensions = material_extensions(&mesh.materials);
     let mut used = vec![KHR_MESH_QUANTIZATION, EXT_MESHOPT_COMPRESSION];
+    let mut required = used.clone();
+    // WebP images are named through EXT_texture_webp, without a core fallback.
+    if writer
+        .level_textures
+        .iter()
+        .any(|files| files.keys().any(|uri| uri.ends_with(".webp")))
+    {
+        used.push(EXT_TEXTURE_WEBP);
+        required.push(EXT_TEXTURE_WEBP);
+    }
     used.extend(material_extensions.iter().map(String::as_str));
     let tileset_path = write_tileset(
         out_dir,
         root,
         geometric_error,
         &used,
-        &[KHR_MESH_QUANTIZATION, EXT_MESHOPT_COMPRESSION],
+        &required,
         false,
         None,
     )?;

@@ -1759,8 +1759,13 @@ fn atlas_fidelity(mesh: &Mesh, params: &MeshTileParams) -> (f64, f64, f64, usize
     let out = tempfile::tempdir().unwrap();
     let (_, welded, lattice, tree) = build_and_write(mesh, params, out.path()).unwrap();
     let scratch = tempfile::tempdir().unwrap();
-    let mut pyramid =
-        texture::TexturePyramid::new(&welded.images, scratch.path(), params.max_texture_size);
+    let mut pyramid = texture::TexturePyramid::new(
+        &welded.images,
+        &welded.materials,
+        scratch.path(),
+        params.max_texture_size,
+        texture::TextureFormat::Source,
+    );
     let vm = crate::stages::decimate::vertex_materials(&welded);
     let unset = unset_images(&welded.images);
     let (mut sq, mut n) = (0.0f64, 0usize);
@@ -1964,7 +1969,13 @@ fn atlas_stats_name_why_a_repeating_texture_keeps_the_shared_image() {
     let out = tempfile::tempdir().unwrap();
     let (_, welded, lattice, tree) = build_and_write(&mesh, &params, out.path()).unwrap();
     let scratch = tempfile::tempdir().unwrap();
-    let mut pyramid = texture::TexturePyramid::new(&welded.images, scratch.path(), 4096);
+    let mut pyramid = texture::TexturePyramid::new(
+        &welded.images,
+        &welded.materials,
+        scratch.path(),
+        4096,
+        texture::TextureFormat::Source,
+    );
     let vm = crate::stages::decimate::vertex_materials(&welded);
     let unset = unset_images(&welded.images);
     let mut stats = atlas::AtlasStats::default();
@@ -1983,4 +1994,144 @@ fn atlas_stats_name_why_a_repeating_texture_keeps_the_shared_image() {
         "{stats:?}"
     );
     assert_eq!(stats.kept.len(), 1, "{stats:?}");
+}
+
+/// The JSON chunk of a GLB file (glTF 2.0 §4.4: 12-byte header, then the JSON chunk's length,
+/// type and bytes).
+fn glb_json(path: &Path) -> serde_json::Value {
+    let b = std::fs::read(path).unwrap();
+    let n = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+    serde_json::from_slice(&b[20..20 + n]).unwrap()
+}
+
+/// PSNR (dB, 8-bit RGB) of `b` against `a`, same size.
+fn rgb_psnr(a: &image::DynamicImage, b: &image::DynamicImage) -> f64 {
+    assert_eq!(a.dimensions(), b.dimensions());
+    let (a, b) = (a.to_rgb8(), b.to_rgb8());
+    let se: f64 = a
+        .as_raw()
+        .iter()
+        .zip(b.as_raw())
+        .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
+        .sum();
+    let mse = se / a.as_raw().len() as f64;
+    10.0 * (255.0f64.powi(2) / mse.max(1e-12)).log10()
+}
+
+/// `texture_format = "webp"` on Avocado (three 2048² PNGs: base colour, normal,
+/// roughness-metallic): every image file the tiles reference is WebP, named through
+/// `EXT_texture_webp` (required in every tile and in the tileset), the textures take under a
+/// third of the PNG tiles' bytes, the leaves' base colour (lossy) stays within 40 dB of its
+/// source, and the data maps (lossless) keep every texel.
+#[test]
+fn webp_tiles_are_smaller_keep_data_maps_exact_and_require_ext_texture_webp() {
+    let source_out = tempfile::tempdir().unwrap();
+    let webp_out = tempfile::tempdir().unwrap();
+    let mesh = avocado();
+    let source = tile_mesh(&mesh, &MeshTileParams::default(), source_out.path()).unwrap();
+    let params = MeshTileParams {
+        texture_format: texture::TextureFormat::Webp,
+        ..MeshTileParams::default()
+    };
+    let webp = tile_mesh(&mesh, &params, webp_out.path()).unwrap();
+    assert!(
+        webp.texture_bytes * 3 < source.texture_bytes,
+        "WebP {} bytes against PNG {}",
+        webp.texture_bytes,
+        source.texture_bytes
+    );
+
+    let ts: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(webp_out.path().join("tileset.json")).unwrap())
+            .unwrap();
+    let required = &ts["extensions"]["3DTILES_content_gltf"]["extensionsRequired"];
+    assert!(
+        required
+            .as_array()
+            .unwrap()
+            .contains(&"EXT_texture_webp".into()),
+        "{required}"
+    );
+    let tiles = webp_out.path().join(TILES_DIR);
+    let glbs: Vec<PathBuf> = files_under(&tiles)
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "glb"))
+        .collect();
+    // Avocado fits one leaf, below a chain of coarser levels: the longest name is the leaf.
+    let leaf = glbs
+        .iter()
+        .max_by_key(|f| f.file_name().unwrap().len())
+        .unwrap()
+        .clone();
+    for glb in &glbs {
+        let json = glb_json(glb);
+        assert!(
+            json["extensionsRequired"]
+                .as_array()
+                .unwrap()
+                .contains(&"EXT_texture_webp".into()),
+            "{}",
+            glb.display()
+        );
+        for image in json["images"].as_array().unwrap() {
+            assert_eq!(image["mimeType"], "image/webp", "{}", glb.display());
+            let bytes = std::fs::read(tiles.join(image["uri"].as_str().unwrap())).unwrap();
+            assert_eq!((&bytes[..4], &bytes[8..12]), (&b"RIFF"[..], &b"WEBP"[..]));
+        }
+    }
+
+    // The leaf's images at full size against the sources, by role.
+    let json = glb_json(&leaf);
+    let material = &json["materials"][0];
+    let image_of = |texture: &serde_json::Value| -> image::DynamicImage {
+        let t = &json["textures"][texture["index"].as_u64().unwrap() as usize];
+        let i = t["extensions"]["EXT_texture_webp"]["source"]
+            .as_u64()
+            .unwrap() as usize;
+        let uri = json["images"][i]["uri"].as_str().unwrap();
+        image::open(tiles.join(uri)).unwrap()
+    };
+    let src = |name: &str| {
+        image::open(dataset(&format!(
+            "mesh-khronos-gltf-samples/Avocado/glTF/Avocado_{name}.png"
+        )))
+        .unwrap()
+    };
+    let base = image_of(&material["pbrMetallicRoughness"]["baseColorTexture"]);
+    let base_psnr = rgb_psnr(&src("baseColor"), &base);
+    assert!(base_psnr >= 40.0, "base colour {base_psnr:.2} dB");
+    for (name, texture) in [
+        ("normal", &material["normalTexture"]),
+        (
+            "roughnessMetallic",
+            &material["pbrMetallicRoughness"]["metallicRoughnessTexture"],
+        ),
+    ] {
+        assert_eq!(
+            image_of(texture).to_rgb8(),
+            src(name).to_rgb8(),
+            "{name} is not lossless"
+        );
+    }
+}
+
+/// WebP's largest side is 16,383 pixels: `max_texture_size = 16384` with WebP is refused, naming
+/// the field and the WebP limit.
+#[test]
+fn webp_refuses_a_max_texture_size_above_its_limit() {
+    let p = MeshTileParams {
+        texture_format: texture::TextureFormat::Webp,
+        max_texture_size: 16_384,
+        ..MeshTileParams::default()
+    };
+    let e = p.validate().unwrap_err().to_string();
+    assert!(e.contains("max_texture_size") && e.contains("16383"), "{e}");
+    assert!(
+        MeshTileParams {
+            max_texture_size: 16_383,
+            ..p
+        }
+        .validate()
+        .is_ok()
+    );
 }

@@ -22,9 +22,12 @@
 //! by normalising the sampled normal (glTF 2.0 §3.9.3 normalTexture, "normalized" in the
 //! shader), so renormalising the texels would only change the rounding.
 //!
-//! Encoding keeps the source's: PNG stays PNG (its colour type and bit depth kept), JPEG is
-//! re-encoded as baseline JPEG at quality 90. Other image types (WebP, KTX2) are not resampled:
-//! every level references the source file.
+//! Encoding keeps the source's by default ([`TextureFormat::Source`]): PNG stays PNG (its colour
+//! type and bit depth kept), JPEG is re-encoded as baseline JPEG at quality 90. With
+//! [`TextureFormat::Webp`] every level of a PNG or JPEG source, the leaves' full size included, is
+//! lossy WebP at [`WEBP_QUALITY`] (libwebp; alpha kept losslessly; 8 bits per channel), which the
+//! tiles reference through `EXT_texture_webp`. Other image types (KTX2) are not resampled: every
+//! level references the source file.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -34,7 +37,7 @@ use image::codecs::png::PngEncoder;
 use image::imageops::FilterType;
 use image::{DynamicImage, ImageFormat};
 use kiln_formats::atomic_write::write_atomic;
-use kiln_formats::mesh::{EmbeddedImage, ImageRef};
+use kiln_formats::mesh::{EmbeddedImage, ImageRef, Material};
 
 use super::TEXTURES_DIR;
 use crate::{Error, Result};
@@ -42,11 +45,33 @@ use crate::{Error, Result};
 /// JPEG quality of the downscaled levels of a JPEG source (libjpeg's 0–100 scale).
 pub const JPEG_QUALITY: u8 = 90;
 
+/// libwebp quality (0–100) of [`TextureFormat::Webp`] images.
+pub const WEBP_QUALITY: f32 = 90.0;
+
+/// How the tiles' images are encoded ([`super::MeshTileParams::texture_format`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TextureFormat {
+    /// Each image as its source type: PNG stays PNG, JPEG stays JPEG (full size: the source's
+    /// own bytes).
+    #[default]
+    Source,
+    /// WebP at every level (`EXT_texture_webp`, required: no fallback image is written): lossy at
+    /// [`WEBP_QUALITY`] for colour images (sampled only as base colour or emissive), lossless for
+    /// PNG data maps (normal, metallic-roughness, occlusion: lossy WebP's 4:2:0 chroma would mix
+    /// their independent channels); JPEG data maps stay JPEG.
+    Webp,
+}
+
 /// Writes the levels of the source images on demand and remembers what it wrote.
 pub struct TexturePyramid<'a> {
     images: &'a [EmbeddedImage],
     tiles_dir: &'a Path,
     max_size: u32,
+    format: TextureFormat,
+    /// Per image: sampled only as colour (base colour, emissive), so lossy WebP may subsample its
+    /// chroma; data maps (normal, metallic-roughness, occlusion, extensions' maps) are not.
+    colour_only: Vec<bool>,
     /// Source pixel size per image, once read.
     dims: HashMap<usize, (u32, u32)>,
     /// Decoded sources (decoded once, resampled once per size).
@@ -63,12 +88,20 @@ pub struct TexturePyramid<'a> {
 
 impl<'a> TexturePyramid<'a> {
     /// A pyramid over `images` (the welded mesh's), writing under `tiles_dir/textures/`, no image
-    /// side above `max_size` pixels (≥ 1).
-    pub fn new(images: &'a [EmbeddedImage], tiles_dir: &'a Path, max_size: u32) -> Self {
+    /// side above `max_size` pixels (≥ 1), resampled images encoded as `format` says.
+    pub fn new(
+        images: &'a [EmbeddedImage],
+        materials: &[Material],
+        tiles_dir: &'a Path,
+        max_size: u32,
+        format: TextureFormat,
+    ) -> Self {
         Self {
             images,
             tiles_dir,
             max_size: max_size.max(1),
+            format,
+            colour_only: colour_only_images(materials, images.len()),
             dims: HashMap::new(),
             decoded: HashMap::new(),
             resampled: HashMap::new(),
@@ -86,7 +119,8 @@ impl<'a> TexturePyramid<'a> {
     /// image's index); [`Error::Format`] — the write failed.
     pub fn image_at(&mut self, image: usize, level: u32) -> Result<(ImageRef, u64)> {
         let src = &self.images[image];
-        let ext = extension(&src.mime);
+        let mime = self.out_mime(image).to_owned();
+        let ext = extension(&mime);
         let hash = blake3::hash(&src.bytes).to_hex();
         let resamplable = self.resamplable(image);
         let full = (0, 0);
@@ -103,9 +137,12 @@ impl<'a> TexturePyramid<'a> {
         if let Some((r, n)) = self.written.get(&(image, tw, th)) {
             return Ok((r.clone(), *n));
         }
-        let (uri, bytes) = if (tw, th) == (w, h) {
+        let (uri, bytes) = if (tw, th) == (w, h) && mime == src.mime {
             let uri = format!("{TEXTURES_DIR}/{hash}.{ext}");
             (uri, src.bytes.clone())
+        } else if (tw, th) == (w, h) {
+            let uri = format!("{TEXTURES_DIR}/{hash}.{ext}");
+            (uri, self.resample(image, tw, th)?)
         } else {
             let uri = format!("{TEXTURES_DIR}/L{level}/{hash}.{ext}");
             (uri, self.resample(image, tw, th)?)
@@ -113,10 +150,7 @@ impl<'a> TexturePyramid<'a> {
         write_atomic(&self.tiles_dir.join(&uri), &bytes)?;
         let n = bytes.len() as u64;
         self.bytes += n;
-        let r = ImageRef {
-            uri,
-            mime: src.mime.clone(),
-        };
+        let r = ImageRef { uri, mime };
         self.written.insert((image, tw, th), (r.clone(), n));
         Ok((r, n))
     }
@@ -146,6 +180,21 @@ impl<'a> TexturePyramid<'a> {
     /// as they are at every level.
     pub fn resamplable(&self, image: usize) -> bool {
         matches!(self.images[image].mime.as_str(), "image/png" | "image/jpeg")
+    }
+
+    /// The type image `image`'s files have in the tiles: the source's, or WebP as
+    /// [`TextureFormat::Webp`] says.
+    pub fn out_mime(&self, image: usize) -> &str {
+        let src = self.images[image].mime.as_str();
+        let webp = match self.format {
+            TextureFormat::Source => false,
+            // Colour: lossy. Data maps: lossless from a PNG; a JPEG data map stays JPEG, as
+            // lossless WebP of its compression noise is larger and lossy WebP subsamples chroma.
+            TextureFormat::Webp => {
+                self.colour_only[image] && self.resamplable(image) || src == "image/png"
+            }
+        };
+        if webp { "image/webp" } else { src }
     }
 
     /// Pixel size of resamplable image `image` at tree height `level` (see [`level_size`]).
@@ -185,8 +234,8 @@ impl<'a> TexturePyramid<'a> {
     /// # Errors
     /// [`Error::Input`] — encoding failed.
     pub fn encode_derived(&self, image: usize, pixels: &DynamicImage) -> Result<Vec<u8>> {
-        let mime = &self.images[image].mime;
-        encode_like(pixels, mime).map_err(|e| bad_image(image, mime, &e))
+        let mime = self.out_mime(image);
+        encode_like(pixels, mime, self.colour_only[image]).map_err(|e| bad_image(image, mime, &e))
     }
 
     /// Write `bytes` (from [`Self::encode_derived`] of image `image`) at `uri` (relative to the
@@ -200,18 +249,12 @@ impl<'a> TexturePyramid<'a> {
         uri: &str,
         bytes: &[u8],
     ) -> Result<(ImageRef, u64)> {
-        let src = &self.images[image];
-        let uri = format!("{uri}.{}", extension(&src.mime));
+        let mime = self.out_mime(image).to_owned();
+        let uri = format!("{uri}.{}", extension(&mime));
         write_atomic(&self.tiles_dir.join(&uri), bytes)?;
         let n = bytes.len() as u64;
         self.bytes += n;
-        Ok((
-            ImageRef {
-                uri,
-                mime: src.mime.clone(),
-            },
-            n,
-        ))
+        Ok((ImageRef { uri, mime }, n))
     }
 
     /// Bytes of the file image `image` has at tree height `level` ([`Self::image_at`]'s), without
@@ -225,7 +268,7 @@ impl<'a> TexturePyramid<'a> {
         }
         let (w, h) = self.source_dims(image)?;
         let (tw, th) = level_size(w, h, level, self.max_size);
-        if (tw, th) == (w, h) {
+        if (tw, th) == (w, h) && self.out_mime(image) == self.images[image].mime {
             return Ok(self.images[image].bytes.len() as u64);
         }
         if let Some(b) = self.encoded.get(&(image, tw, th)) {
@@ -237,14 +280,15 @@ impl<'a> TexturePyramid<'a> {
         Ok(n)
     }
 
-    /// Source image `image` resampled to `w × h` and encoded like its source (once).
+    /// Source image `image` resampled to `w × h` and encoded as [`Self::out_mime`] (once).
     fn resample(&mut self, image: usize, w: u32, h: u32) -> Result<Vec<u8>> {
         if let Some(b) = self.encoded.get(&(image, w, h)) {
             return Ok(b.clone());
         }
-        let mime = self.images[image].mime.clone();
+        let mime = self.out_mime(image).to_owned();
+        let colour = self.colour_only[image];
         let small = self.pixels(image, w, h)?;
-        encode_like(small, &mime).map_err(|e| bad_image(image, &mime, &e))
+        encode_like(small, &mime, colour).map_err(|e| bad_image(image, &mime, &e))
     }
 }
 
@@ -258,13 +302,18 @@ fn extension(mime: &str) -> &'static str {
     }
 }
 
-/// `pixels` encoded as `mime`: JPEG (8-bit grey or RGB, quality [`JPEG_QUALITY`]) or PNG (colour
-/// type and bit depth kept).
+/// `pixels` encoded as `mime`: JPEG (8-bit grey or RGB, quality [`JPEG_QUALITY`]), WebP (8-bit RGB
+/// or RGBA; lossy at [`WEBP_QUALITY`] when `colour`, else lossless) or PNG (colour type and bit
+/// depth kept).
 fn encode_like(
     pixels: &DynamicImage,
     mime: &str,
+    colour: bool,
 ) -> std::result::Result<Vec<u8>, image::ImageError> {
     let mut out = Vec::new();
+    if mime == "image/webp" {
+        return encode_webp(pixels, !colour);
+    }
     if mime == "image/jpeg" {
         let rgb_or_grey = if pixels.color().has_color() {
             DynamicImage::ImageRgb8(pixels.to_rgb8())
@@ -276,6 +325,51 @@ fn encode_like(
         pixels.write_with_encoder(PngEncoder::new(&mut out))?;
     }
     Ok(out)
+}
+
+/// `pixels` as WebP, lossless or lossy at [`WEBP_QUALITY`], with an alpha plane only when the
+/// image has alpha.
+fn encode_webp(
+    pixels: &DynamicImage,
+    lossless: bool,
+) -> std::result::Result<Vec<u8>, image::ImageError> {
+    let (w, h) = (pixels.width(), pixels.height());
+    let encoded = if pixels.color().has_alpha() {
+        webp::Encoder::from_rgba(pixels.to_rgba8().as_raw(), w, h)
+            .encode_simple(lossless, WEBP_QUALITY)
+    } else {
+        webp::Encoder::from_rgb(pixels.to_rgb8().as_raw(), w, h)
+            .encode_simple(lossless, WEBP_QUALITY)
+    };
+    encoded.map(|m| m.to_vec()).map_err(|e| {
+        image::ImageError::Encoding(image::error::EncodingError::new(
+            ImageFormat::WebP.into(),
+            format!("libwebp: {e:?}"),
+        ))
+    })
+}
+
+/// Per image of `n`: whether every material that samples it does so as colour (base colour or
+/// emissive). An image no material samples counts as colour.
+fn colour_only_images(materials: &[Material], n: usize) -> Vec<bool> {
+    let mut colour = vec![true; n];
+    for m in materials {
+        let data = [
+            &m.metallic_roughness_texture,
+            &m.normal_texture,
+            &m.occlusion_texture,
+        ];
+        let data = data
+            .into_iter()
+            .flatten()
+            .chain(m.extension_textures.iter());
+        for t in data {
+            if let Some(c) = colour.get_mut(t.image) {
+                *c = false;
+            }
+        }
+    }
+    colour
 }
 
 /// Pixel size of a `w × h` image at tree height `level`: halved per level (at least 1 pixel),
