@@ -327,6 +327,20 @@ fn avocado_webp_leaves_render_like_the_source() {
     );
 }
 
+/// A glTF whose textures are KTX2 only (`KHR_texture_basisu`: UASTC base colour, ETC1S emissive;
+/// `tests/fixtures/mesh/ktx2`), rendered by CesiumJS with its own Basis transcoder, against the
+/// leaves, whose textures Kiln transcoded to PNG: measured 40.9 dB; without their base colour
+/// the leaves fall below the bar, so the transcoded texture is what makes them match.
+#[test]
+fn ktx2_textured_gltf_leaves_render_like_the_source() {
+    let Some(tools) = browser_tools() else {
+        return;
+    };
+    let gltf =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mesh/ktx2/quad_basisu.gltf");
+    leaves_match_source_and_breaks_do_not(&tools, "ktx2-quad", &gltf, "", &["no-base-colour"]);
+}
+
 /// The "`up_axis = "z"` turns a Z-up scan upright", seen in CesiumJS: Avocado exported
 /// Z-up (its scene under a node turned +90° about X, which takes its +Y to +Z, as a Z-up tool
 /// would store it), tiled with `[ingest] up_axis = "z"`, renders like the Y-up original

@@ -76,8 +76,9 @@ use crate::{Error, Result};
 /// sets ≥ 2 and material extensions that are not `KHR_materials_*` are dropped with a warning; Draco
 /// `COLOR_0` is not decoded (warned); point and line primitives are skipped with a warning;
 /// WebP images (`EXT_texture_webp`, preferred over a texture's core fallback source) are decoded
-/// and kept as lossless PNG; other images that are not PNG or JPEG (KTX2) are dropped with a
-/// warning, their materials keeping their factors. A POSITION accessor without the schema-required
+/// and kept as lossless PNG; KTX2 images (`KHR_texture_basisu`, used when the texture has no core
+/// source) are transcoded from ETC1S or UASTC and kept as lossless PNG of the decoded texels;
+/// other image types are dropped with a warning, their materials keeping their factors. A POSITION accessor without the schema-required
 /// `min`/`max` is tolerated (with a warning) since the bounds are recomputed anyway.
 ///
 /// * `path` — a `.gltf` or `.glb` file; relative URIs resolve against its directory.
@@ -951,9 +952,8 @@ impl<'a> Builder<'a> {
         let Some(source) = texture_source(texture) else {
             tracing::warn!(
                 file = %self.path.display(),
-                "{field}: textures[{index}] has no PNG, JPEG or WebP image (KTX2 / \
-                 KHR_texture_basisu is not decoded); the texture is dropped, the material keeps \
-                 its factors"
+                "{field}: textures[{index}] names no image (core source, EXT_texture_webp or \
+                 KHR_texture_basisu); the texture is dropped, the material keeps its factors"
             );
             return Ok(None);
         };
@@ -1205,38 +1205,8 @@ impl<'a> Builder<'a> {
         out
     }
 
-    /// A WebP image (`images[i]`, named by `field`) decoded and stored as a lossless PNG: every
-    /// texel kept, alpha included, so the tiles need no `EXT_texture_webp` and every glTF viewer
-    /// reads them (the price: PNG is larger than lossy WebP).
-    ///
-    /// # Errors
-    /// [`Error::Corrupt`] when the WebP cannot be decoded.
-    fn webp_as_png(&self, field: &str, bytes: &[u8]) -> Result<EmbeddedImage> {
-        let corrupt = |what: String| Error::Corrupt {
-            path: self.path.to_path_buf(),
-            location: field.to_string(),
-            what,
-        };
-        let decoded = image::load_from_memory_with_format(bytes, image::ImageFormat::WebP)
-            .map_err(|e| corrupt(format!("WebP image that cannot be decoded ({e})")))?;
-        let mut png = Vec::new();
-        decoded
-            .write_with_encoder(image::codecs::png::PngEncoder::new(&mut png))
-            .map_err(|e| corrupt(format!("WebP image that cannot be stored as PNG ({e})")))?;
-        tracing::info!(
-            file = %self.path.display(),
-            "{field}: WebP image stored as lossless PNG ({} → {} bytes)",
-            bytes.len(),
-            png.len()
-        );
-        Ok(EmbeddedImage {
-            mime: "image/png".into(),
-            bytes: png,
-        })
-    }
-
-    /// Encoded bytes of `images[index]` (WebP stored as PNG); `None` (with a warning) for other
-    /// image types (KTX2).
+    /// Encoded bytes of `images[index]` (WebP and KTX2 stored as PNG); `None` (with a warning)
+    /// for other image types.
     fn load_image(&self, index: usize) -> Result<Option<EmbeddedImage>> {
         let root = self.doc().as_json();
         let Some(image) = root.images.get(index) else {
@@ -1266,56 +1236,54 @@ impl<'a> Builder<'a> {
         } else {
             return Ok(None);
         };
-        let mime = match bytes.as_slice() {
-            [0x89, b'P', b'N', b'G', ..] => "image/png",
-            [0xFF, 0xD8, 0xFF, ..] => "image/jpeg",
-            [
-                b'R',
-                b'I',
-                b'F',
-                b'F',
-                _,
-                _,
-                _,
-                _,
-                b'W',
-                b'E',
-                b'B',
-                b'P',
-                ..,
-            ] => {
-                return self.webp_as_png(&field, &bytes).map(Some);
-            }
-            _ => {
-                tracing::warn!(
-                    file = %self.path.display(),
-                    "{field}: not PNG, JPEG or WebP (e.g. KTX2, which is not decoded); textures using it are dropped, the materials keep their factors"
-                );
-                return Ok(None);
-            }
+        let converted =
+            super::source_image::as_png_or_jpeg(bytes).map_err(|what| Error::Corrupt {
+                path: self.path.to_path_buf(),
+                location: field.clone(),
+                what,
+            })?;
+        let Some(converted) = converted else {
+            tracing::warn!(
+                file = %self.path.display(),
+                "{field}: not PNG, JPEG, WebP or KTX2; textures using it are dropped, the \
+                 materials keep their factors"
+            );
+            return Ok(None);
         };
-        Ok(Some(EmbeddedImage {
-            mime: mime.into(),
-            bytes,
-        }))
+        if let Some(from) = &converted.from {
+            tracing::info!(
+                file = %self.path.display(),
+                "{field}: {from} decoded and stored as lossless PNG ({} bytes)",
+                converted.image.bytes.len()
+            );
+        }
+        Ok(Some(converted.image))
     }
 }
 
 /// The image a texture samples: the `EXT_texture_webp` source when present (the extension's
 /// image is the one the author meant; the core `source`, if any, is its fallback for viewers
-/// without WebP), else the core `source`; `None` when neither is set (e.g. a KTX2-only texture).
+/// without WebP), else the core `source`, else the `KHR_texture_basisu` source (a GPU-compressed
+/// KTX2, lossier than a PNG or JPEG fallback beside it); `None` when none is set.
 fn texture_source(texture: &gltf::json::Texture) -> Option<usize> {
-    let webp = texture
-        .extensions
-        .as_ref()
-        .and_then(|e| e.others.get(EXT_TEXTURE_WEBP))
-        .and_then(|w| w["source"].as_u64())
-        .map(|i| i as usize);
+    let extension_source = |name: &str| {
+        texture
+            .extensions
+            .as_ref()
+            .and_then(|e| e.others.get(name))
+            .and_then(|w| w["source"].as_u64())
+            .map(|i| i as usize)
+    };
     let core = texture.source.value();
-    webp.or((core != u32::MAX as usize).then_some(core))
+    extension_source(EXT_TEXTURE_WEBP)
+        .or((core != u32::MAX as usize).then_some(core))
+        .or_else(|| extension_source(KHR_TEXTURE_BASISU))
 }
 
-/// glTF's WebP texture extension (read; WebP images are stored as PNG, see `webp_as_png`).
+/// glTF's Basis Universal texture extension (KTX2 images; read, stored as PNG, see `source_image`).
+pub const KHR_TEXTURE_BASISU: &str = "KHR_texture_basisu";
+
+/// glTF's WebP texture extension (read; WebP images are stored as PNG, see `source_image`).
 pub const EXT_TEXTURE_WEBP: &str = "EXT_texture_webp";
 
 /// Append `count` values of one primitive's attribute to `slot`, which holds `base` values of the
@@ -1990,6 +1958,73 @@ mod tests {
         std::fs::write(&p, glb).unwrap();
         let e = read_gltf(&p).unwrap_err().to_string();
         assert!(e.contains("bad-webp.glb") && e.contains("images[0]"), "{e}");
+    }
+
+    /// The pattern `tests/fixtures/mesh/ktx2/make_ktx2.mjs` encoded: 64 × 48, r = 4x, g = 5y,
+    /// b = 224 or 128 on a checker of 8-texel squares.
+    fn ktx2_pattern() -> image::RgbImage {
+        image::RgbImage::from_fn(64, 48, |x, y| {
+            let b = if ((x >> 3) + (y >> 3)) % 2 == 1 {
+                224
+            } else {
+                128
+            };
+            image::Rgb([(4 * x) as u8, (5 * y) as u8, b])
+        })
+    }
+
+    fn rgb_psnr(a: &image::RgbImage, b: &image::RgbImage) -> f64 {
+        let se: f64 = a
+            .as_raw()
+            .iter()
+            .zip(b.as_raw())
+            .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
+            .sum();
+        10.0 * (255.0f64.powi(2) * a.as_raw().len() as f64 / se.max(1e-9)).log10()
+    }
+
+    /// `tests/fixtures/mesh/ktx2/quad_basisu.gltf`: a quad whose base colour (UASTC + zstd) and
+    /// emissive (ETC1S) textures are KTX2 only (`KHR_texture_basisu`, required). Both are read,
+    /// transcoded and kept as PNG at their size, and look like the pattern they were encoded
+    /// from: UASTC 51.3 dB, ETC1S 34.8 dB (measured; bars 40 and 30 dB: UASTC is the
+    /// near-lossless mode, ETC1S the small one). Swapped channels, a wrong size or a blank
+    /// decode fail them.
+    #[test]
+    fn ktx2_basisu_textures_are_transcoded_and_kept_as_png() {
+        let mesh = read_gltf(&super::super::fixture("ktx2/quad_basisu.gltf")).unwrap();
+        assert_eq!(mesh.triangle_count(), 2);
+        let m = &mesh.materials[0];
+        for (name, texture, bar_db) in [
+            ("UASTC base colour", &m.base_color_texture, 40.0),
+            ("ETC1S emissive", &m.emissive_texture, 30.0),
+        ] {
+            let image = &mesh.images[texture.as_ref().unwrap().image];
+            assert_eq!(image.mime, "image/png", "{name}");
+            let decoded = image::load_from_memory(&image.bytes).unwrap().to_rgb8();
+            assert_eq!(decoded.dimensions(), (64, 48), "{name}");
+            let psnr = rgb_psnr(&ktx2_pattern(), &decoded);
+            assert!(psnr >= bar_db, "{name}: {psnr:.1} dB");
+        }
+    }
+
+    /// A damaged KTX2 is an error naming the file and the image, not a dropped texture.
+    #[test]
+    fn corrupt_ktx2_is_an_error_naming_the_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = super::super::fixture("ktx2");
+        for f in ["quad_basisu.gltf", "pattern-etc1s.ktx2"] {
+            std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+        }
+        let mut uastc = std::fs::read(src.join("pattern-uastc.ktx2")).unwrap();
+        uastc.truncate(100);
+        std::fs::write(dir.path().join("pattern-uastc.ktx2"), uastc).unwrap();
+        let e = read_gltf(&dir.path().join("quad_basisu.gltf"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("quad_basisu.gltf") && e.contains("images[0]") && e.contains("KTX2"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -24,6 +24,7 @@ mod material;
 mod normals;
 mod obj_read;
 mod ply_read;
+mod source_image;
 mod tile_glb;
 
 use std::path::{Path, PathBuf};

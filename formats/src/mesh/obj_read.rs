@@ -531,8 +531,8 @@ fn base_color_factor(m: &tobj::Material) -> [f32; 4] {
     })
 }
 
-/// The image `file` (named by `key` of material `m`), encoded; `None` when missing (already warned
-/// about) or not PNG/JPEG.
+/// The image `file` (named by `key` of material `m`), encoded (WebP and KTX2 as PNG, see
+/// `source_image`); `None` when missing (already warned about) or of another type.
 fn load_texture(
     obj: &Path,
     m: &tobj::Material,
@@ -545,24 +545,32 @@ fn load_texture(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io(file, e)),
     };
-    let mime = match bytes.as_slice() {
-        [0x89, b'P', b'N', b'G', ..] => "image/png",
-        [0xFF, 0xD8, 0xFF, ..] => "image/jpeg",
-        _ => {
-            tracing::warn!(
-                file = %obj.display(),
-                "{key} `{written}` of material `{}` ({}) is not PNG or JPEG; texture dropped \
-                 (re-export it as PNG or JPEG)",
-                m.name,
-                file.display()
-            );
-            return Ok(None);
-        }
+    let converted = super::source_image::as_png_or_jpeg(bytes).map_err(|what| Error::Corrupt {
+        path: file.to_path_buf(),
+        location: format!(
+            "{key} of material `{}` in the MTL of {}",
+            m.name,
+            obj.display()
+        ),
+        what,
+    })?;
+    let Some(converted) = converted else {
+        tracing::warn!(
+            file = %obj.display(),
+            "{key} `{written}` of material `{}` ({}) is not PNG, JPEG, WebP or KTX2; texture \
+             dropped (re-export it as PNG or JPEG)",
+            m.name,
+            file.display()
+        );
+        return Ok(None);
     };
-    Ok(Some(EmbeddedImage {
-        mime: mime.into(),
-        bytes,
-    }))
+    if let Some(from) = &converted.from {
+        tracing::info!(
+            file = %obj.display(),
+            "{key} `{written}`: {from} decoded and stored as lossless PNG"
+        );
+    }
+    Ok(Some(converted.image))
 }
 
 /// A `tobj` error as ours, naming the file and what to fix.
@@ -652,6 +660,50 @@ mod tests {
             tex.bytes,
             std::fs::read(fixture("obj_textured/materials/checker.png")).unwrap()
         );
+    }
+
+    /// `map_Kd` files in WebP and KTX2 (the fixture's UASTC pattern) are decoded and kept as PNG
+    /// at their size; a damaged KTX2 is an error naming the file and the material.
+    #[test]
+    fn mtl_textures_in_webp_and_ktx2_are_decoded_and_kept_as_png() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::copy(fixture("ktx2/pattern-uastc.ktx2"), d.join("p.ktx2")).unwrap();
+        let rgba: Vec<u8> = (0..12u8)
+            .flat_map(|i| [20 * i, 255 - 20 * i, 7, 255])
+            .collect();
+        std::fs::write(
+            d.join("c.webp"),
+            &*webp::Encoder::from_rgba(&rgba, 4, 3).encode_lossless(),
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("m.mtl"),
+            "newmtl k\nmap_Kd p.ktx2\nnewmtl w\nmap_Kd c.webp\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("q.obj"),
+            "mtllib m.mtl\nv 0 0 0\nv 1 0 0\nv 1 1 0\nvt 0 0\nvt 1 0\nvt 1 1\n\
+             usemtl k\nf 1/1 2/2 3/3\nusemtl w\nf 1/1 3/3 2/2\n",
+        )
+        .unwrap();
+        let mesh = read_obj(&d.join("q.obj")).unwrap();
+        let sizes: Vec<(u32, u32)> = (0..2)
+            .map(|m| {
+                let image = mesh.base_color_image(m).expect("texture kept");
+                assert_eq!(image.mime, "image/png");
+                let decoded = image::load_from_memory(&image.bytes).unwrap();
+                (decoded.width(), decoded.height())
+            })
+            .collect();
+        assert_eq!(sizes, [(64, 48), (4, 3)]);
+
+        let mut ktx2 = std::fs::read(d.join("p.ktx2")).unwrap();
+        ktx2.truncate(80);
+        std::fs::write(d.join("p.ktx2"), ktx2).unwrap();
+        let e = read_obj(&d.join("q.obj")).unwrap_err().to_string();
+        assert!(e.contains("p.ktx2") && e.contains("material `k`"), "{e}");
     }
 
     #[test]

@@ -24,10 +24,10 @@
 //!
 //! Encoding keeps the source's by default ([`TextureFormat::Source`]): PNG stays PNG (its colour
 //! type and bit depth kept), JPEG is re-encoded as baseline JPEG at quality 90. With
-//! [`TextureFormat::Webp`] every level of a PNG or JPEG source, the leaves' full size included, is
-//! lossy WebP at [`WEBP_QUALITY`] (libwebp; alpha kept losslessly; 8 bits per channel), which the
-//! tiles reference through `EXT_texture_webp`. Other image types (KTX2) are not resampled: every
-//! level references the source file.
+//! [`TextureFormat::Webp`] every level, the leaves' full size included, is WebP (see there), which
+//! the tiles reference through `EXT_texture_webp`. The mesh readers hand over only PNG and JPEG
+//! (WebP and KTX2 sources are decoded to PNG); any other type would not be resampled: every level
+//! would reference the source file.
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -1,0 +1,114 @@
+//! Texture files as mesh readers find them, made into the two glTF core image types the rest of
+//! Kiln handles: PNG and JPEG are kept byte for byte; WebP (`EXT_texture_webp`) and KTX2
+//! (`KHR_texture_basisu`: Basis Universal ETC1S or UASTC LDR) are decoded and stored as lossless
+//! PNG of the decoded texels, so tiles need neither extension and every glTF viewer reads them
+//! (the price: PNG is larger than either source). Types are told by their leading bytes, not by
+//! file names or declared MIME types, which exporters get wrong.
+//!
+//! Sources: PNG (ISO/IEC 15948 §5.2 signature), JPEG (SOI + marker), WebP (RIFF container,
+//! `WEBP` form type), KTX 2.0 (§3.1 file identifier); KTX2 payloads are transcoded by the
+//! `basisu` crate, a port of Binomial's reference transcoder.
+
+use super::EmbeddedImage;
+
+/// The 12-byte identifier every KTX 2.0 file starts with (KTX 2.0 §3.1).
+const KTX2_IDENTIFIER: [u8; 12] = [
+    0xAB, b'K', b'T', b'X', b' ', b'2', b'0', 0xBB, b'\r', b'\n', 0x1A, b'\n',
+];
+
+/// What a decoded texture became, for the reader's log line.
+pub(crate) struct Converted {
+    /// The image as Kiln keeps it (PNG or JPEG).
+    pub image: EmbeddedImage,
+    /// `Some("WebP" | "KTX2 (…)")` when the file was decoded and stored as PNG.
+    pub from: Option<String>,
+}
+
+/// `bytes` as a PNG or JPEG [`EmbeddedImage`]: PNG and JPEG as they are, WebP and KTX2 decoded
+/// to lossless PNG (KTX2: base level, first layer and face; RGB when it has no alpha).
+/// `Ok(None)` for any other type.
+///
+/// # Errors
+/// What is wrong, in words (for the reader's error naming the file and field): a WebP or KTX2
+/// that does not decode, or a KTX2 that has no 8-bit RGBA form (HDR payloads).
+pub(crate) fn as_png_or_jpeg(bytes: Vec<u8>) -> Result<Option<Converted>, String> {
+    let kept = |mime: &str, bytes| {
+        Ok(Some(Converted {
+            image: EmbeddedImage {
+                mime: mime.into(),
+                bytes,
+            },
+            from: None,
+        }))
+    };
+    match bytes.as_slice() {
+        [0x89, b'P', b'N', b'G', ..] => kept("image/png", bytes),
+        [0xFF, 0xD8, 0xFF, ..] => kept("image/jpeg", bytes),
+        [
+            b'R',
+            b'I',
+            b'F',
+            b'F',
+            _,
+            _,
+            _,
+            _,
+            b'W',
+            b'E',
+            b'B',
+            b'P',
+            ..,
+        ] => {
+            let decoded = image::load_from_memory_with_format(&bytes, image::ImageFormat::WebP)
+                .map_err(|e| format!("WebP image that cannot be decoded ({e})"))?;
+            png(&decoded, "WebP".into()).map(Some)
+        }
+        b if b.starts_with(&KTX2_IDENTIFIER) => ktx2(&bytes).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// A KTX2 (Basis Universal) file transcoded to RGBA8, as PNG.
+fn ktx2(bytes: &[u8]) -> Result<Converted, String> {
+    let ktx2 = basisu::Transcoder::new(bytes)
+        .map_err(|e| format!("KTX2 image that cannot be read ({e:?})"))?;
+    let (w, h) = ktx2.base_dimensions();
+    let what = format!("KTX2 ({:?}, {w} × {h})", ktx2.source_format());
+    let rgba = ktx2
+        .transcode_image(
+            0,
+            0,
+            0,
+            basisu::TargetFormat::Rgba32,
+            basisu::DecodeFlags::NONE,
+        )
+        .map_err(|e| {
+            format!(
+                "{what} that cannot be transcoded to 8-bit RGBA ({e:?}); re-encode it as ETC1S \
+                 or UASTC LDR, or reference a PNG or JPEG"
+            )
+        })?;
+    let rgba = image::RgbaImage::from_raw(w, h, rgba)
+        .ok_or_else(|| format!("{what} whose level 0 is not {w} × {h} RGBA texels"))?;
+    let decoded = if ktx2.has_alpha() {
+        image::DynamicImage::ImageRgba8(rgba)
+    } else {
+        image::DynamicImage::ImageRgb8(image::DynamicImage::ImageRgba8(rgba).to_rgb8())
+    };
+    png(&decoded, what)
+}
+
+/// `decoded` as a lossless PNG, noting what it was decoded from.
+fn png(decoded: &image::DynamicImage, from: String) -> Result<Converted, String> {
+    let mut bytes = Vec::new();
+    decoded
+        .write_with_encoder(image::codecs::png::PngEncoder::new(&mut bytes))
+        .map_err(|e| format!("{from} image that cannot be stored as PNG ({e})"))?;
+    Ok(Converted {
+        image: EmbeddedImage {
+            mime: "image/png".into(),
+            bytes,
+        },
+        from: Some(from),
+    })
+}
