@@ -2004,18 +2004,17 @@ fn glb_json(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&b[20..20 + n]).unwrap()
 }
 
-/// PSNR (dB, 8-bit RGB) of `b` against `a`, same size.
+/// PSNR (dB, RGB) of `b` against `a`, same size (the trainer's PSNR on texels scaled to 0..1).
 fn rgb_psnr(a: &image::DynamicImage, b: &image::DynamicImage) -> f64 {
     assert_eq!(a.dimensions(), b.dimensions());
-    let (a, b) = (a.to_rgb8(), b.to_rgb8());
-    let se: f64 = a
-        .as_raw()
-        .iter()
-        .zip(b.as_raw())
-        .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
-        .sum();
-    let mse = se / a.as_raw().len() as f64;
-    10.0 * (255.0f64.powi(2) / mse.max(1e-12)).log10()
+    let unit = |i: &image::DynamicImage| -> Vec<f32> {
+        i.to_rgb8()
+            .as_raw()
+            .iter()
+            .map(|&v| f32::from(v) / 255.0)
+            .collect()
+    };
+    crate::stages::train::eval::psnr(&unit(a), &unit(b))
 }
 
 /// `texture_format = "webp"` on Avocado (three 2048² PNGs: base colour, normal,
