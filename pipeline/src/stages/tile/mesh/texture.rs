@@ -137,12 +137,15 @@ impl<'a> TexturePyramid<'a> {
         if let Some((r, n)) = self.written.get(&(image, tw, th)) {
             return Ok((r.clone(), *n));
         }
-        let (uri, bytes) = if (tw, th) == (w, h) && mime == src.mime {
+        let (uri, bytes) = if (tw, th) == (w, h) {
             let uri = format!("{TEXTURES_DIR}/{hash}.{ext}");
-            (uri, src.bytes.clone())
-        } else if (tw, th) == (w, h) {
-            let uri = format!("{TEXTURES_DIR}/{hash}.{ext}");
-            (uri, self.resample(image, tw, th)?)
+            // The source's own bytes when its type is kept, else re-encoded at full size.
+            let bytes = if mime == src.mime {
+                src.bytes.clone()
+            } else {
+                self.resample(image, tw, th)?
+            };
+            (uri, bytes)
         } else {
             let uri = format!("{TEXTURES_DIR}/L{level}/{hash}.{ext}");
             (uri, self.resample(image, tw, th)?)
