@@ -18,7 +18,9 @@
 //!
 //! A group of a tile keeps the shared level image instead (nothing is lost, only less is saved)
 //! when any of its textures reads `TEXCOORD_1` or has a `KHR_texture_transform`, an image is not
-//! PNG/JPEG, its images differ in level size, a UV lies outside [0, 1] (wrapping textures), or
+//! PNG/JPEG, its images' level sizes are not whole multiples of the smallest one's (a 2048² and a
+//! 1024² image share one layout, planned on the 1024² grid), a UV lies outside [0, 1] (wrapping
+//! textures), or
 //! the atlas would not be under [`MAX_ATLAS_FRACTION`] of the level image's pixels or would exceed
 //! `max_texture_size`.
 
@@ -86,7 +88,7 @@ pub enum Skip {
     /// A texture reads `TEXCOORD_1` or has a `KHR_texture_transform`, or has no UVs, or an image
     /// is not PNG/JPEG.
     Unsupported,
-    /// The group's images differ in size at this level.
+    /// The group's images' sizes at this level are not whole multiples of the smallest.
     MixedSizes,
     /// A chart crosses a texture repeat (or leaves [0, 1] without `REPEAT`).
     Wrapping,
@@ -129,14 +131,16 @@ pub fn atlas_tile(
         skip(Skip::Unsupported);
     }
     for (g, (images, primitives)) in groups.into_iter().enumerate() {
-        let size = match common_level_size(&images, level, pyramid)? {
-            Ok(size) => size,
+        let (size, scales) = match common_level_size(&images, level, pyramid)? {
+            Ok(sized) => sized,
             Err(why) => {
                 skip(why);
                 continue;
             }
         };
-        let plan = match plan(mesh, &primitives, size, max_texture_size) {
+        // The largest image's atlas is its scale times the plan's.
+        let largest = scales.iter().copied().max().unwrap_or(1);
+        let plan = match plan(mesh, &primitives, size, max_texture_size / largest) {
             Ok(plan) => plan,
             Err(why) => {
                 skip(why);
@@ -145,8 +149,8 @@ pub fn atlas_tile(
         };
         let mut encoded = Vec::with_capacity(images.len());
         let mut replaced = 0;
-        for &image in &images {
-            let atlas = plan.compose(pyramid.pixels(image, size.0, size.1)?);
+        for (&image, &k) in images.iter().zip(&scales) {
+            let atlas = plan.compose(pyramid.pixels(image, k * size.0, k * size.1)?, k);
             encoded.push(pyramid.encode_derived(image, &atlas)?);
             replaced += pyramid.level_bytes(image, level)?;
         }
@@ -202,25 +206,42 @@ fn groups(mesh: &QuantizedMesh) -> (BTreeMap<Vec<usize>, Vec<usize>>, usize) {
     (out, unsupported)
 }
 
-/// The level size all `images` share at `level`, or why there is none: an image is not
-/// resamplable, or the sizes differ (one layout must fit every image of the group).
+/// A group's smallest level size (pixels) and each image's whole scale over it.
+type GroupSizes = ((u32, u32), Vec<u32>);
+
+/// The smallest level size among `images` at `level` and each image's whole scale `k` over it
+/// (its size is exactly `k` times the smallest on both axes, e.g. a 2048² base colour with a
+/// 1024² normal map: 2 and 1), or why there is none: an image is not resamplable, or a size is
+/// not such a multiple. One layout, planned on the smallest image's texel grid, then fits every
+/// image: at `k` times its coordinates each piece is still a whole-texel translation.
 fn common_level_size(
     images: &[usize],
     level: u32,
     pyramid: &mut TexturePyramid<'_>,
-) -> Result<std::result::Result<(u32, u32), Skip>> {
-    let mut size = None;
+) -> Result<std::result::Result<GroupSizes, Skip>> {
+    let mut sizes = Vec::with_capacity(images.len());
     for &i in images {
         if !pyramid.resamplable(i) {
             return Ok(Err(Skip::Unsupported));
         }
-        let s = pyramid.level_dims(i, level)?;
-        if size.is_some_and(|o| o != s) {
-            return Ok(Err(Skip::MixedSizes));
-        }
-        size = Some(s);
+        sizes.push(pyramid.level_dims(i, level)?);
     }
-    Ok(size.ok_or(Skip::Unsupported))
+    let Some(&base) = sizes
+        .iter()
+        .min_by_key(|(w, h)| u64::from(*w) * u64::from(*h))
+    else {
+        return Ok(Err(Skip::Unsupported));
+    };
+    let scale = |(w, h): (u32, u32)| {
+        let k = w / base.0;
+        (k >= 1 && (w, h) == (k * base.0, k * base.1)).then_some(k)
+    };
+    Ok(sizes
+        .into_iter()
+        .map(scale)
+        .collect::<Option<Vec<u32>>>()
+        .map(|scales| (base, scales))
+        .ok_or(Skip::MixedSizes))
 }
 
 /// Where each chart's piece goes.
@@ -642,27 +663,30 @@ fn shelves(rects: &[Rect], order: &[usize], width: i64) -> (Vec<(i64, i64)>, i64
 }
 
 impl Plan {
-    /// The atlas of `source` (the level image): each piece copied to its place.
-    fn compose(&self, source: &DynamicImage) -> DynamicImage {
+    /// The atlas of `source`, a level image `k` times the planned size on both axes: each piece
+    /// (and its place) scaled by `k` and copied.
+    fn compose(&self, source: &DynamicImage, k: u32) -> DynamicImage {
+        let (w, h) = (k * self.width, k * self.height);
         let mut atlas = match source {
-            DynamicImage::ImageLuma8(_) => DynamicImage::new_luma8(self.width, self.height),
-            DynamicImage::ImageLumaA8(_) => DynamicImage::new_luma_a8(self.width, self.height),
-            DynamicImage::ImageRgb8(_) => DynamicImage::new_rgb8(self.width, self.height),
-            DynamicImage::ImageLuma16(_) => DynamicImage::new_luma16(self.width, self.height),
-            DynamicImage::ImageLumaA16(_) => DynamicImage::new_luma_a16(self.width, self.height),
-            DynamicImage::ImageRgb16(_) => DynamicImage::new_rgb16(self.width, self.height),
-            DynamicImage::ImageRgba16(_) => DynamicImage::new_rgba16(self.width, self.height),
-            _ => DynamicImage::new_rgba8(self.width, self.height),
+            DynamicImage::ImageLuma8(_) => DynamicImage::new_luma8(w, h),
+            DynamicImage::ImageLumaA8(_) => DynamicImage::new_luma_a8(w, h),
+            DynamicImage::ImageRgb8(_) => DynamicImage::new_rgb8(w, h),
+            DynamicImage::ImageLuma16(_) => DynamicImage::new_luma16(w, h),
+            DynamicImage::ImageLumaA16(_) => DynamicImage::new_luma_a16(w, h),
+            DynamicImage::ImageRgb16(_) => DynamicImage::new_rgb16(w, h),
+            DynamicImage::ImageRgba16(_) => DynamicImage::new_rgba16(w, h),
+            _ => DynamicImage::new_rgba8(w, h),
         };
+        let k = i64::from(k);
         for (r, (x, y)) in &self.pieces {
             let piece = source.view(
-                r.x0 as u32,
-                r.y0 as u32,
-                r.width() as u32,
-                r.height() as u32,
+                (k * r.x0) as u32,
+                (k * r.y0) as u32,
+                (k * r.width()) as u32,
+                (k * r.height()) as u32,
             );
             atlas
-                .copy_from(&*piece, *x as u32, *y as u32)
+                .copy_from(&*piece, (k * x) as u32, (k * y) as u32)
                 .expect("pieces are packed inside the atlas");
         }
         atlas

@@ -349,7 +349,7 @@ fn build_and_write(
             kept_wrapping = kept(atlas::Skip::Wrapping),
             kept_no_saving = kept(atlas::Skip::NoSaving),
             "tile: texture atlases (per tile and image set; kept = shared level images: \
-             TEXCOORD_1/KHR_texture_transform/non-PNG-JPEG, images of different sizes, charts \
+             TEXCOORD_1/KHR_texture_transform/non-PNG-JPEG, images whose sizes are not whole multiples of one another, charts \
              across a texture repeat, or no saving of 25 % in pixels and bytes)"
         );
     }

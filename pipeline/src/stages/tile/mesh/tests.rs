@@ -1901,6 +1901,54 @@ fn per_tile_atlases_hold_only_the_tiles_texels_and_sample_like_the_level_image()
     }
 }
 
+/// Images of one material at different sizes share one atlas layout when the sizes are whole
+/// multiples: Avocado with its normal map halved to 1024² (base colour and roughness-metallic
+/// stay 2048²) still gets atlases at 64 triangles a tile, no group is kept for mixed sizes, and
+/// every image's atlas samples like its own level image (PNG copies: the bar of the test above).
+/// Sizes that are not multiples (normal map at 1000²) keep the shared images, counted as mixed.
+#[test]
+fn images_at_whole_multiple_sizes_share_one_atlas_layout() {
+    let mut mesh = avocado();
+    let normal = mesh.materials[0].normal_texture.as_ref().unwrap().image;
+    let resized = |side: u32| {
+        let img = image::load_from_memory(&mesh.images[normal].bytes).unwrap();
+        let mut png = Vec::new();
+        img.resize_exact(side, side, image::imageops::FilterType::Triangle)
+            .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+            .unwrap();
+        png
+    };
+    let (half, odd) = (resized(1024), resized(1000));
+    let params = MeshTileParams {
+        max_triangles_per_tile: 64,
+        texture_atlas: true,
+        ..MeshTileParams::default()
+    };
+    mesh.images[normal].bytes = half;
+    let (psnr, fraction, _, atlases) = atlas_fidelity(&mesh, &params);
+    eprintln!("avocado, normal map 1024²: {atlases} atlases, {psnr:.1} dB, {fraction:.3}");
+    assert!(atlases > 0);
+    assert!(psnr >= 50.0, "{psnr} dB");
+    assert!(fraction < 0.3, "{fraction}");
+    let out = tempfile::tempdir().unwrap();
+    let report = tile_mesh(&mesh, &params, out.path()).unwrap();
+    let stats = report.texture_atlases.unwrap();
+    assert!(stats.atlased > 0, "{stats:?}");
+    assert_eq!(stats.kept.get(&atlas::Skip::MixedSizes), None, "{stats:?}");
+
+    mesh.images[normal].bytes = odd;
+    let out = tempfile::tempdir().unwrap();
+    let stats = tile_mesh(&mesh, &params, out.path())
+        .unwrap()
+        .texture_atlases
+        .unwrap();
+    assert_eq!(stats.atlased, 0, "{stats:?}");
+    assert!(
+        stats.kept.get(&atlas::Skip::MixedSizes).is_some(),
+        "{stats:?}"
+    );
+}
+
 /// `texture_atlas = false` (the default) keeps the shared level images (the source files at the
 /// leaves).
 #[test]
