@@ -20,6 +20,7 @@ mod cleanup;
 mod draco;
 mod glb_write;
 mod gltf_read;
+mod ktx2_write;
 mod material;
 mod normals;
 mod obj_read;
@@ -35,7 +36,8 @@ pub use glb_write::{
     MaterialGroup, compact, split_by_material, with_tex_coord_sets, write_glb,
     write_glb_referencing_images,
 };
-pub use gltf_read::{EXT_TEXTURE_WEBP, read_gltf};
+pub use gltf_read::{EXT_TEXTURE_WEBP, KHR_TEXTURE_BASISU, read_gltf};
+pub use ktx2_write::{BasisCodec, encode_ktx2};
 pub use material::{
     AlphaMode, KHR_MATERIALS_EMISSIVE_STRENGTH, KHR_MATERIALS_UNLIT, KHR_TEXTURE_TRANSFORM,
     Material, MaterialTable, Sampler, TextureRef, WRAP_REPEAT, effective_tex_coord,
@@ -43,6 +45,7 @@ pub use material::{
 pub use normals::{CREASE_ANGLE_DEG, generate_missing_normals};
 pub use obj_read::{mtl_texture_files, obj_material_libraries, read_obj};
 pub use ply_read::read_ply_mesh;
+pub use source_image::decode_texture;
 pub use tile_glb::{
     EXT_MESHOPT_COMPRESSION, ImageRef, KHR_MESH_QUANTIZATION, MeshoptEncoder, QuantizedMesh,
     QuantizedPrimitive, TexCoords, quantize_normal, write_quantized_glb,

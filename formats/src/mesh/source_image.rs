@@ -70,6 +70,13 @@ pub(crate) fn as_png_or_jpeg(bytes: Vec<u8>) -> Result<Option<Converted>, String
 
 /// A KTX2 (Basis Universal) file transcoded to RGBA8, as PNG.
 fn ktx2(bytes: &[u8]) -> Result<Converted, String> {
+    let (decoded, what) = ktx2_pixels(bytes)?;
+    png(&decoded, what)
+}
+
+/// The base level of a KTX2 (Basis Universal) file as RGBA8 (RGB8 when it has no alpha), with
+/// words saying what it was.
+fn ktx2_pixels(bytes: &[u8]) -> Result<(image::DynamicImage, String), String> {
     let ktx2 = basisu::Transcoder::new(bytes)
         .map_err(|e| format!("KTX2 image that cannot be read ({e:?})"))?;
     let (w, h) = ktx2.base_dimensions();
@@ -95,7 +102,19 @@ fn ktx2(bytes: &[u8]) -> Result<Converted, String> {
     } else {
         image::DynamicImage::ImageRgb8(image::DynamicImage::ImageRgba8(rgba).to_rgb8())
     };
-    png(&decoded, what)
+    Ok((decoded, what))
+}
+
+/// The base-level pixels of a texture file of any type a glTF tile may reference: PNG, JPEG,
+/// WebP (decoded by `image`) or KTX2 (transcoded), told by its leading bytes.
+///
+/// # Errors
+/// What is wrong, in words: a file of another type or one that does not decode.
+pub fn decode_texture(bytes: &[u8]) -> Result<image::DynamicImage, String> {
+    if bytes.starts_with(&KTX2_IDENTIFIER) {
+        return ktx2_pixels(bytes).map(|(pixels, _)| pixels);
+    }
+    image::load_from_memory(bytes).map_err(|e| format!("an image that cannot be decoded ({e})"))
 }
 
 /// `decoded` as a lossless PNG, noting what it was decoded from.

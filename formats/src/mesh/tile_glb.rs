@@ -20,7 +20,7 @@ use std::borrow::Cow;
 
 use serde_json::{Value, json};
 
-use super::gltf_read::EXT_TEXTURE_WEBP;
+use super::gltf_read::{EXT_TEXTURE_WEBP, KHR_TEXTURE_BASISU};
 use super::{Material, MaterialTable, with_tex_coord_sets};
 use crate::{Error, Result};
 
@@ -303,12 +303,12 @@ pub fn write_quantized_glb(mesh: &QuantizedMesh, encoder: &dyn MeshoptEncoder) -
             .iter()
             .map(|&i| json!({"uri": mesh.images[i].uri, "mimeType": mesh.images[i].mime}))
             .collect();
-        let webp: Vec<bool> = table
+        let mimes: Vec<&str> = table
             .images()
             .iter()
-            .map(|&i| mesh.images[i].mime == "image/webp")
+            .map(|&i| mesh.images[i].mime.as_str())
             .collect();
-        webp_sources_through_extension(&mut root, &webp);
+        sources_through_extensions(&mut root, &mimes);
     }
     root["bufferViews"] = json!(views);
     root["accessors"] = json!(accessors);
@@ -342,30 +342,39 @@ pub fn write_quantized_glb(mesh: &QuantizedMesh, encoder: &dyn MeshoptEncoder) -
 
 const CONTEXT: &str = "write_quantized_glb";
 
-/// Move each texture's `source` to `extensions.EXT_texture_webp.source` where that image is WebP
-/// (`webp[image]`), and list the extension as used and required when any texture is.
-fn webp_sources_through_extension(root: &mut Value, webp: &[bool]) {
-    let mut any = false;
+/// The extension that names images of type `mime` (not a core glTF type), if any.
+fn image_extension(mime: &str) -> Option<&'static str> {
+    match mime {
+        "image/webp" => Some(EXT_TEXTURE_WEBP),
+        "image/ktx2" => Some(KHR_TEXTURE_BASISU),
+        _ => None,
+    }
+}
+
+/// Move each texture's `source` to `extensions.<ext>.source` where that image's type (`mimes[image]`)
+/// is WebP (`EXT_texture_webp`) or KTX2 (`KHR_texture_basisu`), and list each extension as used and
+/// required when any texture uses it.
+fn sources_through_extensions(root: &mut Value, mimes: &[&str]) {
+    let mut named: Vec<&str> = Vec::new();
     for texture in root["textures"].as_array_mut().into_iter().flatten() {
         let Some(source) = texture["source"].as_u64() else {
             continue;
         };
-        if !webp.get(source as usize).copied().unwrap_or(false) {
+        let Some(ext) = mimes.get(source as usize).and_then(|m| image_extension(m)) else {
             continue;
-        }
+        };
         if let Some(t) = texture.as_object_mut() {
             t.remove("source");
-            t.insert(
-                "extensions".into(),
-                json!({EXT_TEXTURE_WEBP: {"source": source}}),
-            );
-            any = true;
+            t.insert("extensions".into(), json!({ext: {"source": source}}));
+            if !named.contains(&ext) {
+                named.push(ext);
+            }
         }
     }
-    if any {
+    for ext in named {
         for list in ["extensionsUsed", "extensionsRequired"] {
             if let Some(names) = root[list].as_array_mut() {
-                names.push(json!(EXT_TEXTURE_WEBP));
+                names.push(json!(ext));
             }
         }
     }
@@ -600,6 +609,51 @@ mod tests {
         )
         .unwrap();
         assert!(!plain.to_string().contains(EXT_TEXTURE_WEBP));
+    }
+
+    /// A KTX2 image is named through `KHR_texture_basisu` (no core `source`: PNG/JPEG-only viewers
+    /// must refuse the tile rather than fail to decode it), used and required; beside a WebP
+    /// image each extension is listed once.
+    #[test]
+    fn a_ktx2_texture_is_named_through_khr_texture_basisu_and_required() {
+        let mut m = quad();
+        m.images[0] = ImageRef {
+            uri: "textures/abc.ktx2".into(),
+            mime: "image/ktx2".into(),
+        };
+        m.images.push(ImageRef {
+            uri: "textures/n.webp".into(),
+            mime: "image/webp".into(),
+        });
+        m.materials[0].normal_texture = Some(crate::mesh::TextureRef {
+            image: 1,
+            ..m.materials[0].base_color_texture.clone().unwrap()
+        });
+        let bytes = write_quantized_glb(&m, &Identity).unwrap();
+        let json: Value =
+            serde_json::from_slice(&gltf::binary::Glb::from_slice(&bytes).unwrap().json).unwrap();
+        let texture = |slot: &Value| &json["textures"][slot["index"].as_u64().unwrap() as usize];
+        let base = texture(&json["materials"][0]["pbrMetallicRoughness"]["baseColorTexture"]);
+        assert!(base.get("source").is_none(), "{base}");
+        let ktx2 = base["extensions"][KHR_TEXTURE_BASISU]["source"]
+            .as_u64()
+            .unwrap();
+        assert_eq!(json["images"][ktx2 as usize]["mimeType"], "image/ktx2");
+        let normal = texture(&json["materials"][0]["normalTexture"]);
+        assert!(
+            normal["extensions"][EXT_TEXTURE_WEBP]["source"].is_u64(),
+            "{normal}"
+        );
+        for list in ["extensionsUsed", "extensionsRequired"] {
+            let names = json[list].as_array().unwrap();
+            for ext in [KHR_TEXTURE_BASISU, EXT_TEXTURE_WEBP] {
+                assert_eq!(
+                    names.iter().filter(|n| *n == ext).count(),
+                    1,
+                    "{list} {ext}"
+                );
+            }
+        }
     }
 
     #[test]

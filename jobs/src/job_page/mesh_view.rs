@@ -210,13 +210,17 @@ fn base_colour_textures(
         if out.index[texture.index()].is_some() {
             continue;
         }
-        // The EXT_texture_webp image when there is one (Kiln's WebP tiles have no core source),
-        // else the core source; with neither (e.g. KTX2-only), the factor colour.
-        let webp = texture
-            .extension_value("EXT_texture_webp")
-            .and_then(|w| w["source"].as_u64())
-            .and_then(|i| document.images().nth(i as usize));
-        let Some(image) = webp.or_else(|| texture.source()) else {
+        // The EXT_texture_webp or KHR_texture_basisu image when there is one (Kiln's WebP and
+        // KTX2 tiles have no core source), else the core source; with none, the factor colour.
+        let extension_image = |name: &str| {
+            texture
+                .extension_value(name)
+                .and_then(|w| w["source"].as_u64())
+                .and_then(|i| document.images().nth(i as usize))
+        };
+        let extended = extension_image("EXT_texture_webp")
+            .or_else(|| extension_image(kiln_formats::mesh::KHR_TEXTURE_BASISU));
+        let Some(image) = extended.or_else(|| texture.source()) else {
             continue;
         };
         let bytes = match image.source() {
@@ -229,7 +233,7 @@ fn base_colour_textures(
                 .and_then(|p| std::fs::read(p).ok()),
             gltf::image::Source::Uri { .. } => None,
         };
-        let Some(decoded) = bytes.and_then(|b| image::load_from_memory(&b).ok()) else {
+        let Some(decoded) = bytes.and_then(|b| kiln_formats::mesh::decode_texture(&b).ok()) else {
             continue;
         };
         let fitted = if decoded.width().max(decoded.height()) > MAX_TEXTURE_SIDE {

@@ -43,8 +43,8 @@ use std::path::Path;
 
 use kiln_formats::atomic_write::write_atomic;
 use kiln_formats::mesh::{
-    EXT_MESHOPT_COMPRESSION, EXT_TEXTURE_WEBP, ImageRef, KHR_MESH_QUANTIZATION, Mesh,
-    QuantizedMesh, read_gltf, write_quantized_glb,
+    EXT_MESHOPT_COMPRESSION, EXT_TEXTURE_WEBP, ImageRef, KHR_MESH_QUANTIZATION, KHR_TEXTURE_BASISU,
+    Mesh, QuantizedMesh, read_gltf, write_quantized_glb,
 };
 use kiln_formats::tiles::tileset::{BoundingVolume, Content, Refine, Tile, Y_UP_TO_Z_UP};
 use serde::{Deserialize, Serialize};
@@ -95,7 +95,9 @@ pub struct MeshTileParams {
     /// triangles a tile in CesiumJS: 39.3 dB against the source instead of 39.7 dB).
     pub texture_atlas: bool,
     /// How the tiles' PNG and JPEG images are encoded: `"source"` (default; each keeps its type)
-    /// or `"webp"` (lossy WebP at every level, `EXT_texture_webp`; see [`texture::TextureFormat`]).
+    /// `"webp"` (lossy WebP at every level, `EXT_texture_webp`), `"ktx2"` (Basis Universal UASTC
+    /// with mip chains, `KHR_texture_basisu`) or `"ktx2-etc1s"` (smaller, lossier ETC1S); see
+    /// [`texture::TextureFormat`].
     /// Left out of the stage key when `"source"`.
     #[serde(skip_serializing_if = "is_source_format")]
     pub texture_format: texture::TextureFormat,
@@ -367,14 +369,16 @@ fn build_and_write(
     let material_extensions = material_extensions(&mesh.materials);
     let mut used = vec![KHR_MESH_QUANTIZATION, EXT_MESHOPT_COMPRESSION];
     let mut required = used.clone();
-    // WebP images are named through EXT_texture_webp, without a core fallback.
-    if writer
-        .level_textures
-        .iter()
-        .any(|files| files.keys().any(|uri| uri.ends_with(".webp")))
-    {
-        used.push(EXT_TEXTURE_WEBP);
-        required.push(EXT_TEXTURE_WEBP);
+    // WebP and KTX2 images are named through their extensions, without a core fallback.
+    for (ext, name) in [(".webp", EXT_TEXTURE_WEBP), (".ktx2", KHR_TEXTURE_BASISU)] {
+        if writer
+            .level_textures
+            .iter()
+            .any(|files| files.keys().any(|uri| uri.ends_with(ext)))
+        {
+            used.push(name);
+            required.push(name);
+        }
     }
     used.extend(material_extensions.iter().map(String::as_str));
     let tileset_path = write_tileset(
