@@ -193,6 +193,24 @@ pub struct MeshLevelStats {
     /// level counts in both).
     #[serde(default)]
     pub texture_bytes: u64,
+    /// GPU memory those images take in a WebGL viewer, mip chains included (RGBA8 for PNG, JPEG
+    /// and WebP; compressed blocks for KTX2; see [`texture::gpu_bytes`]).
+    #[serde(default)]
+    pub gpu_texture_bytes: u64,
+}
+
+/// [`texture::gpu_bytes`] summed over the image files `uris` (relative to `tiles_dir`).
+fn level_gpu_bytes<'u>(tiles_dir: &Path, uris: impl Iterator<Item = &'u String>) -> Result<u64> {
+    let mut total = 0;
+    for uri in uris {
+        let path = tiles_dir.join(uri);
+        let bytes = std::fs::read(&path).map_err(|e| crate::Error::Io {
+            path: path.clone(),
+            source: e,
+        })?;
+        total += texture::gpu_bytes(&bytes).unwrap_or(0);
+    }
+    Ok(total)
 }
 
 /// What [`tile_mesh`] wrote.
@@ -363,6 +381,7 @@ fn build_and_write(
     {
         level.materials = used.iter().filter(|&&u| u).count();
         level.texture_bytes = files.values().sum();
+        level.gpu_texture_bytes = level_gpu_bytes(&tiles_dir, files.keys())?;
     }
     let diagonal_m = (0..3).map(|k| (hi[k] - lo[k]).powi(2)).sum::<f64>().sqrt();
     let geometric_error = diagonal_m.max(root.geometric_error);
@@ -455,6 +474,7 @@ impl Writer<'_> {
                     bytes: 0,
                     materials: 0,
                     texture_bytes: 0,
+                    gpu_texture_bytes: 0,
                 },
             );
             self.level_materials

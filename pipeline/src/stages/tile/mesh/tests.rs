@@ -2189,8 +2189,9 @@ fn webp_refuses_a_max_texture_size_above_its_limit() {
 /// base level decodes (by the independent pure-Rust transcoder) like the PNG the default format
 /// writes for the same level; colour images carry the sRGB transfer function and data maps the
 /// linear one. Returns per role (base colour, normal, roughness-metallic) the leaf's PSNR
-/// against the PNG tiles' leaf images, and the texture bytes.
-fn ktx2_leaf_fidelity(format: texture::TextureFormat) -> ([f64; 3], u64) {
+/// against the PNG tiles' leaf images, the texture bytes, and the deepest level's GPU texture
+/// bytes with KTX2 and with PNG.
+fn ktx2_leaf_fidelity(format: texture::TextureFormat) -> ([f64; 3], u64, [u64; 2]) {
     let mesh = avocado();
     // 512² levels keep the encoder quick; the comparison is level against level.
     let base = MeshTileParams {
@@ -2199,7 +2200,7 @@ fn ktx2_leaf_fidelity(format: texture::TextureFormat) -> ([f64; 3], u64) {
     };
     let png_out = tempfile::tempdir().unwrap();
     let ktx2_out = tempfile::tempdir().unwrap();
-    tile_mesh(&mesh, &base, png_out.path()).unwrap();
+    let png = tile_mesh(&mesh, &base, png_out.path()).unwrap();
     let params = MeshTileParams {
         texture_format: format,
         ..base
@@ -2280,7 +2281,12 @@ fn ktx2_leaf_fidelity(format: texture::TextureFormat) -> ([f64; 3], u64) {
         let png = image::load_from_memory(&file_of(&png_leaf, png_out.path(), ps)).unwrap();
         psnr[k] = rgb_psnr(&png, &decoded);
     }
-    (psnr, report.texture_bytes)
+    let leaf_gpu = |r: &MeshTileReport| r.levels.last().unwrap().gpu_texture_bytes;
+    (
+        psnr,
+        report.texture_bytes,
+        [leaf_gpu(&report), leaf_gpu(&png)],
+    )
 }
 
 /// `texture_format = "ktx2"` (UASTC): near-lossless against the same levels as PNG, base colour
@@ -2289,8 +2295,16 @@ fn ktx2_leaf_fidelity(format: texture::TextureFormat) -> ([f64; 3], u64) {
 /// (measured 37.8 / 40.2 / 59.8 dB at 18 % of the bytes).
 #[test]
 fn ktx2_tiles_carry_mip_chains_require_khr_texture_basisu_and_decode_like_the_png_levels() {
-    let (uastc, uastc_bytes) = ktx2_leaf_fidelity(texture::TextureFormat::Ktx2);
-    let (etc1s, etc1s_bytes) = ktx2_leaf_fidelity(texture::TextureFormat::Ktx2Etc1s);
+    let (uastc, uastc_bytes, [uastc_gpu, png_gpu]) =
+        ktx2_leaf_fidelity(texture::TextureFormat::Ktx2);
+    let (etc1s, etc1s_bytes, [etc1s_gpu, _]) =
+        ktx2_leaf_fidelity(texture::TextureFormat::Ktx2Etc1s);
+    // Three 512² images with mip chains: RGBA8 4 B a texel over 512² … 1² (349,525 texels); UASTC 1 B and opaque ETC1S
+    // ½ B a texel over the file's own levels (512² … 1², 4 × 4 blocks, the last three levels
+    // one block each): 349,552 and 174,776 bytes an image.
+    assert_eq!(png_gpu, 3 * 4 * 349_525);
+    assert_eq!(uastc_gpu, 3 * 349_552);
+    assert_eq!(etc1s_gpu, 3 * 174_776);
     eprintln!("UASTC {uastc:.1?} dB {uastc_bytes} B; ETC1S {etc1s:.1?} dB {etc1s_bytes} B");
     for (role, db) in ["base colour", "normal", "roughness-metallic"]
         .iter()

@@ -404,6 +404,81 @@ fn encode_ktx2(
     })
 }
 
+/// Bytes a WebGL viewer such as CesiumJS holds in GPU memory for the texture file `bytes`, its
+/// mip chain included.
+///
+/// PNG, JPEG and WebP are decoded and uploaded as RGBA8 (4 bytes a texel; WebGL stores RGB8 in
+/// 4-byte texels on common drivers) with generated mipmaps down to 1 × 1. KTX2 levels stay in
+/// 4 × 4 blocks, counted from the file's own level sizes: UASTC is transcoded to a 16-byte block
+/// format (ASTC 4×4, BC7 or ETC2 RGBA: 1 byte a texel), ETC1S to an 8-byte one (ETC1 or BC1: ½
+/// byte) when opaque and to a 16-byte one with alpha (CesiumJS's `KTX2Transcoder` target choice;
+/// a device without any compressed format decodes to RGBA8 instead, not counted here).
+/// `None` when the header cannot be read.
+pub fn gpu_bytes(bytes: &[u8]) -> Option<u64> {
+    // Level l of a w × h image: max(w >> l, 1) × max(h >> l, 1), in units of `block` texels.
+    let chain = |w: u32, h: u32, levels: u32, block: u32, unit_bytes: u64| -> u64 {
+        (0..levels)
+            .map(|l| {
+                let side = |n: u32| u64::from(n.checked_shr(l).unwrap_or(0).max(1).div_ceil(block));
+                side(w) * side(h) * unit_bytes
+            })
+            .sum()
+    };
+    if let Some(k) = Ktx2Header::read(bytes) {
+        let block_bytes = if k.uastc || k.alpha { 16 } else { 8 };
+        return Some(chain(k.width, k.height, k.levels.max(1), 4, block_bytes));
+    }
+    let (w, h) = image::ImageReader::new(std::io::Cursor::new(bytes))
+        .with_guessed_format()
+        .ok()?
+        .into_dimensions()
+        .ok()?;
+    let levels = 32 - w.max(h).max(1).leading_zeros();
+    Some(chain(w, h, levels, 1, 4))
+}
+
+/// What [`gpu_bytes`] needs from a KTX 2.0 header (§3.1) and its data format descriptor.
+struct Ktx2Header {
+    width: u32,
+    height: u32,
+    levels: u32,
+    /// Colour model `KHR_DF_MODEL_UASTC` (166), else ETC1S.
+    uastc: bool,
+    /// UASTC RGBA, or an ETC1S second (alpha) sample.
+    alpha: bool,
+}
+
+impl Ktx2Header {
+    fn read(b: &[u8]) -> Option<Self> {
+        const IDENTIFIER: &[u8] = b"\xABKTX 20\xBB\r\n\x1A\n";
+        if !b.starts_with(IDENTIFIER) {
+            return None;
+        }
+        let word = |at: usize| Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?));
+        let dfd = word(48)? as usize;
+        // Basic block after the 4-byte total size: model at +8; samples of 16 bytes from +24,
+        // the first sample's channel id in the high nibble's byte at +24 + 3.
+        let model = *b.get(dfd + 4 + 8)?;
+        let block_len = usize::from(u16::from_le_bytes([
+            *b.get(dfd + 4 + 6)?,
+            *b.get(dfd + 4 + 7)?,
+        ]));
+        let uastc = model == 166;
+        let alpha = if uastc {
+            b.get(dfd + 4 + 24 + 3)? & 0x0F == 3
+        } else {
+            block_len > 24 + 16
+        };
+        Some(Self {
+            width: word(20)?,
+            height: word(24)?,
+            levels: word(40)?,
+            uastc,
+            alpha,
+        })
+    }
+}
+
 /// Per image of `n`: whether every material that samples it does so as colour (base colour or
 /// emissive). An image no material samples counts as colour.
 fn colour_only_images(materials: &[Material], n: usize) -> Vec<bool> {
