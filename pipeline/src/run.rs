@@ -701,6 +701,17 @@ fn run_local(
                         summary["texture_atlases"] =
                             serde_json::to_value(atlases).unwrap_or_default();
                     }
+                    if !mesh.texture_fidelity.is_empty() {
+                        // The worst image first: what `texture_format` cost before any viewer.
+                        let worst = mesh
+                            .texture_fidelity
+                            .iter()
+                            .filter_map(|f| f.psnr_db)
+                            .reduce(f64::min);
+                        summary["texture_psnr_db"] = serde_json::json!(worst);
+                        summary["texture_fidelity"] =
+                            serde_json::to_value(&mesh.texture_fidelity).unwrap_or_default();
+                    }
                     return Ok(summary);
                 }
             };

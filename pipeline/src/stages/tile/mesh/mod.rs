@@ -228,12 +228,15 @@ pub struct MeshTileReport {
     /// With `texture_atlas`: how many (tile, image set) groups got an atlas and, by reason, how
     /// many kept the shared level images.
     pub texture_atlases: Option<atlas::AtlasStats>,
+    /// Per source image (in image order): what its encoding kept of the pixels it encodes.
+    pub texture_fidelity: Vec<texture::ImageFidelity>,
 }
 
 /// Version of the mesh tiler, part of the mesh tile stage's key (a rerun after the algorithm
 /// changed tiles again instead of reusing an older tileset). 2 (the first recorded): per-tile
-/// atlases, geometricError measured through descendants for large cells, WebP input.
-pub const MESH_TILER_VERSION: u32 = 2;
+/// atlases, geometricError measured through descendants for large cells, WebP input. 3: KTX2
+/// output, GPU texture bytes and texture encoding fidelity in the report.
+pub const MESH_TILER_VERSION: u32 = 3;
 
 /// Tile the full-resolution level of a decimate chain: check `lods`, read `lod_dir/lods[0].file`
 /// and run [`tile_mesh`] on it. The coarser levels of the chain are not used (the HLOD parents
@@ -358,6 +361,7 @@ fn build_and_write(
     };
     let (root, (lo, hi)) = writer.emit(&tree, "r", 0)?;
     let texture_bytes = writer.textures.bytes;
+    let texture_fidelity = writer.textures.fidelity();
     let writer_atlas_stats = writer.atlas_stats.clone();
     if params.texture_atlas {
         let s = &writer.atlas_stats;
@@ -436,6 +440,7 @@ fn build_and_write(
             .map(|(i, m)| m.name.clone().unwrap_or_else(|| format!("material {i}")))
             .collect(),
         texture_atlases: params.texture_atlas.then_some(writer_atlas_stats),
+        texture_fidelity,
     };
     Ok((report, welded, lattice, tree))
 }
