@@ -19,7 +19,7 @@ use basis_universal::{BasisTextureFormat, ColorSpace, Compressor, CompressorPara
 use image::DynamicImage;
 
 /// The 12-byte KTX 2.0 file identifier (KTX 2.0 §3.1).
-const IDENTIFIER: [u8; 12] = [
+pub(crate) const IDENTIFIER: [u8; 12] = [
     0xAB, b'K', b'T', b'X', b' ', b'2', b'0', 0xBB, b'\r', b'\n', 0x1A, b'\n',
 ];
 /// `supercompressionScheme` values (KTX 2.0 §3.1.9).
@@ -54,6 +54,48 @@ pub enum BasisCodec {
     /// UASTC at the encoder's default pack level; `rdo_lambda` (≈ 0.2–4) trades quality for
     /// smaller Zstandard output, `None` encodes without rate-distortion optimisation.
     Uastc { rdo_lambda: Option<f32> },
+}
+
+/// What a KTX 2.0 file with a Basis Universal payload holds, from its header (§3.1) and data
+/// format descriptor: base size, level count, codec and alpha.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ktx2Info {
+    pub width: u32,
+    pub height: u32,
+    pub levels: u32,
+    /// Colour model `KHR_DF_MODEL_UASTC`; else ETC1S (or another model).
+    pub uastc: bool,
+    /// UASTC RGBA, or an ETC1S file with a second (alpha) sample.
+    pub alpha: bool,
+}
+
+impl Ktx2Info {
+    /// `None` when `b` is not a KTX 2.0 file or is cut short.
+    #[must_use]
+    pub fn read(b: &[u8]) -> Option<Self> {
+        if !b.starts_with(&IDENTIFIER) {
+            return None;
+        }
+        let word = |at: usize| Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?));
+        // The basic block after the DFD's 4-byte total size: its length at +6, the colour model
+        // at +8, samples of 16 bytes from +24 (the first sample's channel id in byte +27).
+        let block = word(48)? as usize + 4;
+        let model = *b.get(block + 8)?;
+        let block_len = usize::from(u16::from_le_bytes([*b.get(block + 6)?, *b.get(block + 7)?]));
+        let uastc = model == MODEL_UASTC;
+        let alpha = if uastc {
+            b.get(block + 27)? & 0x0F == CHANNEL_UASTC_RGBA
+        } else {
+            block_len > 24 + 16
+        };
+        Some(Self {
+            width: word(20)?,
+            height: word(24)?,
+            levels: word(40)?,
+            uastc,
+            alpha,
+        })
+    }
 }
 
 /// `image` as a KTX 2.0 file: `codec`'s payload with a full mip chain (down to 1 × 1), filtered
@@ -445,6 +487,19 @@ mod tests {
                 // 61 × 37 down to 1 × 1: ⌊log2 61⌋ + 1 levels.
                 assert_eq!(levels, 6, "{codec:?}");
                 assert_eq!(has_alpha, alpha, "{codec:?}");
+                let uastc = matches!(codec, BasisCodec::Uastc { .. });
+                let info = Ktx2Info::read(&file).unwrap();
+                assert_eq!(
+                    info,
+                    Ktx2Info {
+                        width: 61,
+                        height: 37,
+                        levels: 6,
+                        uastc,
+                        alpha
+                    },
+                    "{codec:?}"
+                );
                 let db = psnr(&rgba, &source);
                 eprintln!("{codec:?} alpha {alpha}: {db:.2} dB, {} bytes", file.len());
                 assert!(db >= floor_db, "{codec:?} alpha {alpha}: {db:.1} dB");

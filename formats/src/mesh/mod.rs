@@ -37,7 +37,7 @@ pub use glb_write::{
     write_glb_referencing_images,
 };
 pub use gltf_read::{EXT_TEXTURE_WEBP, KHR_TEXTURE_BASISU, read_gltf};
-pub use ktx2_write::{BasisCodec, encode_ktx2};
+pub use ktx2_write::{BasisCodec, Ktx2Info, encode_ktx2};
 pub use material::{
     AlphaMode, KHR_MATERIALS_EMISSIVE_STRENGTH, KHR_MATERIALS_UNLIT, KHR_TEXTURE_TRANSFORM,
     Material, MaterialTable, Sampler, TextureRef, WRAP_REPEAT, effective_tex_coord,

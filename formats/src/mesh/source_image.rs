@@ -11,10 +11,7 @@
 
 use super::EmbeddedImage;
 
-/// The 12-byte identifier every KTX 2.0 file starts with (KTX 2.0 §3.1).
-const KTX2_IDENTIFIER: [u8; 12] = [
-    0xAB, b'K', b'T', b'X', b' ', b'2', b'0', 0xBB, b'\r', b'\n', 0x1A, b'\n',
-];
+use super::ktx2_write::IDENTIFIER as KTX2_IDENTIFIER;
 
 /// What a decoded texture became, for the reader's log line.
 pub(crate) struct Converted {

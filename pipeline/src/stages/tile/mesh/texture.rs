@@ -39,7 +39,7 @@ use image::codecs::png::PngEncoder;
 use image::imageops::FilterType;
 use image::{DynamicImage, ImageFormat};
 use kiln_formats::atomic_write::write_atomic;
-use kiln_formats::mesh::{BasisCodec, EmbeddedImage, ImageRef, Material};
+use kiln_formats::mesh::{BasisCodec, EmbeddedImage, ImageRef, Ktx2Info, Material};
 
 use serde::Serialize;
 
@@ -510,7 +510,7 @@ pub fn gpu_bytes(bytes: &[u8]) -> Option<u64> {
             })
             .sum()
     };
-    if let Some(k) = Ktx2Header::read(bytes) {
+    if let Some(k) = Ktx2Info::read(bytes) {
         let block_bytes = if k.uastc || k.alpha { 16 } else { 8 };
         return Some(chain(k.width, k.height, k.levels.max(1), 4, block_bytes));
     }
@@ -521,48 +521,6 @@ pub fn gpu_bytes(bytes: &[u8]) -> Option<u64> {
         .ok()?;
     let levels = 32 - w.max(h).max(1).leading_zeros();
     Some(chain(w, h, levels, 1, 4))
-}
-
-/// What [`gpu_bytes`] needs from a KTX 2.0 header (§3.1) and its data format descriptor.
-struct Ktx2Header {
-    width: u32,
-    height: u32,
-    levels: u32,
-    /// Colour model `KHR_DF_MODEL_UASTC` (166), else ETC1S.
-    uastc: bool,
-    /// UASTC RGBA, or an ETC1S second (alpha) sample.
-    alpha: bool,
-}
-
-impl Ktx2Header {
-    fn read(b: &[u8]) -> Option<Self> {
-        const IDENTIFIER: &[u8] = b"\xABKTX 20\xBB\r\n\x1A\n";
-        if !b.starts_with(IDENTIFIER) {
-            return None;
-        }
-        let word = |at: usize| Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?));
-        let dfd = word(48)? as usize;
-        // Basic block after the 4-byte total size: model at +8; samples of 16 bytes from +24,
-        // the first sample's channel id in the high nibble's byte at +24 + 3.
-        let model = *b.get(dfd + 4 + 8)?;
-        let block_len = usize::from(u16::from_le_bytes([
-            *b.get(dfd + 4 + 6)?,
-            *b.get(dfd + 4 + 7)?,
-        ]));
-        let uastc = model == 166;
-        let alpha = if uastc {
-            b.get(dfd + 4 + 24 + 3)? & 0x0F == 3
-        } else {
-            block_len > 24 + 16
-        };
-        Some(Self {
-            width: word(20)?,
-            height: word(24)?,
-            levels: word(40)?,
-            uastc,
-            alpha,
-        })
-    }
 }
 
 /// Per image of `n`: whether every material that samples it does so as colour (base colour or
