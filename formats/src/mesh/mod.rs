@@ -6,7 +6,8 @@
 //! `EXT_meshopt_compression`, images by URI) for the mesh tiler.
 //!
 //! Welding and simplification live in `kiln-pipeline`'s `decimate` stage, next to the
-//! meshoptimizer dependency; this crate stays free of native code.
+//! meshoptimizer dependency (as does reading tile GLBs back, `tile::mesh::decode`); the only native
+//! code here is Binomial's Basis Universal encoder behind [`encode_ktx2`].
 //!
 //! Frame and units: positions are metres in the glTF world frame (right-handed, +Y up), with every
 //! node transform of the default scene already applied (composed in f64), stored in f32 relative

@@ -652,6 +652,74 @@ fn meshes_section(page: &mut PageBuilder, report: &JobReport, output_dir: &Path)
         }
     }
     page.body.push_str("</div>\n");
+    let tileset_path = output_dir.join("tileset.json");
+    if tileset_path.is_file() {
+        delivered_mesh_section(page, &tileset_path, &lods[0]);
+    }
+}
+
+/// What a 3D Tiles client loads: each level of the tileset (the tiles at that depth and the
+/// leaves above it) decoded from the tile GLBs and rendered as the LODs are, with its PSNR
+/// against the first LOD (the source) over the pixels either covers
+/// ([`mesh_view::delivered_levels`]).
+fn delivered_mesh_section(
+    page: &mut PageBuilder,
+    tileset_path: &Path,
+    reference: &mesh_view::LodEntry,
+) {
+    page.section("What the viewer loads");
+    let (_, levels) = match mesh_view::delivered_levels(tileset_path, &reference.path, 320) {
+        Ok(l) => l,
+        Err(e) => {
+            page.note(format!("tile renders skipped: {e}"));
+            return;
+        }
+    };
+    page.body.push_str(&format!(
+        "<p>Each level of the tileset as a client draws it (the tiles at that depth and the \
+         leaves above it): the tile GLBs decoded (<code>EXT_meshopt_compression</code>, \
+         <code>KHR_mesh_quantization</code>, their own textures), painted as the levels of \
+         detail above and framed on {name}. PSNR against {name} over the pixels either \
+         covers.</p>\n<div class=\"grid\">\n",
+        name = escape_html(&reference.file)
+    ));
+    let last = levels.len().saturating_sub(1);
+    for level in levels {
+        let level = match level {
+            Ok(l) => l,
+            Err(e) => {
+                page.note(format!("tile render skipped: {e}"));
+                continue;
+            }
+        };
+        let psnr = level.psnr_db.map_or("nothing drawn".to_string(), |db| {
+            if db.is_finite() {
+                format!("{db:.1} dB")
+            } else {
+                "identical".to_string()
+            }
+        });
+        let label = match level.depth {
+            0 => "root".to_string(),
+            d if d == last => format!("leaves (depth {d})"),
+            d => format!("depth {d}"),
+        };
+        match encode_png(&level.image, tileset_path) {
+            Ok(png) => {
+                page.body.push_str("<figure>");
+                page.image("image/png", &png, &label, None);
+                page.body.push_str(&format!(
+                    "<figcaption>{}: {} tiles, {} triangles, PSNR {}</figcaption></figure>\n",
+                    escape_html(&label),
+                    level.tiles,
+                    level.triangles,
+                    psnr
+                ));
+            }
+            Err(e) => page.note(format!("tile render skipped: {e}")),
+        }
+    }
+    page.body.push_str("</div>\n");
 }
 
 fn tiles_section(page: &mut PageBuilder, tileset_path: &Path) {

@@ -12,9 +12,11 @@
 //! | `tau<τ>.psnr_db`, `tau<τ>.ssim` | eval: the τ cut against the photos (captures) | dB, 1 |
 //! | `tau<τ>.psnr_vs_full_db`, `tau<τ>.ssim_vs_full` | eval: the τ cut against the full splats | dB, 1 |
 //! | `tau<τ>.splats`, `tau<τ>.bytes` | eval: splats shown, bytes fetched by the τ cut | count, bytes |
+//! | `tiles_root.psnr_db`, `tiles_leaves.psnr_db` | mesh jobs' output: the tileset's root level and its leaves decoded from the tile GLBs, rendered and scored against `lods/lod_0.glb` ([`measure_delivered_mesh`]) | dB |
 //! | `wall_s` | all stages that ran | seconds (info) |
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use kiln_pipeline::dag::StageKind;
 use kiln_pipeline::run::StageOutcome;
@@ -86,6 +88,43 @@ pub fn measure(stages: &[StageOutcome]) -> BTreeMap<String, f64> {
     m
 }
 
+/// Side of the renders [`measure_delivered_mesh`] scores, pixels (the job page's size).
+const DELIVERED_RENDER_PX: u32 = 320;
+
+/// For a mesh job's output (`tileset.json` and `lods/lod_0.glb`): `tiles_root.psnr_db` and
+/// `tiles_leaves.psnr_db`, the PSNR of the tileset's root level and of its leaves, as a client
+/// draws them from the tile GLBs, against the source (`lod_0`), from the job page's 3/4 view
+/// ([`crate::job_page::mesh_view::delivered_levels`]). A dropped material or texture, a mesh
+/// lying on its side or a lost part lowers them. Nothing for other jobs; an unreadable tile
+/// leaves its metric out (reported as missing against a baseline).
+#[must_use]
+pub fn measure_delivered_mesh(output_dir: &Path) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    let (tileset, lod0) = (
+        output_dir.join("tileset.json"),
+        output_dir.join("lods").join("lod_0.glb"),
+    );
+    if !(tileset.is_file() && lod0.is_file()) {
+        return m;
+    }
+    let Ok((_, levels)) =
+        crate::job_page::mesh_view::delivered_levels(&tileset, &lod0, DELIVERED_RENDER_PX)
+    else {
+        return m;
+    };
+    let last = levels.len().saturating_sub(1);
+    for (name, level) in [
+        ("tiles_root.psnr_db", levels.first()),
+        ("tiles_leaves.psnr_db", levels.get(last)),
+    ] {
+        if let Some(db) = level.and_then(|l| l.as_ref().ok()).and_then(|l| l.psnr_db) {
+            // Identical renders have no finite PSNR; 100 dB stands for them in baselines.
+            m.insert(name.to_string(), db.min(100.0));
+        }
+    }
+    m
+}
+
 /// Per-cut fields of the eval stage's summary that are metrics.
 const EVAL_CUT_FIELDS: [&str; 6] = [
     "psnr_db",
@@ -103,8 +142,10 @@ const BASELINED_TAUS: [&str; 4] = ["tau0", "tau16", "tau64", "tau120"];
 /// Whether `name` is a metric [`measure`] can produce (used to reject typos in baselines files).
 #[must_use]
 pub fn is_known_metric(name: &str) -> bool {
-    const PLAIN: [&str; 9] = [
+    const PLAIN: [&str; 11] = [
         "publish_loss_db",
+        "tiles_root.psnr_db",
+        "tiles_leaves.psnr_db",
         "psnr_db",
         "ssim",
         "splats",

@@ -342,6 +342,9 @@ async fn run_scene_job(
     result.job_id = Some(job_id);
     let outcome = crate::runner::run_job(&plan, &text, ledger).await?;
     result.measured = measure::measure(&outcome.stages);
+    result
+        .measured
+        .extend(measure::measure_delivered_mesh(&result.output_dir));
     Ok(())
 }
 

@@ -281,100 +281,51 @@ pub(crate) struct DecodedTile {
     pub json: serde_json::Value,
 }
 
-/// Decode a tile GLB written by `write_quantized_glb` (tests only; panics on anything else).
+/// Decode a tile GLB written by `write_quantized_glb` (tests only; panics on anything else):
+/// [`super::decode::decode_tile_glb`] with every primitive's lattice points and vertices
+/// concatenated (indices offset by the vertices before them).
 #[cfg(test)]
 pub(crate) fn decode_tile(bytes: &[u8], lattice: Lattice) -> DecodedTile {
-    let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap()) as usize;
-    assert_eq!(&bytes[0..4], b"glTF");
-    let json_len = u32_at(12);
-    let json: serde_json::Value = serde_json::from_slice(&bytes[20..20 + json_len]).unwrap();
-    let bin_start = 20 + json_len + 8;
-    let bin = &bytes[bin_start..bin_start + u32_at(20 + json_len)];
-    let ext = kiln_formats::mesh::EXT_MESHOPT_COMPRESSION;
-    let view_bytes = |accessor: &serde_json::Value| -> (Vec<u8>, usize, usize) {
-        let view = &json["bufferViews"][accessor["bufferView"].as_u64().unwrap() as usize];
-        let e = &view["extensions"][ext];
-        let off = e["byteOffset"].as_u64().unwrap() as usize;
-        let len = e["byteLength"].as_u64().unwrap() as usize;
-        let stride = e["byteStride"].as_u64().unwrap() as usize;
-        let count = e["count"].as_u64().unwrap() as usize;
-        let data = &bin[off..off + len];
-        let raw = if e["mode"] == "TRIANGLES" {
-            let idx: Vec<u32> = if stride == 2 {
-                meshopt::decode_index_buffer::<u16>(data, count)
-                    .unwrap()
-                    .into_iter()
-                    .map(u32::from)
-                    .collect()
-            } else {
-                meshopt::decode_index_buffer::<u32>(data, count).unwrap()
-            };
-            bytemuck::cast_slice(&idx).to_vec()
-        } else {
-            match stride {
-                4 => bytemuck::cast_slice(
-                    &meshopt::decode_vertex_buffer::<[u8; 4]>(data, count).unwrap(),
-                )
-                .to_vec(),
-                8 => bytemuck::cast_slice(
-                    &meshopt::decode_vertex_buffer::<[u8; 8]>(data, count).unwrap(),
-                )
-                .to_vec(),
-                _ => panic!("stride {stride}"),
-            }
-        };
-        (raw, stride, count)
+    let glb = super::decode::decode_tile_glb(bytes, "tile").expect("a Kiln tile GLB");
+    assert_eq!(glb.scale, lattice.step_m);
+    let offset: [i64; 3] = glb.translation.map(|c| (c / glb.scale).round() as i64);
+    let mut out = DecodedTile {
+        points: Vec::new(),
+        positions_m: Vec::new(),
+        indices: Vec::new(),
+        has_normals: true,
+        normals: Vec::new(),
+        has_uvs: true,
+        primitive_materials: Vec::new(),
+        image_uris: Vec::new(),
+        json: serde_json::Value::Null,
     };
-    let node = &json["nodes"][0];
-    let t: Vec<f64> = (0..3)
-        .map(|k| node["translation"][k].as_f64().unwrap())
-        .collect();
-    let s = node["scale"][0].as_f64().unwrap();
-    assert_eq!(s, lattice.step_m);
-    let offset: Vec<i64> = t.iter().map(|&c| (c / s).round() as i64).collect();
-    let accessor = |i: &serde_json::Value| &json["accessors"][i.as_u64().unwrap() as usize];
-    let mut points = Vec::new();
-    let mut positions_m = Vec::new();
-    let mut indices = Vec::new();
-    let mut has_normals = true;
-    let mut normals = Vec::new();
-    let mut has_uvs = true;
-    let mut primitive_materials = Vec::new();
-    // Primitives concatenated: vertices appended, indices offset by the vertices before them.
-    for primitive in json["meshes"][0]["primitives"].as_array().unwrap() {
-        let (raw, _, count) = view_bytes(accessor(&primitive["attributes"]["POSITION"]));
-        let stored: Vec<[u16; 4]> = bytemuck::cast_slice(&raw).to_vec();
-        assert_eq!(stored.len(), count);
-        let base = points.len() as u32;
-        points.extend(
-            stored
+    for primitive in glb.primitives {
+        let base = out.points.len() as u32;
+        out.points.extend(
+            primitive
+                .stored
                 .iter()
                 .map(|p| [0, 1, 2].map(|k| offset[k] + i64::from(p[k]))),
         );
-        positions_m.extend(
-            stored
-                .iter()
-                .map(|p| [0, 1, 2].map(|k| t[k] + s * f64::from(p[k]))),
-        );
-        let (raw, _, _) = view_bytes(accessor(&primitive["indices"]));
-        let local: Vec<u32> = bytemuck::cast_slice(&raw).to_vec();
-        indices.extend(local.iter().map(|&i| i + base));
-        match primitive["attributes"].get("NORMAL") {
-            Some(n) => {
-                let (raw, stride, _) = view_bytes(accessor(n));
-                assert_eq!(stride, 4, "normals are i8 × 4");
-                normals.extend(
-                    bytemuck::cast_slice::<u8, [i8; 4]>(&raw)
-                        .iter()
-                        .map(|n| [0, 1, 2].map(|k| f32::from(n[k]) / 127.0)),
-                );
-            }
-            None => has_normals = false,
+        out.positions_m.extend(primitive.positions_m);
+        out.indices
+            .extend(primitive.indices.iter().map(|&i| i + base));
+        match primitive.normals {
+            Some(n) => out.normals.extend(n),
+            None => out.has_normals = false,
         }
-        has_uvs &= primitive["attributes"].get("TEXCOORD_0").is_some();
-        primitive_materials.push(primitive["material"].as_u64().unwrap() as usize);
+        out.has_uvs &= primitive.uvs.is_some();
+        out.primitive_materials.push(
+            primitive
+                .material
+                .expect("every tile primitive has a material"),
+        );
     }
-    let image_uris = json["images"]
+    if !out.has_normals {
+        out.normals.clear();
+    }
+    out.image_uris = glb.json["images"]
         .as_array()
         .map(|a| {
             a.iter()
@@ -382,17 +333,8 @@ pub(crate) fn decode_tile(bytes: &[u8], lattice: Lattice) -> DecodedTile {
                 .collect()
         })
         .unwrap_or_default();
-    DecodedTile {
-        points,
-        positions_m,
-        indices,
-        has_normals,
-        normals: if has_normals { normals } else { Vec::new() },
-        has_uvs,
-        primitive_materials,
-        image_uris,
-        json,
-    }
+    out.json = glb.json;
+    out
 }
 
 #[cfg(test)]

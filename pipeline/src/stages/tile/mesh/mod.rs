@@ -34,6 +34,7 @@
 //! decimate stage's input (finite positions, indices in range) before anything is written.
 
 pub mod atlas;
+pub mod decode;
 pub mod deviation;
 pub mod encode;
 pub mod hlod;
