@@ -17,10 +17,11 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The job file is not valid TOML or has a bad field.
-    #[error("{path}: {message}; see datasets/jobs/*.toml for working examples")]
+    // TOML parse errors end in a newline; trimmed so the hint stays on the message's last line.
+    #[error("{path}: {}; see datasets/jobs/*.toml for working examples", .message.trim_end())]
     Spec { path: PathBuf, message: String },
     /// The `kiln regress` baselines file (or a scene's job in it) is invalid.
-    #[error("{path}: {message}; see datasets/baselines.toml for the format")]
+    #[error("{path}: {}; see datasets/baselines.toml for the format", .message.trim_end())]
     Baselines { path: PathBuf, message: String },
     /// A field is missing or out of range.
     #[error("{path}: field `{field}`: expected {expected}, found {found}")]

@@ -620,8 +620,11 @@ fn meshes_section(page: &mut PageBuilder, report: &JobReport, output_dir: &Path)
     page.body.push_str(
         "<p>Base colour (texture × factor; other maps are not drawn), flat Lambert shading, \
          orthographic, 3/4 view (azimuth 45°, elevation 30°, glTF Y up), same framing for every \
-         level.</p>\n<div class=\"grid\">\n",
+         level; PSNR against the first level over the pixels either covers.</p>\n\
+         <div class=\"grid\">\n",
     );
+    // The first LOD's render, which the others' PSNR is taken against.
+    let mut first: Option<image::RgbImage> = None;
     for (lod, mesh) in lods.iter().zip(meshes) {
         let surface = match mesh {
             Ok(s) => s,
@@ -633,12 +636,19 @@ fn meshes_section(page: &mut PageBuilder, report: &JobReport, output_dir: &Path)
         let Some((lo, hi)) = bounds else { break };
         let view = mesh_view::OrthoView::three_quarter(lo, hi, 320, 320);
         let img = mesh_view::render_painted(&surface, &view);
+        let psnr = match &first {
+            Some(reference) => format!(
+                ", PSNR {}",
+                fmt_psnr(mesh_view::psnr_covered(&img, reference))
+            ),
+            None => String::new(),
+        };
         match encode_png(&img, &lod.path) {
             Ok(png) => {
                 page.body.push_str("<figure>");
                 page.image("image/png", &png, &lod.file, None);
                 page.body.push_str(&format!(
-                    "<figcaption>{}: {} triangles{}{}</figcaption></figure>\n",
+                    "<figcaption>{}: {} triangles{}{}{}</figcaption></figure>\n",
                     escape_html(&lod.file),
                     surface.tris.len(),
                     lod.ratio.map_or(String::new(), |r| format!(", ratio {r}")),
@@ -646,10 +656,12 @@ fn meshes_section(page: &mut PageBuilder, report: &JobReport, output_dir: &Path)
                         ", simplification error {}",
                         fmt_metres(e)
                     )),
+                    psnr,
                 ));
             }
             Err(e) => page.note(format!("LOD render skipped: {e}")),
         }
+        first.get_or_insert(img);
     }
     page.body.push_str("</div>\n");
     let tileset_path = output_dir.join("tileset.json");
@@ -680,7 +692,11 @@ fn delivered_mesh_section(
          leaves above it): the tile GLBs decoded (<code>EXT_meshopt_compression</code>, \
          <code>KHR_mesh_quantization</code>, their own textures), painted as the levels of \
          detail above and framed on {name}. PSNR against {name} over the pixels either \
-         covers.</p>\n<div class=\"grid\">\n",
+         covers. The leaves should match it (about 40 dB or more: only the tiles' position \
+         lattice and texture encoding differ); a coarser level scores about what the level of \
+         detail with its triangle count scores above (flat shading makes every facet count, \
+         so 15–20 dB is usual for a root of a few hundred triangles). A lost material, texture \
+         or part shows as a leaves score far below that.</p>\n<div class=\"grid\">\n",
         name = escape_html(&reference.file)
     ));
     let last = levels.len().saturating_sub(1);
@@ -692,13 +708,7 @@ fn delivered_mesh_section(
                 continue;
             }
         };
-        let psnr = level.psnr_db.map_or("nothing drawn".to_string(), |db| {
-            if db.is_finite() {
-                format!("{db:.1} dB")
-            } else {
-                "identical".to_string()
-            }
-        });
+        let psnr = fmt_psnr(level.psnr_db);
         let label = match level.depth {
             0 => "root".to_string(),
             d if d == last => format!("leaves (depth {d})"),
@@ -810,6 +820,15 @@ fn fmt_opt(v: Option<f64>, decimals: usize) -> String {
 }
 
 /// A length in metres with a readable unit (m, mm or µm), e.g. `0.36 mm`.
+/// A PSNR for a caption: `None` (nothing drawn in either) and infinite (identical) in words.
+fn fmt_psnr(db: Option<f64>) -> String {
+    match db {
+        None => "— (nothing drawn)".to_string(),
+        Some(db) if db.is_finite() => format!("{db:.1} dB"),
+        Some(_) => "∞ (identical)".to_string(),
+    }
+}
+
 fn fmt_metres(m: f64) -> String {
     let a = m.abs();
     if a == 0.0 {
