@@ -32,16 +32,28 @@ fn avocado_report_html_embeds_lod_renders_tile_map_and_cost_table() {
     let html = std::fs::read_to_string(page.join("index.html")).unwrap();
     assert!(html.starts_with("<!DOCTYPE html>") && html.trim_end().ends_with("</html>"));
 
-    // 4 LOD renders (PNG) + the tile map (SVG), all embedded.
+    // 4 LOD renders and 4 tileset levels drawn from the tile GLBs (PNG) + the tile map (SVG),
+    // all embedded.
     let srcs = img_sources(&html);
-    assert_eq!(srcs.len(), 5, "{srcs:?}");
+    assert_eq!(srcs.len(), 9, "{} images", srcs.len());
     assert!(srcs.iter().all(|s| s.starts_with("data:image/")));
     assert_eq!(
         srcs.iter()
             .filter(|s| s.starts_with("data:image/png;base64,"))
             .count(),
-        4
+        8
     );
+    // What the viewer loads: the leaves (682 triangles, the full mesh) look like lod_0; the root
+    // (a coarse simplification) is scored too.
+    assert!(html.contains("What the viewer loads"));
+    let leaves = html
+        .split("leaves (depth 3): 1 tiles, 682 triangles, PSNR ")
+        .nth(1)
+        .and_then(|rest| rest.split(" dB").next())
+        .and_then(|db| db.parse::<f64>().ok())
+        .expect("a PSNR caption for the leaves");
+    assert!(leaves > 45.0, "leaves {leaves} dB against lod_0");
+    assert!(html.contains("root: 1 tiles, "));
     // Triangle counts and errors of the LOD chain (ratios 1, ½, ¼, ⅛ of 682 triangles).
     for n in [682, 341, 170, 86] {
         assert!(

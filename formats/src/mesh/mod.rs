@@ -46,7 +46,7 @@ pub use material::{
 pub use normals::{CREASE_ANGLE_DEG, generate_missing_normals};
 pub use obj_read::{mtl_texture_files, obj_material_libraries, read_obj};
 pub use ply_read::read_ply_mesh;
-pub use source_image::decode_texture;
+pub use source_image::{decode_texture, encode_png};
 pub use tile_glb::{
     EXT_MESHOPT_COMPRESSION, ImageRef, KHR_MESH_QUANTIZATION, MeshoptEncoder, QuantizedMesh,
     QuantizedPrimitive, TexCoords, quantize_normal, write_quantized_glb,

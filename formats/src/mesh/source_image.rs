@@ -114,11 +114,29 @@ pub fn decode_texture(bytes: &[u8]) -> Result<image::DynamicImage, String> {
     image::load_from_memory(bytes).map_err(|e| format!("an image that cannot be decoded ({e})"))
 }
 
+/// `pixels` as a PNG with zlib's balanced compression and adaptive row filters.
+///
+/// Why not `PngEncoder::new`: in `image` 0.25 it is the fast setting, whose files were 30 %
+/// (Duck's 256² level, 18,530 → 14,286 bytes) and 4.5 % (Avocado's 1024² base colour, 680,623
+/// → 650,235 bytes) larger, for 1.6 ms and 96 ms of encoding instead of 0.3 and 12 ms (release,
+/// one core). `Best` saved 2–4 % more at 13× the time.
+///
+/// # Errors
+/// The encoder's, e.g. for a colour type PNG cannot hold.
+pub fn encode_png(pixels: &image::DynamicImage) -> Result<Vec<u8>, image::ImageError> {
+    use image::codecs::png::{CompressionType, FilterType, PngEncoder};
+    let mut bytes = Vec::new();
+    pixels.write_with_encoder(PngEncoder::new_with_quality(
+        &mut bytes,
+        CompressionType::Default,
+        FilterType::Adaptive,
+    ))?;
+    Ok(bytes)
+}
+
 /// `decoded` as a lossless PNG, noting what it was decoded from.
 fn png(decoded: &image::DynamicImage, from: String) -> Result<Converted, String> {
-    let mut bytes = Vec::new();
-    decoded
-        .write_with_encoder(image::codecs::png::PngEncoder::new(&mut bytes))
+    let bytes = encode_png(decoded)
         .map_err(|e| format!("{from} image that cannot be stored as PNG ({e})"))?;
     Ok(Converted {
         image: EmbeddedImage {

@@ -236,8 +236,9 @@ pub struct MeshTileReport {
 /// Version of the mesh tiler, part of the mesh tile stage's key (a rerun after the algorithm
 /// changed tiles again instead of reusing an older tileset). 2 (the first recorded): per-tile
 /// atlases, geometricError measured through descendants for large cells, WebP input. 3: KTX2
-/// output, GPU texture bytes and texture encoding fidelity in the report.
-pub const MESH_TILER_VERSION: u32 = 3;
+/// output, GPU texture bytes and texture encoding fidelity in the report. 4: PNG levels and
+/// atlases at zlib's balanced setting instead of the fast one (smaller files, same pixels).
+pub const MESH_TILER_VERSION: u32 = 4;
 
 /// Tile the full-resolution level of a decimate chain: check `lods`, read `lod_dir/lods[0].file`
 /// and run [`tile_mesh`] on it. The coarser levels of the chain are not used (the HLOD parents

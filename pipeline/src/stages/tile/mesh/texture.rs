@@ -35,7 +35,6 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use image::codecs::jpeg::JpegEncoder;
-use image::codecs::png::PngEncoder;
 use image::imageops::FilterType;
 use image::{DynamicImage, ImageFormat};
 use kiln_formats::atomic_write::write_atomic;
@@ -449,7 +448,7 @@ fn encode_like(
         };
         rgb_or_grey.write_with_encoder(JpegEncoder::new_with_quality(&mut out, JPEG_QUALITY))?;
     } else {
-        pixels.write_with_encoder(PngEncoder::new(&mut out))?;
+        out = kiln_formats::mesh::encode_png(pixels)?;
     }
     Ok(out)
 }
