@@ -77,7 +77,7 @@ pub enum TextureFormat {
     Ktx2,
     /// KTX 2.0 like [`Self::Ktx2`] with ETC1S payloads (BasisLZ, quality [`ETC1S_QUALITY`]) for
     /// every image: the smallest downloads (DamagedHelmet 3.5 MB, Avocado 1.1 MB against its
-    /// PNGs' 10.6 MB) and 4 bits a texel on the GPU, at a visible cost on detailed maps
+    /// PNGs' 10.3 MB) and 4 bits a texel on the GPU, at a visible cost on detailed maps
     /// (DamagedHelmet 32.6 dB, Avocado 39.9 dB), worst on data maps whose channels differ
     /// (DamagedHelmet's metallic-roughness file: 23.2 dB against its pixels; UASTC 38.4 dB).
     #[serde(rename = "ktx2-etc1s")]
