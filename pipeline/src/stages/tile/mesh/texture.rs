@@ -56,7 +56,7 @@ pub const WEBP_QUALITY: f32 = 90.0;
 pub const ETC1S_QUALITY: u32 = 255;
 
 /// How the tiles' images are encoded ([`super::MeshTileParams::texture_format`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TextureFormat {
     /// Each image as its source type: PNG stays PNG, JPEG stays JPEG (full size: the source's
@@ -82,6 +82,36 @@ pub enum TextureFormat {
     /// (DamagedHelmet's metallic-roughness file: 23.2 dB against its pixels; UASTC 38.4 dB).
     #[serde(rename = "ktx2-etc1s")]
     Ktx2Etc1s,
+}
+
+impl TextureFormat {
+    /// Every value a job file may name, as written there.
+    pub const NAMES: [&'static str; 4] = ["source", "webp", "ktx2", "ktx2-etc1s"];
+
+    fn from_name(name: &str) -> Option<Self> {
+        let all = [Self::Source, Self::Webp, Self::Ktx2, Self::Ktx2Etc1s];
+        Self::NAMES.iter().position(|&n| n == name).map(|i| all[i])
+    }
+}
+
+/// By hand rather than derived so that any wrong value — another word, a number, a table — is
+/// refused naming the accepted ones (the derived enum let TOML answer a number with "wanted
+/// string or table").
+impl<'de> serde::Deserialize<'de> for TextureFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Name;
+        impl serde::de::Visitor<'_> for Name {
+            type Value = TextureFormat;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "one of \"{}\"", TextureFormat::NAMES.join("\", \""))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<TextureFormat, E> {
+                TextureFormat::from_name(v)
+                    .ok_or_else(|| E::invalid_value(serde::de::Unexpected::Str(v), &self))
+            }
+        }
+        d.deserialize_any(Name)
+    }
 }
 
 /// Writes the levels of the source images on demand and remembers what it wrote.
@@ -596,5 +626,31 @@ mod tests {
         assert_eq!(level_size(8192, 4096, 2, 4096), (2048, 1024));
         // 1000 × 300 capped to 512: 512 × 153.6 → 154.
         assert_eq!(level_size(1000, 300, 0, 512), (512, 154));
+    }
+
+    /// Every accepted name reads back as written; anything else is refused naming all four.
+    #[test]
+    fn texture_format_names_round_trip_and_wrong_values_list_the_accepted_ones() {
+        #[derive(serde::Deserialize)]
+        struct Job {
+            texture_format: super::TextureFormat,
+        }
+        for name in super::TextureFormat::NAMES {
+            let job: Job = toml::from_str(&format!("texture_format = \"{name}\"")).unwrap();
+            assert_eq!(
+                serde_json::to_value(job.texture_format).unwrap(),
+                serde_json::json!(name)
+            );
+        }
+        for wrong in ["1", "\"ktx3\"", "{ a = 1 }", "true"] {
+            let e = toml::from_str::<Job>(&format!("texture_format = {wrong}"))
+                .err()
+                .unwrap_or_else(|| panic!("{wrong} accepted"))
+                .to_string();
+            assert!(
+                e.contains(r#"expected one of "source", "webp", "ktx2", "ktx2-etc1s""#),
+                "{wrong}: {e}"
+            );
+        }
     }
 }
