@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use image::{Rgb, RgbImage};
 
-use kiln_pipeline::stages::tile::mesh::decode::decode_tile_glb;
+use kiln_pipeline::stages::tile::mesh::decode::{DecodedGlb, DecodedPrimitive, decode_tile_glb};
 
 use super::PageError;
 use crate::report::JobReport;
@@ -296,74 +296,111 @@ fn factor_colour(factor: [f32; 4]) -> [f32; 3] {
 /// does not decode.
 pub fn read_tile_surface(tiles: &[PathBuf]) -> Result<Surface, PageError> {
     let mut painted = Painted::default();
-    let mut images: Vec<RgbImage> = Vec::new();
-    let mut loaded: std::collections::HashMap<PathBuf, Option<usize>> = Default::default();
+    let mut images = TileImages::default();
     for path in tiles {
-        let bytes = std::fs::read(path).map_err(|source| PageError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        let glb = decode_tile_glb(&bytes, &path.display().to_string()).map_err(|e| {
-            PageError::Invalid {
-                path: path.clone(),
-                field: "tile content".into(),
-                expected: "a mesh tile GLB as Kiln writes it".into(),
-                found: e.to_string(),
-            }
-        })?;
+        let glb = read_tile(path)?;
         let dir = path.parent().unwrap_or(Path::new("."));
-        let mut texture_of = |json: &serde_json::Value, texture: u64| -> Option<usize> {
-            let t = &json["textures"][texture as usize];
-            let ext = &t["extensions"];
-            let image = ext["EXT_texture_webp"]["source"]
-                .as_u64()
-                .or_else(|| ext[kiln_formats::mesh::KHR_TEXTURE_BASISU]["source"].as_u64())
-                .or_else(|| t["source"].as_u64())?;
-            let uri = json["images"][image as usize]["uri"].as_str()?;
-            let file = dir.join(kiln_formats::uri::percent_decode(uri));
-            *loaded.entry(file.clone()).or_insert_with(|| {
-                let fitted = fitted_texture(&std::fs::read(&file).ok()?)?;
-                images.push(fitted);
-                Some(images.len() - 1)
-            })
-        };
         for primitive in &glb.primitives {
-            let material = primitive.material.map(|m| &glb.json["materials"][m]);
-            let pbr = material.map(|m| &m["pbrMetallicRoughness"]);
-            let colour = match pbr {
-                None => ALBEDO,
-                Some(pbr) => factor_colour(std::array::from_fn(|k| {
-                    pbr["baseColorFactor"][k].as_f64().unwrap_or(1.0) as f32
-                })),
-            };
-            let info = pbr.map(|p| &p["baseColorTexture"]);
-            let texture = info
-                .filter(|i| i["texCoord"].as_u64().unwrap_or(0) == 0)
-                .and_then(|i| i["index"].as_u64())
-                .and_then(|t| texture_of(&glb.json, t));
-            for corner in primitive.indices.chunks_exact(3) {
-                let at = |k: usize| corner[k] as usize;
-                painted
-                    .tris
-                    .push(std::array::from_fn(|k| primitive.positions_m[at(k)]));
-                let uv = primitive
-                    .uvs
-                    .as_ref()
-                    .map(|uvs| std::array::from_fn(|k| uvs[at(k)]));
-                painted.paint.push(Paint {
-                    colour,
-                    texture: texture.zip(uv),
-                });
-            }
+            let (colour, texture) = tile_primitive_paint(&glb.json, primitive, dir, &mut images);
+            paint_primitive(primitive, colour, texture, &mut painted);
         }
     }
     let (tris, centre_m) = recentred(&painted.tris);
     Ok(Surface {
         tris,
         paint: painted.paint,
-        textures: images,
+        textures: images.images,
         centre_m,
     })
+}
+
+/// One tile GLB read and decoded.
+fn read_tile(path: &Path) -> Result<DecodedGlb, PageError> {
+    let bytes = std::fs::read(path).map_err(|source| PageError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    decode_tile_glb(&bytes, &path.display().to_string()).map_err(|e| PageError::Invalid {
+        path: path.to_path_buf(),
+        field: "tile content".into(),
+        expected: "a mesh tile GLB as Kiln writes it".into(),
+        found: e.to_string(),
+    })
+}
+
+/// The base colour textures of a set of tiles, each image file decoded once.
+#[derive(Default)]
+struct TileImages {
+    images: Vec<RgbImage>,
+    /// Image file → its index in `images` (`None`: unreadable, painted in its factor colour).
+    loaded: std::collections::HashMap<PathBuf, Option<usize>>,
+}
+
+impl TileImages {
+    /// The index of texture `texture` of a tile's glTF `json` (its `EXT_texture_webp` or
+    /// `KHR_texture_basisu` image when there is one, as Kiln's WebP and KTX2 tiles have no core
+    /// source; URIs relative to `dir`).
+    fn index_of(&mut self, json: &serde_json::Value, texture: u64, dir: &Path) -> Option<usize> {
+        let t = &json["textures"][texture as usize];
+        let ext = &t["extensions"];
+        let image = ext["EXT_texture_webp"]["source"]
+            .as_u64()
+            .or_else(|| ext[kiln_formats::mesh::KHR_TEXTURE_BASISU]["source"].as_u64())
+            .or_else(|| t["source"].as_u64())?;
+        let uri = json["images"][image as usize]["uri"].as_str()?;
+        let file = dir.join(kiln_formats::uri::percent_decode(uri));
+        let images = &mut self.images;
+        *self.loaded.entry(file.clone()).or_insert_with(|| {
+            images.push(fitted_texture(&std::fs::read(&file).ok()?)?);
+            Some(images.len() - 1)
+        })
+    }
+}
+
+/// A tile primitive's base colour and base colour texture (when it reads `TEXCOORD_0`), as
+/// [`primitive_paint`] finds them in a GLB the `gltf` crate reads.
+fn tile_primitive_paint(
+    json: &serde_json::Value,
+    primitive: &DecodedPrimitive,
+    dir: &Path,
+    images: &mut TileImages,
+) -> ([f32; 3], Option<usize>) {
+    let Some(material) = primitive.material.map(|m| &json["materials"][m]) else {
+        return (ALBEDO, None);
+    };
+    let pbr = &material["pbrMetallicRoughness"];
+    let colour = factor_colour(std::array::from_fn(|k| {
+        pbr["baseColorFactor"][k].as_f64().unwrap_or(1.0) as f32
+    }));
+    let info = &pbr["baseColorTexture"];
+    let texture = (info["texCoord"].as_u64().unwrap_or(0) == 0)
+        .then(|| info["index"].as_u64())
+        .flatten()
+        .and_then(|t| images.index_of(json, t, dir));
+    (colour, texture)
+}
+
+/// A decoded primitive's triangles into `painted`, each in `colour` and, with UVs, `texture`.
+fn paint_primitive(
+    primitive: &DecodedPrimitive,
+    colour: [f32; 3],
+    texture: Option<usize>,
+    painted: &mut Painted,
+) {
+    for corner in primitive.indices.chunks_exact(3) {
+        let at = |k: usize| corner[k] as usize;
+        painted
+            .tris
+            .push(std::array::from_fn(|k| primitive.positions_m[at(k)]));
+        let uv = primitive
+            .uvs
+            .as_ref()
+            .map(|uvs| std::array::from_fn(|k| uvs[at(k)]));
+        painted.paint.push(Paint {
+            colour,
+            texture: texture.zip(uv),
+        });
+    }
 }
 
 /// Triangles collected in f64 with their paint.
@@ -550,17 +587,17 @@ pub struct DeliveredLevel {
 
 /// The levels of the mesh tileset at `tileset_path` ([`tileset_levels`]), decoded from the tile
 /// GLBs ([`read_tile_surface`]), each rendered through the 3/4 view of the GLB at `reference`
-/// (a job's `lods/lod_0.glb`: the source, welded) and scored against it: the render of the
-/// reference, then one entry per level, root first (an error for a level that cannot be read).
+/// (a job's `lods/lod_0.glb`: the source, welded) at `size_px` square and scored against the
+/// reference's render: one entry per level, root first (an error for a level that cannot be
+/// read).
 ///
 /// # Errors
 /// As [`read_surface`] for the reference and [`tileset_levels`] for the tileset.
-#[allow(clippy::type_complexity)]
 pub fn delivered_levels(
     tileset_path: &Path,
     reference: &Path,
     size_px: u32,
-) -> Result<(RgbImage, Vec<Result<DeliveredLevel, PageError>>), PageError> {
+) -> Result<Vec<Result<DeliveredLevel, PageError>>, PageError> {
     let reference = read_surface(reference)?;
     let levels = tileset_levels(tileset_path)?;
     let Some((lo, hi)) = bounds(&reference.tris) else {
@@ -588,7 +625,7 @@ pub fn delivered_levels(
             })
         })
         .collect();
-    Ok((expected, scored))
+    Ok(scored)
 }
 
 /// The content files of a tileset's levels: `levels[d]` holds the tiles at depth `d` and the
@@ -1125,9 +1162,9 @@ mod tests {
         tiled_avocado(out);
         let tileset = out.join("tileset.json");
         let lod0 = out.join("lods/lod_0.glb");
-        let (expected, levels) = delivered_levels(&tileset, &lod0, 320).unwrap();
-        assert_eq!(expected.dimensions(), (320, 320));
+        let levels = delivered_levels(&tileset, &lod0, 320).unwrap();
         let levels: Vec<DeliveredLevel> = levels.into_iter().map(Result::unwrap).collect();
+        assert!(levels.iter().all(|l| l.image.dimensions() == (320, 320)));
         assert!(levels.len() >= 2, "{} levels", levels.len());
         let leaves = levels.last().unwrap();
         let root = &levels[0];
@@ -1155,7 +1192,7 @@ mod tests {
                 grey.save(&path).unwrap();
             }
         }
-        let (_, levels) = delivered_levels(&tileset, &lod0, 320).unwrap();
+        let levels = delivered_levels(&tileset, &lod0, 320).unwrap();
         let broken = levels.last().unwrap().as_ref().unwrap().psnr_db.unwrap();
         assert!(broken < 25.0, "grey leaves {broken} dB");
     }

@@ -680,7 +680,7 @@ fn delivered_mesh_section(
     reference: &mesh_view::LodEntry,
 ) {
     page.section("What the viewer loads");
-    let (_, levels) = match mesh_view::delivered_levels(tileset_path, &reference.path, 320) {
+    let levels = match mesh_view::delivered_levels(tileset_path, &reference.path, 320) {
         Ok(l) => l,
         Err(e) => {
             page.note(format!("tile renders skipped: {e}"));
@@ -819,7 +819,6 @@ fn fmt_opt(v: Option<f64>, decimals: usize) -> String {
     }
 }
 
-/// A length in metres with a readable unit (m, mm or µm), e.g. `0.36 mm`.
 /// A PSNR for a caption: `None` (nothing drawn in either) and infinite (identical) in words.
 fn fmt_psnr(db: Option<f64>) -> String {
     match db {
@@ -829,6 +828,7 @@ fn fmt_psnr(db: Option<f64>) -> String {
     }
 }
 
+/// A length in metres with a readable unit (m, mm or µm), e.g. `0.36 mm`.
 fn fmt_metres(m: f64) -> String {
     let a = m.abs();
     if a == 0.0 {

@@ -107,7 +107,7 @@ pub fn measure_delivered_mesh(output_dir: &Path) -> BTreeMap<String, f64> {
     if !(tileset.is_file() && lod0.is_file()) {
         return m;
     }
-    let Ok((_, levels)) =
+    let Ok(levels) =
         crate::job_page::mesh_view::delivered_levels(&tileset, &lod0, DELIVERED_RENDER_PX)
     else {
         return m;
