@@ -1944,7 +1944,7 @@ fn images_at_whole_multiple_sizes_share_one_atlas_layout() {
         .unwrap();
     assert_eq!(stats.atlased, 0, "{stats:?}");
     assert!(
-        stats.kept.get(&atlas::Skip::MixedSizes).is_some(),
+        stats.kept.contains_key(&atlas::Skip::MixedSizes),
         "{stats:?}"
     );
 }

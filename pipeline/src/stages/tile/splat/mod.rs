@@ -12,8 +12,9 @@
 //! longest axis, and each half again at the median of its own longest axis, so siblings hold
 //! equal counts and leaves hold between a quarter of the budget and the budget. Leaves hold the
 //! original splats. A parent holds its children's content merged down to a quarter
-//! ([`SplatTileParams::fanout`], 4 by default), so each level has about 4× fewer splats than the level below and a
-//! parent tile about as many as a leaf. When the whole input fits one leaf, a merged root is put
+//! ([`SplatTileParams::fanout`], 4 by default), so each level has about 4× fewer splats than the
+//! level below and a parent tile about as many as a leaf; the root fills a whole tile's budget
+//! (2–4× fewer than level 1, see `parent_target`). When the whole input fits one leaf, a merged root is put
 //! above it, so every tileset has at least two levels. Levels are built bottom-up, each from the
 //! level below (never from all the leaves), and a leaf's splats are gathered only when its parent
 //! is built, so memory holds the input and about two levels at a time.
@@ -142,10 +143,11 @@ pub struct SplatTileParams {
     /// Also write PlayCanvas's streamed SOG (`sog/lod-meta.json` + one SOG per chunk and level,
     /// [`streamed_sog`]) from the same levels as the tiles, for the PlayCanvas engine, SuperSplat
     /// and splat-transform. Default `false`; left out of the stage key when off. Measured (2-core
-    /// CPU, loaded): plush-dog (15,105 splats, SH 3, 4,096 per leaf: 2 levels) 697 KB, 46 B per
-    /// input splat, as small chunks pay for their SH palette (317 KB of LOD 0's 552 KB); biker
-    /// (152,746 splats, SH 0, 16,384 per leaf: 3 levels) 2.57 MB, 16.8 B per input splat, against
-    /// 3.11 MB of SPZ tiles; the tile stage took 1.7 s longer on each.
+    /// CPU, loaded): plush-dog (15,105 splats, SH 3, 4,096 per leaf: 2 levels) 780 KB, 52 B per
+    /// input splat, as small chunks pay for their SH palette (317 KB of LOD 0's 552 KB; the
+    /// 4,096-splat root level gets a palette of 4,096, 227 KB); biker (152,746 splats, SH 0,
+    /// 16,384 per leaf: 3 levels) 2.59 MB, 16.9 B per input splat, against 3.13 MB of SPZ tiles;
+    /// the tile stage took 1.7 s longer on each.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub streamed_sog: bool,
     /// Children per parent tile, 2 or 4 (default 4), and the factor by which each level has
@@ -156,13 +158,13 @@ pub struct SplatTileParams {
     ///
     /// Measured with `kiln eval` (2-core CPU). Biker (152,746 splats, SH 0, 16,384 a leaf, no
     /// refinement; 8 orbit views at 2× its radius against the full splats): fanout 4 has levels
-    /// of 9,547 / 38,188 / 152,746 splats and 3.11 MB of tiles, and Spark-style budget cuts of
-    /// 12 k / 40 k / 80 k splats score 27.6 / 33.8 / 35.5 dB; fanout 2 has five levels (9,547 to
-    /// 152,746, 2× apart) and 4.60 MB, and the same budgets score 27.5 / 31.4 / 36.2 dB, with
-    /// 30.2 dB at 20 k where fanout 4 still shows its 27.6 dB root. README fox retiled at 4,096
-    /// a leaf (refined parents, 7 held-out photos, relative to the full leaves): τ = 16 / 64 /
-    /// 120 cuts −0.35 / −0.51 / −0.52 dB at 1.23 / 1.03 / 0.97 MB with fanout 4, −0.28 / −0.28 /
-    /// −0.31 dB at 1.36 / 1.33 / 1.30 MB with fanout 2; its tile stage took 14 s and 32 s.
+    /// of 16,384 (the root fills a tile) / 38,188 / 152,746 splats and 3.13 MB of tiles, and
+    /// Spark-style budget cuts of 20 k / 40 k / 80 k splats score 29.7 / 33.8 / 35.5 dB; fanout 2
+    /// has five levels (9,547 to 152,746, 2× apart) and 4.60 MB, and the same budgets score
+    /// 30.2 / 31.4 / 36.2 dB. README fox retiled at 4,096 a leaf (refined parents, 7 held-out
+    /// photos, relative to the full leaves): τ = 16 / 64 / 120 cuts −0.35 / −0.47 / −0.48 dB at
+    /// 1.18 / 0.99 / 0.93 MB with fanout 4, −0.28 / −0.28 / −0.31 dB at 1.36 / 1.33 / 1.30 MB with
+    /// fanout 2; its tile stage took 14 s and 32 s.
     #[serde(skip_serializing_if = "is_default_fanout")]
     pub fanout: u8,
 }
@@ -558,13 +560,29 @@ fn build_parent(
             set.extend_from(content);
         }
     }
-    let target = set.len().div_ceil(usize::from(params.fanout));
+    let target = parent_target(set.len(), p == 0, params);
     let content = merge::merge_to(set, target).to_splats();
     Ok(ParentPass {
         node: p,
         content,
         leaves,
     })
+}
+
+/// How many of its children's `n` splats a parent keeps: `n / fanout`, except the root above
+/// children that fill more than one tile, which keeps a whole tile's budget (at most half of `n`,
+/// so it stays a level of its own). Every client fetches the root first and a distant one shows
+/// nothing else, so its tile budget is spent there rather than left unused: biker (152,746 splats,
+/// 16,384 a leaf) gets a 16,384-splat root instead of 9,547, 2.3× below its 38,188-splat level 1,
+/// and the τ = 16 → 32 step at 2× its radius goes from 2.03 dB to none (the root alone matches
+/// level 1 there). A root above a single small leaf stays a `1 / fanout` preview of it.
+fn parent_target(n: usize, is_root: bool, params: &SplatTileParams) -> usize {
+    let per_level = n.div_ceil(usize::from(params.fanout));
+    if is_root && n > params.max_splats_per_tile {
+        per_level.max(params.max_splats_per_tile.min(n.div_ceil(2)))
+    } else {
+        per_level
+    }
 }
 
 /// The boundary check of [`tile_splats`].
@@ -917,7 +935,8 @@ mod tests {
                 leaf_splats += content.len();
                 assert!(content.len() <= params.max_splats_per_tile);
             } else {
-                // A parent holds its children's splats merged to a quarter: within the leaf budget.
+                // A parent holds its children's splats merged to a quarter, the root to a whole
+                // tile's budget: within the leaf budget.
                 assert!(content.len() <= params.max_splats_per_tile);
                 // Children's boxes lie inside the parent's (all in the parent's frame).
                 let pb = tile.bounding_volume.box_.unwrap();
@@ -936,7 +955,7 @@ mod tests {
         assert!(leaf_count >= 4, "{leaf_count} leaves");
         assert_eq!(leaf_splats, s.len());
         assert_eq!(bytes, report.content_bytes);
-        // Each level holds about 4× fewer splats than the level below (the issue's 2–4×).
+        // Levels 2–4× apart (issue 18).
         let mut per_depth = vec![0usize; report.levels as usize];
         let mut depth_of = Vec::new();
         fn depths(t: &Tile, d: usize, out: &mut Vec<usize>) {
@@ -953,9 +972,13 @@ mod tests {
             .unwrap()
             .len();
         }
-        for w in per_depth.windows(2) {
+        // The root spends a whole tile's budget (200,000 / 4 leaves of 50,000 under it: 65,536,
+        // 3.05× fewer); every level below it is about 4× fewer than the next.
+        assert_eq!(per_depth[0], params.max_splats_per_tile, "{per_depth:?}");
+        for (d, w) in per_depth.windows(2).enumerate() {
             let ratio = w[1] as f64 / w[0] as f64;
-            assert!((3.5..=4.5).contains(&ratio), "levels {per_depth:?}");
+            let expected = if d == 0 { 2.0..=4.0 } else { 3.5..=4.5 };
+            assert!(expected.contains(&ratio), "levels {per_depth:?}");
         }
     }
 
@@ -1159,7 +1182,9 @@ mod tests {
         let root = assert_content_inside_box(dir.path(), &ts.root);
         let leaf = assert_content_inside_box(dir.path(), &ts.root.children[0]);
         assert_eq!(leaf.len(), 1_000);
-        assert!(root.len() < 1_000 && !root.is_empty());
+        // Above a single leaf the root stays a quarter preview (it fills a tile only above
+        // children holding more than one tile).
+        assert_eq!(root.len(), 250);
         assert_eq!(root.sh_degree, 2);
     }
 
