@@ -23,9 +23,9 @@ use gltf::accessor::{DataType, Dimensions};
 use gltf::mesh::Mode;
 use gltf::{Document, Semantic};
 
-use super::draco;
 use super::material::{AlphaMode, Material, Sampler, TextureRef, for_each_texture_info};
 use super::{EmbeddedImage, Mesh, MissingTexture};
+use super::{KHR_MESH_QUANTIZATION, draco, meshopt_read};
 use crate::{Error, Result};
 
 /// Read the default scene of a glTF/GLB file as one triangle mesh.
@@ -111,7 +111,8 @@ pub fn read_gltf(path: &Path) -> Result<Mesh> {
     let required = json.extensions_required.clone();
     // Supported here, though not by the `gltf` crate's validation (which rejects every required
     // extension it does not implement itself).
-    json.extensions_required.retain(|e| e != draco::EXTENSION);
+    json.extensions_required
+        .retain(|e| !READ_HERE.contains(&e.as_str()));
     let draco_accessors = draco_accessor_indices(&json);
     let document = match gltf::Document::from_json(json.clone()) {
         Ok(d) => d,
@@ -141,12 +142,65 @@ pub fn read_gltf(path: &Path) -> Result<Mesh> {
     };
     let base = path.parent().unwrap_or(Path::new("."));
     let node_matrices = node_matrices_f64(&bytes, document.nodes().len());
-    let buffers = load_buffers(path, base, &document, blob)?;
+    let mut buffers = load_buffers(path, base, &document, blob)?;
+    let fallbacks: Vec<bool> = document
+        .as_json()
+        .buffers
+        .iter()
+        .map(meshopt_read::is_empty_fallback)
+        .collect();
+    meshopt_read::decode_views(path, document.as_json(), &mut buffers, &fallbacks)?;
     let mut builder = Builder::new(path, base, &document, &buffers);
     builder.node_matrices = node_matrices;
     builder.walk_default_scene()?;
     builder.finish()
 }
+
+/// Component types of POSITION, NORMAL and TEXCOORD_n: float, and the integer types
+/// `KHR_mesh_quantization` adds (normals only normalized).
+const QUANTIZED_POSITION: [DataType; 5] = [
+    DataType::F32,
+    DataType::I8,
+    DataType::U8,
+    DataType::I16,
+    DataType::U16,
+];
+const QUANTIZED_NORMAL: [DataType; 3] = [DataType::F32, DataType::I8, DataType::I16];
+const QUANTIZED_TEXCOORD: [DataType; 5] = QUANTIZED_POSITION;
+
+/// One component of `kind` from its little-endian `bytes` (exactly its size) as a float.
+fn component(kind: DataType, bytes: &[u8], normalized: bool) -> f32 {
+    let (value, max) = match kind {
+        DataType::I8 => (f32::from(bytes[0] as i8), 127.0),
+        DataType::U8 => (f32::from(bytes[0]), 255.0),
+        DataType::I16 => (f32::from(i16::from_le_bytes([bytes[0], bytes[1]])), 32767.0),
+        DataType::U16 => (f32::from(u16::from_le_bytes([bytes[0], bytes[1]])), 65535.0),
+        DataType::U32 => {
+            let v = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+            (v as f32, u32::MAX as f32)
+        }
+        DataType::F32 => return f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]),
+    };
+    if normalized {
+        (value / max).max(-1.0)
+    } else {
+        value
+    }
+}
+
+/// `v` scaled to unit length; zero stays zero (and is then replaced like any unusable normal).
+fn unit_or_zero(v: [f32; 3]) -> [f32; 3] {
+    let len = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+    if len > 0.0 { v.map(|c| c / len) } else { v }
+}
+
+/// Required extensions this reader implements, though the `gltf` crate's validation does not
+/// (it rejects every required extension it does not implement itself).
+const READ_HERE: [&str; 3] = [
+    draco::EXTENSION,
+    meshopt_read::EXTENSION,
+    KHR_MESH_QUANTIZATION,
+];
 
 /// Reject a POSITION attribute that names a missing accessor before validation: gltf-json 1.4.1's
 /// primitive validation hook indexes `root.accessors[POSITION]` unchecked and panics (found by
@@ -226,8 +280,8 @@ fn convert_gltf_error(path: &Path, required: &[String], e: gltf::Error) -> Error
                     field: field.as_str().to_string(),
                     found: format!("required extension(s) {names}"),
                     supported: format!(
-                        "glTF 2.0 core and {} (decode other compression, e.g. meshopt, first with glTF-Transform)",
-                        draco::EXTENSION
+                        "glTF 2.0 core and {} (decode other extensions first, e.g. with glTF-Transform)",
+                        READ_HERE.join(", ")
                     ),
                 };
             }
@@ -311,6 +365,11 @@ fn load_buffers(
     let mut out = Vec::with_capacity(document.buffers().len());
     for buffer in document.buffers() {
         let field = format!("buffers[{}].uri", buffer.index());
+        if meshopt_read::is_empty_fallback(&document.as_json().buffers[buffer.index()]) {
+            // Filled by `meshopt_read::decode_views`; it owns no bytes of the GLB's BIN chunk.
+            out.push(vec![0; buffer.length()]);
+            continue;
+        }
         let data = match buffer.source() {
             gltf::buffer::Source::Bin => blob.take().ok_or_else(|| Error::Corrupt {
                 path: path.to_path_buf(),
@@ -543,11 +602,15 @@ impl<'a> Builder<'a> {
                 p
             }
             None => {
-                self.check_accessor(&pos_acc, "POSITION", Dimensions::Vec3, &[DataType::F32])?;
-                let p: Vec<[f32; 3]> = reader
-                    .read_positions()
-                    .map(|it| it.collect())
-                    .unwrap_or_default();
+                self.check_accessor(&pos_acc, "POSITION", Dimensions::Vec3, &QUANTIZED_POSITION)?;
+                let p: Vec<[f32; 3]> = if pos_acc.data_type() == DataType::F32 {
+                    reader
+                        .read_positions()
+                        .map(|it| it.collect())
+                        .unwrap_or_default()
+                } else {
+                    self.read_floats(&pos_acc)?
+                };
                 self.check_count(&pos_acc, p.len())?;
                 p
             }
@@ -582,11 +645,19 @@ impl<'a> Builder<'a> {
                         d.floats::<3>(self.path, &ext_field("NORMAL"), id)?
                     }
                     None => {
-                        self.check_accessor(&acc, "NORMAL", Dimensions::Vec3, &[DataType::F32])?;
-                        let n: Vec<[f32; 3]> = reader
-                            .read_normals()
-                            .map(|it| it.collect())
-                            .unwrap_or_default();
+                        self.check_accessor(&acc, "NORMAL", Dimensions::Vec3, &QUANTIZED_NORMAL)?;
+                        let n: Vec<[f32; 3]> = if acc.data_type() == DataType::F32 {
+                            reader
+                                .read_normals()
+                                .map(|it| it.collect())
+                                .unwrap_or_default()
+                        } else {
+                            // Quantized normals need not be unit length after rounding.
+                            self.read_floats(&acc)?
+                                .into_iter()
+                                .map(unit_or_zero)
+                                .collect()
+                        };
                         self.check_count(&acc, n.len())?;
                         n
                     }
@@ -604,7 +675,7 @@ impl<'a> Builder<'a> {
             }
             None => None,
         };
-        let uv_types = [DataType::F32, DataType::U8, DataType::U16];
+        let uv_types = QUANTIZED_TEXCOORD;
         let read_uv_set = |set: u32| -> Result<Option<Vec<[f32; 2]>>> {
             let Some(acc) = primitive.get(&Semantic::TexCoords(set)) else {
                 return Ok(None);
@@ -617,10 +688,14 @@ impl<'a> Builder<'a> {
                 }
                 None => {
                     self.check_accessor(&acc, "TEXCOORD", Dimensions::Vec2, &uv_types)?;
-                    let t: Vec<[f32; 2]> = reader
-                        .read_tex_coords(set)
-                        .map(|it| it.into_f32().collect())
-                        .unwrap_or_default();
+                    let t: Vec<[f32; 2]> = if acc.data_type() == DataType::F32 {
+                        reader
+                            .read_tex_coords(set)
+                            .map(|it| it.into_f32().collect())
+                            .unwrap_or_default()
+                    } else {
+                        self.read_floats(&acc)?
+                    };
                     self.check_count(&acc, t.len())?;
                     t
                 }
@@ -1029,9 +1104,9 @@ impl<'a> Builder<'a> {
                 supported: format!("{dims:?} of {types:?}"),
             });
         }
-        if acc.data_type() != DataType::F32 && semantic == "TEXCOORD" && !acc.normalized() {
+        if acc.data_type() != DataType::F32 && semantic == "NORMAL" && !acc.normalized() {
             return Err(invalid(
-                "normalized integer texture coordinates".into(),
+                "normalized integer normals (KHR_mesh_quantization)".into(),
                 format!("{:?} not normalized", acc.data_type()),
             ));
         }
@@ -1103,6 +1178,39 @@ impl<'a> Builder<'a> {
                 ),
             }),
         }
+    }
+
+    /// A dense accessor already checked by [`Self::check_accessor`], as floats: integer
+    /// components as glTF 2.0 §3.11 converts them (normalized signed `c / (2^(b−1) − 1)`, at least
+    /// −1; normalized unsigned `c / (2^b − 1)`; otherwise the integer's value), which is how
+    /// `KHR_mesh_quantization` attributes are meant to be read (positions then scaled by their
+    /// node's transform).
+    fn read_floats<const N: usize>(&self, acc: &gltf::Accessor<'_>) -> Result<Vec<[f32; N]>> {
+        let corrupt = || Error::Corrupt {
+            path: self.path.to_path_buf(),
+            location: format!("accessors[{}]", acc.index()),
+            what: "elements outside their buffer view".into(),
+        };
+        let view = acc.view().ok_or_else(corrupt)?;
+        let buffer = self
+            .buffers
+            .get(view.buffer().index())
+            .ok_or_else(corrupt)?;
+        let (kind, normalized) = (acc.data_type(), acc.normalized());
+        let size = kind.size();
+        let stride = view.stride().unwrap_or(acc.size());
+        let start = view.offset() + acc.offset();
+        (0..acc.count())
+            .map(|i| {
+                let mut out = [0.0; N];
+                for (k, v) in out.iter_mut().enumerate() {
+                    let at = start + i * stride + k * size;
+                    let bytes = buffer.get(at..at + size).ok_or_else(corrupt)?;
+                    *v = component(kind, bytes, normalized);
+                }
+                Ok(out)
+            })
+            .collect()
     }
 
     fn check_count(&self, acc: &gltf::Accessor<'_>, read: usize) -> Result<()> {
@@ -1711,6 +1819,203 @@ mod tests {
         (json, bin)
     }
 
+    /// The Avocado written as gltfpack writes meshes (`KHR_mesh_quantization` +
+    /// `EXT_meshopt_compression` with a fallback buffer): POSITION as u16 under a node
+    /// translation and scale, NORMAL as i8 with the OCTAHEDRAL filter; primitive 0 has float UVs
+    /// under the EXPONENTIAL filter and TRIANGLES-coded indices, primitive 1 normalized-u16 UVs and
+    /// INDICES-coded ones. Both read back as the float source within the quantization steps.
+    /// `(glb, quantization step in metres)`.
+    fn meshopt_avocado(src: &Mesh) -> (Vec<u8>, f32) {
+        let (min, max) = src.aabb().unwrap();
+        let (min, max) = (min.map(|v| v as f32), max.map(|v| v as f32));
+        let step = (0..3).map(|a| max[a] - min[a]).fold(0.0f32, f32::max) / 65535.0;
+        let pos: Vec<[u16; 4]> = src
+            .positions
+            .iter()
+            .map(|p| {
+                let q = |a: usize| ((p[a] - min[a]) / step).round().clamp(0.0, 65535.0) as u16;
+                [q(0), q(1), q(2), 0]
+            })
+            .collect();
+        let normals: Vec<[f32; 4]> = src
+            .normals
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|n| [n[0], n[1], n[2], 0.0])
+            .collect();
+        let oct: Vec<[i8; 4]> = meshopt::encode_filter_oct(&normals, 8);
+        let uvs = src.uvs.as_ref().unwrap();
+        let uv_exp = meshopt::encode_filter_exp::<2>(uvs, 24, meshopt::EncodeExpMode::Separate);
+        let uv_u16: Vec<[u16; 2]> = uvs
+            .iter()
+            .map(|t| t.map(|c| (c.clamp(0.0, 1.0) * 65535.0).round() as u16))
+            .collect();
+        let n = src.positions.len();
+        let tri = meshopt::encode_index_buffer(&src.indices, n).unwrap();
+        let seq = meshopt::encode_index_sequence(&src.indices, n).unwrap();
+        let streams: [(Vec<u8>, usize, usize, &str, &str); 6] = [
+            (
+                meshopt::encode_vertex_buffer(&pos).unwrap(),
+                8,
+                n,
+                "ATTRIBUTES",
+                "NONE",
+            ),
+            (
+                meshopt::encode_vertex_buffer(&oct).unwrap(),
+                4,
+                n,
+                "ATTRIBUTES",
+                "OCTAHEDRAL",
+            ),
+            (
+                meshopt::encode_vertex_buffer(&uv_exp).unwrap(),
+                8,
+                n,
+                "ATTRIBUTES",
+                "EXPONENTIAL",
+            ),
+            (
+                meshopt::encode_vertex_buffer(&uv_u16).unwrap(),
+                4,
+                n,
+                "ATTRIBUTES",
+                "NONE",
+            ),
+            (tri, 4, src.indices.len(), "TRIANGLES", "NONE"),
+            (seq, 4, src.indices.len(), "INDICES", "NONE"),
+        ];
+        let (mut bin, mut fallback, mut views) = (Vec::new(), 0usize, Vec::new());
+        for (bytes, stride, count, mode, filter) in &streams {
+            views.push(serde_json::json!({
+                "buffer": 1, "byteOffset": fallback, "byteLength": stride * count,
+                "extensions": {"EXT_meshopt_compression": {
+                    "buffer": 0, "byteOffset": bin.len(), "byteLength": bytes.len(),
+                    "byteStride": stride, "count": count, "mode": mode, "filter": filter}}
+            }));
+            if *mode == "ATTRIBUTES" {
+                views.last_mut().unwrap()["byteStride"] = serde_json::json!(stride);
+            }
+            bin.extend_from_slice(bytes);
+            bin.resize(bin.len().next_multiple_of(4), 0);
+            fallback += stride * count;
+        }
+        let accessor = |view: usize, ct: u32, ty: &str, normalized: bool, count: usize| {
+            serde_json::json!({"bufferView": view, "componentType": ct, "type": ty,
+                               "normalized": normalized, "count": count})
+        };
+        let mut position = accessor(0, 5123, "VEC3", false, n);
+        position["min"] = serde_json::json!([0, 0, 0]);
+        position["max"] = serde_json::json!(pos.iter().fold([0u16; 3], |m, p| [
+            m[0].max(p[0]),
+            m[1].max(p[1]),
+            m[2].max(p[2])
+        ]));
+        let json = serde_json::json!({
+            "asset": {"version": "2.0"},
+            "extensionsUsed": ["KHR_mesh_quantization", "EXT_meshopt_compression"],
+            "extensionsRequired": ["KHR_mesh_quantization", "EXT_meshopt_compression"],
+            "buffers": [{"byteLength": bin.len()},
+                        {"byteLength": fallback,
+                         "extensions": {"EXT_meshopt_compression": {"fallback": true}}}],
+            "bufferViews": views,
+            "accessors": [position,
+                          accessor(1, 5120, "VEC3", true, n),
+                          accessor(2, 5126, "VEC2", false, n),
+                          accessor(3, 5123, "VEC2", true, n),
+                          accessor(4, 5125, "SCALAR", false, src.indices.len()),
+                          accessor(5, 5125, "SCALAR", false, src.indices.len())],
+            "meshes": [{"primitives": [
+                {"attributes": {"POSITION": 0, "NORMAL": 1, "TEXCOORD_0": 2}, "indices": 4},
+                {"attributes": {"POSITION": 0, "NORMAL": 1, "TEXCOORD_0": 3}, "indices": 5}]}],
+            "nodes": [{"mesh": 0, "translation": min, "scale": [step, step, step]}],
+            "scenes": [{"nodes": [0]}], "scene": 0
+        });
+        (glb_bytes(&json, &bin), step)
+    }
+
+    #[test]
+    fn meshopt_compressed_quantized_glb_reads_like_its_float_source() {
+        let src = read_gltf(&dataset(
+            "mesh-khronos-gltf-samples/Avocado/glTF/Avocado.gltf",
+        ))
+        .unwrap();
+        let (glb, step) = meshopt_avocado(&src);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("avocado.meshopt.glb");
+        std::fs::write(&path, &glb).unwrap();
+        let got = read_gltf(&path).unwrap();
+        let n = src.positions.len();
+        // Two primitives over the same vertices: each reads its own copy of them.
+        assert_eq!(got.positions.len(), 2 * n);
+        assert_eq!(got.triangle_count(), 2 * src.triangle_count());
+        let (normals, uvs) = (got.normals.as_ref().unwrap(), got.uvs.as_ref().unwrap());
+        let (src_normals, src_uvs) = (src.normals.as_ref().unwrap(), src.uvs.as_ref().unwrap());
+        for copy in 0..2 {
+            for i in 0..n {
+                let j = copy * n + i;
+                for a in 0..3 {
+                    let d = (got.positions[j][a] - src.positions[i][a]).abs();
+                    // Half a step of rounding, plus f32 rounding of the dequantization.
+                    assert!(
+                        d <= 0.5 * step + 1e-6,
+                        "vertex {i} axis {a}: off by {d} (step {step})"
+                    );
+                }
+                let dot: f32 = (0..3).map(|a| normals[j][a] * src_normals[i][a]).sum();
+                // 8-bit octahedral encoding: within about 1° (cos 1° = 0.99985).
+                assert!(dot > 0.9995, "normal {i}: dot {dot}");
+                // EXPONENTIAL with 24-bit mantissas is near-exact; u16 is 1/65535 a step.
+                let tol = if copy == 0 {
+                    1e-6
+                } else {
+                    0.5 / 65535.0 + 1e-7
+                };
+                for a in 0..2 {
+                    let d = (uvs[j][a] - src_uvs[i][a]).abs();
+                    assert!(d <= tol, "uv {i} of primitive {copy}: off by {d}");
+                }
+            }
+            // The TRIANGLES codec may rotate a triangle's corners (winding kept); INDICES keeps
+            // them as they were.
+            let offset = (copy * n) as u32;
+            let tris = &got.indices[copy * src.indices.len()..(copy + 1) * src.indices.len()];
+            for (t, (g, s)) in tris.chunks(3).zip(src.indices.chunks(3)).enumerate() {
+                let s = [s[0] + offset, s[1] + offset, s[2] + offset];
+                let rotations = [[s[0], s[1], s[2]], [s[1], s[2], s[0]], [s[2], s[0], s[1]]];
+                let ok = if copy == 0 {
+                    rotations.contains(&[g[0], g[1], g[2]])
+                } else {
+                    g == s
+                };
+                assert!(ok, "triangle {t} of primitive {copy}: {g:?}, source {s:?}");
+            }
+        }
+
+        // A damaged stream is an error naming the file and the view, not garbage or a panic.
+        let (mut json, mut bin) = glb_parts(&glb);
+        let at = json["bufferViews"][1]["extensions"]["EXT_meshopt_compression"]["byteOffset"]
+            .as_u64()
+            .unwrap() as usize;
+        bin[at..at + 64].fill(0xff);
+        std::fs::write(&path, glb_bytes(&json, &bin)).unwrap();
+        let err = read_gltf(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("avocado.meshopt.glb") && err.contains("bufferViews[1]"),
+            "{err}"
+        );
+        // QUATERNION takes 8-byte elements; the normals are 4.
+        json["bufferViews"][1]["extensions"]["EXT_meshopt_compression"]["filter"] =
+            serde_json::json!("QUATERNION");
+        std::fs::write(&path, glb_bytes(&json, &bin)).unwrap();
+        let err = read_gltf(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("bufferViews[1]") && err.contains("byteStride"),
+            "{err}"
+        );
+    }
+
     fn glb_bytes(json: &serde_json::Value, bin: &[u8]) -> Vec<u8> {
         let mut j = serde_json::to_vec(json).unwrap();
         j.resize(j.len().next_multiple_of(4), b' ');
@@ -1874,15 +2179,21 @@ mod tests {
     #[test]
     fn other_required_extensions_are_still_unsupported() {
         let (mut json, stream) = small_draco_glb();
+        // The Khronos successor of EXT_meshopt_compression (newer codec versions): not read.
         json["extensionsRequired"] =
-            serde_json::json!(["KHR_draco_mesh_compression", "EXT_meshopt_compression"]);
+            serde_json::json!(["KHR_draco_mesh_compression", "KHR_meshopt_compression"]);
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("meshopt.glb");
         std::fs::write(&p, glb_bytes(&json, &stream)).unwrap();
         let err = read_gltf(&p).unwrap_err();
         let msg = err.to_string();
         assert!(matches!(err, Error::Unsupported { .. }), "{msg}");
-        assert!(msg.contains("EXT_meshopt_compression"), "{msg}");
+        assert!(msg.contains("KHR_meshopt_compression"), "{msg}");
+        // The message lists what is read instead.
+        assert!(
+            msg.contains("EXT_meshopt_compression") && msg.contains("KHR_mesh_quantization"),
+            "{msg}"
+        );
     }
 
     /// A 4 × 3 RGBA pattern, every texel distinct (alpha too).

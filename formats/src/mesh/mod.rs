@@ -23,6 +23,7 @@ mod glb_write;
 mod gltf_read;
 mod ktx2_write;
 mod material;
+mod meshopt_read;
 mod normals;
 mod obj_read;
 mod ply_read;
