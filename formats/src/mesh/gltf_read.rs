@@ -2517,12 +2517,22 @@ mod tests {
 
     #[test]
     fn mutated_glb_bytes_never_panic() {
-        // Deterministic byte mutations of a valid textured GLB (JSON and BIN chunks alike): every
-        // outcome must be a mesh that keeps the invariants or an error.
+        // A valid textured GLB, and a meshopt-compressed, quantized one (every codec and filter).
         let src = std::fs::read(dataset(
             "mesh-gltf-edgecases-assimp/BoxTextured-glTF-Binary/BoxTextured.glb",
         ))
         .unwrap();
+        assert_mutations_read_or_fail(&src);
+        let avocado = read_gltf(&dataset(
+            "mesh-khronos-gltf-samples/Avocado/glTF/Avocado.gltf",
+        ))
+        .unwrap();
+        assert_mutations_read_or_fail(&meshopt_avocado(&avocado).0);
+    }
+
+    /// Deterministic byte mutations of the valid GLB `src` (JSON and BIN chunks alike): every
+    /// outcome must be a mesh that keeps the invariants or an error, never a panic.
+    fn assert_mutations_read_or_fail(src: &[u8]) {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("mutated.glb");
         let mut state = 0x2545_F491_4F6C_DD1Du64;
@@ -2534,7 +2544,7 @@ mod tests {
         };
         let mut errors = 0;
         for _ in 0..300 {
-            let mut bytes = src.clone();
+            let mut bytes = src.to_vec();
             for _ in 0..1 + next() % 4 {
                 let at = (next() % bytes.len() as u64) as usize;
                 bytes[at] = match next() % 3 {
