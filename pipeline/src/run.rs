@@ -689,6 +689,12 @@ fn run_local(
                         tile::georef::apply_georef(&mesh.report.tileset_path, g)?;
                     }
                     check_written_tileset(&mesh.report.tileset_path)?;
+                    let delivered = lods.first().and_then(|lod0| {
+                        tile::mesh::view::delivered_summary(
+                            &mesh.report.tileset_path,
+                            &dir.join(&lod0.file),
+                        )
+                    });
                     let mut summary = serde_json::json!({
                         "tiles": mesh.report.tiles,
                         "levels": mesh.report.levels,
@@ -697,6 +703,9 @@ fn run_local(
                         "mesh_levels": mesh.levels,
                         "materials": mesh.materials,
                     });
+                    if let Some(delivered) = delivered {
+                        summary["delivered"] = delivered;
+                    }
                     if let Some(atlases) = &mesh.texture_atlases {
                         summary["texture_atlases"] =
                             serde_json::to_value(atlases).unwrap_or_default();

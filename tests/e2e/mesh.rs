@@ -76,6 +76,18 @@ fn avocado_mesh_job_publishes_a_valid_replace_tileset_and_ledger() {
         "ingest reads the textures too"
     );
     assert!(rep["totals"]["bytes_written"].as_i64().unwrap() > 0);
+    // The tile stage scores what a client loads (its tile GLBs rendered against lod_0, one row a
+    // level): leaves like the source (53.4 dB measured), the 84-triangle root far below them.
+    let delivered = &rep["stages"][2]["summary"]["delivered"];
+    let levels = delivered["levels"].as_array().unwrap();
+    assert_eq!(levels.len(), 4, "{delivered}");
+    let leaves = delivered["leaves_psnr_db"].as_f64().unwrap();
+    let root = delivered["root_psnr_db"].as_f64().unwrap();
+    assert!(
+        leaves >= 45.0 && (10.0..leaves - 10.0).contains(&root),
+        "{delivered}"
+    );
+    assert_eq!(levels[3]["psnr_db"].as_f64(), Some(leaves));
 
     // A rerun of the same job reuses every finished stage.
     let o2 = sb.kiln(&["run", job.to_str().unwrap()]);

@@ -88,9 +88,6 @@ pub fn measure(stages: &[StageOutcome]) -> BTreeMap<String, f64> {
     m
 }
 
-/// Side of the renders [`measure_delivered_mesh`] scores, pixels (the job page's size).
-const DELIVERED_RENDER_PX: u32 = 320;
-
 /// For a mesh job's output (`tileset.json` and `lods/lod_0.glb`): `tiles_root.psnr_db` and
 /// `tiles_leaves.psnr_db`, the PSNR of the tileset's root level and of its leaves, as a client
 /// draws them from the tile GLBs, against the source (`lod_0`), from the job page's 3/4 view
@@ -107,9 +104,11 @@ pub fn measure_delivered_mesh(output_dir: &Path) -> BTreeMap<String, f64> {
     if !(tileset.is_file() && lod0.is_file()) {
         return m;
     }
-    let Ok(levels) =
-        crate::job_page::mesh_view::delivered_levels(&tileset, &lod0, DELIVERED_RENDER_PX)
-    else {
+    let Ok(levels) = crate::job_page::mesh_view::delivered_levels(
+        &tileset,
+        &lod0,
+        crate::job_page::mesh_view::DELIVERED_RENDER_PX,
+    ) else {
         return m;
     };
     let last = levels.len().saturating_sub(1);

@@ -39,6 +39,7 @@ pub mod deviation;
 pub mod encode;
 pub mod hlod;
 pub mod texture;
+pub mod view;
 
 use std::path::Path;
 
@@ -237,8 +238,9 @@ pub struct MeshTileReport {
 /// changed tiles again instead of reusing an older tileset). 2 (the first recorded): per-tile
 /// atlases, geometricError measured through descendants for large cells, WebP input. 3: KTX2
 /// output, GPU texture bytes and texture encoding fidelity in the report. 4: PNG levels and
-/// atlases at zlib's balanced setting instead of the fast one (smaller files, same pixels).
-pub const MESH_TILER_VERSION: u32 = 4;
+/// atlases at zlib's balanced setting instead of the fast one (smaller files, same pixels). 5: the
+/// stage summary records the delivered levels' renders scored against `lod_0` (`delivered`).
+pub const MESH_TILER_VERSION: u32 = 5;
 
 /// Tile the full-resolution level of a decimate chain: check `lods`, read `lod_dir/lods[0].file`
 /// and run [`tile_mesh`] on it. The coarser levels of the chain are not used (the HLOD parents
