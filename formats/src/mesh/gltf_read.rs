@@ -304,13 +304,42 @@ fn convert_gltf_error(path: &Path, required: &[String], e: gltf::Error) -> Error
         gltf::Error::Binary(bin) => Error::Corrupt {
             path: path.to_path_buf(),
             location: "GLB header/chunks".into(),
-            what: format!("invalid GLB: {bin:?}"),
+            what: glb_fault(&bin),
         },
         other => Error::Corrupt {
             path: path.to_path_buf(),
             location: "file".into(),
             what: other.to_string(),
         },
+    }
+}
+
+/// What is wrong with a GLB's container, in words (truncation is the usual cause: a download or
+/// copy that stopped early).
+fn glb_fault(e: &gltf::binary::Error) -> String {
+    use gltf::binary::Error as Glb;
+    match e {
+        Glb::Length {
+            length,
+            length_read,
+        } => format!(
+            "the GLB header says the file is {length} bytes but it holds {length_read}: it is \
+             truncated; download or export it again"
+        ),
+        Glb::ChunkLength {
+            ty,
+            length,
+            length_read,
+        } => format!(
+            "the GLB's {ty:?} chunk says {length} bytes but {length_read} remain: the file is \
+             truncated; download or export it again"
+        ),
+        Glb::Magic(m) => format!(
+            "the file starts with {:?}, not a GLB's \"glTF\"",
+            String::from_utf8_lossy(m)
+        ),
+        Glb::Version(v) => format!("GLB version {v}; only version 2 (glTF 2.0) is read"),
+        other => format!("invalid GLB: {other}"),
     }
 }
 
@@ -2002,7 +2031,9 @@ mod tests {
         std::fs::write(&path, glb_bytes(&json, &bin)).unwrap();
         let err = read_gltf(&path).unwrap_err().to_string();
         assert!(
-            err.contains("avocado.meshopt.glb") && err.contains("bufferViews[1]"),
+            err.contains("avocado.meshopt.glb")
+                && err.contains("bufferViews[1]")
+                && err.contains("damaged or truncated"),
             "{err}"
         );
         // QUATERNION takes 8-byte elements; the normals are 4.
@@ -2012,6 +2043,13 @@ mod tests {
         let err = read_gltf(&path).unwrap_err().to_string();
         assert!(
             err.contains("bufferViews[1]") && err.contains("byteStride"),
+            "{err}"
+        );
+        // A download cut short says so, in words.
+        std::fs::write(&path, &glb[..glb.len() * 2 / 3]).unwrap();
+        let err = read_gltf(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("truncated") && !err.contains("length_read"),
             "{err}"
         );
     }

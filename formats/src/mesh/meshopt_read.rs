@@ -220,7 +220,20 @@ impl Stream {
             .checked_mul(self.stride)
             .filter(|&n| n <= u32::MAX as usize)
             .ok_or_else(|| corrupt(format!("count {} is too large", self.count)))?;
-        let codec = |e: meshopt::Error| corrupt(format!("the meshopt stream does not decode: {e}"));
+        // One wording for every codec: what failed, and what the user can do about it.
+        let undecodable = |what: &str, code: String| {
+            corrupt(format!(
+                "its meshopt-compressed {what} do not decode (meshoptimizer code {code}): the \
+                 file is damaged or truncated; export or download it again"
+            ))
+        };
+        let codec = |e: meshopt::Error| {
+            let code = match e {
+                meshopt::Error::Native(code) => code.to_string(),
+                other => other.to_string(),
+            };
+            undecodable("indices", code)
+        };
         match (self.mode, self.stride) {
             (Mode::Attributes, _) => {
                 // u32 words: the filters read 16- and 32-bit lanes, so the buffer must be aligned.
@@ -238,9 +251,7 @@ impl Stream {
                     )
                 };
                 if rc != 0 {
-                    return Err(corrupt(format!(
-                        "the meshopt vertex stream does not decode (code {rc})"
-                    )));
+                    return Err(undecodable("vertex attributes", rc.to_string()));
                 }
                 self.unfilter(&mut words);
                 Ok(words.iter().flat_map(|w| w.to_le_bytes()).collect())

@@ -117,8 +117,11 @@ pub fn measure_delivered_mesh(output_dir: &Path) -> BTreeMap<String, f64> {
         ("tiles_leaves.psnr_db", levels.get(last)),
     ] {
         if let Some(db) = level.and_then(|l| l.as_ref().ok()).and_then(|l| l.psnr_db) {
-            // Identical renders have no finite PSNR; 100 dB stands for them in baselines.
-            m.insert(name.to_string(), db.min(100.0));
+            // Identical renders have no finite PSNR; a fixed value stands for them.
+            m.insert(
+                name.to_string(),
+                db.min(crate::job_page::mesh_view::IDENTICAL_PSNR_DB),
+            );
         }
     }
     m

@@ -1,7 +1,7 @@
 //! Shaded renders of a mesh job's LODs: every triangle of a GLB in its base colour (the
-//! material's `baseColorTexture` at `TEXCOORD_0`, times its `baseColorFactor`; a neutral clay
-//! without a material), flat Lambert shading, orthographic 3/4 view, z-buffered into an
-//! `RgbImage`. Other maps (normal, metallic-roughness, emissive) are not rendered: the page shows
+//! material's `baseColorTexture` at `TEXCOORD_0` through its `KHR_texture_transform`, times its
+//! `baseColorFactor`; a neutral clay without a material), flat Lambert shading, orthographic 3/4
+//! view, z-buffered into an `RgbImage`. Other maps (normal, metallic-roughness, emissive) are not rendered: the page shows
 //! what each level's geometry and base colour look like, CesiumJS shows the rest. The tileset's
 //! levels are drawn the same way from the tile GLBs themselves ([`read_tile_surface`],
 //! [`delivered_levels`]) and scored against the first LOD, so the tile stage's summary
@@ -315,7 +315,7 @@ fn tile_primitive_paint(
     primitive: &DecodedPrimitive,
     dir: &Path,
     images: &mut TileImages,
-) -> ([f32; 3], Option<usize>) {
+) -> ([f32; 3], Option<(usize, UvTransform)>) {
     let Some(material) = primitive.material.map(|m| &json["materials"][m]) else {
         return (ALBEDO, None);
     };
@@ -324,18 +324,73 @@ fn tile_primitive_paint(
         pbr["baseColorFactor"][k].as_f64().unwrap_or(1.0) as f32
     }));
     let info = &pbr["baseColorTexture"];
-    let texture = (info["texCoord"].as_u64().unwrap_or(0) == 0)
+    let transform = &info["extensions"][kiln_formats::mesh::KHR_TEXTURE_TRANSFORM];
+    let set = transform["texCoord"]
+        .as_u64()
+        .or_else(|| info["texCoord"].as_u64())
+        .unwrap_or(0);
+    let texture = (set == 0)
         .then(|| info["index"].as_u64())
         .flatten()
-        .and_then(|t| images.index_of(json, t, dir));
+        .and_then(|t| images.index_of(json, t, dir))
+        .map(|t| (t, UvTransform::from_json(transform)));
     (colour, texture)
+}
+
+/// `KHR_texture_transform` of a texture reference (identity without one): what a viewer does to
+/// `TEXCOORD_n` before sampling. gltfpack relies on it: its quantized UVs are the unit square of
+/// the mesh's UV range, mapped back by an offset and scale.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UvTransform {
+    pub offset: [f32; 2],
+    /// Radians.
+    pub rotation: f32,
+    pub scale: [f32; 2],
+}
+
+impl UvTransform {
+    pub const IDENTITY: UvTransform = UvTransform {
+        offset: [0.0, 0.0],
+        rotation: 0.0,
+        scale: [1.0, 1.0],
+    };
+
+    /// From the extension's JSON object (`null`: the identity); missing fields take the
+    /// extension's defaults.
+    #[must_use]
+    pub fn from_json(t: &serde_json::Value) -> Self {
+        let pair = |key: &str, default: [f32; 2]| {
+            std::array::from_fn(|k| t[key][k].as_f64().map_or(default[k], |v| v as f32))
+        };
+        UvTransform {
+            offset: pair("offset", [0.0, 0.0]),
+            rotation: t["rotation"].as_f64().unwrap_or(0.0) as f32,
+            scale: pair("scale", [1.0, 1.0]),
+        }
+    }
+
+    /// `uv` transformed as the extension's specification defines it (github.com/KhronosGroup/glTF,
+    /// `extensions/2.0/Khronos/KHR_texture_transform`): translation · rotation · scale, the
+    /// rotation turning UVs counter-clockwise (u' = cos·u + sin·v, v' = −sin·u + cos·v), which
+    /// is the direction that takes the specification's example (offset (0, 1), rotation π/2,
+    /// scale ½) onto "the lower left quadrant of the source image, rotated clockwise 90°" (a
+    /// draft's GLSL had the sign the other way).
+    #[must_use]
+    pub fn apply(&self, uv: [f32; 2]) -> [f32; 2] {
+        let (u, v) = (uv[0] * self.scale[0], uv[1] * self.scale[1]);
+        let (sin, cos) = self.rotation.sin_cos();
+        [
+            self.offset[0] + cos * u + sin * v,
+            self.offset[1] - sin * u + cos * v,
+        ]
+    }
 }
 
 /// A decoded primitive's triangles into `painted`, each in `colour` and, with UVs, `texture`.
 fn paint_primitive(
     primitive: &DecodedPrimitive,
     colour: [f32; 3],
-    texture: Option<usize>,
+    texture: Option<(usize, UvTransform)>,
     painted: &mut Painted,
 ) {
     for corner in primitive.indices.chunks_exact(3) {
@@ -343,13 +398,12 @@ fn paint_primitive(
         painted
             .tris
             .push(std::array::from_fn(|k| primitive.positions_m[at(k)]));
-        let uv = primitive
-            .uvs
-            .as_ref()
-            .map(|uvs| std::array::from_fn(|k| uvs[at(k)]));
+        let textured = texture
+            .zip(primitive.uvs.as_ref())
+            .map(|((t, uvt), uvs)| (t, std::array::from_fn(|k| uvt.apply(uvs[at(k)]))));
         painted.paint.push(Paint {
             colour,
-            texture: texture.zip(uv),
+            texture: textured,
         });
     }
 }
@@ -471,9 +525,11 @@ fn collect_mesh(
             None => (0..pos.len() as u32).collect(),
         };
         let (colour, texture) = primitive_paint(&prim, textures);
-        let uvs: Option<Vec<[f32; 2]>> = texture
-            .and_then(|_| reader.read_tex_coords(0))
-            .map(|t| t.into_f32().collect());
+        let uvs: Option<Vec<[f32; 2]>> = texture.and_then(|(_, uvt)| {
+            let uvs = reader.read_tex_coords(0)?.into_f32();
+            Some(uvs.map(|uv| uvt.apply(uv)).collect())
+        });
+        let texture = texture.map(|(t, _)| t);
         for t in idx.chunks_exact(3) {
             let get = |i: u32| pos.get(i as usize).copied();
             if let (Some(a), Some(b), Some(c)) = (get(t[0]), get(t[1]), get(t[2])) {
@@ -492,11 +548,11 @@ fn collect_mesh(
 }
 
 /// A primitive's base colour (sRGB, 0–255) and base colour texture (index into the decoded
-/// textures), when it reads `TEXCOORD_0`.
+/// textures, with its `KHR_texture_transform`), when it reads `TEXCOORD_0`.
 fn primitive_paint(
     prim: &gltf::Primitive<'_>,
     textures: &[Option<usize>],
-) -> ([f32; 3], Option<usize>) {
+) -> ([f32; 3], Option<(usize, UvTransform)>) {
     let material = prim.material();
     if material.index().is_none() {
         return (ALBEDO, None);
@@ -504,10 +560,20 @@ fn primitive_paint(
     let pbr = material.pbr_metallic_roughness();
     let factor = pbr.base_color_factor();
     let colour = factor_colour(factor);
-    let texture = pbr
-        .base_color_texture()
-        .filter(|info| info.tex_coord() == 0)
-        .and_then(|info| textures.get(info.texture().index()).copied().flatten());
+    let texture = pbr.base_color_texture().and_then(|info| {
+        let transform = info.texture_transform();
+        let set = transform
+            .as_ref()
+            .and_then(|t| t.tex_coord())
+            .unwrap_or(info.tex_coord());
+        let uvt = transform.map_or(UvTransform::IDENTITY, |t| UvTransform {
+            offset: t.offset(),
+            rotation: t.rotation(),
+            scale: t.scale(),
+        });
+        let index = textures.get(info.texture().index()).copied().flatten()?;
+        (set == 0).then_some((index, uvt))
+    });
     (colour, texture)
 }
 
@@ -582,11 +648,16 @@ pub fn delivered_levels(
 /// Side (pixels) of the renders the tile stage scores its levels at (the job page's size).
 pub const DELIVERED_RENDER_PX: u32 = 320;
 
+/// The PSNR recorded for a render identical to its reference (infinite; JSON has no infinity,
+/// and `kiln regress` baselines use the same value).
+pub const IDENTICAL_PSNR_DB: f64 = 100.0;
+
 /// The tile stage's record of what a client loads ([`delivered_levels`] at
 /// [`DELIVERED_RENDER_PX`] against `reference`, the full-resolution LOD): per level its depth,
-/// tiles, triangles and PSNR (dB, `null` for identical renders or a level that could not be
-/// read), and `leaves_psnr_db` / `root_psnr_db` for the deepest level and the root. Errors are
-/// logged and leave the record out: the tileset itself has been checked already.
+/// tiles, triangles and PSNR (dB; [`IDENTICAL_PSNR_DB`] for renders identical to the reference,
+/// `null` for a level that draws nothing or could not be read, with its `error`), and
+/// `leaves_psnr_db` / `root_psnr_db` for the deepest level and the root. Errors are logged and
+/// leave the record out: the tileset itself has been checked already.
 #[must_use]
 pub fn delivered_summary(tileset_path: &Path, reference: &Path) -> Option<serde_json::Value> {
     let levels = match delivered_levels(tileset_path, reference, DELIVERED_RENDER_PX) {
@@ -596,6 +667,7 @@ pub fn delivered_summary(tileset_path: &Path, reference: &Path) -> Option<serde_
             return None;
         }
     };
+    let recorded = |db: f64| db.min(IDENTICAL_PSNR_DB);
     let rows: Vec<serde_json::Value> = levels
         .iter()
         .map(|level| match level {
@@ -603,13 +675,16 @@ pub fn delivered_summary(tileset_path: &Path, reference: &Path) -> Option<serde_
                 "depth": l.depth,
                 "tiles": l.tiles,
                 "triangles": l.triangles,
-                "psnr_db": l.psnr_db,
+                "psnr_db": l.psnr_db.map(recorded),
             }),
             Err(e) => serde_json::json!({ "error": e.to_string() }),
         })
         .collect();
     let psnr = |level: Option<&Result<DeliveredLevel, ViewError>>| {
-        level.and_then(|l| l.as_ref().ok()).and_then(|l| l.psnr_db)
+        level
+            .and_then(|l| l.as_ref().ok())
+            .and_then(|l| l.psnr_db)
+            .map(recorded)
     };
     Some(serde_json::json!({
         "render_px": DELIVERED_RENDER_PX,
@@ -1128,6 +1203,35 @@ mod tests {
         assert_eq!(clay, 0.0);
     }
 
+    /// The renders sample textures through `KHR_texture_transform`, as viewers do (gltfpack's
+    /// quantized UVs mean nothing without it): the Avocado with a transform that scales every UV
+    /// to zero and offsets it to (0.25, 0.75) paints every corner at exactly that point.
+    #[test]
+    fn renders_apply_the_texture_transform() {
+        let src = kiln_datasets::resolve("mesh-khronos-gltf-samples")
+            .unwrap()
+            .join("Avocado/glTF");
+        let dir = tempfile::tempdir().unwrap();
+        for f in std::fs::read_dir(&src).unwrap() {
+            let f = f.unwrap().path();
+            std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
+        }
+        let path = dir.path().join("Avocado.gltf");
+        let mut json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        json["materials"][0]["pbrMetallicRoughness"]["baseColorTexture"]["extensions"] = serde_json::json!({
+            "KHR_texture_transform": {"offset": [0.25, 0.75], "scale": [0.0, 0.0]}
+        });
+        json["extensionsUsed"] = serde_json::json!(["KHR_texture_transform"]);
+        std::fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
+        let surface = read_surface(&path).unwrap();
+        assert!(!surface.paint.is_empty());
+        for p in &surface.paint {
+            let (_, uvs) = p.texture.expect("textured");
+            assert!(uvs.iter().all(|&uv| uv == [0.25, 0.75]), "{uvs:?}");
+        }
+    }
+
     /// The Avocado tiled through the real stages (ingest → decimate → tile) into `out`, as a mesh
     /// job's output lays it out (`tileset.json`, `tiles/`, `lods/lod_0.glb`).
     fn tiled_avocado(out: &Path) {
@@ -1187,6 +1291,38 @@ mod tests {
         let levels = delivered_levels(&tileset, &lod0, 320).unwrap();
         let broken = levels.last().unwrap().as_ref().unwrap().psnr_db.unwrap();
         assert!(broken < 25.0, "grey leaves {broken} dB");
+    }
+
+    /// The specification's example: offset (0, 1), rotation π/2, scale ½ takes the unit square
+    /// onto the lower left quadrant (u ≤ ½, v ≥ ½ with v down), turned clockwise 90°; gltfpack's
+    /// offset-and-scale dequantization is an affine map per axis.
+    #[test]
+    fn uv_transforms_follow_the_extension_s_example() {
+        let example = UvTransform::from_json(&serde_json::json!({
+            "offset": [0, 1], "rotation": std::f64::consts::FRAC_PI_2, "scale": [0.5, 0.5]
+        }));
+        let close =
+            |a: [f32; 2], b: [f32; 2]| (a[0] - b[0]).abs() < 1e-6 && (a[1] - b[1]).abs() < 1e-6;
+        for (uv, want) in [
+            ([0.0, 0.0], [0.0, 1.0]),
+            ([1.0, 0.0], [0.0, 0.5]),
+            ([1.0, 1.0], [0.5, 0.5]),
+            ([0.0, 1.0], [0.5, 1.0]),
+        ] {
+            let got = example.apply(uv);
+            assert!(close(got, want), "{uv:?} → {got:?}, want {want:?}");
+        }
+        let gltfpack = UvTransform::from_json(&serde_json::json!({
+            "offset": [0.0264, 0.02], "scale": [15.3, 15.4]
+        }));
+        assert!(close(
+            gltfpack.apply([0.5, 0.25]),
+            [0.0264 + 7.65, 0.02 + 3.85]
+        ));
+        assert_eq!(
+            UvTransform::from_json(&serde_json::Value::Null),
+            UvTransform::IDENTITY
+        );
     }
 
     #[test]
