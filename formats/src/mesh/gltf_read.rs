@@ -143,13 +143,7 @@ pub fn read_gltf(path: &Path) -> Result<Mesh> {
     let base = path.parent().unwrap_or(Path::new("."));
     let node_matrices = node_matrices_f64(&bytes, document.nodes().len());
     let mut buffers = load_buffers(path, base, &document, blob)?;
-    let fallbacks: Vec<bool> = document
-        .as_json()
-        .buffers
-        .iter()
-        .map(meshopt_read::is_empty_fallback)
-        .collect();
-    meshopt_read::decode_views(path, document.as_json(), &mut buffers, &fallbacks)?;
+    meshopt_read::decode_views(path, document.as_json(), &mut buffers)?;
     let mut builder = Builder::new(path, base, &document, &buffers);
     builder.node_matrices = node_matrices;
     builder.walk_default_scene()?;

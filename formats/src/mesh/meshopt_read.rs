@@ -36,8 +36,8 @@ pub(super) fn is_empty_fallback(buffer: &gltf::json::Buffer) -> bool {
             .is_some_and(|e| e["fallback"].as_bool() == Some(true))
 }
 
-/// Decode every compressed view whose buffer is an empty fallback (`fallbacks[i]`) into that
-/// buffer's bytes (allocated zeroed by the caller). Returns how many views were decoded.
+/// Decode every compressed view whose buffer is an empty fallback ([`is_empty_fallback`]) into
+/// that buffer's bytes (allocated zeroed by the caller). Returns how many views were decoded.
 ///
 /// # Errors
 /// [`Error::Invalid`] for a compressed view whose fields break the specification's rules (mode,
@@ -47,8 +47,8 @@ pub(super) fn decode_views(
     path: &Path,
     root: &gltf::json::Root,
     buffers: &mut [Vec<u8>],
-    fallbacks: &[bool],
 ) -> Result<usize> {
+    let fallbacks: Vec<bool> = root.buffers.iter().map(is_empty_fallback).collect();
     let mut decoded = 0;
     for (i, view) in root.buffer_views.iter().enumerate() {
         let Some(ext) = view
