@@ -44,7 +44,8 @@ pub fn run(args: SelftestArgs) -> anyhow::Result<()> {
     for scene in &report.scenes {
         for t in scene.tensors.iter().filter(|t| !t.pass) {
             eprintln!(
-                "MISMATCH seed {} ({}) {}: max_abs {:.3e}, max_rel {:.3e} (bound {})",
+                "MISMATCH seed {} ({}) {}: max_abs {:.3e} at element {}, max_rel {:.3e}, {} of {} \
+                 elements beyond the bound ({})",
                 scene.seed,
                 if scene.antialiased {
                     "antialiased"
@@ -53,7 +54,10 @@ pub fn run(args: SelftestArgs) -> anyhow::Result<()> {
                 },
                 t.tensor,
                 t.max_abs,
+                t.worst_index,
                 t.max_rel,
+                t.over_bound,
+                t.elements,
                 t.bound
             );
         }
