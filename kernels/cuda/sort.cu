@@ -3,7 +3,7 @@
 // follow splat order, gives exactly that order).
 //
 // One pass over bits [shift, shift + 8): `kiln_radix_histogram` counts each block's digits into
-// `hist[digit * blocks + block]`; `kiln_exclusive_scan` over that digit-major array turns the counts
+// `hist[digit * blocks + block]`; the scan (scan.cu) over that digit-major array turns the counts
 // into each (digit, block)'s first output slot; `kiln_radix_scatter` writes each block's items there
 // in input order. Stability inside a block comes from processing KILN_SORT_THREADS items per round
 // in thread order, ranking equal digits within a warp with `__match_any_sync` and across warps with

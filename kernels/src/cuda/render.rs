@@ -32,8 +32,10 @@ use crate::{Camera, Error};
 const BLOCK: u32 = 256;
 /// Items per block of the radix sort (`KILN_SORT_CHUNK` in sort.cu).
 const SORT_CHUNK: usize = 256 * 16;
-/// Threads of the single-block scan (`KILN_SCAN_THREADS` in scan.cu).
-const SCAN_THREADS: u32 = 1024;
+/// Threads per block of the scan (`KILN_SCAN_THREADS` in scan.cu).
+const SCAN_THREADS: u32 = 256;
+/// Values per block of the scan (`KILN_SCAN_CHUNK` in scan.cu).
+const SCAN_CHUNK: usize = 256 * 16;
 /// Values per intersection in the backward buffer (`KILN_ISECT_GRAD` in common.cuh).
 const ISECT_GRAD: usize = 9;
 
@@ -367,12 +369,17 @@ impl GpuRenderer {
     fn scan(&self, input: &DeviceBuffer<u32>, out: &DeviceBuffer<u32>) -> Result<u64, Error> {
         let total = DeviceBuffer::<u64>::zeros(&self.ctx, 1, "scan total")?;
         if !input.is_empty() {
-            let args = Args::new()
-                .buf(input)
-                .u32(input.len() as u32)
-                .buf(out)
-                .buf(&total);
-            self.launch("kiln_exclusive_scan", [1, 1, 1], [SCAN_THREADS, 1, 1], args)?;
+            let n = input.len() as u32;
+            let chunks = input.len().div_ceil(SCAN_CHUNK);
+            let sums = DeviceBuffer::<u64>::uninit(&self.ctx, chunks, "scan chunk sums")?;
+            let grid = [chunks as u32, 1, 1];
+            let block = [SCAN_THREADS, 1, 1];
+            let args = Args::new().buf(input).u32(n).buf(&sums);
+            self.launch("kiln_scan_chunk_sums", grid, block, args)?;
+            let args = Args::new().buf(&sums).u32(chunks as u32).buf(&total);
+            self.launch("kiln_scan_chunk_offsets", [1, 1, 1], block, args)?;
+            let args = Args::new().buf(input).u32(n).buf(&sums).buf(out);
+            self.launch("kiln_scan_apply", grid, block, args)?;
         }
         Ok(total.to_vec()?[0])
     }
@@ -1232,7 +1239,48 @@ impl GpuRenderer {
 
 #[cfg(test)]
 mod tests {
-    use super::plan_bands;
+    use super::{GpuRenderer, SCAN_CHUNK, plan_bands};
+    use crate::cuda::gpu::{DeviceBuffer, GpuContext};
+    use std::sync::Arc;
+
+    /// The scan kernels on the emulator against a running sum, at sizes around the chunk edges
+    /// and past one block's worth of chunks (the offsets kernel's second round).
+    #[test]
+    fn multi_block_scan_matches_a_running_sum() {
+        let emu = match crate::cuda::emulator::Emulator::open() {
+            Ok(emu) => emu,
+            Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+                panic!("CI=true but the CUDA emulator is unavailable: {e}")
+            }
+            Err(e) => return eprintln!("skipped: CUDA emulator unavailable ({e})"),
+        };
+        let ctx = Arc::new(GpuContext::new(Box::new(emu), "emulator".into(), 1 << 30));
+        let r = GpuRenderer::new(Arc::clone(&ctx));
+        for n in [
+            1,
+            17,
+            SCAN_CHUNK,
+            SCAN_CHUNK + 1,
+            3 * SCAN_CHUNK + 123,
+            257 * SCAN_CHUNK + 5,
+        ] {
+            // Values up to 2^26, so the total passes 2^32 at the largest size (the u32 outputs
+            // wrap, the u64 total does not).
+            let values: Vec<u32> = (0..n as u64)
+                .map(|i| ((i.wrapping_mul(2_654_435_761) >> 7) % (1 << 26)) as u32)
+                .collect();
+            let input = DeviceBuffer::from_slice(&ctx, &values, "scan input").unwrap();
+            let out = DeviceBuffer::<u32>::uninit(&ctx, n, "scan output").unwrap();
+            let total = r.scan(&input, &out).unwrap();
+            let got = out.to_vec().unwrap();
+            let mut run = 0u64;
+            for (i, &v) in values.iter().enumerate() {
+                assert_eq!(got[i], run as u32, "n = {n}, index {i}");
+                run += u64::from(v);
+            }
+            assert_eq!(total, run, "n = {n}");
+        }
+    }
 
     #[test]
     fn bands_are_greedy_row_runs_under_the_limit() {
