@@ -12,11 +12,13 @@
 # capture (18 MB) to target/gpu-check/datasets. Then, on the GPU machine, from the repository root,
 # with target/gpu-check carried over (about 45 MB):
 #   scripts/gpu-check.sh [OUT_DIR]      (default $OUT, else out/gpu-check; relative to the caller)
-# Writes OUT_DIR/summary.txt, selftest.json, bench-cuda.json, bench-cpu.json, a .err file per step,
-# nvidia-smi.txt, BUILD_INFO, fox-gpu.toml, run.txt, report.txt, ledger.sqlite and fox/ (the job's
-# output). Exits 1 if any step fails. Budget: about 5 minutes on an H100/H200.
+# Writes OUT_DIR/summary.txt, selftest.json, bench-cuda.json, bench-cuda-1m.json, bench-cpu.json, a
+# .err file per step, kernel-times.txt (when ncu is installed), nvidia-smi.txt, BUILD_INFO,
+# fox-gpu.toml, run.txt, report.txt, ledger.sqlite and fox/ (the job's output), and OUT_DIR.tgz
+# beside it (all of it but the .ply files). Exits 1 if any step fails. Budget: about 3 minutes on
+# an H200 (2026-12-04: 98 s for the steps of the first version).
 set -euo pipefail
-usage_end=17
+usage_end=19
 die() { echo "$1" >&2; exit "${2:-1}"; }
 
 case "${1:-}" in
@@ -79,6 +81,27 @@ echo "$r_self"
 echo "== bench train, fox 1080×1920, 100k splats, cuda"
 r_cuda=$(step bench-cuda.json "$KILN" bench train --device cuda --max-side 0 --splats 100000 --steps 20 --warmup 3 --json)
 echo "$r_cuda"
+echo "== bench train, fox 1080×1920, 1M splats, cuda"
+r_cuda1m=$(step bench-cuda-1m.json "$KILN" bench train --device cuda --max-side 0 --splats 1000000 --steps 20 --warmup 3 --json)
+echo "$r_cuda1m"
+# Per-kernel GPU times of one 1M-splat training step (Nsight Compute reads the hardware timers; it
+# ran on the lent H200 machines' Firecracker runtime, not on gVisor). Optional: skipped without ncu.
+NCU="$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)"
+if [ -n "$NCU" ]; then
+  echo "== kernel times, one step at 1M splats (ncu)"
+  if timeout 300 "$NCU" --clock-control none --metrics gpu__time_duration.sum -k regex:kiln_ -c 60 \
+      "$KILN" bench train --device cuda --max-side 0 --splats 1000000 --steps 1 --warmup 0 --json \
+      > "$OUT/ncu.txt" 2> "$OUT/ncu.err"; then
+    # Sum each kernel's launches in microseconds (ncu prints ns, us or ms per launch).
+    awk '/^ +kiln_/ {k=$1} /gpu__time_duration.sum/ && k {v=$NF; gsub(",","",v); u=$(NF-1);
+         if (u=="ns"||u=="nsecond") v/=1000; if (u=="ms"||u=="msecond") v*=1000; t[k]+=v; n[k]++; k=""}
+         END {for (k in t) printf "%-28s %4d launches %10.1f us\n", k, n[k], t[k]}' "$OUT/ncu.txt" \
+      | sort -k4 -rn > "$OUT/kernel-times.txt"
+    cat "$OUT/kernel-times.txt"
+  else
+    echo "ncu failed (see ncu.err); skipped"
+  fi
+fi
 echo "== bench train, fox 1080×1920, 100k splats, cpu ($(nproc) cores)"
 r_cpu=$(step bench-cpu.json "$KILN" bench train --device cpu --max-side 0 --splats 100000 --steps 3 --warmup 1 --json)
 echo "$r_cpu"
@@ -94,10 +117,13 @@ if [ -n "$job" ]; then "$KILN" report "$job" --db "$OUT/ledger.sqlite" > "$OUT/r
   # The report's overall verdict is its last "pass" key (each tensor has one too).
   echo "selftest: $r_self $(grep '"pass"' "$OUT/selftest.json" 2>/dev/null | tail -1 || true)"
   echo "bench cuda: $r_cuda $(grep -E '"steps_per_s"|"device_name"|"total"|"peak_device_bytes"' "$OUT/bench-cuda.json" 2>/dev/null | tr -s ' ' | tr '\n' ' ' || true)"
+  echo "bench cuda 1M: $r_cuda1m $(grep -E '"steps_per_s"|"sort"|"total"|"peak_device_bytes"' "$OUT/bench-cuda-1m.json" 2>/dev/null | tr -s ' ' | tr '\n' ' ' || true)"
   echo "bench cpu: $r_cpu $(grep -E '"steps_per_s"|"device_name"|"total"' "$OUT/bench-cpu.json" 2>/dev/null | tr -s ' ' | tr '\n' ' ' || true)"
   echo "job --device cuda: $r_run"
   tail -4 "$OUT/run.txt" 2>/dev/null || true
   tail -3 "$OUT/run.err" 2>/dev/null || true
   cat "$OUT/report.txt" 2>/dev/null || true
 } | tee "$OUT/summary.txt"
-case "$r_self $r_cuda $r_cpu $r_run" in *FAILED*) exit 1 ;; esac
+# One archive of everything but the trained splats, for transports that bring back few files.
+tar czf "$OUT.tgz" --exclude='*.ply' -C "$(dirname "$OUT")" "$(basename "$OUT")" 2>/dev/null || true
+case "$r_self $r_cuda $r_cuda1m $r_cpu $r_run" in *FAILED*) exit 1 ;; esac
