@@ -46,6 +46,27 @@ pub struct Scene {
 }
 
 impl Scene {
+    /// The device-resident training state at the scene's parameters, with zero Adam moments.
+    pub fn train_state(&self) -> crate::cuda::train::HostTrainState {
+        let n = self.logit_opacities.len();
+        let k = self.sh_coeffs.len() / (3 * n.max(1));
+        let groups = [
+            self.means.clone(),
+            self.log_scales.clone(),
+            self.rotations.clone(),
+            self.logit_opacities.clone(),
+            self.sh_coeffs.clone(),
+        ];
+        let zeros = groups.clone().map(|g| vec![0.0f32; g.len()]);
+        crate::cuda::train::HostTrainState {
+            groups,
+            m: zeros.clone(),
+            v: zeros,
+            t: [0; 5],
+            k: k.max(1),
+        }
+    }
+
     /// Borrowed view for the renderers.
     pub fn splats(&self) -> SplatsRef<'_> {
         SplatsRef {
@@ -441,13 +462,10 @@ pub fn compare_scene(
     let (resident_training_loss, resident_moments) =
         train_resident(device, scene, &options, steps)?;
     tensors.extend(resident_moments);
-    let close = |[a, b]: &[f64; 2], tolerance: f64| {
-        a.is_finite() && (a - b).abs() <= tolerance * a.abs().max(1e-6)
-    };
     let loss_ok = training_loss
         .iter()
         .chain(&resident_training_loss)
-        .all(|l| close(l, GRADIENT_TOLERANCE));
+        .all(|[a, b]| a.is_finite() && (a - b).abs() <= GRADIENT_TOLERANCE * a.abs().max(1e-6));
     let pass = tensors.iter().all(|t| t.pass) && loss_ok;
     tensors.shrink_to_fit();
     Ok(SceneReport {
@@ -545,27 +563,6 @@ fn resident_recipe(scene: &Scene, options: &RenderOptions) -> Result<ResidentRec
     })
 }
 
-/// The training state at the scene's parameters with zero moments.
-fn initial_host_state(scene: &Scene) -> crate::cuda::train::HostTrainState {
-    let n = scene.logit_opacities.len();
-    let k = scene.sh_coeffs.len() / (3 * n.max(1));
-    let groups = [
-        scene.means.clone(),
-        scene.log_scales.clone(),
-        scene.rotations.clone(),
-        scene.logit_opacities.clone(),
-        scene.sh_coeffs.clone(),
-    ];
-    let zeros = groups.clone().map(|g| vec![0.0f32; g.len()]);
-    crate::cuda::train::HostTrainState {
-        groups,
-        m: zeros.clone(),
-        v: zeros,
-        t: [0; 5],
-        k: k.max(1),
-    }
-}
-
 /// One training step of the CPU twin, function by function (forward, fused loss, backward, fused
 /// Adam per group at step `t`); returns the loss before the update.
 fn cpu_resident_step(
@@ -629,7 +626,7 @@ fn train_resident(
         return Ok((Vec::new(), Vec::new()));
     }
     let recipe = resident_recipe(scene, options)?;
-    let mut host = initial_host_state(scene);
+    let mut host = scene.train_state();
     let mut state = GpuTrainState::upload(std::sync::Arc::clone(gpu), &host, &recipe.sh_lr_scale)?;
     let mut losses = Vec::with_capacity(steps);
     let mut moments = Vec::new();

@@ -280,7 +280,7 @@ fn emulated_cuda_splits_a_render_into_bands_under_a_small_allocation_cap() {
 fn emulated_cuda_absgrad_matches_the_cpu_twin_unsplit_banded_and_resident() {
     use kiln_kernels::RenderOptions;
     use kiln_kernels::cpu::adam::ActivationL1;
-    use kiln_kernels::cuda::train::{GpuTrainState, HostTrainState, TrainStep};
+    use kiln_kernels::cuda::train::{GpuTrainState, TrainStep};
     let Some(emu) = emulator() else { return };
     let mut scene = random_scene(32, 800, 64, 48, 1);
     // Larger splats: several intersections per pixel, so a small cap forces bands.
@@ -347,23 +347,8 @@ fn emulated_cuda_absgrad_matches_the_cpu_twin_unsplit_banded_and_resident() {
     };
     let target: Vec<f32> = fc.image.iter().map(|v| 1.0 - v).collect();
     let (h, w) = (cam.height as usize, cam.width as usize);
-    let n = scene.logit_opacities.len();
-    let k = scene.sh_coeffs.len() / (3 * n);
-    let zeros = |g: &Vec<f32>| vec![0.0f32; g.len()];
-    let groups = [
-        scene.means.clone(),
-        scene.log_scales.clone(),
-        scene.rotations.clone(),
-        scene.logit_opacities.clone(),
-        scene.sh_coeffs.clone(),
-    ];
-    let host = HostTrainState {
-        m: groups.each_ref().map(zeros),
-        v: groups.each_ref().map(zeros),
-        groups,
-        t: [0; 5],
-        k,
-    };
+    let host = scene.train_state();
+    let k = host.k;
     let mut state =
         GpuTrainState::upload(std::sync::Arc::clone(gpu), &host, &vec![1.0; k]).unwrap();
     let out = state
