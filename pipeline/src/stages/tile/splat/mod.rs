@@ -43,6 +43,7 @@
 //! NaN/Inf in the input is rejected before any work ([`GaussianSplats::check_finite`]).
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use kiln_formats::atomic_write::write_atomic;
 use kiln_formats::splats::GaussianSplats;
@@ -323,6 +324,7 @@ pub fn tile_splats_refined(
     let nodes = build_tree(splats, params);
     let tiles_dir = out_dir.join("tiles");
     let mut built = Built::new(nodes.len());
+    let mut times = PhaseTimes::default();
     let max_depth = nodes.iter().map(|n| n.depth).max().unwrap_or(0);
     // Parents level by level from the deepest up: each from its children's content (leaves
     // gathered from the input and written on the way), then written; a level's content is kept
@@ -342,15 +344,18 @@ pub fn tile_splats_refined(
             refinements.push(refine_level(r, &mut merged, max_depth - depth)?);
         }
         for pass in &merged {
+            times.merge += pass.merge_time;
+            times.encode += pass.encode_time;
             for &(c, bbox, size) in &pass.leaves {
                 built.boxes[c] = bbox;
                 built.sizes[c] = size;
             }
         }
         // Write the level: boxes from content and children, errors measured by rendering.
-        let written: Vec<(usize, Aabb, f64, u64)> = merged
+        let written: Vec<(usize, Aabb, f64, u64, PhaseTimes)> = merged
             .par_iter()
             .map(|pass| -> Result<_> {
+                let start = Instant::now();
                 let node = &nodes[pass.node];
                 let mut bbox = content_aabb(&pass.content);
                 for &c in &node.children {
@@ -373,12 +378,20 @@ pub fn tile_splats_refined(
                 for &c in &node.children {
                     error = error.max(built.errors[c]);
                 }
+                let measure = start.elapsed();
                 let glb = encode_tile(pass.content.clone(), bbox.center(), params)?;
                 write_atomic(&tiles_dir.join(format!("{}.glb", node.name)), &glb)?;
-                Ok((pass.node, bbox, error, glb.len() as u64))
+                let spent = PhaseTimes {
+                    measure,
+                    encode: start.elapsed() - measure,
+                    ..Default::default()
+                };
+                Ok((pass.node, bbox, error, glb.len() as u64, spent))
             })
             .collect::<Result<_>>()?;
-        for (i, bbox, error, size) in written {
+        for (i, bbox, error, size, spent) in written {
+            times.measure += spent.measure;
+            times.encode += spent.encode;
             built.boxes[i] = bbox;
             built.errors[i] = error;
             built.sizes[i] = size;
@@ -423,6 +436,9 @@ pub fn tile_splats_refined(
         tiles = nodes.len(),
         levels,
         splats = splats.len(),
+        merge_s = times.merge.as_secs_f64(),
+        measure_s = times.measure.as_secs_f64(),
+        encode_s = times.encode.as_secs_f64(),
         "splat tileset written"
     );
     Ok((
@@ -533,6 +549,23 @@ struct ParentPass {
     node: usize,
     content: GaussianSplats,
     leaves: Vec<(usize, Aabb, u64)>,
+    /// Time spent gathering and merging, and encoding and writing the leaves.
+    merge_time: Duration,
+    encode_time: Duration,
+}
+
+/// Time spent in each phase of the tiler, summed over parents. Parents of a level run at once
+/// and lend each other threads, so with more than one thread the sums overlap and exceed the
+/// wall time; with `RAYON_NUM_THREADS=1` they are exact and add up to it (less the tree and
+/// `tileset.json`). Logged with "splat tileset written".
+#[derive(Debug, Clone, Copy, Default)]
+struct PhaseTimes {
+    /// Gathering leaves and merging parents ([`merge::merge_to`] and its conversions).
+    merge: Duration,
+    /// Rendering each parent against its children for its geometricError ([`error::measure`]).
+    measure: Duration,
+    /// SPZ, gzip and GLB encoding and the atomic writes of every tile.
+    encode: Duration,
 }
 
 /// Merge parent `p`'s children into its content: leaf children are gathered from `splats`,
@@ -545,14 +578,18 @@ fn build_parent(
     params: &SplatTileParams,
     tiles_dir: &Path,
 ) -> Result<ParentPass> {
+    let start = Instant::now();
+    let mut encode_time = Duration::ZERO;
     let mut set = MergeSet::with_degree(splats.sh_degree);
     let mut leaves = Vec::new();
     for &c in nodes[p].children.iter().filter(|&&c| nodes[c].is_leaf()) {
         let content = gather(splats, &nodes[c].indices);
         set.extend_from(&content);
         let bbox = content_aabb(&content);
+        let encoding = Instant::now();
         let glb = encode_tile(content, bbox.center(), params)?;
         write_atomic(&tiles_dir.join(format!("{}.glb", nodes[c].name)), &glb)?;
+        encode_time += encoding.elapsed();
         leaves.push((c, bbox, glb.len() as u64));
     }
     for &c in &nodes[p].children {
@@ -566,6 +603,8 @@ fn build_parent(
         node: p,
         content,
         leaves,
+        merge_time: start.elapsed() - encode_time,
+        encode_time,
     })
 }
 
