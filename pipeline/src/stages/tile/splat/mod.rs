@@ -344,8 +344,7 @@ pub fn tile_splats_refined(
             refinements.push(refine_level(r, &mut merged, max_depth - depth)?);
         }
         for pass in &merged {
-            times.merge += pass.merge_time;
-            times.encode += pass.encode_time;
+            times += pass.times;
             for &(c, bbox, size) in &pass.leaves {
                 built.boxes[c] = bbox;
                 built.sizes[c] = size;
@@ -390,8 +389,7 @@ pub fn tile_splats_refined(
             })
             .collect::<Result<_>>()?;
         for (i, bbox, error, size, spent) in written {
-            times.measure += spent.measure;
-            times.encode += spent.encode;
+            times += spent;
             built.boxes[i] = bbox;
             built.errors[i] = error;
             built.sizes[i] = size;
@@ -549,9 +547,9 @@ struct ParentPass {
     node: usize,
     content: GaussianSplats,
     leaves: Vec<(usize, Aabb, u64)>,
-    /// Time spent gathering and merging, and encoding and writing the leaves.
-    merge_time: Duration,
-    encode_time: Duration,
+    /// Time spent gathering and merging (`merge`), and encoding and writing the leaves
+    /// (`encode`).
+    times: PhaseTimes,
 }
 
 /// Time spent in each phase of the tiler, summed over parents. Parents of a level run at once
@@ -562,10 +560,19 @@ struct ParentPass {
 struct PhaseTimes {
     /// Gathering leaves and merging parents ([`merge::merge_to`] and its conversions).
     merge: Duration,
-    /// Rendering each parent against its children for its geometricError ([`error::measure`]).
+    /// Gathering each parent's children again and rendering the parent against them for its
+    /// geometricError ([`error::measure`]).
     measure: Duration,
     /// SPZ, gzip and GLB encoding and the atomic writes of every tile.
     encode: Duration,
+}
+
+impl std::ops::AddAssign for PhaseTimes {
+    fn add_assign(&mut self, o: Self) {
+        self.merge += o.merge;
+        self.measure += o.measure;
+        self.encode += o.encode;
+    }
 }
 
 /// Merge parent `p`'s children into its content: leaf children are gathered from `splats`,
@@ -603,8 +610,11 @@ fn build_parent(
         node: p,
         content,
         leaves,
-        merge_time: start.elapsed() - encode_time,
-        encode_time,
+        times: PhaseTimes {
+            merge: start.elapsed() - encode_time,
+            measure: Duration::ZERO,
+            encode: encode_time,
+        },
     })
 }
 
