@@ -61,8 +61,7 @@ pub struct AttemptCost {
 pub fn stored_bytes(row: &StageRow) -> u64 {
     row.summary
         .as_ref()
-        .and_then(|s| s.get(kiln_pipeline::run::STORED_BYTES))
-        .and_then(serde_json::Value::as_u64)
+        .and_then(kiln_pipeline::run::stored_bytes)
         .unwrap_or_else(|| u64::try_from(row.bytes_written).unwrap_or(0))
 }
 

@@ -37,6 +37,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use kiln_pipeline::stages::summary::{IngestSummary, StageSummary};
+
 use crate::ledger::StageRow;
 use crate::prices::{PriceCatalog, PriceError};
 
@@ -251,14 +253,21 @@ fn vcpu_seconds(r: &StageRow) -> f64 {
 /// Pixel-steps of a job's train attempt `train`: steps from its summary, view size from the job's
 /// ingest summary (`width`, `height`).
 fn history_pixel_steps(job: &HistoryJob, train: &StageRow) -> Option<f64> {
-    let steps = train.summary.as_ref()?.get("steps")?.as_f64()?;
+    let summary = StageSummary::parse_logged(&train.stage, train.summary.as_ref()?)?;
+    let steps = summary.train()?.steps as f64;
     let ingest = job.stages.iter().rev().find(|r| {
         r.stage == "ingest"
             && matches!(r.state.as_str(), "succeeded" | "cached")
             && r.summary.is_some()
     })?;
-    let s = ingest.summary.as_ref()?;
-    let px = s.get("width")?.as_f64()? * s.get("height")?.as_f64()?;
+    let IngestSummary::Capture(capture) =
+        StageSummary::parse_logged(&ingest.stage, ingest.summary.as_ref()?)?
+            .ingest()?
+            .clone()
+    else {
+        return None;
+    };
+    let px = f64::from(capture.width?) * f64::from(capture.height?);
     (steps > 0.0 && px > 0.0).then_some(steps * px)
 }
 
@@ -1112,14 +1121,34 @@ mod tests {
         }
     }
 
+    /// A train summary as the stage records it (the fox's, from the pipeline's fixture of
+    /// recorded ledger rows), with `steps` steps.
+    fn train_summary(steps: usize) -> serde_json::Value {
+        let doc: serde_json::Value = serde_json::from_str(include_str!(
+            "../../pipeline/tests/fixtures/ledger_summaries_a4f2db7.json"
+        ))
+        .unwrap();
+        let mut train = doc["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["stage"] == "train")
+            .unwrap()["summary"]
+            .clone();
+        train["steps"] = steps.into();
+        train
+    }
+
     /// A past capture job: ingest at 200×100 px views, one GPU train attempt of 1000 steps.
     fn gpu_history_job(gpu_s: f64, state: &str) -> HistoryJob {
         let mut ingest = row("ingest", "succeeded", "cpu");
-        ingest.summary = Some(serde_json::json!({"frames": 10, "width": 200, "height": 100}));
+        ingest.summary = Some(serde_json::json!(
+            {"frames": 10, "skipped": 0, "points": 0, "width": 200, "height": 100}
+        ));
         let mut train = row("train", state, "cuda:0");
         train.gpu_s = gpu_s;
         train.device_name = Some("NVIDIA FAST 80GB".into());
-        train.summary = Some(serde_json::json!({"steps": 1000}));
+        train.summary = Some(train_summary(1000));
         HistoryJob {
             kind: "capture".into(),
             stages: vec![ingest, train],

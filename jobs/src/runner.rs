@@ -7,7 +7,8 @@ use std::collections::HashMap;
 
 use kiln_pipeline::dag::StageKind;
 use kiln_pipeline::meter::StageUsage;
-use kiln_pipeline::run::{JobPlan, StageOutcome, job_dag, run_stage};
+use kiln_pipeline::plan::{JobPlan, job_dag};
+use kiln_pipeline::run::{StageOutcome, run_stage};
 
 use crate::ledger::Ledger;
 use crate::{Error, Result};

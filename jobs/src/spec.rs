@@ -20,7 +20,7 @@
 use std::path::{Path, PathBuf};
 
 use kiln_pipeline::dag::JobKind;
-use kiln_pipeline::run::JobPlan;
+use kiln_pipeline::plan::JobPlan;
 use kiln_pipeline::stages::{
     decimate::DecimateParams, eval::EvalParams, ingest::IngestParams,
     reconstruct::ReconstructParams, tile::georef::Georef, tile::mesh::MeshTileParams,

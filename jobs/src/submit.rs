@@ -4,8 +4,6 @@
 
 use std::path::Path;
 
-use kiln_pipeline::dag::StageKind;
-
 use crate::queue::NewJob;
 use crate::spec::JobSpec;
 use crate::{Error, Result};
@@ -49,7 +47,7 @@ pub async fn prepare(text: &str, path: &Path, base: &Path, opts: &SubmitOptions)
     spec.input = pinned(&spec.input, base, path, "input")?;
     let id = crate::runner::new_job_id(&spec.name);
     let plan = spec.plan(&id, &std::env::temp_dir(), path, &|l| Ok(l.to_string()))?;
-    let (dag, _) = kiln_pipeline::run::job_dag(&plan)
+    let (dag, _) = kiln_pipeline::plan::job_dag(&plan)
         .await
         .map_err(|source| Error::Plan {
             job_id: id.clone(),
@@ -73,7 +71,7 @@ pub async fn prepare(text: &str, path: &Path, base: &Path, opts: &SubmitOptions)
         budget_usd: opts.budget_usd,
         stages: order
             .iter()
-            .map(|n| (n.kind.name().to_string(), n.kind == StageKind::Train))
+            .map(|n| (n.kind.name().to_string(), n.stage.needs_gpu_slot()))
             .collect(),
     })
 }

@@ -144,12 +144,12 @@ mod tests {
     #[test]
     fn parameter_input_and_version_changes_are_named() {
         let before = KeyRecipe::new(
-            StageKind::Train,
+            StageKind::TRAIN,
             &json!({"steps": 3000, "lr": {"means": 0.00016, "opacities": 0.05}}),
             vec![("ingest".into(), "a".repeat(64))],
         );
         let mut after = KeyRecipe::new(
-            StageKind::Train,
+            StageKind::TRAIN,
             &json!({"steps": 5000, "lr": {"means": 0.00016, "opacities": 0.05}, "seed": 1}),
             vec![("ingest".into(), "b".repeat(64))],
         );

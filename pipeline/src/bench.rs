@@ -107,7 +107,7 @@ pub fn bench_train(
         ..IngestParams::default()
     };
     let cap = ingest::ingest_capture(&cfg.capture, &ingest_params, &ingest_dir)?;
-    let views = crate::run::train_views(&ingest_dir, &cap, &TrainParams::default());
+    let views = crate::stages::train::train_views(&ingest_dir, &cap, &TrainParams::default());
     let image_size = views
         .first()
         .map(|v| [v.camera.width, v.camera.height])

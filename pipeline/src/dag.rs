@@ -9,8 +9,11 @@
 //! canonical JSON, the keys of the stages it depends on — or the input's content hash for `ingest` —
 //! and the Kiln version), so identical work has identical keys (Nextflow-style caching).
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
+use crate::stage::{AnyStage, Input};
 use crate::{Error, Result};
 
 /// What a job turns into 3D Tiles.
@@ -36,34 +39,58 @@ impl JobKind {
     }
 }
 
-/// The kind of one stage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum StageKind {
-    /// Camera poses by structure-from-motion (COLMAP), for captures without poses.
-    Reconstruct,
-    Ingest,
-    Train,
-    Decimate,
-    Tile,
-    /// Fidelity of the delivered tileset: renders of its cuts scored against the photos and the
-    /// full splats.
-    Eval,
-    Publish,
-}
+/// The name of one stage: its work folder, its ledger and queue rows, its table in job files.
+///
+/// The set is open: a stage is anything implementing [`crate::stage::Stage`], named by a
+/// `StageKind` of its own (`StageKind::new("toy")` in a test). The stages Kiln plans are the
+/// constants below; [`StageKind::builtin`] finds one by name (the queue stores names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StageKind(&'static str);
 
 impl StageKind {
+    /// Camera poses by structure-from-motion (COLMAP), for captures without poses.
+    pub const RECONSTRUCT: StageKind = StageKind("reconstruct");
+    /// The job's input fetched, checked and normalised (capture frames, one mesh GLB, one PLY).
+    pub const INGEST: StageKind = StageKind("ingest");
+    /// 3D Gaussian splats trained on a capture.
+    pub const TRAIN: StageKind = StageKind("train");
+    /// A mesh's LOD chain (meshoptimizer).
+    pub const DECIMATE: StageKind = StageKind("decimate");
+    /// The 3D Tiles 1.1 tileset.
+    pub const TILE: StageKind = StageKind("tile");
+    /// Fidelity of the delivered tileset: renders of its cuts scored against the photos and the
+    /// full splats.
+    pub const EVAL: StageKind = StageKind("eval");
+    /// The outputs copied to the job's output URL, `manifest.json` last.
+    pub const PUBLISH: StageKind = StageKind("publish");
+
+    /// The stages Kiln's plans use.
+    pub const BUILTIN: [StageKind; 7] = [
+        StageKind::RECONSTRUCT,
+        StageKind::INGEST,
+        StageKind::TRAIN,
+        StageKind::DECIMATE,
+        StageKind::TILE,
+        StageKind::EVAL,
+        StageKind::PUBLISH,
+    ];
+
+    /// A stage named `name` (lower case, no `/`: it names a folder).
+    #[must_use]
+    pub const fn new(name: &'static str) -> StageKind {
+        StageKind(name)
+    }
+
+    /// The built-in stage named `name`, if there is one.
+    #[must_use]
+    pub fn builtin(name: &str) -> Option<StageKind> {
+        StageKind::BUILTIN.into_iter().find(|k| k.0 == name)
+    }
+
     /// The stage's name as it appears in job files, work directories and the ledger.
+    #[must_use]
     pub fn name(self) -> &'static str {
-        match self {
-            StageKind::Reconstruct => "reconstruct",
-            StageKind::Ingest => "ingest",
-            StageKind::Train => "train",
-            StageKind::Decimate => "decimate",
-            StageKind::Tile => "tile",
-            StageKind::Eval => "eval",
-            StageKind::Publish => "publish",
-        }
+        self.0
     }
 }
 
@@ -73,15 +100,65 @@ impl std::fmt::Display for StageKind {
     }
 }
 
-/// One node of the DAG.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StageNode {
-    pub kind: StageKind,
-    /// Stages that must finish first.
-    pub deps: Vec<StageKind>,
+impl Serialize for StageKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.0)
+    }
 }
 
-/// A job's stages. Build with [`Dag::for_job`].
+impl<'de> Deserialize<'de> for StageKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        StageKind::builtin(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown stage `{name}` (expected one of: {})",
+                StageKind::BUILTIN.map(StageKind::name).join(", ")
+            ))
+        })
+    }
+}
+
+/// One node of the DAG: a stage and the earlier stages it reads.
+#[derive(Clone)]
+pub struct StageNode {
+    pub kind: StageKind,
+    /// Stages that must finish first: the stage's declared inputs that the plan has, in
+    /// declaration order (their keys go into this stage's key in this order).
+    pub deps: Vec<StageKind>,
+    /// What runs.
+    pub stage: Arc<dyn AnyStage>,
+}
+
+impl StageNode {
+    /// A node for `stage` reading `deps`.
+    pub fn new(stage: Arc<dyn AnyStage>, deps: Vec<StageKind>) -> StageNode {
+        StageNode {
+            kind: stage.kind(),
+            deps,
+            stage,
+        }
+    }
+}
+
+impl std::fmt::Debug for StageNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StageNode")
+            .field("kind", &self.kind)
+            .field("deps", &self.deps)
+            .finish()
+    }
+}
+
+impl PartialEq for StageNode {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind && self.deps == other.deps
+    }
+}
+
+impl Eq for StageNode {}
+
+/// A job's stages. Build with [`Dag::for_job`] (the plan of each job kind) or
+/// [`Dag::from_stages`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dag {
     pub job_kind: JobKind,
@@ -89,71 +166,75 @@ pub struct Dag {
 }
 
 impl Dag {
-    /// The fixed DAG of a job kind.
+    /// The plan of a job kind:
+    /// - capture: `ingest → train → tile → eval → publish` (and `reconstruct` first, see
+    ///   [`Dag::with_reconstruct`]);
+    /// - mesh: `ingest → decimate → tile → publish`;
+    /// - splats: `ingest → tile → eval → publish`.
     pub fn for_job(job_kind: JobKind) -> Dag {
-        use StageKind::*;
-        let middle = match job_kind {
-            JobKind::Capture => Some(Train),
-            JobKind::Mesh => Some(Decimate),
-            JobKind::Splats => None,
+        use crate::stages::{decimate, eval, ingest, publish, tile, train};
+        let stages: Vec<Arc<dyn AnyStage>> = match job_kind {
+            JobKind::Capture => vec![
+                Arc::new(ingest::IngestCapture),
+                Arc::new(train::Train),
+                Arc::new(tile::splat::TileSplats::TRAINED),
+                Arc::new(eval::Eval::TRAINED),
+                Arc::new(publish::Publish),
+            ],
+            JobKind::Mesh => vec![
+                Arc::new(ingest::IngestMesh),
+                Arc::new(decimate::Decimate),
+                Arc::new(tile::mesh::TileMesh),
+                Arc::new(publish::Publish),
+            ],
+            JobKind::Splats => vec![
+                Arc::new(ingest::IngestSplats),
+                Arc::new(tile::splat::TileSplats::INGESTED),
+                Arc::new(eval::Eval::INGESTED),
+                Arc::new(publish::Publish),
+            ],
         };
-        let mut nodes = vec![StageNode {
-            kind: Ingest,
-            deps: vec![],
-        }];
-        let before_tile = match middle {
-            Some(m) => {
-                nodes.push(StageNode {
-                    kind: m,
-                    deps: vec![Ingest],
-                });
-                m
-            }
-            None => Ingest,
-        };
-        nodes.push(StageNode {
-            kind: Tile,
-            deps: vec![before_tile],
-        });
-        let mut publish_deps = vec![Ingest];
-        publish_deps.extend(middle);
-        publish_deps.push(Tile);
-        if job_kind != JobKind::Mesh {
-            // The photos (ingest), the full splats (train, for captures) and the tileset.
-            let mut deps = vec![Ingest];
-            deps.extend(middle);
-            deps.push(Tile);
-            nodes.push(StageNode { kind: Eval, deps });
-            publish_deps.push(Eval);
+        Dag::from_stages(job_kind, stages)
+    }
+
+    /// A DAG of `stages` in this order, each reading the inputs it declares
+    /// ([`crate::stage::Stage::inputs`]) among the stages before it: an
+    /// [`Input::IfPlanned`] that is not there is left out; a required one that is not there is
+    /// kept, so that [`Dag::topo_order`] reports it.
+    pub fn from_stages(job_kind: JobKind, stages: Vec<Arc<dyn AnyStage>>) -> Dag {
+        let mut nodes: Vec<StageNode> = Vec::with_capacity(stages.len());
+        for stage in stages {
+            let deps = stage
+                .inputs()
+                .into_iter()
+                .filter(|input| match input {
+                    Input::Stage(_) => true,
+                    Input::IfPlanned(k) => nodes.iter().any(|n| n.kind == *k),
+                })
+                .map(Input::kind)
+                .collect();
+            nodes.push(StageNode::new(stage, deps));
         }
-        nodes.push(StageNode {
-            kind: Publish,
-            deps: publish_deps,
-        });
         Dag { job_kind, nodes }
     }
 
     /// This DAG with a `reconstruct` stage first: it fetches the input, `ingest` reads its
     /// output instead of the input, and `publish` also publishes the reconstruction.
     #[must_use]
-    pub fn with_reconstruct(mut self) -> Dag {
-        use StageKind::*;
-        if self.nodes.iter().any(|n| n.kind == Reconstruct) {
+    pub fn with_reconstruct(self) -> Dag {
+        if self.nodes.iter().any(|n| n.kind == StageKind::RECONSTRUCT) {
             return self;
         }
-        for node in &mut self.nodes {
-            if node.kind == Ingest || node.kind == Publish {
-                node.deps.insert(0, Reconstruct);
-            }
-        }
-        self.nodes.insert(
-            0,
-            StageNode {
-                kind: Reconstruct,
-                deps: vec![],
-            },
-        );
-        self
+        let mut stages: Vec<Arc<dyn AnyStage>> =
+            vec![Arc::new(crate::stages::reconstruct::Reconstruct)];
+        stages.extend(self.nodes.into_iter().map(|n| n.stage));
+        Dag::from_stages(self.job_kind, stages)
+    }
+
+    /// The node of stage `kind`.
+    #[must_use]
+    pub fn node(&self, kind: StageKind) -> Option<&StageNode> {
+        self.nodes.iter().find(|n| n.kind == kind)
     }
 
     /// The stages in an order where every stage follows its dependencies (Kahn's algorithm; ties
@@ -289,9 +370,9 @@ mod tests {
             ["reconstruct", "ingest", "train", "tile", "eval", "publish"]
         );
         let deps = |k: StageKind| &dag.nodes.iter().find(|n| n.kind == k).unwrap().deps;
-        assert_eq!(deps(StageKind::Ingest), &[StageKind::Reconstruct]);
-        assert!(deps(StageKind::Publish).contains(&StageKind::Reconstruct));
-        assert!(deps(StageKind::Reconstruct).is_empty());
+        assert_eq!(deps(StageKind::INGEST), &[StageKind::RECONSTRUCT]);
+        assert!(deps(StageKind::PUBLISH).contains(&StageKind::RECONSTRUCT));
+        assert!(deps(StageKind::RECONSTRUCT).is_empty());
         assert_eq!(dag.clone().with_reconstruct(), dag, "idempotent");
     }
 
@@ -324,14 +405,14 @@ mod tests {
         let dag = Dag {
             job_kind: JobKind::Mesh,
             nodes: vec![
-                StageNode {
-                    kind: StageKind::Ingest,
-                    deps: vec![StageKind::Tile],
-                },
-                StageNode {
-                    kind: StageKind::Tile,
-                    deps: vec![StageKind::Ingest],
-                },
+                StageNode::new(
+                    Arc::new(crate::stages::ingest::IngestMesh),
+                    vec![StageKind::TILE],
+                ),
+                StageNode::new(
+                    Arc::new(crate::stages::tile::mesh::TileMesh),
+                    vec![StageKind::INGEST],
+                ),
             ],
         };
         assert!(dag.topo_order().is_err());
@@ -342,11 +423,11 @@ mod tests {
         let p1 = serde_json::json!({"steps": 10, "seed": 1});
         let p1b = serde_json::json!({"seed": 1, "steps": 10});
         let p2 = serde_json::json!({"steps": 11, "seed": 1});
-        let a = stage_key(StageKind::Train, &p1, &["x".into()]);
-        assert_eq!(a, stage_key(StageKind::Train, &p1b, &["x".into()]));
-        assert_ne!(a, stage_key(StageKind::Train, &p2, &["x".into()]));
-        assert_ne!(a, stage_key(StageKind::Train, &p1, &["y".into()]));
-        assert_ne!(a, stage_key(StageKind::Tile, &p1, &["x".into()]));
+        let a = stage_key(StageKind::TRAIN, &p1, &["x".into()]);
+        assert_eq!(a, stage_key(StageKind::TRAIN, &p1b, &["x".into()]));
+        assert_ne!(a, stage_key(StageKind::TRAIN, &p2, &["x".into()]));
+        assert_ne!(a, stage_key(StageKind::TRAIN, &p1, &["y".into()]));
+        assert_ne!(a, stage_key(StageKind::TILE, &p1, &["x".into()]));
     }
 
     #[test]

@@ -279,22 +279,22 @@ mod tests {
 
         let key = "a".repeat(64);
         assert_eq!(
-            restore(cache, StageKind::Tile, &key, &out).await.unwrap(),
+            restore(cache, StageKind::TILE, &key, &out).await.unwrap(),
             None
         );
-        let written = store(cache, StageKind::Tile, &key, &out).await.unwrap();
+        let written = store(cache, StageKind::TILE, &key, &out).await.unwrap();
         // 9 bytes of GLB, the 25-byte marker and the contents list.
         let contents = std::fs::metadata(format!("{cache}/tile/{key}/{CONTENTS}"))
             .unwrap()
             .len();
         assert_eq!(written, 9 + 25 + contents);
         // Storing again is a no-op.
-        assert_eq!(store(cache, StageKind::Tile, &key, &out).await.unwrap(), 0);
+        assert_eq!(store(cache, StageKind::TILE, &key, &out).await.unwrap(), 0);
 
         let other = d.path().join("other/tile");
         std::fs::create_dir_all(&other).unwrap();
         std::fs::write(other.join("stale"), b"x").unwrap();
-        let read = restore(cache, StageKind::Tile, &key, &other).await.unwrap();
+        let read = restore(cache, StageKind::TILE, &key, &other).await.unwrap();
         assert_eq!(read, Some(34 + contents));
         assert!(
             !other.join(CONTENTS).exists(),
@@ -311,7 +311,7 @@ mod tests {
         std::fs::create_dir_all(&half).unwrap();
         std::fs::write(format!("{half}/part"), b"x").unwrap();
         assert_eq!(
-            restore(cache, StageKind::Tile, &"b".repeat(64), &other)
+            restore(cache, StageKind::TILE, &"b".repeat(64), &other)
                 .await
                 .unwrap(),
             None
@@ -328,13 +328,13 @@ mod tests {
         std::fs::write(out.join("tiles/0.glb"), b"good tile").unwrap();
         std::fs::write(out.join(MARKER), b"{}").unwrap();
         let key = "c".repeat(64);
-        store(cache, StageKind::Tile, &key, &out).await.unwrap();
+        store(cache, StageKind::TILE, &key, &out).await.unwrap();
         let entry = format!("{cache}/tile/{key}");
         let restored = d.path().join("restored/tile");
         for (poison, what) in [("tiles/0.glb", "changed"), ("tiles/extra.glb", "added")] {
             std::fs::write(format!("{entry}/{poison}"), b"poisoned").unwrap();
             assert_eq!(
-                restore(cache, StageKind::Tile, &key, &restored)
+                restore(cache, StageKind::TILE, &key, &restored)
                     .await
                     .unwrap(),
                 None,
@@ -342,13 +342,13 @@ mod tests {
             );
             assert!(!restored.exists());
             // Storing the same key again does not replace the committed entry.
-            assert_eq!(store(cache, StageKind::Tile, &key, &out).await.unwrap(), 0);
+            assert_eq!(store(cache, StageKind::TILE, &key, &out).await.unwrap(), 0);
             std::fs::write(format!("{entry}/tiles/0.glb"), b"good tile").unwrap();
             let _ = std::fs::remove_file(format!("{entry}/tiles/extra.glb"));
         }
         // Put back as committed, it restores.
         assert!(
-            restore(cache, StageKind::Tile, &key, &restored)
+            restore(cache, StageKind::TILE, &key, &restored)
                 .await
                 .unwrap()
                 .is_some()
@@ -369,7 +369,7 @@ mod tests {
         std::fs::create_dir_all(on_a.parent().unwrap()).unwrap();
         let up = CheckpointUploader::spawn(
             cache,
-            StageKind::Train,
+            StageKind::TRAIN,
             &key,
             on_a.clone(),
             std::time::Duration::from_millis(20),
@@ -394,27 +394,27 @@ mod tests {
         let on_b = d.path().join("b/train.ckpt");
         std::fs::create_dir_all(on_b.parent().unwrap()).unwrap();
         assert!(
-            restore_checkpoint(cache, StageKind::Train, &key, &on_b)
+            restore_checkpoint(cache, StageKind::TRAIN, &key, &on_b)
                 .await
                 .unwrap()
         );
         assert_eq!(std::fs::read(&on_b).unwrap(), b"step 120");
         // A local checkpoint wins; another key has none.
         assert!(
-            !restore_checkpoint(cache, StageKind::Train, &key, &on_b)
+            !restore_checkpoint(cache, StageKind::TRAIN, &key, &on_b)
                 .await
                 .unwrap()
         );
         let on_c = d.path().join("b/other.ckpt");
         assert!(
-            !restore_checkpoint(cache, StageKind::Train, &"e".repeat(64), &on_c)
+            !restore_checkpoint(cache, StageKind::TRAIN, &"e".repeat(64), &on_c)
                 .await
                 .unwrap()
         );
         // B finishes the stage: the stored checkpoint is removed.
         let up = CheckpointUploader::spawn(
             cache,
-            StageKind::Train,
+            StageKind::TRAIN,
             &key,
             on_b,
             std::time::Duration::from_millis(20),

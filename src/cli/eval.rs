@@ -375,7 +375,7 @@ fn held_out_views(
         tmp.to_path_buf()
     };
     let cap = ingest::load_ingested(&ingest_dir)?;
-    let views = kiln_pipeline::run::train_views(&ingest_dir, &cap, train);
+    let views = kiln_pipeline::stages::train::train_views(&ingest_dir, &cap, train);
     Ok(train::held_out_views(views, eval_every)
         .into_iter()
         .map(EvalView::photo)

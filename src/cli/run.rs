@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use kiln_jobs::{ledger::Ledger, runner, spec::JobSpec};
+use kiln_pipeline::stages::eval::EvalSummary;
+use kiln_pipeline::stages::summary::StageSummary;
 
 use super::DbArgs;
 
@@ -79,52 +81,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         "job {} succeeded; outputs in {}",
         outcome.job_id, plan.output
     );
-    for s in &outcome.stages {
-        let state = if s.cache_hit { "cached" } else { "ran" };
-        let summary = match s.kind {
-            kiln_pipeline::dag::StageKind::Eval => eval_line(&s.summary),
-            _ => s.summary.to_string(),
-        };
-        println!(
-            "  {:<9} {:<6} {:>8.2} s  {}",
-            s.kind.name(),
-            state,
-            s.usage.wall_s,
-            summary
-        );
-    }
-    let train = outcome
-        .stages
-        .iter()
-        .find(|s| s.kind == kiln_pipeline::dag::StageKind::Train);
-    if let Some(t) = train
-        && let Some(psnr) = t.summary.get("psnr_db").and_then(|v| v.as_f64())
-    {
-        println!(
-            "held-out PSNR {psnr:.2} dB, SSIM {:.4}, splats {}",
-            t.summary["ssim"].as_f64().unwrap_or(f64::NAN),
-            t.summary["splats"]
-        );
-    }
-    if let Some(e) = outcome
-        .stages
-        .iter()
-        .find(|s| s.kind == kiln_pipeline::dag::StageKind::Eval)
-        && let Some(loss) = e.summary["publish_loss_db"].as_f64()
-    {
-        let tau16 = &e.summary["cuts"]["tau16"];
-        let (db, field) = match tau16["psnr_db"].as_f64() {
-            Some(v) => (v, "against the photos"),
-            None => (
-                tau16["psnr_vs_full_db"].as_f64().unwrap_or(f64::NAN),
-                "against the full splats",
-            ),
-        };
-        println!(
-            "delivered tiles: publish loss {loss:.2} dB; at τ = 16 px {db:.2} dB {field}, {:.2} MB fetched",
-            tau16["bytes"].as_f64().unwrap_or(0.0) / 1e6
-        );
-    }
+    print_stages(&outcome.stages);
     // The job page beside the outputs (what `kiln serve` shows next to the viewer); local
     // outputs only — for remote ones `kiln report --html` writes it wherever asked.
     let out_dir = std::path::Path::new(&plan.output);
@@ -149,30 +106,68 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One line per stage (state, wall time, summary), then the held-out quality of the trained
+/// splats and what the delivered tiles keep of it.
+fn print_stages(stages: &[kiln_pipeline::run::StageOutcome]) {
+    let typed: Vec<Option<StageSummary>> = stages.iter().map(StageSummary::of).collect();
+    for (s, summary) in stages.iter().zip(&typed) {
+        let state = if s.cache_hit { "cached" } else { "ran" };
+        let line = match summary {
+            Some(StageSummary::Eval(e)) => eval_line(e),
+            _ => s.summary.to_string(),
+        };
+        println!(
+            "  {:<9} {:<6} {:>8.2} s  {}",
+            s.kind.name(),
+            state,
+            s.usage.wall_s,
+            line
+        );
+    }
+    if let Some(t) = typed.iter().flatten().find_map(StageSummary::train) {
+        println!(
+            "held-out PSNR {:.2} dB, SSIM {:.4}, splats {}",
+            t.psnr_db, t.ssim, t.splats
+        );
+    }
+    if let Some(e) = typed.iter().flatten().find_map(StageSummary::eval)
+        && let Some(loss) = e.publish_loss_db
+    {
+        let tau16 = e.tau(16);
+        let (db, field) = match tau16.and_then(|c| c.psnr_db) {
+            Some(v) => (v, "against the photos"),
+            None => (
+                tau16.and_then(|c| c.psnr_vs_full_db).unwrap_or(f64::NAN),
+                "against the full splats",
+            ),
+        };
+        println!(
+            "delivered tiles: publish loss {loss:.2} dB; at τ = 16 px {db:.2} dB {field}, {:.2} MB fetched",
+            tau16.map_or(0.0, |c| c.bytes) / 1e6
+        );
+    }
+}
+
 /// The eval stage's summary in one line: publish loss, then per baselined τ the mean PSNR
 /// (against the photos, else against the full splats) and the bytes fetched.
-fn eval_line(summary: &serde_json::Value) -> String {
+fn eval_line(summary: &EvalSummary) -> String {
     let mut parts = Vec::new();
-    if let Some(l) = summary["publish_loss_db"].as_f64() {
+    if let Some(l) = summary.publish_loss_db {
         parts.push(format!("publish loss {l:.2} dB"));
     }
-    for tau in ["0", "16", "64", "120"] {
-        let c = &summary["cuts"][format!("tau{tau}")];
-        let Some(db) = c["psnr_db"]
-            .as_f64()
-            .or_else(|| c["psnr_vs_full_db"].as_f64())
-        else {
+    for tau in [0, 16, 64, 120] {
+        let Some(c) = summary.tau(tau) else {
             continue;
         };
-        parts.push(format!(
-            "τ={tau}: {db:.2} dB {:.2} MB",
-            c["bytes"].as_f64().unwrap_or(0.0) / 1e6
-        ));
+        let Some(db) = c.psnr_db.or(c.psnr_vs_full_db) else {
+            continue;
+        };
+        parts.push(format!("τ={tau}: {db:.2} dB {:.2} MB", c.bytes / 1e6));
     }
     format!(
         "{} ({} {} views; fidelity/fidelity.json)",
         parts.join(", "),
-        summary["views"],
-        summary["view_kind"].as_str().unwrap_or("")
+        summary.views,
+        summary.view_kind.as_deref().unwrap_or("")
     )
 }

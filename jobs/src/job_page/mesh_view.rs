@@ -8,6 +8,7 @@ pub use kiln_pipeline::stages::tile::mesh::view::*;
 
 use super::PageError;
 use crate::report::JobReport;
+use kiln_pipeline::stages::summary::StageSummary;
 
 /// One LOD file to render and what the decimator said about it.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,6 +23,15 @@ pub struct LodEntry {
     pub error_m: Option<f64>,
 }
 
+/// One entry of `lods/lods.json` (the decimate stage's index; see
+/// `kiln_pipeline::stages::decimate::LodLevel`), as far as the page uses it.
+#[derive(serde::Deserialize)]
+struct ListedLod {
+    file: String,
+    ratio: Option<f64>,
+    error_m: Option<f64>,
+}
+
 /// The LODs of a mesh job's output, in order. Sources, first found wins:
 /// `output_dir/lods/lods.json` (written by the decimate stage), the decimate stage's `lods`
 /// summary in the ledger, or every `lods/*.glb` sorted by name (without ratios and errors).
@@ -32,7 +42,7 @@ pub struct LodEntry {
 pub fn list_lods(output_dir: &Path, report: &JobReport) -> Result<Vec<LodEntry>, PageError> {
     let dir = output_dir.join("lods");
     let index = dir.join("lods.json");
-    let listed: Option<serde_json::Value> = if index.is_file() {
+    let listed: Option<Vec<ListedLod>> = if index.is_file() {
         let bytes = std::fs::read(&index).map_err(|source| PageError::Io {
             path: index.clone(),
             source,
@@ -51,19 +61,32 @@ pub fn list_lods(output_dir: &Path, report: &JobReport) -> Result<Vec<LodEntry>,
             .iter()
             .rev()
             .filter(|s| s.stage == "decimate")
-            .find_map(|s| s.summary.as_ref()?.get("lods").cloned())
+            .find_map(|s| {
+                let summary = StageSummary::parse_logged(&s.stage, s.summary.as_ref()?)?;
+                Some(
+                    summary
+                        .decimate()?
+                        .lods
+                        .iter()
+                        .map(|l| ListedLod {
+                            file: l.file.clone(),
+                            ratio: Some(f64::from(l.ratio)),
+                            error_m: Some(l.error_m),
+                        })
+                        .collect(),
+                )
+            })
     };
-    if let Some(serde_json::Value::Array(items)) = listed {
+    if let Some(items) = listed {
         return Ok(items
-            .iter()
+            .into_iter()
             .filter_map(|it| {
-                let file = it.get("file")?.as_str()?.to_string();
-                let path = dir.join(&file);
-                path.is_file().then(|| LodEntry {
+                let path = dir.join(&it.file);
+                path.is_file().then_some(LodEntry {
                     path,
-                    ratio: it.get("ratio").and_then(|v| v.as_f64()),
-                    error_m: it.get("error_m").and_then(|v| v.as_f64()),
-                    file,
+                    ratio: it.ratio,
+                    error_m: it.error_m,
+                    file: it.file,
                 })
             })
             .collect());

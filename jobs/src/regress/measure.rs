@@ -18,8 +18,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use kiln_pipeline::dag::StageKind;
 use kiln_pipeline::run::StageOutcome;
+use kiln_pipeline::stages::summary::{IngestSummary, StageSummary};
 
 /// Metric name → value for a job's stage outcomes. Summary fields that are absent are simply not
 /// measured (a baselined metric then shows as missing).
@@ -31,57 +31,52 @@ pub fn measure(stages: &[StageOutcome]) -> BTreeMap<String, f64> {
             m.insert(name.to_string(), v);
         }
     };
-    let num = |s: &serde_json::Value, k: &str| s.get(k).and_then(serde_json::Value::as_f64);
     let mut wall = 0.0;
     for st in stages {
         wall += st.usage.wall_s;
-        let s = &st.summary;
-        match st.kind {
-            StageKind::Train => {
-                for k in ["psnr_db", "ssim", "splats", "steps_per_s"] {
-                    put(k, num(s, k));
-                }
+        let Some(summary) = StageSummary::of(st) else {
+            continue;
+        };
+        match summary {
+            StageSummary::Train(t) => {
+                put("psnr_db", Some(t.psnr_db));
+                put("ssim", Some(t.ssim));
+                put("splats", Some(t.splats as f64));
+                put("steps_per_s", Some(t.steps_per_s));
             }
-            StageKind::Reconstruct => {
-                for k in [
-                    "registered_fraction",
+            StageSummary::Reconstruct(r) => {
+                put("registered_fraction", Some(r.registered_fraction));
+                put(
                     "mean_reprojection_error_px",
-                    "points",
-                ] {
-                    put(k, num(s, k));
+                    Some(r.mean_reprojection_error_px),
+                );
+                put("points", Some(r.points as f64));
+            }
+            StageSummary::Ingest(IngestSummary::Splats(s)) => put("splats", Some(s.splats as f64)),
+            StageSummary::Ingest(_) | StageSummary::Publish(_) => {}
+            StageSummary::Decimate(d) => {
+                for (i, lod) in d.lods.iter().enumerate() {
+                    put(&format!("lod{i}.triangles"), Some(lod.triangles as f64));
+                    put(&format!("lod{i}.error_m"), Some(lod.error_m));
                 }
             }
-            StageKind::Ingest => put("splats", num(s, "splats")),
-            StageKind::Decimate => {
-                for (i, lod) in s
-                    .get("lods")
-                    .and_then(serde_json::Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .enumerate()
-                {
-                    put(&format!("lod{i}.triangles"), num(lod, "triangles"));
-                    put(&format!("lod{i}.error_m"), num(lod, "error_m"));
-                }
+            StageSummary::Tile(t) => {
+                put("tiles", Some(t.tiles() as f64));
+                put("tile_levels", Some(f64::from(t.levels())));
+                put("tile_bytes", Some(t.content_bytes() as f64));
             }
-            StageKind::Tile => {
-                put("tiles", num(s, "tiles"));
-                put("tile_levels", num(s, "levels"));
-                put("tile_bytes", num(s, "content_bytes"));
-            }
-            StageKind::Eval => {
-                put("publish_loss_db", num(s, "publish_loss_db"));
-                let cuts = s.get("cuts").and_then(serde_json::Value::as_object);
-                for (name, cut) in cuts.into_iter().flatten() {
+            StageSummary::Eval(e) => {
+                put("publish_loss_db", e.publish_loss_db);
+                for (name, cut) in &e.cuts {
                     if !BASELINED_TAUS.contains(&name.as_str()) {
                         continue;
                     }
-                    for field in ["psnr_db", "psnr_vs_full_db", "splats", "bytes"] {
-                        put(&format!("{name}.{field}"), num(cut, field));
-                    }
+                    put(&format!("{name}.psnr_db"), cut.psnr_db);
+                    put(&format!("{name}.psnr_vs_full_db"), cut.psnr_vs_full_db);
+                    put(&format!("{name}.splats"), Some(cut.splats));
+                    put(&format!("{name}.bytes"), Some(cut.bytes));
                 }
             }
-            StageKind::Publish => {}
         }
     }
     put("wall_s", Some(wall));
@@ -174,6 +169,9 @@ pub fn is_known_metric(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use kiln_pipeline::dag::StageKind;
+
     #[test]
     fn known_metric_names() {
         for ok in [
@@ -200,61 +198,65 @@ mod tests {
         }
     }
 
-    use super::*;
-    use kiln_pipeline::meter::StageUsage;
-
-    fn stage(kind: StageKind, wall_s: f64, summary: serde_json::Value) -> StageOutcome {
-        StageOutcome {
-            kind,
-            key: String::new(),
-            cache_hit: false,
-            usage: StageUsage {
-                wall_s,
-                ..StageUsage::default()
-            },
-            summary,
-            recipe: None,
-        }
+    /// Ledger rows recorded by Kiln before its summaries were typed (the pipeline crate's
+    /// fixture), as outcomes of `job`.
+    fn recorded(job: &str) -> Vec<StageOutcome> {
+        let doc: serde_json::Value = serde_json::from_str(include_str!(
+            "../../../pipeline/tests/fixtures/ledger_summaries_a4f2db7.json"
+        ))
+        .unwrap();
+        doc["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["job"] == job)
+            .map(|r| StageOutcome {
+                kind: StageKind::builtin(r["stage"].as_str().unwrap()).unwrap(),
+                key: String::new(),
+                cache_hit: false,
+                usage: kiln_pipeline::meter::StageUsage {
+                    wall_s: 1.0,
+                    ..Default::default()
+                },
+                summary: r["summary"].clone(),
+                recipe: None,
+            })
+            .collect()
     }
 
     #[test]
     fn mesh_job_gives_per_lod_counts_errors_and_tiles() {
-        let m = measure(&[
-            stage(
-                StageKind::Ingest,
-                1.0,
-                serde_json::json!({"triangles": 682}),
-            ),
-            stage(
-                StageKind::Decimate,
-                2.0,
-                serde_json::json!({"lods": [
-                    {"ratio": 1.0, "triangles": 682, "error_m": 0.0, "file": "lod_0.glb"},
-                    {"ratio": 0.5, "triangles": 341, "error_m": 0.00036, "file": "lod_1.glb"}
-                ]}),
-            ),
-            stage(
-                StageKind::Tile,
-                0.5,
-                serde_json::json!({"tiles": 2, "levels": 2, "content_bytes": 1000}),
-            ),
-        ]);
+        let m = measure(&recorded("avocado")[..4]);
+        assert_eq!(m["lod0.triangles"], 682.0);
         assert_eq!(m["lod1.triangles"], 341.0);
-        assert_eq!(m["lod1.error_m"], 0.00036);
-        assert_eq!(m["tiles"], 2.0);
-        assert_eq!(m["tile_bytes"], 1000.0);
-        assert_eq!(m["wall_s"], 3.5);
+        assert_eq!(m["lod1.error_m"], 0.0006545995383398148);
+        assert_eq!(m["tiles"], 4.0);
+        assert_eq!(m["tile_levels"], 4.0);
+        assert_eq!(m["tile_bytes"], 10_319_974.0);
+        assert_eq!(m["wall_s"], 4.0);
         assert!(!m.contains_key("psnr_db") && !m.contains_key("splats"));
     }
 
     #[test]
-    fn capture_job_gives_quality_and_splat_count() {
-        let m = measure(&[stage(
-            StageKind::Train,
-            10.0,
-            serde_json::json!({"psnr_db": 28.4, "ssim": 0.92, "splats": 52841, "steps_per_s": 3.9}),
-        )]);
-        assert_eq!(m["psnr_db"], 28.4);
-        assert_eq!(m["splats"], 52841.0);
+    fn capture_job_gives_quality_splat_count_and_cuts() {
+        let m = measure(&recorded("fox"));
+        assert_eq!(m["psnr_db"], 29.619881409464817);
+        assert_eq!(m["splats"], 56184.0);
+        assert_eq!(m["tiles"], 2.0);
+        assert!(m["publish_loss_db"] > 0.0 && m["publish_loss_db"] < 0.2);
+        for tau in ["tau0", "tau16", "tau64", "tau120"] {
+            for field in ["psnr_db", "psnr_vs_full_db", "splats", "bytes"] {
+                assert!(m.contains_key(&format!("{tau}.{field}")), "{tau}.{field}");
+            }
+        }
+        assert!(!m.contains_key("tau1.psnr_db"), "only the baselined cuts");
+    }
+
+    #[test]
+    fn splats_job_counts_the_ingested_splats() {
+        let m = measure(&recorded("biker"));
+        assert_eq!(m["splats"], 152_746.0);
+        assert!(!m.contains_key("psnr_db"));
+        assert!(m.contains_key("tau16.psnr_vs_full_db"));
     }
 }

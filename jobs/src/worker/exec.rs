@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use kiln_pipeline::dag::StageKind;
-use kiln_pipeline::run::{JobPlan, StageOutcome, job_dag, run_stage};
+use kiln_pipeline::plan::{JobPlan, job_dag};
+use kiln_pipeline::run::{StageOutcome, run_stage};
+use kiln_pipeline::stage::Keep;
 use serde::{Deserialize, Serialize};
 
 /// An earlier stage of the job: its content key and summary.
@@ -109,11 +111,8 @@ pub async fn exec_stage(plan: &JobPlan, stage: &str, done: &[DoneStage]) -> Exec
         };
         // Bring an earlier stage's output here when this machine did not run it.
         let dir = plan.work_dir.join(n.kind.name());
-        let local_key = std::fs::read(dir.join(".kiln-stage.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .and_then(|v| v["key"].as_str().map(String::from));
-        if n.kind != StageKind::Publish && local_key.as_deref() != Some(d.key.as_str()) {
+        let local_key = kiln_pipeline::run::marker_key(&dir);
+        if n.stage.keep() == Keep::WorkDir && local_key.as_deref() != Some(d.key.as_str()) {
             let restored = match &plan.stage_cache {
                 Some(cache) => {
                     kiln_pipeline::stage_cache::restore(cache, n.kind, &d.key, &dir).await

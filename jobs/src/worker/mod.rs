@@ -929,7 +929,7 @@ mod tests {
                 .unwrap();
         });
         let outcome = kiln_pipeline::run::StageOutcome {
-            kind: kiln_pipeline::dag::StageKind::Ingest,
+            kind: kiln_pipeline::dag::StageKind::INGEST,
             key: "k".repeat(64),
             cache_hit: false,
             usage: Default::default(),

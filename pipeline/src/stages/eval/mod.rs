@@ -22,8 +22,11 @@
 
 pub mod cut;
 pub mod report;
+mod stage;
 pub mod tileset;
 pub mod views;
+
+pub use stage::{CutSummary, Eval, EvalSummary};
 
 use std::path::Path;
 
@@ -193,35 +196,37 @@ pub fn evaluate(
 /// the mean PSNR/SSIM against the photos (when there are photos) and against the full splats,
 /// splats and bytes — keyed `tau<τ>` (e.g. `tau16`).
 #[must_use]
-pub fn delivery_summary(report: &EvalReport) -> serde_json::Value {
-    let mut cuts = serde_json::Map::new();
-    for c in &report.cuts {
-        let key = match (c.tau_px, c.budget_splats) {
-            (Some(t), _) => format!("tau{t}"),
-            (None, Some(b)) => format!("budget{b}"),
-            _ => "file".to_string(),
-        };
-        cuts.insert(
-            key,
-            serde_json::json!({
-                "psnr_db": c.mean.psnr_db,
-                "ssim": c.mean.ssim,
-                "psnr_vs_full_db": c.mean.psnr_vs_full_db,
-                "ssim_vs_full": c.mean.ssim_vs_full,
-                "splats": c.mean.splats,
-                "bytes": c.mean.bytes,
-            }),
-        );
+pub fn delivery_summary(report: &EvalReport) -> EvalSummary {
+    let cuts = report
+        .cuts
+        .iter()
+        .map(|c| {
+            let key = match (c.tau_px, c.budget_splats) {
+                (Some(t), _) => format!("tau{t}"),
+                (None, Some(b)) => format!("budget{b}"),
+                _ => "file".to_string(),
+            };
+            let m = &c.mean;
+            let cut = CutSummary {
+                psnr_db: m.psnr_db,
+                ssim: m.ssim,
+                psnr_vs_full_db: m.psnr_vs_full_db,
+                ssim_vs_full: m.ssim_vs_full,
+                splats: m.splats,
+                bytes: m.bytes,
+            };
+            (key, cut)
+        })
+        .collect();
+    EvalSummary {
+        publish_loss_db: report.publish_loss_db,
+        reference_psnr_db: report.reference_psnr_db,
+        total_bytes: report.total_bytes,
+        level_splats: report.levels.iter().map(|l| l.splats).collect(),
+        views: report.views.len(),
+        view_kind: report.views.first().map(|v| v.kind.clone()),
+        cuts,
     }
-    serde_json::json!({
-        "publish_loss_db": report.publish_loss_db,
-        "reference_psnr_db": report.reference_psnr_db,
-        "total_bytes": report.total_bytes,
-        "level_splats": report.levels.iter().map(|l| l.splats).collect::<Vec<_>>(),
-        "views": report.views.len(),
-        "view_kind": report.views.first().map(|v| v.kind.clone()),
-        "cuts": cuts,
-    })
 }
 
 /// File name of the viewer cameras beside a published tileset.

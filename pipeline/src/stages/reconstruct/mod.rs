@@ -24,8 +24,11 @@
 //! (sequential matching for video, one shared camera per device).
 
 pub mod sharpness;
+mod stage;
 pub mod tool;
 pub mod video;
+
+pub use stage::{Reconstruct, ReconstructSummary};
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

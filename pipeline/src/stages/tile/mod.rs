@@ -13,6 +13,55 @@ use kiln_formats::tiles::tileset::{Asset, Tile, Tileset};
 
 use crate::{Error, Result};
 
+/// A tile stage's key parameters: its tiler's (`tiler`), wrapped with the georeference when the
+/// job places the tileset on Earth (`{"tiler": …, "georef": …}`).
+pub(crate) fn tile_key_params(
+    plan: &crate::plan::JobPlan,
+    tiler: serde_json::Value,
+) -> serde_json::Value {
+    match plan.georef {
+        Some(g) => serde_json::json!({ "tiler": tiler, "georef": g }),
+        None => tiler,
+    }
+}
+
+/// Run `kiln check`'s tileset checker (structure, geometricError, content inside every bounding
+/// volume, declared extensions, SPZ headers) on a tileset the tile stage just wrote, so that a
+/// tiler bug fails the stage instead of being published. Tile budgets are not checked here
+/// (leaves at the tilers' depth limits may exceed them by design); warnings are logged.
+///
+/// # Errors
+/// [`Error::Input`] listing every error finding, on `tileset.json`.
+pub(crate) fn check_written_tileset(tileset: &Path) -> Result<()> {
+    use kiln_formats::tiles::check::{CheckOptions, Severity, check_tileset};
+    let report = check_tileset(
+        tileset,
+        &CheckOptions {
+            max_splats_per_tile: u64::MAX,
+            max_triangles_per_tile: u64::MAX,
+        },
+    );
+    let mut errors = Vec::new();
+    for f in &report.findings {
+        match f.severity {
+            Severity::Error => errors.push(f.to_string()),
+            Severity::Warning => tracing::warn!(finding = %f, "tileset check"),
+            _ => {}
+        }
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Input {
+        path: tileset.to_path_buf(),
+        field: "tileset".into(),
+        problem: format!(
+            "the tileset just written fails `kiln check` (a Kiln bug; please report it):\n{}",
+            errors.join("\n")
+        ),
+    })
+}
+
 /// What a tiling run wrote (shared by the splat and mesh tilers).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TileReport {

@@ -38,6 +38,7 @@ pub mod mcmc;
 pub mod op;
 pub mod params;
 pub mod rng;
+mod stage;
 pub mod store;
 pub mod views;
 
@@ -53,6 +54,7 @@ use rand::seq::SliceRandom;
 pub use frame::{FRAME_JSON, FrameInfo, frame_info, read_frame_info};
 pub use init::InitPoints;
 pub use params::{Init, MaskMode, Preset, TrainParams};
+pub use stage::{Train, train_views};
 pub use views::{CacheStats, PixelLoader, Pixels, TrainView, ViewPixels};
 
 use density::{DensifyConfig, DensityStats};

@@ -82,7 +82,9 @@ impl Rect {
 pub type Written = Vec<(String, u64)>;
 
 /// Why a group of a tile kept the shared level images (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Skip {
     /// A texture reads `TEXCOORD_1` or has a `KHR_texture_transform`, or has no UVs, or an image
@@ -99,7 +101,7 @@ pub enum Skip {
 
 /// Counts over a tileset: groups of tiles given an atlas, and groups that kept the shared images
 /// by reason.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AtlasStats {
     /// (tile, image set) groups that got an atlas.
     pub atlased: usize,

@@ -38,8 +38,11 @@ pub mod decode;
 pub mod deviation;
 pub mod encode;
 pub mod hlod;
+mod stage;
 pub mod texture;
 pub mod view;
+
+pub use stage::{MeshTileSummary, TileMesh};
 
 use std::path::Path;
 

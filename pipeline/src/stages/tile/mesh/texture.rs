@@ -140,7 +140,7 @@ pub struct TexturePyramid<'a> {
 }
 
 /// What encoding kept of one source image ([`TexturePyramid::fidelity`]).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct ImageFidelity {
     /// Index into the mesh's images.
     pub image: usize,

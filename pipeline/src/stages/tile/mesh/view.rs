@@ -652,6 +652,41 @@ pub const DELIVERED_RENDER_PX: u32 = 320;
 /// and `kiln regress` baselines use the same value).
 pub const IDENTICAL_PSNR_DB: f64 = 100.0;
 
+/// The tile stage's record of what a client loads ([`delivered_summary`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct DeliveredSummary {
+    /// Side of the square renders, pixels ([`DELIVERED_RENDER_PX`]).
+    pub render_px: u32,
+    /// File name of the reference the levels were scored against (`lod_0.glb`).
+    pub reference: Option<String>,
+    /// One row per level, root first.
+    pub levels: Vec<DeliveredRow>,
+    /// PSNR of the deepest level (the leaves), dB.
+    pub leaves_psnr_db: Option<f64>,
+    /// PSNR of the root level, dB.
+    pub root_psnr_db: Option<f64>,
+}
+
+/// One level of [`DeliveredSummary`]: its figures, or why it could not be read.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub enum DeliveredRow {
+    Scored {
+        /// Depth in the tileset (0 = root).
+        depth: usize,
+        /// Tiles drawn.
+        tiles: usize,
+        triangles: usize,
+        /// PSNR against the reference, dB ([`IDENTICAL_PSNR_DB`] for identical renders; `None`
+        /// for a level that draws nothing).
+        psnr_db: Option<f64>,
+    },
+    Failed {
+        /// Why the level could not be read.
+        error: String,
+    },
+}
+
 /// The tile stage's record of what a client loads ([`delivered_levels`] at
 /// [`DELIVERED_RENDER_PX`] against `reference`, the full-resolution LOD): per level its depth,
 /// tiles, triangles and PSNR (dB; [`IDENTICAL_PSNR_DB`] for renders identical to the reference,
@@ -659,7 +694,7 @@ pub const IDENTICAL_PSNR_DB: f64 = 100.0;
 /// `leaves_psnr_db` / `root_psnr_db` for the deepest level and the root. Errors are logged and
 /// leave the record out: the tileset itself has been checked already.
 #[must_use]
-pub fn delivered_summary(tileset_path: &Path, reference: &Path) -> Option<serde_json::Value> {
+pub fn delivered_summary(tileset_path: &Path, reference: &Path) -> Option<DeliveredSummary> {
     let levels = match delivered_levels(tileset_path, reference, DELIVERED_RENDER_PX) {
         Ok(levels) => levels,
         Err(e) => {
@@ -668,16 +703,18 @@ pub fn delivered_summary(tileset_path: &Path, reference: &Path) -> Option<serde_
         }
     };
     let recorded = |db: f64| db.min(IDENTICAL_PSNR_DB);
-    let rows: Vec<serde_json::Value> = levels
+    let rows: Vec<DeliveredRow> = levels
         .iter()
         .map(|level| match level {
-            Ok(l) => serde_json::json!({
-                "depth": l.depth,
-                "tiles": l.tiles,
-                "triangles": l.triangles,
-                "psnr_db": l.psnr_db.map(recorded),
-            }),
-            Err(e) => serde_json::json!({ "error": e.to_string() }),
+            Ok(l) => DeliveredRow::Scored {
+                depth: l.depth,
+                tiles: l.tiles,
+                triangles: l.triangles,
+                psnr_db: l.psnr_db.map(recorded),
+            },
+            Err(e) => DeliveredRow::Failed {
+                error: e.to_string(),
+            },
         })
         .collect();
     let psnr = |level: Option<&Result<DeliveredLevel, ViewError>>| {
@@ -686,13 +723,15 @@ pub fn delivered_summary(tileset_path: &Path, reference: &Path) -> Option<serde_
             .and_then(|l| l.psnr_db)
             .map(recorded)
     };
-    Some(serde_json::json!({
-        "render_px": DELIVERED_RENDER_PX,
-        "reference": reference.file_name().map(|n| n.to_string_lossy()),
-        "levels": rows,
-        "leaves_psnr_db": psnr(levels.last()),
-        "root_psnr_db": psnr(levels.first()),
-    }))
+    Some(DeliveredSummary {
+        render_px: DELIVERED_RENDER_PX,
+        reference: reference
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned()),
+        levels: rows,
+        leaves_psnr_db: psnr(levels.last()),
+        root_psnr_db: psnr(levels.first()),
+    })
 }
 
 /// The content files of a tileset's levels: `levels[d]` holds the tiles at depth `d` and the

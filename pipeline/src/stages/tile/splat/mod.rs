@@ -61,10 +61,12 @@ use crate::{Error, Result};
 mod error;
 pub mod merge;
 pub mod refine;
+mod stage;
 pub mod streamed_sog;
 mod tree;
 
 use merge::MergeSet;
+pub use stage::{SplatSource, SplatTileSummary, TileSplats};
 use tree::{Node, build_tree};
 
 /// SPZ fractional bits used for tile content (1/4096 m steps, ±2048 m range); lowered per tile

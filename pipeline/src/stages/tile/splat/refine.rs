@@ -45,7 +45,7 @@ pub struct LevelRefiner<'a> {
 }
 
 /// What one level's refinement did.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LevelRefinement {
     /// Levels above the leaves (1 = the leaves' parents).
     pub levels_above_leaves: u32,

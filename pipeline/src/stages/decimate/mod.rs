@@ -15,6 +15,9 @@
 //! attribute arrays of the wrong length and empty meshes are [`Error::Input`]; bad parameters are
 //! [`Error::Param`]. Degenerate (zero-area) triangles are accepted; meshopt removes them.
 
+mod stage;
+pub use stage::{Decimate, DecimateSummary};
+
 use std::path::Path;
 
 use kiln_formats::atomic_write::write_atomic;

@@ -7,6 +7,9 @@
 //! Mesh: read glTF/GLB (validated: index ranges, finite positions, buffers present) and write it back
 //! as one `mesh.glb`.
 
+mod stage;
+pub use stage::{CaptureIngestSummary, IngestCapture, IngestMesh, IngestSplats};
+
 use std::path::Path;
 
 use kiln_formats::capture::{self, Capture};

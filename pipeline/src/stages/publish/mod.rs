@@ -14,6 +14,9 @@
 //! attempt paused past its lease (or cut off from the database) therefore stops before touching
 //! committed files; the worker records it `rejected`. Local `kiln run` has no fence.
 
+mod stage;
+pub use stage::{Publish, PublishSummary};
+
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,178 @@
+//! The stage contract from outside the crate: a stage written here, unknown to Kiln's plans,
+//! runs through the engine (`run::run_stage`) unchanged — keyed, cached, metered and committed
+//! like the built-in stages — and reads only what it declares.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use kiln_pipeline::dag::{Dag, JobKind, StageKind};
+use kiln_pipeline::plan::JobPlan;
+use kiln_pipeline::run::{StageOutcome, run_stage};
+use kiln_pipeline::stage::{AnyStage, Input, Output, Stage, StageContext};
+use serde::{Deserialize, Serialize};
+
+/// First toy stage: counts the bytes of the job's input and writes them reversed.
+struct Reverse;
+
+/// Second toy stage: reads `reverse`'s output and writes it back the right way round.
+struct Restore {
+    /// Part of the key, so a change reruns it.
+    suffix: &'static str,
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct ReverseSummary {
+    bytes: usize,
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct RestoreSummary {
+    text: String,
+}
+
+const REVERSE: StageKind = StageKind::new("reverse");
+const RESTORE: StageKind = StageKind::new("restore");
+
+impl Stage for Reverse {
+    type Summary = ReverseSummary;
+    fn kind(&self) -> StageKind {
+        REVERSE
+    }
+    fn inputs(&self) -> Vec<Input> {
+        Vec::new()
+    }
+    fn key_params(&self, _plan: &JobPlan) -> serde_json::Value {
+        serde_json::json!({ "version": 1 })
+    }
+    fn run(&self, cx: &StageContext, out: &Path) -> kiln_pipeline::Result<Output<ReverseSummary>> {
+        let mut bytes = std::fs::read(cx.fetched_input()?).unwrap();
+        bytes.reverse();
+        std::fs::write(out.join("reversed.txt"), &bytes).unwrap();
+        Ok(Output::new(ReverseSummary { bytes: bytes.len() }))
+    }
+}
+
+impl Stage for Restore {
+    type Summary = RestoreSummary;
+    fn kind(&self) -> StageKind {
+        RESTORE
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::Stage(REVERSE), Input::IfPlanned(StageKind::TRAIN)]
+    }
+    fn key_params(&self, _plan: &JobPlan) -> serde_json::Value {
+        serde_json::json!({ "suffix": self.suffix })
+    }
+    fn bytes_read(&self, cx: &StageContext) -> u64 {
+        kiln_pipeline::meter::dir_bytes(&cx.stage_dir(REVERSE).unwrap())
+    }
+    fn run(&self, cx: &StageContext, out: &Path) -> kiln_pipeline::Result<Output<RestoreSummary>> {
+        // A stage that is not finished is refused, naming it.
+        let e = cx.stage_dir(StageKind::TILE).unwrap_err();
+        assert!(e.to_string().contains("tile"), "{e}");
+        assert!(
+            !cx.has_input(StageKind::TRAIN),
+            "not planned, so not an input"
+        );
+        let dir = cx.stage_dir(REVERSE)?;
+        let mut bytes = std::fs::read(dir.join("reversed.txt")).unwrap();
+        bytes.reverse();
+        let text = format!("{}{}", String::from_utf8(bytes).unwrap(), self.suffix);
+        std::fs::write(out.join("restored.txt"), &text).unwrap();
+        Ok(Output::new(RestoreSummary { text }))
+    }
+}
+
+fn plan(root: &Path, input: &Path) -> JobPlan {
+    JobPlan {
+        job_id: "toy-1".into(),
+        name: "toy".into(),
+        kind: JobKind::Splats,
+        input: input.display().to_string(),
+        output: root.join("out").display().to_string(),
+        work_dir: root.join("work"),
+        reconstruct: Default::default(),
+        ingest: Default::default(),
+        train: Default::default(),
+        decimate: Default::default(),
+        tile: Default::default(),
+        mesh_tile: Default::default(),
+        eval: Default::default(),
+        georef: None,
+        device: Default::default(),
+        stage_cache: None,
+        fence: None,
+    }
+}
+
+/// Run every stage of `dag` in order, as `kiln run` does.
+async fn run_all(plan: &JobPlan, dag: &Dag) -> Vec<StageOutcome> {
+    let mut done: HashMap<StageKind, StageOutcome> = HashMap::new();
+    let mut outcomes = Vec::new();
+    for node in dag.topo_order().unwrap() {
+        let o = run_stage(plan, node, &done).await.unwrap();
+        done.insert(node.kind, o.clone());
+        outcomes.push(o);
+    }
+    outcomes
+}
+
+fn toy_dag(suffix: &'static str) -> Dag {
+    let stages: Vec<Arc<dyn AnyStage>> = vec![Arc::new(Reverse), Arc::new(Restore { suffix })];
+    Dag::from_stages(JobKind::Splats, stages)
+}
+
+#[tokio::test]
+async fn a_stage_unknown_to_kiln_runs_through_the_engine_keyed_cached_and_typed() {
+    let root = tempfile::tempdir().unwrap();
+    let input = root.path().join("in.txt");
+    std::fs::write(&input, "kiln").unwrap();
+    let plan = plan(root.path(), &input);
+
+    let dag = toy_dag("!");
+    assert_eq!(
+        dag.node(RESTORE).unwrap().deps,
+        vec![REVERSE],
+        "IfPlanned dropped"
+    );
+    let first = run_all(&plan, &dag).await;
+    assert!(first.iter().all(|o| !o.cache_hit));
+    let restored: RestoreSummary = serde_json::from_value(first[1].summary.clone()).unwrap();
+    assert_eq!(restored.text, "kiln!");
+    assert_eq!(
+        std::fs::read_to_string(plan.work_dir.join("restore/restored.txt")).unwrap(),
+        "kiln!"
+    );
+    // The engine metered it and recorded the output's size beside the stage's own fields.
+    assert_eq!(first[1].usage.bytes_read, 4 + marker_len(&plan, REVERSE));
+    assert!(kiln_pipeline::run::stored_bytes(&first[1].summary).unwrap() > 0);
+    assert_eq!(first[1].recipe.as_ref().unwrap().inputs[0].0, "reverse");
+
+    // Same job again: both reused by key.
+    let again = run_all(&plan, &dag).await;
+    assert!(again.iter().all(|o| o.cache_hit));
+    assert_eq!(again[1].key, first[1].key);
+
+    // A parameter change reruns only the stage it belongs to.
+    let changed = run_all(&plan, &toy_dag("?")).await;
+    assert!(changed[0].cache_hit && !changed[1].cache_hit);
+    assert_ne!(changed[1].key, first[1].key);
+    assert_eq!(
+        std::fs::read_to_string(plan.work_dir.join("restore/restored.txt")).unwrap(),
+        "kiln?"
+    );
+    // Its summary is not a built-in stage's: the typed reader leaves it alone.
+    assert_eq!(
+        kiln_pipeline::stages::summary::StageSummary::of(&changed[1]),
+        None
+    );
+}
+
+/// Size of the marker the engine writes into a finished stage folder (the toy stage reads the
+/// whole folder, marker included).
+fn marker_len(plan: &JobPlan, kind: StageKind) -> u64 {
+    std::fs::metadata(plan.work_dir.join(kind.name()).join(".kiln-stage.json"))
+        .unwrap()
+        .len()
+}
