@@ -66,8 +66,8 @@ pub const MODEL_CPU_VCPU_S_PER_PIXEL_STEP: f64 = 2.0 / 3.49002 / 41_040.0;
 
 /// Fallback model for every CPU stage but `reconstruct`: vCPU-seconds per byte of job input.
 ///
-/// Source: the README's avocado example (`kiln report`): each of ingest, decimate, tile and
-/// publish used ≤ 0.06 CPU-s for an 8.3 MB input (≤ 7.2e-9 s/B), rounded up to 1e-8 s/B.
+/// Source: the avocado example in `docs/running.md` (`kiln report`): each of ingest, decimate,
+/// tile and publish used ≤ 0.06 CPU-s for an 8.3 MB input (≤ 7.2e-9 s/B), rounded up to 1e-8 s/B.
 pub const MODEL_CPU_STAGE_VCPU_S_PER_BYTE: f64 = 1e-8;
 
 /// Stages that use a GPU when one is leased (the others always run on CPUs).
@@ -834,7 +834,7 @@ pub fn explain(
             ),
             (Basis::Model { .. }, false) => format!(
                 "model: MODEL_CPU_STAGE_VCPU_S_PER_BYTE = {MODEL_CPU_STAGE_VCPU_S_PER_BYTE:e} vCPU-s/B × {} input bytes; \
-                 README avocado example: ≤ 0.06 CPU-s per stage for 8.3 MB, rounded up",
+                 docs/running.md avocado example: ≤ 0.06 CPU-s per stage for 8.3 MB, rounded up",
                 shape.input_bytes
             ),
             (Basis::Unknown { reason }, _) => format!("unknown: {reason}; counted as 0"),

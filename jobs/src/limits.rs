@@ -4,9 +4,9 @@
 //! field and the limit, instead of holding a GPU for years or exhausting a worker's memory.
 //!
 //! The bounds are generous: each is far above what any published recipe uses (3DGS trains 30 k
-//! steps to a few million splats), and each says why it is where it is. The README's table is
-//! [`markdown_table`]; a test keeps the two equal and another checks that every numeric field a
-//! job file can hold has a bound here.
+//! steps to a few million splats), and each says why it is where it is. The table in
+//! `docs/job-file.md` (section "Limits") is [`markdown_table`]; a test keeps the two equal and
+//! another checks that every numeric field a job file can hold has a bound here.
 
 use std::path::Path;
 
@@ -511,7 +511,7 @@ fn format_number(x: f64) -> String {
     }
 }
 
-/// The README's table of bounds.
+/// The table of bounds in `docs/job-file.md` (section "Limits").
 pub fn markdown_table() -> String {
     let mut s = String::from("| Field | Bounds | Why |\n|---|---|---|\n");
     for l in LIMITS {
@@ -678,13 +678,14 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_lists_every_bound() {
-        let readme =
-            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-                .unwrap();
+    fn the_job_file_docs_list_every_bound() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/job-file.md");
+        let page = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
         assert!(
-            readme.contains(&markdown_table()),
-            "README.md's table of bounds differs; paste jobs::limits::markdown_table():\n{}",
+            page.contains(&markdown_table()),
+            "the table of bounds in docs/job-file.md (section \"Limits\") differs; replace it \
+             with jobs::limits::markdown_table():\n{}",
             markdown_table()
         );
     }

@@ -192,7 +192,7 @@ fn budget_line(line: &CostLine) -> Option<String> {
     Some(if line.over_budget == Some(true) {
         format!(
             "budget ${b:.6}: OVER BUDGET by ${:.6} ({:.0} % over; a stage's output is priced \
-             only once it is written, see README \"Cost\")",
+             only once it is written, see docs/cost.md)",
             line.usd - b,
             (line.usd / b - 1.0) * 100.0
         )

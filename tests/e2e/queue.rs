@@ -824,7 +824,7 @@ fn a_publish_attempt_that_lost_its_lease_changes_nothing_committed() {
             "--lease-file",
             lease.to_str().unwrap(),
         ]);
-        // EX_TEMPFAIL: an infrastructure fault (README, "Exit codes and retries").
+        // EX_TEMPFAIL: an infrastructure fault (docs/queue.md, "Exit codes and retries").
         assert_eq!(o.status.code(), Some(75), "{}", stderr(&o));
         assert!(
             stderr(&o).contains("fenced") && stderr(&o).contains(says),

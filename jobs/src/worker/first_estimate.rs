@@ -7,7 +7,7 @@
 //! is the size the stages will read. At that moment no attempt of the job exists yet, so the
 //! ledger history the estimate learns from holds only other jobs, as for `kiln run`. An S3 input
 //! is not fetched until its first stage runs: its size is unknown here, as in `kiln plan`, and
-//! per-byte stages are estimated from 0 bytes (README, "Estimates checked").
+//! per-byte stages are estimated from 0 bytes (docs/cost.md, "Estimates checked").
 
 use std::path::{Path, PathBuf};
 
