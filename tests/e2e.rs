@@ -7,6 +7,7 @@ mod e2e {
     pub mod capture_layouts;
     pub mod check;
     pub mod cost;
+    pub mod docs;
     pub mod harness;
     pub mod large_coordinates;
     pub mod mesh;
