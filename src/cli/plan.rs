@@ -56,32 +56,83 @@ pub async fn run(mut args: PlanArgs) -> anyhow::Result<()> {
     let spec = JobSpec::from_file(&args.job)?;
     let work_root = args
         .work_dir
+        .clone()
         .unwrap_or_else(kiln_jobs::spec::default_work_root);
     let resolve = |loc: &str| kiln_datasets::resolve_location(loc).map_err(|e| e.to_string());
     let plan = spec.plan("plan", &work_root, &args.job, &resolve)?;
     let (dag, reason) = job_dag(&plan)
         .await
         .with_context(|| format!("planning {}", args.job.display()))?;
-    let order = dag.topo_order()?;
-    let stages: Vec<serde_json::Value> = order
-        .iter()
-        .map(|n| {
-            let dir = plan.work_dir.join(n.kind.name());
-            let finished = dir.join(".kiln-stage.json").is_file();
-            serde_json::json!({
-                "stage": n.kind.name(),
-                "deps": n.deps.iter().map(|d| d.name()).collect::<Vec<_>>(),
-                "finished_earlier": finished,
-            })
-        })
-        .collect();
-
+    let stages = planned_stages(&plan, &dag)?;
     let catalog = match &args.prices {
         Some(p) => PriceCatalog::from_file(p)?,
         None => PriceCatalog::default_catalog(),
     };
-    let stage_names: Vec<String> = order.iter().map(|n| n.kind.name().to_string()).collect();
-    let shape = JobShape {
+    let shape = job_shape(&spec, &plan, &stages);
+    let sources = capture_sources(&spec, &plan.input, reason.is_some());
+    let history = ledger_history().await;
+    let est = estimate::estimate(&shape, &history, &catalog, &args.sku)?;
+    let explained = if args.explain {
+        estimate::explain(&shape, &history, &catalog, &est)?
+    } else {
+        Vec::new()
+    };
+    let planned = Planned {
+        spec: &spec,
+        plan: &plan,
+        reason: reason.as_deref(),
+        sources: &sources,
+        stages: &stages,
+        shape: &shape,
+        catalog: &catalog,
+        history_jobs: history.len(),
+        est: &est,
+        explained: &explained,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&planned.json(&args)?)?);
+    } else {
+        planned.print(&args)?;
+    }
+    unreadable_capture(&sources)
+}
+
+/// One stage of the plan as `kiln plan` shows it.
+#[derive(Debug, serde::Serialize)]
+struct PlannedStage {
+    stage: String,
+    /// The stages it runs after (empty: it reads the job's input).
+    deps: Vec<String>,
+    /// Its work folder holds a finished output (reused when its key is unchanged).
+    finished_earlier: bool,
+}
+
+/// The stages of `dag` in run order, with what the work folder holds of each.
+fn planned_stages(
+    plan: &kiln_pipeline::plan::JobPlan,
+    dag: &kiln_pipeline::dag::Dag,
+) -> anyhow::Result<Vec<PlannedStage>> {
+    Ok(dag
+        .topo_order()?
+        .iter()
+        .map(|n| PlannedStage {
+            stage: n.kind.name().to_string(),
+            deps: n.deps.iter().map(|d| d.name().to_string()).collect(),
+            finished_earlier: kiln_pipeline::run::marker_key(&plan.work_dir.join(n.kind.name()))
+                .is_some(),
+        })
+        .collect())
+}
+
+/// What the estimator needs to know of the job: its kind, input size, stages and, with a
+/// `train` stage, the capture's training shape.
+fn job_shape(
+    spec: &JobSpec,
+    plan: &kiln_pipeline::plan::JobPlan,
+    stages: &[PlannedStage],
+) -> JobShape {
+    let stage_names: Vec<String> = stages.iter().map(|s| s.stage.clone()).collect();
+    JobShape {
         kind: spec.kind.name().to_string(),
         input_bytes: estimate::local_bytes(Path::new(&plan.input)),
         train: stage_names
@@ -96,36 +147,46 @@ pub async fn run(mut args: PlanArgs) -> anyhow::Result<()> {
             })
             .flatten(),
         stages: stage_names,
-    };
-    let sources = capture_sources(&spec, &plan.input, reason.is_some());
-    let history = ledger_history().await;
-    let est = estimate::estimate(&shape, &history, &catalog, &args.sku)?;
-    let explained = if args.explain {
-        estimate::explain(&shape, &history, &catalog, &est)?
-    } else {
-        Vec::new()
-    };
+    }
+}
 
-    if args.json {
-        let doc = serde_json::json!({
-            "job": spec.name,
-            "kind": spec.kind.name(),
-            "input": plan.input,
-            "work_dir": plan.work_dir,
-            "reconstruct_reason": reason,
-            "capture_sources": match &sources {
+/// Everything `kiln plan` prints.
+struct Planned<'a> {
+    spec: &'a JobSpec,
+    plan: &'a kiln_pipeline::plan::JobPlan,
+    reason: Option<&'a str>,
+    sources: &'a Option<Result<ingest::CaptureSources, kiln_pipeline::Error>>,
+    stages: &'a [PlannedStage],
+    shape: &'a JobShape,
+    catalog: &'a PriceCatalog,
+    history_jobs: usize,
+    est: &'a Estimate,
+    explained: &'a [estimate::Explanation],
+}
+
+impl Planned<'_> {
+    /// `kiln plan --json`.
+    fn json(&self, args: &PlanArgs) -> anyhow::Result<serde_json::Value> {
+        let catalog = self.catalog;
+        Ok(serde_json::json!({
+            "job": self.spec.name,
+            "kind": self.spec.kind.name(),
+            "input": self.plan.input,
+            "work_dir": self.plan.work_dir,
+            "reconstruct_reason": self.reason,
+            "capture_sources": match self.sources {
                 Some(Ok(s)) => serde_json::to_value(s)?,
                 Some(Err(e)) => serde_json::json!({ "error": e.to_string() }),
                 None => serde_json::Value::Null,
             },
-            "stages": stages,
+            "stages": self.stages,
             "estimate": {
-                "shape": shape,
+                "shape": self.shape,
                 "prices": args.prices.as_ref().map_or(catalog.file.clone(), |p| p.display().to_string()),
                 "billing_minimum_s": catalog.billing_minimum_s,
-                "history_jobs": history.len(),
+                "history_jobs": self.history_jobs,
                 "pricing": args.pricing.name(),
-                "usd_priced": priced_usd(&est, &catalog, args.pricing)?
+                "usd_priced": priced_usd(self.est, catalog, args.pricing)?
                     .into_iter()
                     .map(|(sku, p)| serde_json::json!({
                         "sku": sku,
@@ -133,74 +194,70 @@ pub async fn run(mut args: PlanArgs) -> anyhow::Result<()> {
                         "usd": p.usd,
                     }))
                     .collect::<Vec<_>>(),
-                "result": est,
-                "explain": args.explain.then_some(&explained),
+                "result": self.est,
+                "explain": args.explain.then_some(self.explained),
             },
-        });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-        return unreadable_capture(&sources);
+        }))
     }
-    println!(
-        "job {} ({}), input {}",
-        spec.name,
-        spec.kind.name(),
-        plan.input
-    );
-    if let Some(reason) = &reason {
-        println!("reconstruct: {reason}");
-        println!("poses: estimated by COLMAP in the reconstruct stage (its images.bin)");
-        println!("points: the reconstruct stage's points3D.bin");
-    }
-    match &sources {
-        Some(Ok(s)) => println!("{}\n{}", s.poses_line(), s.points_line()),
-        Some(Err(e)) => println!("capture: cannot be read: {e}"),
-        None => {}
-    }
-    println!("work directory {}", plan.work_dir.display());
-    for (i, s) in stages.iter().enumerate() {
-        let deps: Vec<&str> = s["deps"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|d| d.as_str())
-            .collect();
-        let state = if s["finished_earlier"] == true {
-            "finished earlier: reused if its inputs and parameters are unchanged"
-        } else {
-            "to run"
-        };
-        let deps = if deps.is_empty() {
-            "input".to_string()
-        } else {
-            deps.join(", ")
-        };
+
+    /// `kiln plan` as text: the input, how its poses are found, the stages and the estimate.
+    fn print(&self, args: &PlanArgs) -> anyhow::Result<()> {
+        let (spec, plan) = (self.spec, self.plan);
         println!(
-            "  {}. {:<12} {state} (after {deps})",
-            i + 1,
-            s["stage"].as_str().unwrap_or("")
+            "job {} ({}), input {}",
+            spec.name,
+            spec.kind.name(),
+            plan.input
         );
-    }
-    print_estimate(&est, &shape, &catalog, history.len(), args.pricing)?;
-    let finished = stages
-        .iter()
-        .filter(|s| s["finished_earlier"] == true)
-        .count();
-    if finished > 0 {
-        println!(
-            "  note: the estimate includes the {finished} stage(s) finished earlier; a stage reused \
-             from its finished output costs nothing"
-        );
-    }
-    if args.explain {
-        println!("where the figures come from:");
-        for e in &explained {
+        if let Some(reason) = self.reason {
+            println!("reconstruct: {reason}");
+            println!("poses: estimated by COLMAP in the reconstruct stage (its images.bin)");
+            println!("points: the reconstruct stage's points3D.bin");
+        }
+        match self.sources {
+            Some(Ok(s)) => println!("{}\n{}", s.poses_line(), s.points_line()),
+            Some(Err(e)) => println!("capture: cannot be read: {e}"),
+            None => {}
+        }
+        println!("work directory {}", plan.work_dir.display());
+        for (i, s) in self.stages.iter().enumerate() {
+            let state = if s.finished_earlier {
+                "finished earlier: reused if its inputs and parameters are unchanged"
+            } else {
+                "to run"
+            };
+            let deps = if s.deps.is_empty() {
+                "input".to_string()
+            } else {
+                s.deps.join(", ")
+            };
+            println!("  {}. {:<12} {state} (after {deps})", i + 1, s.stage);
+        }
+        print_estimate(
+            self.est,
+            self.shape,
+            self.catalog,
+            self.history_jobs,
+            args.pricing,
+        )?;
+        let finished = self.stages.iter().filter(|s| s.finished_earlier).count();
+        if finished > 0 {
             println!(
-                "  {:<14} {}\n  {:<14}   from {}",
-                e.item, e.figure, "", e.source
+                "  note: the estimate includes the {finished} stage(s) finished earlier; a stage reused \
+                 from its finished output costs nothing"
             );
         }
+        if args.explain {
+            println!("where the figures come from:");
+            for e in self.explained {
+                println!(
+                    "  {:<14} {}\n  {:<14}   from {}",
+                    e.item, e.figure, "", e.source
+                );
+            }
+        }
+        Ok(())
     }
-    unreadable_capture(&sources)
 }
 
 /// Each SKU row priced at `tier` ([`estimate::price_at`]: billed GPU-hours and USD; `None`: no

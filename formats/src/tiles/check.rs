@@ -253,6 +253,53 @@ struct Ctx {
     prefix: String,
 }
 
+/// Where a check is: the tile's path in the tileset (`root.children[0]`), the tileset JSON
+/// holding it and that file's folder (content URIs resolve against it).
+#[derive(Clone, Copy)]
+struct At<'a> {
+    tile: &'a str,
+    file: &'a Path,
+    base_dir: &'a Path,
+}
+
+/// What a content object sits in: the volumes it must lie inside (ancestors' and its tile's),
+/// the tile frame → world transform, its tile's geometricError and whether the tile has
+/// children.
+#[derive(Clone)]
+struct ContentCtx {
+    frames: Vec<Frame>,
+    world: Mat4,
+    tile_error: Option<f64>,
+    has_children: bool,
+}
+
+/// A content file opened by its format.
+enum Opened<'b> {
+    /// glTF JSON, its binary chunk and the transform before its nodes (a b3dm's RTC_CENTER).
+    Gltf(Value, Option<&'b [u8]>, Mat4),
+    /// An external tileset (checked already).
+    External,
+    /// Not glTF, or unreadable (reported).
+    Skipped,
+}
+
+/// What a tile's contents hold.
+#[derive(Default)]
+struct Loaded {
+    splats: u64,
+    triangles: u64,
+    /// A content is an external tileset.
+    external: bool,
+}
+
+impl Loaded {
+    fn add(&mut self, other: Loaded) {
+        self.splats += other.splats;
+        self.triangles += other.triangles;
+        self.external |= other.external;
+    }
+}
+
 struct Checker<'o> {
     options: &'o CheckOptions,
     root_dir: PathBuf,
@@ -441,7 +488,12 @@ impl Checker<'_> {
             );
         }
         let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        self.walk_tile(root, &root_path, path, &base_dir, ctx, true);
+        let at = At {
+            tile: &root_path,
+            file: path,
+            base_dir: &base_dir,
+        };
+        self.walk_tile(root, &at, ctx, true);
     }
 
     /// Read `geometricError` of an object: present, a number, finite, ≥ 0.
@@ -476,46 +528,100 @@ impl Checker<'_> {
         }
     }
 
-    fn walk_tile(
-        &mut self,
-        tile: &Value,
-        path: &str,
-        file: &Path,
-        base_dir: &Path,
-        ctx: &Ctx,
-        is_root: bool,
-    ) {
-        use Severity::*;
+    /// Check one tile and, depth first, its content and children.
+    fn walk_tile(&mut self, tile: &Value, at: &At<'_>, ctx: &Ctx, is_root: bool) {
         self.report.tiles += 1;
         if !tile.is_object() {
             self.push(
-                Error,
+                Severity::Error,
                 CheckKind::Structure,
-                path,
-                file,
+                at.tile,
+                at.file,
                 format!("tile is {tile}, expected an object"),
                 "write each tile as a JSON object",
             );
             return;
         }
-        // geometricError and monotonicity.
-        let error = self.geometric_error(tile, path, file, "geometricError");
+        let error = self.tile_geometric_error(tile, at, ctx);
+        self.check_refine(tile, at, is_root);
+        let local = self.tile_transform(tile, at);
+        let world = volume::mul(&ctx.world, &local);
+        // Ancestors' volumes seen from this tile's frame.
+        let mut frames: Vec<Frame> = ctx
+            .ancestors
+            .iter()
+            .map(|a| Frame {
+                to_frame: volume::mul(&a.to_frame, &local),
+                ..a.clone()
+            })
+            .collect();
+        let own_frame = self.tile_volumes(tile, at).map(|v| Frame {
+            volume: v,
+            to_frame: volume::IDENTITY,
+            label: format!("the bounding volume of {}", at.tile),
+        });
+        let contents = self.tile_contents(tile, at);
+        let implicit = tile.get("implicitTiling");
+        if let Some(it) = implicit {
+            self.implicit_root(it, at.tile, at.file, at.base_dir);
+        }
+        let children = tile.get("children");
+        let has_children = children
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty());
+        let mut loaded = Loaded::default();
+        // Implicit tiling's content URIs are templates: not expanded.
+        if implicit.is_none() {
+            let mut content_frames = frames.clone();
+            content_frames.extend(own_frame.clone());
+            let around = ContentCtx {
+                frames: content_frames,
+                world,
+                tile_error: error,
+                has_children,
+            };
+            for (c, label) in &contents {
+                loaded.add(self.content(c, label, at, around.clone()));
+            }
+        }
+        self.check_budgets(&loaded, at);
+        if !has_children && !loaded.external && implicit.is_none() {
+            self.check_leaf_error(error, at);
+        }
+        frames.extend(own_frame);
+        let child_ctx = Ctx {
+            parent_error: error.map(|e| (e, at.tile.to_string())),
+            ancestors: frames,
+            world,
+            prefix: ctx.prefix.clone(),
+        };
+        self.walk_children(children, at, &child_ctx);
+    }
+
+    /// The tile's `geometricError`, checked to be no greater than its parent's.
+    fn tile_geometric_error(&mut self, tile: &Value, at: &At<'_>, ctx: &Ctx) -> Option<f64> {
+        let error = self.geometric_error(tile, at.tile, at.file, "geometricError");
         if let (Some(e), Some((pe, pp))) = (error, &ctx.parent_error)
             && e > *pe
         {
             self.push(
-                Error,
+                Severity::Error,
                 CheckKind::GeometricError,
-                path,
-                file,
+                at.tile,
+                at.file,
                 format!("geometricError {e} is greater than its parent's {pe} ({pp})"),
                 "make every child's geometricError ≤ its parent's (error must not grow when refining)",
             );
         }
-        // refine.
+        error
+    }
+
+    /// `refine`: required on the root, `ADD` or `REPLACE` where given.
+    fn check_refine(&mut self, tile: &Value, at: &At<'_>, is_root: bool) {
+        let (path, file) = (at.tile, at.file);
         match tile.get("refine") {
             None if is_root => self.push(
-                Error,
+                Severity::Error,
                 CheckKind::Structure,
                 path,
                 file,
@@ -525,7 +631,7 @@ impl Checker<'_> {
             None => {}
             Some(Value::String(s)) if s == "ADD" || s == "REPLACE" => {}
             Some(v) => self.push(
-                Error,
+                Severity::Error,
                 CheckKind::Structure,
                 path,
                 file,
@@ -533,148 +639,132 @@ impl Checker<'_> {
                 "write refine as \"ADD\" or \"REPLACE\"",
             ),
         }
-        // transform.
-        let mut local = volume::IDENTITY;
-        if let Some(t) = tile.get("transform") {
-            match volume::numbers::<16>(t) {
-                Ok(m) if [m[3], m[7], m[11], m[15]] != [0.0, 0.0, 0.0, 1.0] => self.push(
-                    Error,
-                    CheckKind::Structure,
-                    path,
-                    file,
-                    format!(
-                        "transform's last row is {:?}, expected [0, 0, 0, 1] (column-major affine)",
-                        [m[3], m[7], m[11], m[15]]
-                    ),
-                    "write the transform column-major with translation in elements 12–14",
+    }
+
+    /// The tile's `transform` (identity when absent or malformed): an affine, invertible
+    /// matrix; scaling ones are warned about.
+    fn tile_transform(&mut self, tile: &Value, at: &At<'_>) -> Mat4 {
+        use Severity::*;
+        let (path, file) = (at.tile, at.file);
+        let Some(t) = tile.get("transform") else {
+            return volume::IDENTITY;
+        };
+        match volume::numbers::<16>(t) {
+            Ok(m) if [m[3], m[7], m[11], m[15]] != [0.0, 0.0, 0.0, 1.0] => self.push(
+                Error,
+                CheckKind::Structure,
+                path,
+                file,
+                format!(
+                    "transform's last row is {:?}, expected [0, 0, 0, 1] (column-major affine)",
+                    [m[3], m[7], m[11], m[15]]
                 ),
-                Ok(m) => {
-                    let (lo, hi) = volume::scale_range(&m);
-                    if lo <= 0.0 || !lo.is_finite() {
-                        self.push(
-                            Error,
-                            CheckKind::Structure,
-                            path,
-                            file,
-                            "transform is singular (a zero column)",
-                            "write an invertible transform",
-                        );
-                    } else if (hi - 1.0).abs() > 1e-6 || (lo - 1.0).abs() > 1e-6 {
-                        self.push(
-                            Warning,
-                            CheckKind::Structure,
-                            path,
-                            file,
-                            format!("transform scales by {lo:.6}..{hi:.6}; clients disagree on whether scale applies to geometricError (3d-tiles#367)"),
-                            "keep transforms rigid (rotation + translation) and bake scale into the content",
-                        );
-                    }
-                    local = m;
+                "write the transform column-major with translation in elements 12–14",
+            ),
+            Ok(m) => {
+                let (lo, hi) = volume::scale_range(&m);
+                if lo <= 0.0 || !lo.is_finite() {
+                    self.push(
+                        Error,
+                        CheckKind::Structure,
+                        path,
+                        file,
+                        "transform is singular (a zero column)",
+                        "write an invertible transform",
+                    );
+                } else if (hi - 1.0).abs() > 1e-6 || (lo - 1.0).abs() > 1e-6 {
+                    self.push(
+                        Warning,
+                        CheckKind::Structure,
+                        path,
+                        file,
+                        format!("transform scales by {lo:.6}..{hi:.6}; clients disagree on whether scale applies to geometricError (3d-tiles#367)"),
+                        "keep transforms rigid (rotation + translation) and bake scale into the content",
+                    );
                 }
-                Err(e) => self.push(
-                    Error,
-                    CheckKind::Structure,
-                    path,
-                    file,
-                    format!("transform: {e}"),
-                    "write transform as 16 finite numbers (column-major 4×4)",
-                ),
+                return m;
             }
+            Err(e) => self.push(
+                Error,
+                CheckKind::Structure,
+                path,
+                file,
+                format!("transform: {e}"),
+                "write transform as 16 finite numbers (column-major 4×4)",
+            ),
         }
-        let world = volume::mul(&ctx.world, &local);
-        let mut frames: Vec<Frame> = ctx
-            .ancestors
-            .iter()
-            .map(|a| Frame {
-                to_frame: volume::mul(&a.to_frame, &local),
-                ..a.clone()
-            })
-            .collect();
-        // boundingVolume.
+        volume::IDENTITY
+    }
+
+    /// The tile's `boundingVolume` (required) as containment can use it; a
+    /// `viewerRequestVolume` is checked too.
+    fn tile_volumes(&mut self, tile: &Value, at: &At<'_>) -> Option<Volume> {
         let own = match tile.get("boundingVolume") {
             None => {
                 self.push(
-                    Error,
+                    Severity::Error,
                     CheckKind::Structure,
-                    path,
-                    file,
+                    at.tile,
+                    at.file,
                     "boundingVolume is missing",
                     "write a boundingVolume (box of the content in the tile frame)",
                 );
                 None
             }
-            Some(bv) => self.volume(bv, path, file, "boundingVolume"),
+            Some(bv) => self.volume(bv, at.tile, at.file, "boundingVolume"),
         };
         if let Some(v) = tile.get("viewerRequestVolume") {
-            self.volume(v, path, file, "viewerRequestVolume");
+            self.volume(v, at.tile, at.file, "viewerRequestVolume");
         }
-        // content / contents.
-        let mut contents: Vec<(&Value, String)> = Vec::new();
+        own
+    }
+
+    /// The tile's content objects with their labels: `content`, or each of `contents` (not
+    /// both).
+    fn tile_contents<'t>(&mut self, tile: &'t Value, at: &At<'_>) -> Vec<(&'t Value, String)> {
+        let (path, file) = (at.tile, at.file);
         match (tile.get("content"), tile.get("contents")) {
-            (Some(_), Some(_)) => self.push(
-                Error,
-                CheckKind::Structure,
-                path,
-                file,
-                "tile has both content and contents",
-                "use content for one content, contents for several — not both",
-            ),
-            (Some(c), None) => contents.push((c, "content".into())),
-            (None, Some(Value::Array(a))) => contents.extend(
-                a.iter()
-                    .enumerate()
-                    .map(|(i, c)| (c, format!("contents[{i}]"))),
-            ),
-            (None, Some(v)) => self.push(
-                Error,
-                CheckKind::Structure,
-                path,
-                file,
-                format!("contents is {v}, expected an array"),
-                "write contents as an array of content objects",
-            ),
-            (None, None) => {}
-        }
-        let implicit = tile.get("implicitTiling");
-        if let Some(it) = implicit {
-            self.implicit_root(it, path, file, base_dir);
-        }
-        let own_frame = own.map(|v| Frame {
-            volume: v,
-            to_frame: volume::IDENTITY,
-            label: format!("the bounding volume of {path}"),
-        });
-        let children = tile.get("children");
-        let has_children = children
-            .and_then(Value::as_array)
-            .is_some_and(|a| !a.is_empty());
-        let (mut splats, mut triangles, mut external) = (0u64, 0u64, false);
-        for (c, label) in &contents {
-            if implicit.is_some() {
-                continue; // templated URIs: not expanded
+            (Some(_), Some(_)) => {
+                self.push(
+                    Severity::Error,
+                    CheckKind::Structure,
+                    path,
+                    file,
+                    "tile has both content and contents",
+                    "use content for one content, contents for several — not both",
+                );
+                Vec::new()
             }
-            let mut frames_c = frames.clone();
-            frames_c.extend(own_frame.clone());
-            let result = self.content(
-                c,
-                label,
-                path,
-                file,
-                base_dir,
-                frames_c,
-                &world,
-                (error, has_children),
-            );
-            splats += result.0;
-            triangles += result.1;
-            external |= result.2;
+            (Some(c), None) => vec![(c, "content".into())],
+            (None, Some(Value::Array(a))) => a
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c, format!("contents[{i}]")))
+                .collect(),
+            (None, Some(v)) => {
+                self.push(
+                    Severity::Error,
+                    CheckKind::Structure,
+                    path,
+                    file,
+                    format!("contents is {v}, expected an array"),
+                    "write contents as an array of content objects",
+                );
+                Vec::new()
+            }
+            (None, None) => Vec::new(),
         }
+    }
+
+    /// The splat and triangle budgets of one tile's content.
+    fn check_budgets(&mut self, loaded: &Loaded, at: &At<'_>) {
+        let (splats, triangles) = (loaded.splats, loaded.triangles);
         if splats > self.options.max_splats_per_tile {
             self.push(
-                Error,
+                Severity::Error,
                 CheckKind::Budget,
-                path,
-                file,
+                at.tile,
+                at.file,
                 format!(
                     "{splats} splats in this tile's content, over the budget of {}",
                     self.options.max_splats_per_tile
@@ -684,10 +774,10 @@ impl Checker<'_> {
         }
         if triangles > self.options.max_triangles_per_tile {
             self.push(
-                Error,
+                Severity::Error,
                 CheckKind::Budget,
-                path,
-                file,
+                at.tile,
+                at.file,
                 format!(
                     "{triangles} triangles in this tile's content, over the budget of {}",
                     self.options.max_triangles_per_tile
@@ -695,49 +785,40 @@ impl Checker<'_> {
                 "split or simplify the tile's mesh, or raise --max-triangles-per-tile",
             );
         }
-        // Leaves: geometricError 0.
-        if !has_children
-            && !external
-            && implicit.is_none()
-            && let Some(e) = error
+    }
+
+    /// A leaf (nothing refines it) should have geometricError 0.
+    fn check_leaf_error(&mut self, error: Option<f64>, at: &At<'_>) {
+        if let Some(e) = error
             && e > 0.0
         {
             self.push(
-                Warning,
+                Severity::Warning,
                 CheckKind::GeometricError,
-                path,
-                file,
+                at.tile,
+                at.file,
                 format!("leaf tile has geometricError {e}, expected 0"),
                 "write geometricError 0 on leaves (nothing refines them)",
             );
         }
-        // Children.
+    }
+
+    /// Walk `children` (an array of tiles) under `child_ctx`.
+    fn walk_children(&mut self, children: Option<&Value>, at: &At<'_>, child_ctx: &Ctx) {
         match children {
             None => {}
             Some(Value::Array(kids)) => {
-                frames.extend(own_frame);
-                let child_ctx = Ctx {
-                    parent_error: error.map(|e| (e, path.to_string())),
-                    ancestors: frames,
-                    world,
-                    prefix: ctx.prefix.clone(),
-                };
                 for (i, k) in kids.iter().enumerate() {
-                    self.walk_tile(
-                        k,
-                        &format!("{path}.children[{i}]"),
-                        file,
-                        base_dir,
-                        &child_ctx,
-                        false,
-                    );
+                    let path = format!("{}.children[{i}]", at.tile);
+                    let child = At { tile: &path, ..*at };
+                    self.walk_tile(k, &child, child_ctx, false);
                 }
             }
             Some(v) => self.push(
-                Error,
+                Severity::Error,
                 CheckKind::Structure,
-                path,
-                file,
+                at.tile,
+                at.file,
                 format!("children is {v}, expected an array"),
                 "write children as an array of tiles",
             ),
@@ -803,93 +884,37 @@ impl Checker<'_> {
         );
     }
 
-    /// Check one content object; returns (splats, triangles, is an external tileset).
-    fn content(
-        &mut self,
-        c: &Value,
-        label: &str,
-        tile: &str,
-        file: &Path,
-        base_dir: &Path,
-        mut frames: Vec<Frame>,
-        world: &Mat4,
-        (tile_error, has_children): (Option<f64>, bool),
-    ) -> (u64, u64, bool) {
-        use Severity::*;
-        let uri = match c
-            .get("uri")
-            .or_else(|| c.get("url"))
-            .and_then(Value::as_str)
-        {
-            Some(u) => u,
-            None => {
-                self.push(
-                    Error,
-                    CheckKind::Structure,
-                    tile,
-                    file,
-                    format!("{label} has no uri"),
-                    "write content.uri relative to the tileset JSON",
-                );
-                return (0, 0, false);
-            }
+    /// Check one content object: its URI, its bounding volume, and what it holds (an external
+    /// tileset, walked in turn, or glTF content summarised and checked against every volume
+    /// around it).
+    fn content(&mut self, c: &Value, label: &str, at: &At<'_>, mut around: ContentCtx) -> Loaded {
+        let Some(uri) = self.content_uri(c, label, at) else {
+            return Loaded::default();
         };
         if let Some(bv) = c.get("boundingVolume")
-            && let Some(v) = self.volume(bv, tile, file, &format!("{label}.boundingVolume"))
+            && let Some(v) = self.volume(bv, at.tile, at.file, &format!("{label}.boundingVolume"))
         {
-            frames.push(Frame {
+            around.frames.push(Frame {
                 volume: v,
                 to_frame: volume::IDENTITY,
                 label: format!("{label}.boundingVolume"),
             });
         }
-        if uri.starts_with("data:") {
-            self.push(
-                Info,
-                CheckKind::Content,
-                tile,
-                file,
-                format!("{label} is a data: URI; not inspected"),
-                "none needed",
-            );
-            return (0, 0, false);
-        }
-        if uri.contains("://") {
-            self.push(
-                Warning,
-                CheckKind::Content,
-                tile,
-                file,
-                format!("{label} uri {uri} is remote; not checked"),
-                "keep content inside the tileset folder so it can be checked and published together",
-            );
-            return (0, 0, false);
-        }
-        let clean = uri.split(['?', '#']).next().unwrap_or(uri);
-        let target = normalize(&base_dir.join(percent_decode(clean)));
-        if Path::new(clean).is_absolute() || !target.starts_with(&self.root_dir) {
-            self.push(
-                Error,
-                CheckKind::Structure,
-                tile,
-                file,
-                format!("{label} uri {uri} points outside the tileset folder"),
-                "keep every content file under the tileset.json's folder and use relative URIs without escaping `..`",
-            );
-            return (0, 0, false);
-        }
+        let Some(target) = self.local_content(uri, label, at) else {
+            return Loaded::default();
+        };
         let bytes = match std::fs::read(&target) {
             Ok(b) => b,
             Err(e) => {
                 self.push(
-                    Error,
+                    Severity::Error,
                     CheckKind::Structure,
-                    tile,
+                    at.tile,
                     &target,
                     format!("{label} uri {uri}: content file cannot be read ({e})"),
                     "write the content file or fix content.uri",
                 );
-                return (0, 0, false);
+                return Loaded::default();
             }
         };
         self.report.contents += 1;
@@ -898,87 +923,18 @@ impl Checker<'_> {
             .find(|b| !b.is_ascii_whitespace())
             .filter(|&&b| b == b'{')
             .and_then(|_| serde_json::from_slice(&bytes).ok());
-        let content_dir = target.parent().map(Path::to_path_buf).unwrap_or_default();
-        let (gltf, bin, pre): (Value, Option<&[u8]>, Mat4) = match content::sniff(
-            &bytes,
-            json.as_ref(),
-        ) {
-            ContentFormat::Tileset => {
-                if has_children {
-                    self.push(
-                        Error,
-                        CheckKind::Structure,
-                        tile,
-                        file,
-                        format!("{label} is an external tileset but the tile also has children"),
-                        "move the children into the external tileset (3D Tiles 1.1 §External tilesets)",
-                    );
-                }
-                if self.open.contains(&target) {
-                    self.push(
-                        Error,
-                        CheckKind::Structure,
-                        tile,
-                        &target,
-                        "external tileset cycle: this tileset is already being read",
-                        "break the cycle of external tileset references",
-                    );
-                    return (0, 0, true);
-                }
-                let ctx = Ctx {
-                    parent_error: tile_error.map(|e| (e, tile.to_string())),
-                    ancestors: frames,
-                    world: *world,
-                    prefix: format!("{tile}>"),
+        let opened = self.open_content(&bytes, json, label, at, &target, &around);
+        let (gltf, bin, pre) = match opened {
+            Opened::Gltf(gltf, bin, pre) => (gltf, bin, pre),
+            Opened::External => {
+                return Loaded {
+                    external: true,
+                    ..Loaded::default()
                 };
-                self.check_file(&target, &ctx, Some(tile));
-                return (0, 0, true);
             }
-            ContentFormat::Glb => match content::split_glb(&bytes) {
-                Ok((j, b)) => (j, b, volume::IDENTITY),
-                Err(e) => {
-                    self.push(
-                        Error,
-                        CheckKind::Content,
-                        tile,
-                        &target,
-                        e,
-                        "re-export the GLB",
-                    );
-                    return (0, 0, false);
-                }
-            },
-            ContentFormat::B3dm => {
-                let split = content::split_b3dm(&bytes)
-                    .and_then(|(glb, rtc)| content::split_glb(glb).map(|(j, b)| (j, b, rtc)));
-                match split {
-                    Ok((j, b, rtc)) => (j, b, volume::translation(rtc.unwrap_or([0.0; 3]))),
-                    Err(e) => {
-                        self.push(
-                            Error,
-                            CheckKind::Content,
-                            tile,
-                            &target,
-                            e,
-                            "re-export the b3dm (or convert it to GLB)",
-                        );
-                        return (0, 0, false);
-                    }
-                }
-            }
-            ContentFormat::GltfJson => (json.unwrap_or_default(), None, volume::IDENTITY),
-            ContentFormat::Other(kind) => {
-                self.push(
-                    Info,
-                    CheckKind::Content,
-                    tile,
-                    &target,
-                    format!("{label} is {kind} content; not inspected"),
-                    "none needed (3D Tiles 1.1 prefers glTF content)",
-                );
-                return (0, 0, false);
-            }
+            Opened::Skipped => return Loaded::default(),
         };
+        let content_dir = target.parent().map(Path::to_path_buf).unwrap_or_default();
         let summary = content::summarise_gltf(
             &gltf,
             &GltfSource {
@@ -992,19 +948,186 @@ impl Checker<'_> {
             self.push(
                 i.severity,
                 i.kind,
-                tile,
+                at.tile,
                 &target,
                 i.message.clone(),
                 i.fix.clone(),
             );
         }
-        self.declared(&summary, tile, &target);
+        self.declared(&summary, at.tile, &target);
         for p in &summary.primitives {
-            self.containment(p, &frames, world, tile, &target);
+            self.containment(p, &around.frames, &around.world, at.tile, &target);
         }
         self.report.splats += summary.splats;
         self.report.triangles += summary.triangles;
-        (summary.splats, summary.triangles, false)
+        Loaded {
+            splats: summary.splats,
+            triangles: summary.triangles,
+            external: false,
+        }
+    }
+
+    /// The content's `uri` (or 3D Tiles 1.0's `url`), reported when missing.
+    fn content_uri<'c>(&mut self, c: &'c Value, label: &str, at: &At<'_>) -> Option<&'c str> {
+        let uri = c
+            .get("uri")
+            .or_else(|| c.get("url"))
+            .and_then(Value::as_str);
+        if uri.is_none() {
+            self.push(
+                Severity::Error,
+                CheckKind::Structure,
+                at.tile,
+                at.file,
+                format!("{label} has no uri"),
+                "write content.uri relative to the tileset JSON",
+            );
+        }
+        uri
+    }
+
+    /// The local file a content URI names inside the tileset folder; `None` (reported) for
+    /// `data:` and remote URIs and for files outside the folder.
+    fn local_content(&mut self, uri: &str, label: &str, at: &At<'_>) -> Option<PathBuf> {
+        if uri.starts_with("data:") {
+            self.push(
+                Severity::Info,
+                CheckKind::Content,
+                at.tile,
+                at.file,
+                format!("{label} is a data: URI; not inspected"),
+                "none needed",
+            );
+            return None;
+        }
+        if uri.contains("://") {
+            self.push(
+                Severity::Warning,
+                CheckKind::Content,
+                at.tile,
+                at.file,
+                format!("{label} uri {uri} is remote; not checked"),
+                "keep content inside the tileset folder so it can be checked and published together",
+            );
+            return None;
+        }
+        let clean = uri.split(['?', '#']).next().unwrap_or(uri);
+        let target = normalize(&at.base_dir.join(percent_decode(clean)));
+        if Path::new(clean).is_absolute() || !target.starts_with(&self.root_dir) {
+            self.push(
+                Severity::Error,
+                CheckKind::Structure,
+                at.tile,
+                at.file,
+                format!("{label} uri {uri} points outside the tileset folder"),
+                "keep every content file under the tileset.json's folder and use relative URIs without escaping `..`",
+            );
+            return None;
+        }
+        Some(target)
+    }
+
+    /// Open content `bytes` (the file `target`) by its format: an external tileset is checked
+    /// in turn; GLB, b3dm and glTF JSON give the glTF to summarise; anything else is noted.
+    fn open_content<'b>(
+        &mut self,
+        bytes: &'b [u8],
+        json: Option<Value>,
+        label: &str,
+        at: &At<'_>,
+        target: &Path,
+        around: &ContentCtx,
+    ) -> Opened<'b> {
+        use Severity::*;
+        let tile = at.tile;
+        match content::sniff(bytes, json.as_ref()) {
+            ContentFormat::Tileset => {
+                self.external_tileset(label, at, target, around);
+                Opened::External
+            }
+            ContentFormat::Glb => match content::split_glb(bytes) {
+                Ok((j, b)) => Opened::Gltf(j, b, volume::IDENTITY),
+                Err(e) => {
+                    self.push(
+                        Error,
+                        CheckKind::Content,
+                        tile,
+                        target,
+                        e,
+                        "re-export the GLB",
+                    );
+                    Opened::Skipped
+                }
+            },
+            ContentFormat::B3dm => {
+                let split = content::split_b3dm(bytes)
+                    .and_then(|(glb, rtc)| content::split_glb(glb).map(|(j, b)| (j, b, rtc)));
+                match split {
+                    Ok((j, b, rtc)) => {
+                        Opened::Gltf(j, b, volume::translation(rtc.unwrap_or([0.0; 3])))
+                    }
+                    Err(e) => {
+                        self.push(
+                            Error,
+                            CheckKind::Content,
+                            tile,
+                            target,
+                            e,
+                            "re-export the b3dm (or convert it to GLB)",
+                        );
+                        Opened::Skipped
+                    }
+                }
+            }
+            ContentFormat::GltfJson => {
+                Opened::Gltf(json.unwrap_or_default(), None, volume::IDENTITY)
+            }
+            ContentFormat::Other(kind) => {
+                self.push(
+                    Info,
+                    CheckKind::Content,
+                    tile,
+                    target,
+                    format!("{label} is {kind} content; not inspected"),
+                    "none needed (3D Tiles 1.1 prefers glTF content)",
+                );
+                Opened::Skipped
+            }
+        }
+    }
+
+    /// An external tileset as a tile's content: checked in turn under the tile (not when it
+    /// is already being read: a cycle); a tile with one must have no children.
+    fn external_tileset(&mut self, label: &str, at: &At<'_>, target: &Path, around: &ContentCtx) {
+        let tile = at.tile;
+        if around.has_children {
+            self.push(
+                Severity::Error,
+                CheckKind::Structure,
+                tile,
+                at.file,
+                format!("{label} is an external tileset but the tile also has children"),
+                "move the children into the external tileset (3D Tiles 1.1 §External tilesets)",
+            );
+        }
+        if self.open.iter().any(|p| p == target) {
+            self.push(
+                Severity::Error,
+                CheckKind::Structure,
+                tile,
+                target,
+                "external tileset cycle: this tileset is already being read",
+                "break the cycle of external tileset references",
+            );
+            return;
+        }
+        let ctx = Ctx {
+            parent_error: around.tile_error.map(|e| (e, tile.to_string())),
+            ancestors: around.frames.clone(),
+            world: around.world,
+            prefix: format!("{tile}>"),
+        };
+        self.check_file(target, &ctx, Some(tile));
     }
 
     /// The tileset must declare what CesiumJS needs to route the content (research §1.7): splat

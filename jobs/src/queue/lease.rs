@@ -499,10 +499,12 @@ impl Queue {
         let outcome = self
             .after_failure(
                 &mut tx,
-                &lease.job_id,
-                &lease.stage,
-                error,
-                fault,
+                &FailedStage {
+                    job_id: &lease.job_id,
+                    stage: &lease.stage,
+                    error,
+                    fault,
+                },
                 policy,
                 now,
             )
@@ -516,38 +518,12 @@ impl Queue {
     async fn after_failure(
         &self,
         tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-        job_id: &str,
-        stage: &str,
-        error: &str,
-        fault: Fault,
+        f: &FailedStage<'_>,
         policy: &RetryPolicy,
         now: i64,
     ) -> std::result::Result<Failure, sqlx::Error> {
-        let retryable = fault != Fault::Job;
-        let infra = fault == Fault::Infrastructure;
-        let failures: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM queue_attempts WHERE job_id = $1 AND stage = $2 AND state = 'failed' \
-             AND fault IS NULL",
-        )
-        .bind(job_id)
-        .bind(stage)
-        .fetch_one(&mut **tx)
-        .await?;
-        let faults: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM queue_attempts WHERE job_id = $1 AND stage = $2 \
-             AND (state = 'lost' OR fault = 'infrastructure')",
-        )
-        .bind(job_id)
-        .bind(stage)
-        .fetch_one(&mut **tx)
-        .await?;
-        let row =
-            sqlx::query("SELECT max_attempts, cancel_requested FROM queue_jobs WHERE id = $1")
-                .bind(job_id)
-                .fetch_one(&mut **tx)
-                .await?;
-        let max_attempts: i64 = row.get("max_attempts");
-        let cancel: i64 = row.get("cancel_requested");
+        let (job_id, stage, error) = (f.job_id, f.stage, f.error);
+        let tally = FailureTally::read(tx, job_id, stage).await?;
         let set_stage = |state: &'static str| {
             sqlx::query(
                 "UPDATE queue_stages SET state = $3, error = $4, not_before = $5 WHERE job_id = $1 AND stage = $2",
@@ -557,35 +533,12 @@ impl Queue {
             .bind(state)
             .bind(error.to_string())
         };
-        if cancel != 0 {
+        if tally.cancel_requested {
             set_stage("cancelled").bind(now).execute(&mut **tx).await?;
             self.finish_cancelled(tx, job_id, now).await?;
             return Ok(Failure::Failed);
         }
-        // Which budget the failure draws on, and the delay and words of its retry if any is left.
-        let retry = if infra && faults < i64::from(policy.max_infra_faults) {
-            let delay = policy.infra_delay(job_id, stage, faults as u32);
-            Some((
-                delay,
-                format!(
-                    "{stage}: infrastructure fault {faults} of {} (not counted against the job's attempts), retrying in {:.1} s: {error}",
-                    policy.max_infra_faults,
-                    delay.as_secs_f64()
-                ),
-            ))
-        } else if retryable && !infra && failures < max_attempts {
-            let delay = policy.delay(job_id, stage, failures as u32);
-            Some((
-                delay,
-                format!(
-                    "{stage} failed ({failures} of {max_attempts} attempts used), retrying in {:.1} s: {error}",
-                    delay.as_secs_f64()
-                ),
-            ))
-        } else {
-            None
-        };
-        if let Some((delay, what)) = retry {
+        if let Some((delay, what)) = tally.retry(f, policy) {
             let not_before = now + delay.as_millis() as i64;
             set_stage("queued")
                 .bind(not_before)
@@ -594,31 +547,8 @@ impl Queue {
             event(tx, job_id, now, "retry", &what).await?;
             return Ok(Failure::Retry { not_before });
         }
-        let (stage_state, job_state, outcome, what) = if retryable {
-            (
-                "dead",
-                "dead",
-                Failure::Dead,
-                if infra {
-                    format!(
-                        "dead-lettered after {faults} infrastructure faults of {stage} (lost leases, storage or database unreachable; {} s of retries); last error: {error}",
-                        policy.infra_horizon().as_secs()
-                    )
-                } else {
-                    format!(
-                        "dead-lettered after {failures} failed attempts of {stage}; last error: {error}"
-                    )
-                },
-            )
-        } else {
-            (
-                "failed",
-                "failed",
-                Failure::Failed,
-                format!("{stage} failed: {error}"),
-            )
-        };
-        set_stage(stage_state).bind(now).execute(&mut **tx).await?;
+        let (state, outcome, what) = tally.verdict(f, policy);
+        set_stage(state).bind(now).execute(&mut **tx).await?;
         sqlx::query(
             "UPDATE queue_stages SET state = 'cancelled' WHERE job_id = $1 AND state IN ('waiting', 'queued')",
         )
@@ -627,12 +557,12 @@ impl Queue {
         .await?;
         sqlx::query("UPDATE queue_jobs SET state = $2, finished_at = $3, error = $4 WHERE id = $1")
             .bind(job_id)
-            .bind(job_state)
+            .bind(state)
             .bind(now)
             .bind(&what)
             .execute(&mut **tx)
             .await?;
-        event(tx, job_id, now, job_state, &what).await?;
+        event(tx, job_id, now, state, &what).await?;
         Ok(outcome)
     }
 
@@ -808,10 +738,12 @@ impl Queue {
             .map_err(&err)?;
             self.after_failure(
                 &mut tx,
-                &lease.job_id,
-                &lease.stage,
-                &error,
-                Fault::Infrastructure,
+                &FailedStage {
+                    job_id: &lease.job_id,
+                    stage: &lease.stage,
+                    error: &error,
+                    fault: Fault::Infrastructure,
+                },
                 policy,
                 now,
             )
@@ -859,5 +791,124 @@ impl Queue {
             .await
             .map_err(self.db.err())?;
         Ok(())
+    }
+}
+/// A stage attempt that failed: whose, what, and by whose fault.
+struct FailedStage<'a> {
+    job_id: &'a str,
+    stage: &'a str,
+    error: &'a str,
+    fault: Fault,
+}
+
+/// What a stage's failures so far allow: its own failed attempts (the job's attempts budget),
+/// its infrastructure faults (their own budget), the job's attempts and whether it is being
+/// cancelled.
+struct FailureTally {
+    failures: i64,
+    faults: i64,
+    max_attempts: i64,
+    cancel_requested: bool,
+}
+
+impl FailureTally {
+    async fn read(
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        job_id: &str,
+        stage: &str,
+    ) -> std::result::Result<Self, sqlx::Error> {
+        let failures: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM queue_attempts WHERE job_id = $1 AND stage = $2 AND state = 'failed' \
+             AND fault IS NULL",
+        )
+        .bind(job_id)
+        .bind(stage)
+        .fetch_one(&mut **tx)
+        .await?;
+        let faults: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM queue_attempts WHERE job_id = $1 AND stage = $2 \
+             AND (state = 'lost' OR fault = 'infrastructure')",
+        )
+        .bind(job_id)
+        .bind(stage)
+        .fetch_one(&mut **tx)
+        .await?;
+        let row =
+            sqlx::query("SELECT max_attempts, cancel_requested FROM queue_jobs WHERE id = $1")
+                .bind(job_id)
+                .fetch_one(&mut **tx)
+                .await?;
+        Ok(FailureTally {
+            failures,
+            faults,
+            max_attempts: row.get("max_attempts"),
+            cancel_requested: row.get::<i64, _>("cancel_requested") != 0,
+        })
+    }
+
+    /// The delay and words of a retry, when the failure's budget has one left: infrastructure
+    /// faults draw on their own budget, stage failures on the job's attempts; a job's own fault
+    /// is never retried.
+    fn retry(&self, f: &FailedStage<'_>, policy: &RetryPolicy) -> Option<(Duration, String)> {
+        let (stage, error, job_id) = (f.stage, f.error, f.job_id);
+        let (failures, faults, max_attempts) = (self.failures, self.faults, self.max_attempts);
+        match f.fault {
+            Fault::Infrastructure if faults < i64::from(policy.max_infra_faults) => {
+                let delay = policy.infra_delay(job_id, stage, faults as u32);
+                Some((
+                    delay,
+                    format!(
+                        "{stage}: infrastructure fault {faults} of {} (not counted against the job's attempts), retrying in {:.1} s: {error}",
+                        policy.max_infra_faults,
+                        delay.as_secs_f64()
+                    ),
+                ))
+            }
+            Fault::Stage if failures < max_attempts => {
+                let delay = policy.delay(job_id, stage, failures as u32);
+                Some((
+                    delay,
+                    format!(
+                        "{stage} failed ({failures} of {max_attempts} attempts used), retrying in {:.1} s: {error}",
+                        delay.as_secs_f64()
+                    ),
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    /// No retry left: the state of the stage and the job (`dead` when retries ran out, `failed`
+    /// for the job's own fault), the outcome and the words.
+    fn verdict(
+        &self,
+        f: &FailedStage<'_>,
+        policy: &RetryPolicy,
+    ) -> (&'static str, Failure, String) {
+        let (stage, error) = (f.stage, f.error);
+        match f.fault {
+            Fault::Infrastructure => (
+                "dead",
+                Failure::Dead,
+                format!(
+                    "dead-lettered after {} infrastructure faults of {stage} (lost leases, storage or database unreachable; {} s of retries); last error: {error}",
+                    self.faults,
+                    policy.infra_horizon().as_secs()
+                ),
+            ),
+            Fault::Stage => (
+                "dead",
+                Failure::Dead,
+                format!(
+                    "dead-lettered after {} failed attempts of {stage}; last error: {error}",
+                    self.failures
+                ),
+            ),
+            Fault::Job => (
+                "failed",
+                Failure::Failed,
+                format!("{stage} failed: {error}"),
+            ),
+        }
     }
 }

@@ -303,112 +303,45 @@ async fn run_claimed(
         None => "cpu".to_string(),
     };
     tracing::info!(job = %lease.job_id, stage = %lease.stage, attempt = lease.attempt, token = lease.token, %device, "claimed");
-    // Budget: what the job has cost so far (every attempt, at catalog prices, with storage and
-    // egress), and this slot's rate, so the stage is stopped before the job would pass its cap.
-    let budget = c.job.budget_usd;
-    let rows = match budget {
-        Some(_) => ledger.stages(&lease.job_id).await.unwrap_or_default(),
-        None => Vec::new(),
+    let spent = match budget_left_to_start(cfg, ledger, &c).await {
+        Ok(spent) => spent,
+        Err(msg) => {
+            return report_failure(queue, ledger, &lease, None, &msg, Fault::Job, cfg).await;
+        }
     };
-    let spent = cfg.pricing().job_total(&rows, &c.job.output).usd;
-    if let Some(b) = budget
-        && spent >= b
-    {
-        let msg = format!(
-            "budget exhausted: the job has cost ${spent:.6} of its ${b:.6} budget (--budget-usd; \
-             price catalog {}); not starting `{}`. To finish it, submit the job again with a \
-             larger --budget-usd: its finished stages are reused from the stage cache",
-            cfg.catalog.version, lease.stage
-        );
-        return report_failure(queue, ledger, &lease, None, &msg, Fault::Job, cfg).await;
-    }
-    if let Some(b) = budget
-        && lease.stage == "publish"
-        && let Some(msg) = egress_budget::refusal(cfg, &c, &rows, spent, b).await
-    {
-        return report_failure(queue, ledger, &lease, None, &msg, Fault::Job, cfg).await;
-    }
-    let rate = cfg.slot_usd_per_s(slot);
-    let started = std::time::Instant::now();
     let work_dir = cfg.work_root.join(&lease.job_id);
-    let prepared = prepare(cfg, ledger, &c, &work_dir, &device).await;
-    let (ledger_attempt, mut child, outcome_path) = match prepared {
+    let (ledger_attempt, mut child, outcome_path) = match prepare(
+        cfg, ledger, &c, &work_dir, &device,
+    )
+    .await
+    {
         Ok(p) => p,
         Err(e) => {
             tracing::error!(job = %lease.job_id, stage = %lease.stage, "cannot start the stage: {e}");
-            return report_failure(
-                queue,
-                ledger,
-                &lease,
-                None,
-                &format!("worker could not start the stage: {e}"),
-                Fault::Stage,
-                cfg,
-            )
-            .await;
+            let msg = format!("worker could not start the stage: {e}");
+            return report_failure(queue, ledger, &lease, None, &msg, Fault::Stage, cfg).await;
         }
     };
     let _ = queue.set_ledger_attempt(&lease, ledger_attempt).await;
-    let mut beat = tokio::time::interval(cfg.heartbeat);
-    beat.tick().await;
-    enum Stop {
-        Exited,
-        Cancel,
-        Shutdown,
-        Lost,
-        Budget,
-    }
-    let stop = loop {
-        tokio::select! {
-            _ = child.wait() => break Stop::Exited,
-            _ = beat.tick() => {
-                if budget.is_some_and(|b| {
-                    spent
-                        + started.elapsed().as_secs_f64() * rate
-                        + storage_so_far_usd(&cfg.catalog, &work_dir, &lease.stage)
-                        > b
-                }) {
-                    break Stop::Budget;
-                }
-                let sent_ms = kiln_pipeline::stages::publish::now_ms();
-                match queue.heartbeat(&lease, cfg.lease_ttl).await {
-                    Ok(Heartbeat::Held { cancel_requested: true }) => break Stop::Cancel,
-                    Ok(Heartbeat::Held { .. }) => {
-                        let file = lease_file_of(&work_dir, &lease);
-                        if let Err(e) = renew_lease_file(&file, &lease, cfg.lease_ttl, sent_ms) {
-                            tracing::warn!(job = %lease.job_id, "cannot renew the lease file: {e}");
-                        }
-                    }
-                    Ok(Heartbeat::Lost) => break Stop::Lost,
-                    // A database hiccup: keep going; the lease outlives a few missed beats.
-                    Err(e) => tracing::warn!(job = %lease.job_id, "heartbeat failed: {e}"),
-                }
-            }
-            r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { break Stop::Shutdown },
-        }
+    let attempt = Attempt {
+        cfg,
+        queue,
+        ledger,
+        lease: &lease,
+        ledger_attempt,
+        slot,
+        device,
+        work_dir,
+        started: std::time::Instant::now(),
+        rate: cfg.slot_usd_per_s(slot),
+        budget: c.job.budget_usd,
+        spent,
     };
+    let stop = attempt.watch(&mut child, shutdown).await;
     match stop {
         Stop::Exited => {}
-        Stop::Lost => {
-            let _ = child.start_kill();
-            let _ = child.wait().await;
-            let msg = "lease lost (expired or taken over); the attempt's work is discarded";
-            let _ = ledger
-                .finish_stage(
-                    ledger_attempt,
-                    "failed",
-                    None,
-                    &Default::default(),
-                    None,
-                    Some(msg),
-                )
-                .await;
-            tracing::warn!(job = %lease.job_id, stage = %lease.stage, "{msg}");
-            return Ended::Lost;
-        }
-        Stop::Cancel | Stop::Shutdown | Stop::Budget => {
-            terminate(&mut child).await;
-        }
+        Stop::Lost => return attempt.lost(&mut child).await,
+        Stop::Cancel | Stop::Shutdown | Stop::Budget => terminate(&mut child).await,
     }
     let outcome = exec::read_outcome(&outcome_path).map(|o| match o {
         ExecOutcome::Succeeded(mut o) => {
@@ -417,123 +350,279 @@ async fn run_claimed(
         }
         other => other,
     });
-    // Attempts that end without a result are charged what their slot held while they ran:
-    // one GPU on a GPU slot, every core on a CPU slot (allocated, not measured, seconds).
-    let usage = match &outcome {
-        Some(ExecOutcome::Succeeded(o)) => o.usage.clone(),
-        _ => {
-            let held = started.elapsed().as_secs_f64();
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-            cfg.charged_usage(
-                slot,
-                kiln_pipeline::meter::StageUsage {
-                    device: device.clone(),
-                    wall_s: held,
-                    gpu_s: if slot.gpu.is_some() { held } else { 0.0 },
-                    cpu_s: if slot.gpu.is_some() {
-                        0.0
-                    } else {
-                        held * cores
-                    },
-                    ..Default::default()
-                },
-            )
-        }
+    attempt.settle(stop, outcome, &mut child).await
+}
+
+/// What the job has cost so far (every attempt, at catalog prices, with storage and egress),
+/// when it has a budget: the stage is not started when the budget is spent, nor a publish whose
+/// egress would pass it.
+///
+/// # Errors
+/// The refusal, for the ledger and the queue.
+async fn budget_left_to_start(
+    cfg: &WorkerConfig,
+    ledger: &Ledger,
+    c: &Claimed,
+) -> std::result::Result<f64, String> {
+    let lease = &c.lease;
+    let Some(b) = c.job.budget_usd else {
+        return Ok(cfg.pricing().job_total(&[], &c.job.output).usd);
     };
-    match (stop, outcome) {
-        (Stop::Cancel, _) => {
-            let _ = queue.cancelled(&lease).await;
-            let _ = ledger
-                .finish_stage(
-                    ledger_attempt,
-                    "failed",
-                    None,
-                    &usage,
-                    None,
-                    Some("cancelled"),
-                )
-                .await;
-            let _ = ledger.finish_job(&lease.job_id, Some("cancelled")).await;
-            Ended::Failed
+    let rows = ledger.stages(&lease.job_id).await.unwrap_or_default();
+    let spent = cfg.pricing().job_total(&rows, &c.job.output).usd;
+    if spent >= b {
+        return Err(format!(
+            "budget exhausted: the job has cost ${spent:.6} of its ${b:.6} budget (--budget-usd; \
+             price catalog {}); not starting `{}`. To finish it, submit the job again with a \
+             larger --budget-usd: its finished stages are reused from the stage cache",
+            cfg.catalog.version, lease.stage
+        ));
+    }
+    if lease.stage == "publish"
+        && let Some(msg) = egress_budget::refusal(cfg, c, &rows, spent, b).await
+    {
+        return Err(msg);
+    }
+    Ok(spent)
+}
+
+/// Why the watch over a running stage process ended.
+enum Stop {
+    /// The process exited by itself.
+    Exited,
+    /// The job was cancelled.
+    Cancel,
+    /// The worker is shutting down.
+    Shutdown,
+    /// The lease was lost (expired or taken over).
+    Lost,
+    /// The job's budget would be passed.
+    Budget,
+}
+
+/// One running attempt of a claimed stage, and what the worker needs to settle it.
+struct Attempt<'a> {
+    cfg: &'a WorkerConfig,
+    queue: &'a Queue,
+    ledger: &'a Ledger,
+    lease: &'a Lease,
+    ledger_attempt: i64,
+    slot: Slot,
+    device: String,
+    work_dir: PathBuf,
+    started: std::time::Instant,
+    /// What the slot costs, USD per second.
+    rate: f64,
+    budget: Option<f64>,
+    /// USD the job had cost before this attempt.
+    spent: f64,
+}
+
+impl Attempt<'_> {
+    /// Heartbeat the lease (renewing the lease file the stage's publish is fenced by) until the
+    /// process exits, the job is cancelled, the lease is lost, the worker shuts down or the
+    /// budget would be passed.
+    async fn watch(
+        &self,
+        child: &mut tokio::process::Child,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Stop {
+        let (cfg, lease) = (self.cfg, self.lease);
+        let mut beat = tokio::time::interval(cfg.heartbeat);
+        beat.tick().await;
+        loop {
+            tokio::select! {
+                _ = child.wait() => return Stop::Exited,
+                _ = beat.tick() => {
+                    if self.over_budget() {
+                        return Stop::Budget;
+                    }
+                    let sent_ms = kiln_pipeline::stages::publish::now_ms();
+                    match self.queue.heartbeat(lease, cfg.lease_ttl).await {
+                        Ok(Heartbeat::Held { cancel_requested: true }) => return Stop::Cancel,
+                        Ok(Heartbeat::Held { .. }) => {
+                            let file = lease_file_of(&self.work_dir, lease);
+                            if let Err(e) = renew_lease_file(&file, lease, cfg.lease_ttl, sent_ms) {
+                                tracing::warn!(job = %lease.job_id, "cannot renew the lease file: {e}");
+                            }
+                        }
+                        Ok(Heartbeat::Lost) => return Stop::Lost,
+                        // A database hiccup: keep going; the lease outlives a few missed beats.
+                        Err(e) => tracing::warn!(job = %lease.job_id, "heartbeat failed: {e}"),
+                    }
+                }
+                r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { return Stop::Shutdown },
+            }
         }
-        (Stop::Shutdown, Some(ExecOutcome::Succeeded(o)))
-        | (Stop::Exited, Some(ExecOutcome::Succeeded(o))) => {
-            commit(queue, ledger, &lease, ledger_attempt, &o, cfg.lease_ttl).await
+    }
+
+    /// Whether what the job spent before, this slot's time so far and what the stage has
+    /// written would pass the budget.
+    fn over_budget(&self) -> bool {
+        self.budget.is_some_and(|b| {
+            self.spent + self.started.elapsed().as_secs_f64() * self.rate + self.storage_usd() > b
+        })
+    }
+
+    fn storage_usd(&self) -> f64 {
+        storage_so_far_usd(&self.cfg.catalog, &self.work_dir, &self.lease.stage)
+    }
+
+    /// The lease was lost: kill the process, record the attempt failed, touch nothing else.
+    async fn lost(&self, child: &mut tokio::process::Child) -> Ended {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+        let msg = "lease lost (expired or taken over); the attempt's work is discarded";
+        let _ = self
+            .ledger
+            .finish_stage(
+                self.ledger_attempt,
+                "failed",
+                None,
+                &Default::default(),
+                None,
+                Some(msg),
+            )
+            .await;
+        tracing::warn!(job = %self.lease.job_id, stage = %self.lease.stage, "{msg}");
+        Ended::Lost
+    }
+
+    /// The usage an attempt is charged: the stage's own when it succeeded; else what its slot
+    /// held while it ran — one GPU on a GPU slot, every core on a CPU slot (allocated, not
+    /// measured, seconds).
+    fn usage(&self, outcome: Option<&ExecOutcome>) -> kiln_pipeline::meter::StageUsage {
+        if let Some(ExecOutcome::Succeeded(o)) = outcome {
+            return o.usage.clone();
         }
-        (Stop::Shutdown, _) | (Stop::Exited, Some(ExecOutcome::Interrupted { .. })) => {
-            let reason = "worker shutting down (SIGTERM): the stage is handed back; training resumes from its checkpoint on this machine";
-            let _ = queue.release(&lease, reason).await;
-            let _ = ledger
-                .finish_stage(ledger_attempt, "failed", None, &usage, None, Some(reason))
-                .await;
-            Ended::Released
-        }
-        (
-            Stop::Exited,
-            Some(ExecOutcome::Failed {
-                message,
-                retryable,
-                infrastructure,
-            }),
-        ) => {
-            let fault = match (infrastructure, retryable) {
-                (true, _) => Fault::Infrastructure,
-                (false, true) => Fault::Stage,
-                (false, false) => Fault::Job,
-            };
+        let held = self.started.elapsed().as_secs_f64();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let on_gpu = self.slot.gpu.is_some();
+        self.cfg.charged_usage(
+            self.slot,
+            kiln_pipeline::meter::StageUsage {
+                device: self.device.clone(),
+                wall_s: held,
+                gpu_s: if on_gpu { held } else { 0.0 },
+                cpu_s: if on_gpu { 0.0 } else { held * cores },
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Record how the attempt ended, in the queue and the ledger: committed, cancelled, handed
+    /// back, failed (by whose fault) or stopped by the budget.
+    async fn settle(
+        &self,
+        stop: Stop,
+        outcome: Option<ExecOutcome>,
+        child: &mut tokio::process::Child,
+    ) -> Ended {
+        let (queue, ledger, lease, cfg) = (self.queue, self.ledger, self.lease, self.cfg);
+        let usage = &self.usage(outcome.as_ref());
+        let failed = |msg: String, fault: Fault| async move {
             report_failure(
                 queue,
                 ledger,
-                &lease,
-                Some((ledger_attempt, &usage)),
-                &message,
+                lease,
+                Some((self.ledger_attempt, usage)),
+                &msg,
                 fault,
                 cfg,
             )
             .await
+        };
+        match (stop, outcome) {
+            (Stop::Cancel, _) => self.cancelled(usage).await,
+            (Stop::Shutdown, Some(ExecOutcome::Succeeded(o)))
+            | (Stop::Exited, Some(ExecOutcome::Succeeded(o))) => {
+                commit(queue, ledger, lease, self.ledger_attempt, &o, cfg.lease_ttl).await
+            }
+            (Stop::Shutdown, _) | (Stop::Exited, Some(ExecOutcome::Interrupted { .. })) => {
+                self.released(usage).await
+            }
+            (
+                Stop::Exited,
+                Some(ExecOutcome::Failed {
+                    message,
+                    retryable,
+                    infrastructure,
+                }),
+            ) => {
+                let fault = match (infrastructure, retryable) {
+                    (true, _) => Fault::Infrastructure,
+                    (false, true) => Fault::Stage,
+                    (false, false) => Fault::Job,
+                };
+                failed(message, fault).await
+            }
+            (Stop::Exited, None) => {
+                let status = child.try_wait().ok().flatten();
+                let msg = format!(
+                    "the stage process ended without a result ({status:?}); see the worker's log"
+                );
+                failed(msg, Fault::Stage).await
+            }
+            (Stop::Lost, _) => Ended::Lost,
+            (Stop::Budget, _) => failed(self.budget_stop_message(), Fault::Job).await,
         }
-        (Stop::Exited, None) => {
-            let status = child.try_wait().ok().flatten();
-            let msg = format!(
-                "the stage process ended without a result ({status:?}); see the worker's log"
-            );
-            report_failure(
-                queue,
-                ledger,
-                &lease,
-                Some((ledger_attempt, &usage)),
-                &msg,
-                Fault::Stage,
-                cfg,
+    }
+
+    /// The job was cancelled while the stage ran.
+    async fn cancelled(&self, usage: &kiln_pipeline::meter::StageUsage) -> Ended {
+        let _ = self.queue.cancelled(self.lease).await;
+        let _ = self
+            .ledger
+            .finish_stage(
+                self.ledger_attempt,
+                "failed",
+                None,
+                usage,
+                None,
+                Some("cancelled"),
             )
-            .await
-        }
-        (Stop::Lost, _) => Ended::Lost,
-        (Stop::Budget, _) => {
-            let b = budget.unwrap_or_default();
-            let msg = format!(
-                "budget exhausted: stopped `{}` after {:.0} s, before the job would pass its \
-                 ${b:.6} budget (--budget-usd; ${spent:.6} spent before this stage, about \
-                 ${:.4}/h on this slot, ${:.6} of storage for what it had written; price catalog \
-                 {}). The job has failed and will not run again; to finish it, submit it again \
-                 with a larger --budget-usd",
-                lease.stage,
-                started.elapsed().as_secs_f64(),
-                rate * 3600.0,
-                storage_so_far_usd(&cfg.catalog, &work_dir, &lease.stage),
-                cfg.catalog.version
-            );
-            report_failure(
-                queue,
-                ledger,
-                &lease,
-                Some((ledger_attempt, &usage)),
-                &msg,
-                Fault::Job,
-                cfg,
+            .await;
+        let _ = self
+            .ledger
+            .finish_job(&self.lease.job_id, Some("cancelled"))
+            .await;
+        Ended::Failed
+    }
+
+    /// The worker is shutting down (or the stage stopped at a signal): hand the stage back.
+    async fn released(&self, usage: &kiln_pipeline::meter::StageUsage) -> Ended {
+        let reason = "worker shutting down (SIGTERM): the stage is handed back; training resumes from its checkpoint on this machine";
+        let _ = self.queue.release(self.lease, reason).await;
+        let _ = self
+            .ledger
+            .finish_stage(
+                self.ledger_attempt,
+                "failed",
+                None,
+                usage,
+                None,
+                Some(reason),
             )
-            .await
-        }
+            .await;
+        Ended::Released
+    }
+
+    /// Why the budget stopped the stage, with the figures.
+    fn budget_stop_message(&self) -> String {
+        let b = self.budget.unwrap_or_default();
+        format!(
+            "budget exhausted: stopped `{}` after {:.0} s, before the job would pass its \
+             ${b:.6} budget (--budget-usd; ${:.6} spent before this stage, about \
+             ${:.4}/h on this slot, ${:.6} of storage for what it had written; price catalog \
+             {}). The job has failed and will not run again; to finish it, submit it again \
+             with a larger --budget-usd",
+            self.lease.stage,
+            self.started.elapsed().as_secs_f64(),
+            self.spent,
+            self.rate * 3600.0,
+            self.storage_usd(),
+            self.cfg.catalog.version
+        )
     }
 }
 

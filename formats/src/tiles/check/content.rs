@@ -415,130 +415,156 @@ fn summarise_mesh(
     };
     for (pi, prim) in prims.iter().enumerate() {
         let label = format!("node {node} mesh {mesh} primitive {pi}");
-        let splat_ext = prim.pointer(&format!("/extensions/{KHR_GAUSSIAN_SPLATTING}"));
-        let mode = prim.get("mode").and_then(Value::as_u64).unwrap_or(4);
-        let kind = if splat_ext.is_some() {
-            PrimitiveKind::Splats
-        } else if (4..=6).contains(&mode) {
-            PrimitiveKind::Triangles
+        summarise_primitive(json, src, s, prim, &label, world);
+    }
+}
+
+/// One primitive of a mesh (`label` names it): its count of splats or triangles, its POSITION
+/// bounds and points (and, for SPZ splats, their 3σ boxes) in the tile frame (`world`), checked
+/// as it goes.
+fn summarise_primitive(
+    json: &Value,
+    src: &GltfSource,
+    s: &mut GltfSummary,
+    prim: &Value,
+    label: &str,
+    world: &Mat4,
+) {
+    let label = label.to_string();
+    let splat_ext = prim.pointer(&format!("/extensions/{KHR_GAUSSIAN_SPLATTING}"));
+    let mode = prim.get("mode").and_then(Value::as_u64).unwrap_or(4);
+    let kind = if splat_ext.is_some() {
+        PrimitiveKind::Splats
+    } else if (4..=6).contains(&mode) {
+        PrimitiveKind::Triangles
+    } else {
+        PrimitiveKind::Other
+    };
+    let Some(pos_index) = prim.pointer("/attributes/POSITION").and_then(Value::as_u64) else {
+        s.issues.push(issue(
+            Severity::Warning,
+            CheckKind::Content,
+            format!("{label} has no POSITION attribute; its extent is not checked"),
+            "give every primitive a POSITION accessor",
+        ));
+        return;
+    };
+    let Some(acc) = json.pointer(&format!("/accessors/{pos_index}")) else {
+        s.issues.push(issue(
+            Severity::Error,
+            CheckKind::Content,
+            format!("{label}: POSITION accessor {pos_index} does not exist"),
+            "fix the attribute's accessor index",
+        ));
+        return;
+    };
+    let count = acc.get("count").and_then(Value::as_u64).unwrap_or(0);
+    match kind {
+        PrimitiveKind::Splats => s.splats += count,
+        PrimitiveKind::Triangles => {
+            let n = prim
+                .get("indices")
+                .and_then(Value::as_u64)
+                .and_then(|i| json.pointer(&format!("/accessors/{i}/count")))
+                .and_then(Value::as_u64)
+                .unwrap_or(count);
+            s.triangles += if mode == 4 {
+                n / 3
+            } else {
+                n.saturating_sub(2)
+            };
+        }
+        PrimitiveKind::Other => {}
+    }
+    let ctype = acc
+        .get("componentType")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let normalized = acc
+        .get("normalized")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let Some((divisor, signed)) = component(ctype) else {
+        s.issues.push(issue(
+            Severity::Error,
+            CheckKind::Content,
+            format!("{label}: POSITION componentType {ctype} is not a glTF component type"),
+            "write POSITION as float (5126) or a KHR_mesh_quantization integer type",
+        ));
+        return;
+    };
+    let dequant = |x: f64| {
+        if normalized && ctype != 5126 {
+            let v = x / divisor;
+            if signed { v.max(-1.0) } else { v }
         } else {
-            PrimitiveKind::Other
-        };
-        let Some(pos_index) = prim.pointer("/attributes/POSITION").and_then(Value::as_u64) else {
+            x
+        }
+    };
+    let (min, max) = match (
+        acc.get("min").and_then(|v| volume::numbers::<3>(v).ok()),
+        acc.get("max").and_then(|v| volume::numbers::<3>(v).ok()),
+    ) {
+        (Some(a), Some(b)) => (a.map(dequant), b.map(dequant)),
+        _ => {
+            s.issues.push(issue(
+                Severity::Error,
+                CheckKind::Content,
+                format!("{label}: POSITION accessor {pos_index} has no finite 3-number min/max (glTF 2.0 §3.7.2.1 requires them)"),
+                "write POSITION min and max",
+            ));
+            return;
+        }
+    };
+    let mut extent = PrimitiveExtent {
+        label: label.clone(),
+        kind,
+        to_tile: *world,
+        min,
+        max,
+        points: None,
+        sigma3: None,
+        quantum_m: 0.0,
+    };
+    if ctype == 5126 {
+        extent.points = read_float_vec3(json, src, acc, count as usize);
+    }
+    if let Some(ext) = splat_ext {
+        s.uses_splats = true;
+        if mode != 0 {
             s.issues.push(issue(
                 Severity::Warning,
                 CheckKind::Content,
-                format!("{label} has no POSITION attribute; its extent is not checked"),
-                "give every primitive a POSITION accessor",
+                format!("{label}: {KHR_GAUSSIAN_SPLATTING} primitive has mode {mode}, expected 0 (POINTS)"),
+                "write splat primitives with mode 0",
             ));
-            continue;
-        };
-        let Some(acc) = json.pointer(&format!("/accessors/{pos_index}")) else {
-            s.issues.push(issue(
-                Severity::Error,
-                CheckKind::Content,
-                format!("{label}: POSITION accessor {pos_index} does not exist"),
-                "fix the attribute's accessor index",
-            ));
-            continue;
-        };
-        let count = acc.get("count").and_then(Value::as_u64).unwrap_or(0);
-        match kind {
-            PrimitiveKind::Splats => s.splats += count,
-            PrimitiveKind::Triangles => {
-                let n = prim
-                    .get("indices")
-                    .and_then(Value::as_u64)
-                    .and_then(|i| json.pointer(&format!("/accessors/{i}/count")))
-                    .and_then(Value::as_u64)
-                    .unwrap_or(count);
-                s.triangles += if mode == 4 {
-                    n / 3
-                } else {
-                    n.saturating_sub(2)
-                };
-            }
-            PrimitiveKind::Other => {}
         }
-        let ctype = acc
-            .get("componentType")
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
-        let normalized = acc
-            .get("normalized")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        let Some((divisor, signed)) = component(ctype) else {
-            s.issues.push(issue(
-                Severity::Error,
-                CheckKind::Content,
-                format!("{label}: POSITION componentType {ctype} is not a glTF component type"),
-                "write POSITION as float (5126) or a KHR_mesh_quantization integer type",
-            ));
-            continue;
-        };
-        let dequant = |x: f64| {
-            if normalized && ctype != 5126 {
-                let v = x / divisor;
-                if signed { v.max(-1.0) } else { v }
-            } else {
-                x
+        let sh_degree = attribute_sh_degree(prim, &label, &mut s.issues);
+        match ext.pointer(&format!("/extensions/{KHR_GAUSSIAN_SPLATTING_SPZ_2}")) {
+            Some(spz) => {
+                s.uses_spz = true;
+                check_spz(
+                    json,
+                    src,
+                    spz,
+                    &SpzPrimitive {
+                        label: &label,
+                        count,
+                        sh_degree,
+                    },
+                    &mut extent,
+                    &mut s.issues,
+                );
             }
-        };
-        let (min, max) = match (
-            acc.get("min").and_then(|v| volume::numbers::<3>(v).ok()),
-            acc.get("max").and_then(|v| volume::numbers::<3>(v).ok()),
-        ) {
-            (Some(a), Some(b)) => (a.map(dequant), b.map(dequant)),
-            _ => {
-                s.issues.push(issue(
-                    Severity::Error,
-                    CheckKind::Content,
-                    format!("{label}: POSITION accessor {pos_index} has no finite 3-number min/max (glTF 2.0 §3.7.2.1 requires them)"),
-                    "write POSITION min and max",
-                ));
-                continue;
-            }
-        };
-        let mut extent = PrimitiveExtent {
-            label: label.clone(),
-            kind,
-            to_tile: *world,
-            min,
-            max,
-            points: None,
-            sigma3: None,
-            quantum_m: 0.0,
-        };
-        if ctype == 5126 {
-            extent.points = read_float_vec3(json, src, acc, count as usize);
+            None => s.issues.push(issue(
+                Severity::Warning,
+                CheckKind::Extensions,
+                format!("{label}: uncompressed {KHR_GAUSSIAN_SPLATTING} (CesiumJS 1.145 renders splats only through {KHR_GAUSSIAN_SPLATTING_SPZ_2})"),
+                format!("compress the splats with {KHR_GAUSSIAN_SPLATTING_SPZ_2} (SPZ v3)"),
+            )),
         }
-        if let Some(ext) = splat_ext {
-            s.uses_splats = true;
-            if mode != 0 {
-                s.issues.push(issue(
-                    Severity::Warning,
-                    CheckKind::Content,
-                    format!("{label}: {KHR_GAUSSIAN_SPLATTING} primitive has mode {mode}, expected 0 (POINTS)"),
-                    "write splat primitives with mode 0",
-                ));
-            }
-            let sh_degree = attribute_sh_degree(prim, &label, &mut s.issues);
-            match ext.pointer(&format!("/extensions/{KHR_GAUSSIAN_SPLATTING_SPZ_2}")) {
-                Some(spz) => {
-                    s.uses_spz = true;
-                    check_spz(json, src, spz, &label, count, sh_degree, &mut extent, &mut s.issues);
-                }
-                None => s.issues.push(issue(
-                    Severity::Warning,
-                    CheckKind::Extensions,
-                    format!("{label}: uncompressed {KHR_GAUSSIAN_SPLATTING} (CesiumJS 1.145 renders splats only through {KHR_GAUSSIAN_SPLATTING_SPZ_2})"),
-                    format!("compress the splats with {KHR_GAUSSIAN_SPLATTING_SPZ_2} (SPZ v3)"),
-                )),
-            }
-        }
-        s.primitives.push(extent);
     }
+    s.primitives.push(extent);
 }
 
 /// Every texture's image must exist and decode (a missing or corrupt texture renders black or
@@ -772,6 +798,19 @@ const SPZ_LOG_SCALE_STEP_HALF: f64 = 1.0 / 32.0;
 /// 3σ: the splat extent Kiln's tiler and the rasterizer use.
 const EXTENT_SIGMAS: f64 = 3.0;
 
+/// What the glTF says of a primitive whose splats an SPZ payload holds.
+struct SpzPrimitive<'a> {
+    /// `meshes[m].primitives[p]`, for messages.
+    label: &'a str,
+    /// The POSITION accessor's count.
+    count: u64,
+    /// The degree the `SH_DEGREE_l_COEF_n` attributes give.
+    sh_degree: u32,
+}
+
+/// The fix for every SPZ framing problem.
+const FIX_SPZ_VERSION: &str = "write SPZ version 3 (gzip) — CesiumJS 1.145 reads gzip SPZ v2/v3 only (e.g. splat-transform --spz-version 3)";
+
 /// Check the SPZ payload of a `KHR_gaussian_splatting_compression_spz_2` primitive: gzip framing,
 /// magic `NGSP`, version 2 or 3 (CesiumJS 1.145 fails on v4), point count = accessor count, SH
 /// degree = the attributes' degree; then decode it for exact means and 3σ boxes.
@@ -779,13 +818,40 @@ fn check_spz(
     json: &Value,
     src: &GltfSource,
     spz: &Value,
-    label: &str,
-    count: u64,
-    sh_degree: u32,
+    prim: &SpzPrimitive<'_>,
     extent: &mut PrimitiveExtent,
     issues: &mut Vec<Issue>,
 ) {
-    let fix_version = "write SPZ version 3 (gzip) — CesiumJS 1.145 reads gzip SPZ v2/v3 only (e.g. splat-transform --spz-version 3)";
+    let Some(bytes) = spz_payload(json, src, spz, prim.label, issues) else {
+        return;
+    };
+    let Some(fractional_bits) = check_spz_header(&bytes, prim, issues) else {
+        return;
+    };
+    extent.quantum_m = 0.5f64.powi(fractional_bits as i32);
+    match crate::splats::spz::decode_spz(&bytes) {
+        Ok(sp) => {
+            let (points, boxes) = splat_extents(&sp);
+            extent.points = Some(points);
+            extent.sigma3 = Some(boxes);
+        }
+        Err(e) => issues.push(issue(
+            Severity::Error,
+            CheckKind::Spz,
+            format!("{}: SPZ payload does not decode: {e}", prim.label),
+            FIX_SPZ_VERSION,
+        )),
+    }
+}
+
+/// The bytes of the bufferView the SPZ extension points at.
+fn spz_payload<'a>(
+    json: &Value,
+    src: &'a GltfSource,
+    spz: &Value,
+    label: &str,
+    issues: &mut Vec<Issue>,
+) -> Option<std::borrow::Cow<'a, [u8]>> {
     let Some(view) = spz.get("bufferView").and_then(Value::as_u64) else {
         issues.push(issue(
             Severity::Error,
@@ -793,10 +859,10 @@ fn check_spz(
             format!("{label}: {KHR_GAUSSIAN_SPLATTING_SPZ_2} has no bufferView"),
             "point the extension at the SPZ bytes' bufferView",
         ));
-        return;
+        return None;
     };
-    let bytes = match buffer_view(json, src, view) {
-        Ok(b) => b,
+    match buffer_view(json, src, view) {
+        Ok(b) => Some(b),
         Err(e) => {
             issues.push(issue(
                 Severity::Error,
@@ -804,123 +870,118 @@ fn check_spz(
                 format!("{label}: SPZ {e}"),
                 "fix the SPZ bufferView",
             ));
-            return;
+            None
         }
-    };
-    let mut header = [0u8; 16];
-    if bytes.get(..4) == Some(&crate::splats::spz::SPZ_MAGIC.to_le_bytes()[..]) {
-        let version = u32_at(&bytes, 4).unwrap_or(0);
+    }
+}
+
+/// The SPZ header's framing (gzip, not v4's plain NGSP), magic, version, point count and SH
+/// degree against the glTF's; its fractional bits when it can be decoded.
+fn check_spz_header(bytes: &[u8], prim: &SpzPrimitive<'_>, issues: &mut Vec<Issue>) -> Option<u8> {
+    let label = prim.label;
+    let mut fail = |message: String| {
         issues.push(issue(
             Severity::Error,
             CheckKind::Spz,
-            format!("{label}: SPZ version {version} (plain NGSP header with ZSTD streams); CesiumJS 1.145 cannot read it"),
-            fix_version,
+            message,
+            FIX_SPZ_VERSION,
         ));
-        return;
+        None
+    };
+    if bytes.get(..4) == Some(&crate::splats::spz::SPZ_MAGIC.to_le_bytes()[..]) {
+        let version = u32_at(bytes, 4).unwrap_or(0);
+        return fail(format!(
+            "{label}: SPZ version {version} (plain NGSP header with ZSTD streams); CesiumJS 1.145 cannot read it"
+        ));
     }
     if bytes.get(..2) != Some(&[0x1f, 0x8b][..]) {
-        issues.push(issue(Severity::Error, CheckKind::Spz, format!("{label}: SPZ payload is neither gzip (1f 8b) nor an NGSP v4 header (first bytes {:02x?})", &bytes[..bytes.len().min(4)]), fix_version));
-        return;
-    }
-    if let Err(e) = flate2::read::GzDecoder::new(&bytes[..]).read_exact(&mut header) {
-        issues.push(issue(
-            Severity::Error,
-            CheckKind::Spz,
-            format!("{label}: cannot gunzip the SPZ header: {e}"),
-            fix_version,
+        return fail(format!(
+            "{label}: SPZ payload is neither gzip (1f 8b) nor an NGSP v4 header (first bytes {:02x?})",
+            &bytes[..bytes.len().min(4)]
         ));
-        return;
+    }
+    let mut header = [0u8; 16];
+    if let Err(e) = flate2::read::GzDecoder::new(bytes).read_exact(&mut header) {
+        return fail(format!("{label}: cannot gunzip the SPZ header: {e}"));
     }
     let magic = u32_at(&header, 0).unwrap_or(0);
     let version = u32_at(&header, 4).unwrap_or(0);
     let points = u32_at(&header, 8).unwrap_or(0);
     let (hdr_sh, fractional_bits) = (header[12], header[13]);
     if magic != crate::splats::spz::SPZ_MAGIC {
-        issues.push(issue(
-            Severity::Error,
-            CheckKind::Spz,
-            format!(
-                "{label}: SPZ magic is {:02x?}, expected `NGSP`",
-                &header[..4]
-            ),
-            fix_version,
+        return fail(format!(
+            "{label}: SPZ magic is {:02x?}, expected `NGSP`",
+            &header[..4]
         ));
-        return;
     }
     if !(2..=3).contains(&version) {
-        issues.push(issue(
-            Severity::Error,
-            CheckKind::Spz,
-            format!("{label}: SPZ version {version}; CesiumJS 1.145 reads versions 2 and 3"),
-            fix_version,
+        return fail(format!(
+            "{label}: SPZ version {version}; CesiumJS 1.145 reads versions 2 and 3"
         ));
-        return;
     }
-    if points as u64 != count {
+    if points as u64 != prim.count {
         issues.push(issue(
             Severity::Error,
             CheckKind::Spz,
             format!(
-                "{label}: SPZ header has {points} points but the POSITION accessor count is {count}"
+                "{label}: SPZ header has {points} points but the POSITION accessor count is {}",
+                prim.count
             ),
             "set the accessor count to the SPZ numPoints",
         ));
     }
-    if hdr_sh as u32 != sh_degree {
+    if hdr_sh as u32 != prim.sh_degree {
         issues.push(issue(
             Severity::Error,
             CheckKind::Spz,
-            format!("{label}: SPZ header SH degree {hdr_sh}, but the SH_DEGREE_l attributes give degree {sh_degree}"),
+            format!(
+                "{label}: SPZ header SH degree {hdr_sh}, but the SH_DEGREE_l attributes give degree {}",
+                prim.sh_degree
+            ),
             "declare exactly the SH attributes of the SPZ payload's degree",
         ));
     }
-    extent.quantum_m = 0.5f64.powi(fractional_bits as i32);
-    match crate::splats::spz::decode_spz(&bytes) {
-        Ok(sp) => {
-            let n = sp.len();
-            let mut points = Vec::with_capacity(n);
-            let mut boxes = Vec::with_capacity(n);
-            for i in 0..n {
-                let m = [0, 1, 2].map(|a| sp.means[3 * i + a] as f64);
-                let s = [0, 1, 2]
-                    .map(|a| (sp.log_scales[3 * i + a] as f64 - SPZ_LOG_SCALE_STEP_HALF).exp());
-                let q = &sp.rotations[4 * i..4 * i + 4];
-                let qn = q
-                    .iter()
-                    .map(|x| (*x as f64).powi(2))
-                    .sum::<f64>()
-                    .sqrt()
-                    .max(1e-12);
-                let r = volume::trs(
-                    [0.0; 3],
-                    [
-                        q[1] as f64 / qn,
-                        q[2] as f64 / qn,
-                        q[3] as f64 / qn,
-                        q[0] as f64 / qn,
-                    ],
-                    s,
-                );
-                // Half-extent of the ellipsoid R·S·unit-sphere along axis a: |row a of R·S|.
-                let e = [0, 1, 2].map(|a| {
-                    EXTENT_SIGMAS * (0..3).map(|c| r[4 * c + a].powi(2)).sum::<f64>().sqrt()
-                });
-                points.push(m);
-                boxes.push((
-                    [m[0] - e[0], m[1] - e[1], m[2] - e[2]],
-                    [m[0] + e[0], m[1] + e[1], m[2] + e[2]],
-                ));
-            }
-            extent.points = Some(points);
-            extent.sigma3 = Some(boxes);
-        }
-        Err(e) => issues.push(issue(
-            Severity::Error,
-            CheckKind::Spz,
-            format!("{label}: SPZ payload does not decode: {e}"),
-            fix_version,
-        )),
+    Some(fractional_bits)
+}
+
+/// Each decoded splat's mean and 3σ box (scales widened by half a quantisation step, so the box
+/// bounds what the SPZ bytes can mean).
+#[allow(clippy::type_complexity)]
+fn splat_extents(sp: &crate::splats::GaussianSplats) -> (Vec<[f64; 3]>, Vec<([f64; 3], [f64; 3])>) {
+    let n = sp.len();
+    let mut points = Vec::with_capacity(n);
+    let mut boxes = Vec::with_capacity(n);
+    for i in 0..n {
+        let m = [0, 1, 2].map(|a| sp.means[3 * i + a] as f64);
+        let s =
+            [0, 1, 2].map(|a| (sp.log_scales[3 * i + a] as f64 - SPZ_LOG_SCALE_STEP_HALF).exp());
+        let q = &sp.rotations[4 * i..4 * i + 4];
+        let qn = q
+            .iter()
+            .map(|x| (*x as f64).powi(2))
+            .sum::<f64>()
+            .sqrt()
+            .max(1e-12);
+        let r = volume::trs(
+            [0.0; 3],
+            [
+                q[1] as f64 / qn,
+                q[2] as f64 / qn,
+                q[3] as f64 / qn,
+                q[0] as f64 / qn,
+            ],
+            s,
+        );
+        // Half-extent of the ellipsoid R·S·unit-sphere along axis a: |row a of R·S|.
+        let e = [0, 1, 2]
+            .map(|a| EXTENT_SIGMAS * (0..3).map(|c| r[4 * c + a].powi(2)).sum::<f64>().sqrt());
+        points.push(m);
+        boxes.push((
+            [m[0] - e[0], m[1] - e[1], m[2] - e[2]],
+            [m[0] + e[0], m[1] + e[1], m[2] + e[2]],
+        ));
     }
+    (points, boxes)
 }
 
 #[cfg(test)]

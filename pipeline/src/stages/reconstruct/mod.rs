@@ -489,254 +489,59 @@ pub fn reconstruct(
     }
     let colmap = Tool::colmap();
     let colmap_version = colmap_version(&colmap)?;
-    let mut commands = Vec::new();
-    let mut step_seconds = Vec::new();
-
-    let mut notes = Vec::new();
-    let photos = if input.is_dir() {
-        gather_photos(input)?
-    } else {
-        PhotoSet::default()
-    };
-    let video_file = if photos.names.is_empty() {
-        the_video(input)?
-    } else {
-        if !photos.videos.is_empty() {
-            notes.push(format!(
-                "ignored {} video file(s) beside the photos ({}): give a video alone in its own job",
-                photos.videos.len(),
-                photos.videos.join(", ")
-            ));
-        }
-        None
-    };
-    let mut single_camera = params.single_camera;
-    let (shape, selection, names) = if let Some(video_path) = &video_file {
-        let t = Instant::now();
-        let selection = video::extract_frames(
-            video_path,
-            &images_dir,
-            params.max_frames as usize,
-            params.min_frame_interval_s,
-            &mut |n, total| on_progress("frames", n, total),
-        )?;
-        step_seconds.push(("frames".to_string(), t.elapsed().as_secs_f64()));
-        commands.extend(selection.commands.iter().cloned());
-        if let Some(short) = selection.short_decode_note() {
-            notes.push(short);
-        }
-        let names: Vec<String> = selection
-            .kept
-            .iter()
-            .map(|n| video::frame_name(*n))
-            .collect();
-        if names.len() < 2 {
-            return Err(Error::Input {
-                path: video_path.clone(),
-                field: "video frames".into(),
-                problem: format!(
-                    "{} frame(s) kept of {} decoded; structure-from-motion needs at least 2: give \
-                     a longer video, or raise [reconstruct] max_frames / lower \
-                     min_frame_interval_s",
-                    names.len(),
-                    selection.decoded
-                ),
-            });
-        }
-        (InputShape::Video, Some(selection), names)
-    } else {
-        if !photos.ignored.is_empty() {
-            notes.push(format!(
-                "ignored {} file(s) in formats COLMAP and Kiln do not read ({}); convert them to \
-                 JPEG or PNG to use them",
-                photos.ignored.len(),
-                photos.ignored.join(", ")
-            ));
-        }
-        if !photos.unreadable.is_empty() {
-            notes.push(format!(
-                "skipped {} unreadable image(s) ({}): they are not valid images; replace or \
-                 remove them",
-                photos.unreadable.len(),
-                photos.unreadable.join(", ")
-            ));
-        }
-        if photos.names.len() < 2 {
-            return Err(Error::Input {
-                path: input.to_path_buf(),
-                field: "images".into(),
-                problem: format!(
-                    "{} readable image(s) found{}; structure-from-motion needs at least 2 \
-                     overlapping photos ({}) or one video ({})",
-                    photos.names.len(),
-                    if photos.unreadable.is_empty() {
-                        String::new()
-                    } else {
-                        format!(
-                            " ({} unreadable: {})",
-                            photos.unreadable.len(),
-                            photos.unreadable.join(", ")
-                        )
-                    },
-                    IMAGE_EXTENSIONS.join(", "),
-                    video::VIDEO_EXTENSIONS.join(", ")
-                ),
-            });
-        }
-        let mut sizes: Vec<(u32, u32)> = photos.sizes.clone();
-        sizes.sort_unstable();
-        sizes.dedup();
-        if single_camera && sizes.len() > 1 {
-            single_camera = false;
-            notes.push(format!(
-                "the photos have {} different sizes ({}), so each photo gets its own camera \
-                 (single_camera = false); photos of one size from one device share intrinsics",
-                sizes.len(),
-                sizes
-                    .iter()
-                    .take(4)
-                    .map(|(w, h)| format!("{w}×{h}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        link_photos(&photos, &images_dir)?;
-        (InputShape::Photos, None, photos.names.clone())
-    };
-    for note in &notes {
+    let mut record = RunRecord::default();
+    let images = prepare_images(input, params, &images_dir, &mut record, on_progress)?;
+    for note in &record.notes {
         tracing::warn!("reconstruct: {note}");
     }
-
-    let matcher = match (params.matcher, shape) {
+    let matcher = match (params.matcher, images.shape) {
         (Matcher::Auto, InputShape::Video) => Matcher::Sequential,
         (Matcher::Auto, _) => Matcher::Exhaustive,
         (m, _) => m,
     };
-    let (focal_factor, focal_prior) = focal_prior(params, selection.as_ref(), input);
+    let (focal_factor, focal_prior) = focal_prior(params, images.selection.as_ref(), input);
     let gpu_sift = colmap_version.contains("with CUDA") && kiln_kernels::device::cuda_available();
-    let use_gpu = if gpu_sift { "1" } else { "0" };
-
     let work = tempfile::Builder::new()
         .prefix(".colmap")
         .tempdir_in(out_dir)
         .map_err(|e| Error::io(out_dir, e))?;
-    let database = work.path().join("database.db").display().to_string();
-    let image_path = images_dir.display().to_string();
-    let total = names.len();
-
-    let mut extract_args = vec![
-        "feature_extractor".to_string(),
-        "--database_path".into(),
-        database.clone(),
-        "--image_path".into(),
-        image_path.clone(),
-        "--ImageReader.camera_model".into(),
-        params.camera_model.clone(),
-        "--ImageReader.single_camera".into(),
-        u8::from(single_camera).to_string(),
-        "--SiftExtraction.use_gpu".into(),
-        use_gpu.into(),
-        "--SiftExtraction.max_image_size".into(),
-        params.max_image_size.to_string(),
-        "--SiftExtraction.max_num_features".into(),
-        params
-            .max_num_features
-            .unwrap_or(if gpu_sift { 8192 } else { 2048 })
-            .to_string(),
-    ];
-    if let Some(f) = focal_factor {
-        extract_args.push("--ImageReader.default_focal_length_factor".into());
-        extract_args.push(format!("{f}"));
-    }
-    let mut run_step = |step: &str, args: Vec<String>| -> Result<()> {
-        let t = Instant::now();
-        let cmd = colmap.command(&args);
-        tracing::info!("reconstruct: {step} ({total} images): {}", cmd.display());
-        commands.push(cmd.display());
-        on_progress(step, 0, total);
-        let mut done = 0;
-        cmd.run_logged(&logs.join(format!("{step}.log")), &mut |line| {
-            if let Some(n) = progress_count(step, line) {
-                done = n;
-                on_progress(step, done, total);
-            }
-        })?;
-        step_seconds.push((step.to_string(), t.elapsed().as_secs_f64()));
-        Ok(())
+    let run = ColmapRun {
+        database: work.path().join("database.db").display().to_string(),
+        image_path: images_dir.display().to_string(),
+        sparse: work.path().join("sparse"),
+        use_gpu: if gpu_sift { "1" } else { "0" },
     };
-    run_step("features", extract_args)?;
-    let match_args = match matcher {
-        Matcher::Sequential => vec![
-            "sequential_matcher".to_string(),
-            "--database_path".into(),
-            database.clone(),
-            "--SiftMatching.use_gpu".into(),
-            use_gpu.into(),
-            "--SequentialMatching.overlap".into(),
-            params.sequential_overlap.to_string(),
-        ],
-        _ => vec![
-            "exhaustive_matcher".to_string(),
-            "--database_path".into(),
-            database.clone(),
-            "--SiftMatching.use_gpu".into(),
-            use_gpu.into(),
-        ],
+    let mut steps = ColmapSteps {
+        colmap: &colmap,
+        logs: &logs,
+        total: images.names.len(),
+        record: &mut record,
+        on_progress,
     };
-    run_step("matching", match_args)?;
-    let sparse = work.path().join("sparse");
-    std::fs::create_dir_all(&sparse).map_err(|e| Error::io(&sparse, e))?;
-    // COLMAP's mapper exits with a failure when it cannot build any model ("No good initial
-    // image pair found", "failed to create sparse model"): that is a verdict on the photos, for
-    // the quality gate to report, not a tool failure.
-    let mapped = run_step(
-        "mapping",
-        vec![
-            "mapper".to_string(),
-            "--database_path".into(),
-            database.clone(),
-            "--image_path".into(),
-            image_path,
-            "--output_path".into(),
-            sparse.display().to_string(),
-        ],
-    );
-    let (models, best) = best_model(&sparse)?;
-    if let Err(e) = mapped {
-        if best.is_some() {
-            return Err(e);
-        }
-        tracing::warn!("COLMAP's mapper built no model: {e}");
-    }
-    let quality = quality(&names, models, best.as_ref().map(|(_, s)| s), params);
+    steps.run(
+        "features",
+        run.extract_args(params, images.single_camera, gpu_sift, focal_factor),
+    )?;
+    steps.run("matching", run.match_args(params, matcher))?;
+    let (models, best) = map_model(&mut steps, &run)?;
+    let quality = quality(&images.names, models, best.as_ref().map(|(_, s)| s), params);
     if let Some((dir, _)) = &best {
-        let dest = out_dir.join("sparse").join("0");
-        std::fs::create_dir_all(&dest).map_err(|e| Error::io(&dest, e))?;
-        for f in ["cameras.bin", "images.bin", "points3D.bin"] {
-            std::fs::copy(dir.join(f), dest.join(f)).map_err(|e| Error::io(dir.join(f), e))?;
-        }
+        keep_model(dir, &out_dir.join("sparse").join("0"))?;
     }
     drop(work);
-    // Recorded with the stage folder and the input as `$STAGE` and `$INPUT`: the absolute paths
-    // are a temporary work folder that no longer exists when the report is read.
-    let (stage, input_path) = (out_dir.display().to_string(), input.display().to_string());
-    let commands = commands
-        .iter()
-        .map(|c| c.replace(&stage, "$STAGE").replace(&input_path, "$INPUT"))
-        .collect();
     let report = ReconstructReport {
-        input: shape,
+        input: images.shape,
         colmap_version,
         gpu_sift,
         camera_model: params.camera_model.clone(),
-        single_camera,
+        single_camera: images.single_camera,
         matcher,
         focal_prior,
-        commands,
-        step_seconds,
+        commands: record.portable_commands(out_dir, input),
+        step_seconds: record.step_seconds,
         quality,
-        notes,
-        video: selection,
+        notes: record.notes,
+        video: images.selection,
     };
     let json = serde_json::to_vec_pretty(&report).expect("report serialises");
     kiln_formats::atomic_write::write_atomic(&out_dir.join(REPORT_JSON), &json)?;
@@ -744,6 +549,345 @@ pub fn reconstruct(
         return Err(gate_error(&report.quality, out_dir));
     }
     Ok(report)
+}
+
+/// What a reconstruction ran and noticed, in order: for `reconstruct.json`.
+#[derive(Default)]
+struct RunRecord {
+    commands: Vec<String>,
+    step_seconds: Vec<(String, f64)>,
+    notes: Vec<String>,
+}
+
+impl RunRecord {
+    /// The commands with the stage folder and the input written `$STAGE` and `$INPUT`: the
+    /// absolute paths are a temporary work folder that no longer exists when the report is read.
+    fn portable_commands(&self, out_dir: &Path, input: &Path) -> Vec<String> {
+        let (stage, input_path) = (out_dir.display().to_string(), input.display().to_string());
+        self.commands
+            .iter()
+            .map(|c| c.replace(&stage, "$STAGE").replace(&input_path, "$INPUT"))
+            .collect()
+    }
+}
+
+/// The images COLMAP is given, in `images/`: frames chosen from a video or the input's photos.
+struct PreparedImages {
+    shape: InputShape,
+    /// Video input: how the frames were chosen.
+    selection: Option<video::FrameSelection>,
+    /// Image names, as COLMAP will register them.
+    names: Vec<String>,
+    /// One shared camera (false when the job says so, or when the photos' sizes differ).
+    single_camera: bool,
+}
+
+/// Put the input's images into `images_dir`: the frames chosen from its one video, or its
+/// photos linked in (a video beside photos, unreadable files and other formats are noted and
+/// left out).
+///
+/// # Errors
+/// [`Error::Input`] when fewer than 2 images result; the video tools' and file errors.
+fn prepare_images(
+    input: &Path,
+    params: &ReconstructParams,
+    images_dir: &Path,
+    record: &mut RunRecord,
+    on_progress: &mut dyn FnMut(&str, usize, usize),
+) -> Result<PreparedImages> {
+    let photos = if input.is_dir() {
+        gather_photos(input)?
+    } else {
+        PhotoSet::default()
+    };
+    if photos.names.is_empty()
+        && let Some(video_path) = the_video(input)?
+    {
+        return video_frames(&video_path, params, images_dir, record, on_progress);
+    }
+    if !photos.names.is_empty() && !photos.videos.is_empty() {
+        record.notes.push(format!(
+            "ignored {} video file(s) beside the photos ({}): give a video alone in its own job",
+            photos.videos.len(),
+            photos.videos.join(", ")
+        ));
+    }
+    photo_images(input, &photos, params, images_dir, record)
+}
+
+/// The frames of `video_path` chosen for structure-from-motion, decoded into `images_dir`.
+fn video_frames(
+    video_path: &Path,
+    params: &ReconstructParams,
+    images_dir: &Path,
+    record: &mut RunRecord,
+    on_progress: &mut dyn FnMut(&str, usize, usize),
+) -> Result<PreparedImages> {
+    let t = Instant::now();
+    let selection = video::extract_frames(
+        video_path,
+        images_dir,
+        params.max_frames as usize,
+        params.min_frame_interval_s,
+        &mut |n, total| on_progress("frames", n, total),
+    )?;
+    record
+        .step_seconds
+        .push(("frames".to_string(), t.elapsed().as_secs_f64()));
+    record.commands.extend(selection.commands.iter().cloned());
+    if let Some(short) = selection.short_decode_note() {
+        record.notes.push(short);
+    }
+    let names: Vec<String> = selection
+        .kept
+        .iter()
+        .map(|n| video::frame_name(*n))
+        .collect();
+    if names.len() < 2 {
+        return Err(Error::Input {
+            path: video_path.to_path_buf(),
+            field: "video frames".into(),
+            problem: format!(
+                "{} frame(s) kept of {} decoded; structure-from-motion needs at least 2: give \
+                 a longer video, or raise [reconstruct] max_frames / lower \
+                 min_frame_interval_s",
+                names.len(),
+                selection.decoded
+            ),
+        });
+    }
+    Ok(PreparedImages {
+        shape: InputShape::Video,
+        selection: Some(selection),
+        names,
+        single_camera: params.single_camera,
+    })
+}
+
+/// The readable photos of `photos` linked into `images_dir`; one camera per photo when their
+/// sizes differ.
+fn photo_images(
+    input: &Path,
+    photos: &PhotoSet,
+    params: &ReconstructParams,
+    images_dir: &Path,
+    record: &mut RunRecord,
+) -> Result<PreparedImages> {
+    if !photos.ignored.is_empty() {
+        record.notes.push(format!(
+            "ignored {} file(s) in formats COLMAP and Kiln do not read ({}); convert them to \
+             JPEG or PNG to use them",
+            photos.ignored.len(),
+            photos.ignored.join(", ")
+        ));
+    }
+    if !photos.unreadable.is_empty() {
+        record.notes.push(format!(
+            "skipped {} unreadable image(s) ({}): they are not valid images; replace or \
+             remove them",
+            photos.unreadable.len(),
+            photos.unreadable.join(", ")
+        ));
+    }
+    if photos.names.len() < 2 {
+        return Err(too_few_photos(input, photos));
+    }
+    let mut single_camera = params.single_camera;
+    let mut sizes: Vec<(u32, u32)> = photos.sizes.clone();
+    sizes.sort_unstable();
+    sizes.dedup();
+    if single_camera && sizes.len() > 1 {
+        single_camera = false;
+        record.notes.push(format!(
+            "the photos have {} different sizes ({}), so each photo gets its own camera \
+             (single_camera = false); photos of one size from one device share intrinsics",
+            sizes.len(),
+            sizes
+                .iter()
+                .take(4)
+                .map(|(w, h)| format!("{w}×{h}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    link_photos(photos, images_dir)?;
+    Ok(PreparedImages {
+        shape: InputShape::Photos,
+        selection: None,
+        names: photos.names.clone(),
+        single_camera,
+    })
+}
+
+/// [`Error::Input`]: fewer than 2 readable photos in `input`.
+fn too_few_photos(input: &Path, photos: &PhotoSet) -> Error {
+    Error::Input {
+        path: input.to_path_buf(),
+        field: "images".into(),
+        problem: format!(
+            "{} readable image(s) found{}; structure-from-motion needs at least 2 \
+             overlapping photos ({}) or one video ({})",
+            photos.names.len(),
+            if photos.unreadable.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({} unreadable: {})",
+                    photos.unreadable.len(),
+                    photos.unreadable.join(", ")
+                )
+            },
+            IMAGE_EXTENSIONS.join(", "),
+            video::VIDEO_EXTENSIONS.join(", ")
+        ),
+    }
+}
+
+/// Where one COLMAP run keeps its database and model, and whether SIFT runs on the GPU.
+struct ColmapRun {
+    database: String,
+    image_path: String,
+    /// The mapper's output folder.
+    sparse: PathBuf,
+    /// `"1"` or `"0"`.
+    use_gpu: &'static str,
+}
+
+impl ColmapRun {
+    /// `feature_extractor`'s arguments.
+    fn extract_args(
+        &self,
+        params: &ReconstructParams,
+        single_camera: bool,
+        gpu_sift: bool,
+        focal_factor: Option<f64>,
+    ) -> Vec<String> {
+        let mut args = vec![
+            "feature_extractor".to_string(),
+            "--database_path".into(),
+            self.database.clone(),
+            "--image_path".into(),
+            self.image_path.clone(),
+            "--ImageReader.camera_model".into(),
+            params.camera_model.clone(),
+            "--ImageReader.single_camera".into(),
+            u8::from(single_camera).to_string(),
+            "--SiftExtraction.use_gpu".into(),
+            self.use_gpu.into(),
+            "--SiftExtraction.max_image_size".into(),
+            params.max_image_size.to_string(),
+            "--SiftExtraction.max_num_features".into(),
+            params
+                .max_num_features
+                .unwrap_or(if gpu_sift { 8192 } else { 2048 })
+                .to_string(),
+        ];
+        if let Some(f) = focal_factor {
+            args.push("--ImageReader.default_focal_length_factor".into());
+            args.push(format!("{f}"));
+        }
+        args
+    }
+
+    /// The matcher's arguments: sequential (video) or exhaustive.
+    fn match_args(&self, params: &ReconstructParams, matcher: Matcher) -> Vec<String> {
+        match matcher {
+            Matcher::Sequential => vec![
+                "sequential_matcher".to_string(),
+                "--database_path".into(),
+                self.database.clone(),
+                "--SiftMatching.use_gpu".into(),
+                self.use_gpu.into(),
+                "--SequentialMatching.overlap".into(),
+                params.sequential_overlap.to_string(),
+            ],
+            _ => vec![
+                "exhaustive_matcher".to_string(),
+                "--database_path".into(),
+                self.database.clone(),
+                "--SiftMatching.use_gpu".into(),
+                self.use_gpu.into(),
+            ],
+        }
+    }
+
+    /// The mapper's arguments.
+    fn map_args(&self) -> Vec<String> {
+        vec![
+            "mapper".to_string(),
+            "--database_path".into(),
+            self.database.clone(),
+            "--image_path".into(),
+            self.image_path.clone(),
+            "--output_path".into(),
+            self.sparse.display().to_string(),
+        ]
+    }
+}
+
+/// Runs COLMAP steps one after another, each logged to `logs/<step>.log`, timed and recorded,
+/// reporting progress from COLMAP's output.
+struct ColmapSteps<'a> {
+    colmap: &'a Tool,
+    logs: &'a Path,
+    /// Images, for progress.
+    total: usize,
+    record: &'a mut RunRecord,
+    on_progress: &'a mut dyn FnMut(&str, usize, usize),
+}
+
+impl ColmapSteps<'_> {
+    /// Run COLMAP with `args` as step `step`.
+    ///
+    /// # Errors
+    /// The command's failure, naming it and its log.
+    fn run(&mut self, step: &str, args: Vec<String>) -> Result<()> {
+        let t = Instant::now();
+        let cmd = self.colmap.command(&args);
+        let total = self.total;
+        tracing::info!("reconstruct: {step} ({total} images): {}", cmd.display());
+        self.record.commands.push(cmd.display());
+        (self.on_progress)(step, 0, total);
+        let on_progress = &mut self.on_progress;
+        cmd.run_logged(&self.logs.join(format!("{step}.log")), &mut |line| {
+            if let Some(n) = progress_count(step, line) {
+                on_progress(step, n, total);
+            }
+        })?;
+        self.record
+            .step_seconds
+            .push((step.to_string(), t.elapsed().as_secs_f64()));
+        Ok(())
+    }
+}
+
+/// Run COLMAP's mapper and pick its best model: (models built, the best one's folder and
+/// figures). A mapper that builds no model at all is a verdict on the photos for the quality
+/// gate ("No good initial image pair found"), not a tool failure; a failure after it built
+/// one is.
+fn map_model(
+    steps: &mut ColmapSteps<'_>,
+    run: &ColmapRun,
+) -> Result<(usize, Option<(PathBuf, ColmapModelStats)>)> {
+    std::fs::create_dir_all(&run.sparse).map_err(|e| Error::io(&run.sparse, e))?;
+    let mapped = steps.run("mapping", run.map_args());
+    let (models, best) = best_model(&run.sparse)?;
+    if let Err(e) = mapped {
+        if best.is_some() {
+            return Err(e);
+        }
+        tracing::warn!("COLMAP's mapper built no model: {e}");
+    }
+    Ok((models, best))
+}
+
+/// Copy the chosen model's binary files from `dir` to `dest` (`sparse/0/` of the stage).
+fn keep_model(dir: &Path, dest: &Path) -> Result<()> {
+    std::fs::create_dir_all(dest).map_err(|e| Error::io(dest, e))?;
+    for f in ["cameras.bin", "images.bin", "points3D.bin"] {
+        std::fs::copy(dir.join(f), dest.join(f)).map_err(|e| Error::io(dir.join(f), e))?;
+    }
+    Ok(())
 }
 
 /// The gate's failure message: figures, unregistered images or the point count, likely causes

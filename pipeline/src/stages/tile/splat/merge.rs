@@ -773,15 +773,17 @@ pub(super) fn eigen_symmetric3(mut a: [[f64; 3]; 3]) -> ([f64; 3], [[f64; 3]; 3]
                 / (theta.abs() + (theta * theta + 1.0).sqrt());
             let c = 1.0 / (t * t + 1.0).sqrt();
             let s = t * c;
-            for k in 0..3 {
-                let (akp, akq) = (a[k][p], a[k][q]);
-                a[k][p] = c * akp - s * akq;
-                a[k][q] = s * akp + c * akq;
+            for row in &mut a {
+                let (akp, akq) = (row[p], row[q]);
+                row[p] = c * akp - s * akq;
+                row[q] = s * akp + c * akq;
             }
-            for k in 0..3 {
-                let (apk, aqk) = (a[p][k], a[q][k]);
-                a[p][k] = c * apk - s * aqk;
-                a[q][k] = s * apk + c * aqk;
+            // Rows p < q, side by side.
+            let (upper, lower) = a.split_at_mut(q);
+            for (apk, aqk) in upper[p].iter_mut().zip(lower[0].iter_mut()) {
+                let (x, y) = (*apk, *aqk);
+                *apk = c * x - s * y;
+                *aqk = s * x + c * y;
             }
             for row in &mut v {
                 let (vp, vq) = (row[p], row[q]);
