@@ -6,8 +6,9 @@
 use std::collections::HashMap;
 
 use kiln_pipeline::dag::StageKind;
+use kiln_pipeline::dag::job_dag;
 use kiln_pipeline::meter::StageUsage;
-use kiln_pipeline::plan::{JobPlan, job_dag};
+use kiln_pipeline::plan::JobPlan;
 use kiln_pipeline::run::{StageOutcome, run_stage};
 
 use crate::ledger::Ledger;

@@ -47,7 +47,7 @@ pub async fn prepare(text: &str, path: &Path, base: &Path, opts: &SubmitOptions)
     spec.input = pinned(&spec.input, base, path, "input")?;
     let id = crate::runner::new_job_id(&spec.name);
     let plan = spec.plan(&id, &std::env::temp_dir(), path, &|l| Ok(l.to_string()))?;
-    let (dag, _) = kiln_pipeline::plan::job_dag(&plan)
+    let (dag, _) = kiln_pipeline::dag::job_dag(&plan)
         .await
         .map_err(|source| Error::Plan {
             job_id: id.clone(),

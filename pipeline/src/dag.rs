@@ -11,112 +11,14 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 
+pub use crate::plan::JobKind;
+pub use crate::stage::StageKind;
+
+use crate::plan::JobPlan;
 use crate::stage::{AnyStage, Input};
+use crate::stages::reconstruct;
 use crate::{Error, Result};
-
-/// What a job turns into 3D Tiles.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum JobKind {
-    /// Photos + camera poses → trained splats → splat tileset.
-    Capture,
-    /// glTF/GLB mesh → LOD chain → mesh tileset.
-    Mesh,
-    /// Splats trained elsewhere (3DGS PLY, SPZ, splat GLB) → splat tileset.
-    Splats,
-}
-
-impl JobKind {
-    /// The kind's name as written in job files and the ledger.
-    pub fn name(self) -> &'static str {
-        match self {
-            JobKind::Capture => "capture",
-            JobKind::Mesh => "mesh",
-            JobKind::Splats => "splats",
-        }
-    }
-}
-
-/// The name of one stage: its work folder, its ledger and queue rows, its table in job files.
-///
-/// The set is open: a stage is anything implementing [`crate::stage::Stage`], named by a
-/// `StageKind` of its own (`StageKind::new("toy")` in a test). The stages Kiln plans are the
-/// constants below; [`StageKind::builtin`] finds one by name (the queue stores names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct StageKind(&'static str);
-
-impl StageKind {
-    /// Camera poses by structure-from-motion (COLMAP), for captures without poses.
-    pub const RECONSTRUCT: StageKind = StageKind("reconstruct");
-    /// The job's input fetched, checked and normalised (capture frames, one mesh GLB, one PLY).
-    pub const INGEST: StageKind = StageKind("ingest");
-    /// 3D Gaussian splats trained on a capture.
-    pub const TRAIN: StageKind = StageKind("train");
-    /// A mesh's LOD chain (meshoptimizer).
-    pub const DECIMATE: StageKind = StageKind("decimate");
-    /// The 3D Tiles 1.1 tileset.
-    pub const TILE: StageKind = StageKind("tile");
-    /// Fidelity of the delivered tileset: renders of its cuts scored against the photos and the
-    /// full splats.
-    pub const EVAL: StageKind = StageKind("eval");
-    /// The outputs copied to the job's output URL, `manifest.json` last.
-    pub const PUBLISH: StageKind = StageKind("publish");
-
-    /// The stages Kiln's plans use.
-    pub const BUILTIN: [StageKind; 7] = [
-        StageKind::RECONSTRUCT,
-        StageKind::INGEST,
-        StageKind::TRAIN,
-        StageKind::DECIMATE,
-        StageKind::TILE,
-        StageKind::EVAL,
-        StageKind::PUBLISH,
-    ];
-
-    /// A stage named `name` (lower case, no `/`: it names a folder).
-    #[must_use]
-    pub const fn new(name: &'static str) -> StageKind {
-        StageKind(name)
-    }
-
-    /// The built-in stage named `name`, if there is one.
-    #[must_use]
-    pub fn builtin(name: &str) -> Option<StageKind> {
-        StageKind::BUILTIN.into_iter().find(|k| k.0 == name)
-    }
-
-    /// The stage's name as it appears in job files, work directories and the ledger.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        self.0
-    }
-}
-
-impl std::fmt::Display for StageKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl Serialize for StageKind {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.serialize_str(self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for StageKind {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let name = String::deserialize(d)?;
-        StageKind::builtin(&name).ok_or_else(|| {
-            serde::de::Error::custom(format!(
-                "unknown stage `{name}` (expected one of: {})",
-                StageKind::BUILTIN.map(StageKind::name).join(", ")
-            ))
-        })
-    }
-}
 
 /// One node of the DAG: a stage and the earlier stages it reads.
 #[derive(Clone)]
@@ -266,6 +168,32 @@ impl Dag {
             }
         }
         Ok(order)
+    }
+}
+
+/// The DAG of `plan`'s job, and why it has a `reconstruct` stage when it has one.
+///
+/// Capture jobs look at the input's file names (without downloading anything): images or a video
+/// without camera poses add `reconstruct` (see [`reconstruct::classify`] and
+/// [`reconstruct::decide`]).
+///
+/// # Errors
+/// [`crate::Error::Input`] when a capture input holds neither poses, photos nor one video (or nothing);
+/// [`crate::Error::Param`] on `reconstruct.mode` when it contradicts the input; [`crate::Error::Storage`] when
+/// the input cannot be listed.
+pub async fn job_dag(plan: &JobPlan) -> Result<(Dag, Option<String>)> {
+    let dag = Dag::for_job(plan.kind);
+    if plan.kind != JobKind::Capture {
+        return Ok((dag, None));
+    }
+    let names = crate::storage::list_names(&plan.input).await?;
+    let shape = reconstruct::classify(&names);
+    if shape == reconstruct::InputShape::Unknown {
+        return Err(reconstruct::unusable_input_error(&plan.input, &names));
+    }
+    match reconstruct::decide(plan.reconstruct.mode, shape)? {
+        Some(reason) => Ok((dag.with_reconstruct(), Some(reason))),
+        None => Ok((dag, None)),
     }
 }
 

@@ -1,10 +1,11 @@
-//! The job plan: what a job runs (its DAG of stages, [`crate::dag`]) and with which inputs,
-//! outputs and parameters ([`JobPlan`]), resolved from a job file by `kiln_jobs::spec`.
+//! The job plan: what a job is ([`JobKind`]) and with which inputs, outputs and parameters
+//! it runs ([`JobPlan`]), resolved from a job file by `kiln_jobs::spec`. Its stages and their
+//! order are [`crate::dag`]'s.
 
 use std::path::PathBuf;
 
-use crate::Result;
-use crate::dag::{Dag, JobKind};
+use serde::{Deserialize, Serialize};
+
 use crate::stages::{decimate, eval, ingest, publish, reconstruct, tile, train};
 
 /// Everything needed to run a job: resolved inputs, outputs and per-stage parameters.
@@ -45,28 +46,25 @@ pub struct JobPlan {
     pub fence: Option<publish::Fence>,
 }
 
-/// The DAG of `plan`'s job, and why it has a `reconstruct` stage when it has one.
-///
-/// Capture jobs look at the input's file names (without downloading anything): images or a video
-/// without camera poses add `reconstruct` (see [`reconstruct::classify`] and
-/// [`reconstruct::decide`]).
-///
-/// # Errors
-/// [`crate::Error::Input`] when a capture input holds neither poses, photos nor one video (or nothing);
-/// [`crate::Error::Param`] on `reconstruct.mode` when it contradicts the input; [`crate::Error::Storage`] when
-/// the input cannot be listed.
-pub async fn job_dag(plan: &JobPlan) -> Result<(Dag, Option<String>)> {
-    let dag = Dag::for_job(plan.kind);
-    if plan.kind != JobKind::Capture {
-        return Ok((dag, None));
-    }
-    let names = crate::storage::list_names(&plan.input).await?;
-    let shape = reconstruct::classify(&names);
-    if shape == reconstruct::InputShape::Unknown {
-        return Err(reconstruct::unusable_input_error(&plan.input, &names));
-    }
-    match reconstruct::decide(plan.reconstruct.mode, shape)? {
-        Some(reason) => Ok((dag.with_reconstruct(), Some(reason))),
-        None => Ok((dag, None)),
+/// What a job turns into 3D Tiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobKind {
+    /// Photos + camera poses → trained splats → splat tileset.
+    Capture,
+    /// glTF/GLB mesh → LOD chain → mesh tileset.
+    Mesh,
+    /// Splats trained elsewhere (3DGS PLY, SPZ, splat GLB) → splat tileset.
+    Splats,
+}
+
+impl JobKind {
+    /// The kind's name as written in job files and the ledger.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobKind::Capture => "capture",
+            JobKind::Mesh => "mesh",
+            JobKind::Splats => "splats",
+        }
     }
 }

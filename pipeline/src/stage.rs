@@ -18,12 +18,90 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
-use crate::dag::StageKind;
 use crate::plan::JobPlan;
 use crate::{Error, Result};
+
+/// The name of one stage: its work folder, its ledger and queue rows, its table in job files.
+///
+/// The set is open: a stage is anything implementing [`crate::stage::Stage`], named by a
+/// `StageKind` of its own (`StageKind::new("toy")` in a test). The stages Kiln plans are the
+/// constants below; [`StageKind::builtin`] finds one by name (the queue stores names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StageKind(&'static str);
+
+impl StageKind {
+    /// Camera poses by structure-from-motion (COLMAP), for captures without poses.
+    pub const RECONSTRUCT: StageKind = StageKind("reconstruct");
+    /// The job's input fetched, checked and normalised (capture frames, one mesh GLB, one PLY).
+    pub const INGEST: StageKind = StageKind("ingest");
+    /// 3D Gaussian splats trained on a capture.
+    pub const TRAIN: StageKind = StageKind("train");
+    /// A mesh's LOD chain (meshoptimizer).
+    pub const DECIMATE: StageKind = StageKind("decimate");
+    /// The 3D Tiles 1.1 tileset.
+    pub const TILE: StageKind = StageKind("tile");
+    /// Fidelity of the delivered tileset: renders of its cuts scored against the photos and the
+    /// full splats.
+    pub const EVAL: StageKind = StageKind("eval");
+    /// The outputs copied to the job's output URL, `manifest.json` last.
+    pub const PUBLISH: StageKind = StageKind("publish");
+
+    /// The stages Kiln's plans use.
+    pub const BUILTIN: [StageKind; 7] = [
+        StageKind::RECONSTRUCT,
+        StageKind::INGEST,
+        StageKind::TRAIN,
+        StageKind::DECIMATE,
+        StageKind::TILE,
+        StageKind::EVAL,
+        StageKind::PUBLISH,
+    ];
+
+    /// A stage named `name` (lower case, no `/`: it names a folder).
+    #[must_use]
+    pub const fn new(name: &'static str) -> StageKind {
+        StageKind(name)
+    }
+
+    /// The built-in stage named `name`, if there is one.
+    #[must_use]
+    pub fn builtin(name: &str) -> Option<StageKind> {
+        StageKind::BUILTIN.into_iter().find(|k| k.0 == name)
+    }
+
+    /// The stage's name as it appears in job files, work directories and the ledger.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        self.0
+    }
+}
+
+impl std::fmt::Display for StageKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for StageKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for StageKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        StageKind::builtin(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown stage `{name}` (expected one of: {})",
+                StageKind::BUILTIN.map(StageKind::name).join(", ")
+            ))
+        })
+    }
+}
 
 /// An earlier stage a stage reads. The engine puts that stage's key into this stage's key, in
 /// declaration order, and lets `run` open its folder.
@@ -269,7 +347,7 @@ impl<T: Stage> AnyStage for T {
         let o = Stage::run(self, cx, out)?;
         let summary = serde_json::to_value(&o.summary).map_err(|e| {
             Error::io(
-                out.join(crate::stage_cache::MARKER),
+                out,
                 std::io::Error::other(format!(
                     "the {} stage's summary does not serialise: {e}",
                     Stage::kind(self)

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use object_store::ObjectStoreExt;
 
-use crate::dag::StageKind;
+use crate::stage::StageKind;
 use crate::storage;
 use crate::{Error, Result};
 

@@ -9,7 +9,7 @@ use anyhow::Context;
 use kiln_jobs::estimate::{self, Estimate, HistoryJob, JobShape};
 use kiln_jobs::prices::{PriceCatalog, Tier};
 use kiln_jobs::spec::JobSpec;
-use kiln_pipeline::plan::job_dag;
+use kiln_pipeline::dag::job_dag;
 use kiln_pipeline::stages::ingest;
 
 /// Arguments of `kiln plan`.

@@ -11,7 +11,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use kiln_pipeline::dag::StageKind;
-use kiln_pipeline::plan::{JobPlan, job_dag};
+use kiln_pipeline::dag::job_dag;
+use kiln_pipeline::plan::JobPlan;
 use kiln_pipeline::run::{StageOutcome, run_stage};
 use kiln_pipeline::stage::Keep;
 use serde::{Deserialize, Serialize};
