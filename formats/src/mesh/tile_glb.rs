@@ -159,133 +159,46 @@ pub fn quantize_normal(n: [f32; 3]) -> [i8; 4] {
 /// Never.
 pub fn write_quantized_glb(mesh: &QuantizedMesh, encoder: &dyn MeshoptEncoder) -> Result<Vec<u8>> {
     check_quantized_mesh(mesh)?;
-    let mut bin: Vec<u8> = Vec::new();
-    let mut fallback_len = 0usize;
-    let mut views: Vec<Value> = Vec::new();
-    let mut accessors: Vec<Value> = Vec::new();
-    // One bufferView: decoded layout in the fallback buffer, compressed bytes in the BIN chunk.
-    let mut push_view =
-        |bin: &mut Vec<u8>, compressed: Vec<u8>, raw_len: usize, stride: usize, mode: &str| {
-            let offset = bin.len();
-            bin.extend_from_slice(&compressed);
-            while !bin.len().is_multiple_of(4) {
-                bin.push(0);
-            }
-            let fallback_offset = fallback_len;
-            fallback_len += raw_len.next_multiple_of(4);
-            let count = raw_len / stride;
-            let mut view = json!({
-                "buffer": 1,
-                "byteOffset": fallback_offset,
-                "byteLength": raw_len,
-                "extensions": {EXT_MESHOPT_COMPRESSION: {
-                    "buffer": 0,
-                    "byteOffset": offset,
-                    "byteLength": compressed.len(),
-                    "byteStride": stride,
-                    "count": count,
-                    "mode": mode,
-                }},
-            });
-            if mode == "ATTRIBUTES" {
-                view["byteStride"] = json!(stride);
-                view["target"] = json!(TARGET_ARRAY_BUFFER);
-            } else {
-                view["target"] = json!(TARGET_ELEMENT_ARRAY_BUFFER);
-            }
-            views.push(view);
-            views.len() - 1
-        };
-
+    let mut buffers = CompressedBuffers::default();
     let mut table = MaterialTable::default();
-    let mut primitives = Vec::with_capacity(mesh.primitives.len());
-    for prim in &mesh.primitives {
-        let v = prim.positions.len();
-        let mut attribute =
-            |bin: &mut Vec<u8>, raw: &[u8], stride: usize, accessor: Value| -> Result<usize> {
-                let view = push_view(
-                    bin,
-                    encoder.encode_vertices(raw, stride)?,
-                    raw.len(),
-                    stride,
-                    "ATTRIBUTES",
-                );
-                let mut accessor = accessor;
-                accessor["bufferView"] = json!(view);
-                accessor["count"] = json!(v);
-                accessors.push(accessor);
-                Ok(accessors.len() - 1)
-            };
-        let mut attributes = serde_json::Map::new();
-        let mut min = [u16::MAX; 3];
-        let mut max = [0u16; 3];
-        for p in &prim.positions {
-            for k in 0..3 {
-                min[k] = min[k].min(p[k]);
-                max[k] = max[k].max(p[k]);
-            }
-        }
-        let a = attribute(
-            &mut bin,
-            bytemuck::cast_slice(&prim.positions),
-            8,
-            json!({"componentType": UNSIGNED_SHORT, "type": "VEC3", "min": min, "max": max}),
-        )?;
-        attributes.insert("POSITION".into(), json!(a));
-        if let Some(normals) = &prim.normals {
-            let a = attribute(
-                &mut bin,
-                bytemuck::cast_slice(normals),
-                4,
-                json!({"componentType": BYTE, "normalized": true, "type": "VEC3"}),
-            )?;
-            attributes.insert("NORMAL".into(), json!(a));
-        }
-        let mut sets = 0;
-        for (set, uvs) in [(0, &prim.uvs), (1, &prim.uvs1)] {
-            let Some(uvs) = uvs else { break };
-            let (raw, stride, component, normalized): (&[u8], usize, u32, bool) = match uvs {
-                TexCoords::Unorm16(t) => (bytemuck::cast_slice(t), 4, UNSIGNED_SHORT, true),
-                TexCoords::Float(t) => (bytemuck::cast_slice(t), 8, FLOAT, false),
-            };
-            let mut accessor = json!({"componentType": component, "type": "VEC2"});
-            if normalized {
-                accessor["normalized"] = json!(true);
-            }
-            let a = attribute(&mut bin, raw, stride, accessor)?;
-            attributes.insert(format!("TEXCOORD_{set}"), json!(a));
-            sets += 1;
-        }
-        if let Some(colors) = &prim.colors {
-            let a = attribute(
-                &mut bin,
-                bytemuck::cast_slice(colors),
-                8,
-                json!({"componentType": UNSIGNED_SHORT, "normalized": true, "type": "VEC4"}),
-            )?;
-            attributes.insert("COLOR_0".into(), json!(a));
-        }
-        let (raw_len, stride, component) = if v <= usize::from(u16::MAX) + 1 {
-            (prim.indices.len() * 2, 2, UNSIGNED_SHORT)
-        } else {
-            (prim.indices.len() * 4, 4, UNSIGNED_INT)
-        };
-        let view = push_view(
-            &mut bin,
-            encoder.encode_triangles(&prim.indices, v)?,
-            raw_len,
-            stride,
-            "TRIANGLES",
-        );
-        accessors.push(json!({"bufferView": view, "componentType": component,
-            "count": prim.indices.len(), "type": "SCALAR"}));
-        let material = table.add(&with_tex_coord_sets(&mesh.materials[prim.material], sets));
-        primitives.push(
-            json!({"attributes": attributes, "indices": accessors.len() - 1,
-            "material": material, "mode": 4}),
-        );
-    }
+    let primitives = mesh
+        .primitives
+        .iter()
+        .map(|prim| buffers.primitive(prim, mesh, encoder, &mut table))
+        .collect::<Result<Vec<Value>>>()?;
+    let root = gltf_document(mesh, primitives, &table, &buffers);
+    let json_bytes = serde_json::to_vec(&root).map_err(|e| Error::InvalidInput {
+        context: CONTEXT,
+        field: "glTF JSON".into(),
+        expected: "serialisable JSON".into(),
+        found: e.to_string(),
+    })?;
+    let glb = gltf::binary::Glb {
+        header: gltf::binary::Header {
+            magic: *b"glTF",
+            version: 2,
+            length: 0,
+        },
+        json: Cow::Owned(json_bytes),
+        bin: Some(Cow::Owned(buffers.bin)),
+    };
+    glb.to_vec().map_err(|e| Error::InvalidInput {
+        context: CONTEXT,
+        field: "GLB".into(),
+        expected: "a GLB under 4 GiB".into(),
+        found: e.to_string(),
+    })
+}
 
+/// The tile's JSON: asset, the meshopt and quantization extensions (used and required), one
+/// node (dequantizing translation and uniform scale) over one mesh of every primitive,
+/// materials, textures and images, bufferViews, accessors and the two buffers.
+fn gltf_document(
+    mesh: &QuantizedMesh,
+    primitives: Vec<Value>,
+    table: &MaterialTable,
+    buffers: &CompressedBuffers,
+) -> Value {
     let s = mesh.step_m;
     let mut root = json!({
         "asset": {"version": "2.0", "generator": concat!("kiln ", env!("CARGO_PKG_VERSION"))},
@@ -310,34 +223,171 @@ pub fn write_quantized_glb(mesh: &QuantizedMesh, encoder: &dyn MeshoptEncoder) -
             .collect();
         sources_through_extensions(&mut root, &mimes);
     }
-    root["bufferViews"] = json!(views);
-    root["accessors"] = json!(accessors);
+    root["bufferViews"] = json!(buffers.views);
+    root["accessors"] = json!(buffers.accessors);
     root["buffers"] = json!([
-        {"byteLength": bin.len()},
-        {"byteLength": fallback_len, "extensions": {EXT_MESHOPT_COMPRESSION: {"fallback": true}}},
+        {"byteLength": buffers.bin.len()},
+        {"byteLength": buffers.fallback_len, "extensions": {EXT_MESHOPT_COMPRESSION: {"fallback": true}}},
     ]);
+    root
+}
 
-    let json_bytes = serde_json::to_vec(&root).map_err(|e| Error::InvalidInput {
-        context: CONTEXT,
-        field: "glTF JSON".into(),
-        expected: "serialisable JSON".into(),
-        found: e.to_string(),
-    })?;
-    let glb = gltf::binary::Glb {
-        header: gltf::binary::Header {
-            magic: *b"glTF",
-            version: 2,
-            length: 0,
-        },
-        json: Cow::Owned(json_bytes),
-        bin: Some(Cow::Owned(bin)),
-    };
-    glb.to_vec().map_err(|e| Error::InvalidInput {
-        context: CONTEXT,
-        field: "GLB".into(),
-        expected: "a GLB under 4 GiB".into(),
-        found: e.to_string(),
-    })
+/// The tile's two buffers as they are filled: the BIN chunk of compressed streams, the size of
+/// the fallback buffer their decoded layouts take, and the bufferViews and accessors over them.
+#[derive(Default)]
+struct CompressedBuffers {
+    bin: Vec<u8>,
+    fallback_len: usize,
+    views: Vec<Value>,
+    accessors: Vec<Value>,
+}
+
+impl CompressedBuffers {
+    /// One bufferView: decoded layout (`raw_len` bytes, `stride` each) in the fallback buffer,
+    /// the `compressed` bytes (meshopt `mode`) 4-byte aligned in the BIN chunk. Returns its index.
+    fn push_view(
+        &mut self,
+        compressed: Vec<u8>,
+        raw_len: usize,
+        stride: usize,
+        mode: &str,
+    ) -> usize {
+        let bin = &mut self.bin;
+        let offset = bin.len();
+        bin.extend_from_slice(&compressed);
+        while !bin.len().is_multiple_of(4) {
+            bin.push(0);
+        }
+        let fallback_offset = self.fallback_len;
+        self.fallback_len += raw_len.next_multiple_of(4);
+        let count = raw_len / stride;
+        let mut view = json!({
+            "buffer": 1,
+            "byteOffset": fallback_offset,
+            "byteLength": raw_len,
+            "extensions": {EXT_MESHOPT_COMPRESSION: {
+                "buffer": 0,
+                "byteOffset": offset,
+                "byteLength": compressed.len(),
+                "byteStride": stride,
+                "count": count,
+                "mode": mode,
+            }},
+        });
+        if mode == "ATTRIBUTES" {
+            view["byteStride"] = json!(stride);
+            view["target"] = json!(TARGET_ARRAY_BUFFER);
+        } else {
+            view["target"] = json!(TARGET_ELEMENT_ARRAY_BUFFER);
+        }
+        self.views.push(view);
+        self.views.len() - 1
+    }
+
+    /// A vertex attribute of `count` vertices (`raw`, `stride` bytes each) compressed by
+    /// `encoder`, with its `accessor` (component type, type, …); returns the accessor's index.
+    fn attribute(
+        &mut self,
+        encoder: &dyn MeshoptEncoder,
+        raw: &[u8],
+        stride: usize,
+        mut accessor: Value,
+        count: usize,
+    ) -> Result<usize> {
+        let view = self.push_view(
+            encoder.encode_vertices(raw, stride)?,
+            raw.len(),
+            stride,
+            "ATTRIBUTES",
+        );
+        accessor["bufferView"] = json!(view);
+        accessor["count"] = json!(count);
+        self.accessors.push(accessor);
+        Ok(self.accessors.len() - 1)
+    }
+
+    /// One primitive: its attributes (POSITION with integer bounds, NORMAL, TEXCOORD_0/1,
+    /// COLOR_0) and indices compressed, its material added to `table`; returns its JSON.
+    fn primitive(
+        &mut self,
+        prim: &QuantizedPrimitive,
+        mesh: &QuantizedMesh,
+        encoder: &dyn MeshoptEncoder,
+        table: &mut MaterialTable,
+    ) -> Result<Value> {
+        let v = prim.positions.len();
+        let mut attributes = serde_json::Map::new();
+        let mut min = [u16::MAX; 3];
+        let mut max = [0u16; 3];
+        for p in &prim.positions {
+            for k in 0..3 {
+                min[k] = min[k].min(p[k]);
+                max[k] = max[k].max(p[k]);
+            }
+        }
+        let a = self.attribute(
+            encoder,
+            bytemuck::cast_slice(&prim.positions),
+            8,
+            json!({"componentType": UNSIGNED_SHORT, "type": "VEC3", "min": min, "max": max}),
+            v,
+        )?;
+        attributes.insert("POSITION".into(), json!(a));
+        if let Some(normals) = &prim.normals {
+            let a = self.attribute(
+                encoder,
+                bytemuck::cast_slice(normals),
+                4,
+                json!({"componentType": BYTE, "normalized": true, "type": "VEC3"}),
+                v,
+            )?;
+            attributes.insert("NORMAL".into(), json!(a));
+        }
+        let mut sets = 0;
+        for (set, uvs) in [(0, &prim.uvs), (1, &prim.uvs1)] {
+            let Some(uvs) = uvs else { break };
+            let (raw, stride, component, normalized): (&[u8], usize, u32, bool) = match uvs {
+                TexCoords::Unorm16(t) => (bytemuck::cast_slice(t), 4, UNSIGNED_SHORT, true),
+                TexCoords::Float(t) => (bytemuck::cast_slice(t), 8, FLOAT, false),
+            };
+            let mut accessor = json!({"componentType": component, "type": "VEC2"});
+            if normalized {
+                accessor["normalized"] = json!(true);
+            }
+            let a = self.attribute(encoder, raw, stride, accessor, v)?;
+            attributes.insert(format!("TEXCOORD_{set}"), json!(a));
+            sets += 1;
+        }
+        if let Some(colors) = &prim.colors {
+            let a = self.attribute(
+                encoder,
+                bytemuck::cast_slice(colors),
+                8,
+                json!({"componentType": UNSIGNED_SHORT, "normalized": true, "type": "VEC4"}),
+                v,
+            )?;
+            attributes.insert("COLOR_0".into(), json!(a));
+        }
+        let (raw_len, stride, component) = if v <= usize::from(u16::MAX) + 1 {
+            (prim.indices.len() * 2, 2, UNSIGNED_SHORT)
+        } else {
+            (prim.indices.len() * 4, 4, UNSIGNED_INT)
+        };
+        let view = self.push_view(
+            encoder.encode_triangles(&prim.indices, v)?,
+            raw_len,
+            stride,
+            "TRIANGLES",
+        );
+        self.accessors
+            .push(json!({"bufferView": view, "componentType": component,
+            "count": prim.indices.len(), "type": "SCALAR"}));
+        let material = table.add(&with_tex_coord_sets(&mesh.materials[prim.material], sets));
+        Ok(
+            json!({"attributes": attributes, "indices": self.accessors.len() - 1,
+            "material": material, "mode": 4}),
+        )
+    }
 }
 
 const CONTEXT: &str = "write_quantized_glb";
