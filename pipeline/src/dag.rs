@@ -11,7 +11,6 @@
 
 use std::sync::Arc;
 
-
 pub use crate::plan::JobKind;
 pub use crate::stage::StageKind;
 
