@@ -4,7 +4,8 @@
 //! [`project`] → [`bin`] → [`sort`] → [`rasterize_forward`]; then [`rasterize_backward`] →
 //! [`project_backward`]; [`loss`] is the fused training loss and [`adam`] the fused optimizer step.
 //! [`sh`] holds the SH basis both projection passes use; `simd` holds the AVX2 / SSE2
-//! (`f32`, x86-64) versions of the two per-tile raster loops, over the vectors of `lanes`.
+//! (`f32`, x86-64) versions of the two per-tile raster loops, over the vectors of `lanes`;
+//! `raster_tile` the per-tile data the raster passes and `simd` share.
 //!
 //! Everything is generic over [`Scalar`] (`f32` for the public API, `f64` for the finite-difference
 //! tests). Inputs are checked once, in [`check_render_inputs`]; the stages then assume valid shapes.
@@ -18,6 +19,7 @@ pub mod linalg;
 pub mod loss;
 pub mod project;
 pub mod project_backward;
+mod raster_tile;
 pub mod rasterize_backward;
 pub mod rasterize_forward;
 pub mod scalar;
