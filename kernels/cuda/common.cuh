@@ -205,7 +205,7 @@ __device__ void kiln_sh_basis_grad(unsigned int degree, const float dir[3], floa
     }
 }
 
-// Tile box [min, max) of the square mean2d ± radius, clipped to the grid (cpu/bin.rs::tile_bbox).
+// Tile box [min, max) of the square mean2d ± radius, clipped to the grid (cpu/project.rs::tile_bbox).
 // fmaxf/fminf treat NaN like Rust's max/min (the other operand wins), so NaN gives an empty box.
 __device__ __forceinline__ void kiln_tile_bbox(float mx, float my, float radius, unsigned int tiles_x,
                                                unsigned int tiles_y, unsigned int rect[4]) {

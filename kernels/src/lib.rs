@@ -26,10 +26,9 @@ pub mod device;
 pub mod error;
 pub mod render;
 pub mod selftest;
+pub mod types;
 
 pub use camera::Camera;
 pub use error::Error;
-pub use render::{
-    ForwardOutput, KernelTimings, RenderOptions, Renderer, Saved, SplatGradients, SplatsRef,
-    render_backward, render_forward,
-};
+pub use render::{ForwardOutput, Renderer, Saved, render_backward, render_forward};
+pub use types::{KernelTimings, RenderOptions, SplatGradients, SplatsRef};

@@ -7,7 +7,7 @@
 //!
 //! Layout, little-endian, no padding or header beyond the counts:
 //! - `cameras.bin`: u64 num_cameras; per camera: u32 CAMERA_ID, i32 MODEL_ID, u64 WIDTH,
-//!   u64 HEIGHT, f64 PARAMS[n] (n fixed by MODEL_ID, see `colmap.rs` `CAMERA_MODELS`; every
+//!   u64 HEIGHT, f64 PARAMS[n] (n fixed by MODEL_ID, see `colmap_model.rs` `CAMERA_MODELS`; every
 //!   MODEL_ID 0..=10 is converted).
 //! - `images.bin`: u64 num_reg_images; per image: u32 IMAGE_ID, f64 QW QX QY QZ, f64 TX TY TZ,
 //!   u32 CAMERA_ID, NAME as bytes ending in NUL, u64 num_points2D, then num_points2D ×
@@ -23,18 +23,20 @@
 //! Both name the file, the record (1-based, with its id once read), the field and its byte
 //! offset, e.g. `images.bin record 3 of 4 (IMAGE_ID 7) QW at byte 1234`.
 //!
-//! Values are then converted by the same functions as the text reader's (`colmap.rs`), so the
+//! Values are then converted by the same functions as the text reader's (`colmap_model.rs`), so the
 //! text and binary forms of one model give identical captures. 2D observations and tracks are
 //! skipped (bounds-checked, not interpreted) except for counting.
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use super::SfmPoints;
-use super::colmap::{
-    CAMERA_MODELS, ImageEntry, ParsedModel, camera_from_model, image_name, image_size,
+use super::colmap_model::{
+    CAMERA_MODELS, ImageEntry, ParsedModel, camera_from_model, image_name, image_size, model_file,
     pose_from_colmap,
 };
+use super::distortion::Distortion;
+use super::intrinsics::Intrinsics;
+use super::model::SfmPoints;
 use crate::{Error, Result};
 
 /// Smallest camera record: id, model id, width, height, and 3 parameters (SIMPLE_PINHOLE).
@@ -84,9 +86,9 @@ pub struct ColmapModelStats {
 ///
 /// Source: COLMAP binary model format (module doc); `Reconstruction::ComputeMeanReprojectionError`.
 pub fn read_colmap_model_stats(model_dir: &Path) -> Result<ColmapModelStats> {
-    let cameras_path = super::colmap::model_file(model_dir, "cameras.bin");
-    let images_path = super::colmap::model_file(model_dir, "images.bin");
-    let points_path = super::colmap::model_file(model_dir, "points3D.bin");
+    let cameras_path = model_file(model_dir, "cameras.bin");
+    let images_path = model_file(model_dir, "images.bin");
+    let points_path = model_file(model_dir, "points3D.bin");
     let cameras = parse_cameras(&cameras_path, &read_bytes(&cameras_path)?, false)?;
     let images = parse_images(&images_path, &read_bytes(&images_path)?, &cameras)?;
     let points = parse_points(&points_path, &read_bytes(&points_path)?)?;
@@ -109,9 +111,9 @@ pub fn read_colmap_model_stats(model_dir: &Path) -> Result<ColmapModelStats> {
 
 /// Parse the binary model in `model_dir` for [`super::read_colmap`] (`points3D.bin` optional).
 pub(super) fn read_binary_model(model_dir: &Path) -> Result<ParsedModel> {
-    let cameras_path = super::colmap::model_file(model_dir, "cameras.bin");
-    let images_path = super::colmap::model_file(model_dir, "images.bin");
-    let points_path = super::colmap::model_file(model_dir, "points3D.bin");
+    let cameras_path = model_file(model_dir, "cameras.bin");
+    let images_path = model_file(model_dir, "images.bin");
+    let points_path = model_file(model_dir, "points3D.bin");
     let cameras: HashMap<_, _> = parse_cameras(&cameras_path, &read_bytes(&cameras_path)?, true)?
         .into_iter()
         .filter_map(|(id, camera)| camera.map(|c| (id, c)))
@@ -339,7 +341,7 @@ impl<'a> Cursor<'a> {
 }
 
 /// Converted camera (when `convert`) of each CAMERA_ID.
-type Cameras = HashMap<u32, Option<(super::Intrinsics, super::Distortion)>>;
+type Cameras = HashMap<u32, Option<(Intrinsics, Distortion)>>;
 
 /// `cameras.bin` → cameras by id; with `convert`, each converted by [`camera_from_model`], else
 /// `None`.

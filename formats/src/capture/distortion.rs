@@ -16,7 +16,8 @@
 
 use rayon::prelude::*;
 
-use super::{Intrinsics, RgbImage};
+use super::image::RgbImage;
+use super::intrinsics::Intrinsics;
 
 /// A lens distortion model, applied to normalised camera coordinates (x, y) = (X/Z, Y/Z) of the
 /// OpenCV camera frame; coefficients are unitless.

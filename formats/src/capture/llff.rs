@@ -41,12 +41,13 @@ use std::path::{Path, PathBuf};
 
 use npyz::NpyFile;
 
+use super::distortion::Distortion;
+use super::frames::{sort_frames, warn_skipped};
 use super::image::image_size;
+use super::intrinsics::Intrinsics;
 use super::masks::Masks;
-use super::{
-    Capture, Distortion, Frame, Intrinsics, ROTATION_TOLERANCE, rigid_inverse, rotation_error,
-    sort_frames, warn_skipped,
-};
+use super::model::{Capture, Frame};
+use super::pose::{ROTATION_TOLERANCE, rigid_inverse, rotation_error};
 use crate::{Error, Result};
 
 /// File name of the LLFF poses array, looked for by [`read_llff`] and [`super::read_capture`].

@@ -2,12 +2,15 @@
 //! files, COLMAP models (binary or text) and LLFF `poses_bounds.npy` files, plus their images
 //! (decode, downscale, undistort).
 //!
-//! This module owns the capture domain types ([`Capture`], [`Frame`], [`Intrinsics`],
-//! [`Distortion`], [`SfmPoints`], [`RgbImage`]) and the format dispatch ([`read_capture`]). Each
-//! input format is one file (`nerfstudio.rs`, `colmap.rs`, `llff.rs`); pixels live in `image.rs`,
-//! lens models in `distortion.rs` (all eleven COLMAP 3.8 camera models: pinhole, radial,
-//! OpenCV, full OpenCV, FOV and four fisheye models). Readers never load pixels (at most an
-//! image header, for a missing size, or for LLFF every image's size).
+//! This module owns the format dispatch ([`read_capture`]) and re-exports the rest. The capture
+//! domain types ([`Capture`], [`Frame`], [`Split`], [`SfmPoints`]) live in `model.rs`,
+//! [`Intrinsics`] in `intrinsics.rs`; what every reader does to its frames and poses in
+//! `frames.rs` and `pose.rs`. Readers import those files directly, never this one, so no file
+//! imports its own importer. Each input format is one file (`nerfstudio.rs`, `colmap.rs` with
+//! `colmap_bin.rs` and their shared `colmap_model.rs`, `llff.rs`); pixels live in `image.rs`
+//! ([`RgbImage`]), lens models in `distortion.rs` ([`Distortion`]: all eleven COLMAP 3.8 camera
+//! models: pinhole, radial, OpenCV, full OpenCV, FOV and four fisheye models). Readers never load
+//! pixels (at most an image header, for a missing size, or for LLFF every image's size).
 //!
 //! Conventions (fixed for every reader):
 //! - camera frame OpenCV: x right, y down, z forward (viewing direction);
@@ -22,206 +25,32 @@
 
 mod colmap;
 mod colmap_bin;
+mod colmap_model;
 mod distortion;
+mod frames;
 mod image;
+mod intrinsics;
 mod llff;
 mod masks;
+mod model;
 mod nerfstudio;
 mod point_cloud;
+mod pose;
 
 use std::path::{Path, PathBuf};
 
+use self::frames::sort_frames;
 use crate::{Error, Result};
 
 pub use self::colmap::{MODEL_DIRS as COLMAP_MODEL_DIRS, read_colmap};
 pub use self::colmap_bin::{ColmapModelStats, read_colmap_model_stats};
 pub use self::distortion::{Distortion, undistort};
 pub use self::image::{RgbImage, load_rgb, load_rgb_alpha, scaled_size};
+pub use self::intrinsics::Intrinsics;
 pub use self::llff::{read_llff, read_llff_file};
+pub use self::model::{Capture, Frame, SfmPoints, Split};
 pub use self::nerfstudio::read_transforms;
 pub use self::point_cloud::read_point_cloud_ply;
-
-/// Pinhole intrinsics of one image, in pixels.
-///
-/// Guaranteed by the readers: `fx`, `fy` > 0 and finite, `cx`, `cy` finite, `width`, `height` > 0.
-/// The principal point (`cx`, `cy`) is measured from the top-left corner of the top-left pixel
-/// (COLMAP convention: the centre of pixel (i, j) is at (i + 0.5, j + 0.5)), so rescaling an
-/// image rescales every field by the same factor with no half-pixel shift ([`Self::scaled_to`]).
-/// A camera-frame point (X, Y, Z) (OpenCV, Z > 0 in front) projects to
-/// `u = fx·X/Z + cx`, `v = fy·Y/Z + cy` before lens distortion.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Intrinsics {
-    /// Focal length along x (image columns), pixels.
-    pub fx: f64,
-    /// Focal length along y (image rows), pixels.
-    pub fy: f64,
-    /// Principal point x, pixels from the left edge of the image.
-    pub cx: f64,
-    /// Principal point y, pixels from the top edge of the image.
-    pub cy: f64,
-    /// Image width W, pixels.
-    pub width: u32,
-    /// Image height H, pixels.
-    pub height: u32,
-}
-
-impl Intrinsics {
-    /// These intrinsics for the same camera imaged at `width` × `height` pixels.
-    ///
-    /// Exact for any resize that maps the image rectangle onto the new one (what
-    /// [`load_rgb`] does): `fx·W'/W`, `cx·W'/W`, `fy·H'/H`, `cy·H'/H`. No rounding is applied; the
-    /// x and y factors differ when rounding the size changed the aspect ratio.
-    /// - `width`, `height`: the new size W' × H', pixels; should be > 0.
-    ///
-    /// # Panics
-    /// Never; if `self.width` or `self.height` is 0 the result holds non-finite values.
-    ///
-    /// Source: follows from the corner-origin pixel convention (COLMAP `Camera::Rescale`).
-    #[must_use]
-    pub fn scaled_to(&self, width: u32, height: u32) -> Intrinsics {
-        let sx = f64::from(width) / f64::from(self.width);
-        let sy = f64::from(height) / f64::from(self.height);
-        Intrinsics {
-            fx: self.fx * sx,
-            fy: self.fy * sy,
-            cx: self.cx * sx,
-            cy: self.cy * sy,
-            width,
-            height,
-        }
-    }
-}
-
-/// One posed image of a capture.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Frame {
-    /// Image file name relative to the capture's images directory, `/`-separated (e.g.
-    /// `0001.jpg`); unique within a capture; frames are sorted by it and hold-out picks by it.
-    /// For transforms.json it is `file_path` with a leading `./` and a leading `images/` (or
-    /// `images_<n>/`) directory removed, plus the extension found on disk if `file_path` had none.
-    pub name: String,
-    /// Path of the image file, as found on disk (joined to the directory the user gave).
-    pub image_path: PathBuf,
-    /// Pinhole intrinsics for the image at its full stored size.
-    pub intrinsics: Intrinsics,
-    /// Lens distortion in normalised camera coordinates; [`Distortion::None`] for pinhole data.
-    pub distortion: Distortion,
-    /// Rigid world → camera transform, row-major 4×4, OpenCV camera frame (x right, y down,
-    /// z forward), world units as the capture has them (metres only if the capture is metric).
-    /// The last row is exactly `[0, 0, 0, 1]`.
-    pub world_to_camera: [[f64; 4]; 4],
-    /// Scene depth range `[near, far]` seen by this camera, world units along its viewing axis
-    /// (camera-frame z), when the format stores one (LLFF `poses_bounds.npy`: finite, as stored,
-    /// not otherwise checked); `None` for formats without bounds.
-    pub depth_bounds: Option<[f64; 2]>,
-    /// Foreground mask image for this frame, when the capture ships one (LLFF `masks/`); `None`
-    /// otherwise. Only located, never read here: masks may be lossy JPEGs that need a threshold.
-    pub mask_path: Option<PathBuf>,
-    /// The split the capture assigns this frame to, when it declares splits (Blender
-    /// `transforms_{train,val,test}.json`, nerfstudio `train_filenames`/`val_filenames`/
-    /// `test_filenames`); `None` when it does not (training then holds out every n-th view).
-    pub split: Option<Split>,
-}
-
-/// A frame's role as its capture declares it.
-///
-/// Training uses `Train` frames only; held-out evaluation uses `Test` frames, else `Val` frames
-/// (the NeRF-synthetic protocol: train on `train`, report on `test`).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Split {
-    /// Training views.
-    Train,
-    /// Validation views (held out; used for evaluation when there is no `Test` split).
-    Val,
-    /// Test views (held out; the evaluation set).
-    Test,
-}
-
-impl Split {
-    /// The split named by a file or key name: the first of `train`, `val`, `test` it contains
-    /// (ASCII case-insensitive), e.g. `transforms_val.json` → `Val`; `None` when none does or more
-    /// than one does.
-    #[must_use]
-    pub fn from_name(name: &str) -> Option<Split> {
-        let lower = name.to_ascii_lowercase();
-        let found: Vec<Split> = [
-            ("train", Split::Train),
-            ("val", Split::Val),
-            ("test", Split::Test),
-        ]
-        .into_iter()
-        .filter(|(word, _)| lower.contains(word))
-        .map(|(_, split)| split)
-        .collect();
-        match found.as_slice() {
-            [one] => Some(*one),
-            _ => None,
-        }
-    }
-
-    /// Lower-case name as written in `capture.json` and logs: `train`, `val`, `test`.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Split::Train => "train",
-            Split::Val => "val",
-            Split::Test => "test",
-        }
-    }
-}
-
-impl Frame {
-    /// Camera centre in world coordinates: `−Rᵀ t` of [`Frame::world_to_camera`].
-    #[must_use]
-    pub fn camera_center(&self) -> [f64; 3] {
-        let m = &self.world_to_camera;
-        let mut c = [0.0; 3];
-        for (k, ck) in c.iter_mut().enumerate() {
-            *ck = -(m[0][k] * m[0][3] + m[1][k] * m[1][3] + m[2][k] * m[2][3]);
-        }
-        c
-    }
-}
-
-/// A sparse structure-from-motion point cloud (e.g. COLMAP `points3D.bin` / `points3D.txt`),
-/// `[N, 3]` each.
-///
-/// `positions[n]` and `colors[n]` describe point n; both have the same length N.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct SfmPoints {
-    /// Point positions in the world frame of the capture's poses, `[N, 3]`, world units.
-    pub positions: Vec<[f64; 3]>,
-    /// Point colours, 8-bit sRGB as stored, `[N, 3]`.
-    pub colors: Vec<[u8; 3]>,
-}
-
-/// A posed image set read by [`read_capture`].
-///
-/// Guaranteed: `frames` is non-empty, sorted by name, names are unique, every `image_path`
-/// existed when read. Pixels are not loaded (use [`load_rgb`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Capture {
-    /// What was read: the transforms.json file, the COLMAP model directory, or the LLFF
-    /// `poses_bounds.npy` file.
-    pub source: PathBuf,
-    /// The usable frames, sorted by [`Frame::name`].
-    pub frames: Vec<Frame>,
-    /// The sparse point cloud, when the format has one (COLMAP `points3D.bin` / `.txt`); `None`
-    /// otherwise.
-    pub points: Option<SfmPoints>,
-    /// Names of frames listed by the source but skipped (missing image file, non-finite pose),
-    /// sorted; a warning listing them was logged.
-    pub skipped: Vec<String>,
-    /// Every file the poses were read from: the transforms JSON (one per split for a Blender
-    /// layout), COLMAP's `images.bin`/`images.txt`, or `poses_bounds.npy`.
-    pub pose_files: Vec<PathBuf>,
-    /// The file [`Capture::points`] was read from (COLMAP `points3D.*`, nerfstudio
-    /// `ply_file_path`); `None` when there are no points.
-    pub points_file: Option<PathBuf>,
-}
 
 /// Read a capture from a transforms.json file, an LLFF `poses_bounds.npy` file or a COLMAP model
 /// (binary or text), detected from `path`.
@@ -440,88 +269,6 @@ fn read_split_transforms(dir: &Path, files: &[(Split, PathBuf)]) -> Result<Captu
     Ok(merged)
 }
 
-/// Rotation part of a 4×4 row-major matrix times `diag(1, −1, −1)`, i.e. its camera y and z axes
-/// negated: OpenGL/NeRF camera (x right, y up, z back) ↔ OpenCV camera (x right, y down, z fwd).
-fn flip_yz_axes(m: &mut [[f64; 4]; 4]) {
-    for row in m.iter_mut().take(3) {
-        row[1] = -row[1];
-        row[2] = -row[2];
-    }
-}
-
-/// Inverse of a rigid 4×4 row-major transform `[R t; 0 1]`: `[Rᵀ −Rᵀt; 0 1]`.
-fn rigid_inverse(m: &[[f64; 4]; 4]) -> [[f64; 4]; 4] {
-    let mut out = [[0.0; 4]; 4];
-    for i in 0..3 {
-        for j in 0..3 {
-            out[i][j] = m[j][i];
-        }
-        out[i][3] = -(m[0][i] * m[0][3] + m[1][i] * m[1][3] + m[2][i] * m[2][3]);
-    }
-    out[3][3] = 1.0;
-    out
-}
-
-/// Largest entry of |RᵀR − I| for the rotation block of `m`, and det R.
-fn rotation_error(m: &[[f64; 4]; 4]) -> (f64, f64) {
-    let mut worst: f64 = 0.0;
-    for i in 0..3 {
-        for j in 0..3 {
-            let dot: f64 = (0..3).map(|k| m[k][i] * m[k][j]).sum();
-            let want = if i == j { 1.0 } else { 0.0 };
-            worst = worst.max((dot - want).abs());
-        }
-    }
-    let det = m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
-        - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
-        + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]);
-    (worst, det)
-}
-
-/// Tolerance on |RᵀR − I| for a pose to count as rigid: poses written as text with 6+ significant
-/// digits (COLMAP, instant-ngp) are orthonormal to ~1e-6; a scaled or sheared matrix (a different
-/// convention) is off by far more than 1e-3.
-const ROTATION_TOLERANCE: f64 = 1e-3;
-
-/// Log one warning listing skipped frames (count + names) for a reason, if any.
-fn warn_skipped(source: &Path, reason: &str, names: &[String], listed: usize) {
-    if names.is_empty() {
-        return;
-    }
-    tracing::warn!(
-        path = %source.display(),
-        count = names.len(),
-        listed,
-        "{}",
-        skipped_message(source, reason, names, listed)
-    );
-}
-
-/// The text of [`warn_skipped`]'s warning: file, count of skipped of listed frames, reason, names.
-fn skipped_message(source: &Path, reason: &str, names: &[String], listed: usize) -> String {
-    format!(
-        "{}: skipping {} of {} frames ({reason}): {}",
-        source.display(),
-        names.len(),
-        listed,
-        names.join(", ")
-    )
-}
-
-/// Sort frames by name, and reject duplicate names (they would break hold-out by name).
-fn sort_frames(source: &Path, field: &str, frames: &mut [Frame]) -> Result<()> {
-    frames.sort_by(|a, b| a.name.cmp(&b.name));
-    if let Some(w) = frames.windows(2).find(|w| w[0].name == w[1].name) {
-        return Err(Error::Invalid {
-            path: source.to_path_buf(),
-            field: field.into(),
-            expected: "each image listed once".into(),
-            found: format!("`{}` listed twice", w[0].name),
-        });
-    }
-    Ok(())
-}
-
 /// Root of the shared sample datasets for tests: `$KILN_DATASETS`, else `../shared/datasets`
 /// next to the checkout. A missing dataset fails the test (never a silent skip).
 #[cfg(test)]
@@ -546,67 +293,6 @@ pub(crate) fn test_dataset(name: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn scaled_to_is_exact_for_a_2x_downscale() {
-        let k = Intrinsics {
-            fx: 1375.52,
-            fy: 1374.49,
-            cx: 554.558,
-            cy: 965.268,
-            width: 1080,
-            height: 1920,
-        };
-        let half = k.scaled_to(540, 960);
-        assert_eq!(
-            half,
-            Intrinsics {
-                fx: 687.76,
-                fy: 687.245,
-                cx: 277.279,
-                cy: 482.634,
-                width: 540,
-                height: 960,
-            }
-        );
-        // Pixel-centre grid: the centre of full-res pixel 0 is 0.5; the half-res pixel 0 spans
-        // full-res [0, 2) with centre 1.0 = 0.5 · 2 in full-res units.
-        let back = half.scaled_to(1080, 1920);
-        assert_eq!(back, k);
-    }
-
-    #[test]
-    fn scaled_to_uses_separate_x_and_y_factors() {
-        let k = Intrinsics {
-            fx: 100.0,
-            fy: 200.0,
-            cx: 50.0,
-            cy: 40.0,
-            width: 100,
-            height: 80,
-        };
-        let s = k.scaled_to(50, 20);
-        assert_eq!((s.fx, s.cx, s.fy, s.cy), (50.0, 25.0, 50.0, 10.0));
-    }
-
-    #[test]
-    fn rigid_inverse_undoes_a_pose() {
-        let (c, s) = (0.6_f64, 0.8_f64);
-        let m = [
-            [c, -s, 0.0, 1.0],
-            [s, c, 0.0, -2.0],
-            [0.0, 0.0, 1.0, 3.0],
-            [0.0, 0.0, 0.0, 1.0],
-        ];
-        let inv = rigid_inverse(&m);
-        for i in 0..4 {
-            for j in 0..4 {
-                let p: f64 = (0..4).map(|k| m[i][k] * inv[k][j]).sum();
-                let want = if i == j { 1.0 } else { 0.0 };
-                assert!((p - want).abs() < 1e-12, "({i},{j}) = {p}");
-            }
-        }
-    }
 
     #[test]
     fn read_capture_dispatches_on_directory_contents() {
@@ -711,18 +397,6 @@ mod tests {
         let capture = read_capture(dir.path()).unwrap();
         assert_eq!(capture.source, main);
         assert_eq!(frame_names(&capture), ["m0.png"]);
-    }
-
-    #[test]
-    fn split_names_are_read_from_file_names() {
-        assert_eq!(
-            Split::from_name("transforms_TRAIN.json"),
-            Some(Split::Train)
-        );
-        assert_eq!(Split::from_name("transforms_val.json"), Some(Split::Val));
-        assert_eq!(Split::from_name("transform_test.json"), Some(Split::Test));
-        assert_eq!(Split::from_name("transforms.json"), None);
-        assert_eq!(Split::from_name("train_test.json"), None);
     }
 
     #[test]

@@ -19,12 +19,13 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::distortion::Distortion;
+use super::frames::{sort_frames, warn_skipped};
 use super::image::image_size;
+use super::intrinsics::Intrinsics;
+use super::model::{Capture, Frame, Split};
 use super::point_cloud::read_point_cloud_ply;
-use super::{
-    Capture, Distortion, Frame, Intrinsics, ROTATION_TOLERANCE, Split, flip_yz_axes, rigid_inverse,
-    rotation_error, sort_frames, warn_skipped,
-};
+use super::pose::{ROTATION_TOLERANCE, flip_yz_axes, rigid_inverse, rotation_error};
 use crate::{Error, Result};
 
 /// Extensions tried, in order, when a `file_path` has none (NeRF-synthetic writes `./train/r_0`).
@@ -867,8 +868,12 @@ mod tests {
         // (capturing tracing events is racy under the parallel test runner).
         let capture = fox();
         let path = test_dataset("capture-fox-instantngp").join("transforms.json");
-        let warning =
-            super::super::skipped_message(&path, "image file missing", &capture.skipped, 67);
+        let warning = crate::capture::frames::skipped_message(
+            &path,
+            "image file missing",
+            &capture.skipped,
+            67,
+        );
         assert!(warning.contains("skipping 17 of 67 frames"), "{warning}");
         assert!(warning.contains("transforms.json"), "{warning}");
         for name in &capture.skipped {

@@ -10,7 +10,7 @@ use std::path::Path;
 use ply_rs_bw::parser::Parser;
 use ply_rs_bw::ply::{DefaultElement, Property};
 
-use super::SfmPoints;
+use super::model::SfmPoints;
 use crate::{Error, Result};
 
 /// Grey given to points whose PLY has no colour: the middle of the 8-bit range.

@@ -7,30 +7,6 @@
 
 use super::project::ProjectedSplat;
 use super::scalar::Scalar;
-use crate::consts::TILE_SIZE;
-
-/// Tile box `[min, max)` (tile units, `(tx, ty)`) of the square `mean2d ± radius` (pixels), clipped
-/// to the `tiles_x × tiles_y` grid; empty when the square misses the image. NaN input gives an empty
-/// box (the float → int casts saturate NaN to 0).
-#[inline]
-pub fn tile_bbox<T: Scalar>(
-    mean2d: [T; 2],
-    radius: T,
-    tiles_x: u32,
-    tiles_y: u32,
-) -> ([u32; 2], [u32; 2]) {
-    let ts = T::from_f32(TILE_SIZE as f32);
-    let clip = |v: T, hi: u32| v.max(T::ZERO).min(T::of(hi as f64)).to_f64() as u32;
-    let min = [
-        clip(((mean2d[0] - radius) / ts).floor(), tiles_x),
-        clip(((mean2d[1] - radius) / ts).floor(), tiles_y),
-    ];
-    let max = [
-        clip(((mean2d[0] + radius) / ts).ceil(), tiles_x),
-        clip(((mean2d[1] + radius) / ts).ceil(), tiles_y),
-    ];
-    (min, max)
-}
 
 /// Number of tiles a projected splat touches (0 when culled).
 #[inline]
@@ -59,18 +35,4 @@ pub fn bin<T: Scalar>(projected: &[ProjectedSplat<T>], tiles_x: u32) -> (Vec<u64
         }
     }
     (keys, ids)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tile_bbox_clips_to_grid_and_is_empty_off_screen() {
-        assert_eq!(tile_bbox([20.0f32, 8.0], 5.0, 4, 3), ([0, 0], [2, 1]));
-        assert_eq!(tile_bbox([-20.0f32, 8.0], 5.0, 4, 3).1[0], 0);
-        let (min, max) = tile_bbox([f32::NAN, 8.0], 5.0, 4, 3);
-        assert!(min[0] >= max[0]);
-        assert_eq!(tile_bbox([30.0f32, 30.0], 1e30, 4, 3), ([0, 0], [4, 3]));
-    }
 }

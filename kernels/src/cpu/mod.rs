@@ -1,10 +1,11 @@
 //! The CPU (rayon) twin of the rasterizer: the correctness reference and the CPU training path.
 //!
-//! One file per stage, run in this order by [`render_forward`] / [`render_backward`]:
+//! One file per stage, run in this order by [`forward`] / [`backward`]:
 //! [`project`] → [`bin`] → [`sort`] → [`rasterize_forward`]; then [`rasterize_backward`] →
 //! [`project_backward`]; [`loss`] is the fused training loss and [`adam`] the fused optimizer step.
 //! [`sh`] holds the SH basis both projection passes use; `simd` holds the AVX2 / SSE2
-//! (`f32`, x86-64) versions of the two per-tile raster loops, over the vectors of `lanes`.
+//! (`f32`, x86-64) versions of the two per-tile raster loops, over the vectors of `lanes`;
+//! `raster_tile` the per-tile data the raster passes and `simd` share.
 //!
 //! Everything is generic over [`Scalar`] (`f32` for the public API, `f64` for the finite-difference
 //! tests). Inputs are checked once, in [`check_render_inputs`]; the stages then assume valid shapes.
@@ -18,6 +19,7 @@ pub mod linalg;
 pub mod loss;
 pub mod project;
 pub mod project_backward;
+mod raster_tile;
 pub mod rasterize_backward;
 pub mod rasterize_forward;
 pub mod scalar;
@@ -26,7 +28,7 @@ pub mod sh_constants;
 mod simd;
 pub mod sort;
 
-use crate::render::{ForwardOutput, RenderOptions, SplatGradients, SplatsRef};
+use crate::types::{KernelTimings, RenderOptions, SplatsRef};
 use crate::{Camera, Error};
 use project::{CameraModel, ProjectedSplat, RasterizeMode, SplatParams};
 use project_backward::ParamGrads;
@@ -203,7 +205,8 @@ pub fn check_render_inputs(splats: &SplatsRef<'_>, camera: &Camera) -> Result<us
     Ok(k)
 }
 
-/// Forward result in the working float type (the public [`ForwardOutput`] is its `f32` form).
+/// Forward result in the working float type (the public [`crate::ForwardOutput`] is its `f32`
+/// form, built from it by [`crate::render_forward`]).
 #[derive(Debug, Clone)]
 pub struct Forward<T> {
     /// `[H, W, 3]`.
@@ -215,7 +218,7 @@ pub struct Forward<T> {
     /// State for [`backward`].
     pub saved: SavedForward<T>,
     /// Stage times (forward fields).
-    pub timings: crate::render::KernelTimings,
+    pub timings: KernelTimings,
 }
 
 /// Forward pass on checked inputs (see [`check_render_inputs`]); `background` `[3]` linear RGB,
@@ -275,7 +278,7 @@ pub fn forward<T: Scalar>(
             final_t: raster.final_t,
             n_contrib: raster.n_contrib,
         },
-        timings: crate::render::KernelTimings {
+        timings: KernelTimings {
             project_ms,
             sort_ms,
             rasterize_forward_ms,
@@ -351,7 +354,7 @@ pub fn backward<T: Scalar>(
     saved: &SavedForward<T>,
     grad_image: &[T],
     absgrad: bool,
-) -> Result<(ParamGrads<T>, crate::render::KernelTimings), Error> {
+) -> Result<(ParamGrads<T>, KernelTimings), Error> {
     let shape = RenderShape {
         n: saved.projected.len(),
         sh_k: saved.sh_k,
@@ -382,7 +385,7 @@ pub fn backward<T: Scalar>(
         absgrad.then_some(mean2d_abs.as_slice()),
         saved.mode,
     );
-    let timings = crate::render::KernelTimings {
+    let timings = KernelTimings {
         rasterize_backward_ms,
         project_backward_ms: ms_since(clock),
         ..Default::default()
@@ -390,7 +393,8 @@ pub fn backward<T: Scalar>(
     Ok((grads, timings))
 }
 
-fn params_of<'a>(splats: &SplatsRef<'a>, sh_k: usize) -> SplatParams<'a, f32> {
+/// The public splats as the CPU twin's `f32` parameters with K = `sh_k`.
+pub(crate) fn params_of<'a>(splats: &SplatsRef<'a>, sh_k: usize) -> SplatParams<'a, f32> {
     SplatParams {
         means: splats.means,
         log_scales: splats.log_scales,
@@ -402,70 +406,12 @@ fn params_of<'a>(splats: &SplatsRef<'a>, sh_k: usize) -> SplatParams<'a, f32> {
     }
 }
 
-/// CPU implementation of [`crate::render_forward`] (same contract).
-///
-/// # Errors
-/// As [`crate::render_forward`]; also [`Error::Invalid`] when the tile intersections exceed 2³².
-pub fn render_forward(
-    splats: &SplatsRef<'_>,
-    camera: &Camera,
-    options: &RenderOptions,
-) -> Result<ForwardOutput, Error> {
-    let sh_k = check_render_inputs(splats, camera)?;
-    let mode = RasterizeMode::from_antialiased(options.antialiased);
-    let f = forward(&params_of(splats, sh_k), camera, options.background, mode)?;
-    Ok(ForwardOutput {
-        image: f.image,
-        alpha: f.alpha,
-        radii: f.radii,
-        saved: crate::render::Saved::Cpu(f.saved),
-        timings: f.timings,
-    })
-}
-
-/// CPU implementation of [`crate::render_backward`] (same contract).
-///
-/// # Errors
-/// As [`crate::render_backward`], plus the input errors of [`check_render_inputs`].
-pub fn render_backward(
-    splats: &SplatsRef<'_>,
-    camera: &Camera,
-    options: &RenderOptions,
-    forward: &ForwardOutput,
-    grad_image: &[f32],
-) -> Result<SplatGradients, Error> {
-    let sh_k = check_render_inputs(splats, camera)?;
-    let crate::render::Saved::Cpu(saved) = &forward.saved else {
-        return Err(Error::Invalid {
-            field: "forward",
-            reason: "this forward state comes from a GPU renderer; call Renderer::backward on it"
-                .into(),
-        });
-    };
-    check_backward_mode(options, saved.mode)?;
-    let (g, timings) = backward(
-        &params_of(splats, sh_k),
-        camera,
-        options.background,
-        saved,
-        grad_image,
-        options.absgrad,
-    )?;
-    Ok(SplatGradients {
-        means: g.means,
-        log_scales: g.log_scales,
-        rotations: g.rotations,
-        logit_opacities: g.logit_opacities,
-        sh_coeffs: g.sh_coeffs,
-        means2d_grad_norm: g.means2d_grad_norm,
-        timings,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::render::{render_backward as public_backward, render_forward as public_forward};
+    use crate::render::{
+        ForwardOutput, render_backward as public_backward, render_forward as public_forward,
+    };
 
     const ID: [[f32; 4]; 4] = [
         [1.0, 0.0, 0.0, 0.0],

@@ -21,7 +21,6 @@
 
 use rayon::prelude::*;
 
-use super::bin::tile_bbox;
 use super::linalg::{M3, mul, mul_abt23, mul_vec, mul23, transpose};
 use super::scalar::Scalar;
 use super::sh::{sh_basis, sh_color};
@@ -357,6 +356,29 @@ pub fn sigmoid<T: Scalar>(x: T) -> T {
     T::ONE / (T::ONE + (-x).exp())
 }
 
+/// Tile box `[min, max)` (tile units, `(tx, ty)`) of the square `mean2d ± radius` (pixels), clipped
+/// to the `tiles_x × tiles_y` grid; empty when the square misses the image. NaN input gives an empty
+/// box (the float → int casts saturate NaN to 0). CUDA twin: `kiln_tile_bbox` (`cuda/common.cuh`).
+#[inline]
+pub fn tile_bbox<T: Scalar>(
+    mean2d: [T; 2],
+    radius: T,
+    tiles_x: u32,
+    tiles_y: u32,
+) -> ([u32; 2], [u32; 2]) {
+    let ts = T::from_f32(TILE_SIZE as f32);
+    let clip = |v: T, hi: u32| v.max(T::ZERO).min(T::of(hi as f64)).to_f64() as u32;
+    let min = [
+        clip(((mean2d[0] - radius) / ts).floor(), tiles_x),
+        clip(((mean2d[1] - radius) / ts).floor(), tiles_y),
+    ];
+    let max = [
+        clip(((mean2d[0] + radius) / ts).ceil(), tiles_x),
+        clip(((mean2d[1] + radius) / ts).ceil(), tiles_y),
+    ];
+    (min, max)
+}
+
 /// Projects splat `i` with opacity rule `mode`; returns the default (culled) splat when it is not
 /// visible. CUDA twin: `kiln_project_forward` (`cuda/project.cu`).
 pub fn project_one<T: Scalar>(
@@ -465,5 +487,14 @@ mod tests {
         assert_eq!(compensation(0.0f32, 0.09), 0.0);
         assert_eq!(compensation(-1e-9f32, 0.09), 0.0);
         assert_eq!(compensation(-1e-9f64, 0.09), 0.0);
+    }
+
+    #[test]
+    fn tile_bbox_clips_to_grid_and_is_empty_off_screen() {
+        assert_eq!(tile_bbox([20.0f32, 8.0], 5.0, 4, 3), ([0, 0], [2, 1]));
+        assert_eq!(tile_bbox([-20.0f32, 8.0], 5.0, 4, 3).1[0], 0);
+        let (min, max) = tile_bbox([f32::NAN, 8.0], 5.0, 4, 3);
+        assert!(min[0] >= max[0]);
+        assert_eq!(tile_bbox([30.0f32, 30.0], 1e30, 4, 3), ([0, 0], [4, 3]));
     }
 }

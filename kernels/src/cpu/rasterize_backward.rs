@@ -26,37 +26,11 @@
 use rayon::prelude::*;
 
 use super::project::ProjectedSplat;
-use super::rasterize_forward::{PIXELS, TileSplat, splat_hit, tile_splats};
+pub use super::raster_tile::ScreenGrad;
+use super::raster_tile::{PIXELS, SUM_LANES, TileSplat, lane_tree};
+use super::rasterize_forward::{splat_hit, tile_splats};
 use super::scalar::Scalar;
-use super::simd::SUM_LANES;
 use crate::consts::{MAX_ALPHA, TILE_SIZE};
-
-/// ∂L/∂ of one splat's screen-space quantities.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ScreenGrad<T> {
-    /// ∂L/∂mean2d, per pixel of displacement.
-    pub mean2d: [T; 2],
-    /// ∂L/∂conic `(a, b, c)`.
-    pub conic: [T; 3],
-    /// ∂L/∂colour (clamped colour) `[3]`.
-    pub color: [T; 3],
-    /// ∂L/∂opacity.
-    pub opacity: T,
-}
-
-impl<T: Scalar> ScreenGrad<T> {
-    #[inline(always)]
-    fn add(&mut self, o: &Self) {
-        for k in 0..2 {
-            self.mean2d[k] += o.mean2d[k];
-        }
-        for k in 0..3 {
-            self.conic[k] += o.conic[k];
-            self.color[k] += o.color[k];
-        }
-        self.opacity += o.opacity;
-    }
-}
 
 /// Per-worker scratch of the backward tile loop: gathered splats and per-pixel state of one tile.
 struct BwdScratch<T> {
@@ -142,12 +116,6 @@ fn combine_lanes<T: Scalar>(l: &[ScreenGrad<T>; SUM_LANES]) -> ScreenGrad<T> {
         ],
         opacity: lane_tree(|k| l[k].opacity),
     }
-}
-
-/// `((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7))` for lane values `v(k)`, k < [`SUM_LANES`].
-#[inline(always)]
-pub(crate) fn lane_tree<T: Scalar>(v: impl Fn(usize) -> T) -> T {
-    ((v(0) + v(1)) + (v(2) + v(3))) + ((v(4) + v(5)) + (v(6) + v(7)))
 }
 
 /// Per-splat screen-space gradients `[N]` given `grad_image [H, W, 3]` and the forward state.

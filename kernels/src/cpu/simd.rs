@@ -18,17 +18,13 @@
 // Elsewhere only the state types exist (the callers fall back to the scalar loops).
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports))]
 
-use super::rasterize_forward::{PIXELS, TileSplat};
+use super::raster_tile::{PIXELS, SUM_LANES, TileSplat};
 use crate::consts::TILE_SIZE;
 #[cfg(target_arch = "x86_64")]
 use crate::consts::{ALPHA_THRESHOLD, MAX_ALPHA};
 
 #[cfg(target_arch = "x86_64")]
 use super::lanes::{Avx, Lanes, Sse};
-
-/// Lane sums per splat gradient field in the backward pass, for every path (AVX2: one vector;
-/// SSE2: two, alternating by step; scalar: pixel `x` of a row in sum `(x − row start) mod 8`).
-pub(crate) const SUM_LANES: usize = 8;
 
 /// Test switch: route `f32` tiles through the scalar loops (to check both agree bit for bit).
 #[cfg(test)]
@@ -322,7 +318,7 @@ pub(crate) fn backward_tile_f32(
     g: &[[f32; 3]; PIXELS],
     bg_dot: &[f32; PIXELS],
     n: &[u32; PIXELS],
-    grads: &mut [super::rasterize_backward::ScreenGrad<f32>],
+    grads: &mut [super::raster_tile::ScreenGrad<f32>],
     abs: Option<&mut [[f32; 2]]>,
 ) {
     st.t[..PIXELS].copy_from_slice(t_final);
@@ -355,7 +351,7 @@ unsafe fn backward_tile_avx2<const ABS: bool>(
     st: &mut SimdBwdTile,
     splats: &[TileSplat<f32>],
     rect: [usize; 4],
-    grads: &mut [super::rasterize_backward::ScreenGrad<f32>],
+    grads: &mut [super::raster_tile::ScreenGrad<f32>],
     abs: &mut [[f32; 2]],
 ) {
     // SAFETY: this function only runs on a CPU with AVX2.
@@ -374,10 +370,10 @@ unsafe fn backward_tile<V: Lanes, const SETS: usize, const ABS: bool>(
     st: &mut SimdBwdTile,
     splats: &[TileSplat<f32>],
     [x0, x1, y0, y1]: [usize; 4],
-    grads: &mut [super::rasterize_backward::ScreenGrad<f32>],
+    grads: &mut [super::raster_tile::ScreenGrad<f32>],
     abs: &mut [[f32; 2]],
 ) {
-    use super::rasterize_backward::{ScreenGrad, lane_tree};
+    use super::raster_tile::{ScreenGrad, lane_tree};
     debug_assert_eq!(SETS * V::N, SUM_LANES);
     let ts = TILE_SIZE as usize;
     // SAFETY: as in `forward_tile`: every V::N-lane access starts at a pixel index ≤ PIXELS − 1 of a

@@ -1,5 +1,6 @@
 //! The render passes on a [`GpuContext`]: the same stages and contract as the CPU twin
-//! (`cpu::render_forward` / `cpu::render_backward`), launched kernel by kernel.
+//! (`cpu::forward` / `cpu::backward`, behind [`crate::render_forward`] /
+//! [`crate::render_backward`]), launched kernel by kernel.
 //!
 //! Forward: upload parameters → `kiln_project_forward` → exclusive scan of tile counts (the total
 //! comes back to size the intersection buffers) → `kiln_bin_emit` → radix sort, 8 bits per pass
@@ -25,7 +26,7 @@ use crate::consts::TILE_SIZE;
 use crate::cpu::check_render_inputs;
 use crate::cpu::ms_since;
 use crate::cpu::project::{CameraModel, RasterizeMode};
-use crate::render::{KernelTimings, RenderOptions, SplatGradients, SplatsRef};
+use crate::types::{KernelTimings, RenderOptions, SplatGradients, SplatsRef};
 use crate::{Camera, Error};
 
 /// Threads per block of the one-thread-per-item kernels.
