@@ -7,11 +7,12 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use kiln_formats::splats::convert::{
-    SplatFormat, UpAxis, WriteOptions, frame_of_read, read_splats_placed, rotated_frame,
-    up_axis_rotation, write_splats_placed,
+    SplatFormat, WriteOptions, frame_of_read, read_splats_placed, rotated_frame,
+    write_splats_placed,
 };
 use kiln_formats::splats::sog::SogOptions;
 use kiln_formats::splats::spz::{SpzOptions, SpzVersion};
+use kiln_formats::splats::transform::{UpAxis, up_axis_rotation};
 
 /// Arguments of `kiln convert`.
 #[derive(Debug, clap::Args)]

@@ -6,8 +6,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use kiln_formats::splats::convert::{SplatFormat, UpAxis, up_axis_rotation};
+use kiln_formats::splats::convert::SplatFormat;
 use kiln_formats::splats::placed::PlacedSplats;
+use kiln_formats::splats::transform::{UpAxis, up_axis_rotation};
 use kiln_kernels::{RenderOptions, Renderer};
 use kiln_pipeline::stages::eval::{
     self, Delivered, EvalParams, EvalReport, EvalView, LoadedTileset,

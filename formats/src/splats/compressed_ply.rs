@@ -37,7 +37,7 @@
 
 use std::path::Path;
 
-use super::ply::{PlyHeader, corrupt};
+use super::ply_container::{PlyHeader, corrupt};
 use super::{GaussianSplats, logit, sigmoid};
 use crate::atomic_write::write_atomic;
 use crate::{Error, Result};

@@ -271,7 +271,7 @@ fn spz_glb(
 /// sigmoid(logit)), `:SH_DEGREE_0_COEF_0` (VEC3 raw DC) and `:SH_DEGREE_l_COEF_m` (VEC3) for
 /// 1 ≤ l ≤ degree. Only `KHR_gaussian_splatting` is in `extensionsUsed` (not required: a viewer
 /// without it can still draw the POINTS). `options.spz` is ignored. Positions are stored as
-/// given (glTF is Y-up; see [`super::convert::UpAxis`]).
+/// given (glTF is Y-up; see [`super::transform::UpAxis`]).
 ///
 /// # Errors
 /// [`Error::InvalidInput`] for N = 0, inconsistent shapes, NaN/±Inf, a zero quaternion, or a
@@ -977,7 +977,7 @@ mod node_transforms {
     use serde_json::Value;
 
     use super::super::GaussianSplats;
-    use super::super::convert::rotate_splats;
+    use super::super::transform::rotate_splats;
     use crate::rotation::{quaternion_to_rotation, rotation_to_quaternion};
     use crate::{Error, Result};
 

@@ -2,7 +2,8 @@
 //! PlayCanvas compressed PLY (`compressed_ply`), SPZ v1–v4 (`spz`), antimatter15 `.splat`
 //! (`dot_splat`), glTF `KHR_gaussian_splatting` GLB (`glb`), PlayCanvas SOG v2 (`sog`: `meta.json`
 //! with lossless WebP images, folder or `.sog` bundle); `convert` picks a format from a file
-//! name and converts between them (SH degree, up axis), `sh` evaluates and rotates real SH.
+//! name and converts between them, `transform` rotates scenes, changes their up axis and SH
+//! degree, `sh` evaluates and rotates real SH.
 //! Positions f32 cannot hold (`double` PLY coordinates in a survey frame) travel as
 //! [`placed::PlacedSplats`]: an f64 origin beside f32 means, kept by the PLY and GLB writers and
 //! refused with the format's range by SPZ, `.splat` and compressed PLY.
@@ -19,10 +20,12 @@ pub mod dot_splat;
 pub mod glb;
 pub mod placed;
 pub mod ply;
+mod ply_container;
 pub mod sh;
 pub mod sog;
 pub mod spz;
 pub mod spz_frame;
+pub mod transform;
 
 #[cfg(test)]
 mod real_data_tests;

@@ -14,7 +14,7 @@
 //! everything written from them, are unchanged.
 
 use super::GaussianSplats;
-use super::convert::rotate_splats;
+use super::transform::rotate_splats;
 use crate::Result;
 
 /// Largest move (metres) that casting an input coordinate to f32 may cause before a reader

@@ -24,6 +24,9 @@ use ply_rs_bw::parser::Parser;
 use ply_rs_bw::ply::{DefaultElement, Property};
 
 use super::placed::PlacedSplats;
+use super::ply_container::{
+    PlyHeader, check_values_finite, corrupt, parse_header, read_header_block,
+};
 use super::{GaussianSplats, MAX_SH_DEGREE};
 use crate::atomic_write::write_atomic_with;
 use crate::{Error, Result};
@@ -196,14 +199,14 @@ fn read_ply_as(path: &Path, positions: Positions) -> Result<PlacedSplats> {
     // The common case, one all-float little-endian vertex element, is read in chunks on every
     // core straight into the columns: memory holds the splats and one chunk of rows per thread,
     // never the whole file. f32 values need no origin.
-    if let Some(fast) = prefix_header.fast_path() {
+    if let Some(fast) = fast_layout(&prefix_header) {
         let body_len = file_len.saturating_sub(prefix_header.body_offset as u64);
         let splats = read_fast(path, &file, body_len, &prefix_header, fast)?;
         return Ok(PlacedSplats::at_zero(splats));
     }
     // Little-endian `float` and `double` columns (Kiln writes `double x y z` for placed splats)
     // stream the same way, positions kept in f64.
-    if let Some(layout) = prefix_header.float_double_layout() {
+    if let Some(layout) = float_double_layout(&prefix_header) {
         let leftover = &prefix[prefix_header.body_offset..];
         let body_len = file_len.saturating_sub(prefix_header.body_offset as u64);
         let (splats, xyz) =
@@ -215,7 +218,7 @@ fn read_ply_as(path: &Path, positions: Positions) -> Result<PlacedSplats> {
     let header = parse_header(path, &bytes)?;
     // PlayCanvas "compressed PLY" keeps quantised splats in a `chunk` element plus packed
     // `vertex` words (and an optional `sh` element): decode it in its own module.
-    if header.elements.iter().any(|e| e.name == "chunk") {
+    if header.is_compressed() {
         let splats = super::compressed_ply::decode(path, &bytes, &header)?;
         check_values_finite(path, &splats)?;
         return Ok(PlacedSplats::at_zero(splats));
@@ -251,22 +254,6 @@ fn place(
     Ok(placed)
 }
 
-/// One `element` of the header with its scalar properties (name, type keyword).
-#[derive(Debug)]
-pub(super) struct ElementHeader {
-    pub(super) name: String,
-    pub(super) count: usize,
-    pub(super) properties: Vec<(String, String)>,
-}
-
-/// What Kiln needs from a PLY header; parsed by hand so that errors can name the line.
-#[derive(Debug)]
-pub(super) struct PlyHeader {
-    pub(super) format: String,
-    pub(super) elements: Vec<ElementHeader>,
-    pub(super) body_offset: usize,
-}
-
 /// Column indices of the fast path: all properties are f32, so a row is `stride` floats.
 struct FastLayout {
     stride: usize,
@@ -293,155 +280,46 @@ impl RowLayout {
     }
 }
 
-impl PlyHeader {
-    fn fast_path(&self) -> Option<FastLayout> {
-        let [vertex] = self.elements.as_slice() else {
-            return None;
-        };
-        let all_float = vertex
-            .properties
-            .iter()
-            .all(|(_, ty)| ty == "float" || ty == "float32");
-        (self.format == "binary_little_endian" && vertex.name == "vertex" && all_float).then_some(
-            FastLayout {
-                stride: vertex.properties.len(),
-            },
-        )
-    }
-
-    /// Byte layout of a binary little-endian file whose only element is `vertex` and whose
-    /// properties are all `float` or `double` (at least one `double`: all-`float` files take
-    /// [`Self::fast_path`]).
-    fn float_double_layout(&self) -> Option<RowLayout> {
-        let [vertex] = self.elements.as_slice() else {
-            return None;
-        };
-        if self.format != "binary_little_endian" || vertex.name != "vertex" {
-            return None;
-        }
-        let mut offsets = Vec::with_capacity(vertex.properties.len());
-        let mut bytes = 0;
-        for (_, ty) in &vertex.properties {
-            let size = match ty.as_str() {
-                "float" | "float32" => 4,
-                "double" | "float64" => 8,
-                _ => return None,
-            };
-            offsets.push((bytes, size == 8));
-            bytes += size;
-        }
-        (bytes != 4 * offsets.len()).then_some(RowLayout {
-            row_bytes: bytes,
-            columns: offsets,
-        })
-    }
-
-    fn vertex(&self) -> Option<&ElementHeader> {
-        self.elements.iter().find(|e| e.name == "vertex")
-    }
-}
-
-pub(super) fn corrupt(path: &Path, location: impl Into<String>, what: impl Into<String>) -> Error {
-    Error::Corrupt {
-        path: path.to_path_buf(),
-        location: location.into(),
-        what: what.into(),
-    }
-}
-
-pub(super) fn parse_header(path: &Path, bytes: &[u8]) -> Result<PlyHeader> {
-    if bytes.is_empty() {
-        return Err(corrupt(
-            path,
-            "byte 0",
-            "empty file (0 bytes), expected a PLY header",
-        ));
-    }
-    if !bytes.starts_with(b"ply\n") && !bytes.starts_with(b"ply\r\n") {
-        let shown: String = String::from_utf8_lossy(&bytes[..bytes.len().min(8)])
-            .chars()
-            .map(|c| if c.is_control() { '.' } else { c })
-            .collect();
-        return Err(corrupt(
-            path,
-            "line 1",
-            format!("wrong magic: expected `ply`, found `{shown}`"),
-        ));
-    }
-    let mut offset = 0usize;
-    let mut line_no = 0usize;
-    let mut format = None;
-    let mut elements: Vec<ElementHeader> = Vec::new();
-    loop {
-        let Some(len) = bytes[offset..].iter().position(|&b| b == b'\n') else {
-            return Err(corrupt(
-                path,
-                format!("line {}", line_no + 1),
-                "truncated header: no `end_header` line",
-            ));
-        };
-        let raw = &bytes[offset..offset + len];
-        offset += len + 1;
-        line_no += 1;
-        let line = String::from_utf8_lossy(raw);
-        let line = line.trim();
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let location = format!("header line {line_no}");
-        match words.as_slice() {
-            ["ply"] if line_no == 1 => {}
-            ["end_header"] => break,
-            ["comment", ..] | ["obj_info", ..] | [] => {}
-            ["format", f, _version] => format = Some(f.to_string()),
-            ["element", name, count] => {
-                let count = count.parse::<usize>().map_err(|_| {
-                    corrupt(
-                        path,
-                        &location,
-                        format!("element count `{count}` is not a number"),
-                    )
-                })?;
-                elements.push(ElementHeader {
-                    name: name.to_string(),
-                    count,
-                    properties: Vec::new(),
-                });
-            }
-            ["property", "list", _, _, name] => {
-                let Some(el) = elements.last_mut() else {
-                    return Err(corrupt(path, &location, "property before any element"));
-                };
-                el.properties.push((name.to_string(), "list".into()));
-            }
-            ["property", ty, name] => {
-                let Some(el) = elements.last_mut() else {
-                    return Err(corrupt(path, &location, "property before any element"));
-                };
-                el.properties.push((name.to_string(), ty.to_string()));
-            }
-            _ => {
-                return Err(corrupt(
-                    path,
-                    &location,
-                    format!("unrecognised header line `{line}`"),
-                ));
-            }
-        }
-    }
-    let Some(format) = format else {
-        return Err(corrupt(path, "header", "no `format` line"));
+/// The layout of the fast path, when `header` has one all-`float` little-endian `vertex` element.
+fn fast_layout(header: &PlyHeader) -> Option<FastLayout> {
+    let [vertex] = header.elements.as_slice() else {
+        return None;
     };
-    if !["ascii", "binary_little_endian", "binary_big_endian"].contains(&format.as_str()) {
-        return Err(Error::Unsupported {
-            path: path.to_path_buf(),
-            field: "format".into(),
-            found: format,
-            supported: "ascii, binary_little_endian, binary_big_endian".into(),
-        });
+    let all_float = vertex
+        .properties
+        .iter()
+        .all(|(_, ty)| ty == "float" || ty == "float32");
+    (header.format == "binary_little_endian" && vertex.name == "vertex" && all_float).then_some(
+        FastLayout {
+            stride: vertex.properties.len(),
+        },
+    )
+}
+
+/// Byte layout of a binary little-endian file whose only element is `vertex` and whose
+/// properties are all `float` or `double` (at least one `double`: all-`float` files take
+/// [`fast_layout`]).
+fn float_double_layout(header: &PlyHeader) -> Option<RowLayout> {
+    let [vertex] = header.elements.as_slice() else {
+        return None;
+    };
+    if header.format != "binary_little_endian" || vertex.name != "vertex" {
+        return None;
     }
-    Ok(PlyHeader {
-        format,
-        elements,
-        body_offset: offset,
+    let mut offsets = Vec::with_capacity(vertex.properties.len());
+    let mut bytes = 0;
+    for (_, ty) in &vertex.properties {
+        let size = match ty.as_str() {
+            "float" | "float32" => 4,
+            "double" | "float64" => 8,
+            _ => return None,
+        };
+        offsets.push((bytes, size == 8));
+        bytes += size;
+    }
+    (bytes != 4 * offsets.len()).then_some(RowLayout {
+        row_bytes: bytes,
+        columns: offsets,
     })
 }
 
@@ -539,35 +417,6 @@ fn append_rows(
             }
         }
     }
-}
-
-/// Read from the start of `file` until the header's `end_header` line is in the buffer (blocks
-/// of 64 KiB, at most 16 MiB of header); the buffer may hold the start of the body too.
-fn read_header_block(file: &mut std::fs::File, path: &Path) -> Result<Vec<u8>> {
-    use std::io::Read;
-    const BLOCK: usize = 64 * 1024;
-    const MAX_HEADER: usize = 16 * 1024 * 1024;
-    let mut buf = Vec::with_capacity(BLOCK);
-    loop {
-        let start = buf.len();
-        buf.resize(start + BLOCK, 0);
-        let got = file
-            .read(&mut buf[start..])
-            .map_err(|e| Error::io(path, e))?;
-        buf.truncate(start + got);
-        if got == 0 || buf.len() >= MAX_HEADER || header_ends_in(&buf) {
-            return Ok(buf);
-        }
-    }
-}
-
-/// Whether `buf` holds a whole `end_header` line.
-fn header_ends_in(buf: &[u8]) -> bool {
-    buf.windows(b"end_header\n".len())
-        .any(|w| w == b"end_header\n")
-        || buf
-            .windows(b"end_header\r\n".len())
-            .any(|w| w == b"end_header\r\n")
 }
 
 /// The fast path: one all-`float` little-endian `vertex` element, its columns in any order,
@@ -763,28 +612,6 @@ fn read_with_ply_rs(
     }
     let splats = assemble(rows.len(), &cols, |row, col| table[row * width + col]);
     Ok((splats, xyz))
-}
-
-pub(super) fn check_values_finite(path: &Path, s: &GaussianSplats) -> Result<()> {
-    let k = s.sh_coeffs_per_channel();
-    let fields: [(&str, &[f32], usize); 5] = [
-        ("x/y/z", &s.means, 3),
-        ("scale_*", &s.log_scales, 3),
-        ("rot_*", &s.rotations, 4),
-        ("opacity", &s.logit_opacities, 1),
-        ("f_dc_*/f_rest_*", &s.sh_coeffs, k * 3),
-    ];
-    for (field, values, per) in fields {
-        if let Some(pos) = values.iter().position(|v| !v.is_finite()) {
-            return Err(Error::Invalid {
-                path: path.to_path_buf(),
-                field: format!("vertex[{}].{field}", pos / per),
-                expected: "finite values (remove or re-export the splat)".into(),
-                found: values[pos].to_string(),
-            });
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -1114,7 +941,7 @@ mod tests {
             std::fs::write(&p, shuffled_ply(&s, &extra, &order)).unwrap();
             let h = parse_header(&p, &std::fs::read(&p).unwrap()).unwrap();
             assert!(
-                h.fast_path().is_some(),
+                fast_layout(&h).is_some(),
                 "all-float LE must take the fast path"
             );
             // Unknown columns are skipped even when NaN; every splat value is bit-exact.
@@ -1162,7 +989,7 @@ mod tests {
                 std::fs::write(&p, hand_written_ply(&s, format, ty)).unwrap();
                 let h = parse_header(&p, &std::fs::read(&p).unwrap()).unwrap();
                 assert!(
-                    h.fast_path().is_none(),
+                    fast_layout(&h).is_none(),
                     "{format} {ty} must take the general path"
                 );
                 // f32 → text/f64 → f32 is exact, so the general path must be bit-exact too.

@@ -349,7 +349,7 @@ fn converting_plush_dog_to_y_up_keeps_it_renderable() {
     let p = dir.path().join("dog.spz");
     let options = WriteOptions {
         sh_degree: Some(2),
-        up_axis: Some((super::convert::UpAxis::NegY, super::convert::UpAxis::Y)),
+        up_axis: Some((super::transform::UpAxis::NegY, super::transform::UpAxis::Y)),
         ..Default::default()
     };
     let summary = write_splats(&p, &s, &options).unwrap();

@@ -34,7 +34,7 @@
 //! CesiumJS 1.145 renders correctly (research note §2.2). Files written by splat-transform or
 //! the current nianticlabs library from a PLY are in the spec's RUB frame, i.e. (x, −y, −z) of
 //! the PLY's coordinates and quaternions (w, x, −y, −z): `biker.spz` vs `biker.compressed.ply`
-//! shows exactly that. [`super::convert::rotate_splats`] with
+//! shows exactly that. [`super::transform::rotate_splats`] with
 //! `up_axis_rotation(UpAxis::NegY, UpAxis::Y)` undoes it (an equivalent covariance).
 //!
 //! Version 4 (nianticlabs/spz `README.md` "File layout (version 4)" and `load-spz.cc`
@@ -873,7 +873,7 @@ fn into_kiln_frame(splats: &mut GaussianSplats, frame: SpzFrame, path: &Path) ->
              one with the tool that wrote it",
         ));
     };
-    super::convert::rotate_splats(splats, r)
+    super::transform::rotate_splats(splats, r)
 }
 
 /// Dequantise the six attribute blocks (sizes already checked against the header).
@@ -1246,7 +1246,7 @@ mod tests {
         .unwrap();
         let turned = decode_spz(&rub).unwrap();
         let mut expected = plain.clone();
-        super::super::convert::rotate_splats(
+        super::super::transform::rotate_splats(
             &mut expected,
             [[1.0, 0.0, 0.0], [0.0, -1.0, 0.0], [0.0, 0.0, -1.0]],
         )

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use kiln_formats::splats::GaussianSplats;
-use kiln_formats::splats::convert::rotate_splats;
 use kiln_formats::splats::glb::read_splat_glb;
+use kiln_formats::splats::transform::rotate_splats;
 use kiln_formats::tiles::tileset::{Tile, Tileset, Y_UP_TO_Z_UP};
 use kiln_formats::tiles::transform::{self, Mat4};
 

@@ -124,7 +124,7 @@ impl Stage for TileSplats {
         let frame = self.content_frame(cx)?.placed_at(placed.origin_m);
         let r = frame.rotation();
         if r != [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]] {
-            kiln_formats::splats::convert::rotate_splats(&mut splats, r)?;
+            kiln_formats::splats::transform::rotate_splats(&mut splats, r)?;
         }
         let views = self.refine_views(cx)?;
         let extent = f64::from(train::init::scene_extent(

@@ -66,8 +66,8 @@ use std::path::{Path, PathBuf};
 
 use kiln_formats::atomic_write::write_atomic;
 use kiln_formats::splats::GaussianSplats;
-use kiln_formats::splats::convert::rotate_splats;
 use kiln_formats::splats::sog::{SogOptions, write_sog};
+use kiln_formats::splats::transform::rotate_splats;
 use rayon::prelude::*;
 use serde::Serialize;
 
