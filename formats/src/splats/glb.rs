@@ -32,6 +32,7 @@ use serde_json::{Value, json};
 
 use super::placed::PlacedSplats;
 use super::spz::{SpzOptions, SpzVersion, decode_spz_from, encode_spz};
+use super::transform::raise_sh_degree;
 use super::{GaussianSplats, MAX_SH_DEGREE};
 use crate::{Error, Result};
 
@@ -905,7 +906,7 @@ fn read_scene(
             parts.push(splats);
         }
     }
-    Ok((concatenate(parts), positions_m))
+    Ok((concatenate(parts)?, positions_m))
 }
 
 /// Decode one `KHR_gaussian_splatting` primitive, SPZ-compressed or plain, in its mesh's frame.
@@ -934,30 +935,17 @@ fn read_splat_primitive(
 }
 
 /// The splats of several placed primitives as one set. A part of lower SH degree gets zero
-/// coefficients for the bands it lacks: they add nothing to the colour, so no splat changes.
-fn concatenate(mut parts: Vec<GaussianSplats>) -> GaussianSplats {
+/// coefficients for the bands it lacks ([`raise_sh_degree`]): they add nothing to the colour,
+/// so no splat changes.
+fn concatenate(mut parts: Vec<GaussianSplats>) -> Result<GaussianSplats> {
     if parts.len() == 1 {
-        return parts.pop().unwrap_or_default();
+        return Ok(parts.pop().unwrap_or_default());
     }
     let sh_degree = parts.iter().map(|p| p.sh_degree).max().unwrap_or(0);
-    let k = super::sh::sh_coeff_count(sh_degree);
-    let mut out = GaussianSplats {
-        sh_degree,
-        ..GaussianSplats::default()
-    };
-    for part in parts {
-        let part_k = part.sh_coeffs_per_channel();
-        out.means.extend(part.means);
-        out.log_scales.extend(part.log_scales);
-        out.rotations.extend(part.rotations);
-        out.logit_opacities.extend(part.logit_opacities);
-        for splat in part.sh_coeffs.chunks_exact(part_k * 3) {
-            out.sh_coeffs.extend_from_slice(splat);
-            out.sh_coeffs
-                .resize(out.sh_coeffs.len() + (k - part_k) * 3, 0.0);
-        }
+    for part in &mut parts {
+        raise_sh_degree(part, sh_degree)?;
     }
-    out
+    GaussianSplats::concat(&parts)
 }
 
 /// glTF node transforms applied to splats: which nodes of the default scene place which splat
@@ -2178,7 +2166,7 @@ mod tests {
     #[test]
     fn parts_of_lower_sh_degree_are_padded_with_zero_bands() {
         let (a, b) = (hand_splats(0), hand_splats(1));
-        let both = concatenate(vec![a.clone(), b.clone()]);
+        let both = concatenate(vec![a.clone(), b.clone()]).unwrap();
         assert_eq!((both.len(), both.sh_degree), (4, 1));
         // Splat 0 of `a`: its DC, then three zero band-1 coefficients per channel.
         assert_eq!(both.sh_coeffs[..3], a.sh_coeffs[..3]);

@@ -362,7 +362,7 @@ pub fn tile_splats_refined(
                 for &c in &node.children {
                     bbox.union(&built.boxes[c]);
                 }
-                let children = children_content(splats, &nodes, pass.node, &contents);
+                let children = children_content(splats, &nodes, pass.node, &contents)?;
                 let measured = error::measure(
                     &pass.content,
                     &children,
@@ -464,7 +464,7 @@ fn refine_level(
         ..Default::default()
     };
     for p in level.iter() {
-        append(&mut all, &p.content);
+        all.extend(&p.content)?;
     }
     let done = refiner.refine(&mut all, levels_above_leaves)?;
     tracing::info!(
@@ -474,20 +474,10 @@ fn refine_level(
         loss_end = done.loss_end,
         "tile: parent level refined against the photos"
     );
-    let k3 = all.sh_coeffs_per_channel() * 3;
     let mut at = 0;
     for p in level.iter_mut() {
         let n = p.content.len();
-        let c = &mut p.content;
-        c.means.copy_from_slice(&all.means[3 * at..3 * (at + n)]);
-        c.log_scales
-            .copy_from_slice(&all.log_scales[3 * at..3 * (at + n)]);
-        c.rotations
-            .copy_from_slice(&all.rotations[4 * at..4 * (at + n)]);
-        c.logit_opacities
-            .copy_from_slice(&all.logit_opacities[at..at + n]);
-        c.sh_coeffs
-            .copy_from_slice(&all.sh_coeffs[k3 * at..k3 * (at + n)]);
+        p.content = all.select(at..at + n);
         at += n;
     }
     Ok(done)
@@ -502,7 +492,7 @@ fn children_content(
     nodes: &[Node],
     p: usize,
     contents: &[Option<LevelContent>],
-) -> GaussianSplats {
+) -> Result<GaussianSplats> {
     let mut all = GaussianSplats {
         sh_degree: splats.sh_degree,
         ..Default::default()
@@ -517,9 +507,9 @@ fn children_content(
         } else {
             continue;
         };
-        append(&mut all, content);
+        all.extend(content)?;
     }
-    all
+    Ok(all)
 }
 
 /// Smallest geometricError of a parent (metres), so a parent whose merges moved nothing (e.g.
@@ -749,39 +739,9 @@ fn content_aabb(s: &GaussianSplats) -> Aabb {
     b
 }
 
-/// The splats at `indices`, in that order.
-/// Append `s`'s splats to `all` (same SH degree).
-fn append(all: &mut GaussianSplats, s: &GaussianSplats) {
-    all.means.extend_from_slice(&s.means);
-    all.log_scales.extend_from_slice(&s.log_scales);
-    all.rotations.extend_from_slice(&s.rotations);
-    all.logit_opacities.extend_from_slice(&s.logit_opacities);
-    all.sh_coeffs.extend_from_slice(&s.sh_coeffs);
-}
-
+/// The splats of a tree node (`indices` into the tiler's input), in that order.
 fn gather(s: &GaussianSplats, indices: &[u32]) -> GaussianSplats {
-    let k3 = s.sh_coeffs_per_channel() * 3;
-    let n = indices.len();
-    let mut out = GaussianSplats {
-        means: Vec::with_capacity(n * 3),
-        log_scales: Vec::with_capacity(n * 3),
-        rotations: Vec::with_capacity(n * 4),
-        logit_opacities: Vec::with_capacity(n),
-        sh_coeffs: Vec::with_capacity(n * k3),
-        sh_degree: s.sh_degree,
-    };
-    for &i in indices {
-        let i = i as usize;
-        out.means.extend_from_slice(&s.means[i * 3..i * 3 + 3]);
-        out.log_scales
-            .extend_from_slice(&s.log_scales[i * 3..i * 3 + 3]);
-        out.rotations
-            .extend_from_slice(&s.rotations[i * 4..i * 4 + 4]);
-        out.logit_opacities.push(s.logit_opacities[i]);
-        out.sh_coeffs
-            .extend_from_slice(&s.sh_coeffs[i * k3..(i + 1) * k3]);
-    }
-    out
+    s.select(indices.iter().map(|&i| i as usize))
 }
 
 /// Encode one tile: positions relative to `center` (training frame), SPZ fixed point lowered

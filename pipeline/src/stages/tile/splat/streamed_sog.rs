@@ -71,8 +71,8 @@ use kiln_formats::splats::transform::rotate_splats;
 use rayon::prelude::*;
 use serde::Serialize;
 
+use super::gather;
 use super::tree::Node;
-use super::{append, gather};
 use crate::stages::tile::frame::TilesetFrame;
 use crate::{Error, Result};
 
@@ -580,7 +580,7 @@ pub(super) fn levels_from_tree(
                         )
                     })?
                 };
-                append(&mut level.splats, content);
+                level.splats.extend(content)?;
                 let e = if node.is_leaf() { 0.0 } else { errors_m[i] };
                 level.errors_m.extend(std::iter::repeat_n(e, content.len()));
             }
