@@ -4,9 +4,18 @@
 //! with lossless WebP images, folder or `.sog` bundle); `convert` picks a format from a file
 //! name and converts between them, `transform` rotates scenes, changes their up axis and SH
 //! degree, `sh` evaluates and rotates real SH.
-//! Positions f32 cannot hold (`double` PLY coordinates in a survey frame) travel as
+//!
+//! One API per format: `read(path) -> PlacedSplats` and `write(path, splats, ..)` taking a
+//! [`placed::PlacedRef`] (a `&PlacedSplats`, or a `&GaussianSplats` with absolute means);
+//! `spz` and `glb` add `encode`/`decode` for bytes in memory (GLB embeds SPZ, tiles are built in
+//! memory). Positions f32 cannot hold (`double` PLY coordinates in a survey frame) travel as
 //! [`placed::PlacedSplats`]: an f64 origin beside f32 means, kept by the PLY and GLB writers and
-//! refused with the format's range by SPZ, `.splat` and compressed PLY.
+//! refused with the format's range by SPZ, `.splat`, compressed PLY and SOG.
+//!
+//! Imports run one way: a format module uses this module's types, `placed`, `sh`, `transform`
+//! (and `ply_container`, the PLY header both PLY formats parse; `glb` also uses the `spz` codec
+//! for its payload, and `spz` its `spz_frame` records); `convert` uses the formats, and nothing
+//! uses `convert`.
 //!
 //! Every reader returns splats in the training parametrisation below; every writer checks its input
 //! once with [`GaussianSplats::check_shapes`] and, where the format cannot hold them, rejects

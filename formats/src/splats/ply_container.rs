@@ -155,6 +155,17 @@ pub(super) fn parse_header(path: &Path, bytes: &[u8]) -> Result<PlyHeader> {
     })
 }
 
+/// The header of the PLY file at `path` (only the header block is read).
+///
+/// # Errors
+/// [`Error::NotFound`] / [`Error::Io`] naming `path` when it cannot be read; otherwise as
+/// [`parse_header`].
+pub(super) fn read_header(path: &Path) -> Result<PlyHeader> {
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let block = read_header_block(&mut file, path)?;
+    parse_header(path, &block)
+}
+
 /// Read from the start of `file` until the header's `end_header` line is in the buffer (blocks
 /// of 64 KiB, at most 16 MiB of header); the buffer may hold the start of the body too.
 pub(super) fn read_header_block(file: &mut std::fs::File, path: &Path) -> Result<Vec<u8>> {

@@ -1,8 +1,8 @@
 //! Transforms of a whole splat scene that keep its file format out of the picture: rotating it
 //! ([`rotate_splats`]: means, orientations and SH together), changing its up axis
 //! ([`UpAxis`], [`up_axis_rotation`]) and changing its SH degree ([`reduce_sh_degree`],
-//! [`raise_sh_degree`]). Every format module and [`super::convert`] import these from here, so
-//! no format depends on another to transform splats.
+//! [`raise_sh_degree`]). The format modules and `convert` import these from here, so no format
+//! depends on another, or on `convert`, to transform splats.
 //!
 //! Up-axis frames ([`UpAxis`]): Kiln's splats carry no frame tag, so the caller says which world
 //! axis points up in the input and which should point up in the output. glTF and 3D Tiles

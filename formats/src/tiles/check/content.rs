@@ -875,7 +875,7 @@ fn check_spz(
         ));
     }
     extent.quantum_m = 0.5f64.powi(fractional_bits as i32);
-    match crate::splats::spz::decode_spz(&bytes) {
+    match crate::splats::spz::decode(&bytes) {
         Ok(sp) => {
             let n = sp.len();
             let mut points = Vec::with_capacity(n);

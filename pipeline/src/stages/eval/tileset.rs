@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use kiln_formats::splats::GaussianSplats;
-use kiln_formats::splats::glb::read_splat_glb;
+use kiln_formats::splats::glb;
 use kiln_formats::splats::transform::{raise_sh_degree, rotate_splats};
 use kiln_formats::tiles::tileset::{Tile, Tileset, Y_UP_TO_Z_UP};
 use kiln_formats::tiles::transform::{self, Mat4};
@@ -145,7 +145,8 @@ impl LoadedTileset {
             None => GaussianSplats::default(),
             Some(p) => {
                 let bytes = std::fs::read(p).map_err(|e| Error::io(p, e))?;
-                let mut s = read_splat_glb(&bytes)?;
+                // Absolute f32 means, as the tile transforms below are applied in f32.
+                let (mut s, _) = glb::decode(&bytes)?.into_absolute_f32();
                 place_splats(&mut s, &tile.content_to_capture).map_err(|e| Error::Input {
                     path: p.clone(),
                     field: "tile transform".into(),

@@ -753,11 +753,11 @@ pub struct IngestedSplats {
 
 /// Ingest splats trained elsewhere: read any splat format Kiln knows (INRIA 3DGS PLY, PlayCanvas
 /// compressed PLY, SPZ v1–4, antimatter15 `.splat`, `KHR_gaussian_splatting` GLB; by extension,
-/// see `kiln_formats::splats::convert::read_splats_placed`), reject non-finite values, rotate the
+/// see `kiln_formats::splats::convert::read`), reject non-finite values, rotate the
 /// scene so that `up_axis` becomes glTF +Y when given, and write `out_dir/splats.ply` in the INRIA
 /// layout for the tiler. Positions f32 cannot hold (a `double` PLY in a survey frame) keep an f64
 /// origin: the PLY then stores `double x y z` (the true coordinates), which the tile stage reads
-/// back with `read_ply_placed` and puts in the tileset's transforms.
+/// back with `kiln_formats::splats::ply::read` and puts in the tileset's transforms.
 ///
 /// # Errors
 /// [`Error::Format`] for an unknown extension (naming the file and the accepted ones) and the
@@ -767,16 +767,16 @@ pub fn ingest_splats(
     up_axis: Option<kiln_formats::splats::transform::UpAxis>,
     out_dir: &Path,
 ) -> Result<IngestedSplats> {
-    use kiln_formats::splats::convert::{SplatFormat, read_splats_placed};
+    use kiln_formats::splats::convert::{self, SplatFormat};
     use kiln_formats::splats::ply;
     use kiln_formats::splats::transform::{UpAxis, up_axis_rotation};
     let format = SplatFormat::from_path(input)?;
-    let mut placed = read_splats_placed(input)?;
+    let mut placed = convert::read(input)?;
     placed.splats.check_finite("ingest splats")?;
     if let Some(from) = up_axis {
         placed.rotate(up_axis_rotation(from, UpAxis::Y))?;
     }
-    ply::write_inria_ply_placed(&out_dir.join(SPLATS_PLY), &placed)?;
+    ply::write(&out_dir.join(SPLATS_PLY), &placed)?;
     Ok(IngestedSplats {
         splats: placed.splats.len(),
         sh_degree: placed.splats.sh_degree,

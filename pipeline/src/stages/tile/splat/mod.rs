@@ -48,9 +48,9 @@ use std::time::{Duration, Instant};
 use kiln_formats::atomic_write::write_atomic;
 use kiln_formats::splats::GaussianSplats;
 use kiln_formats::splats::glb::{
-    KHR_GAUSSIAN_SPLATTING, KHR_GAUSSIAN_SPLATTING_SPZ_2, SplatGlbOptions, write_splat_glb_with,
+    self, KHR_GAUSSIAN_SPLATTING, KHR_GAUSSIAN_SPLATTING_SPZ_2, SplatGlbOptions,
 };
-use kiln_formats::splats::spz::{SpzAntialiasing, SpzVersion, spz_position_limit_m};
+use kiln_formats::splats::spz::{SpzAntialiasing, SpzOptions, SpzVersion, spz_position_limit_m};
 use kiln_formats::tiles::tileset::{BoundingVolume, Content, Refine, Tile, Y_UP_TO_Z_UP};
 use rayon::prelude::*;
 
@@ -758,24 +758,32 @@ fn encode_tile(
         max_abs = max_abs.max(v.abs());
         *m = v as f32;
     }
-    let mut options = SplatGlbOptions::default();
     let mut fb = TILE_FRACTIONAL_BITS;
     while fb > 0 && max_abs >= spz_position_limit_m(fb) - 1.0 / (1u64 << fb) as f64 {
         fb -= 1;
     }
-    options.spz.fractional_bits = fb;
-    options.spz.gzip_level = params.gzip_level;
-    options.spz.sh1_bits = params.sh1_bits;
-    options.spz.sh_rest_bits = params.sh_rest_bits;
-    options.spz.version = if params.spz_version == 2 {
-        SpzVersion::V2
-    } else {
-        SpzVersion::V3
+    let spz = SpzOptions {
+        fractional_bits: fb,
+        gzip_level: params.gzip_level,
+        sh1_bits: params.sh1_bits,
+        sh_rest_bits: params.sh_rest_bits,
+        version: if params.spz_version == 2 {
+            SpzVersion::V2
+        } else {
+            SpzVersion::V3
+        },
+        antialiasing: if params.antialiased {
+            SpzAntialiasing::Antialiased
+        } else {
+            SpzAntialiasing::Standard
+        },
+        ..SpzOptions::default()
     };
-    if params.antialiased {
-        options.spz.antialiasing = SpzAntialiasing::Antialiased;
-    }
-    Ok(write_splat_glb_with(&local, &options)?)
+    let options = SplatGlbOptions {
+        spz: Some(spz),
+        ..SplatGlbOptions::default()
+    };
+    Ok(glb::encode(&local, &options)?)
 }
 
 /// Column-major 4×4 translation; `None` (no `transform`) for a zero translation.
@@ -830,7 +838,6 @@ fn build_tile(
 mod tests {
     use super::*;
     use crate::stages::tile::CONTENT_GLTF;
-    use kiln_formats::splats::glb::read_splat_glb;
     use kiln_formats::tiles::tileset::Tileset;
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
@@ -893,7 +900,7 @@ mod tests {
     /// Decoded content of `tile` (tile-local, Y-up) lies inside its box (Z-up tile frame).
     fn assert_content_inside_box(dir: &Path, tile: &Tile) -> GaussianSplats {
         let bytes = std::fs::read(dir.join(&tile.content.as_ref().unwrap().uri)).unwrap();
-        let s = read_splat_glb(&bytes).unwrap();
+        let s = glb::decode(&bytes).unwrap().splats;
         let b = tile.bounding_volume.box_.unwrap();
         let half = [b[3], b[7], b[11]];
         for p in s.means.chunks_exact(3) {
@@ -977,10 +984,11 @@ mod tests {
         }
         depths(&ts.root, 0, &mut depth_of);
         for ((tile, _), d) in tiles.iter().zip(&depth_of) {
-            per_depth[*d] += read_splat_glb(
+            per_depth[*d] += glb::decode(
                 &std::fs::read(dir.path().join(&tile.content.as_ref().unwrap().uri)).unwrap(),
             )
             .unwrap()
+            .splats
             .len();
         }
         // The root spends a whole tile's budget (200,000 / 4 leaves of 50,000 under it: 65,536,
@@ -1010,7 +1018,7 @@ mod tests {
         fn count(dir: &Path, t: &Tile, d: usize, out: &mut Vec<(usize, usize, bool)>) {
             assert!(t.children.len() <= 2, "{} children", t.children.len());
             let bytes = std::fs::read(dir.join(&t.content.as_ref().unwrap().uri)).unwrap();
-            let n = read_splat_glb(&bytes).unwrap().len();
+            let n = glb::decode(&bytes).unwrap().splats.len();
             out.push((d, n, t.children.is_empty()));
             for c in &t.children {
                 count(dir, c, d + 1, out);
@@ -1057,10 +1065,11 @@ mod tests {
         walk(&ts.root, [0.0; 3], &mut tiles);
         let mut world: Vec<[f32; 3]> = Vec::new();
         for (tile, offset) in tiles.iter().filter(|(t, _)| t.children.is_empty()) {
-            let c = read_splat_glb(
+            let c = glb::decode(
                 &std::fs::read(dir.path().join(&tile.content.as_ref().unwrap().uri)).unwrap(),
             )
-            .unwrap();
+            .unwrap()
+            .splats;
             // Z-up offset back to the Y-up training frame: (x, y, z)_zup = (x, −z, y)_yup.
             let off_yup = [offset[0], offset[2], -offset[1]];
             for p in c.means.chunks_exact(3) {
@@ -1203,7 +1212,7 @@ mod tests {
     fn tiling_the_real_plush_dog_keeps_every_splat() {
         let p = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../shared/datasets/splat-plushdog-smartdatascan/point_cloud_29999_clean.ply");
-        let s = kiln_formats::splats::ply::read_ply(&p).unwrap();
+        let s = kiln_formats::splats::ply::read(&p).unwrap().splats;
         let dir = tempfile::tempdir().unwrap();
         let params = SplatTileParams {
             max_splats_per_tile: 4_096,
@@ -1352,7 +1361,7 @@ mod tests {
         for (t, _) in tiles.iter().filter(|(t, _)| t.children.is_empty()) {
             let uri = &t.content.as_ref().unwrap().uri;
             let glb = std::fs::read(dir.path().join(uri)).unwrap();
-            let leaf = read_splat_glb(&glb).unwrap();
+            let leaf = glb::decode(&glb).unwrap().splats;
             assert!(leaf.len() <= 10, "{uri}: {} splats", leaf.len());
         }
     }

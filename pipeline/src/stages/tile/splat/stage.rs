@@ -119,7 +119,7 @@ impl Stage for TileSplats {
         let plan = &cx.plan;
         // Survey-sized positions come as f32 means around an f64 origin, which the frame's
         // translation (and so the root transform) carries.
-        let placed = kiln_formats::splats::ply::read_ply_placed(&self.source.ply(cx)?)?;
+        let placed = kiln_formats::splats::ply::read(&self.source.ply(cx)?)?;
         let mut splats = placed.splats;
         let frame = self.content_frame(cx)?.placed_at(placed.origin_m);
         let r = frame.rotation();
