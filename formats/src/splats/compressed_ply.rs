@@ -26,7 +26,7 @@
 //! Unsigned normalisation: t → round(t·(2^bits − 1)), decoded t = q/(2^bits − 1); a chunk whose
 //! range is below 1e−5 stores 0 (every splat decodes to `min`).
 //!
-//! Quantisation bounds (what [`write`] promises; chunk range r = max − min):
+//! Quantisation bounds (what [`write()`] promises; chunk range r = max − min):
 //! position and log-scale error ≤ r/(2·2047) on x and z, ≤ r/(2·1023) on y; base colour error ≤
 //! r/(2·255), i.e. f_dc error ≤ r/(2·255·C0); linear opacity ≤ 0.5/255; each stored quaternion
 //! component ≤ √2·0.5/1023 ≈ 6.9e−4; SH ≤ 1/64 for |v| < 3.97 (values beyond ±4 clamp).
@@ -423,7 +423,7 @@ fn pack_rotation(q: [f64; 4]) -> u32 {
 
 /// Order of splat indices along a Morton (Z-order) curve of `means` (`[N, 3]`): each axis is
 /// quantised to 21 bits within the bounding box and the bits interleaved; ties keep input
-/// order. This is the order [`write`] writes splats in.
+/// order. This is the order [`write()`] writes splats in.
 pub fn morton_order(means: &[f32]) -> Vec<usize> {
     let n = means.len() / 3;
     let mut lo = [f32::INFINITY; 3];

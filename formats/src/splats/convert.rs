@@ -194,8 +194,8 @@ pub fn frame_of_read(path: &Path) -> Result<Option<SpzFrame>> {
     })
 }
 
-/// The frame of splats in `frame` after [`super::transform::rotate_splats`] with `r` (p′ = r·p): the basis
-/// B·rᵀ, if it is one of the sixteen SPZ frames.
+/// The frame of splats in `frame` after [`super::transform::rotate_splats`] with `r`
+/// (p′ = r·p): the basis B·rᵀ, if it is one of the sixteen SPZ frames.
 #[must_use]
 pub fn rotated_frame(frame: SpzFrame, r: [[f64; 3]; 3]) -> Option<SpzFrame> {
     let b = frame.basis();
@@ -204,7 +204,7 @@ pub fn rotated_frame(frame: SpzFrame, r: [[f64; 3]; 3]) -> Option<SpzFrame> {
     SpzFrame::from_basis(&turned)
 }
 
-/// What [`write`] does besides encoding. `Default`: format from the file name, keep the SH
+/// What [`write()`] does besides encoding. `Default`: format from the file name, keep the SH
 /// degree, no rotation, SPZ v3 at 12 fractional bits, plain (uncompressed) GLB in sRGB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WriteOptions {
@@ -229,7 +229,7 @@ pub struct WriteOptions {
     pub sog: SogOptions,
 }
 
-/// What [`write`] wrote, for a one-line summary.
+/// What [`write()`] wrote, for a one-line summary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriteSummary {
     /// Format written.

@@ -36,7 +36,7 @@ fn to_u8(x: f64) -> u8 {
 }
 
 /// The `.splat` bytes of `splats` (SH bands ≥ 1 are not representable and are dropped); errors
-/// as [`write`]'s [`Error::InvalidInput`].
+/// as [`write()`]'s [`Error::InvalidInput`].
 fn encode(splats: &GaussianSplats) -> Result<Vec<u8>> {
     const CONTEXT: &str = ".splat encode";
     splats.check_shapes(CONTEXT)?;

@@ -70,7 +70,7 @@ impl SplatColorSpace {
     }
 }
 
-/// Options of [`encode`] and [`write`]. `Default`: sRGB display colour space, SPZ-compressed
+/// Options of [`encode`] and [`write()`]. `Default`: sRGB display colour space, SPZ-compressed
 /// (v3 at 12 fractional bits), the variant CesiumJS renders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SplatGlbOptions {

@@ -16,7 +16,7 @@
 //! Every splat reader returns a [`PlacedSplats`] and every writer takes a [`PlacedRef`] (a
 //! `&PlacedSplats`, or a `&GaussianSplats` whose means are absolute), so one function per format
 //! handles both; the writers of absolute-position formats check the move their cast causes here
-//! ([`PlacedRef::absolute_f32_for`]).
+//! (`PlacedRef::absolute_f32_for`).
 
 use std::borrow::Cow;
 use std::path::Path;

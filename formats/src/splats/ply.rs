@@ -78,7 +78,7 @@ pub fn write<'a>(path: &Path, splats: impl Into<PlacedRef<'a>>) -> Result<()> {
     write_rows(path, placed.splats, placed.nonzero_origin())
 }
 
-/// The writer of [`write`]: `origin` `None` writes all `float`, `Some` writes `double x y z` =
+/// The writer of [`write()`]: `origin` `None` writes all `float`, `Some` writes `double x y z` =
 /// origin + mean.
 fn write_rows(path: &Path, splats: &GaussianSplats, origin: Option<[f64; 3]>) -> Result<()> {
     const CONTEXT: &str = "INRIA PLY write";

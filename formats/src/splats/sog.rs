@@ -95,7 +95,7 @@ const SH0: &str = "sh0.webp";
 const SHN_CENTROIDS: &str = "shN_centroids.webp";
 const SHN_LABELS: &str = "shN_labels.webp";
 
-/// How [`write`] encodes. `Default`: 10 k-means rounds, seed 0.
+/// How [`write()`] encodes. `Default`: 10 k-means rounds, seed 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SogOptions {
     /// Lloyd iterations of the SH palette k-means (splat-transform's `-i`, default 10). 0 keeps
@@ -1222,7 +1222,7 @@ struct Rgba {
     data: Vec<u8>,
 }
 
-/// Read a SOG (meta.json version 2) written by splat-transform, SuperSplat or [`write`].
+/// Read a SOG (meta.json version 2) written by splat-transform, SuperSplat or [`write()`].
 ///
 /// Returns splats at origin `[0, 0, 0]` (SOG stores f32 positions) in Kiln's parametrisation,
 /// in the file's (Morton) order: means in metres,

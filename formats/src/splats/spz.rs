@@ -13,7 +13,7 @@
 //! Quantisation (what the format promises, and what the tests check):
 //! - position: round(x·2^fb) in 24 bits → error ≤ 2^−fb/2 m; |x| must stay below
 //!   2^(23−fb) m (2048 m at fb = 12). The reference library silently wraps beyond that
-//!   (nianticlabs/spz#81); [`encode`] and [`write`] return an error instead.
+//!   (nianticlabs/spz#81); [`encode`] and [`write()`] return an error instead.
 //! - alpha: u8 = round(sigmoid(logit)·255) → linear opacity error ≤ 0.5/255.
 //! - colour: u8 = round(dc·0.15·255 + 127.5) (`colorScale` 0.15, not 0.282: headroom for DC
 //!   outside [0, 1] that SH brings back) → DC error ≤ 0.5/38.25 ≈ 0.013 inside ±3.33.
@@ -107,7 +107,8 @@ pub enum SpzAntialiasing {
     Antialiased,
 }
 
-/// Options of [`write`] and [`encode`]. `Default`: version 3, 12 fractional bits, standard rasterisation.
+/// Options of [`write()`] and [`encode`]. `Default`: version 3, 12 fractional bits, standard
+/// rasterisation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpzOptions {
     /// File version written (2, 3 or 4).
@@ -178,7 +179,7 @@ fn quantize_sh(x: f32, bucket: i32) -> u8 {
 }
 
 /// The bytes of an SPZ file holding `splats`: v2 or v3 (one gzip stream, embeddable in a GLB)
-/// or v4 (plaintext header + ZSTD streams). The in-memory codec: [`write`] writes a file, and
+/// or v4 (plaintext header + ZSTD streams). The in-memory codec: [`write()`] writes a file, and
 /// the GLB writer embeds these bytes.
 ///
 /// Guarantees: the decoded splats ([`decode`]) match the input within the quantisation
