@@ -2,10 +2,10 @@
 //!
 //! Input: the seeded synthetic aerial scene of `tile_splats` (1,000,000 splats, SH degree 3):
 //! an INRIA 3DGS PLY of 62 float properties per splat, 248 MB. `write` is
-//! `write_inria_ply` into a temporary directory (atomic: temporary file, fsync, rename), with
+//! `ply::write` into a temporary directory (atomic: temporary file, fsync, rename), with
 //! the previous iteration's output deleted before the timer starts: replacing a 248 MB file
 //! makes the filesystem free its blocks (with `discard` on the development VM, ~0.1 s), which
-//! is not the writer's work. `read` is `read_ply` of that file (page cache warm after the
+//! is not the writer's work. `read` is `ply::read` of that file (page cache warm after the
 //! first iteration, so this measures Kiln's parsing and copying, not the disk), including
 //! dropping the splats it returns. Throughput is reported in bytes/s of the PLY file.
 //!
@@ -15,7 +15,7 @@
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use kiln_formats::splats::ply::{read_ply, write_inria_ply};
+use kiln_formats::splats::ply;
 
 #[path = "support/aerial_scene.rs"]
 mod aerial_scene;
@@ -25,7 +25,7 @@ fn bench_splat_io(c: &mut Criterion) {
     let splats = aerial_scene::synthetic_scene(N, 3);
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("scene.ply");
-    write_inria_ply(&path, &splats).expect("write");
+    ply::write(&path, &splats).expect("write");
     let bytes = std::fs::metadata(&path).expect("size").len();
     let mut group = c.benchmark_group("splat_ply");
     group.sample_size(10);
@@ -36,12 +36,12 @@ fn bench_splat_io(c: &mut Criterion) {
             || {
                 let _ = std::fs::remove_file(&out);
             },
-            |()| write_inria_ply(black_box(&out), black_box(&splats)).expect("write"),
+            |()| ply::write(black_box(&out), black_box(&splats)).expect("write"),
             BatchSize::PerIteration,
         )
     });
     group.bench_function("read_1M_sh3", |b| {
-        b.iter(|| black_box(read_ply(black_box(&path)).expect("read").len()))
+        b.iter(|| black_box(ply::read(black_box(&path)).expect("read").splats.len()))
     });
     group.finish();
 }

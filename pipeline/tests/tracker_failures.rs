@@ -23,7 +23,7 @@ use std::f32::consts::PI;
 use std::path::Path;
 
 use kiln_formats::splats::GaussianSplats;
-use kiln_formats::splats::ply::{read_ply, write_inria_ply};
+use kiln_formats::splats::ply;
 use kiln_kernels::{Camera, RenderOptions, Renderer, SplatsRef, render_forward};
 use kiln_pipeline::stages::train::init::{
     NEAR_CAMERA_FRACTION, camera_centre, drop_points_near_cameras, scene_extent,
@@ -181,7 +181,7 @@ fn assert_trained(splats: &GaussianSplats, report: &TrainReport, out: &Path) {
         assert!(v.iter().all(|x| x.is_finite()), "{name} not finite");
     }
     assert!(report.psnr_db.is_finite(), "PSNR {}", report.psnr_db);
-    assert_eq!(&read_ply(&out.join("splats.ply")).unwrap(), splats);
+    assert_eq!(&ply::read(&out.join("splats.ply")).unwrap().splats, splats);
 }
 
 fn mean_of_means(s: &GaussianSplats) -> [f64; 3] {
@@ -472,7 +472,7 @@ fn item_09_sh0_ply_without_f_rest_is_read_and_f_rest_count_follows_sh_degree() {
     }
     let sh0 = dir.path().join("sh0.ply");
     std::fs::write(&sh0, bytes).unwrap();
-    let read = read_ply(&sh0).unwrap();
+    let read = ply::read(&sh0).unwrap().splats;
     assert_eq!(
         read,
         GaussianSplats {
@@ -497,7 +497,7 @@ fn item_09_sh0_ply_without_f_rest_is_read_and_f_rest_count_follows_sh_degree() {
             sh_degree: degree,
         };
         let path = dir.path().join(format!("sh{degree}.ply"));
-        write_inria_ply(&path, &splats).unwrap();
+        ply::write(&path, &splats).unwrap();
         let props = header_properties(&path);
         let rest: Vec<&String> = props.iter().filter(|p| p.starts_with("f_rest_")).collect();
         assert_eq!(rest.len(), f_rest, "degree {degree}");
@@ -508,7 +508,7 @@ fn item_09_sh0_ply_without_f_rest_is_read_and_f_rest_count_follows_sh_degree() {
         let dc2 = props.iter().position(|p| p == "f_dc_2").unwrap();
         assert_eq!(props[dc2 + 1 + f_rest], "opacity", "degree {degree}");
         assert_eq!(props.len(), 17 + f_rest, "degree {degree}");
-        assert_eq!(read_ply(&path).unwrap(), splats, "degree {degree}");
+        assert_eq!(ply::read(&path).unwrap().splats, splats, "degree {degree}");
     }
 }
 

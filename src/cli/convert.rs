@@ -7,11 +7,11 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use kiln_formats::splats::convert::{
-    SplatFormat, UpAxis, WriteOptions, frame_of_read, read_splats_placed, rotated_frame,
-    up_axis_rotation, write_splats_placed,
+    self, SplatFormat, WriteOptions, frame_of_read, rotated_frame,
 };
 use kiln_formats::splats::sog::SogOptions;
 use kiln_formats::splats::spz::{SpzOptions, SpzVersion};
+use kiln_formats::splats::transform::{UpAxis, up_axis_rotation};
 
 /// Arguments of `kiln convert`.
 #[derive(Debug, clap::Args)]
@@ -89,7 +89,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
     // Positions stay f64 (an origin beside f32 means) until the writer: survey-sized PLY
     // coordinates keep their precision in .ply and .glb, and formats that cannot hold them
     // refuse with their range.
-    let placed = read_splats_placed(&args.input)
+    let placed = convert::read(&args.input)
         .with_context(|| format!("cannot read {} splats", in_format.name()))?;
     let out_degree = args.sh_degree.unwrap_or(placed.splats.sh_degree);
     if out_format == SplatFormat::Sog && out_degree == 0 && args.sog_sh_palette.is_some() {
@@ -129,7 +129,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
         },
         ..Default::default()
     };
-    let summary = write_splats_placed(&args.output, &placed, &options).with_context(|| {
+    let summary = convert::write(&args.output, &placed, &options).with_context(|| {
         format!(
             "cannot write {} as {} (nothing was written)",
             args.output.display(),
@@ -218,8 +218,9 @@ mod tests {
         // Both read back to the PLY's numbers (the RUB file is turned back on read).
         for (spz, ply) in [("rdf.spz", "rdf.ply"), ("rub.spz", "rub.ply")] {
             run(parse(&[&path(spz), &path(ply)])).unwrap();
-            let back = kiln_formats::splats::convert::read_splats(std::path::Path::new(&path(ply)))
-                .unwrap();
+            let back = convert::read(std::path::Path::new(&path(ply)))
+                .unwrap()
+                .splats;
             for (a, b) in back.means.iter().zip([1.0f32, 2.0, 3.0]) {
                 assert!((a - b).abs() < 1e-3, "{spz}: {:?}", back.means);
             }
@@ -307,10 +308,7 @@ mod tests {
         let path = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
         run(parse(&[i, &path("out.ply")])).unwrap();
         run(parse(&[i, &path("out.glb")])).unwrap();
-        let back = kiln_formats::splats::convert::read_splats_placed(std::path::Path::new(&path(
-            "out.ply",
-        )))
-        .unwrap();
+        let back = convert::read(std::path::Path::new(&path("out.ply"))).unwrap();
         for (k, x) in xs.into_iter().enumerate() {
             let got = back.absolute_mean(k);
             assert!((got[0] - x).abs() < 1e-3, "{got:?}");

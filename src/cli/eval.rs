@@ -6,8 +6,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use kiln_formats::splats::convert::{SplatFormat, UpAxis, up_axis_rotation};
+use kiln_formats::splats::convert::SplatFormat;
 use kiln_formats::splats::placed::PlacedSplats;
+use kiln_formats::splats::transform::{UpAxis, up_axis_rotation};
 use kiln_kernels::{RenderOptions, Renderer};
 use kiln_pipeline::stages::eval::{
     self, Delivered, EvalParams, EvalReport, EvalView, LoadedTileset,
@@ -261,8 +262,9 @@ fn open_input(input: &Path) -> anyhow::Result<(Delivered, PathBuf)> {
         let ts = LoadedTileset::open(&path)?;
         return Ok((Delivered::Tileset(ts), dir));
     }
-    let splats = kiln_formats::splats::convert::read_splats(&path)
-        .with_context(|| format!("read splats from {}", path.display()))?;
+    let (splats, _) = kiln_formats::splats::convert::read(&path)
+        .with_context(|| format!("read splats from {}", path.display()))?
+        .into_absolute_f32();
     let bytes = if is_sog_meta {
         sog_folder_bytes(&path)?
     } else {
@@ -302,7 +304,8 @@ fn resolve_reference(
 ) -> anyhow::Result<Option<(String, kiln_formats::splats::GaussianSplats)>> {
     // A splats job on survey-sized coordinates records its f64 origin as the frame's
     // translation; its tileset's capture frame is relative to that origin, so a reference read
-    // around its own origin is moved there in f64. Without one the reference is read as before.
+    // around its own origin is moved there in f64. Without one the reference gets absolute f32
+    // means (`into_absolute_f32`: the splats as read at origin 0).
     let origin_m = match delivered {
         Delivered::Tileset(ts) => {
             kiln_formats::tiles::transform::translation_part(&ts.frame.content_from_capture)
@@ -310,18 +313,15 @@ fn resolve_reference(
         Delivered::Splats { .. } => [0.0; 3],
     };
     let read_placed = |p: &Path| -> anyhow::Result<PlacedSplats> {
-        let context = || format!("read the reference splats {}", p.display());
-        if origin_m == [0.0; 3] {
-            let splats = kiln_formats::splats::convert::read_splats(p).with_context(context)?;
-            return Ok(PlacedSplats::at_zero(splats));
-        }
-        kiln_formats::splats::convert::read_splats_placed(p).with_context(context)
+        kiln_formats::splats::convert::read(p)
+            .with_context(|| format!("read the reference splats {}", p.display()))
     };
     let in_frame = |mut placed: PlacedSplats| {
-        if origin_m != [0.0; 3] {
-            for (j, m) in placed.splats.means.iter_mut().enumerate() {
-                *m = (placed.origin_m[j % 3] - origin_m[j % 3] + f64::from(*m)) as f32;
-            }
+        if origin_m == [0.0; 3] {
+            return placed.into_absolute_f32().0;
+        }
+        for (j, m) in placed.splats.means.iter_mut().enumerate() {
+            *m = (placed.origin_m[j % 3] - origin_m[j % 3] + f64::from(*m)) as f32;
         }
         placed.splats
     };

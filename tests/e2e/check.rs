@@ -226,8 +226,8 @@ fn kiln_check_passes_on_the_plushdog_splat_tileset_and_fails_on_broken_copies() 
             .unwrap()
             .to_string();
         let glb = std::fs::read(dir.join(&uri)).unwrap();
-        let splats = kiln_formats::splats::glb::read_splat_glb(&glb).unwrap();
-        let v4 = kiln_formats::splats::spz::encode_spz(
+        let splats = kiln_formats::splats::glb::decode(&glb).unwrap().splats;
+        let v4 = kiln_formats::splats::spz::encode(
             &splats,
             &kiln_formats::splats::spz::SpzOptions {
                 version: kiln_formats::splats::spz::SpzVersion::V4,

@@ -53,7 +53,7 @@ fn leaf_positions(path: &Path) -> Vec<[f64; 3]> {
         if t.children.is_empty() {
             let uri = &t.content.as_ref().unwrap().uri;
             let glb = std::fs::read(dir.join(uri)).unwrap();
-            let s = kiln_formats::splats::glb::read_splat_glb(&glb).unwrap();
+            let s = kiln_formats::splats::glb::decode(&glb).unwrap().splats;
             for p in s.means.chunks_exact(3) {
                 let [x, y, z] = [p[0], p[1], p[2]].map(f64::from);
                 out.push([o[0] + x, o[1] - z, o[2] + y]);
@@ -120,8 +120,7 @@ fn convert_keeps_survey_positions_in_ply_and_glb_and_refuses_spz_and_splat() {
             stdout(&o)
         );
     }
-    let back =
-        kiln_formats::splats::convert::read_splats_placed(&sb.path().join("out.ply")).unwrap();
+    let back = kiln_formats::splats::convert::read(&sb.path().join("out.ply")).unwrap();
     for (i, want) in SURVEY_XYZ.iter().enumerate() {
         let got = back.absolute_mean(i);
         assert!(

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kiln_formats::splats::GaussianSplats;
-use kiln_formats::splats::convert::read_splats;
+use kiln_formats::splats::convert;
 
 use super::harness::{Sandbox, dataset, ok};
 use super::splat_transform::splat_transform;
@@ -75,14 +75,14 @@ fn splat_transform_reads_kiln_sog_with_the_same_count_bands_and_bounds() {
         let sog = sb.path().join(format!("{name}.sog"));
         ok(&sb.kiln(&["convert", input.to_str().unwrap(), sog.to_str().unwrap()]));
         let (count, bands) = super::splat_transform::info(&tool, &sog);
-        let kiln = read_splats(&sog).unwrap();
-        let source = read_splats(&input).unwrap();
+        let kiln = convert::read(&sog).unwrap().splats;
+        let source = convert::read(&input).unwrap().splats;
         assert_eq!((count, bands), (source.len() as u64, sh_bands), "{name}");
         assert_eq!(kiln.len(), source.len(), "{name}");
         // splat-transform's decode, as PLY, has the positions Kiln's decode has.
         let back = sb.path().join(format!("{name}-st.ply"));
         run_tool(&tool, &[sog.to_str().unwrap(), back.to_str().unwrap()]);
-        let theirs = read_splats(&back).unwrap();
+        let theirs = convert::read(&back).unwrap().splats;
         assert_eq!(theirs.len(), source.len(), "{name}");
         let (ours, theirs) = (bounds(&kiln), bounds(&theirs));
         let src = bounds(&source);
@@ -120,9 +120,9 @@ fn kiln_reads_splat_transform_sog_as_splat_transform_decodes_it() {
     let decoded = sb.path().join("biker-st-decoded.ply");
     run_tool(&tool, &[biker().to_str().unwrap(), sog.to_str().unwrap()]);
     run_tool(&tool, &[sog.to_str().unwrap(), decoded.to_str().unwrap()]);
-    let ours = read_splats(&sog).unwrap();
-    let theirs = read_splats(&decoded).unwrap();
-    assert_eq!(ours.len(), read_splats(&biker()).unwrap().len());
+    let ours = convert::read(&sog).unwrap().splats;
+    let theirs = convert::read(&decoded).unwrap().splats;
+    assert_eq!(ours.len(), convert::read(&biker()).unwrap().splats.len());
     assert_eq!(
         (ours.len(), ours.sh_degree),
         (theirs.len(), theirs.sh_degree)

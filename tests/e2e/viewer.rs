@@ -574,8 +574,7 @@ fn viewer_axis_fixture_lands_east_up_south_when_georeferenced() {
     let sb = Sandbox::new();
     let glb = kiln_formats::mesh::write_glb(&axis_fixture_mesh()).unwrap();
     std::fs::write(sb.path().join("axes.glb"), glb).unwrap();
-    kiln_formats::splats::ply::write_inria_ply(&sb.path().join("axes.ply"), &axis_fixture_splats())
-        .unwrap();
+    kiln_formats::splats::ply::write(&sb.path().join("axes.ply"), &axis_fixture_splats()).unwrap();
     let mut ids = Vec::new();
     for (name, kind, input, extra) in [
         (

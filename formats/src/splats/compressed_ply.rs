@@ -26,7 +26,7 @@
 //! Unsigned normalisation: t → round(t·(2^bits − 1)), decoded t = q/(2^bits − 1); a chunk whose
 //! range is below 1e−5 stores 0 (every splat decodes to `min`).
 //!
-//! Quantisation bounds (what [`encode_compressed_ply`] promises; chunk range r = max − min):
+//! Quantisation bounds (what [`write()`] promises; chunk range r = max − min):
 //! position and log-scale error ≤ r/(2·2047) on x and z, ≤ r/(2·1023) on y; base colour error ≤
 //! r/(2·255), i.e. f_dc error ≤ r/(2·255·C0); linear opacity ≤ 0.5/255; each stored quaternion
 //! component ≤ √2·0.5/1023 ≈ 6.9e−4; SH ≤ 1/64 for |v| < 3.97 (values beyond ±4 clamp).
@@ -37,7 +37,8 @@
 
 use std::path::Path;
 
-use super::ply::{PlyHeader, corrupt};
+use super::placed::{PlacedRef, PlacedSplats};
+use super::ply_container::{PlyHeader, check_values_finite, corrupt, parse_header};
 use super::{GaussianSplats, logit, sigmoid};
 use crate::atomic_write::write_atomic;
 use crate::{Error, Result};
@@ -134,8 +135,8 @@ fn read_u32(body: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([body[at], body[at + 1], body[at + 2], body[at + 3]])
 }
 
-/// Decode a compressed PLY whose header [`super::ply::read_ply`] already parsed (it saw an
-/// `element chunk`). Returns splats in file order, training parametrisation.
+/// Decode a compressed PLY (`bytes`, the whole file) whose header [`read`] already parsed (it
+/// has an `element chunk`). Returns splats in file order, training parametrisation.
 ///
 /// # Errors
 /// All name `path`: [`Error::Unsupported`] for a non-`binary_little_endian` body, list or
@@ -143,7 +144,7 @@ fn read_u32(body: &[u8], at: usize) -> u32 {
 /// missing element or property (named), a chunk count other than ⌈N/256⌉, an `sh` row count
 /// other than N, or a body longer than the header implies; [`Error::Corrupt`] for a truncated
 /// body.
-pub(super) fn decode(path: &Path, bytes: &[u8], header: &PlyHeader) -> Result<GaussianSplats> {
+fn decode(path: &Path, bytes: &[u8], header: &PlyHeader) -> Result<GaussianSplats> {
     if header.format != "binary_little_endian" {
         return Err(Error::Unsupported {
             path: path.to_path_buf(),
@@ -422,7 +423,7 @@ fn pack_rotation(q: [f64; 4]) -> u32 {
 
 /// Order of splat indices along a Morton (Z-order) curve of `means` (`[N, 3]`): each axis is
 /// quantised to 21 bits within the bounding box and the bits interleaved; ties keep input
-/// order. This is the order [`encode_compressed_ply`] writes splats in.
+/// order. This is the order [`write()`] writes splats in.
 pub fn morton_order(means: &[f32]) -> Vec<usize> {
     let n = means.len() / 3;
     let mut lo = [f32::INFINITY; 3];
@@ -463,8 +464,8 @@ pub fn morton_order(means: &[f32]) -> Vec<usize> {
     keys.into_iter().map(|(_, i)| i).collect()
 }
 
-/// Encode `splats` as a PlayCanvas compressed PLY (layout in the module docs), splats in
-/// [`morton_order`]. N = 0 gives a valid file with empty elements.
+/// The bytes of a PlayCanvas compressed PLY holding `splats` (layout in the module docs), splats
+/// in [`morton_order`]. N = 0 gives a valid file with empty elements.
 ///
 /// - `splats`: N ≥ 0 splats, SH degree 0..=3 (degree ≥ 1 adds the `sh` element), positions in
 ///   metres in any frame (stored as given).
@@ -472,7 +473,7 @@ pub fn morton_order(means: &[f32]) -> Vec<usize> {
 /// # Errors
 /// [`Error::InvalidInput`] when shapes are inconsistent, a value is NaN/±Inf or a quaternion
 /// has zero length (with the splat index).
-pub fn encode_compressed_ply(splats: &GaussianSplats) -> Result<Vec<u8>> {
+fn encode(splats: &GaussianSplats) -> Result<Vec<u8>> {
     const CONTEXT: &str = "compressed PLY encode";
     splats.check_shapes(CONTEXT)?;
     splats.check_finite(CONTEXT)?;
@@ -583,21 +584,68 @@ pub fn encode_compressed_ply(splats: &GaussianSplats) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Write `splats` as a PlayCanvas compressed PLY at `path`, atomically (temporary file +
-/// rename). See [`encode_compressed_ply`]; splats are reordered along a Morton curve.
+/// Short name of the format in messages.
+pub const NAME: &str = "compressed PLY";
+
+/// Write splats as a PlayCanvas compressed PLY at `path`, atomically (temporary file + rename):
+/// the layout of the module docs, splats reordered along a Morton curve ([`morton_order`]),
+/// positions stored as given, absolute (chunk bounds are f32).
+///
+/// - `path`: destination; missing parent directories are created.
+/// - `splats`: a `&PlacedSplats`, or a `&GaussianSplats` with absolute means; N ≥ 0 splats, SH
+///   degree 0..=3 (degree ≥ 1 adds the `sh` element), positions in metres in any frame. A
+///   non-zero origin is added to the means in f64 and cast to f32.
 ///
 /// # Errors
-/// As [`encode_compressed_ply`]; [`Error::Io`] naming `path` when writing fails (the old file,
-/// if any, is kept).
-pub fn write_compressed_ply(path: &Path, splats: &GaussianSplats) -> Result<()> {
-    let bytes = encode_compressed_ply(splats)?;
+/// [`Error::PositionRange`] naming `path` when that cast moves a coordinate by more than
+/// [`super::placed::POSITION_TOLERANCE_M`] (nothing is written); [`Error::InvalidInput`] when
+/// shapes are inconsistent, a value is NaN/±Inf or a quaternion has zero length (with the splat
+/// index); [`Error::Io`] naming `path` when writing fails (the old file, if any, is kept).
+pub fn write<'a>(path: &Path, splats: impl Into<PlacedRef<'a>>) -> Result<()> {
+    let absolute = splats.into().absolute_f32_for(
+        path,
+        NAME,
+        "f32 chunk bounds (positions quantised between them)",
+    )?;
+    let bytes = encode(&absolute)?;
     write_atomic(path, &bytes)
+}
+
+/// Read a PlayCanvas compressed PLY (layout in the module docs) into splats in file order,
+/// training parametrisation, at origin `[0, 0, 0]` (the format stores f32 positions).
+///
+/// - `path`: a compressed PLY, i.e. one whose header has an `element chunk`.
+///
+/// # Errors
+/// All name `path`: [`Error::NotFound`] / [`Error::Io`] when it cannot be read;
+/// [`Error::Corrupt`] for an empty file, a header without `end_header` or a truncated body;
+/// [`Error::Unsupported`] for a file without `element chunk` (an INRIA PLY: read it with
+/// [`super::ply::read`]), a non-`binary_little_endian` body, list or unexpected property
+/// types, or an `f_rest` count other than 9/24/45; [`Error::Invalid`] for a missing element or
+/// property (named), a chunk count other than ⌈N/256⌉, an `sh` row count other than N, a body
+/// longer than the header implies, or a NaN/±Inf value decoded (with the vertex index).
+pub fn read(path: &Path) -> Result<PlacedSplats> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let header = parse_header(path, &bytes)?;
+    if !header.is_compressed() {
+        return Err(Error::Unsupported {
+            path: path.to_path_buf(),
+            field: "element chunk".into(),
+            found: "a PLY without `element chunk` (an INRIA 3DGS PLY?)".into(),
+            supported: "PlayCanvas compressed PLYs here; read INRIA PLYs with \
+                        kiln_formats::splats::ply::read, or with convert::read, which picks the \
+                        reader by content"
+                .into(),
+        });
+    }
+    let splats = decode(path, &bytes, &header)?;
+    check_values_finite(path, &splats)?;
+    Ok(PlacedSplats::at_zero(splats))
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::splats::ply::read_ply;
     use crate::splats::test_data::random_splats;
 
     /// Per-component bounds of the module docs, checked splat by splat. `original[order[i]]`
@@ -673,14 +721,30 @@ pub(crate) mod tests {
                 s.sh_coeffs[4] = -3.99;
             }
             let p = dir.path().join(format!("d{degree}.compressed.ply"));
-            write_compressed_ply(&p, &s).unwrap();
-            let back = read_ply(&p).unwrap();
+            write(&p, &s).unwrap();
+            let back = read(&p).unwrap().splats;
             let mut clamped = s.clone();
             if degree > 0 {
                 clamped.sh_coeffs[3] = 4.0;
             }
             assert_within_bounds(&clamped, &morton_order(&s.means), &back);
         }
+    }
+
+    #[test]
+    fn each_ply_reader_refuses_the_other_layout_naming_the_right_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = random_splats(10, 1, 1.0, 3);
+        let c = dir.path().join("c.compressed.ply");
+        write(&c, &s).unwrap();
+        let e = crate::splats::ply::read(&c).unwrap_err();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+        assert!(e.to_string().contains("compressed_ply::read"), "{e}");
+        let i = dir.path().join("i.ply");
+        crate::splats::ply::write(&i, &s).unwrap();
+        let e = read(&i).unwrap_err();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+        assert!(e.to_string().contains("ply::read"), "{e}");
     }
 
     #[test]
@@ -691,11 +755,11 @@ pub(crate) mod tests {
             sh_degree: 2,
             ..Default::default()
         };
-        write_compressed_ply(&p, &empty).unwrap();
-        assert_eq!(read_ply(&p).unwrap(), empty);
+        write(&p, &empty).unwrap();
+        assert_eq!(read(&p).unwrap().splats, empty);
         let one = random_splats(1, 1, 1.0, 2);
-        write_compressed_ply(&p, &one).unwrap();
-        let back = read_ply(&p).unwrap();
+        write(&p, &one).unwrap();
+        let back = read(&p).unwrap().splats;
         // A zero-range chunk decodes every value to its bound, i.e. exactly (up to f32).
         for (a, b) in one.means.iter().zip(&back.means) {
             assert_eq!(a, b);
@@ -706,10 +770,10 @@ pub(crate) mod tests {
     fn compressed_ply_rejects_truncated_and_mismatched_files() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("t.compressed.ply");
-        write_compressed_ply(&p, &random_splats(300, 1, 1.0, 5)).unwrap();
+        write(&p, &random_splats(300, 1, 1.0, 5)).unwrap();
         let bytes = std::fs::read(&p).unwrap();
         std::fs::write(&p, &bytes[..bytes.len() - 7]).unwrap();
-        let e = read_ply(&p).unwrap_err();
+        let e = read(&p).unwrap_err();
         assert!(
             matches!(e, Error::Corrupt { .. }) && e.to_string().contains("truncated"),
             "{e}"
@@ -717,7 +781,7 @@ pub(crate) mod tests {
         let mut longer = bytes.clone();
         longer.push(0);
         std::fs::write(&p, &longer).unwrap();
-        assert!(matches!(read_ply(&p), Err(Error::Invalid { .. })));
+        assert!(matches!(read(&p), Err(Error::Invalid { .. })));
         // Wrong chunk count for the vertex count.
         let text = String::from_utf8_lossy(&bytes).replace("element chunk 2", "element chunk 3");
         let mut edited = text.as_bytes()[..text.find("end_header\n").unwrap() + 11].to_vec();
@@ -728,7 +792,7 @@ pub(crate) mod tests {
         edited.extend_from_slice(&bytes[body_at..]);
         edited.extend_from_slice(&[0u8; 72]);
         std::fs::write(&p, &edited).unwrap();
-        let e = read_ply(&p).unwrap_err();
+        let e = read(&p).unwrap_err();
         assert!(e.to_string().contains("element chunk"), "{e}");
     }
 
@@ -736,13 +800,10 @@ pub(crate) mod tests {
     fn compressed_ply_encode_rejects_nan_and_zero_quaternion() {
         let mut s = random_splats(3, 0, 1.0, 5);
         s.means[2] = f32::NAN;
-        assert!(matches!(
-            encode_compressed_ply(&s),
-            Err(Error::InvalidInput { .. })
-        ));
+        assert!(matches!(encode(&s), Err(Error::InvalidInput { .. })));
         let mut s = random_splats(3, 0, 1.0, 5);
         s.rotations[8..12].fill(0.0);
-        let e = encode_compressed_ply(&s).unwrap_err();
+        let e = encode(&s).unwrap_err();
         assert!(e.to_string().contains("rotations[splat 2]"), "{e}");
     }
 

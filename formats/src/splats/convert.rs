@@ -1,5 +1,7 @@
-//! Read and write any supported splat file by name, and the two transforms a conversion may
-//! need: dropping SH bands and changing the up axis.
+//! Read and write any supported splat file by name: [`SplatFormat`] picks the format module
+//! from the file name (and, for `.ply`, the content), and a write applies the transforms a
+//! conversion may need (SH degree, up axis; both from [`super::transform`]) before encoding.
+//! This module imports the format modules; none of them imports it.
 //!
 //! Formats ([`SplatFormat`], chosen from the file name): INRIA 3DGS PLY (`.ply`), PlayCanvas
 //! compressed PLY (`.compressed.ply`), SPZ (`.spz`, v1–v4 read; v2/v3/v4 written), antimatter15
@@ -9,36 +11,20 @@
 //! Reading a `.ply` looks at the content, so an INRIA file named `.compressed.ply` (or the
 //! reverse) still reads.
 //!
-//! Up-axis frames ([`UpAxis`]): Kiln's splats carry no frame tag, so the caller says which world
-//! axis points up in the input and which should point up in the output. glTF and 3D Tiles
-//! content are **+Y up** (x right, −z forward; 3D Tiles then applies its own Y-up → Z-up
-//! transform). COLMAP / OpenCV reconstructions are typically **−Y up** (their camera y axis
-//! points down, and an SfM world keeps the first camera's axes). Blender, Unreal-style and
-//! geospatial local frames (ENU) are **+Z up**. The conversion is always a proper rotation (no
-//! mirroring): [`up_axis_rotation`] documents the exact matrices.
-//!
 //! SPZ files from splat-transform / nianticlabs are stored in RUB, a half turn about X away from
 //! the PLY they came from; `--up-axis neg-y` (→ `y`) turns them back (see the `spz` docs).
 
 use std::path::Path;
 
-use super::compressed_ply::write_compressed_ply;
-use super::dot_splat::{read_dot_splat, write_dot_splat};
-use super::glb::{
-    SplatGlbOptions, read_splat_glb_file, read_splat_glb_file_placed, write_plain_splat_glb_at,
-    write_splat_glb_at,
-};
-use super::placed::{
-    POSITION_TOLERANCE_M, PlacedSplats, absolute_f32, f32_range_m, f32_step_m, largest_coordinate,
-};
-use super::ply::{read_ply, read_ply_placed, write_inria_ply_at};
-use super::sh::ShRotation;
-use super::sog::{SogOptions, read_sog, write_sog};
-use super::spz::spz_position_limit_m;
-use super::spz::{SpzOptions, encode_spz, read_spz, spz_recorded_frame};
+use super::glb::{SplatColorSpace, SplatGlbOptions};
+use super::placed::{PlacedRef, PlacedSplats};
+use super::sog::SogOptions;
+use super::spz::{SpzOptions, spz_recorded_frame};
 use super::spz_frame::SpzFrame;
-use super::{GaussianSplats, MAX_SH_DEGREE};
-use crate::atomic_write::write_atomic;
+use super::transform::{UpAxis, reduce_sh_degree, up_axis_rotation};
+use super::{
+    GaussianSplats, MAX_SH_DEGREE, compressed_ply, dot_splat, glb, ply, ply_container, sog, spz,
+};
 use crate::{Error, Result};
 
 /// A splat file format, as named by its file extension.
@@ -106,12 +92,12 @@ impl SplatFormat {
     /// Short human name (`"INRIA PLY"`, `"SPZ"`, …).
     pub fn name(self) -> &'static str {
         match self {
-            Self::InriaPly => "INRIA PLY",
-            Self::CompressedPly => "compressed PLY",
-            Self::Spz => "SPZ",
-            Self::DotSplat => ".splat",
-            Self::Glb => "GLB",
-            Self::Sog => "SOG",
+            Self::InriaPly => ply::NAME,
+            Self::CompressedPly => compressed_ply::NAME,
+            Self::Spz => spz::NAME,
+            Self::DotSplat => dot_splat::NAME,
+            Self::Glb => glb::NAME,
+            Self::Sog => sog::NAME,
         }
     }
 
@@ -125,45 +111,34 @@ impl SplatFormat {
 }
 
 /// Read a splat file of any supported format, chosen by [`SplatFormat::from_path`]; `.ply`
-/// files are told apart by content (INRIA vs compressed).
+/// files are told apart by content (an `element chunk` makes a PlayCanvas compressed PLY,
+/// [`compressed_ply::read`]; anything else is read by [`ply::read`]).
 ///
-/// Returns splats in the training parametrisation ([`GaussianSplats`]), in the frame the file
-/// stored them in, with absolute f32 means: `double` PLY coordinates beyond ±16 m move by more
-/// than 1 µm (31 mm steps at 500 km); [`read_splats_placed`] keeps them.
+/// Returns splats in the training parametrisation, in the frame the file stored them in, at an
+/// f64 origin ([`PlacedSplats`]): INRIA PLYs with `double` (or integer) x/y/z beyond f32's
+/// precision and GLBs whose node transforms place them far from the origin (a survey
+/// translation) keep those positions; every other file, and every one that f32 holds to 1 µm,
+/// reads at origin `[0, 0, 0]` (SPZ, `.splat`, compressed PLY and SOG store f32 or fixed-point
+/// positions). Callers that work in absolute f32 take [`PlacedSplats::into_absolute_f32`].
 ///
 /// # Errors
 /// [`Error::Unsupported`] for an unknown extension; [`Error::Invalid`] naming `path` for a file
 /// with no splats or a splat whose rotation is the zero quaternion (with its index); otherwise
-/// the format reader's errors, all naming `path` ([`read_ply`], [`read_spz`],
-/// [`read_dot_splat`], [`read_splat_glb_file`]).
-pub fn read_splats(path: &Path) -> Result<GaussianSplats> {
-    let splats = match SplatFormat::from_path(path)? {
-        SplatFormat::InriaPly | SplatFormat::CompressedPly => read_ply(path),
-        SplatFormat::Spz => read_spz(path),
-        SplatFormat::DotSplat => read_dot_splat(path),
-        SplatFormat::Glb => read_splat_glb_file(path),
-        SplatFormat::Sog => read_sog(path),
-    }?;
-    check_usable(path, &splats)?;
-    Ok(splats)
-}
-
-/// Read a splat file of any supported format as [`read_splats`] does, keeping positions that
-/// f32 cannot hold at an f64 origin ([`PlacedSplats`]): INRIA PLYs with `double` (or integer)
-/// x/y/z beyond f32's precision are read by [`read_ply_placed`], and GLBs whose node transforms
-/// place them far from the origin (a survey translation) by [`read_splat_glb_file_placed`]; every
-/// other file, and every one that f32 holds, reads with origin `[0, 0, 0]` and the splats
-/// [`read_splats`] returns. (SPZ, `.splat` and compressed PLY store f32 or fixed-point positions.)
-///
-/// # Errors
-/// As [`read_splats`].
-pub fn read_splats_placed(path: &Path) -> Result<PlacedSplats> {
+/// the format reader's errors, all naming `path` ([`ply::read`], [`compressed_ply::read`],
+/// [`spz::read`], [`dot_splat::read`], [`glb::read`], [`sog::read`]).
+pub fn read(path: &Path) -> Result<PlacedSplats> {
     let placed = match SplatFormat::from_path(path)? {
-        SplatFormat::InriaPly | SplatFormat::CompressedPly => read_ply_placed(path)?,
-        SplatFormat::Spz => PlacedSplats::at_zero(read_spz(path)?),
-        SplatFormat::DotSplat => PlacedSplats::at_zero(read_dot_splat(path)?),
-        SplatFormat::Glb => read_splat_glb_file_placed(path)?,
-        SplatFormat::Sog => PlacedSplats::at_zero(read_sog(path)?),
+        SplatFormat::InriaPly | SplatFormat::CompressedPly => {
+            if ply_container::read_header(path)?.is_compressed() {
+                compressed_ply::read(path)?
+            } else {
+                ply::read(path)?
+            }
+        }
+        SplatFormat::Spz => spz::read(path)?,
+        SplatFormat::DotSplat => dot_splat::read(path)?,
+        SplatFormat::Glb => glb::read(path)?,
+        SplatFormat::Sog => sog::read(path)?,
     };
     check_usable(path, &placed.splats)?;
     Ok(placed)
@@ -196,14 +171,14 @@ fn check_usable(path: &Path, splats: &GaussianSplats) -> Result<()> {
     Ok(())
 }
 
-/// The axis convention ([`SpzFrame`]) of the splats [`read_splats`] returns for `path`: RDF
+/// The axis convention ([`SpzFrame`]) of the splats [`read`] returns for `path`: RDF
 /// for INRIA and PlayCanvas PLYs and `.splat` files (the trainers' frame), LUF for
 /// `KHR_gaussian_splatting` GLBs (glTF's), RDF for SPZ v4 files that record a frame (the reader
 /// turns them into RDF), and `None` for SPZ files that record none (their numbers are kept as
 /// stored: RUB if the writer followed the SPZ default, often the PLY's RDF in practice).
 ///
 /// # Errors
-/// As [`read_splats`] when the SPZ file cannot be read or its header is corrupt.
+/// As [`read`] when the SPZ file cannot be read or its header is corrupt.
 pub fn frame_of_read(path: &Path) -> Result<Option<SpzFrame>> {
     Ok(match SplatFormat::from_path(path)? {
         // splat-transform writes SOG in the PLY's frame (it bakes its transform to PLY space).
@@ -219,8 +194,8 @@ pub fn frame_of_read(path: &Path) -> Result<Option<SpzFrame>> {
     })
 }
 
-/// The frame of splats in `frame` after [`rotate_splats`] with `r` (p′ = r·p): the basis
-/// B·rᵀ, if it is one of the sixteen SPZ frames.
+/// The frame of splats in `frame` after [`super::transform::rotate_splats`] with `r`
+/// (p′ = r·p): the basis B·rᵀ, if it is one of the sixteen SPZ frames.
 #[must_use]
 pub fn rotated_frame(frame: SpzFrame, r: [[f64; 3]; 3]) -> Option<SpzFrame> {
     let b = frame.basis();
@@ -229,193 +204,8 @@ pub fn rotated_frame(frame: SpzFrame, r: [[f64; 3]; 3]) -> Option<SpzFrame> {
     SpzFrame::from_basis(&turned)
 }
 
-/// Which world axis points up in a splat scene. See the module docs for common conventions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UpAxis {
-    /// +X up.
-    X,
-    /// −X up.
-    NegX,
-    /// +Y up: glTF, 3D Tiles glTF content, three.js, PlayCanvas.
-    Y,
-    /// −Y up: COLMAP / OpenCV-style SfM worlds (camera y points down), INRIA 3DGS output.
-    NegY,
-    /// +Z up: Blender, ENU geospatial frames, 3D Tiles tileset frame.
-    Z,
-    /// −Z up.
-    NegZ,
-}
-
-impl UpAxis {
-    /// Every axis with its command-line name (`x`, `neg-x`, `y`, `neg-y`, `z`, `neg-z`).
-    pub const ALL: [(UpAxis, &'static str); 6] = [
-        (UpAxis::X, "x"),
-        (UpAxis::NegX, "neg-x"),
-        (UpAxis::Y, "y"),
-        (UpAxis::NegY, "neg-y"),
-        (UpAxis::Z, "z"),
-        (UpAxis::NegZ, "neg-z"),
-    ];
-
-    /// The command-line name ([`UpAxis::ALL`]).
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        UpAxis::ALL
-            .iter()
-            .find(|(a, _)| *a == self)
-            .map_or("y", |(_, name)| name)
-    }
-
-    /// Rotation (row-major, p′ = R·p) carrying this axis onto +Y: a single quarter or half turn
-    /// about X (for ±Y, ±Z) or about Z (for ±X).
-    fn to_y(self) -> [[f64; 3]; 3] {
-        match self {
-            // Identity.
-            UpAxis::Y => [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]],
-            // 180° about X: (x, y, z) → (x, −y, −z).
-            UpAxis::NegY => [[1.0, 0.0, 0.0], [0.0, -1.0, 0.0], [0.0, 0.0, -1.0]],
-            // −90° about X: (x, y, z) → (x, z, −y) (Blender's glTF export).
-            UpAxis::Z => [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, -1.0, 0.0]],
-            // +90° about X: (x, y, z) → (x, −z, y).
-            UpAxis::NegZ => [[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]],
-            // +90° about Z: (x, y, z) → (−y, x, z).
-            UpAxis::X => [[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]],
-            // −90° about Z: (x, y, z) → (y, −x, z).
-            UpAxis::NegX => [[0.0, 1.0, 0.0], [-1.0, 0.0, 0.0], [0.0, 0.0, 1.0]],
-        }
-    }
-}
-
-impl std::str::FromStr for UpAxis {
-    type Err = String;
-
-    /// Parse a command-line name from [`UpAxis::ALL`]; `-y`, `+y` and `negy` are accepted too.
-    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
-        let t = s.trim().to_ascii_lowercase().replace('_', "-");
-        let t = t.strip_prefix('+').unwrap_or(&t);
-        let t = match t.strip_prefix('-').or_else(|| t.strip_prefix("neg")) {
-            Some(axis) => format!("neg-{}", axis.trim_start_matches('-')),
-            None => t.to_string(),
-        };
-        UpAxis::ALL
-            .iter()
-            .find(|(_, name)| *name == t)
-            .map(|(a, _)| *a)
-            .ok_or_else(|| {
-                format!(
-                    "unknown up axis `{s}`; use one of {}",
-                    UpAxis::ALL.map(|(_, n)| n).join(", ")
-                )
-            })
-    }
-}
-
-/// The rotation (row-major 3×3, p′ = R·p) that turns a scene whose up axis is `from` into one
-/// whose up axis is `to`: R = to_y(to)ᵀ · to_y(from), where to_y is the quarter/half turn
-/// listed on each [`UpAxis`] case. `from == to` gives the identity. For example NegY → Y is
-/// (x, y, z) → (x, −y, −z) and Z → Y is (x, y, z) → (x, z, −y).
-pub fn up_axis_rotation(from: UpAxis, to: UpAxis) -> [[f64; 3]; 3] {
-    let a = from.to_y();
-    let b = to.to_y();
-    std::array::from_fn(|i| std::array::from_fn(|j| (0..3).map(|k| b[k][i] * a[k][j]).sum()))
-}
-
-/// Hamilton product of two wxyz quaternions.
-fn quat_mul(a: [f64; 4], b: [f64; 4]) -> [f64; 4] {
-    [
-        a[0] * b[0] - a[1] * b[1] - a[2] * b[2] - a[3] * b[3],
-        a[0] * b[1] + a[1] * b[0] + a[2] * b[3] - a[3] * b[2],
-        a[0] * b[2] - a[1] * b[3] + a[2] * b[0] + a[3] * b[1],
-        a[0] * b[3] + a[1] * b[2] - a[2] * b[1] + a[3] * b[0],
-    ]
-}
-
-/// Rotate a whole splat scene by the proper rotation `r` (row-major, p′ = r·p): means become
-/// r·μ, rotations q_r ⊗ q (so covariances become r·Σ·rᵀ; quaternions are not renormalised
-/// beyond what the product does), SH bands 1..=3 are rotated so that the colour seen along r·d
-/// afterwards equals the colour seen along d before ([`ShRotation`]). Scales, opacities and
-/// the DC term are unchanged.
-///
-/// # Errors
-/// [`Error::InvalidInput`] when `r` is not orthonormal with determinant +1 (tolerance 1e−6):
-/// mirroring would flip SH handedness and is not a change of up axis; or when shapes are
-/// inconsistent.
-pub fn rotate_splats(splats: &mut GaussianSplats, r: [[f64; 3]; 3]) -> Result<()> {
-    const CONTEXT: &str = "rotate splats";
-    splats.check_shapes(CONTEXT)?;
-    let det = r[0][0] * (r[1][1] * r[2][2] - r[1][2] * r[2][1])
-        - r[0][1] * (r[1][0] * r[2][2] - r[1][2] * r[2][0])
-        + r[0][2] * (r[1][0] * r[2][1] - r[1][1] * r[2][0]);
-    let orthonormal = (0..3).all(|i| {
-        (0..3).all(|j| {
-            let dot: f64 = (0..3).map(|k| r[i][k] * r[j][k]).sum();
-            (dot - if i == j { 1.0 } else { 0.0 }).abs() < 1e-6
-        })
-    });
-    if !orthonormal || (det - 1.0).abs() > 1e-6 {
-        return Err(Error::InvalidInput {
-            context: CONTEXT,
-            field: "rotation".into(),
-            expected: "an orthonormal 3×3 matrix with determinant +1 (no mirroring)".into(),
-            found: format!("{r:?} (det {det})"),
-        });
-    }
-    for p in splats.means.chunks_exact_mut(3) {
-        let v = [p[0] as f64, p[1] as f64, p[2] as f64];
-        for i in 0..3 {
-            p[i] = (r[i][0] * v[0] + r[i][1] * v[1] + r[i][2] * v[2]) as f32;
-        }
-    }
-    let qr = crate::rotation::rotation_to_quaternion(r);
-    for q in splats.rotations.chunks_exact_mut(4) {
-        let out = quat_mul(qr, [q[0] as f64, q[1] as f64, q[2] as f64, q[3] as f64]);
-        for (d, s) in q.iter_mut().zip(out) {
-            *d = s as f32;
-        }
-    }
-    if splats.sh_degree > 0 {
-        ShRotation::new(r).apply(&mut splats.sh_coeffs, splats.sh_degree);
-    }
-    Ok(())
-}
-
-/// Drop SH bands above `degree` (coefficients are truncated, not refitted: the lower bands of a
-/// real SH expansion are unchanged by removing higher ones).
-///
-/// # Errors
-/// [`Error::InvalidInput`] when `degree` is higher than the splats' degree (bands cannot be
-/// invented; the message names the input degree as the fix), or shapes are inconsistent.
-pub fn reduce_sh_degree(splats: &mut GaussianSplats, degree: u32) -> Result<()> {
-    const CONTEXT: &str = "reduce SH degree";
-    splats.check_shapes(CONTEXT)?;
-    if degree > splats.sh_degree {
-        return Err(Error::InvalidInput {
-            context: CONTEXT,
-            field: "sh_degree".into(),
-            expected: format!(
-                "at most {} (the input's SH degree; higher bands cannot be invented: pass \
-                 --sh-degree {} or lower, or omit it)",
-                splats.sh_degree, splats.sh_degree
-            ),
-            found: degree.to_string(),
-        });
-    }
-    if degree == splats.sh_degree {
-        return Ok(());
-    }
-    let k_old = splats.sh_coeffs_per_channel();
-    let k_new = ((degree + 1) * (degree + 1)) as usize;
-    let mut out = Vec::with_capacity(splats.len() * k_new * 3);
-    for s in splats.sh_coeffs.chunks_exact(k_old * 3) {
-        out.extend_from_slice(&s[..k_new * 3]);
-    }
-    splats.sh_coeffs = out;
-    splats.sh_degree = degree;
-    Ok(())
-}
-
-/// What [`write_splats`] does besides encoding. `Default`: format from the file name, keep the
-/// SH degree, no rotation, SPZ v3 at 12 fractional bits, plain (uncompressed) GLB.
+/// What [`write()`] does besides encoding. `Default`: format from the file name, keep the SH
+/// degree, no rotation, SPZ v3 at 12 fractional bits, plain (uncompressed) GLB in sRGB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WriteOptions {
     /// Output format; `None` picks it from the file name ([`SplatFormat::from_path`]).
@@ -426,19 +216,20 @@ pub struct WriteOptions {
     /// `(input up axis, output up axis)`: rotate the scene with [`up_axis_rotation`]; `None`
     /// stores coordinates as given.
     pub up_axis: Option<(UpAxis, UpAxis)>,
-    /// SPZ encoding of `.spz` outputs (version 2, 3 or 4; fractional bits; antialiasing flag).
+    /// SPZ encoding of `.spz` outputs (version 2, 3 or 4; fractional bits; antialiasing flag),
+    /// and of the payload of `.glb` outputs with [`Self::glb_spz`].
     pub spz: SpzOptions,
     /// `.glb` outputs: `true` embeds an SPZ payload (`KHR_gaussian_splatting_compression_spz_2`,
     /// SPZ v2/v3 from [`Self::spz`], what CesiumJS renders); `false` writes plain float
     /// accessors.
     pub glb_spz: bool,
-    /// `.glb` colour space and (with `glb_spz`) SPZ settings; `spz` is taken from [`Self::spz`].
-    pub glb: SplatGlbOptions,
+    /// `.glb` outputs: `KHR_gaussian_splatting.colorSpace`.
+    pub glb_color_space: SplatColorSpace,
     /// SOG encoding of `.sog` / `meta.json` outputs (SH palette k-means rounds, seed, size).
     pub sog: SogOptions,
 }
 
-/// What [`write_splats`] wrote, for a one-line summary.
+/// What [`write()`] wrote, for a one-line summary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriteSummary {
     /// Format written.
@@ -447,70 +238,44 @@ pub struct WriteSummary {
     pub splats: usize,
     /// SH degree stored in the file (0 for `.splat`, whatever the input held).
     pub sh_degree: u32,
-    /// Size of the written file in bytes.
+    /// Size of the written file in bytes (of every file of an unbundled SOG).
     pub bytes: u64,
 }
 
-/// Transform (SH degree, up axis) and write `splats` to `path` in the format its name asks for
+/// Transform (SH degree, up axis) and write splats to `path` in the format its name asks for
 /// (or `options.format`), atomically: the file appears complete or not at all, and an existing
 /// file is kept on any error. SH degree reduction happens before rotation (cheaper; the result
-/// is the same since rotation never mixes bands). `.splat` stores no SH; higher bands are
-/// dropped and the summary says degree 0. The means are absolute (origin 0); see
-/// [`write_splats_placed`].
+/// is the same since rotation never mixes bands); an up-axis turn rotates the origin too.
+/// `.splat` stores no SH; higher bands are dropped and the summary says degree 0.
+///
+/// - `splats`: a `&PlacedSplats`, or a `&GaussianSplats` with absolute means (origin 0).
+///   Formats that hold f64 positions keep a non-zero origin: INRIA PLY as `double x y z` =
+///   origin + mean, GLB as the node `translation`. SPZ (24-bit fixed point), `.splat`,
+///   compressed PLY and SOG (absolute f32) are written from `origin + mean` when that moves no
+///   coordinate by more than [`super::placed::POSITION_TOLERANCE_M`] (and, for SPZ, fits its
+///   range), and refused otherwise. Origin 0 writes exactly the bytes of the format's writer.
 ///
 /// # Errors
 /// [`Error::Unsupported`] for an unknown extension (names the supported ones);
 /// [`Error::InvalidInput`] for an SH degree above the input's (names the fix), inconsistent
 /// shapes, non-finite values, SPZ v4 inside a GLB, an empty scene for GLB;
-/// [`Error::PositionRange`] for SPZ positions beyond the fixed-point range (±2048 m at 12
-/// fractional bits); [`Error::Io`] naming `path` when writing fails.
-pub fn write_splats(
+/// [`Error::PositionRange`] naming `path`, the format, its range and precision, the largest
+/// coordinate and the fix (write `.ply` or `.glb`, or tile with a splats job) when the format
+/// cannot hold the positions (SPZ: beyond its fixed-point range, ±2048 m at 12 fractional
+/// bits); [`Error::Io`] naming `path` when writing fails.
+pub fn write<'a>(
     path: &Path,
-    splats: &GaussianSplats,
+    splats: impl Into<PlacedRef<'a>>,
     options: &WriteOptions,
 ) -> Result<WriteSummary> {
-    write_splats_at(path, splats, [0.0; 3], options)
-}
-
-/// [`write_splats`] for splats at an f64 origin ([`PlacedSplats`]; an up-axis turn rotates the
-/// origin too). Formats that hold f64 positions keep them: INRIA PLY as `double x y z` =
-/// origin + mean ([`super::ply::write_inria_ply_placed`]), GLB as the node `translation`
-/// ([`super::glb::write_plain_splat_glb_placed`], [`super::glb::write_splat_glb_placed`]).
-/// SPZ (24-bit fixed point), `.splat` and compressed PLY (absolute f32) are written from
-/// `origin + mean` when that moves no coordinate by more than [`POSITION_TOLERANCE_M`] (and, for
-/// SPZ, fits its range), and refused otherwise. Origin 0 writes exactly what [`write_splats`] writes.
-///
-/// # Errors
-/// As [`write_splats`]; [`Error::PositionRange`] naming `path`, the format, its range and
-/// precision, the largest coordinate and the fix (write `.ply` or `.glb`, or tile with a
-/// splats job) when the format cannot hold the positions to [`POSITION_TOLERANCE_M`].
-pub fn write_splats_placed(
-    path: &Path,
-    placed: &PlacedSplats,
-    options: &WriteOptions,
-) -> Result<WriteSummary> {
-    write_splats_at(path, &placed.splats, placed.origin_m, options)
-}
-
-/// What to do instead when a format cannot hold the positions (the message's fix).
-const POSITION_RANGE_FIX: &str = "write `.ply` (double x/y/z) or `.glb` (f64 node translation) \
-    instead, or tile the file with a `kind = \"splats\"` job (3D Tiles transforms), which all keep \
-    f64 positions; or move the scene near the origin before converting";
-
-/// The writer of [`write_splats`] and [`write_splats_placed`]: means relative to `origin_m`.
-fn write_splats_at(
-    path: &Path,
-    splats: &GaussianSplats,
-    origin_m: [f64; 3],
-    options: &WriteOptions,
-) -> Result<WriteSummary> {
+    let placed = splats.into();
     let format = match options.format {
         Some(f) => f,
         None => SplatFormat::from_path(path)?,
     };
-    splats.check_shapes("write splats")?;
+    placed.splats.check_shapes("write splats")?;
     let mut owned;
-    let mut s = splats;
+    let mut s = placed.splats;
     if let Some(degree) = options.sh_degree
         && degree != s.sh_degree
     {
@@ -518,7 +283,7 @@ fn write_splats_at(
         reduce_sh_degree(&mut owned, degree)?;
         s = &owned;
     }
-    let mut origin_m = origin_m;
+    let mut origin_m = placed.origin_m;
     if let Some((from, to)) = options.up_axis
         && from != to
     {
@@ -531,35 +296,25 @@ fn write_splats_at(
         owned = turned.splats;
         s = &owned;
     }
+    let out = PlacedRef {
+        origin_m,
+        splats: s,
+    };
     let mut written = None;
     match format {
-        SplatFormat::InriaPly => write_inria_ply_at(path, s, origin_m)?,
+        SplatFormat::InriaPly => ply::write(path, out)?,
+        SplatFormat::CompressedPly => compressed_ply::write(path, out)?,
+        SplatFormat::Spz => spz::write(path, out, &options.spz)?,
+        SplatFormat::DotSplat => dot_splat::write(path, out)?,
         SplatFormat::Glb => {
-            let bytes = if options.glb_spz {
-                let glb = SplatGlbOptions {
-                    spz: options.spz,
-                    ..options.glb
-                };
-                write_splat_glb_at(s, &glb, origin_m)?
-            } else {
-                write_plain_splat_glb_at(s, &options.glb, origin_m)?
+            let glb = SplatGlbOptions {
+                color_space: options.glb_color_space,
+                spz: options.glb_spz.then_some(options.spz),
             };
-            write_atomic(path, &bytes)?
+            glb::write(path, out, &glb)?;
         }
-        SplatFormat::Spz
-        | SplatFormat::DotSplat
-        | SplatFormat::CompressedPly
-        | SplatFormat::Sog => {
-            let absolute = absolute_positions(path, format, s, origin_m, &options.spz)?;
-            let a = absolute.as_ref().unwrap_or(s);
-            match format {
-                SplatFormat::Spz => write_atomic(path, &encode_spz(a, &options.spz)?)?,
-                SplatFormat::DotSplat => write_dot_splat(path, a)?,
-                // An unbundled SOG is several files: count them all.
-                SplatFormat::Sog => written = Some(write_sog(a, path, &options.sog)?),
-                _ => write_compressed_ply(path, a)?,
-            }
-        }
+        // An unbundled SOG is several files: count them all.
+        SplatFormat::Sog => written = Some(sog::write(path, out, &options.sog)?),
     }
     let bytes = match written {
         Some(bytes) => bytes,
@@ -575,86 +330,11 @@ fn write_splats_at(
     })
 }
 
-/// The splats with absolute means (`origin + mean` as f32) for a format that stores absolute
-/// positions (SPZ, `.splat`, compressed PLY); `None` when `origin_m` is 0 (use `splats` as
-/// they are).
-///
-/// # Errors
-/// [`Error::PositionRange`] when a position does not fit SPZ's fixed point at
-/// `spz.fractional_bits` (SPZ only, any origin), or when the cast to f32 moves a coordinate by
-/// more than [`POSITION_TOLERANCE_M`].
-fn absolute_positions(
-    path: &Path,
-    format: SplatFormat,
-    splats: &GaussianSplats,
-    origin_m: [f64; 3],
-    spz: &SpzOptions,
-) -> Result<Option<GaussianSplats>> {
-    let placed = |means: &GaussianSplats| largest_coordinate(means, origin_m);
-    let error = |capacity: String| {
-        let (largest_m, i, axis) = placed(splats);
-        Error::PositionRange {
-            path: path.to_path_buf(),
-            format: format.name(),
-            capacity,
-            largest_m,
-            location: format!("splat {i}, {}", ["x", "y", "z"][axis]),
-            fix: POSITION_RANGE_FIX,
-        }
-    };
-    if format == SplatFormat::Spz {
-        let fb = spz.fractional_bits.min(23);
-        let fits = |fb: u8, x: f64| {
-            let fixed = (x * (1u64 << fb) as f64).round();
-            (-((1i64 << 23) as f64)..(1i64 << 23) as f64).contains(&fixed)
-        };
-        let (largest_m, _, _) = placed(splats);
-        if !fits(fb, largest_m) {
-            let needed = (0..=fb).rev().find(|&b| fits(b, largest_m));
-            let step_mm = |b: u8| 1e3 / (1u64 << b) as f64;
-            let reach = match needed {
-                Some(b) => format!(
-                    "{largest_m:.3} m would need {b} fractional bits, steps of {:.3} mm",
-                    step_mm(b)
-                ),
-                None => "no fractional-bit setting reaches it".into(),
-            };
-            return Err(error(format!(
-                "24-bit fixed-point positions, |x| ≤ {:.3} m at {fb} fractional bits in steps of \
-                 {:.3} mm ({reach})",
-                spz_position_limit_m(fb),
-                step_mm(fb)
-            )));
-        }
-    }
-    if origin_m == [0.0; 3] {
-        return Ok(None);
-    }
-    let (absolute, moved_m) = absolute_f32(splats, origin_m);
-    if moved_m > POSITION_TOLERANCE_M {
-        let (largest_m, _, _) = placed(splats);
-        let how = match format {
-            SplatFormat::CompressedPly => "f32 chunk bounds (positions quantised between them)",
-            SplatFormat::Spz => "f32 positions before fixed-point quantisation",
-            SplatFormat::Sog => "f32 positions (log-transformed, 16 bits between per-axis bounds)",
-            _ => "absolute f32 positions",
-        };
-        return Err(error(format!(
-            "{how}, within {POSITION_TOLERANCE_M} m only for |x| < {:.0} m (f32 steps are \
-             {:.3} mm at {largest_m:.0} m; casting moves a splat by up to {:.3} mm)",
-            f32_range_m(POSITION_TOLERANCE_M),
-            f32_step_m(largest_m) * 1e3,
-            moved_m * 1e3
-        )));
-    }
-    Ok(Some(absolute))
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
     fn empty_files_and_zero_quaternions_are_refused_at_read_naming_file_and_splat() {
-        use super::super::ply::write_inria_ply;
+        use super::super::ply;
         let dir = tempfile::tempdir().unwrap();
         // A 0-splat PLY and an empty .splat.
         let empty_ply = dir.path().join("empty.ply");
@@ -670,7 +350,7 @@ mod tests {
         let empty_splat = dir.path().join("empty.splat");
         std::fs::write(&empty_splat, b"").unwrap();
         for p in [&empty_ply, &empty_splat] {
-            let err = read_splats(p).unwrap_err().to_string();
+            let err = read(p).unwrap_err().to_string();
             assert!(
                 err.contains(&p.display().to_string()) && err.contains("at least one splat"),
                 "{err}"
@@ -680,8 +360,8 @@ mod tests {
         let mut s = crate::splats::test_data::random_splats(3, 0, 1.0, 2);
         s.rotations[4..8].fill(0.0);
         let zero = dir.path().join("zero.ply");
-        write_inria_ply(&zero, &s).unwrap();
-        let err = read_splats(&zero).unwrap_err().to_string();
+        ply::write(&zero, &s).unwrap();
+        let err = read(&zero).unwrap_err().to_string();
         assert!(
             err.contains("zero.ply") && err.contains("rotation of splat 1"),
             "{err}"
@@ -689,19 +369,9 @@ mod tests {
     }
 
     use super::*;
-    use crate::splats::sh::eval_sh_colour;
     use crate::splats::spz::SpzVersion;
     use crate::splats::test_data::random_splats;
     use std::path::PathBuf;
-
-    fn quat_to_matrix(q: &[f32]) -> [[f64; 3]; 3] {
-        crate::rotation::quaternion_to_rotation([0, 1, 2, 3].map(|i| f64::from(q[i])))
-            .expect("non-zero quaternion")
-    }
-
-    fn mat_mul(a: [[f64; 3]; 3], b: [[f64; 3]; 3]) -> [[f64; 3]; 3] {
-        std::array::from_fn(|i| std::array::from_fn(|j| (0..3).map(|k| a[i][k] * b[k][j]).sum()))
-    }
 
     #[test]
     fn format_is_chosen_by_suffix() {
@@ -721,108 +391,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn up_axis_names_parse() {
-        assert_eq!("neg-y".parse::<UpAxis>().unwrap(), UpAxis::NegY);
-        assert_eq!("-y".parse::<UpAxis>().unwrap(), UpAxis::NegY);
-        assert_eq!("+Z".parse::<UpAxis>().unwrap(), UpAxis::Z);
-        assert_eq!("negx".parse::<UpAxis>().unwrap(), UpAxis::NegX);
-        assert!("w".parse::<UpAxis>().unwrap_err().contains("neg-z"));
-    }
-
-    #[test]
-    fn up_axis_rotation_carries_the_up_axis_and_is_proper() {
-        let unit = |a: UpAxis| -> [f64; 3] {
-            match a {
-                UpAxis::X => [1.0, 0.0, 0.0],
-                UpAxis::NegX => [-1.0, 0.0, 0.0],
-                UpAxis::Y => [0.0, 1.0, 0.0],
-                UpAxis::NegY => [0.0, -1.0, 0.0],
-                UpAxis::Z => [0.0, 0.0, 1.0],
-                UpAxis::NegZ => [0.0, 0.0, -1.0],
-            }
-        };
-        for (from, _) in UpAxis::ALL {
-            for (to, _) in UpAxis::ALL {
-                let r = up_axis_rotation(from, to);
-                let u = unit(from);
-                let v: [f64; 3] = std::array::from_fn(|i| (0..3).map(|k| r[i][k] * u[k]).sum());
-                assert_eq!(v, unit(to), "{from:?} → {to:?}");
-                let mut s = random_splats(2, 0, 1.0, 1);
-                rotate_splats(&mut s, r).unwrap();
-            }
-        }
-        let r = up_axis_rotation(UpAxis::NegY, UpAxis::Y);
-        assert_eq!(r, [[1.0, 0.0, 0.0], [0.0, -1.0, 0.0], [0.0, 0.0, -1.0]]);
-        let r = up_axis_rotation(UpAxis::Z, UpAxis::Y);
-        assert_eq!(r, [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, -1.0, 0.0]]);
-    }
-
-    #[test]
-    fn rotate_splats_moves_means_covariances_and_sh_consistently() {
-        let s = random_splats(200, 3, 5.0, 17);
-        // A generic rotation: Z-up → Y-up composed with a turn about the new up axis.
-        let turn = {
-            let (sn, c) = 0.9f64.sin_cos();
-            [[c, 0.0, sn], [0.0, 1.0, 0.0], [-sn, 0.0, c]]
-        };
-        let r = mat_mul(turn, up_axis_rotation(UpAxis::Z, UpAxis::Y));
-        let mut t = s.clone();
-        rotate_splats(&mut t, r).unwrap();
-        let k = 16;
-        for i in 0..200 {
-            let m = &s.means[i * 3..i * 3 + 3];
-            for a in 0..3 {
-                let expected: f64 = (0..3).map(|j| r[a][j] * m[j] as f64).sum();
-                assert!((t.means[i * 3 + a] as f64 - expected).abs() < 1e-5);
-            }
-            // Rotation matrix of the splat: R · R_old.
-            let before = mat_mul(r, quat_to_matrix(&s.rotations[i * 4..i * 4 + 4]));
-            let after = quat_to_matrix(&t.rotations[i * 4..i * 4 + 4]);
-            for a in 0..3 {
-                for b in 0..3 {
-                    assert!((before[a][b] - after[a][b]).abs() < 1e-5);
-                }
-            }
-            // Colour seen along d before equals colour along R·d after.
-            for d in [[0.0, 0.0, 1.0], [0.6, -0.8, 0.0], [0.48, 0.6, -0.64]] {
-                let rd: [f64; 3] = std::array::from_fn(|a| (0..3).map(|j| r[a][j] * d[j]).sum());
-                let c0 = eval_sh_colour(&s.sh_coeffs[i * k * 3..(i + 1) * k * 3], d);
-                let c1 = eval_sh_colour(&t.sh_coeffs[i * k * 3..(i + 1) * k * 3], rd);
-                for c in 0..3 {
-                    assert!((c0[c] - c1[c]).abs() < 1e-4, "splat {i}: {c0:?} vs {c1:?}");
-                }
-            }
-        }
-        assert_eq!(s.log_scales, t.log_scales);
-        assert_eq!(s.logit_opacities, t.logit_opacities);
-        // Mirrors are refused.
-        let mirror = [[-1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
-        assert!(
-            rotate_splats(&mut t, mirror)
-                .unwrap_err()
-                .to_string()
-                .contains("determinant")
-        );
-    }
-
-    #[test]
-    fn sh_degree_reduction_keeps_lower_bands_and_refuses_to_invent() {
-        let s = random_splats(10, 3, 1.0, 3);
-        let mut t = s.clone();
-        reduce_sh_degree(&mut t, 1).unwrap();
-        assert_eq!(t.sh_degree, 1);
-        t.check_shapes("test").unwrap();
-        for i in 0..10 {
-            assert_eq!(
-                &t.sh_coeffs[i * 12..(i + 1) * 12],
-                &s.sh_coeffs[i * 48..i * 48 + 12]
-            );
-        }
-        let e = reduce_sh_degree(&mut t, 2).unwrap_err().to_string();
-        assert!(e.contains("--sh-degree 1 or lower"), "{e}");
-    }
-
     fn out(dir: &tempfile::TempDir, name: &str) -> PathBuf {
         dir.path().join(name)
     }
@@ -833,11 +401,11 @@ mod tests {
         let s = random_splats(300, 2, 3.0, 8);
         for (format, suffix) in SplatFormat::ALL {
             let p = out(&dir, &format!("scene{suffix}"));
-            let summary = write_splats(&p, &s, &WriteOptions::default()).unwrap();
+            let summary = write(&p, &s, &WriteOptions::default()).unwrap();
             assert_eq!(summary.format, format);
             assert_eq!(summary.splats, 300);
             assert_eq!(summary.bytes, std::fs::metadata(&p).unwrap().len());
-            let back = read_splats(&p).unwrap();
+            let back = read(&p).unwrap().splats;
             assert_eq!(back.len(), 300, "{format:?}");
             let expected_degree = if format == SplatFormat::DotSplat {
                 0
@@ -852,21 +420,21 @@ mod tests {
         // Unbundled SOG: `meta.json` names it; the summary counts every file of the folder,
         // and the folder itself reads back.
         let p = out(&dir, "sog/meta.json");
-        let summary = write_splats(&p, &s, &WriteOptions::default()).unwrap();
+        let summary = write(&p, &s, &WriteOptions::default()).unwrap();
         let on_disk: u64 = std::fs::read_dir(out(&dir, "sog"))
             .unwrap()
             .map(|e| e.unwrap().metadata().unwrap().len())
             .sum();
         assert_eq!((summary.format, summary.bytes), (SplatFormat::Sog, on_disk));
-        assert_eq!(read_splats(&out(&dir, "sog")).unwrap().len(), 300);
+        assert_eq!(read(&out(&dir, "sog")).unwrap().splats.len(), 300);
         // SPZ-compressed GLB and SPZ v4 through the same entry point.
         let p = out(&dir, "c.glb");
         let opts = WriteOptions {
             glb_spz: true,
             ..Default::default()
         };
-        write_splats(&p, &s, &opts).unwrap();
-        assert_eq!(read_splats(&p).unwrap().len(), 300);
+        write(&p, &s, &opts).unwrap();
+        assert_eq!(read(&p).unwrap().splats.len(), 300);
         let p = out(&dir, "v4.spz");
         let opts = WriteOptions {
             spz: SpzOptions {
@@ -875,12 +443,12 @@ mod tests {
             },
             ..Default::default()
         };
-        write_splats(&p, &s, &opts).unwrap();
+        write(&p, &s, &opts).unwrap();
         assert_eq!(&std::fs::read(&p).unwrap()[..4], b"NGSP");
     }
 
     #[test]
-    fn write_splats_applies_sh_degree_and_up_axis() {
+    fn write_applies_sh_degree_and_up_axis() {
         let dir = tempfile::tempdir().unwrap();
         let s = random_splats(50, 3, 3.0, 8);
         let p = out(&dir, "r.ply");
@@ -889,9 +457,9 @@ mod tests {
             up_axis: Some((UpAxis::NegY, UpAxis::Y)),
             ..Default::default()
         };
-        let summary = write_splats(&p, &s, &opts).unwrap();
+        let summary = write(&p, &s, &opts).unwrap();
         assert_eq!(summary.sh_degree, 1);
-        let back = read_splats(&p).unwrap();
+        let back = read(&p).unwrap().splats;
         assert_eq!(back.sh_degree, 1);
         for i in 0..50 {
             assert_eq!(back.means[i * 3], s.means[i * 3]);
@@ -904,14 +472,14 @@ mod tests {
             sh_degree: Some(3),
             ..Default::default()
         };
-        let e = write_splats(&q, &back, &opts).unwrap_err().to_string();
+        let e = write(&q, &back, &opts).unwrap_err().to_string();
         assert!(e.contains("--sh-degree 1 or lower"), "{e}");
         assert!(!q.exists());
         // A failing encoder leaves an existing file untouched and no temporary behind.
         std::fs::write(&q, b"old").unwrap();
         let mut far = s.clone();
         far.means[0] = 1e6;
-        assert!(write_splats(&q, &far, &WriteOptions::default()).is_err());
+        assert!(write(&q, &far, &WriteOptions::default()).is_err());
         assert_eq!(std::fs::read(&q).unwrap(), b"old");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
     }
@@ -963,7 +531,7 @@ mod tests {
                 .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
                 .collect()
         } else {
-            crate::splats::spz::decode_spz(bytes).unwrap().means
+            crate::splats::spz::decode(bytes).unwrap().means
         };
         (translation, positions)
     }
@@ -974,8 +542,8 @@ mod tests {
         let placed = survey_placed();
         // PLY: double x/y/z, read back to the same positions.
         let p = out(&dir, "s.ply");
-        write_splats_placed(&p, &placed, &WriteOptions::default()).unwrap();
-        let back = read_splats_placed(&p).unwrap();
+        write(&p, &placed, &WriteOptions::default()).unwrap();
+        let back = read(&p).unwrap();
         assert_survey_positions(back.origin_m, &back.splats.means, "PLY");
         // GLB, plain and SPZ-compressed: node translation + stored positions.
         for glb_spz in [false, true] {
@@ -984,7 +552,7 @@ mod tests {
                 glb_spz,
                 ..Default::default()
             };
-            write_splats_placed(&p, &placed, &opts).unwrap();
+            write(&p, &placed, &opts).unwrap();
             let (t, means) = glb_translation_and_positions(&std::fs::read(&p).unwrap());
             assert_eq!(t, [500_000.0, 4_000_000.0, 10.0]);
             assert_survey_positions(t, &means, if glb_spz { "SPZ GLB" } else { "GLB" });
@@ -995,7 +563,7 @@ mod tests {
             up_axis: Some((UpAxis::NegY, UpAxis::Y)),
             ..Default::default()
         };
-        write_splats_placed(&p, &placed, &opts).unwrap();
+        write(&p, &placed, &opts).unwrap();
         let (t, means) = glb_translation_and_positions(&std::fs::read(&p).unwrap());
         assert_eq!(t, [500_000.0, -4_000_000.0, -10.0]);
         let flipped: Vec<f32> = means
@@ -1020,7 +588,7 @@ mod tests {
             ("s.compressed.ply", "compressed PLY", "f32 chunk bounds"),
         ] {
             let p = out(&dir, name);
-            let e = write_splats_placed(&p, &placed, &WriteOptions::default()).unwrap_err();
+            let e = write(&p, &placed, &WriteOptions::default()).unwrap_err();
             assert!(
                 matches!(&e, Error::PositionRange { format: f, largest_m, .. }
                     if *f == format && *largest_m == 4_000_000.0),
@@ -1040,7 +608,7 @@ mod tests {
             assert!(!p.exists(), "{name} was written");
         }
         // SPZ says what 4000 km would take: 1 fractional bit, 500 mm steps.
-        let e = write_splats_placed(&out(&dir, "t.spz"), &placed, &WriteOptions::default())
+        let e = write(&out(&dir, "t.spz"), &placed, &WriteOptions::default())
             .unwrap_err()
             .to_string();
         assert!(e.contains("1 fractional bits, steps of 500.000 mm"), "{e}");
@@ -1052,8 +620,8 @@ mod tests {
         let near = PlacedSplats::from_absolute(&near, random_splats(3, 0, 1.0, 2));
         assert_eq!(near.origin_m, [3000.0, 12.0, 10.0]);
         let p = out(&dir, "near.splat");
-        write_splats_placed(&p, &near, &WriteOptions::default()).unwrap();
-        let back = read_splats(&p).unwrap();
+        write(&p, &near, &WriteOptions::default()).unwrap();
+        let back = read(&p).unwrap().splats;
         for (i, x) in [3000.0, 3000.01, 3000.02].into_iter().enumerate() {
             assert!(
                 (f64::from(back.means[i * 3]) - x).abs() < 1e-3,
@@ -1076,8 +644,8 @@ mod tests {
                 };
                 let a = out(&dir, &format!("a{glb_spz}{suffix}"));
                 let b = out(&dir, &format!("b{glb_spz}{suffix}"));
-                write_splats(&a, &s, &opts).unwrap();
-                write_splats_placed(&b, &placed, &opts).unwrap();
+                write(&a, &s, &opts).unwrap();
+                write(&b, &placed, &opts).unwrap();
                 assert_eq!(
                     std::fs::read(&a).unwrap(),
                     std::fs::read(&b).unwrap(),
@@ -1085,10 +653,10 @@ mod tests {
                 );
             }
         }
-        // And reading a float PLY placed gives origin 0 and the splats `read_splats` gives.
+        // And reading a float PLY back gives origin 0 and the splats written, bit for bit.
         let p = out(&dir, "afalse.ply");
-        let placed = read_splats_placed(&p).unwrap();
+        let placed = read(&p).unwrap();
         assert!(placed.is_at_zero());
-        assert_eq!(placed.splats, read_splats(&p).unwrap());
+        assert_eq!(placed.splats, s);
     }
 }

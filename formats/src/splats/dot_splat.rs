@@ -19,6 +19,7 @@
 
 use std::path::Path;
 
+use super::placed::{PlacedRef, PlacedSplats};
 use super::{GaussianSplats, logit, sigmoid};
 use crate::atomic_write::write_atomic;
 use crate::{Error, Result};
@@ -34,14 +35,9 @@ fn to_u8(x: f64) -> u8 {
     x.round().clamp(0.0, 255.0) as u8
 }
 
-/// Encode `splats` as `.splat` bytes (SH bands ≥ 1 are not representable and are dropped).
-///
-/// - `splats`: N ≥ 0 splats of any SH degree; positions in metres, any frame.
-///
-/// # Errors
-/// [`Error::InvalidInput`] when shapes are inconsistent, a value is NaN/±Inf, a log-scale
-/// overflows f32 when exponentiated (> 88.7), or a quaternion has zero length (splat index named).
-pub fn encode_dot_splat(splats: &GaussianSplats) -> Result<Vec<u8>> {
+/// The `.splat` bytes of `splats` (SH bands ≥ 1 are not representable and are dropped); errors
+/// as [`write()`]'s [`Error::InvalidInput`].
+fn encode(splats: &GaussianSplats) -> Result<Vec<u8>> {
     const CONTEXT: &str = ".splat encode";
     splats.check_shapes(CONTEXT)?;
     splats.check_finite(CONTEXT)?;
@@ -86,38 +82,47 @@ pub fn encode_dot_splat(splats: &GaussianSplats) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Write `splats` as a `.splat` file at `path`, atomically. See [`encode_dot_splat`].
+/// Short name of the format in messages.
+pub const NAME: &str = ".splat";
+
+/// Write splats as a `.splat` file at `path`, atomically (layout in the module docs; SH bands
+/// ≥ 1 are not representable and are dropped).
+///
+/// - `path`: destination; missing parent directories are created.
+/// - `splats`: a `&PlacedSplats`, or a `&GaussianSplats` with absolute means; N ≥ 0 splats of
+///   any SH degree, positions in metres in any frame. A non-zero origin is added to the means
+///   in f64 and cast to f32 (the file stores absolute f32 positions).
 ///
 /// # Errors
-/// As [`encode_dot_splat`]; [`Error::Io`] naming `path` when writing fails (the old file, if
-/// any, is kept).
-pub fn write_dot_splat(path: &Path, splats: &GaussianSplats) -> Result<()> {
-    let bytes = encode_dot_splat(splats)?;
+/// [`Error::PositionRange`] naming `path` when that cast moves a coordinate by more than
+/// [`super::placed::POSITION_TOLERANCE_M`] (nothing is written); [`Error::InvalidInput`] when
+/// shapes are inconsistent, a value is NaN/±Inf, a log-scale overflows f32 when exponentiated
+/// (> 88.7), or a quaternion has zero length (splat index named); [`Error::Io`] naming `path`
+/// when writing fails (the old file, if any, is kept).
+pub fn write<'a>(path: &Path, splats: impl Into<PlacedRef<'a>>) -> Result<()> {
+    let absolute = splats
+        .into()
+        .absolute_f32_for(path, NAME, "absolute f32 positions")?;
+    let bytes = encode(&absolute)?;
     write_atomic(path, &bytes)
 }
 
-/// Read a `.splat` file. See [`decode_dot_splat`] for what is returned.
+/// Read a `.splat` file into splats of SH degree 0 at origin `[0, 0, 0]`: means as stored,
+/// log-scales = ln(scale), f_dc = (rgb/255 − 0.5)/C0, logit opacity of a/255 (kept in
+/// [1e−6, 1 − 1e−6]), rotation (b − 128)/128 renormalised (an all-128 rotation decodes to
+/// identity).
 ///
 /// # Errors
-/// [`Error::NotFound`] / [`Error::Io`] when the file cannot be read; otherwise as
-/// [`decode_dot_splat`], naming `path`.
-pub fn read_dot_splat(path: &Path) -> Result<GaussianSplats> {
+/// All name `path`: [`Error::NotFound`] / [`Error::Io`] when the file cannot be read;
+/// [`Error::Corrupt`] when the length is not a multiple of 32; [`Error::Invalid`] for a
+/// NaN/±Inf position or a scale ≤ 0 or non-finite (splat index named).
+pub fn read(path: &Path) -> Result<PlacedSplats> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    decode_dot_splat_from(&bytes, path)
+    decode(&bytes, path).map(PlacedSplats::at_zero)
 }
 
-/// Decode `.splat` bytes into [`GaussianSplats`] of SH degree 0: log-scales = ln(scale),
-/// f_dc = (rgb/255 − 0.5)/C0, logit opacity of a/255 (kept in [1e−6, 1 − 1e−6]), rotation
-/// (b − 128)/128 renormalised (an all-128 rotation decodes to identity).
-///
-/// # Errors
-/// [`Error::Corrupt`] when the length is not a multiple of 32; [`Error::Invalid`] for a NaN/±Inf
-/// position or a scale ≤ 0 or non-finite (splat index named).
-pub fn decode_dot_splat(bytes: &[u8]) -> Result<GaussianSplats> {
-    decode_dot_splat_from(bytes, Path::new("<.splat bytes>"))
-}
-
-fn decode_dot_splat_from(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
+/// Decode `.splat` bytes read from `path` (named in errors); see [`read`].
+fn decode(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
     if !bytes.len().is_multiple_of(SPLAT_BYTES) {
         return Err(Error::Corrupt {
             path: path.to_path_buf(),
@@ -190,9 +195,9 @@ mod tests {
     #[test]
     fn dot_splat_round_trip_is_within_byte_bounds_and_drops_sh() {
         let s = random_splats(2000, 3, 50.0, 41);
-        let bytes = encode_dot_splat(&s).unwrap();
+        let bytes = encode(&s).unwrap();
         assert_eq!(bytes.len(), 2000 * 32);
-        let back = decode_dot_splat(&bytes).unwrap();
+        let back = decode(&bytes, Path::new("t.splat")).unwrap();
         assert_eq!((back.len(), back.sh_degree), (2000, 0));
         assert_eq!(back.means, s.means);
         for (a, b) in s.log_scales.iter().zip(&back.log_scales) {
@@ -224,7 +229,7 @@ mod tests {
         s.sh_coeffs = vec![0.0, 1.0, -1.0];
         s.logit_opacities = vec![0.0];
         s.rotations = vec![1.0, 0.0, 0.0, 0.0];
-        let b = encode_dot_splat(&s).unwrap();
+        let b = encode(&s).unwrap();
         assert_eq!(f32::from_le_bytes(b[4..8].try_into().unwrap()), -2.0);
         assert_eq!(f32::from_le_bytes(b[12..16].try_into().unwrap()), 1.0);
         assert_eq!(&b[24..28], &[128, 199, 56, 128]);
@@ -233,26 +238,26 @@ mod tests {
 
     #[test]
     fn dot_splat_rejects_bad_length_and_values() {
-        let bytes = encode_dot_splat(&random_splats(3, 0, 1.0, 2)).unwrap();
-        let e = decode_dot_splat(&bytes[..95]).unwrap_err();
+        let bytes = encode(&random_splats(3, 0, 1.0, 2)).unwrap();
+        let e = decode(&bytes[..95], Path::new("t.splat")).unwrap_err();
         assert!(matches!(e, Error::Corrupt { .. }) && e.to_string().contains("multiple of 32"));
         let mut bad = bytes.clone();
         bad[32 + 12..32 + 16].copy_from_slice(&0f32.to_le_bytes());
-        let e = decode_dot_splat(&bad).unwrap_err();
+        let e = decode(&bad, Path::new("t.splat")).unwrap_err();
         assert!(e.to_string().contains("splat[1].scale"), "{e}");
         let mut bad = bytes;
         bad[64..68].copy_from_slice(&f32::NAN.to_le_bytes());
         assert!(
-            decode_dot_splat(&bad)
+            decode(&bad, Path::new("t.splat"))
                 .unwrap_err()
                 .to_string()
                 .contains("splat[2].position")
         );
-        assert_eq!(decode_dot_splat(&[]).unwrap().len(), 0);
+        assert_eq!(decode(&[], Path::new("t.splat")).unwrap().len(), 0);
         let mut s = random_splats(2, 0, 1.0, 2);
         s.log_scales[4] = 100.0;
         assert!(
-            encode_dot_splat(&s)
+            encode(&s)
                 .unwrap_err()
                 .to_string()
                 .contains("log_scales[splat 1][1]")

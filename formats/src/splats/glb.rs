@@ -10,9 +10,9 @@
 //!
 //! The JSON and the GLB framing are written by hand because the `gltf` crate rejects the
 //! `KHR_gaussian_splatting:*` attribute names. A GLB Kiln writes holds one scene → one node (no
-//! transform, or an f64 `translation` holding the origin of survey-sized splats from the
-//! `*_placed` writers) → one mesh → one POINTS primitive (cesium#12682); the readers accept any node
-//! hierarchy and apply its transforms ([`read_splat_glb`], `node_transforms` below). The SPZ
+//! transform, or an f64 `translation` holding the origin of survey-sized splats) → one mesh →
+//! one POINTS primitive (cesium#12682); the readers accept any node hierarchy and apply its
+//! transforms ([`decode`], `node_transforms` below). The SPZ
 //! writer's attributes are accessors *without* `bufferView`: `POSITION` (VEC3 float, with the
 //! min/max glTF requires, taken from the quantised positions), `COLOR_0` (VEC4 normalised u8),
 //! `KHR_gaussian_splatting:SCALE` (VEC3 float), `KHR_gaussian_splatting:ROTATION` (VEC4 float)
@@ -30,10 +30,15 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::placed::PlacedSplats;
-use super::spz::{SpzOptions, SpzVersion, decode_spz_from, encode_spz};
+use super::placed::{PlacedRef, PlacedSplats};
+use super::spz::{self, SpzOptions, SpzVersion};
+use super::transform::raise_sh_degree;
 use super::{GaussianSplats, MAX_SH_DEGREE};
+use crate::atomic_write::write_atomic;
 use crate::{Error, Result};
+
+/// Short name of the format in messages.
+pub const NAME: &str = "GLB";
 
 /// Extension name of the base splat extension.
 pub const KHR_GAUSSIAN_SPLATTING: &str = "KHR_gaussian_splatting";
@@ -65,15 +70,26 @@ impl SplatColorSpace {
     }
 }
 
-/// Options of [`write_splat_glb_with`]. `Default`: sRGB display colour space, SPZ v3 at 12
-/// fractional bits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Options of [`encode`] and [`write()`]. `Default`: sRGB display colour space, SPZ-compressed
+/// (v3 at 12 fractional bits), the variant CesiumJS renders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SplatGlbOptions {
     /// `KHR_gaussian_splatting.colorSpace`; default sRGB display-referred.
     pub color_space: SplatColorSpace,
-    /// SPZ encoding: v2 or v3 (which CesiumJS 1.145 reads); v4 is rejected, since
-    /// `KHR_gaussian_splatting_compression_spz_2` pins the gzip-era files.
-    pub spz: SpzOptions,
+    /// `Some`: one `KHR_gaussian_splatting_compression_spz_2` primitive with these SPZ settings
+    /// (v2 or v3, which CesiumJS 1.145 reads; v4 is rejected, since the extension pins the
+    /// gzip-era files). `None`: plain float accessors (lossless apart from the exp/sigmoid
+    /// round trip of scales and opacities).
+    pub spz: Option<SpzOptions>,
+}
+
+impl Default for SplatGlbOptions {
+    fn default() -> Self {
+        Self {
+            color_space: SplatColorSpace::default(),
+            spz: Some(SpzOptions::default()),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -91,63 +107,50 @@ struct Accessor {
     max: Option<[f32; 3]>,
 }
 
-/// Build a GLB holding `splats` as one SPZ-compressed `KHR_gaussian_splatting` primitive, with
-/// default options (sRGB display colour space, SPZ v3, 12 fractional bits).
+/// Build a GLB holding splats as one `KHR_gaussian_splatting` POINTS primitive, in memory (tile
+/// contents are built this way): SPZ-compressed when `options.spz` is set, else plain float
+/// accessors. The layouts are in the module docs and on [`SplatGlbOptions::spz`]; the result is
+/// deterministic for equal input. Positions and quaternions are stored as given (glTF is Y-up;
+/// see [`super::transform::UpAxis`]).
 ///
-/// - `splats`: 1 ≤ N ≤ 10 000 000, SH degree 0..=3, positions in glTF Y-up metres with
-///   |x| < 2048 m (use tile-local coordinates).
+/// Plain attributes: `POSITION` (VEC3, with min/max), `KHR_gaussian_splatting:ROTATION` (VEC4
+/// **xyzw** unit quaternion), `:SCALE` (VEC3 **linear** = exp(log-scale)), `:OPACITY` (SCALAR
+/// linear = sigmoid(logit)), `:SH_DEGREE_0_COEF_0` (VEC3 raw DC) and `:SH_DEGREE_l_COEF_m` (VEC3)
+/// for 1 ≤ l ≤ degree, one tightly packed bufferView each; only `KHR_gaussian_splatting` is in
+/// `extensionsUsed` (not required: a viewer without it can still draw the POINTS).
 ///
-/// # Errors
-/// As [`write_splat_glb_with`].
-pub fn write_splat_glb(splats: &GaussianSplats) -> Result<Vec<u8>> {
-    write_splat_glb_with(splats, &SplatGlbOptions::default())
-}
-
-/// Build a splat GLB with explicit options. The layout is described in the module docs; the
-/// result is deterministic for equal input.
-///
-/// # Errors
-/// [`Error::InvalidInput`] for N = 0 (glTF accessors need count ≥ 1), for SPZ v4 in
-/// `options.spz.version`, and for everything [`encode_spz`] rejects (shapes, NaN, positions beyond the fixed-point range).
-pub fn write_splat_glb_with(splats: &GaussianSplats, options: &SplatGlbOptions) -> Result<Vec<u8>> {
-    spz_glb(splats, options, None)
-}
-
-/// [`write_splat_glb_with`] for splats at an f64 origin: the SPZ payload holds the means
-/// relative to the origin and the node gets `"translation": origin_m` (glTF JSON numbers keep
-/// f64), so a client places splat i at `origin + mean` without f32 loss. Origin 0 writes no
-/// translation and exactly the bytes of [`write_splat_glb_with`].
-///
-/// - `placed`: N ≥ 1 splats; means relative to `origin_m` within the SPZ fixed-point range
-///   (±2048 m at 12 fractional bits), `origin_m` in glTF Y-up metres.
+/// - `splats`: a `&PlacedSplats`, or a `&GaussianSplats` with absolute means; 1 ≤ N ≤
+///   10 000 000, SH degree 0..=3, glTF Y-up metres. A non-zero origin becomes the node's f64
+///   `"translation"` and the means are stored relative to it, so a client places splat i at
+///   `origin + mean` without f32 loss; origin 0 writes no translation. SPZ-compressed: means
+///   within the fixed-point range (±2048 m at 12 fractional bits; use tile-local coordinates).
+/// - `options`: colour space and SPZ settings ([`SplatGlbOptions::default`]: sRGB, SPZ v3).
 ///
 /// # Errors
-/// As [`write_splat_glb_with`].
-pub fn write_splat_glb_placed(placed: &PlacedSplats, options: &SplatGlbOptions) -> Result<Vec<u8>> {
-    spz_glb(&placed.splats, options, node_translation(placed))
+/// [`Error::InvalidInput`] for N = 0 (glTF accessors need count ≥ 1) and inconsistent shapes;
+/// SPZ-compressed: for SPZ v4 in `options.spz` and everything [`super::spz::encode`] rejects
+/// (NaN, positions beyond the fixed-point range); plain: for NaN/±Inf, a zero quaternion, or a
+/// log-scale whose exp overflows f32 (splat index named).
+pub fn encode<'a>(splats: impl Into<PlacedRef<'a>>, options: &SplatGlbOptions) -> Result<Vec<u8>> {
+    let placed = splats.into();
+    let translation = placed.nonzero_origin();
+    match &options.spz {
+        Some(spz) => spz_glb(placed.splats, spz, options.color_space, translation),
+        None => plain_glb(placed.splats, options.color_space, translation),
+    }
 }
 
-/// The node's `translation` of `placed`: `None` at origin 0.
-fn node_translation(placed: &PlacedSplats) -> Option<[f64; 3]> {
-    (!placed.is_at_zero()).then_some(placed.origin_m)
-}
-
-/// [`write_splat_glb_placed`] for splats and their origin held apart (no copy).
-pub(super) fn write_splat_glb_at(
-    splats: &GaussianSplats,
+/// Write a splat GLB ([`encode`]) at `path`, atomically.
+///
+/// # Errors
+/// As [`encode`]; [`Error::Io`] naming `path` when writing fails (the old file, if any, is
+/// kept).
+pub fn write<'a>(
+    path: &Path,
+    splats: impl Into<PlacedRef<'a>>,
     options: &SplatGlbOptions,
-    origin_m: [f64; 3],
-) -> Result<Vec<u8>> {
-    spz_glb(splats, options, (origin_m != [0.0; 3]).then_some(origin_m))
-}
-
-/// [`write_plain_splat_glb_placed`] for splats and their origin held apart (no copy).
-pub(super) fn write_plain_splat_glb_at(
-    splats: &GaussianSplats,
-    options: &SplatGlbOptions,
-    origin_m: [f64; 3],
-) -> Result<Vec<u8>> {
-    plain_glb(splats, options, (origin_m != [0.0; 3]).then_some(origin_m))
+) -> Result<()> {
+    write_atomic(path, &encode(splats, options)?)
 }
 
 /// The one node of a splat GLB: the mesh, translated when `translation` is given.
@@ -158,9 +161,11 @@ fn node_json(translation: Option<[f64; 3]>) -> Value {
     }
 }
 
+/// The SPZ-compressed GLB of [`encode`].
 fn spz_glb(
     splats: &GaussianSplats,
-    options: &SplatGlbOptions,
+    spz_options: &SpzOptions,
+    color_space: SplatColorSpace,
     translation: Option<[f64; 3]>,
 ) -> Result<Vec<u8>> {
     const CONTEXT: &str = "splat GLB write";
@@ -174,7 +179,7 @@ fn spz_glb(
             found: "0".into(),
         });
     }
-    if options.spz.version == SpzVersion::V4 {
+    if spz_options.version == SpzVersion::V4 {
         return Err(Error::InvalidInput {
             context: CONTEXT,
             field: "options.spz.version".into(),
@@ -183,10 +188,10 @@ fn spz_glb(
             found: "v4".into(),
         });
     }
-    let spz = encode_spz(splats, &options.spz)?;
+    let spz = spz::encode(splats, spz_options)?;
 
     // POSITION min/max of the values a decoder will see (quantised), per glTF §3.6.2.5.
-    let step = (1u64 << options.spz.fractional_bits) as f64;
+    let step = (1u64 << spz_options.fractional_bits) as f64;
     let mut min = [f32::INFINITY; 3];
     let mut max = [f32::NEG_INFINITY; 3];
     for p in splats.means.chunks_exact(3) {
@@ -245,7 +250,7 @@ fn spz_glb(
             "attributes": attributes,
             "extensions": { KHR_GAUSSIAN_SPLATTING: {
                 "kernel": "ellipse",
-                "colorSpace": options.color_space.as_str(),
+                "colorSpace": color_space.as_str(),
                 "extensions": { KHR_GAUSSIAN_SPLATTING_SPZ_2: { "bufferView": 0 } }
             }}
         }]}],
@@ -262,46 +267,10 @@ fn spz_glb(
     Ok(frame_glb(&json, &spz))
 }
 
-/// Build a GLB holding `splats` as one **uncompressed** `KHR_gaussian_splatting` primitive:
-/// float accessors, one tightly packed bufferView each, in the BIN chunk; lossless apart from
-/// the exp/sigmoid (and back) rounding of scales and opacities.
-///
-/// Attributes: `POSITION` (VEC3, with min/max), `KHR_gaussian_splatting:ROTATION` (VEC4 **xyzw**
-/// unit quaternion), `:SCALE` (VEC3 **linear** = exp(log-scale)), `:OPACITY` (SCALAR linear =
-/// sigmoid(logit)), `:SH_DEGREE_0_COEF_0` (VEC3 raw DC) and `:SH_DEGREE_l_COEF_m` (VEC3) for
-/// 1 ≤ l ≤ degree. Only `KHR_gaussian_splatting` is in `extensionsUsed` (not required: a viewer
-/// without it can still draw the POINTS). `options.spz` is ignored. Positions are stored as
-/// given (glTF is Y-up; see [`super::convert::UpAxis`]).
-///
-/// # Errors
-/// [`Error::InvalidInput`] for N = 0, inconsistent shapes, NaN/±Inf, a zero quaternion, or a
-/// log-scale whose exp overflows f32 (splat index named).
-pub fn write_plain_splat_glb(
-    splats: &GaussianSplats,
-    options: &SplatGlbOptions,
-) -> Result<Vec<u8>> {
-    plain_glb(splats, options, None)
-}
-
-/// [`write_plain_splat_glb`] for splats at an f64 origin: `POSITION` holds the f32 means
-/// relative to the origin and the node gets `"translation": origin_m` (f64 in the JSON), so a
-/// client places splat i at `origin + mean`. Origin 0 writes no translation and exactly the
-/// bytes of [`write_plain_splat_glb`].
-///
-/// - `placed`: N ≥ 1 splats, `origin_m` and means in glTF Y-up metres.
-///
-/// # Errors
-/// As [`write_plain_splat_glb`].
-pub fn write_plain_splat_glb_placed(
-    placed: &PlacedSplats,
-    options: &SplatGlbOptions,
-) -> Result<Vec<u8>> {
-    plain_glb(&placed.splats, options, node_translation(placed))
-}
-
+/// The plain (float accessor) GLB of [`encode`].
 fn plain_glb(
     splats: &GaussianSplats,
-    options: &SplatGlbOptions,
+    color_space: SplatColorSpace,
     translation: Option<[f64; 3]>,
 ) -> Result<Vec<u8>> {
     const CONTEXT: &str = "plain splat GLB write";
@@ -415,7 +384,7 @@ fn plain_glb(
             "attributes": attributes,
             "extensions": { KHR_GAUSSIAN_SPLATTING: {
                 "kernel": "ellipse",
-                "colorSpace": options.color_space.as_str(),
+                "colorSpace": color_space.as_str(),
             }}
         }]}],
         "accessors": accessors,
@@ -432,28 +401,13 @@ fn plain_glb(
 }
 
 /// Read a splat GLB file (SPZ-compressed or plain) in its glTF scene frame, node transforms
-/// applied; errors name `path`. See [`read_splat_glb`].
+/// applied; see [`decode`] for what is returned. Errors name `path`.
 ///
 /// # Errors
-/// [`Error::NotFound`] / [`Error::Io`] when the file cannot be read; otherwise as
-/// [`read_splat_glb`].
-pub fn read_splat_glb_file(path: &Path) -> Result<GaussianSplats> {
+/// [`Error::NotFound`] / [`Error::Io`] when the file cannot be read; otherwise as [`decode`].
+pub fn read(path: &Path) -> Result<PlacedSplats> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    read_splat_glb_from(&bytes, path)
-}
-
-/// [`read_splat_glb_file`] keeping positions that f32 cannot hold at an f64 origin: the node
-/// transforms are applied in f64 and [`PlacedSplats::from_absolute`] picks the origin, so a GLB
-/// written by [`write_splat_glb_placed`] or [`write_plain_splat_glb_placed`] (survey
-/// coordinates in the node `translation`) reads back without f32 loss. A scene f32 holds reads
-/// with origin `[0, 0, 0]` and exactly the splats of [`read_splat_glb_file`].
-///
-/// # Errors
-/// As [`read_splat_glb_file`].
-pub fn read_splat_glb_file_placed(path: &Path) -> Result<PlacedSplats> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    let (splats, positions_m) = read_scene(&bytes, path, Positions::AlsoF64)?;
-    Ok(PlacedSplats::from_absolute(&positions_m, splats))
+    decode_from(&bytes, path)
 }
 
 /// Read `count` × `width` f32 values of float accessor `index` from the BIN chunk.
@@ -529,7 +483,7 @@ fn read_float_accessor(
     Ok(out)
 }
 
-/// Decode an uncompressed `KHR_gaussian_splatting` primitive (see [`write_plain_splat_glb`]).
+/// Decode an uncompressed `KHR_gaussian_splatting` primitive (the plain layout of [`encode`]).
 fn read_plain_primitive(
     doc: &Value,
     bin: &[u8],
@@ -649,9 +603,10 @@ fn frame_glb(json: &[u8], bin: &[u8]) -> Vec<u8> {
 /// Which splats: the scene named by `scene`, else scene 0, else (a file without scenes) every
 /// root node. A mesh referenced by k nodes contributes k copies; a mesh no node reaches is not
 /// read (glTF does not draw it). A primitive is SPZ-compressed (a
-/// `KHR_gaussian_splatting_compression_spz_2` bufferView into the BIN chunk, as
-/// [`write_splat_glb`] writes) or plain ([`write_plain_splat_glb`]'s layout; FLOAT accessors only;
-/// linear scales of 0 become log-scale ln 1e−30, opacities are clamped to [1e−6, 1 − 1e−6]).
+/// `KHR_gaussian_splatting_compression_spz_2` bufferView into the BIN chunk, as [`encode`]
+/// writes with [`SplatGlbOptions::spz`] set) or plain ([`encode`]'s plain layout; FLOAT
+/// accessors only; linear scales of 0 become log-scale ln 1e−30, opacities are clamped to
+/// [1e−6, 1 − 1e−6]).
 /// Primitives of different SH degrees are merged at the highest degree with the missing bands
 /// zero, which leaves every splat's colour as it was.
 ///
@@ -672,9 +627,15 @@ fn frame_glb(json: &[u8], bin: &[u8]) -> Vec<u8> {
 /// writes) returns the primitive exactly as decoded, bit for bit; a pure translation changes only
 /// the means.
 ///
-/// Returns [`GaussianSplats`] with N = the sum over placed primitives; positions in metres in the
-/// glTF scene frame (tile-local when the GLB is a 3D Tiles tile: the tile's own `transform` lives
-/// in the tileset, not the GLB). Errors name the source as `<GLB bytes>`.
+/// Returns N = the sum over placed primitives, positions in metres in the glTF scene frame
+/// (tile-local when the GLB is a 3D Tiles tile: the tile's own `transform` lives in the
+/// tileset, not the GLB), at an f64 origin: the node transforms are applied in f64 and
+/// [`PlacedSplats::from_absolute`] picks the origin, so a GLB whose node `translation` holds
+/// survey coordinates ([`encode`] of splats at a non-zero origin) decodes without f32 loss. A
+/// scene f32 holds to 1 µm (every GLB Kiln writes without an origin, every tile) decodes at
+/// origin `[0, 0, 0]` with the means each transform gives cast to f32, so callers that need
+/// plain [`GaussianSplats`] take `.splats` (or [`PlacedSplats::into_absolute_f32`] for
+/// absolute f32 means whatever the origin). Errors name the source as `<GLB bytes>`.
 ///
 /// # Errors
 /// [`Error::Corrupt`] for a wrong magic, version ≠ 2, bad chunk framing, invalid JSON, a
@@ -688,12 +649,12 @@ fn frame_glb(json: &[u8], bin: &[u8]) -> Vec<u8> {
 /// index out of range, a malformed `matrix`/`translation`/`rotation`/`scale` (wrong length, not
 /// numbers, a zero quaternion, a projective matrix), a singular world transform (a zero scale),
 /// a transformed value that is not finite, or a scene that reaches no splat mesh; SPZ errors as
-/// in [`super::spz::decode_spz`].
+/// in [`super::spz::decode`].
 ///
 /// Source: glTF 2.0 §3.5.2 (Transformations) and §5.25 (node); Kerbl et al. 2023, "3D Gaussian
 /// Splatting", §4 (Σ = R·S·Sᵀ·Rᵀ, so a linear map A sends Σ to A·Σ·Aᵀ).
-pub fn read_splat_glb(bytes: &[u8]) -> Result<GaussianSplats> {
-    read_splat_glb_from(bytes, Path::new("<GLB bytes>"))
+pub fn decode(bytes: &[u8]) -> Result<PlacedSplats> {
+    decode_from(bytes, Path::new("<GLB bytes>"))
 }
 
 fn corrupt(path: &Path, location: impl Into<String>, what: impl Into<String>) -> Error {
@@ -771,12 +732,12 @@ fn parse_glb<'a>(bytes: &'a [u8], path: &Path) -> Result<(Value, &'a [u8])> {
 /// `None` for an uncompressed `KHR_gaussian_splatting` GLB.
 ///
 /// # Errors
-/// As [`read_splat_glb`] for the container; [`super::spz::spz_file_version`] for the payload.
+/// As [`decode`] for the container; [`super::spz::spz_file_version`] for the payload.
 pub fn splat_glb_spz_version(bytes: &[u8]) -> Result<Option<u32>> {
     let path = Path::new("<GLB bytes>");
     let (doc, bin) = parse_glb(bytes, path)?;
     match spz_payload(&doc, bin, path)? {
-        Some((spz, _)) => Ok(Some(super::spz::spz_file_version(spz)?)),
+        Some((payload, _)) => Ok(Some(spz::spz_file_version(payload)?)),
         None => Ok(None),
     }
 }
@@ -861,27 +822,8 @@ fn spz_bytes<'a>(doc: &Value, bin: &'a [u8], view_index: u64, path: &Path) -> Re
         })
 }
 
-fn read_splat_glb_from(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
-    Ok(read_scene(bytes, path, Positions::F32)?.0)
-}
-
-/// Which positions [`read_scene`] returns besides the splats' f32 means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Positions {
-    /// Only the f32 means (no extra memory).
-    F32,
-    /// Also `[N, 3]` f64 metres: node translations of a survey-scale scene exceed f32's
-    /// precision, so [`read_splat_glb_file_placed`] builds its origin from these.
-    AlsoF64,
-}
-
-/// The splats of a splat GLB in its scene frame (see [`read_splat_glb`]), and with
-/// [`Positions::AlsoF64`] their positions in f64 (`[N, 3]` metres; empty otherwise).
-fn read_scene(
-    bytes: &[u8],
-    path: &Path,
-    positions: Positions,
-) -> Result<(GaussianSplats, Vec<f64>)> {
+/// [`decode`] with errors naming `path`.
+fn decode_from(bytes: &[u8], path: &Path) -> Result<PlacedSplats> {
     let (doc, bin) = parse_glb(bytes, path)?;
     if !all_primitives(&doc).any(is_splat_primitive) {
         return Err(Error::Unsupported {
@@ -893,19 +835,22 @@ fn read_scene(
             ),
         });
     }
+    // Positions in f64 beside the splats: node translations of a survey-scale scene exceed
+    // f32's precision, so the origin is picked from these.
     let mut positions_m = Vec::new();
     let mut parts = Vec::new();
     for placement in node_transforms::splat_mesh_placements(&doc, path)? {
         for prim in splat_primitives(&doc, placement.mesh) {
             let mut splats = read_splat_primitive(&doc, bin, prim, path)?;
-            if positions == Positions::AlsoF64 {
-                positions_m.extend(placement.positions_m(&splats.means));
-            }
+            positions_m.extend(placement.positions_m(&splats.means));
             placement.apply(&mut splats, &doc, path)?;
             parts.push(splats);
         }
     }
-    Ok((concatenate(parts), positions_m))
+    Ok(PlacedSplats::from_absolute(
+        &positions_m,
+        concatenate(parts)?,
+    ))
 }
 
 /// Decode one `KHR_gaussian_splatting` primitive, SPZ-compressed or plain, in its mesh's frame.
@@ -918,7 +863,7 @@ fn read_splat_primitive(
     let Some(view_index) = spz_buffer_view(prim) else {
         return read_plain_primitive(doc, bin, prim, path);
     };
-    let splats = decode_spz_from(spz_bytes(doc, bin, view_index, path)?, path)?;
+    let splats = spz::decode_from(spz_bytes(doc, bin, view_index, path)?, path)?;
     if let Some(acc) = prim["attributes"]["POSITION"].as_u64() {
         let count = doc["accessors"][acc as usize]["count"].as_u64();
         if count != Some(splats.len() as u64) {
@@ -934,30 +879,17 @@ fn read_splat_primitive(
 }
 
 /// The splats of several placed primitives as one set. A part of lower SH degree gets zero
-/// coefficients for the bands it lacks: they add nothing to the colour, so no splat changes.
-fn concatenate(mut parts: Vec<GaussianSplats>) -> GaussianSplats {
+/// coefficients for the bands it lacks ([`raise_sh_degree`]): they add nothing to the colour,
+/// so no splat changes.
+fn concatenate(mut parts: Vec<GaussianSplats>) -> Result<GaussianSplats> {
     if parts.len() == 1 {
-        return parts.pop().unwrap_or_default();
+        return Ok(parts.pop().unwrap_or_default());
     }
     let sh_degree = parts.iter().map(|p| p.sh_degree).max().unwrap_or(0);
-    let k = super::sh::sh_coeff_count(sh_degree);
-    let mut out = GaussianSplats {
-        sh_degree,
-        ..GaussianSplats::default()
-    };
-    for part in parts {
-        let part_k = part.sh_coeffs_per_channel();
-        out.means.extend(part.means);
-        out.log_scales.extend(part.log_scales);
-        out.rotations.extend(part.rotations);
-        out.logit_opacities.extend(part.logit_opacities);
-        for splat in part.sh_coeffs.chunks_exact(part_k * 3) {
-            out.sh_coeffs.extend_from_slice(splat);
-            out.sh_coeffs
-                .resize(out.sh_coeffs.len() + (k - part_k) * 3, 0.0);
-        }
+    for part in &mut parts {
+        raise_sh_degree(part, sh_degree)?;
     }
-    out
+    GaussianSplats::concat(&parts)
 }
 
 /// glTF node transforms applied to splats: which nodes of the default scene place which splat
@@ -977,7 +909,7 @@ mod node_transforms {
     use serde_json::Value;
 
     use super::super::GaussianSplats;
-    use super::super::convert::rotate_splats;
+    use super::super::transform::rotate_splats;
     use crate::rotation::{quaternion_to_rotation, rotation_to_quaternion};
     use crate::{Error, Result};
 
@@ -1287,7 +1219,7 @@ mod node_transforms {
 
     impl Placement {
         /// Move `splats`, read in the mesh's frame, into the scene frame by this placement's
-        /// world transform (the rules are in [`super::read_splat_glb`]'s docs).
+        /// world transform (the rules are in [`super::decode`]'s docs).
         ///
         /// # Errors
         /// [`Error::Invalid`] for a singular transform, a zero splat quaternion under a general
@@ -1579,6 +1511,14 @@ mod tests {
     use super::*;
     use crate::splats::test_data::random_splats;
 
+    /// Plain (float accessor) GLB options.
+    fn plain() -> SplatGlbOptions {
+        SplatGlbOptions {
+            spz: None,
+            ..SplatGlbOptions::default()
+        }
+    }
+
     fn json_of(glb: &[u8]) -> Value {
         parse_glb(glb, Path::new("t")).unwrap().0
     }
@@ -1587,18 +1527,16 @@ mod tests {
     fn glb_round_trip_decodes_the_spz_payload() {
         for degree in [0, 3] {
             let s = random_splats(500, degree, 20.0, 9);
-            let glb = write_splat_glb(&s).unwrap();
-            let back = read_splat_glb(&glb).unwrap();
-            let direct =
-                super::super::spz::decode_spz(&encode_spz(&s, &SpzOptions::default()).unwrap())
-                    .unwrap();
+            let glb = encode(&s, &SplatGlbOptions::default()).unwrap();
+            let back = decode(&glb).unwrap().splats;
+            let direct = spz::decode(&spz::encode(&s, &SpzOptions::default()).unwrap()).unwrap();
             assert_eq!(back, direct);
         }
     }
 
     #[test]
     fn glb_framing_is_aligned_and_lengths_match() {
-        let glb = write_splat_glb(&random_splats(7, 1, 1.0, 2)).unwrap();
+        let glb = encode(&random_splats(7, 1, 1.0, 2), &SplatGlbOptions::default()).unwrap();
         assert_eq!(&glb[0..4], b"glTF");
         assert_eq!(u32::from_le_bytes(glb[4..8].try_into().unwrap()), 2);
         assert_eq!(
@@ -1619,7 +1557,7 @@ mod tests {
     #[test]
     fn glb_json_declares_extensions_and_attributes() {
         let s = random_splats(11, 2, 1.0, 2);
-        let v = json_of(&write_splat_glb(&s).unwrap());
+        let v = json_of(&encode(&s, &SplatGlbOptions::default()).unwrap());
         let both = json!([KHR_GAUSSIAN_SPLATTING, KHR_GAUSSIAN_SPLATTING_SPZ_2]);
         assert_eq!(v["extensionsUsed"], both);
         assert_eq!(v["extensionsRequired"], both);
@@ -1658,9 +1596,9 @@ mod tests {
     #[test]
     fn glb_position_min_max_bound_the_decoded_positions() {
         let s = random_splats(300, 0, 50.0, 4);
-        let glb = write_splat_glb(&s).unwrap();
+        let glb = encode(&s, &SplatGlbOptions::default()).unwrap();
         let v = json_of(&glb);
-        let back = read_splat_glb(&glb).unwrap();
+        let back = decode(&glb).unwrap().splats;
         for a in 0..3 {
             let lo = v["accessors"][0]["min"][a].as_f64().unwrap() as f32;
             let hi = v["accessors"][0]["max"][a].as_f64().unwrap() as f32;
@@ -1674,17 +1612,17 @@ mod tests {
     fn glb_rejects_empty_splats_and_bad_bytes() {
         let empty = GaussianSplats::default();
         assert!(matches!(
-            write_splat_glb(&empty),
+            encode(&empty, &SplatGlbOptions::default()),
             Err(Error::InvalidInput { .. })
         ));
-        assert!(matches!(read_splat_glb(b""), Err(Error::Corrupt { .. })));
+        assert!(matches!(decode(b""), Err(Error::Corrupt { .. })));
         assert!(matches!(
-            read_splat_glb(b"glTF\x01\0\0\0"),
+            decode(b"glTF\x01\0\0\0"),
             Err(Error::Corrupt { .. })
         ));
-        let glb = write_splat_glb(&random_splats(7, 1, 1.0, 2)).unwrap();
+        let glb = encode(&random_splats(7, 1, 1.0, 2), &SplatGlbOptions::default()).unwrap();
         assert!(matches!(
-            read_splat_glb(&glb[..glb.len() - 8]),
+            decode(&glb[..glb.len() - 8]),
             Err(Error::Corrupt { .. })
         ));
         // A glTF without any splat primitive is unsupported, not corrupt.
@@ -1692,24 +1630,21 @@ mod tests {
             br#"{"asset":{"version":"2.0"},"meshes":[{"primitives":[{"attributes":{}}]}]}"#,
             &[],
         );
-        assert!(matches!(
-            read_splat_glb(&plain),
-            Err(Error::Unsupported { .. })
-        ));
+        assert!(matches!(decode(&plain), Err(Error::Unsupported { .. })));
     }
 
     #[test]
     fn plain_glb_round_trips_exactly_apart_from_exp_and_sigmoid() {
         for degree in 0..=3 {
             let s = random_splats(333, degree, 40.0, 70 + degree as u64);
-            let glb = write_plain_splat_glb(&s, &SplatGlbOptions::default()).unwrap();
+            let glb = encode(&s, &plain()).unwrap();
             let v = json_of(&glb);
             assert_eq!(v["extensionsUsed"], json!([KHR_GAUSSIAN_SPLATTING]));
             assert_eq!(v.get("extensionsRequired"), None);
             let attrs = &v["meshes"][0]["primitives"][0]["attributes"];
             let n_attrs = attrs.as_object().unwrap().len();
             assert_eq!(n_attrs, 4 + ((degree + 1) * (degree + 1)) as usize);
-            let back = read_splat_glb(&glb).unwrap();
+            let back = decode(&glb).unwrap().splats;
             assert_eq!((back.len(), back.sh_degree), (333, degree));
             assert_eq!(back.means, s.means);
             assert_eq!(back.sh_coeffs, s.sh_coeffs);
@@ -1728,7 +1663,7 @@ mod tests {
     #[test]
     fn plain_glb_reader_honours_byte_stride_and_names_missing_attributes() {
         let s = random_splats(5, 0, 1.0, 3);
-        let glb = write_plain_splat_glb(&s, &SplatGlbOptions::default()).unwrap();
+        let glb = encode(&s, &plain()).unwrap();
         let (mut doc, bin) = parse_glb(&glb, Path::new("t")).unwrap();
         // Re-pack POSITION interleaved with 4 bytes of padding per element (stride 16).
         let mut bin = bin.to_vec();
@@ -1741,19 +1676,17 @@ mod tests {
             json!({ "buffer": 0, "byteOffset": start, "byteLength": 80, "byteStride": 16 });
         doc["buffers"][0]["byteLength"] = json!(bin.len());
         let glb2 = frame_glb(&serde_json::to_vec(&doc).unwrap(), &bin);
-        assert_eq!(read_splat_glb(&glb2).unwrap().means, s.means);
+        assert_eq!(decode(&glb2).unwrap().splats.means, s.means);
         // Missing OPACITY: named.
         let attrs = doc["meshes"][0]["primitives"][0]["attributes"]
             .as_object_mut()
             .unwrap();
         attrs.remove("KHR_gaussian_splatting:OPACITY");
         let glb3 = frame_glb(&serde_json::to_vec(&doc).unwrap(), &bin);
-        let e = read_splat_glb(&glb3).unwrap_err().to_string();
+        let e = decode(&glb3).unwrap_err().to_string();
         assert!(e.contains("KHR_gaussian_splatting:OPACITY"), "{e}");
         // An empty scene cannot be written.
-        assert!(
-            write_plain_splat_glb(&GaussianSplats::default(), &SplatGlbOptions::default()).is_err()
-        );
+        assert!(encode(&GaussianSplats::default(), &plain()).is_err());
     }
 
     // Node transforms (glTF 2.0 §3.5.2). Each GLB below is a plain (lossless) GLB whose JSON
@@ -1788,7 +1721,7 @@ mod tests {
 
     /// A plain GLB of `splats` whose `nodes` and scene-0 roots are replaced.
     fn glb_with_nodes(splats: &GaussianSplats, nodes: Value, roots: Value) -> Vec<u8> {
-        let glb = write_plain_splat_glb(splats, &SplatGlbOptions::default()).unwrap();
+        let glb = encode(splats, &plain()).unwrap();
         edit_json(&glb, |doc| {
             doc["nodes"] = nodes;
             doc["scenes"][0]["nodes"] = roots;
@@ -1796,7 +1729,9 @@ mod tests {
     }
 
     fn read_with_nodes(splats: &GaussianSplats, nodes: Value, roots: Value) -> GaussianSplats {
-        read_splat_glb(&glb_with_nodes(splats, nodes, roots)).unwrap()
+        decode(&glb_with_nodes(splats, nodes, roots))
+            .unwrap()
+            .splats
     }
 
     /// The splats as the file stores them (read under one node without a transform).
@@ -1837,8 +1772,8 @@ mod tests {
 
     #[test]
     fn identity_node_transforms_leave_splats_bit_identical() {
-        let glb = write_splat_glb(&random_splats(40, 2, 5.0, 21)).unwrap();
-        let plain = read_splat_glb(&glb).unwrap();
+        let glb = encode(&random_splats(40, 2, 5.0, 21), &SplatGlbOptions::default()).unwrap();
+        let plain = decode(&glb).unwrap().splats;
         let identity_matrix = json!([1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1]);
         for nodes in [
             json!([{ "mesh": 0, "translation": [0, 0, 0], "rotation": [0, 0, 0, 1],
@@ -1847,7 +1782,7 @@ mod tests {
             json!([{ "children": [1] }, { "mesh": 0 }]),
         ] {
             let edited = edit_json(&glb, |doc| doc["nodes"] = nodes.clone());
-            assert_eq!(read_splat_glb(&edited).unwrap(), plain, "{nodes}");
+            assert_eq!(decode(&edited).unwrap().splats, plain, "{nodes}");
         }
     }
 
@@ -2055,7 +1990,7 @@ mod tests {
     fn non_uniform_scale_on_view_dependent_splats_is_refused_naming_the_node() {
         let s = hand_splats(1);
         let nodes = json!([{ "children": [1] }, { "mesh": 0, "scale": [1, 2, 1] }]);
-        let e = read_splat_glb(&glb_with_nodes(&s, nodes, json!([0]))).unwrap_err();
+        let e = decode(&glb_with_nodes(&s, nodes, json!([0]))).unwrap_err();
         assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
         let msg = e.to_string();
         for part in [
@@ -2072,7 +2007,7 @@ mod tests {
             { "matrix": [1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 3, 0, 0, 0, 0, 1], "children": [1] },
             { "mesh": 0 },
         ]);
-        let msg = read_splat_glb(&glb_with_nodes(&s, nodes, json!([0])))
+        let msg = decode(&glb_with_nodes(&s, nodes, json!([0])))
             .unwrap_err()
             .to_string();
         assert!(msg.contains("nodes[0].matrix"), "{msg}");
@@ -2081,7 +2016,7 @@ mod tests {
     #[test]
     fn zero_scale_and_mirroring_with_sh_are_refused_mirroring_at_degree_0_is_read() {
         let one = |scale: Value| json!([{ "mesh": 0, "scale": scale }]);
-        let e = read_splat_glb(&glb_with_nodes(
+        let e = decode(&glb_with_nodes(
             &hand_splats(0),
             one(json!([1, 0, 1])),
             json!([0]),
@@ -2089,7 +2024,7 @@ mod tests {
         .unwrap_err();
         assert!(matches!(e, Error::Invalid { .. }), "{e:?}");
         assert!(e.to_string().contains("nodes[0].scale"), "{e}");
-        let e = read_splat_glb(&glb_with_nodes(
+        let e = decode(&glb_with_nodes(
             &hand_splats(1),
             one(json!([-1, 1, 1])),
             json!([0]),
@@ -2125,13 +2060,13 @@ mod tests {
             doc["scene"] = json!(1);
         });
         assert_eq!(
-            read_splat_glb(&picked).unwrap().means,
+            decode(&picked).unwrap().splats.means,
             [1.0, 9.0, 3.0, -0.5, 7.25, 4.0]
         );
         let first = edit_json(&picked, |doc| {
             doc.as_object_mut().unwrap().remove("scene");
         });
-        assert_eq!(read_splat_glb(&first).unwrap().means, s.means);
+        assert_eq!(decode(&first).unwrap().splats.means, s.means);
         // No scenes: every root node, a child only once under its parent.
         let roots = edit_json(&glb, |doc| {
             let doc = doc.as_object_mut().unwrap();
@@ -2140,7 +2075,7 @@ mod tests {
             doc["nodes"] = json!([{ "mesh": 0 }, { "translation": [0, 7, 0], "children": [0] }]);
         });
         assert_eq!(
-            read_splat_glb(&roots).unwrap().means,
+            decode(&roots).unwrap().splats.means,
             [1.0, 9.0, 3.0, -0.5, 7.25, 4.0]
         );
     }
@@ -2148,9 +2083,8 @@ mod tests {
     #[test]
     fn bad_node_hierarchies_are_refused_naming_the_field() {
         let s = hand_splats(0);
-        let error = |nodes: Value, roots: Value| {
-            read_splat_glb(&glb_with_nodes(&s, nodes, roots)).unwrap_err()
-        };
+        let error =
+            |nodes: Value, roots: Value| decode(&glb_with_nodes(&s, nodes, roots)).unwrap_err();
         let e = error(json!([{ "mesh": 0, "children": [0] }]), json!([0]));
         assert!(matches!(e, Error::Corrupt { .. }), "cycle: {e:?}");
         let e = error(json!([{ "mesh": 0, "children": [4] }]), json!([0]));
@@ -2178,7 +2112,7 @@ mod tests {
     #[test]
     fn parts_of_lower_sh_degree_are_padded_with_zero_bands() {
         let (a, b) = (hand_splats(0), hand_splats(1));
-        let both = concatenate(vec![a.clone(), b.clone()]);
+        let both = concatenate(vec![a.clone(), b.clone()]).unwrap();
         assert_eq!((both.len(), both.sh_degree), (4, 1));
         // Splat 0 of `a`: its DC, then three zero band-1 coefficients per channel.
         assert_eq!(both.sh_coeffs[..3], a.sh_coeffs[..3]);
@@ -2194,21 +2128,21 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("survey.glb");
         std::fs::write(&path, glb_with_nodes(&s, nodes, json!([0]))).unwrap();
-        let placed = read_splat_glb_file_placed(&path).unwrap();
+        let placed = read(&path).unwrap();
         // Splat i sits at translation + mean, to well under a millimetre.
         let expected = [500_001.0, 4_000_002.0, 3.0, 499_999.5, 4_000_000.25, 4.0];
         for (j, e) in expected.iter().enumerate() {
             let found = placed.origin_m[j % 3] + f64::from(placed.splats.means[j]);
             assert!((found - e).abs() < 1e-4, "coordinate {j}: {found} vs {e}");
         }
-        // A scene that f32 holds reads at origin 0, as read_splat_glb_file reads it.
+        // A scene that f32 holds reads at origin 0, the means as stored.
         std::fs::write(
             &path,
             glb_with_nodes(&s, json!([{ "mesh": 0 }]), json!([0])),
         )
         .unwrap();
-        let near = read_splat_glb_file_placed(&path).unwrap();
+        let near = read(&path).unwrap();
         assert_eq!(near.origin_m, [0.0; 3]);
-        assert_eq!(near.splats, read_splat_glb_file(&path).unwrap());
+        assert_eq!(near.splats.means, s.means);
     }
 }

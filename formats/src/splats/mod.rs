@@ -2,10 +2,20 @@
 //! PlayCanvas compressed PLY (`compressed_ply`), SPZ v1–v4 (`spz`), antimatter15 `.splat`
 //! (`dot_splat`), glTF `KHR_gaussian_splatting` GLB (`glb`), PlayCanvas SOG v2 (`sog`: `meta.json`
 //! with lossless WebP images, folder or `.sog` bundle); `convert` picks a format from a file
-//! name and converts between them (SH degree, up axis), `sh` evaluates and rotates real SH.
-//! Positions f32 cannot hold (`double` PLY coordinates in a survey frame) travel as
+//! name and converts between them, `transform` rotates scenes, changes their up axis and SH
+//! degree, `sh` evaluates and rotates real SH.
+//!
+//! One API per format: `read(path) -> PlacedSplats` and `write(path, splats, ..)` taking a
+//! [`placed::PlacedRef`] (a `&PlacedSplats`, or a `&GaussianSplats` with absolute means);
+//! `spz` and `glb` add `encode`/`decode` for bytes in memory (GLB embeds SPZ, tiles are built in
+//! memory). Positions f32 cannot hold (`double` PLY coordinates in a survey frame) travel as
 //! [`placed::PlacedSplats`]: an f64 origin beside f32 means, kept by the PLY and GLB writers and
-//! refused with the format's range by SPZ, `.splat` and compressed PLY.
+//! refused with the format's range by SPZ, `.splat`, compressed PLY and SOG.
+//!
+//! Imports run one way: a format module uses this module's types, `placed`, `sh`, `transform`
+//! (and `ply_container`, the PLY header both PLY formats parse; `glb` also uses the `spz` codec
+//! for its payload, and `spz` its `spz_frame` records); `convert` uses the formats, and nothing
+//! uses `convert`.
 //!
 //! Every reader returns splats in the training parametrisation below; every writer checks its input
 //! once with [`GaussianSplats::check_shapes`] and, where the format cannot hold them, rejects
@@ -19,10 +29,12 @@ pub mod dot_splat;
 pub mod glb;
 pub mod placed;
 pub mod ply;
+mod ply_container;
 pub mod sh;
 pub mod sog;
 pub mod spz;
 pub mod spz_frame;
+pub mod transform;
 
 #[cfg(test)]
 mod real_data_tests;
@@ -134,6 +146,108 @@ impl GaussianSplats {
         }
         Ok(())
     }
+
+    /// The splats at `indices`, in that order: N′ = the number of indices, an index may repeat,
+    /// the SH degree is this set's. Every field of splat `indices[j]` is copied to row j.
+    ///
+    /// - `indices`: each in `0..N`; any iterator of `usize` (`[3, 0, 3]`, `0..n`,
+    ///   `u32` indices mapped with `as usize`).
+    ///
+    /// # Panics
+    /// When an index is ≥ N, or shapes are inconsistent (see [`Self::check_shapes`]) so that a
+    /// row of some field is missing.
+    #[must_use]
+    pub fn select(&self, indices: impl IntoIterator<Item = usize>) -> Self {
+        let indices = indices.into_iter();
+        let n = indices.size_hint().0;
+        let k3 = self.sh_coeffs_per_channel() * 3;
+        let mut out = Self {
+            means: Vec::with_capacity(n * 3),
+            log_scales: Vec::with_capacity(n * 3),
+            rotations: Vec::with_capacity(n * 4),
+            logit_opacities: Vec::with_capacity(n),
+            sh_coeffs: Vec::with_capacity(n * k3),
+            sh_degree: self.sh_degree,
+        };
+        for i in indices {
+            out.means.extend_from_slice(&self.means[i * 3..i * 3 + 3]);
+            out.log_scales
+                .extend_from_slice(&self.log_scales[i * 3..i * 3 + 3]);
+            out.rotations
+                .extend_from_slice(&self.rotations[i * 4..i * 4 + 4]);
+            out.logit_opacities.push(self.logit_opacities[i]);
+            out.sh_coeffs
+                .extend_from_slice(&self.sh_coeffs[i * k3..(i + 1) * k3]);
+        }
+        out
+    }
+
+    /// Append the splats of `other` after this set's (N becomes N + N_other, order kept).
+    /// Shapes are not checked (see [`Self::check_shapes`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] when the SH degrees differ (nothing is appended): raise the lower
+    /// one with [`transform::raise_sh_degree`] or drop bands with
+    /// [`transform::reduce_sh_degree`] first.
+    pub fn extend(&mut self, other: &GaussianSplats) -> Result<()> {
+        check_same_degree("extend splats", self.sh_degree, other.sh_degree, "other")?;
+        self.means.extend_from_slice(&other.means);
+        self.log_scales.extend_from_slice(&other.log_scales);
+        self.rotations.extend_from_slice(&other.rotations);
+        self.logit_opacities
+            .extend_from_slice(&other.logit_opacities);
+        self.sh_coeffs.extend_from_slice(&other.sh_coeffs);
+        Ok(())
+    }
+
+    /// One set holding every splat of `parts`, in order (the first part's splats first). No
+    /// parts give an empty set of SH degree 0.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming the first part whose SH degree differs from the first
+    /// part's (see [`Self::extend`] for the fix).
+    pub fn concat<'a>(parts: impl IntoIterator<Item = &'a GaussianSplats>) -> Result<Self> {
+        let parts: Vec<&GaussianSplats> = parts.into_iter().collect();
+        let Some(first) = parts.first() else {
+            return Ok(Self::default());
+        };
+        let n: usize = parts.iter().map(|p| p.len()).sum();
+        let k3 = first.sh_coeffs_per_channel() * 3;
+        let mut out = Self {
+            means: Vec::with_capacity(n * 3),
+            log_scales: Vec::with_capacity(n * 3),
+            rotations: Vec::with_capacity(n * 4),
+            logit_opacities: Vec::with_capacity(n),
+            sh_coeffs: Vec::with_capacity(n * k3),
+            sh_degree: first.sh_degree,
+        };
+        for (i, part) in parts.iter().enumerate() {
+            check_same_degree(
+                "concatenate splats",
+                out.sh_degree,
+                part.sh_degree,
+                &format!("parts[{i}]"),
+            )?;
+            out.extend(part)?;
+        }
+        Ok(out)
+    }
+}
+
+/// [`Error::InvalidInput`] unless `found` (the degree of `what`) equals `expected`.
+fn check_same_degree(context: &'static str, expected: u32, found: u32, what: &str) -> Result<()> {
+    if expected == found {
+        return Ok(());
+    }
+    Err(Error::InvalidInput {
+        context,
+        field: format!("{what}.sh_degree"),
+        expected: format!(
+            "{expected}, the SH degree of the splats it joins (raise the lower degree with \
+             transform::raise_sh_degree, or drop bands with transform::reduce_sh_degree)"
+        ),
+        found: found.to_string(),
+    })
 }
 
 /// Logistic sigmoid: opacity = sigmoid(logit). Computed in f64 so that encoders round the same
@@ -221,5 +335,86 @@ pub(crate) mod test_data {
             }
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_data::random_splats;
+    use super::*;
+
+    #[test]
+    fn select_copies_whole_rows_in_index_order_with_repeats() {
+        let s = random_splats(5, 2, 1.0, 11);
+        let picked = s.select([3, 0, 3]);
+        picked.check_shapes("test").unwrap();
+        assert_eq!((picked.len(), picked.sh_degree), (3, 2));
+        let k3 = 27;
+        for (row, i) in [3usize, 0, 3].into_iter().enumerate() {
+            assert_eq!(
+                picked.means[row * 3..row * 3 + 3],
+                s.means[i * 3..i * 3 + 3]
+            );
+            assert_eq!(
+                picked.log_scales[row * 3..row * 3 + 3],
+                s.log_scales[i * 3..i * 3 + 3]
+            );
+            assert_eq!(
+                picked.rotations[row * 4..row * 4 + 4],
+                s.rotations[i * 4..i * 4 + 4]
+            );
+            assert_eq!(picked.logit_opacities[row], s.logit_opacities[i]);
+            assert_eq!(
+                picked.sh_coeffs[row * k3..(row + 1) * k3],
+                s.sh_coeffs[i * k3..(i + 1) * k3]
+            );
+        }
+        assert_eq!(s.select(0..5), s);
+        let none = s.select([]);
+        assert!(none.is_empty());
+        assert_eq!(none.sh_degree, 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "out of range")]
+    fn select_panics_on_an_index_past_n() {
+        let _ = random_splats(2, 0, 1.0, 1).select([2]);
+    }
+
+    #[test]
+    fn extend_appends_and_concat_equals_successive_extends() {
+        let a = random_splats(4, 1, 1.0, 1);
+        let b = random_splats(3, 1, 1.0, 2);
+        let c = random_splats(2, 1, 1.0, 3);
+        let mut joined = a.clone();
+        joined.extend(&b).unwrap();
+        joined.extend(&c).unwrap();
+        joined.check_shapes("test").unwrap();
+        assert_eq!(joined.len(), 9);
+        assert_eq!(joined.select(0..4), a);
+        assert_eq!(joined.select(4..7), b);
+        assert_eq!(joined.select(7..9), c);
+        assert_eq!(GaussianSplats::concat([&a, &b, &c]).unwrap(), joined);
+        assert_eq!(
+            GaussianSplats::concat(std::iter::empty()).unwrap(),
+            GaussianSplats::default()
+        );
+    }
+
+    #[test]
+    fn extend_and_concat_refuse_an_sh_degree_mismatch_naming_the_part() {
+        let a = random_splats(2, 3, 1.0, 1);
+        let b = random_splats(2, 1, 1.0, 2);
+        let mut joined = a.clone();
+        let e = joined.extend(&b).unwrap_err().to_string();
+        assert!(
+            e.contains("other.sh_degree") && e.contains("found 1") && e.contains("raise_sh_degree"),
+            "{e}"
+        );
+        assert_eq!(joined, a, "nothing appended");
+        let e = GaussianSplats::concat([&a, &a, &b])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("parts[2].sh_degree"), "{e}");
     }
 }

@@ -12,10 +12,18 @@
 //!
 //! Every input that f32 holds to [`RECENTRE_ABOVE_M`] keeps origin 0, so its splats, and
 //! everything written from them, are unchanged.
+//!
+//! Every splat reader returns a [`PlacedSplats`] and every writer takes a [`PlacedRef`] (a
+//! `&PlacedSplats`, or a `&GaussianSplats` whose means are absolute), so one function per format
+//! handles both; the writers of absolute-position formats check the move their cast causes here
+//! (`PlacedRef::absolute_f32_for`).
+
+use std::borrow::Cow;
+use std::path::Path;
 
 use super::GaussianSplats;
-use super::convert::rotate_splats;
-use crate::Result;
+use super::transform::rotate_splats;
+use crate::{Error, Result};
 
 /// Largest move (metres) that casting an input coordinate to f32 may cause before a reader
 /// re-centres that axis on an f64 origin. 1 µm is far below the smallest trained splats
@@ -96,10 +104,17 @@ impl PlacedSplats {
         largest_coordinate(&self.splats, self.origin_m)
     }
 
-    /// The splats with absolute f32 means (`(origin + mean) as f32`) and the largest move that
-    /// cast caused (metres). Origin 0 gives a copy with move 0.
+    /// The splats with absolute f32 means (`(origin + mean) as f32`, summed in f64) and the
+    /// largest move that cast caused (metres). Origin 0 returns the splats as they are (no copy)
+    /// with move 0, so a reader's splats come back bit for bit. Lossy beyond f32's range (31 mm
+    /// steps at 500 km): what a caller that works in absolute f32 gets, as the readers' f32
+    /// casts gave before origins existed (the same value, or the neighbouring f32 where `x` lies
+    /// within the sub-µm rounding of the origin split of a rounding midpoint).
     #[must_use]
-    pub fn to_absolute_f32(&self) -> (GaussianSplats, f64) {
+    pub fn into_absolute_f32(self) -> (GaussianSplats, f64) {
+        if self.is_at_zero() {
+            return (self.splats, 0.0);
+        }
         absolute_f32(&self.splats, self.origin_m)
     }
 
@@ -114,6 +129,112 @@ impl PlacedSplats {
         let o = self.origin_m;
         self.origin_m = std::array::from_fn(|i| (0..3).map(|k| r[i][k] * o[k]).sum());
         Ok(())
+    }
+}
+
+/// Borrowed splats at an f64 origin: what every splat writer takes, so that a
+/// `&PlacedSplats` and a `&GaussianSplats` (absolute means, origin 0) go through the same
+/// function without a copy (`From` converts both).
+///
+/// - `origin_m`: `[3]` metres, f64, as [`PlacedSplats::origin_m`].
+/// - `splats`: means `[N, 3]` f32 metres relative to `origin_m`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlacedRef<'a> {
+    pub origin_m: [f64; 3],
+    pub splats: &'a GaussianSplats,
+}
+
+impl<'a> From<&'a PlacedSplats> for PlacedRef<'a> {
+    fn from(placed: &'a PlacedSplats) -> Self {
+        Self {
+            origin_m: placed.origin_m,
+            splats: &placed.splats,
+        }
+    }
+}
+
+impl<'a> From<&'a GaussianSplats> for PlacedRef<'a> {
+    /// Splats whose means are absolute: origin `[0, 0, 0]`.
+    fn from(splats: &'a GaussianSplats) -> Self {
+        Self {
+            origin_m: [0.0; 3],
+            splats,
+        }
+    }
+}
+
+/// What to do instead when a format cannot hold the positions (the fix in
+/// [`Error::PositionRange`]).
+const POSITION_RANGE_FIX: &str = "write `.ply` (double x/y/z) or `.glb` (f64 node translation) \
+    instead, or tile the file with a `kind = \"splats\"` job (3D Tiles transforms), which all keep \
+    f64 positions; or move the scene near the origin before converting";
+
+impl<'a> PlacedRef<'a> {
+    /// True when the origin is `[0, 0, 0]` (the means are absolute).
+    #[must_use]
+    pub fn is_at_zero(&self) -> bool {
+        self.origin_m == [0.0; 3]
+    }
+
+    /// The origin when it is not `[0, 0, 0]` (what the PLY and GLB writers store in f64).
+    #[must_use]
+    pub fn nonzero_origin(&self) -> Option<[f64; 3]> {
+        (!self.is_at_zero()).then_some(self.origin_m)
+    }
+
+    /// [`Error::PositionRange`] for writing these splats to `path` as `format` (its short name,
+    /// e.g. `"SPZ"`), whose range and precision `capacity` states; the error names the largest
+    /// absolute coordinate, its splat and axis, and what to write instead.
+    pub(crate) fn position_range_error(
+        &self,
+        path: &Path,
+        format: &'static str,
+        capacity: String,
+    ) -> Error {
+        let (largest_m, i, axis) = largest_coordinate(self.splats, self.origin_m);
+        Error::PositionRange {
+            path: path.to_path_buf(),
+            format,
+            capacity,
+            largest_m,
+            location: format!("splat {i}, {}", ["x", "y", "z"][axis]),
+            fix: POSITION_RANGE_FIX,
+        }
+    }
+
+    /// The splats with absolute f32 means for a writer of `format` that stores absolute f32
+    /// positions (`how` says how, for the error): borrowed as they are at origin 0, else
+    /// `(origin + mean) as f32`.
+    ///
+    /// # Errors
+    /// [`Error::PositionRange`] naming `path` when the cast moves a coordinate by more than
+    /// [`POSITION_TOLERANCE_M`] (f32's range at that tolerance and its step at the largest
+    /// coordinate are in the message).
+    pub(crate) fn absolute_f32_for(
+        &self,
+        path: &Path,
+        format: &'static str,
+        how: &str,
+    ) -> Result<Cow<'a, GaussianSplats>> {
+        if self.is_at_zero() {
+            return Ok(Cow::Borrowed(self.splats));
+        }
+        let (absolute, moved_m) = absolute_f32(self.splats, self.origin_m);
+        if moved_m > POSITION_TOLERANCE_M {
+            let (largest_m, _, _) = largest_coordinate(self.splats, self.origin_m);
+            return Err(self.position_range_error(
+                path,
+                format,
+                format!(
+                    "{how}, within {POSITION_TOLERANCE_M} m only for |x| < {:.0} m (f32 steps \
+                     are {:.3} mm at {largest_m:.0} m; casting moves a splat by up to {:.3} mm)",
+                    f32_range_m(POSITION_TOLERANCE_M),
+                    f32_step_m(largest_m) * 1e3,
+                    moved_m * 1e3
+                ),
+            ));
+        }
+        Ok(Cow::Owned(absolute))
     }
 }
 
@@ -132,8 +253,8 @@ pub(crate) fn largest_coordinate(
     best
 }
 
-/// [`PlacedSplats::to_absolute_f32`] of `splats` at `origin_m` held apart.
-pub(crate) fn absolute_f32(splats: &GaussianSplats, origin_m: [f64; 3]) -> (GaussianSplats, f64) {
+/// [`PlacedSplats::into_absolute_f32`] of `splats` at `origin_m` held apart (always a copy).
+fn absolute_f32(splats: &GaussianSplats, origin_m: [f64; 3]) -> (GaussianSplats, f64) {
     let mut out = splats.clone();
     if origin_m == [0.0; 3] {
         return (out, 0.0);
@@ -208,7 +329,7 @@ mod tests {
         }
         assert_eq!(p.largest_coordinate(), (4_000_000.0, 0, 1));
         // Cast to absolute f32, 1 cm at 500 km moves by more than the tolerance.
-        let (_, moved) = p.to_absolute_f32();
+        let (_, moved) = p.clone().into_absolute_f32();
         assert!(moved > POSITION_TOLERANCE_M, "{moved}");
     }
 

@@ -12,9 +12,9 @@
 //! `float` properties, in any order) reads the body in parallel chunks straight into the columns
 //! and writing builds and writes rows the same way (`body`); little-endian `float`/`double` rows
 //! stream a block at a time; anything else (ASCII, big-endian, integer columns, further
-//! elements) goes through `ply_rs_bw` and is converted to f32 (lossy for `double` unless read
-//! with [`read_ply_placed`]). A file with an `element chunk` is a PlayCanvas compressed PLY and
-//! is handed to [`super::compressed_ply`]. NaN and ±Inf values are rejected with the vertex
+//! elements) goes through `ply_rs_bw`; `double` x/y/z that f32 cannot hold are kept at an f64
+//! origin ([`read`]). A file with an `element chunk` is a PlayCanvas compressed PLY, which
+//! [`super::compressed_ply`] reads. NaN and ±Inf values are rejected with the vertex
 //! index: no Kiln stage can use them, and silently dropping splats would change the vertex count
 //! a user expects.
 
@@ -23,7 +23,10 @@ use std::path::Path;
 use ply_rs_bw::parser::Parser;
 use ply_rs_bw::ply::{DefaultElement, Property};
 
-use super::placed::PlacedSplats;
+use super::placed::{PlacedRef, PlacedSplats};
+use super::ply_container::{
+    PlyHeader, check_values_finite, corrupt, parse_header, read_header_block,
+};
 use super::{GaussianSplats, MAX_SH_DEGREE};
 use crate::atomic_write::write_atomic_with;
 use crate::{Error, Result};
@@ -31,6 +34,9 @@ use crate::{Error, Result};
 mod body;
 #[cfg(test)]
 use body::fill_rows;
+
+/// Short name of the format in messages.
+pub const NAME: &str = "INRIA PLY";
 
 /// Number of `f_rest_*` properties per SH degree 0..=3: 3·((d+1)² − 1).
 const F_REST_COUNTS: [usize; 4] = [0, 9, 24, 45];
@@ -52,49 +58,28 @@ fn inria_property_names(sh_degree: u32) -> Vec<String> {
     names
 }
 
-/// Write `splats` as an INRIA 3DGS PLY at `path`, atomically (temporary file + rename).
+/// Write splats as an INRIA 3DGS PLY at `path`, atomically (temporary file + rename).
 ///
-/// The file holds exactly the f32 values of `splats` (no renormalisation, no clamping), so
-/// [`read_ply`] returns bit-identical arrays. Normals are written as 0.
+/// The file holds exactly the f32 values of the splats (no renormalisation, no clamping), so
+/// [`read`] returns bit-identical arrays. Normals are written as 0. At origin 0 every property
+/// is `float`; otherwise `x y z` are `property double` holding `origin + mean` computed in f64
+/// (the true coordinates, which other tools read as such), and [`read`] gives the same
+/// positions back (within 1 µm; the origin it picks may differ from the one written).
 ///
 /// - `path`: destination; missing parent directories are created.
-/// - `splats`: N ≥ 0 splats, shapes as documented on [`GaussianSplats`], SH degree 0..=3.
+/// - `splats`: a `&PlacedSplats`, or a `&GaussianSplats` with absolute means (origin 0); N ≥ 0
+///   splats, shapes as documented on [`GaussianSplats`], SH degree 0..=3.
 ///
 /// # Errors
 /// [`Error::InvalidInput`] when an array length does not match N or a value is NaN/±Inf (with the
 /// splat index); [`Error::Io`] naming `path` when writing fails (the old file, if any, is kept).
-pub fn write_inria_ply(path: &Path, splats: &GaussianSplats) -> Result<()> {
-    write_rows(path, splats, None)
+pub fn write<'a>(path: &Path, splats: impl Into<PlacedRef<'a>>) -> Result<()> {
+    let placed = splats.into();
+    write_rows(path, placed.splats, placed.nonzero_origin())
 }
 
-/// Write placed splats as an INRIA 3DGS PLY at `path`, atomically, keeping their f64
-/// positions: with origin 0 exactly [`write_inria_ply`] (all `float`, byte-identical); otherwise
-/// `x y z` are `property double` holding `origin + mean` computed in f64 (the true
-/// coordinates, which other tools read as such), every other property `float`.
-/// [`read_ply_placed`] reads such a file back to the same positions (within 1 µm; the origin
-/// it picks may differ from `placed.origin_m`).
-///
-/// - `path`: destination; missing parent directories are created.
-/// - `placed`: N ≥ 0 splats at an f64 origin ([`PlacedSplats`]).
-///
-/// # Errors
-/// As [`write_inria_ply`].
-pub fn write_inria_ply_placed(path: &Path, placed: &PlacedSplats) -> Result<()> {
-    let origin = (!placed.is_at_zero()).then_some(placed.origin_m);
-    write_rows(path, &placed.splats, origin)
-}
-
-/// [`write_inria_ply_placed`] for splats and their origin held apart (no copy).
-pub(super) fn write_inria_ply_at(
-    path: &Path,
-    splats: &GaussianSplats,
-    origin_m: [f64; 3],
-) -> Result<()> {
-    write_rows(path, splats, (origin_m != [0.0; 3]).then_some(origin_m))
-}
-
-/// The writer of [`write_inria_ply`] (`origin` `None`: all `float`) and
-/// [`write_inria_ply_placed`] (`Some`: `double x y z` = origin + mean).
+/// The writer of [`write()`]: `origin` `None` writes all `float`, `Some` writes `double x y z` =
+/// origin + mean.
 fn write_rows(path: &Path, splats: &GaussianSplats, origin: Option<[f64; 3]>) -> Result<()> {
     const CONTEXT: &str = "INRIA PLY write";
     splats.check_shapes(CONTEXT)?;
@@ -137,15 +122,21 @@ fn write_rows(path: &Path, splats: &GaussianSplats, origin: Option<[f64; 3]>) ->
     }
 }
 
-/// Read a 3DGS PLY (INRIA layout or any PLY with those property names) into [`GaussianSplats`]
-/// with absolute f32 means.
+/// Read a 3DGS PLY (INRIA layout or any PLY with those property names) as splats at an f64
+/// origin.
 ///
 /// Columns are found by name in any order; `nx ny nz` and unknown properties are ignored. The SH
 /// degree follows from the number of `f_rest_*` properties: 0, 9, 24, 45 → degree 0, 1, 2, 3,
 /// and they must be named `f_rest_0..f_rest_{m−1}` (channel-major, transposed into `[N, K, 3]`).
 /// Values are returned as stored: logit opacities, log scales, wxyz rotations not renormalised.
-/// `double` and integer values are cast to f32, which moves coordinates beyond ±16 m by more
-/// than 1 µm (31 mm steps at 500 km): read survey-sized positions with [`read_ply_placed`].
+///
+/// Positions: when f32 holds every x/y/z to [`super::placed::RECENTRE_ABOVE_M`] the origin is
+/// `[0, 0, 0]` and the means are the values as f32 — always so for all-`float` files (every
+/// PLY Kiln's trainer and ingest write at ordinary scene size), so callers that need plain
+/// [`GaussianSplats`] of such files take `.splats`. `double` (or integer) coordinates beyond
+/// that (a survey frame: 31 mm f32 steps at 500 km) get the bounding-box centre rounded to whole
+/// metres as origin and means `(x − origin) as f32` subtracted in f64, which keeps 1 cm spacing
+/// at 500 km to about 0.1 µm ([`PlacedSplats::from_absolute`]).
 ///
 /// - `path`: the PLY file; ASCII, binary little- or big-endian; `float`, `double` or integer
 ///   scalar properties (converted to f32). The vertex element must be named `vertex`.
@@ -155,40 +146,11 @@ fn write_rows(path: &Path, splats: &GaussianSplats, origin: Option<[f64; 3]>) ->
 /// [`Error::Corrupt`] for an empty file, wrong magic, a header without `end_header`, a truncated
 /// body or a body the PLY parser rejects; [`Error::Invalid`] for a missing required property
 /// (named), a body longer than `element vertex N` implies, or a NaN/±Inf value (with the vertex
-/// index and property); [`Error::Unsupported`] for an `f_rest_*` count other than 0/9/24/45, a
-/// list-typed splat property. A PlayCanvas compressed PLY (`element chunk`) is recognised and
-/// decoded by [`super::compressed_ply`] (its errors are listed there).
-pub fn read_ply(path: &Path) -> Result<GaussianSplats> {
-    Ok(read_ply_as(path, Positions::CastToF32)?.splats)
-}
-
-/// Read a 3DGS PLY as [`read_ply`] does, keeping `double` (or integer) x/y/z beyond f32: when
-/// f32 holds every coordinate to [`super::placed::RECENTRE_ABOVE_M`] the origin is `[0, 0, 0]`
-/// and the splats are bit-identical to [`read_ply`]'s (every `float` PLY, and every PLY of
-/// ordinary scene size); otherwise the origin is the bounding-box centre rounded to whole
-/// metres and the means are `(x − origin) as f32` subtracted in f64, which keeps 1 cm spacing
-/// at 500 km to about 0.1 µm ([`PlacedSplats::from_absolute`]).
-///
-/// - `path`: as [`read_ply`]; a PlayCanvas compressed PLY stores f32 positions and reads with
-///   origin 0.
-///
-/// # Errors
-/// As [`read_ply`]; a NaN/±Inf coordinate is named as `vertex[i].x/y/z` before any origin is
-/// picked.
-pub fn read_ply_placed(path: &Path) -> Result<PlacedSplats> {
-    read_ply_as(path, Positions::Placed)
-}
-
-/// What a reader does with x/y/z values f32 cannot hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Positions {
-    /// Cast each to f32 ([`read_ply`]).
-    CastToF32,
-    /// Keep them at an f64 origin ([`read_ply_placed`]).
-    Placed,
-}
-
-fn read_ply_as(path: &Path, positions: Positions) -> Result<PlacedSplats> {
+/// index and property; a coordinate is named as `vertex[i].x/y/z` before any origin is picked);
+/// [`Error::Unsupported`] for an `f_rest_*` count other than 0/9/24/45, a list-typed splat
+/// property, or a PlayCanvas compressed PLY (`element chunk`: read it with
+/// [`super::compressed_ply::read`], or with `convert::read`, which tells them apart).
+pub fn read(path: &Path) -> Result<PlacedSplats> {
     let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
     let prefix = read_header_block(&mut file, path)?;
@@ -196,42 +158,41 @@ fn read_ply_as(path: &Path, positions: Positions) -> Result<PlacedSplats> {
     // The common case, one all-float little-endian vertex element, is read in chunks on every
     // core straight into the columns: memory holds the splats and one chunk of rows per thread,
     // never the whole file. f32 values need no origin.
-    if let Some(fast) = prefix_header.fast_path() {
+    if let Some(fast) = fast_layout(&prefix_header) {
         let body_len = file_len.saturating_sub(prefix_header.body_offset as u64);
         let splats = read_fast(path, &file, body_len, &prefix_header, fast)?;
         return Ok(PlacedSplats::at_zero(splats));
     }
     // Little-endian `float` and `double` columns (Kiln writes `double x y z` for placed splats)
     // stream the same way, positions kept in f64.
-    if let Some(layout) = prefix_header.float_double_layout() {
+    if let Some(layout) = float_double_layout(&prefix_header) {
         let leftover = &prefix[prefix_header.body_offset..];
         let body_len = file_len.saturating_sub(prefix_header.body_offset as u64);
         let (splats, xyz) =
             read_float_double_stream(path, &mut file, leftover, body_len, &prefix_header, &layout)?;
-        return place(path, positions, &xyz, splats);
+        return place(path, &xyz, splats);
     }
     let mut bytes = prefix;
     std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| Error::io(path, e))?;
     let header = parse_header(path, &bytes)?;
-    // PlayCanvas "compressed PLY" keeps quantised splats in a `chunk` element plus packed
-    // `vertex` words (and an optional `sh` element): decode it in its own module.
-    if header.elements.iter().any(|e| e.name == "chunk") {
-        let splats = super::compressed_ply::decode(path, &bytes, &header)?;
-        check_values_finite(path, &splats)?;
-        return Ok(PlacedSplats::at_zero(splats));
+    if header.is_compressed() {
+        return Err(Error::Unsupported {
+            path: path.to_path_buf(),
+            field: "element chunk".into(),
+            found: "a PlayCanvas compressed PLY".into(),
+            supported: "INRIA 3DGS PLYs here; read compressed PLYs with \
+                        kiln_formats::splats::compressed_ply::read, or with convert::read, which \
+                        picks the reader by content"
+                .into(),
+        });
     }
     let (splats, xyz) = read_with_ply_rs(path, &bytes, &header)?;
-    place(path, positions, &xyz, splats)
+    place(path, &xyz, splats)
 }
 
-/// Set the means of `splats` from `xyz` (`[N, 3]` f64 as read) by `positions`, after checking
-/// every value (coordinates first, in f64).
-fn place(
-    path: &Path,
-    positions: Positions,
-    xyz: &[f64],
-    mut splats: GaussianSplats,
-) -> Result<PlacedSplats> {
+/// Place `splats` at `xyz` (`[N, 3]` f64 as read; [`PlacedSplats::from_absolute`]), after
+/// checking every value (coordinates first, in f64).
+fn place(path: &Path, xyz: &[f64], splats: GaussianSplats) -> Result<PlacedSplats> {
     if let Some(pos) = xyz.iter().position(|v| !v.is_finite()) {
         return Err(Error::Invalid {
             path: path.to_path_buf(),
@@ -240,31 +201,9 @@ fn place(
             found: xyz[pos].to_string(),
         });
     }
-    let placed = match positions {
-        Positions::CastToF32 => {
-            splats.means = xyz.iter().map(|&x| x as f32).collect();
-            PlacedSplats::at_zero(splats)
-        }
-        Positions::Placed => PlacedSplats::from_absolute(xyz, splats),
-    };
+    let placed = PlacedSplats::from_absolute(xyz, splats);
     check_values_finite(path, &placed.splats)?;
     Ok(placed)
-}
-
-/// One `element` of the header with its scalar properties (name, type keyword).
-#[derive(Debug)]
-pub(super) struct ElementHeader {
-    pub(super) name: String,
-    pub(super) count: usize,
-    pub(super) properties: Vec<(String, String)>,
-}
-
-/// What Kiln needs from a PLY header; parsed by hand so that errors can name the line.
-#[derive(Debug)]
-pub(super) struct PlyHeader {
-    pub(super) format: String,
-    pub(super) elements: Vec<ElementHeader>,
-    pub(super) body_offset: usize,
 }
 
 /// Column indices of the fast path: all properties are f32, so a row is `stride` floats.
@@ -293,155 +232,46 @@ impl RowLayout {
     }
 }
 
-impl PlyHeader {
-    fn fast_path(&self) -> Option<FastLayout> {
-        let [vertex] = self.elements.as_slice() else {
-            return None;
-        };
-        let all_float = vertex
-            .properties
-            .iter()
-            .all(|(_, ty)| ty == "float" || ty == "float32");
-        (self.format == "binary_little_endian" && vertex.name == "vertex" && all_float).then_some(
-            FastLayout {
-                stride: vertex.properties.len(),
-            },
-        )
-    }
-
-    /// Byte layout of a binary little-endian file whose only element is `vertex` and whose
-    /// properties are all `float` or `double` (at least one `double`: all-`float` files take
-    /// [`Self::fast_path`]).
-    fn float_double_layout(&self) -> Option<RowLayout> {
-        let [vertex] = self.elements.as_slice() else {
-            return None;
-        };
-        if self.format != "binary_little_endian" || vertex.name != "vertex" {
-            return None;
-        }
-        let mut offsets = Vec::with_capacity(vertex.properties.len());
-        let mut bytes = 0;
-        for (_, ty) in &vertex.properties {
-            let size = match ty.as_str() {
-                "float" | "float32" => 4,
-                "double" | "float64" => 8,
-                _ => return None,
-            };
-            offsets.push((bytes, size == 8));
-            bytes += size;
-        }
-        (bytes != 4 * offsets.len()).then_some(RowLayout {
-            row_bytes: bytes,
-            columns: offsets,
-        })
-    }
-
-    fn vertex(&self) -> Option<&ElementHeader> {
-        self.elements.iter().find(|e| e.name == "vertex")
-    }
-}
-
-pub(super) fn corrupt(path: &Path, location: impl Into<String>, what: impl Into<String>) -> Error {
-    Error::Corrupt {
-        path: path.to_path_buf(),
-        location: location.into(),
-        what: what.into(),
-    }
-}
-
-pub(super) fn parse_header(path: &Path, bytes: &[u8]) -> Result<PlyHeader> {
-    if bytes.is_empty() {
-        return Err(corrupt(
-            path,
-            "byte 0",
-            "empty file (0 bytes), expected a PLY header",
-        ));
-    }
-    if !bytes.starts_with(b"ply\n") && !bytes.starts_with(b"ply\r\n") {
-        let shown: String = String::from_utf8_lossy(&bytes[..bytes.len().min(8)])
-            .chars()
-            .map(|c| if c.is_control() { '.' } else { c })
-            .collect();
-        return Err(corrupt(
-            path,
-            "line 1",
-            format!("wrong magic: expected `ply`, found `{shown}`"),
-        ));
-    }
-    let mut offset = 0usize;
-    let mut line_no = 0usize;
-    let mut format = None;
-    let mut elements: Vec<ElementHeader> = Vec::new();
-    loop {
-        let Some(len) = bytes[offset..].iter().position(|&b| b == b'\n') else {
-            return Err(corrupt(
-                path,
-                format!("line {}", line_no + 1),
-                "truncated header: no `end_header` line",
-            ));
-        };
-        let raw = &bytes[offset..offset + len];
-        offset += len + 1;
-        line_no += 1;
-        let line = String::from_utf8_lossy(raw);
-        let line = line.trim();
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let location = format!("header line {line_no}");
-        match words.as_slice() {
-            ["ply"] if line_no == 1 => {}
-            ["end_header"] => break,
-            ["comment", ..] | ["obj_info", ..] | [] => {}
-            ["format", f, _version] => format = Some(f.to_string()),
-            ["element", name, count] => {
-                let count = count.parse::<usize>().map_err(|_| {
-                    corrupt(
-                        path,
-                        &location,
-                        format!("element count `{count}` is not a number"),
-                    )
-                })?;
-                elements.push(ElementHeader {
-                    name: name.to_string(),
-                    count,
-                    properties: Vec::new(),
-                });
-            }
-            ["property", "list", _, _, name] => {
-                let Some(el) = elements.last_mut() else {
-                    return Err(corrupt(path, &location, "property before any element"));
-                };
-                el.properties.push((name.to_string(), "list".into()));
-            }
-            ["property", ty, name] => {
-                let Some(el) = elements.last_mut() else {
-                    return Err(corrupt(path, &location, "property before any element"));
-                };
-                el.properties.push((name.to_string(), ty.to_string()));
-            }
-            _ => {
-                return Err(corrupt(
-                    path,
-                    &location,
-                    format!("unrecognised header line `{line}`"),
-                ));
-            }
-        }
-    }
-    let Some(format) = format else {
-        return Err(corrupt(path, "header", "no `format` line"));
+/// The layout of the fast path, when `header` has one all-`float` little-endian `vertex` element.
+fn fast_layout(header: &PlyHeader) -> Option<FastLayout> {
+    let [vertex] = header.elements.as_slice() else {
+        return None;
     };
-    if !["ascii", "binary_little_endian", "binary_big_endian"].contains(&format.as_str()) {
-        return Err(Error::Unsupported {
-            path: path.to_path_buf(),
-            field: "format".into(),
-            found: format,
-            supported: "ascii, binary_little_endian, binary_big_endian".into(),
-        });
+    let all_float = vertex
+        .properties
+        .iter()
+        .all(|(_, ty)| ty == "float" || ty == "float32");
+    (header.format == "binary_little_endian" && vertex.name == "vertex" && all_float).then_some(
+        FastLayout {
+            stride: vertex.properties.len(),
+        },
+    )
+}
+
+/// Byte layout of a binary little-endian file whose only element is `vertex` and whose
+/// properties are all `float` or `double` (at least one `double`: all-`float` files take
+/// [`fast_layout`]).
+fn float_double_layout(header: &PlyHeader) -> Option<RowLayout> {
+    let [vertex] = header.elements.as_slice() else {
+        return None;
+    };
+    if header.format != "binary_little_endian" || vertex.name != "vertex" {
+        return None;
     }
-    Ok(PlyHeader {
-        format,
-        elements,
-        body_offset: offset,
+    let mut offsets = Vec::with_capacity(vertex.properties.len());
+    let mut bytes = 0;
+    for (_, ty) in &vertex.properties {
+        let size = match ty.as_str() {
+            "float" | "float32" => 4,
+            "double" | "float64" => 8,
+            _ => return None,
+        };
+        offsets.push((bytes, size == 8));
+        bytes += size;
+    }
+    (bytes != 4 * offsets.len()).then_some(RowLayout {
+        row_bytes: bytes,
+        columns: offsets,
     })
 }
 
@@ -539,35 +369,6 @@ fn append_rows(
             }
         }
     }
-}
-
-/// Read from the start of `file` until the header's `end_header` line is in the buffer (blocks
-/// of 64 KiB, at most 16 MiB of header); the buffer may hold the start of the body too.
-fn read_header_block(file: &mut std::fs::File, path: &Path) -> Result<Vec<u8>> {
-    use std::io::Read;
-    const BLOCK: usize = 64 * 1024;
-    const MAX_HEADER: usize = 16 * 1024 * 1024;
-    let mut buf = Vec::with_capacity(BLOCK);
-    loop {
-        let start = buf.len();
-        buf.resize(start + BLOCK, 0);
-        let got = file
-            .read(&mut buf[start..])
-            .map_err(|e| Error::io(path, e))?;
-        buf.truncate(start + got);
-        if got == 0 || buf.len() >= MAX_HEADER || header_ends_in(&buf) {
-            return Ok(buf);
-        }
-    }
-}
-
-/// Whether `buf` holds a whole `end_header` line.
-fn header_ends_in(buf: &[u8]) -> bool {
-    buf.windows(b"end_header\n".len())
-        .any(|w| w == b"end_header\n")
-        || buf
-            .windows(b"end_header\r\n".len())
-            .any(|w| w == b"end_header\r\n")
 }
 
 /// The fast path: one all-`float` little-endian `vertex` element, its columns in any order,
@@ -765,28 +566,6 @@ fn read_with_ply_rs(
     Ok((splats, xyz))
 }
 
-pub(super) fn check_values_finite(path: &Path, s: &GaussianSplats) -> Result<()> {
-    let k = s.sh_coeffs_per_channel();
-    let fields: [(&str, &[f32], usize); 5] = [
-        ("x/y/z", &s.means, 3),
-        ("scale_*", &s.log_scales, 3),
-        ("rot_*", &s.rotations, 4),
-        ("opacity", &s.logit_opacities, 1),
-        ("f_dc_*/f_rest_*", &s.sh_coeffs, k * 3),
-    ];
-    for (field, values, per) in fields {
-        if let Some(pos) = values.iter().position(|v| !v.is_finite()) {
-            return Err(Error::Invalid {
-                path: path.to_path_buf(),
-                field: format!("vertex[{}].{field}", pos / per),
-                expected: "finite values (remove or re-export the splat)".into(),
-                found: values[pos].to_string(),
-            });
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -811,7 +590,7 @@ mod tests {
         for degree in 0..=3 {
             let s = random_splats(257, degree, 5.0, 7 + degree as u64);
             let p = dir.path().join(format!("d{degree}.ply"));
-            write_inria_ply(&p, &s).unwrap();
+            write(&p, &s).unwrap();
             let expected_len = 62 - 3 * (15 - (((degree + 1) * (degree + 1)) as usize - 1));
             let header_len = parse_header(&p, &std::fs::read(&p).unwrap())
                 .unwrap()
@@ -820,7 +599,7 @@ mod tests {
                 std::fs::metadata(&p).unwrap().len() as usize,
                 header_len + 257 * expected_len * 4
             );
-            assert_bit_exact(&read_ply(&p).unwrap(), &s);
+            assert_bit_exact(&read(&p).unwrap().splats, &s);
         }
     }
 
@@ -835,7 +614,7 @@ mod tests {
             }
         }
         let p = dir.path().join("a.ply");
-        write_inria_ply(&p, &s).unwrap();
+        write(&p, &s).unwrap();
         let bytes = std::fs::read(&p).unwrap();
         let h = parse_header(&p, &bytes).unwrap();
         let row: Vec<f32> = bytes[h.body_offset..]
@@ -860,7 +639,7 @@ mod tests {
             1 0.5 1 2 3 -3 -2 -1 0.3 0.2 0.1 0 0 0 7\n\
             0 -0.5 4 5 6 -6 -5 -4 0.6 0.5 0.4 1 0 0 9\n";
         std::fs::write(&p, text).unwrap();
-        let s = read_ply(&p).unwrap();
+        let s = read(&p).unwrap().splats;
         assert_eq!(s.len(), 2);
         assert_eq!(s.sh_degree, 0);
         assert_eq!(s.means, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
@@ -885,7 +664,7 @@ mod tests {
             bytes.extend_from_slice(&v.to_be_bytes());
         }
         std::fs::write(&p, &bytes).unwrap();
-        let s = read_ply(&p).unwrap();
+        let s = read(&p).unwrap().splats;
         // Columns: x y z nx ny nz f_dc_0..2 opacity scale_0..2 rot_0..3 → 0.5, 1.5, …
         assert_eq!(s.means, vec![0.5, 1.5, 2.5]);
         assert_eq!(s.sh_coeffs, vec![6.5, 7.5, 8.5]);
@@ -894,7 +673,7 @@ mod tests {
         assert_eq!(s.rotations, vec![13.5, 14.5, 15.5, 16.5]);
         // Truncated big-endian body: a clear Corrupt error, not a panic.
         std::fs::write(&p, &bytes[..bytes.len() - 3]).unwrap();
-        assert!(matches!(read_ply(&p), Err(Error::Corrupt { .. })));
+        assert!(matches!(read(&p), Err(Error::Corrupt { .. })));
     }
 
     /// Write `s` (SH degree ≥ 0) in the INRIA layout by hand, in `format` with property type
@@ -969,7 +748,7 @@ mod tests {
             sh_degree: 0,
         };
         let p = dir.path().join("one.ply");
-        write_inria_ply(&p, &s).unwrap();
+        write(&p, &s).unwrap();
         let mut want = b"ply\nformat binary_little_endian 1.0\nelement vertex 1\n\
             property float x\nproperty float y\nproperty float z\n\
             property float nx\nproperty float ny\nproperty float nz\n\
@@ -996,7 +775,7 @@ mod tests {
         for degree in 0..=3 {
             let s = splats_over_chunks(degree, 90 + u64::from(degree));
             let p = dir.path().join(format!("w{degree}.ply"));
-            write_inria_ply(&p, &s).unwrap();
+            write(&p, &s).unwrap();
             let want = hand_written_ply(&s, "binary_little_endian", "float");
             assert!(
                 std::fs::read(&p).unwrap() == want,
@@ -1011,7 +790,7 @@ mod tests {
         let s = splats_over_chunks(2, 95);
         let origin = [500_000.0, 4_000_000.0, 10.0];
         let p = dir.path().join("placed.ply");
-        write_inria_ply_placed(
+        write(
             &p,
             &PlacedSplats {
                 origin_m: origin,
@@ -1048,7 +827,7 @@ mod tests {
         let last = s.len() - 1;
         s.rotations[4 * last + 2] = f32::NAN;
         s.sh_coeffs[48 * (last - 1) + 40] = f32::NEG_INFINITY;
-        let e = write_inria_ply(&p, &s).unwrap_err();
+        let e = write(&p, &s).unwrap_err();
         // The first bad field in check_finite's order (rotations before sh_coeffs).
         assert!(
             matches!(e, Error::InvalidInput { ref field, .. } if *field == format!("rotations[splat {last}]")),
@@ -1067,8 +846,8 @@ mod tests {
         let s = random_splats(n, 3, 40.0, 84);
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("large.ply");
-        write_inria_ply(&p, &s).unwrap();
-        let back = read_ply(&p).unwrap();
+        write(&p, &s).unwrap();
+        let back = read(&p).unwrap().splats;
         assert_bit_exact(&back, &s);
     }
 
@@ -1114,12 +893,12 @@ mod tests {
             std::fs::write(&p, shuffled_ply(&s, &extra, &order)).unwrap();
             let h = parse_header(&p, &std::fs::read(&p).unwrap()).unwrap();
             assert!(
-                h.fast_path().is_some(),
+                fast_layout(&h).is_some(),
                 "all-float LE must take the fast path"
             );
             // Unknown columns are skipped even when NaN; every splat value is bit-exact.
-            assert_bit_exact(&read_ply(&p).unwrap(), &s);
-            assert_bit_exact(&read_ply_placed(&p).unwrap().splats, &s);
+            assert_bit_exact(&read(&p).unwrap().splats, &s);
+            assert_bit_exact(&read(&p).unwrap().splats, &s);
         }
     }
 
@@ -1128,7 +907,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = splats_over_chunks(3, 81);
         let p = dir.path().join("late-nan.ply");
-        write_inria_ply(&p, &s).unwrap();
+        write(&p, &s).unwrap();
         let mut bytes = std::fs::read(&p).unwrap();
         let h = parse_header(&p, &bytes).unwrap();
         // Vertex N − 2 (last chunk), column 20 (f_rest_11); and vertex 1, column 3 (nx, not a
@@ -1139,7 +918,7 @@ mod tests {
         let at = h.body_offset + (62 + 3) * 4;
         bytes[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
         std::fs::write(&p, &bytes).unwrap();
-        let e = read_ply(&p).unwrap_err().to_string();
+        let e = read(&p).unwrap_err().to_string();
         assert!(
             e.contains(&format!("vertex[{vertex}].f_dc_*/f_rest_*")) && e.contains("inf"),
             "{e}"
@@ -1162,11 +941,11 @@ mod tests {
                 std::fs::write(&p, hand_written_ply(&s, format, ty)).unwrap();
                 let h = parse_header(&p, &std::fs::read(&p).unwrap()).unwrap();
                 assert!(
-                    h.fast_path().is_none(),
+                    fast_layout(&h).is_none(),
                     "{format} {ty} must take the general path"
                 );
                 // f32 → text/f64 → f32 is exact, so the general path must be bit-exact too.
-                assert_bit_exact(&read_ply(&p).unwrap(), &s);
+                assert_bit_exact(&read(&p).unwrap().splats, &s);
             }
         }
     }
@@ -1227,14 +1006,15 @@ mod tests {
             let (s, bytes) = survey_ply(format);
             let p = dir.path().join(format!("{format}.ply"));
             std::fs::write(&p, &bytes).unwrap();
-            let placed = read_ply_placed(&p).unwrap();
+            let placed = read(&p).unwrap();
             assert_eq!(placed.origin_m, [500_000.0, 4_000_000.0, 10.0], "{format}");
             assert_at_survey_positions(&placed);
             // Everything but the means is read as before.
             assert_eq!(placed.splats.log_scales, s.log_scales);
             assert_eq!(placed.splats.sh_coeffs, s.sh_coeffs);
-            // The f32 reader collapses the three splats onto two f32 values 31.25 mm apart.
-            let cast = read_ply(&p).unwrap();
+            // A cast to absolute f32 collapses the three splats onto two f32 values 31.25 mm
+            // apart.
+            let (cast, _) = placed.clone().into_absolute_f32();
             assert_eq!(cast.means[0], 500_000.0);
             assert_eq!(cast.means[3], 500_000.0);
         }
@@ -1246,9 +1026,9 @@ mod tests {
         let (_, bytes) = survey_ply("binary_little_endian");
         let p = dir.path().join("in.ply");
         std::fs::write(&p, bytes).unwrap();
-        let placed = read_ply_placed(&p).unwrap();
+        let placed = read(&p).unwrap();
         let q = dir.path().join("out.ply");
-        write_inria_ply_placed(&q, &placed).unwrap();
+        write(&q, &placed).unwrap();
         let out = std::fs::read(&q).unwrap();
         let text = String::from_utf8_lossy(&out[..parse_header(&q, &out).unwrap().body_offset]);
         assert!(
@@ -1261,7 +1041,7 @@ mod tests {
         let body = parse_header(&q, &out).unwrap().body_offset;
         let x0 = f64::from_le_bytes(out[body..body + 8].try_into().unwrap());
         assert_eq!(x0, 500_000.0);
-        let back = read_ply_placed(&q).unwrap();
+        let back = read(&q).unwrap();
         assert_at_survey_positions(&back);
         assert_eq!(back.splats.rotations, placed.splats.rotations);
         assert_eq!(back.splats.sh_coeffs, placed.splats.sh_coeffs);
@@ -1272,17 +1052,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = random_splats(100, 2, 50.0, 5);
         let p = dir.path().join("f.ply");
-        write_inria_ply(&p, &s).unwrap();
-        let placed = read_ply_placed(&p).unwrap();
+        write(&p, &s).unwrap();
+        let placed = read(&p).unwrap();
         assert!(placed.is_at_zero());
         assert_bit_exact(&placed.splats, &s);
         let q = dir.path().join("g.ply");
-        write_inria_ply_placed(&q, &placed).unwrap();
+        write(&q, &placed).unwrap();
         assert_eq!(std::fs::read(&q).unwrap(), std::fs::read(&p).unwrap());
         // A double file of f32 values reads identically too (origin 0, same means).
         let d = dir.path().join("d.ply");
         std::fs::write(&d, hand_written_ply(&s, "binary_little_endian", "double")).unwrap();
-        let placed = read_ply_placed(&d).unwrap();
+        let placed = read(&d).unwrap();
         assert!(placed.is_at_zero());
         assert_bit_exact(&placed.splats, &s);
     }
@@ -1298,7 +1078,7 @@ mod tests {
         bytes[at..at + 8].copy_from_slice(&f64::INFINITY.to_le_bytes());
         let p = dir.path().join("inf.ply");
         std::fs::write(&p, &bytes).unwrap();
-        let e = read_ply_placed(&p).unwrap_err().to_string();
+        let e = read(&p).unwrap_err().to_string();
         assert!(e.contains("vertex[1].x/y/z") && e.contains("inf"), "{e}");
     }
 
@@ -1309,7 +1089,7 @@ mod tests {
         let bytes = std::fs::read(&p).expect("dataset splat-plushdog-smartdatascan is missing");
         let h = parse_header(&p, &bytes).unwrap();
         let n_header = h.elements[0].count;
-        let s = read_ply(&p).unwrap();
+        let s = read(&p).unwrap().splats;
         assert_eq!(n_header, 15_105);
         assert_eq!(s.len(), n_header);
         assert_eq!(s.sh_degree, 3);
@@ -1318,7 +1098,7 @@ mod tests {
         // Re-writing the INRIA file reproduces its body byte for byte (normals there are 0).
         let dir = tempfile::tempdir().unwrap();
         let q = dir.path().join("copy.ply");
-        write_inria_ply(&q, &s).unwrap();
+        write(&q, &s).unwrap();
         let copy = std::fs::read(&q).unwrap();
         let hq = parse_header(&q, &copy).unwrap();
         assert_eq!(&copy[hq.body_offset..], &bytes[h.body_offset..]);
@@ -1334,14 +1114,14 @@ mod tests {
     fn valid_file_bytes() -> Vec<u8> {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("ok.ply");
-        write_inria_ply(&p, &random_splats(10, 1, 1.0, 1)).unwrap();
+        write(&p, &random_splats(10, 1, 1.0, 1)).unwrap();
         std::fs::read(&p).unwrap()
     }
 
     #[test]
     fn ply_rejects_empty_file() {
         let (_d, p) = write_bytes(b"");
-        let e = read_ply(&p).unwrap_err();
+        let e = read(&p).unwrap_err();
         assert!(matches!(e, Error::Corrupt { .. }), "{e}");
         assert!(
             e.to_string().contains("empty file") && e.to_string().contains("bad.ply"),
@@ -1352,7 +1132,7 @@ mod tests {
     #[test]
     fn ply_rejects_wrong_magic() {
         let (_d, p) = write_bytes(b"PK\x03\x04 not a ply");
-        let e = read_ply(&p).unwrap_err();
+        let e = read(&p).unwrap_err();
         assert!(e.to_string().contains("wrong magic"), "{e}");
     }
 
@@ -1360,7 +1140,7 @@ mod tests {
     fn ply_rejects_truncated_header() {
         let bytes = valid_file_bytes();
         let (_d, p) = write_bytes(&bytes[..60]);
-        let e = read_ply(&p).unwrap_err();
+        let e = read(&p).unwrap_err();
         assert!(e.to_string().contains("truncated header"), "{e}");
     }
 
@@ -1368,7 +1148,7 @@ mod tests {
     fn ply_rejects_truncated_body() {
         let bytes = valid_file_bytes();
         let (_d, p) = write_bytes(&bytes[..bytes.len() - 5]);
-        let e = read_ply(&p).unwrap_err();
+        let e = read(&p).unwrap_err();
         assert!(e.to_string().contains("truncated body"), "{e}");
     }
 
@@ -1377,7 +1157,7 @@ mod tests {
         let mut bytes = valid_file_bytes();
         bytes.extend_from_slice(&[0u8; 4 * 26]);
         let (_d, p) = write_bytes(&bytes);
-        let e = read_ply(&p).unwrap_err();
+        let e = read(&p).unwrap_err();
         assert!(
             matches!(e, Error::Invalid { ref field, .. } if field == "element vertex"),
             "{e}"
@@ -1392,7 +1172,7 @@ mod tests {
             property float rot_0\nproperty float rot_1\nproperty float rot_2\nproperty float rot_3\n\
             end_header\n0 0 0 0 0 0 0 0 0 1 0 0 0\n";
         let (_d, p) = write_bytes(text);
-        let e = read_ply(&p).unwrap_err();
+        let e = read(&p).unwrap_err();
         assert!(e.to_string().contains("vertex.opacity"), "{e}");
     }
 
@@ -1401,7 +1181,7 @@ mod tests {
         let text = b"ply\nformat binary_little_endian 1.0\nelement vertex 0\nproperty float x\n\
             property float f_rest_0\nproperty float f_rest_1\nend_header\n";
         let (_d, p) = write_bytes(text);
-        let e = read_ply(&p).unwrap_err();
+        let e = read(&p).unwrap_err();
         assert!(
             matches!(e, Error::Unsupported { .. }) && e.to_string().contains("2 f_rest"),
             "{e}"
@@ -1413,14 +1193,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("nan.ply");
         let s = random_splats(4, 0, 1.0, 2);
-        write_inria_ply(&p, &s).unwrap();
+        write(&p, &s).unwrap();
         let mut bytes = std::fs::read(&p).unwrap();
         let h = parse_header(&p, &bytes).unwrap();
         // Vertex 2, column 1 (y).
         let at = h.body_offset + (2 * 17 + 1) * 4;
         bytes[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
         std::fs::write(&p, &bytes).unwrap();
-        let e = read_ply(&p).unwrap_err();
+        let e = read(&p).unwrap_err();
         assert!(e.to_string().contains("vertex[2].x/y/z"), "{e}");
     }
 
@@ -1430,13 +1210,10 @@ mod tests {
         let p = dir.path().join("w.ply");
         let mut s = random_splats(3, 0, 1.0, 2);
         s.means.pop();
-        assert!(matches!(
-            write_inria_ply(&p, &s),
-            Err(Error::InvalidInput { .. })
-        ));
+        assert!(matches!(write(&p, &s), Err(Error::InvalidInput { .. })));
         let mut s = random_splats(3, 0, 1.0, 2);
         s.logit_opacities[1] = f32::INFINITY;
-        let e = write_inria_ply(&p, &s).unwrap_err();
+        let e = write(&p, &s).unwrap_err();
         assert!(e.to_string().contains("logit_opacities[splat 1]"), "{e}");
         assert!(!p.exists());
     }

@@ -11,7 +11,7 @@
 use std::path::Path;
 
 use super::compressed_ply::{morton_order, tests::assert_within_bounds};
-use super::convert::{WriteOptions, read_splats, write_splats};
+use super::convert::{WriteOptions, read, write};
 use super::spz::{SpzOptions, SpzVersion};
 use super::{GaussianSplats, sigmoid};
 use crate::capture::test_dataset;
@@ -19,12 +19,15 @@ use crate::capture::test_dataset;
 const SH_C0: f64 = 0.282_094_791_773_878_14;
 
 fn plush_dog_ply() -> GaussianSplats {
-    read_splats(&test_dataset("splat-plushdog-smartdatascan").join("point_cloud_29999_clean.ply"))
+    read(&test_dataset("splat-plushdog-smartdatascan").join("point_cloud_29999_clean.ply"))
         .unwrap()
+        .splats
 }
 
 fn biker_compressed() -> GaussianSplats {
-    read_splats(&test_dataset("splat-playcanvas").join("biker.compressed.ply")).unwrap()
+    read(&test_dataset("splat-playcanvas").join("biker.compressed.ply"))
+        .unwrap()
+        .splats
 }
 
 /// Worst absolute differences between `a[pairs[i]]` and `b[i]`, per field.
@@ -157,7 +160,9 @@ fn match_by_position(a: &GaussianSplats, b: &GaussianSplats, tol: f32) -> Vec<us
 fn plush_dog_supersplat_compressed_ply_matches_the_inria_ply_within_chunk_bounds() {
     let inria = plush_dog_ply();
     let dir = test_dataset("splat-plushdog-smartdatascan");
-    let compressed = read_splats(&dir.join("point_cloud_29999_clean.compressed.ply")).unwrap();
+    let compressed = read(&dir.join("point_cloud_29999_clean.compressed.ply"))
+        .unwrap()
+        .splats;
     assert_eq!((compressed.len(), compressed.sh_degree), (15_105, 3));
     let pairs = match_by_position(&inria, &compressed, 0.01);
     // Worst per-chunk position step (decoded chunk ranges are the stored ones).
@@ -191,7 +196,9 @@ fn plush_dog_supersplat_compressed_ply_matches_the_inria_ply_within_chunk_bounds
 #[test]
 fn biker_compressed_ply_and_spz_v4_hold_the_same_splats() {
     let ply = biker_compressed();
-    let spz = read_splats(&test_dataset("splat-playcanvas").join("biker.spz")).unwrap();
+    let spz = read(&test_dataset("splat-playcanvas").join("biker.spz"))
+        .unwrap()
+        .splats;
     assert_eq!((ply.len(), ply.sh_degree), (152_746, 0));
     assert_eq!((spz.len(), spz.sh_degree), (152_746, 0));
     // splat-transform writes SPZ in the spec's RUB frame: (x, −y, −z) of its PLY (RDF)
@@ -251,8 +258,8 @@ fn biker_compressed_ply_and_spz_v4_hold_the_same_splats() {
 fn round_trip(s: &GaussianSplats, name: &str, options: &WriteOptions) -> GaussianSplats {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join(name);
-    let summary = write_splats(&p, s, options).unwrap();
-    let back = read_splats(&p).unwrap();
+    let summary = write(&p, s, options).unwrap();
+    let back = read(&p).unwrap().splats;
     println!(
         "  {name}: {} splats, SH {}, {} bytes",
         summary.splats, summary.sh_degree, summary.bytes
@@ -349,12 +356,12 @@ fn converting_plush_dog_to_y_up_keeps_it_renderable() {
     let p = dir.path().join("dog.spz");
     let options = WriteOptions {
         sh_degree: Some(2),
-        up_axis: Some((super::convert::UpAxis::NegY, super::convert::UpAxis::Y)),
+        up_axis: Some((super::transform::UpAxis::NegY, super::transform::UpAxis::Y)),
         ..Default::default()
     };
-    let summary = write_splats(&p, &s, &options).unwrap();
+    let summary = write(&p, &s, &options).unwrap();
     assert_eq!((summary.splats, summary.sh_degree), (15_105, 2));
-    let back = read_splats(&p).unwrap();
+    let back = read(&p).unwrap().splats;
     let mean = |v: &[f32], c: usize| v.chunks_exact(3).map(|p| p[c] as f64).sum::<f64>() / 15_105.0;
     assert!((mean(&back.means, 1) + mean(&s.means, 1)).abs() < 1e-3);
     assert!((mean(&back.means, 2) + mean(&s.means, 2)).abs() < 1e-3);

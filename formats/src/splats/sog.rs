@@ -53,6 +53,7 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use super::placed::{PlacedRef, PlacedSplats};
 use super::{GaussianSplats, logit, sigmoid};
 use crate::atomic_write::write_atomic_with;
 use crate::{Error, Result};
@@ -94,7 +95,7 @@ const SH0: &str = "sh0.webp";
 const SHN_CENTROIDS: &str = "shN_centroids.webp";
 const SHN_LABELS: &str = "shN_labels.webp";
 
-/// How [`write_sog`] encodes. `Default`: 10 k-means rounds, seed 0.
+/// How [`write()`] encodes. `Default`: 10 k-means rounds, seed 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SogOptions {
     /// Lloyd iterations of the SH palette k-means (splat-transform's `-i`, default 10). 0 keeps
@@ -1034,7 +1035,10 @@ fn encode_sog(splats: &GaussianSplats, options: &SogOptions) -> Result<Vec<(Stri
     Ok(files)
 }
 
-/// Write `splats` as a SOG (meta.json version 2) that the PlayCanvas engine, SuperSplat and
+/// Short name of the format in messages.
+pub const NAME: &str = "SOG";
+
+/// Write splats as a SOG (meta.json version 2) that the PlayCanvas engine, SuperSplat and
 /// splat-transform read.
 ///
 /// Guarantees: inputs are checked before anything is written; a bundle appears complete or not
@@ -1045,23 +1049,36 @@ fn encode_sog(splats: &GaussianSplats, options: &SogOptions) -> Result<Vec<(Stri
 /// transform, rotations to 8 bits per kept component, scales / DC colour / SH palette values to
 /// 256-entry codebooks, opacity to 1/255, higher SH to a k-means palette (see the module docs).
 ///
-/// - `splats`: any N ≥ 1 with N ≤ 16383² texels' worth (W × H as in the module docs), SH degree
-///   0..=3, finite values, non-zero quaternions (wxyz; normalised here).
 /// - `dir_or_file`: `*.sog` writes a bundle (ZIP, entries stored); `*.json` writes that file
 ///   as the meta file with the images beside it; anything else is a folder that receives
 ///   `meta.json` and the images (created if missing).
+/// - `splats`: a `&PlacedSplats`, or a `&GaussianSplats` with absolute means; any N ≥ 1 with
+///   N ≤ 16383² texels' worth (W × H as in the module docs), SH degree 0..=3, finite values,
+///   non-zero quaternions (wxyz; normalised here). A non-zero origin is added to the means in
+///   f64 and cast to f32 (SOG stores absolute positions).
 /// - `options`: k-means iterations and seed ([`SogOptions::default`]: 10, 0).
 ///
 /// Returns the bytes written (all files together).
 ///
 /// # Errors
+/// [`Error::PositionRange`] naming `dir_or_file` when the cast to f32 moves a coordinate by
+/// more than [`super::placed::POSITION_TOLERANCE_M`] (nothing is written);
 /// [`Error::InvalidInput`] (context `"SOG write"`) for inconsistent shapes, NaN/Inf, a zero
 /// quaternion, no splats, or too many splats for one WebP; [`Error::Io`] naming the file that
 /// could not be written.
 ///
 /// Source: splat-transform `src/lib/writers/write-sog.ts`.
-pub fn write_sog(splats: &GaussianSplats, dir_or_file: &Path, options: &SogOptions) -> Result<u64> {
-    let files = encode_sog(splats, options)?;
+pub fn write<'a>(
+    dir_or_file: &Path,
+    splats: impl Into<PlacedRef<'a>>,
+    options: &SogOptions,
+) -> Result<u64> {
+    let absolute = splats.into().absolute_f32_for(
+        dir_or_file,
+        NAME,
+        "f32 positions (log-transformed, 16 bits between per-axis bounds)",
+    )?;
+    let files = encode_sog(&absolute, options)?;
     let total: u64 = files.iter().map(|(_, b)| b.len() as u64).sum();
     match SogContainer::from_path(dir_or_file) {
         SogContainer::Bundle(path) => {
@@ -1205,9 +1222,10 @@ struct Rgba {
     data: Vec<u8>,
 }
 
-/// Read a SOG (meta.json version 2) written by splat-transform, SuperSplat or [`write_sog`].
+/// Read a SOG (meta.json version 2) written by splat-transform, SuperSplat or [`write()`].
 ///
-/// Returns splats in Kiln's parametrisation, in the file's (Morton) order: means in metres,
+/// Returns splats at origin `[0, 0, 0]` (SOG stores f32 positions) in Kiln's parametrisation,
+/// in the file's (Morton) order: means in metres,
 /// natural-log scales from the codebook, unit quaternions wxyz, logit opacities (bytes 0 and
 /// 255 become ∓40), SH coefficient-major with degree = `shN.bands` (0 without `shN`).
 ///
@@ -1223,7 +1241,7 @@ struct Rgba {
 /// 1..=3, or a palette label past the palette.
 ///
 /// Source: PlayCanvas engine `src/scene/gsplat/gsplat-sog-data.js` (the CPU decoder).
-pub fn read_sog(path: &Path) -> Result<GaussianSplats> {
+pub fn read(path: &Path) -> Result<PlacedSplats> {
     let is_bundle = path.is_file()
         && std::fs::File::open(path)
             .and_then(|mut f| {
@@ -1269,7 +1287,7 @@ pub fn read_sog(path: &Path) -> Result<GaussianSplats> {
     };
     let json = files.read(&meta_name)?;
     let meta = parse_meta(&meta_path, &json)?;
-    decode_sog(&mut files, &meta_path, &meta)
+    decode_sog(&mut files, &meta_path, &meta).map(PlacedSplats::at_zero)
 }
 
 /// Parse and check `meta.json` (version, count, codebook lengths, SH bands).
@@ -1559,8 +1577,8 @@ mod tests {
             sh_degree: 0,
         };
         let dir = tempfile::tempdir().unwrap();
-        write_sog(&s, &dir.path().join("meta.json"), &SogOptions::default()).unwrap();
-        let back = read_sog(dir.path()).unwrap();
+        write(&dir.path().join("meta.json"), &s, &SogOptions::default()).unwrap();
+        let back = read(dir.path()).unwrap().splats;
         let dt = ((101f64).ln() + (11f64).ln()) / 65535.0;
         assert!((dt - 1.0701e-4).abs() < 1e-7);
         for p in back.means.chunks_exact(3) {
@@ -1602,7 +1620,7 @@ mod tests {
         let n = 1000;
         let s = random_splats(n, 3, 5.0, 7);
         let dir = tempfile::tempdir().unwrap();
-        let bytes = write_sog(&s, &dir.path().join("meta.json"), &SogOptions::default()).unwrap();
+        let bytes = write(&dir.path().join("meta.json"), &s, &SogOptions::default()).unwrap();
         assert!(bytes > 0);
         let meta: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.path().join("meta.json")).unwrap()).unwrap();
@@ -1630,7 +1648,7 @@ mod tests {
             assert!(dir.path().join(f).is_file(), "{f}");
         }
 
-        let back = read_sog(&dir.path().join("meta.json")).unwrap();
+        let back = read(&dir.path().join("meta.json")).unwrap().splats;
         assert_eq!(back.len(), n);
         assert_eq!(back.sh_degree, 3);
         // Splats come back in Morton order: match each by its (unique) position.
@@ -1786,8 +1804,8 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("cloud.sog");
-        write_sog(&s, &file, &SogOptions::default()).unwrap();
-        let back = read_sog(&file).unwrap();
+        write(&file, &s, &SogOptions::default()).unwrap();
+        let back = read(&file).unwrap().splats;
         for i in 0..n {
             let p = &back.means[i * 3..i * 3 + 3];
             let g = (0..n)
@@ -1818,16 +1836,16 @@ mod tests {
         let s = random_splats(300, 1, 2.0, 3);
         let dir = tempfile::tempdir().unwrap();
         let bundle = dir.path().join("a.sog");
-        write_sog(&s, &bundle, &SogOptions::default()).unwrap();
-        write_sog(&s, &dir.path().join("f"), &SogOptions::default()).unwrap();
+        write(&bundle, &s, &SogOptions::default()).unwrap();
+        write(&dir.path().join("f"), &s, &SogOptions::default()).unwrap();
         let first = std::fs::read(dir.path().join("f/shN_labels.webp")).unwrap();
-        write_sog(&s, &dir.path().join("g/meta.json"), &SogOptions::default()).unwrap();
+        write(&dir.path().join("g/meta.json"), &s, &SogOptions::default()).unwrap();
         assert_eq!(
             first,
             std::fs::read(dir.path().join("g/shN_labels.webp")).unwrap()
         );
-        let a = read_sog(&bundle).unwrap();
-        let b = read_sog(&dir.path().join("f")).unwrap();
+        let a = read(&bundle).unwrap().splats;
+        let b = read(&dir.path().join("f")).unwrap().splats;
         assert_eq!(a, b);
         assert_eq!(a.sh_degree, 1);
         assert_eq!(&std::fs::read(&bundle).unwrap()[..4], b"PK\x03\x04");
@@ -1839,7 +1857,7 @@ mod tests {
     fn a_deflated_bundle_reads_like_the_stored_one() {
         let s = random_splats(300, 2, 2.0, 5);
         let dir = tempfile::tempdir().unwrap();
-        write_sog(&s, &dir.path().join("f"), &SogOptions::default()).unwrap();
+        write(&dir.path().join("f"), &s, &SogOptions::default()).unwrap();
         let mut names: Vec<String> = std::fs::read_dir(dir.path().join("f"))
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -1862,8 +1880,8 @@ mod tests {
             zip::CompressionMethod::Deflated
         );
         assert_eq!(
-            read_sog(&deflated).unwrap(),
-            read_sog(&dir.path().join("f")).unwrap()
+            read(&deflated).unwrap().splats,
+            read(&dir.path().join("f")).unwrap().splats
         );
     }
 
@@ -1875,11 +1893,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("f");
         let old = random_splats(200, 2, 2.0, 1);
-        write_sog(&old, &out, &SogOptions::default()).unwrap();
-        let before = read_sog(&out).unwrap();
+        write(&out, &old, &SogOptions::default()).unwrap();
+        let before = read(&out).unwrap().splats;
         std::fs::remove_file(out.join(SCALES)).unwrap();
         std::fs::create_dir(out.join(SCALES)).unwrap();
-        let err = write_sog(&random_splats(300, 2, 2.0, 2), &out, &SogOptions::default())
+        let err = write(&out, &random_splats(300, 2, 2.0, 2), &SogOptions::default())
             .unwrap_err()
             .to_string();
         assert!(err.contains("scales.webp"), "{err}");
@@ -1892,14 +1910,14 @@ mod tests {
         assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
         assert_eq!(std::fs::read(out.join(MEANS_L)).unwrap(), {
             let again = dir.path().join("again");
-            write_sog(&old, &again, &SogOptions::default()).unwrap();
+            write(&again, &old, &SogOptions::default()).unwrap();
             std::fs::read(again.join(MEANS_L)).unwrap()
         });
-        write_sog(&old, &out, &SogOptions::default()).unwrap();
-        assert_eq!(read_sog(&out).unwrap(), before);
-        write_sog(&random_splats(50, 0, 2.0, 3), &out, &SogOptions::default()).unwrap();
+        write(&out, &old, &SogOptions::default()).unwrap();
+        assert_eq!(read(&out).unwrap().splats, before);
+        write(&out, &random_splats(50, 0, 2.0, 3), &SogOptions::default()).unwrap();
         assert!(!out.join(SHN_LABELS).exists() && !out.join(SHN_CENTROIDS).exists());
-        assert_eq!(read_sog(&out).unwrap().sh_degree, 0);
+        assert_eq!(read(&out).unwrap().splats.sh_degree, 0);
     }
 
     #[test]
@@ -1907,7 +1925,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let bad = dir.path().join("notes.sog");
         std::fs::write(&bad, "just text").unwrap();
-        let err = read_sog(&bad).unwrap_err().to_string();
+        let err = read(&bad).unwrap_err().to_string();
         assert!(
             err.contains("notes.sog") && err.contains("not a ZIP archive"),
             "{err}"
@@ -1918,7 +1936,7 @@ mod tests {
     fn sog_write_refuses_empty_nan_and_zero_quaternion_and_writes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
-        let err = write_sog(&GaussianSplats::default(), &out, &SogOptions::default())
+        let err = write(&out, &GaussianSplats::default(), &SogOptions::default())
             .unwrap_err()
             .to_string();
         assert!(
@@ -1927,19 +1945,19 @@ mod tests {
         );
         let mut s = random_splats(10, 0, 1.0, 1);
         s.means[4] = f32::NAN;
-        let err = write_sog(&s, &out, &SogOptions::default())
+        let err = write(&out, &s, &SogOptions::default())
             .unwrap_err()
             .to_string();
         assert!(err.contains("means[splat 1]"), "{err}");
         let mut s = random_splats(10, 0, 1.0, 1);
         s.rotations[8..12].fill(0.0);
-        let err = write_sog(&s, &out, &SogOptions::default())
+        let err = write(&out, &s, &SogOptions::default())
             .unwrap_err()
             .to_string();
         assert!(err.contains("rotations[splat 2]"), "{err}");
         let mut s = random_splats(10, 0, 1.0, 1);
         s.log_scales.pop();
-        assert!(write_sog(&s, &out, &SogOptions::default()).is_err());
+        assert!(write(&out, &s, &SogOptions::default()).is_err());
         assert!(!out.exists());
     }
 
@@ -1947,30 +1965,30 @@ mod tests {
     fn sog_read_rejects_wrong_version_missing_image_and_bad_json_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let s = random_splats(20, 0, 1.0, 2);
-        write_sog(&s, dir.path(), &SogOptions::default()).unwrap();
+        write(dir.path(), &s, &SogOptions::default()).unwrap();
         let meta_path = dir.path().join("meta.json");
         let json = std::fs::read_to_string(&meta_path).unwrap();
 
         std::fs::write(&meta_path, json.replace("\"version\":2", "\"version\":3")).unwrap();
-        let err = read_sog(dir.path()).unwrap_err().to_string();
+        let err = read(dir.path()).unwrap_err().to_string();
         assert!(
             err.contains("meta.json") && err.contains("version 3"),
             "{err}"
         );
 
         std::fs::write(&meta_path, &json[..json.len() / 2]).unwrap();
-        let err = read_sog(dir.path()).unwrap_err().to_string();
+        let err = read(dir.path()).unwrap_err().to_string();
         assert!(
             err.contains("meta.json") && err.contains("corrupt"),
             "{err}"
         );
 
         std::fs::write(&meta_path, json.replace("\"count\":20", "\"count\":0")).unwrap();
-        let err = read_sog(dir.path()).unwrap_err().to_string();
+        let err = read(dir.path()).unwrap_err().to_string();
         assert!(err.contains("`count`"), "{err}");
 
         std::fs::write(&meta_path, json.replace("\"count\":20", "\"count\":5000")).unwrap();
-        let err = read_sog(dir.path()).unwrap_err().to_string();
+        let err = read(dir.path()).unwrap_err().to_string();
         assert!(
             err.contains("means_l.webp") && err.contains("image size"),
             "{err}"
@@ -1978,14 +1996,14 @@ mod tests {
 
         std::fs::write(&meta_path, &json).unwrap();
         std::fs::remove_file(dir.path().join(QUATS)).unwrap();
-        let err = read_sog(dir.path()).unwrap_err().to_string();
+        let err = read(dir.path()).unwrap_err().to_string();
         assert!(err.contains("quats.webp"), "{err}");
 
         std::fs::write(dir.path().join(QUATS), b"RIFF....WEBP").unwrap();
-        let err = read_sog(dir.path()).unwrap_err().to_string();
+        let err = read(dir.path()).unwrap_err().to_string();
         assert!(err.contains("quats.webp"), "{err}");
 
-        let err = read_sog(&dir.path().join("nope")).unwrap_err().to_string();
+        let err = read(&dir.path().join("nope")).unwrap_err().to_string();
         assert!(
             err.contains("nope/meta.json") && err.contains("not found"),
             "{err}"
@@ -1999,8 +2017,8 @@ mod tests {
         let mut s = random_splats(50, 0, 1.0, 9);
         s.logit_opacities.fill(-30.0);
         let dir = tempfile::tempdir().unwrap();
-        write_sog(&s, dir.path(), &SogOptions::default()).unwrap();
-        let back = read_sog(dir.path()).unwrap();
+        write(dir.path(), &s, &SogOptions::default()).unwrap();
+        let back = read(dir.path()).unwrap().splats;
         let spread = |v: &GaussianSplats| {
             v.sh_coeffs
                 .iter()

@@ -13,7 +13,7 @@
 //! Quantisation (what the format promises, and what the tests check):
 //! - position: round(x·2^fb) in 24 bits → error ≤ 2^−fb/2 m; |x| must stay below
 //!   2^(23−fb) m (2048 m at fb = 12). The reference library silently wraps beyond that
-//!   (nianticlabs/spz#81); [`encode_spz`] returns an error instead.
+//!   (nianticlabs/spz#81); [`encode`] and [`write()`] return an error instead.
 //! - alpha: u8 = round(sigmoid(logit)·255) → linear opacity error ≤ 0.5/255.
 //! - colour: u8 = round(dc·0.15·255 + 127.5) (`colorScale` 0.15, not 0.282: headroom for DC
 //!   outside [0, 1] that SH brings back) → DC error ≤ 0.5/38.25 ≈ 0.013 inside ±3.33.
@@ -34,7 +34,7 @@
 //! CesiumJS 1.145 renders correctly (research note §2.2). Files written by splat-transform or
 //! the current nianticlabs library from a PLY are in the spec's RUB frame, i.e. (x, −y, −z) of
 //! the PLY's coordinates and quaternions (w, x, −y, −z): `biker.spz` vs `biker.compressed.ply`
-//! shows exactly that. [`super::convert::rotate_splats`] with
+//! shows exactly that. [`super::transform::rotate_splats`] with
 //! `up_axis_rotation(UpAxis::NegY, UpAxis::Y)` undoes it (an equivalent covariance).
 //!
 //! Version 4 (nianticlabs/spz `README.md` "File layout (version 4)" and `load-spz.cc`
@@ -50,8 +50,10 @@
 use std::io::Read;
 use std::path::Path;
 
+use super::placed::{PlacedRef, PlacedSplats, largest_coordinate};
 use super::spz_frame::{SpzFrame, record, recorded_frame};
 use super::{GaussianSplats, MAX_SH_DEGREE, logit, sigmoid};
+use crate::atomic_write::write_atomic;
 use crate::{Error, Result};
 
 /// SPZ header magic ("NGSP" in file byte order).
@@ -105,7 +107,8 @@ pub enum SpzAntialiasing {
     Antialiased,
 }
 
-/// Options of [`encode_spz`]. `Default`: version 3, 12 fractional bits, standard rasterisation.
+/// Options of [`write()`] and [`encode`]. `Default`: version 3, 12 fractional bits, standard
+/// rasterisation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpzOptions {
     /// File version written (2, 3 or 4).
@@ -175,10 +178,11 @@ fn quantize_sh(x: f32, bucket: i32) -> u8 {
     q.clamp(0, 255) as u8
 }
 
-/// Encode `splats` as an SPZ file: v2 or v3 (one gzip stream, embeddable in a GLB) or v4
-/// (plaintext header + ZSTD streams).
+/// The bytes of an SPZ file holding `splats`: v2 or v3 (one gzip stream, embeddable in a GLB)
+/// or v4 (plaintext header + ZSTD streams). The in-memory codec: [`write()`] writes a file, and
+/// the GLB writer embeds these bytes.
 ///
-/// Guarantees: the decoded splats ([`decode_spz`]) match the input within the quantisation
+/// Guarantees: the decoded splats ([`decode`]) match the input within the quantisation
 /// bounds listed in the module docs; N and the SH degree are preserved; output is deterministic.
 /// Not guaranteed: byte equality with the reference library (gzip settings differ).
 ///
@@ -190,7 +194,7 @@ fn quantize_sh(x: f32, bucket: i32) -> u8 {
 /// [`Error::InvalidInput`] when shapes are inconsistent, a value is NaN/±Inf, N > 10 000 000,
 /// `fractional_bits` > 23, a position does not fit the 24-bit fixed point (with the splat index and
 /// the limit in metres: store tile-local coordinates), or a quaternion has zero length.
-pub fn encode_spz(splats: &GaussianSplats, options: &SpzOptions) -> Result<Vec<u8>> {
+pub fn encode(splats: &GaussianSplats, options: &SpzOptions) -> Result<Vec<u8>> {
     const CONTEXT: &str = "SPZ encode";
     splats.check_shapes(CONTEXT)?;
     splats.check_finite(CONTEXT)?;
@@ -311,7 +315,7 @@ fn gzip(header: &[u8], blocks: &mut [Vec<u8>], level: u8) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// A compression step of [`encode_spz`] that failed on in-memory data (`what`: the step).
+/// A compression step of [`encode`] that failed on in-memory data (`what`: the step).
 fn in_memory(what: &str, found: String) -> Error {
     Error::InvalidInput {
         context: "SPZ encode",
@@ -456,31 +460,96 @@ fn unpack_smallest_three(bytes: [u8; 4]) -> [f32; 4] {
     q
 }
 
-/// Read and decode an SPZ file; errors name `path`. See [`decode_spz`].
+/// Short name of the format in messages.
+pub const NAME: &str = "SPZ";
+
+/// Write splats as an SPZ file at `path`, atomically ([`encode`] with `options`).
+///
+/// - `path`: destination; missing parent directories are created.
+/// - `splats`: a `&PlacedSplats`, or a `&GaussianSplats` with absolute means; as [`encode`]
+///   takes them. A non-zero origin is added to the means in f64 and cast to f32 before the
+///   fixed-point quantisation (SPZ stores absolute positions).
+/// - `options`: version, fractional bits, flags, frame record ([`SpzOptions`]).
 ///
 /// # Errors
-/// [`Error::NotFound`] / [`Error::Io`] when the file cannot be read; otherwise as [`decode_spz`].
-pub fn read_spz(path: &Path) -> Result<GaussianSplats> {
+/// [`Error::PositionRange`] naming `path`, the range at `options.fractional_bits` and the
+/// fractional bits the largest coordinate would need, when a position does not fit the 24-bit
+/// fixed point, or when the cast to f32 moves a coordinate by more than
+/// [`super::placed::POSITION_TOLERANCE_M`] (nothing is written); otherwise as [`encode`];
+/// [`Error::Io`] naming `path` when writing fails (the old file, if any, is kept).
+pub fn write<'a>(
+    path: &Path,
+    splats: impl Into<PlacedRef<'a>>,
+    options: &SpzOptions,
+) -> Result<()> {
+    let placed = splats.into();
+    check_position_range(path, &placed, options.fractional_bits)?;
+    let absolute =
+        placed.absolute_f32_for(path, NAME, "f32 positions before fixed-point quantisation")?;
+    write_atomic(path, &encode(&absolute, options)?)
+}
+
+/// [`Error::PositionRange`] unless every absolute coordinate of `placed` fits SPZ's 24-bit
+/// fixed point at `fractional_bits` (capped at 23), naming the bits the largest would need.
+fn check_position_range(path: &Path, placed: &PlacedRef<'_>, fractional_bits: u8) -> Result<()> {
+    let fb = fractional_bits.min(23);
+    let fits = |fb: u8, x: f64| {
+        let fixed = (x * (1u64 << fb) as f64).round();
+        (-((1i64 << 23) as f64)..(1i64 << 23) as f64).contains(&fixed)
+    };
+    let (largest_m, _, _) = largest_coordinate(placed.splats, placed.origin_m);
+    if fits(fb, largest_m) {
+        return Ok(());
+    }
+    let needed = (0..=fb).rev().find(|&b| fits(b, largest_m));
+    let step_mm = |b: u8| 1e3 / (1u64 << b) as f64;
+    let reach = match needed {
+        Some(b) => format!(
+            "{largest_m:.3} m would need {b} fractional bits, steps of {:.3} mm",
+            step_mm(b)
+        ),
+        None => "no fractional-bit setting reaches it".into(),
+    };
+    Err(placed.position_range_error(
+        path,
+        NAME,
+        format!(
+            "24-bit fixed-point positions, |x| ≤ {:.3} m at {fb} fractional bits in steps of \
+             {:.3} mm ({reach})",
+            spz_position_limit_m(fb),
+            step_mm(fb)
+        ),
+    ))
+}
+
+/// Read and decode an SPZ file (see [`decode`]) at origin `[0, 0, 0]` (SPZ stores absolute
+/// positions); errors name `path`.
+///
+/// # Errors
+/// [`Error::NotFound`] / [`Error::Io`] when the file cannot be read; otherwise as [`decode`].
+pub fn read(path: &Path) -> Result<PlacedSplats> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    decode_spz_from(&bytes, path)
+    decode_from(&bytes, path).map(PlacedSplats::at_zero)
 }
 
 /// Decode SPZ bytes (file versions 1, 2 and 3, gzip-wrapped; version 4, ZSTD streams) into
-/// [`GaussianSplats`].
+/// [`GaussianSplats`]: the in-memory codec of [`read`], and what the GLB reader and the tileset
+/// checker decode payloads with.
 ///
 /// Returned values are in the training parametrisation: logit opacities (opacity kept in
 /// [1e−6, 1 − 1e−6] so logits are finite), log scales, wxyz unit quaternions, DC from the colour
-/// bytes, SH from the SH bytes; positions in metres in the frame they were stored in. Errors
-/// name the source as `<SPZ bytes>`; use [`read_spz`] for files.
+/// bytes, SH from the SH bytes; positions in metres in the frame they were stored in (a v4
+/// file's recorded frame is turned into RDF). Errors name the source as `<SPZ bytes>`; use
+/// [`read`] for files.
 ///
 /// # Errors
 /// [`Error::Corrupt`] when the bytes are neither gzip nor `NGSP`, a gzip or ZSTD stream is
 /// broken, the magic is wrong, the body is shorter than the header promises, or a v4 TOC does not
 /// match the header (stream count, sizes, offsets); [`Error::Unsupported`] for versions other
-/// than 1–4, SH degree > 3, more than 10 000 000 points or extension records in a v1–v3 file;
-/// [`Error::Invalid`] for trailing bytes.
-pub fn decode_spz(bytes: &[u8]) -> Result<GaussianSplats> {
-    decode_spz_from(bytes, Path::new("<SPZ bytes>"))
+/// than 1–4, SH degree > 3, more than 10 000 000 points, extension records in a v1–v3 file or a
+/// left-handed recorded frame; [`Error::Invalid`] for trailing bytes.
+pub fn decode(bytes: &[u8]) -> Result<GaussianSplats> {
+    decode_from(bytes, Path::new("<SPZ bytes>"))
 }
 
 /// The file version in the header of SPZ bytes (1–3 inside gzip, 4 plain), without decoding the
@@ -530,7 +599,8 @@ fn unsupported(path: &Path, field: &str, found: String, supported: &str) -> Erro
     }
 }
 
-pub(crate) fn decode_spz_from(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
+/// [`decode`] with errors naming `path`.
+pub(crate) fn decode_from(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
     if bytes.len() >= 4 && bytes[..4] == SPZ_MAGIC.to_le_bytes() {
         let (mut splats, frame) = decode_v4(bytes, path)?;
         if let Some(frame) = frame {
@@ -873,7 +943,7 @@ fn into_kiln_frame(splats: &mut GaussianSplats, frame: SpzFrame, path: &Path) ->
              one with the tool that wrote it",
         ));
     };
-    super::convert::rotate_splats(splats, r)
+    super::transform::rotate_splats(splats, r)
 }
 
 /// Dequantise the six attribute blocks (sizes already checked against the header).
@@ -1018,9 +1088,9 @@ mod tests {
     fn spz_v3_round_trip_is_within_quantisation_bounds() {
         for degree in 0..=3 {
             let s = random_splats(2000, degree, 100.0, 11 + degree as u64);
-            let bytes = encode_spz(&s, &SpzOptions::default()).unwrap();
+            let bytes = encode(&s, &SpzOptions::default()).unwrap();
             assert_eq!(&bytes[..2], &[0x1f, 0x8b]);
-            let back = decode_spz(&bytes).unwrap();
+            let back = decode(&bytes).unwrap();
             assert_within_bounds(&s, &back, 12, true);
         }
     }
@@ -1034,13 +1104,13 @@ mod tests {
                 *v *= 0.05;
             }
         }
-        let default = decode_spz(&encode_spz(&s, &SpzOptions::default()).unwrap()).unwrap();
+        let default = decode(&encode(&s, &SpzOptions::default()).unwrap()).unwrap();
         let eight = SpzOptions {
             sh1_bits: 8,
             sh_rest_bits: 8,
             ..SpzOptions::default()
         };
-        let fine = decode_spz(&encode_spz(&s, &eight).unwrap()).unwrap();
+        let fine = decode(&encode(&s, &eight).unwrap()).unwrap();
         assert_within_bounds_at(&s, &fine, 12, true, 8, 8);
         let rest_error = |b: &GaussianSplats| -> f32 {
             s.sh_coeffs
@@ -1057,7 +1127,7 @@ mod tests {
             sh_rest_bits: 9,
             ..SpzOptions::default()
         };
-        assert!(encode_spz(&s, &bad).is_err());
+        assert!(encode(&s, &bad).is_err());
     }
 
     #[test]
@@ -1067,7 +1137,7 @@ mod tests {
             version: SpzVersion::V2,
             ..Default::default()
         };
-        let back = decode_spz(&encode_spz(&s, &opts).unwrap()).unwrap();
+        let back = decode(&encode(&s, &opts).unwrap()).unwrap();
         assert_within_bounds(&s, &back, 12, false);
     }
 
@@ -1079,7 +1149,7 @@ mod tests {
             antialiasing: SpzAntialiasing::Antialiased,
             ..Default::default()
         };
-        let bytes = encode_spz(&s, &opts).unwrap();
+        let bytes = encode(&s, &opts).unwrap();
         let mut raw = Vec::new();
         flate2::read::GzDecoder::new(&bytes[..])
             .read_to_end(&mut raw)
@@ -1090,20 +1160,20 @@ mod tests {
         assert_eq!(u32::from_le_bytes(raw[8..12].try_into().unwrap()), 5);
         assert_eq!(&raw[12..16], &[2, 10, 1, 0]);
         assert_eq!(raw.len(), 16 + 5 * (9 + 1 + 3 + 3 + 4 + 8 * 3));
-        assert_within_bounds(&s, &decode_spz(&bytes).unwrap(), 10, true);
+        assert_within_bounds(&s, &decode(&bytes).unwrap(), 10, true);
     }
 
     #[test]
     fn spz_positions_beyond_fixed_point_range_are_an_error_not_wrapped() {
         let mut s = random_splats(3, 0, 1.0, 5);
         s.means[4] = 2048.0; // splat 1, y: first value that does not fit at 12 bits
-        let e = encode_spz(&s, &SpzOptions::default()).unwrap_err();
+        let e = encode(&s, &SpzOptions::default()).unwrap_err();
         assert!(e.to_string().contains("means[splat 1][1]"), "{e}");
         s.means[4] = -2048.0; // −2^23 itself fits
-        let back = decode_spz(&encode_spz(&s, &SpzOptions::default()).unwrap()).unwrap();
+        let back = decode(&encode(&s, &SpzOptions::default()).unwrap()).unwrap();
         assert_eq!(back.means[4], -2048.0);
         s.means[4] = 2047.9997; // rounds to 2^23 − 1 steps
-        let back = decode_spz(&encode_spz(&s, &SpzOptions::default()).unwrap()).unwrap();
+        let back = decode(&encode(&s, &SpzOptions::default()).unwrap()).unwrap();
         assert!((back.means[4] - 2047.9997).abs() <= 0.5 / 4096.0 + 1e-4);
         // At 16 fractional bits the limit is 128 m.
         s.means[4] = 130.0;
@@ -1111,7 +1181,7 @@ mod tests {
             fractional_bits: 16,
             ..Default::default()
         };
-        assert!(encode_spz(&s, &opts).is_err());
+        assert!(encode(&s, &opts).is_err());
         assert!((spz_position_limit_m(12) - (2047.0 + 4095.0 / 4096.0)).abs() < 1e-12);
     }
 
@@ -1120,12 +1190,12 @@ mod tests {
         let mut s = random_splats(3, 0, 1.0, 5);
         s.sh_coeffs[4] = f32::NAN;
         assert!(matches!(
-            encode_spz(&s, &SpzOptions::default()),
+            encode(&s, &SpzOptions::default()),
             Err(Error::InvalidInput { .. })
         ));
         let mut s = random_splats(3, 0, 1.0, 5);
         s.rotations[4..8].fill(0.0);
-        let e = encode_spz(&s, &SpzOptions::default()).unwrap_err();
+        let e = encode(&s, &SpzOptions::default()).unwrap_err();
         assert!(e.to_string().contains("rotations[splat 1]"), "{e}");
     }
 
@@ -1133,7 +1203,7 @@ mod tests {
     fn spz_extreme_opacities_decode_to_finite_logits() {
         let mut s = random_splats(2, 0, 1.0, 5);
         s.logit_opacities = vec![-30.0, 30.0];
-        let back = decode_spz(&encode_spz(&s, &SpzOptions::default()).unwrap()).unwrap();
+        let back = decode(&encode(&s, &SpzOptions::default()).unwrap()).unwrap();
         assert!(back.logit_opacities.iter().all(|l| l.is_finite()));
         assert!(back.logit_opacities[0] < -10.0 && back.logit_opacities[1] > 10.0);
     }
@@ -1144,7 +1214,7 @@ mod tests {
             sh_degree: 1,
             ..Default::default()
         };
-        let back = decode_spz(&encode_spz(&s, &SpzOptions::default()).unwrap()).unwrap();
+        let back = decode(&encode(&s, &SpzOptions::default()).unwrap()).unwrap();
         assert_eq!(back, s);
     }
 
@@ -1156,15 +1226,15 @@ mod tests {
 
     #[test]
     fn spz_decode_rejects_bad_input() {
-        assert!(matches!(decode_spz(b""), Err(Error::Corrupt { .. })));
+        assert!(matches!(decode(b""), Err(Error::Corrupt { .. })));
         assert!(matches!(
-            decode_spz(b"PK\x03\x04...."),
+            decode(b"PK\x03\x04...."),
             Err(Error::Corrupt { .. })
         ));
-        let good = encode_spz(&random_splats(10, 1, 1.0, 1), &SpzOptions::default()).unwrap();
+        let good = encode(&random_splats(10, 1, 1.0, 1), &SpzOptions::default()).unwrap();
         // Truncated gzip stream.
         assert!(matches!(
-            decode_spz(&good[..good.len() / 2]),
+            decode(&good[..good.len() / 2]),
             Err(Error::Corrupt { .. })
         ));
         let mut raw = Vec::new();
@@ -1172,31 +1242,28 @@ mod tests {
             .read_to_end(&mut raw)
             .unwrap();
         // Truncated body inside a valid gzip stream.
-        let e = decode_spz(&gzip(&raw[..raw.len() - 1])).unwrap_err();
+        let e = decode(&gzip(&raw[..raw.len() - 1])).unwrap_err();
         assert!(e.to_string().contains("truncated"), "{e}");
         // Trailing bytes: count mismatch.
         let mut longer = raw.clone();
         longer.push(0);
-        assert!(matches!(
-            decode_spz(&gzip(&longer)),
-            Err(Error::Invalid { .. })
-        ));
+        assert!(matches!(decode(&gzip(&longer)), Err(Error::Invalid { .. })));
         // Wrong magic inside gzip.
         let mut bad = raw.clone();
         bad[0] ^= 0xff;
-        let e = decode_spz(&gzip(&bad)).unwrap_err();
+        let e = decode(&gzip(&bad)).unwrap_err();
         assert!(e.to_string().contains("wrong magic"), "{e}");
         // Unsupported version and SH degree.
         let mut bad = raw.clone();
         bad[4] = 9;
         assert!(matches!(
-            decode_spz(&gzip(&bad)),
+            decode(&gzip(&bad)),
             Err(Error::Unsupported { .. })
         ));
         let mut bad = raw;
         bad[12] = 4;
         assert!(matches!(
-            decode_spz(&gzip(&bad)),
+            decode(&gzip(&bad)),
             Err(Error::Unsupported { .. })
         ));
     }
@@ -1204,7 +1271,7 @@ mod tests {
     #[test]
     fn spz_v4_biker_file_decodes() {
         let p = crate::capture::test_dataset("splat-playcanvas").join("biker.spz");
-        let s = read_spz(&p).unwrap();
+        let s = read(&p).unwrap().splats;
         assert_eq!((s.len(), s.sh_degree), (152_746, 0));
         s.check_shapes("test").unwrap();
         s.check_finite("test").unwrap();
@@ -1213,7 +1280,7 @@ mod tests {
             assert!((norm - 1.0).abs() < 1e-3, "{q:?}");
         }
         // Re-encoding as v4 reproduces the decoded values exactly (same quantisation grid).
-        let again = decode_spz(&encode_spz(&s, &v4()).unwrap()).unwrap();
+        let again = decode(&encode(&s, &v4()).unwrap()).unwrap();
         assert_within_bounds(&s, &again, 12, true);
         assert_eq!(again.means, s.means);
     }
@@ -1221,9 +1288,9 @@ mod tests {
     #[test]
     fn spz_v4_records_its_frame_and_a_recorded_frame_is_turned_into_rdf_on_read() {
         let s = random_splats(300, 3, 10.0, 31);
-        let plain = decode_spz(&encode_spz(&s, &v4()).unwrap()).unwrap();
+        let plain = decode(&encode(&s, &v4()).unwrap()).unwrap();
         // RDF (Kiln's own frame): the record is there, the data is read as it is stored.
-        let rdf = encode_spz(
+        let rdf = encode(
             &s,
             &SpzOptions {
                 coordinate_system: Some(SpzFrame::RDF),
@@ -1234,9 +1301,9 @@ mod tests {
         assert_eq!(rdf[14] & FLAG_HAS_EXTENSIONS, FLAG_HAS_EXTENSIONS);
         assert_eq!(u32::from_le_bytes(rdf[16..20].try_into().unwrap()), 44);
         assert_eq!(spz_recorded_frame(&rdf).unwrap(), Some(SpzFrame::RDF));
-        assert_eq!(decode_spz(&rdf).unwrap(), plain);
+        assert_eq!(decode(&rdf).unwrap(), plain);
         // The same numbers recorded as RUB are (x, −y, −z) of RDF data: read back turned.
-        let rub = encode_spz(
+        let rub = encode(
             &s,
             &SpzOptions {
                 coordinate_system: Some(SpzFrame::RUB),
@@ -1244,9 +1311,9 @@ mod tests {
             },
         )
         .unwrap();
-        let turned = decode_spz(&rub).unwrap();
+        let turned = decode(&rub).unwrap();
         let mut expected = plain.clone();
-        super::super::convert::rotate_splats(
+        super::super::transform::rotate_splats(
             &mut expected,
             [[1.0, 0.0, 0.0], [0.0, -1.0, 0.0], [0.0, 0.0, -1.0]],
         )
@@ -1258,7 +1325,7 @@ mod tests {
             assert!((a - b).abs() < 1e-5);
         }
         // A left-handed frame is named in the error; versions 2-3 cannot record one.
-        let ldf = encode_spz(
+        let ldf = encode(
             &s,
             &SpzOptions {
                 coordinate_system: SpzFrame::parse("LDF"),
@@ -1266,9 +1333,9 @@ mod tests {
             },
         )
         .unwrap();
-        let err = decode_spz(&ldf).unwrap_err().to_string();
+        let err = decode(&ldf).unwrap_err().to_string();
         assert!(err.contains("LDF") && err.contains("left-handed"), "{err}");
-        let err = encode_spz(
+        let err = encode(
             &s,
             &SpzOptions {
                 coordinate_system: Some(SpzFrame::RDF),
@@ -1279,7 +1346,7 @@ mod tests {
         .to_string();
         assert!(err.contains("version 4"), "{err}");
         assert_eq!(
-            spz_recorded_frame(&encode_spz(&s, &SpzOptions::default()).unwrap()).unwrap(),
+            spz_recorded_frame(&encode(&s, &SpzOptions::default()).unwrap()).unwrap(),
             None
         );
     }
@@ -1295,58 +1362,55 @@ mod tests {
     fn spz_v4_round_trip_is_within_quantisation_bounds() {
         for degree in 0..=3 {
             let s = random_splats(1500, degree, 100.0, 21 + degree as u64);
-            let bytes = encode_spz(&s, &v4()).unwrap();
+            let bytes = encode(&s, &v4()).unwrap();
             assert_eq!(&bytes[..4], b"NGSP");
             assert_eq!(u32::from_le_bytes(bytes[4..8].try_into().unwrap()), 4);
             assert_eq!(bytes[15], if degree == 0 { 5 } else { 6 });
-            let back = decode_spz(&bytes).unwrap();
+            let back = decode(&bytes).unwrap();
             assert_within_bounds(&s, &back, 12, true);
             // Same quantisation as v3.
-            let v3 = decode_spz(&encode_spz(&s, &SpzOptions::default()).unwrap()).unwrap();
+            let v3 = decode(&encode(&s, &SpzOptions::default()).unwrap()).unwrap();
             assert_eq!(back, v3);
         }
     }
 
     #[test]
     fn spz_v4_rejects_bad_toc_and_truncation() {
-        let good = encode_spz(&random_splats(50, 1, 1.0, 3), &v4()).unwrap();
+        let good = encode(&random_splats(50, 1, 1.0, 3), &v4()).unwrap();
         // Truncated inside the streams.
-        let e = decode_spz(&good[..good.len() - 10]).unwrap_err();
+        let e = decode(&good[..good.len() - 10]).unwrap_err();
         assert!(matches!(e, Error::Corrupt { .. }), "{e}");
         // Truncated header.
-        assert!(matches!(
-            decode_spz(&good[..20]),
-            Err(Error::Corrupt { .. })
-        ));
+        assert!(matches!(decode(&good[..20]), Err(Error::Corrupt { .. })));
         // Wrong stream count.
         let mut bad = good.clone();
         bad[15] = 3;
-        let e = decode_spz(&bad).unwrap_err();
+        let e = decode(&bad).unwrap_err();
         assert!(e.to_string().contains("numStreams"), "{e}");
         // Uncompressed size in the TOC that does not match numPoints.
         let mut bad = good.clone();
         bad[32 + 8] ^= 1;
-        let e = decode_spz(&bad).unwrap_err();
+        let e = decode(&bad).unwrap_err();
         assert!(e.to_string().contains("uncompressed size"), "{e}");
         // Corrupt ZSTD frame.
         let mut bad = good.clone();
         let first_frame = 32 + 16 * 6;
         bad[first_frame..first_frame + 4].fill(0);
-        assert!(matches!(decode_spz(&bad), Err(Error::Corrupt { .. })));
+        assert!(matches!(decode(&bad), Err(Error::Corrupt { .. })));
         // Trailing bytes.
         let mut bad = good.clone();
         bad.push(0);
-        assert!(matches!(decode_spz(&bad), Err(Error::Invalid { .. })));
+        assert!(matches!(decode(&bad), Err(Error::Invalid { .. })));
         // Implausible point count for the file size: rejected before allocating.
         let mut bad = good;
         bad[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(matches!(decode_spz(&bad), Err(Error::Corrupt { .. })));
+        assert!(matches!(decode(&bad), Err(Error::Corrupt { .. })));
     }
 
     #[test]
     fn spz_v4_skips_extension_records() {
         let s = random_splats(20, 0, 1.0, 4);
-        let good = encode_spz(&s, &v4()).unwrap();
+        let good = encode(&s, &v4()).unwrap();
         // Insert one 8-byte-payload record between header and TOC, set flag 0x2.
         let mut with_ext = good[..32].to_vec();
         with_ext[14] |= FLAG_HAS_EXTENSIONS;
@@ -1355,16 +1419,16 @@ mod tests {
         with_ext.extend_from_slice(&8u32.to_le_bytes());
         with_ext.extend_from_slice(&[0u8; 8]);
         with_ext.extend_from_slice(&good[32..]);
-        assert_eq!(decode_spz(&with_ext).unwrap(), decode_spz(&good).unwrap());
+        assert_eq!(decode(&with_ext).unwrap(), decode(&good).unwrap());
     }
 
     #[test]
     fn spz_compresses_the_real_plush_dog_and_keeps_positions() {
         let p = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../shared/datasets/splat-plushdog-smartdatascan/point_cloud_29999_clean.ply");
-        let s = crate::splats::ply::read_ply(&p).unwrap();
+        let s = crate::splats::ply::read(&p).unwrap().splats;
         let ply_bytes = std::fs::metadata(&p).unwrap().len() as usize;
-        let spz = encode_spz(&s, &SpzOptions::default()).unwrap();
+        let spz = encode(&s, &SpzOptions::default()).unwrap();
         println!(
             "plush dog: N = {}, PLY {ply_bytes} bytes, SPZ v3 {} bytes",
             s.len(),
@@ -1375,7 +1439,7 @@ mod tests {
             "SPZ {} vs PLY {ply_bytes}",
             spz.len()
         );
-        let back = decode_spz(&spz).unwrap();
+        let back = decode(&spz).unwrap();
         assert_eq!((back.len(), back.sh_degree), (s.len(), 3));
         for (x, y) in s.means.iter().zip(&back.means) {
             assert!((x - y).abs() <= 0.5 / 4096.0 + 1e-6);

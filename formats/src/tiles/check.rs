@@ -1305,8 +1305,8 @@ fn corners(min: [f64; 3], max: [f64; 3]) -> [[f64; 3]; 8] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::splats::glb::write_splat_glb;
-    use crate::splats::spz::{SpzOptions, SpzVersion, encode_spz};
+    use crate::splats::glb::{self, SplatGlbOptions};
+    use crate::splats::spz::{self, SpzOptions, SpzVersion};
     use crate::splats::test_data::random_splats;
     use serde_json::json;
 
@@ -1709,7 +1709,10 @@ mod tests {
     #[test]
     fn declared_spz_v3_splat_tile_passes() {
         let splats = random_splats(500, 2, 1.0, 7);
-        let (_d, r) = splat_tileset(write_splat_glb(&splats).unwrap(), true);
+        let (_d, r) = splat_tileset(
+            glb::encode(&splats, &SplatGlbOptions::default()).unwrap(),
+            true,
+        );
         assert!(r.passed(), "{:#?}", r.findings);
         assert_eq!(r.splats, 500);
         assert!(
@@ -1722,7 +1725,10 @@ mod tests {
     #[test]
     fn splat_tile_without_content_gltf_declaration_fails() {
         let splats = random_splats(50, 0, 1.0, 8);
-        let (_d, r) = splat_tileset(write_splat_glb(&splats).unwrap(), false);
+        let (_d, r) = splat_tileset(
+            glb::encode(&splats, &SplatGlbOptions::default()).unwrap(),
+            false,
+        );
         let f = find(&r, Severity::Error, "does not list 3DTILES_content_gltf");
         assert_eq!(f.kind, CheckKind::Extensions);
         find(
@@ -1736,18 +1742,24 @@ mod tests {
     fn splat_means_outside_the_box_fail_and_3sigma_overflow_warns() {
         // Means within ±2.9 m in a ±3 m box: means pass, but 3σ extents (up to ~1.1 m) poke out.
         let splats = random_splats(300, 0, 2.9, 9);
-        let (_d, r) = splat_tileset(write_splat_glb(&splats).unwrap(), true);
+        let (_d, r) = splat_tileset(
+            glb::encode(&splats, &SplatGlbOptions::default()).unwrap(),
+            true,
+        );
         assert!(r.passed(), "{:#?}", r.findings);
         find(&r, Severity::Warning, "3σ extents of");
         let splats = random_splats(300, 0, 4.0, 9);
-        let (_d, r) = splat_tileset(write_splat_glb(&splats).unwrap(), true);
+        let (_d, r) = splat_tileset(
+            glb::encode(&splats, &SplatGlbOptions::default()).unwrap(),
+            true,
+        );
         find(&r, Severity::Error, "splat means lie up to");
     }
 
     #[test]
     fn spz_v4_payload_is_an_error() {
         let splats = random_splats(20, 1, 0.5, 3);
-        let v4 = encode_spz(
+        let v4 = spz::encode(
             &splats,
             &SpzOptions {
                 version: SpzVersion::V4,
@@ -1764,7 +1776,7 @@ mod tests {
     #[test]
     fn spz_count_and_sh_degree_must_match_the_accessors() {
         let splats = random_splats(20, 1, 0.5, 4);
-        let v3 = encode_spz(&splats, &SpzOptions::default()).unwrap();
+        let v3 = spz::encode(&splats, &SpzOptions::default()).unwrap();
         let (_d, r) = splat_tileset(splat_glb(&v3, 21, 2), true);
         find(
             &r,
@@ -1785,7 +1797,11 @@ mod tests {
         let splats = random_splats(100, 0, 1.0, 5);
         let dir = tempfile::tempdir().unwrap();
         let both = json!([KHR_GAUSSIAN_SPLATTING, KHR_GAUSSIAN_SPLATTING_SPZ_2]);
-        std::fs::write(dir.path().join("s.glb"), write_splat_glb(&splats).unwrap()).unwrap();
+        std::fs::write(
+            dir.path().join("s.glb"),
+            glb::encode(&splats, &SplatGlbOptions::default()).unwrap(),
+        )
+        .unwrap();
         let ts = json!({
             "asset": {"version": "1.1"}, "geometricError": 1.0,
             "extensionsUsed": [CONTENT_GLTF], "extensionsRequired": [CONTENT_GLTF],

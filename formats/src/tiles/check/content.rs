@@ -829,7 +829,7 @@ fn check_spz(
         return;
     };
     extent.quantum_m = 0.5f64.powi(fractional_bits as i32);
-    match crate::splats::spz::decode_spz(&bytes) {
+    match crate::splats::spz::decode(&bytes) {
         Ok(sp) => {
             let (points, boxes) = splat_extents(&sp);
             extent.points = Some(points);

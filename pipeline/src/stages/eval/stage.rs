@@ -160,7 +160,8 @@ impl Eval {
         let ply = self.source.ply(cx)?;
         match self.source {
             SplatSource::Trained => {
-                let reference = kiln_formats::splats::ply::read_ply(&ply)?;
+                // The trainer writes `float` x/y/z, which always read at origin 0.
+                let reference = kiln_formats::splats::ply::read(&ply)?.splats;
                 let ingest_dir = cx.stage_dir(StageKind::INGEST)?;
                 let cap = ingest::load_ingested(&ingest_dir)?;
                 let views = train::held_out_views(
@@ -173,7 +174,7 @@ impl Eval {
                 Ok((reference, views))
             }
             SplatSource::Ingested => {
-                let reference = kiln_formats::splats::ply::read_ply_placed(&ply)?.splats;
+                let reference = kiln_formats::splats::ply::read(&ply)?.splats;
                 let views = orbit_views(
                     &scene_sphere(&reference),
                     [0.0, 1.0, 0.0],

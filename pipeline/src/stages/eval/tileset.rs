@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use kiln_formats::splats::GaussianSplats;
-use kiln_formats::splats::convert::rotate_splats;
-use kiln_formats::splats::glb::read_splat_glb;
+use kiln_formats::splats::glb;
+use kiln_formats::splats::transform::{raise_sh_degree, rotate_splats};
 use kiln_formats::tiles::tileset::{Tile, Tileset, Y_UP_TO_Z_UP};
 use kiln_formats::tiles::transform::{self, Mat4};
 
@@ -145,7 +145,8 @@ impl LoadedTileset {
             None => GaussianSplats::default(),
             Some(p) => {
                 let bytes = std::fs::read(p).map_err(|e| Error::io(p, e))?;
-                let mut s = read_splat_glb(&bytes)?;
+                // Absolute f32 means, as the tile transforms below are applied in f32.
+                let (mut s, _) = glb::decode(&bytes)?.into_absolute_f32();
                 place_splats(&mut s, &tile.content_to_capture).map_err(|e| Error::Input {
                     path: p.clone(),
                     field: "tile transform".into(),
@@ -189,33 +190,24 @@ impl LoadedTileset {
             .iter()
             .map(|&i| self.content(i))
             .collect::<Result<_>>()?;
-        let degree = parts
+        // Tiles without content are empty sets of degree 0: they add nothing, nor a degree.
+        let filled: Vec<&GaussianSplats> = parts
             .iter()
+            .map(|p| &**p)
             .filter(|p| !p.is_empty())
-            .map(|p| p.sh_degree)
-            .max()
-            .unwrap_or(0);
+            .collect();
+        let degree = filled.iter().map(|p| p.sh_degree).max().unwrap_or(0);
         let mut out = GaussianSplats {
             sh_degree: degree,
             ..Default::default()
         };
-        let k3 = ((degree + 1) * (degree + 1) * 3) as usize;
-        for p in &parts {
-            if p.is_empty() {
-                continue;
-            }
-            out.means.extend_from_slice(&p.means);
-            out.log_scales.extend_from_slice(&p.log_scales);
-            out.rotations.extend_from_slice(&p.rotations);
-            out.logit_opacities.extend_from_slice(&p.logit_opacities);
+        for p in filled {
             if p.sh_degree == degree {
-                out.sh_coeffs.extend_from_slice(&p.sh_coeffs);
+                out.extend(p)?;
             } else {
-                let own = p.sh_coeffs_per_channel() * 3;
-                for sh in p.sh_coeffs.chunks_exact(own) {
-                    out.sh_coeffs.extend_from_slice(sh);
-                    out.sh_coeffs.extend(std::iter::repeat_n(0.0, k3 - own));
-                }
+                let mut raised = p.clone();
+                raise_sh_degree(&mut raised, degree)?;
+                out.extend(&raised)?;
             }
         }
         Ok(out)

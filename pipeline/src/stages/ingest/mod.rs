@@ -48,7 +48,7 @@ impl IngestParams {
     ///
     /// # Errors
     /// [`Error::Param`] naming `up_axis` and the accepted values.
-    pub fn up_axis(&self) -> Result<Option<kiln_formats::splats::convert::UpAxis>> {
+    pub fn up_axis(&self) -> Result<Option<kiln_formats::splats::transform::UpAxis>> {
         self.up_axis
             .as_deref()
             .map(|a| {
@@ -648,10 +648,10 @@ pub struct IngestedMesh {
 /// refused naming the ones read.
 pub fn ingest_mesh(
     input: &Path,
-    up_axis: Option<kiln_formats::splats::convert::UpAxis>,
+    up_axis: Option<kiln_formats::splats::transform::UpAxis>,
     out_dir: &Path,
 ) -> Result<IngestedMesh> {
-    use kiln_formats::splats::convert::{UpAxis, up_axis_rotation};
+    use kiln_formats::splats::transform::{UpAxis, up_axis_rotation};
     let mut mesh = if input.is_dir() {
         kiln_formats::mesh::read_meshes(input)?
     } else {
@@ -753,31 +753,30 @@ pub struct IngestedSplats {
 
 /// Ingest splats trained elsewhere: read any splat format Kiln knows (INRIA 3DGS PLY, PlayCanvas
 /// compressed PLY, SPZ v1–4, antimatter15 `.splat`, `KHR_gaussian_splatting` GLB; by extension,
-/// see `kiln_formats::splats::convert::read_splats_placed`), reject non-finite values, rotate the
+/// see `kiln_formats::splats::convert::read`), reject non-finite values, rotate the
 /// scene so that `up_axis` becomes glTF +Y when given, and write `out_dir/splats.ply` in the INRIA
 /// layout for the tiler. Positions f32 cannot hold (a `double` PLY in a survey frame) keep an f64
 /// origin: the PLY then stores `double x y z` (the true coordinates), which the tile stage reads
-/// back with `read_ply_placed` and puts in the tileset's transforms.
+/// back with `kiln_formats::splats::ply::read` and puts in the tileset's transforms.
 ///
 /// # Errors
 /// [`Error::Format`] for an unknown extension (naming the file and the accepted ones) and the
 /// readers' errors (naming the file and the bad property/field); non-finite values.
 pub fn ingest_splats(
     input: &Path,
-    up_axis: Option<kiln_formats::splats::convert::UpAxis>,
+    up_axis: Option<kiln_formats::splats::transform::UpAxis>,
     out_dir: &Path,
 ) -> Result<IngestedSplats> {
-    use kiln_formats::splats::convert::{
-        SplatFormat, UpAxis, read_splats_placed, up_axis_rotation,
-    };
+    use kiln_formats::splats::convert::{self, SplatFormat};
     use kiln_formats::splats::ply;
+    use kiln_formats::splats::transform::{UpAxis, up_axis_rotation};
     let format = SplatFormat::from_path(input)?;
-    let mut placed = read_splats_placed(input)?;
+    let mut placed = convert::read(input)?;
     placed.splats.check_finite("ingest splats")?;
     if let Some(from) = up_axis {
         placed.rotate(up_axis_rotation(from, UpAxis::Y))?;
     }
-    ply::write_inria_ply_placed(&out_dir.join(SPLATS_PLY), &placed)?;
+    ply::write(&out_dir.join(SPLATS_PLY), &placed)?;
     Ok(IngestedSplats {
         splats: placed.splats.len(),
         sh_degree: placed.splats.sh_degree,
@@ -1042,7 +1041,7 @@ mod tests {
             "v 1 2 3\nv 1 2 13\nv 4 2 3\nvn 0 -1 0\nf 1//1 2//1 3//1\n",
         )
         .unwrap();
-        let up = Some(kiln_formats::splats::convert::UpAxis::Z);
+        let up = Some(kiln_formats::splats::transform::UpAxis::Z);
         let ingested = ingest_mesh(&obj, up, d.path()).unwrap();
         assert_eq!(ingested.rotated_from_up_axis.as_deref(), Some("z"));
         // Height 10 along the input's z is now along glTF y.

@@ -24,7 +24,7 @@
 //! "+z", "georef": [16]}` (column-major 4×4s; `georef` only when present). A tileset without it
 //! (not written by Kiln) reads as the identity with no georeference.
 
-use kiln_formats::splats::convert::{UpAxis, up_axis_rotation};
+use kiln_formats::splats::transform::{UpAxis, up_axis_rotation};
 use kiln_formats::tiles::tileset::{Tileset, Y_UP_TO_Z_UP};
 use kiln_formats::tiles::transform::{self, IDENTITY, Mat4};
 use serde::{Deserialize, Serialize};

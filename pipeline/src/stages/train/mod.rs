@@ -1063,7 +1063,7 @@ fn write_run_files(
     all_cameras: &[Camera],
     loss_curve: &[(usize, f64)],
 ) -> crate::Result<()> {
-    kiln_formats::splats::ply::write_inria_ply(&out_dir.join("splats.ply"), splats)?;
+    kiln_formats::splats::ply::write(&out_dir.join("splats.ply"), splats)?;
     let frame = frame::frame_info(all_cameras);
     let frame_json = serde_json::to_vec_pretty(&frame)
         .map_err(|e| crate::Error::io(out_dir.join(frame::FRAME_JSON), std::io::Error::other(e)))?;

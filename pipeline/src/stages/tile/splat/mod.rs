@@ -48,9 +48,9 @@ use std::time::{Duration, Instant};
 use kiln_formats::atomic_write::write_atomic;
 use kiln_formats::splats::GaussianSplats;
 use kiln_formats::splats::glb::{
-    KHR_GAUSSIAN_SPLATTING, KHR_GAUSSIAN_SPLATTING_SPZ_2, SplatGlbOptions, write_splat_glb_with,
+    self, KHR_GAUSSIAN_SPLATTING, KHR_GAUSSIAN_SPLATTING_SPZ_2, SplatGlbOptions,
 };
-use kiln_formats::splats::spz::{SpzAntialiasing, SpzVersion, spz_position_limit_m};
+use kiln_formats::splats::spz::{SpzAntialiasing, SpzOptions, SpzVersion, spz_position_limit_m};
 use kiln_formats::tiles::tileset::{BoundingVolume, Content, Refine, Tile, Y_UP_TO_Z_UP};
 use rayon::prelude::*;
 
@@ -362,7 +362,7 @@ pub fn tile_splats_refined(
                 for &c in &node.children {
                     bbox.union(&built.boxes[c]);
                 }
-                let children = children_content(splats, &nodes, pass.node, &contents);
+                let children = children_content(splats, &nodes, pass.node, &contents)?;
                 let measured = error::measure(
                     &pass.content,
                     &children,
@@ -464,7 +464,7 @@ fn refine_level(
         ..Default::default()
     };
     for p in level.iter() {
-        append(&mut all, &p.content);
+        all.extend(&p.content)?;
     }
     let done = refiner.refine(&mut all, levels_above_leaves)?;
     tracing::info!(
@@ -474,20 +474,10 @@ fn refine_level(
         loss_end = done.loss_end,
         "tile: parent level refined against the photos"
     );
-    let k3 = all.sh_coeffs_per_channel() * 3;
     let mut at = 0;
     for p in level.iter_mut() {
         let n = p.content.len();
-        let c = &mut p.content;
-        c.means.copy_from_slice(&all.means[3 * at..3 * (at + n)]);
-        c.log_scales
-            .copy_from_slice(&all.log_scales[3 * at..3 * (at + n)]);
-        c.rotations
-            .copy_from_slice(&all.rotations[4 * at..4 * (at + n)]);
-        c.logit_opacities
-            .copy_from_slice(&all.logit_opacities[at..at + n]);
-        c.sh_coeffs
-            .copy_from_slice(&all.sh_coeffs[k3 * at..k3 * (at + n)]);
+        p.content = all.select(at..at + n);
         at += n;
     }
     Ok(done)
@@ -502,7 +492,7 @@ fn children_content(
     nodes: &[Node],
     p: usize,
     contents: &[Option<LevelContent>],
-) -> GaussianSplats {
+) -> Result<GaussianSplats> {
     let mut all = GaussianSplats {
         sh_degree: splats.sh_degree,
         ..Default::default()
@@ -517,9 +507,9 @@ fn children_content(
         } else {
             continue;
         };
-        append(&mut all, content);
+        all.extend(content)?;
     }
-    all
+    Ok(all)
 }
 
 /// Smallest geometricError of a parent (metres), so a parent whose merges moved nothing (e.g.
@@ -749,39 +739,9 @@ fn content_aabb(s: &GaussianSplats) -> Aabb {
     b
 }
 
-/// The splats at `indices`, in that order.
-/// Append `s`'s splats to `all` (same SH degree).
-fn append(all: &mut GaussianSplats, s: &GaussianSplats) {
-    all.means.extend_from_slice(&s.means);
-    all.log_scales.extend_from_slice(&s.log_scales);
-    all.rotations.extend_from_slice(&s.rotations);
-    all.logit_opacities.extend_from_slice(&s.logit_opacities);
-    all.sh_coeffs.extend_from_slice(&s.sh_coeffs);
-}
-
+/// The splats of a tree node (`indices` into the tiler's input), in that order.
 fn gather(s: &GaussianSplats, indices: &[u32]) -> GaussianSplats {
-    let k3 = s.sh_coeffs_per_channel() * 3;
-    let n = indices.len();
-    let mut out = GaussianSplats {
-        means: Vec::with_capacity(n * 3),
-        log_scales: Vec::with_capacity(n * 3),
-        rotations: Vec::with_capacity(n * 4),
-        logit_opacities: Vec::with_capacity(n),
-        sh_coeffs: Vec::with_capacity(n * k3),
-        sh_degree: s.sh_degree,
-    };
-    for &i in indices {
-        let i = i as usize;
-        out.means.extend_from_slice(&s.means[i * 3..i * 3 + 3]);
-        out.log_scales
-            .extend_from_slice(&s.log_scales[i * 3..i * 3 + 3]);
-        out.rotations
-            .extend_from_slice(&s.rotations[i * 4..i * 4 + 4]);
-        out.logit_opacities.push(s.logit_opacities[i]);
-        out.sh_coeffs
-            .extend_from_slice(&s.sh_coeffs[i * k3..(i + 1) * k3]);
-    }
-    out
+    s.select(indices.iter().map(|&i| i as usize))
 }
 
 /// Encode one tile: positions relative to `center` (training frame), SPZ fixed point lowered
@@ -798,24 +758,32 @@ fn encode_tile(
         max_abs = max_abs.max(v.abs());
         *m = v as f32;
     }
-    let mut options = SplatGlbOptions::default();
     let mut fb = TILE_FRACTIONAL_BITS;
     while fb > 0 && max_abs >= spz_position_limit_m(fb) - 1.0 / (1u64 << fb) as f64 {
         fb -= 1;
     }
-    options.spz.fractional_bits = fb;
-    options.spz.gzip_level = params.gzip_level;
-    options.spz.sh1_bits = params.sh1_bits;
-    options.spz.sh_rest_bits = params.sh_rest_bits;
-    options.spz.version = if params.spz_version == 2 {
-        SpzVersion::V2
-    } else {
-        SpzVersion::V3
+    let spz = SpzOptions {
+        fractional_bits: fb,
+        gzip_level: params.gzip_level,
+        sh1_bits: params.sh1_bits,
+        sh_rest_bits: params.sh_rest_bits,
+        version: if params.spz_version == 2 {
+            SpzVersion::V2
+        } else {
+            SpzVersion::V3
+        },
+        antialiasing: if params.antialiased {
+            SpzAntialiasing::Antialiased
+        } else {
+            SpzAntialiasing::Standard
+        },
+        ..SpzOptions::default()
     };
-    if params.antialiased {
-        options.spz.antialiasing = SpzAntialiasing::Antialiased;
-    }
-    Ok(write_splat_glb_with(&local, &options)?)
+    let options = SplatGlbOptions {
+        spz: Some(spz),
+        ..SplatGlbOptions::default()
+    };
+    Ok(glb::encode(&local, &options)?)
 }
 
 /// Column-major 4×4 translation; `None` (no `transform`) for a zero translation.
@@ -870,7 +838,6 @@ fn build_tile(
 mod tests {
     use super::*;
     use crate::stages::tile::CONTENT_GLTF;
-    use kiln_formats::splats::glb::read_splat_glb;
     use kiln_formats::tiles::tileset::Tileset;
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
@@ -933,7 +900,7 @@ mod tests {
     /// Decoded content of `tile` (tile-local, Y-up) lies inside its box (Z-up tile frame).
     fn assert_content_inside_box(dir: &Path, tile: &Tile) -> GaussianSplats {
         let bytes = std::fs::read(dir.join(&tile.content.as_ref().unwrap().uri)).unwrap();
-        let s = read_splat_glb(&bytes).unwrap();
+        let s = glb::decode(&bytes).unwrap().splats;
         let b = tile.bounding_volume.box_.unwrap();
         let half = [b[3], b[7], b[11]];
         for p in s.means.chunks_exact(3) {
@@ -1017,10 +984,11 @@ mod tests {
         }
         depths(&ts.root, 0, &mut depth_of);
         for ((tile, _), d) in tiles.iter().zip(&depth_of) {
-            per_depth[*d] += read_splat_glb(
+            per_depth[*d] += glb::decode(
                 &std::fs::read(dir.path().join(&tile.content.as_ref().unwrap().uri)).unwrap(),
             )
             .unwrap()
+            .splats
             .len();
         }
         // The root spends a whole tile's budget (200,000 / 4 leaves of 50,000 under it: 65,536,
@@ -1050,7 +1018,7 @@ mod tests {
         fn count(dir: &Path, t: &Tile, d: usize, out: &mut Vec<(usize, usize, bool)>) {
             assert!(t.children.len() <= 2, "{} children", t.children.len());
             let bytes = std::fs::read(dir.join(&t.content.as_ref().unwrap().uri)).unwrap();
-            let n = read_splat_glb(&bytes).unwrap().len();
+            let n = glb::decode(&bytes).unwrap().splats.len();
             out.push((d, n, t.children.is_empty()));
             for c in &t.children {
                 count(dir, c, d + 1, out);
@@ -1097,10 +1065,11 @@ mod tests {
         walk(&ts.root, [0.0; 3], &mut tiles);
         let mut world: Vec<[f32; 3]> = Vec::new();
         for (tile, offset) in tiles.iter().filter(|(t, _)| t.children.is_empty()) {
-            let c = read_splat_glb(
+            let c = glb::decode(
                 &std::fs::read(dir.path().join(&tile.content.as_ref().unwrap().uri)).unwrap(),
             )
-            .unwrap();
+            .unwrap()
+            .splats;
             // Z-up offset back to the Y-up training frame: (x, y, z)_zup = (x, −z, y)_yup.
             let off_yup = [offset[0], offset[2], -offset[1]];
             for p in c.means.chunks_exact(3) {
@@ -1243,7 +1212,7 @@ mod tests {
     fn tiling_the_real_plush_dog_keeps_every_splat() {
         let p = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../shared/datasets/splat-plushdog-smartdatascan/point_cloud_29999_clean.ply");
-        let s = kiln_formats::splats::ply::read_ply(&p).unwrap();
+        let s = kiln_formats::splats::ply::read(&p).unwrap().splats;
         let dir = tempfile::tempdir().unwrap();
         let params = SplatTileParams {
             max_splats_per_tile: 4_096,
@@ -1392,7 +1361,7 @@ mod tests {
         for (t, _) in tiles.iter().filter(|(t, _)| t.children.is_empty()) {
             let uri = &t.content.as_ref().unwrap().uri;
             let glb = std::fs::read(dir.path().join(uri)).unwrap();
-            let leaf = read_splat_glb(&glb).unwrap();
+            let leaf = glb::decode(&glb).unwrap().splats;
             assert!(leaf.len() <= 10, "{uri}: {} splats", leaf.len());
         }
     }

@@ -119,12 +119,12 @@ impl Stage for TileSplats {
         let plan = &cx.plan;
         // Survey-sized positions come as f32 means around an f64 origin, which the frame's
         // translation (and so the root transform) carries.
-        let placed = kiln_formats::splats::ply::read_ply_placed(&self.source.ply(cx)?)?;
+        let placed = kiln_formats::splats::ply::read(&self.source.ply(cx)?)?;
         let mut splats = placed.splats;
         let frame = self.content_frame(cx)?.placed_at(placed.origin_m);
         let r = frame.rotation();
         if r != [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]] {
-            kiln_formats::splats::convert::rotate_splats(&mut splats, r)?;
+            kiln_formats::splats::transform::rotate_splats(&mut splats, r)?;
         }
         let views = self.refine_views(cx)?;
         let extent = f64::from(train::init::scene_extent(

@@ -29,7 +29,7 @@
 //! Files. Each (chunk, level) with splats gets its own SOG `{lod}_{k}/meta.json` (k counts that
 //! level's files in tree order, left first), so every `lods` entry has offset 0. splat-transform
 //! packs several small chunks of a level into one file; that needs the SOG encoder to keep each
-//! chunk's run contiguous, while [`write_sog`] Morton-sorts the whole file, so Kiln writes one file
+//! chunk's run contiguous, while [`sog::write`] Morton-sorts the whole file, so Kiln writes one file
 //! per run (more, smaller files for coarse levels of scenes with many chunks; the same splats).
 //!
 //! Bounds: a leaf's box is the union over its splats (all levels) of each splat's 1σ ellipsoid box
@@ -66,13 +66,13 @@ use std::path::{Path, PathBuf};
 
 use kiln_formats::atomic_write::write_atomic;
 use kiln_formats::splats::GaussianSplats;
-use kiln_formats::splats::convert::rotate_splats;
-use kiln_formats::splats::sog::{SogOptions, write_sog};
+use kiln_formats::splats::sog::{self, SogOptions};
+use kiln_formats::splats::transform::rotate_splats;
 use rayon::prelude::*;
 use serde::Serialize;
 
+use super::gather;
 use super::tree::Node;
-use super::{append, gather};
 use crate::stages::tile::frame::TilesetFrame;
 use crate::{Error, Result};
 
@@ -271,7 +271,7 @@ pub fn write_streamed_sog(
                 std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
             }
             let chunk = gather(&levels[f.level].splats, &f.indices);
-            Ok(write_sog(&chunk, &path, options)?)
+            Ok(sog::write(&path, &chunk, options)?)
         })
         .collect::<Result<_>>()?;
 
@@ -282,7 +282,7 @@ pub fn write_streamed_sog(
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
             }
-            write_sog(env, &path, options)?
+            sog::write(&path, env, options)?
         }
         None => 0,
     };
@@ -580,7 +580,7 @@ pub(super) fn levels_from_tree(
                         )
                     })?
                 };
-                append(&mut level.splats, content);
+                level.splats.extend(content)?;
                 let e = if node.is_leaf() { 0.0 } else { errors_m[i] };
                 level.errors_m.extend(std::iter::repeat_n(e, content.len()));
             }
@@ -624,7 +624,6 @@ pub(super) fn write_from_tree(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kiln_formats::splats::sog::read_sog;
     use serde_json::{Value, json};
 
     /// Splats at `means`, SH degree 0, all with `log_scales` and quaternion `q` (wxyz).
@@ -755,7 +754,7 @@ mod tests {
         // f32 scales and quaternions move the bounds by a few 1e−7 (then rounded outwards).
         assert_json_near(&meta, &expected, 2e-6, "lod-meta");
         // Each file holds its run: the left leaf's level 0 is the splats at x = −3 and −2.
-        let left0 = read_sog(&dir.path().join("0_0/meta.json")).unwrap();
+        let left0 = sog::read(&dir.path().join("0_0/meta.json")).unwrap().splats;
         let mut xs: Vec<f32> = left0.means.chunks_exact(3).map(|p| p[0]).collect();
         xs.sort_by(f32::total_cmp);
         assert_eq!(xs.len(), 2);
@@ -764,7 +763,9 @@ mod tests {
             "{xs:?}"
         );
         for (rel, n) in [("1_0", 1), ("0_1", 2), ("1_1", 1)] {
-            let s = read_sog(&dir.path().join(rel).join("meta.json")).unwrap();
+            let s = sog::read(&dir.path().join(rel).join("meta.json"))
+                .unwrap()
+                .splats;
             assert_eq!(s.len(), n, "{rel}");
         }
     }
@@ -796,7 +797,10 @@ mod tests {
         // The root bound is the levels' (x within ±4), not the environment's (±50).
         assert!(meta["tree"]["bound"]["max"][0].as_f64().unwrap() < 5.0);
         assert_eq!(
-            read_sog(&dir.path().join("env/meta.json")).unwrap().len(),
+            sog::read(&dir.path().join("env/meta.json"))
+                .unwrap()
+                .splats
+                .len(),
             3
         );
 
@@ -988,7 +992,7 @@ mod tests {
     /// the PLY frame.
     #[test]
     fn the_tiler_s_streamed_sog_holds_the_tileset_s_levels() {
-        use kiln_formats::splats::glb::read_splat_glb;
+        use kiln_formats::splats::glb;
         use kiln_formats::tiles::tileset::{Tile, Tileset};
         let input = random_scene();
         let dir = tempfile::tempdir().unwrap();
@@ -1004,7 +1008,7 @@ mod tests {
         // (depth, is leaf, splats) of every tile.
         fn walk(dir: &Path, t: &Tile, depth: u32, out: &mut Vec<(u32, bool, usize)>) {
             let glb = std::fs::read(dir.join(&t.content.as_ref().unwrap().uri)).unwrap();
-            let n = read_splat_glb(&glb).unwrap().len();
+            let n = glb::decode(&glb).unwrap().splats.len();
             out.push((depth, t.children.is_empty(), n));
             for c in &t.children {
                 walk(dir, c, depth + 1, out);
@@ -1048,7 +1052,7 @@ mod tests {
             for (level, run) in leaf["lods"].as_object().unwrap() {
                 let level: usize = level.parse().unwrap();
                 let file = &names[run["file"].as_u64().unwrap() as usize];
-                let s = read_sog(&sog.join(file)).unwrap();
+                let s = sog::read(&sog.join(file)).unwrap().splats;
                 assert_eq!(run["offset"], 0);
                 assert_eq!(run["count"].as_u64().unwrap() as usize, s.len(), "{file}");
                 per_level[level] += s.len();
