@@ -23,6 +23,7 @@ use super::distortion::Distortion;
 use super::frames::{sort_frames, warn_skipped};
 use super::image::image_size;
 use super::intrinsics::Intrinsics;
+use super::masks::Masks;
 use super::model::{Capture, Frame, Split};
 use super::point_cloud::read_point_cloud_ply;
 use super::pose::{ROTATION_TOLERANCE, flip_yz_axes, rigid_inverse, rotation_error};
@@ -64,155 +65,26 @@ pub fn read_transforms(json_path: &Path) -> Result<Capture> {
     let Value::Object(root) = root else {
         return Err(invalid(json_path, "(root)", "a JSON object", kind(&root)));
     };
-    let frames = match root.get("frames") {
-        None => {
-            return Err(invalid(
-                json_path,
-                "frames",
-                "an array of frames",
-                "no `frames` key".into(),
-            ));
-        }
-        Some(Value::Array(a)) if a.is_empty() => {
-            return Err(invalid(
-                json_path,
-                "frames",
-                "a non-empty array of frames",
-                "an empty array".into(),
-            ));
-        }
-        Some(Value::Array(a)) => a,
-        Some(other) => {
-            return Err(invalid(
-                json_path,
-                "frames",
-                "an array of frames",
-                kind(other),
-            ));
-        }
-    };
+    let frames = frames_array(json_path, &root)?;
     let base_dir = json_path.parent().unwrap_or(Path::new("."));
-    let global = CameraKeys::parse(json_path, &root, "")?;
-    let masks = super::masks::Masks::list(&base_dir.join("masks"))?;
-
-    let mut out = Vec::with_capacity(frames.len());
-    let mut missing = Vec::new();
-    let mut first_missing: Option<PathBuf> = None;
-    let mut non_finite = Vec::new();
-    // Size from the first existing image's header, read at most once, only if a frame needs it.
-    let mut header_size: Option<(u32, u32)> = None;
-
-    for (index, value) in frames.iter().enumerate() {
-        let prefix = format!("frames[{index}]");
-        let Value::Object(frame) = value else {
-            return Err(invalid(json_path, &prefix, "a JSON object", kind(value)));
-        };
-        let file_path = match frame.get("file_path") {
-            Some(Value::String(s)) if !s.is_empty() => s.as_str(),
-            Some(other) => {
-                return Err(invalid(
-                    json_path,
-                    &format!("{prefix}.file_path"),
-                    "an image path relative to the JSON file",
-                    kind(other),
-                ));
-            }
-            None => {
-                return Err(invalid(
-                    json_path,
-                    &format!("{prefix}.file_path"),
-                    "an image path relative to the JSON file",
-                    "no `file_path` key".into(),
-                ));
-            }
-        };
-        let camera_to_world_gl = parse_matrix(json_path, &prefix, frame)?;
-        let Some(image_path) = resolve_image(base_dir, file_path) else {
-            first_missing.get_or_insert_with(|| base_dir.join(file_path));
-            missing.push(frame_name(file_path, None));
-            continue;
-        };
-        let Some(camera_to_world_gl) = camera_to_world_gl else {
-            non_finite.push(frame_name(file_path, image_path.extension()));
-            continue;
-        };
-        let keys = global.overridden_by(&CameraKeys::parse(json_path, frame, &prefix)?);
-        let size = match (keys.w, keys.h) {
-            (Some(w), Some(h)) => (w, h),
-            (w, h) => {
-                let header = match header_size {
-                    Some(s) => s,
-                    None => *header_size.insert(image_size(&image_path)?),
-                };
-                (w.unwrap_or(header.0), h.unwrap_or(header.1))
-            }
-        };
-        let intrinsics = keys.intrinsics(json_path, &prefix, size)?;
-        let distortion = keys.distortion(json_path)?;
-        let world_to_camera = to_world_to_camera(json_path, &prefix, camera_to_world_gl)?;
-        // nerfstudio's per-frame `mask_path` (relative to the JSON), else the `masks/` folder.
-        let mask_path = match frame.get("mask_path") {
-            Some(Value::String(s)) if !s.is_empty() => {
-                let p = base_dir.join(s);
-                if !p.is_file() {
-                    return Err(Error::NotFound {
-                        path: p,
-                        what: "frame mask (`mask_path`); fix the path or remove the key",
-                    });
-                }
-                Some(p)
-            }
-            Some(other) if !other.is_null() => {
-                return Err(invalid(
-                    json_path,
-                    &format!("{prefix}.mask_path"),
-                    "a mask image path relative to the JSON file",
-                    kind(other),
-                ));
-            }
-            _ => masks.as_ref().and_then(|m| m.find(file_path)),
-        };
-        out.push(Frame {
-            name: frame_name(file_path, image_path.extension()),
-            image_path,
-            intrinsics,
-            distortion,
-            world_to_camera,
-            depth_bounds: None,
-            mask_path,
-            split: None,
-        });
-    }
-
-    let listed = frames.len();
-    warn_skipped(json_path, "image file missing", &missing, listed);
-    warn_skipped(
+    let mut reader = FrameReader {
         json_path,
-        "transform_matrix not finite",
-        &non_finite,
-        listed,
-    );
+        base_dir,
+        global: CameraKeys::parse(json_path, &root, "")?,
+        masks: Masks::list(&base_dir.join("masks"))?,
+        header_size: None,
+        skipped: SkippedFrames::default(),
+    };
+    let mut out = Vec::with_capacity(frames.len());
+    for (index, value) in frames.iter().enumerate() {
+        if let Some(frame) = reader.frame(index, value)? {
+            out.push(frame);
+        }
+    }
+    let skipped = reader.skipped;
+    skipped.warn(json_path, frames.len());
     if out.is_empty() {
-        let mut reasons = Vec::new();
-        if !missing.is_empty() {
-            let first = first_missing.as_deref().unwrap_or(base_dir);
-            reasons.push(format!(
-                "{} image files missing (first: {})",
-                missing.len(),
-                first.display()
-            ));
-        }
-        if !non_finite.is_empty() {
-            reasons.push(format!("{} non-finite transform_matrix", non_finite.len()));
-        }
-        return Err(Error::Empty {
-            path: json_path.to_path_buf(),
-            what: "frames",
-            reason: format!(
-                "all {listed} listed frames were skipped: {}; check `file_path` against the image files",
-                reasons.join(", ")
-            ),
-        });
+        return Err(skipped.all_skipped(json_path, base_dir, frames.len()));
     }
     sort_frames(json_path, "frames[].file_path", &mut out)?;
     assign_listed_splits(json_path, &root, &mut out)?;
@@ -220,16 +92,209 @@ pub fn read_transforms(json_path: &Path) -> Result<Capture> {
         Some(file) => (Some(read_point_cloud_ply(&file)?), Some(file)),
         None => (None, None),
     };
-    let mut skipped: Vec<String> = missing.into_iter().chain(non_finite).collect();
-    skipped.sort();
     Ok(Capture {
         source: json_path.to_path_buf(),
         frames: out,
         points,
-        skipped,
+        skipped: skipped.names(),
         pose_files: vec![json_path.to_path_buf()],
         points_file,
     })
+}
+
+/// The `frames` array: present, an array, not empty.
+fn frames_array<'r>(json_path: &Path, root: &'r Map<String, Value>) -> Result<&'r Vec<Value>> {
+    match root.get("frames") {
+        None => Err(invalid(
+            json_path,
+            "frames",
+            "an array of frames",
+            "no `frames` key".into(),
+        )),
+        Some(Value::Array(a)) if a.is_empty() => Err(invalid(
+            json_path,
+            "frames",
+            "a non-empty array of frames",
+            "an empty array".into(),
+        )),
+        Some(Value::Array(a)) => Ok(a),
+        Some(other) => Err(invalid(
+            json_path,
+            "frames",
+            "an array of frames",
+            kind(other),
+        )),
+    }
+}
+
+/// Frames listed but left out, by reason.
+#[derive(Default)]
+struct SkippedFrames {
+    /// Frames whose image file does not exist, and the first such path.
+    missing: Vec<String>,
+    first_missing: Option<PathBuf>,
+    /// Frames whose `transform_matrix` is not finite.
+    non_finite: Vec<String>,
+}
+
+impl SkippedFrames {
+    /// One warning per reason.
+    fn warn(&self, json_path: &Path, listed: usize) {
+        warn_skipped(json_path, "image file missing", &self.missing, listed);
+        warn_skipped(
+            json_path,
+            "transform_matrix not finite",
+            &self.non_finite,
+            listed,
+        );
+    }
+
+    /// [`Error::Empty`]: every listed frame was skipped, with how many for each reason.
+    fn all_skipped(&self, json_path: &Path, base_dir: &Path, listed: usize) -> Error {
+        let mut reasons = Vec::new();
+        if !self.missing.is_empty() {
+            let first = self.first_missing.as_deref().unwrap_or(base_dir);
+            reasons.push(format!(
+                "{} image files missing (first: {})",
+                self.missing.len(),
+                first.display()
+            ));
+        }
+        if !self.non_finite.is_empty() {
+            reasons.push(format!(
+                "{} non-finite transform_matrix",
+                self.non_finite.len()
+            ));
+        }
+        Error::Empty {
+            path: json_path.to_path_buf(),
+            what: "frames",
+            reason: format!(
+                "all {listed} listed frames were skipped: {}; check `file_path` against the image files",
+                reasons.join(", ")
+            ),
+        }
+    }
+
+    /// Every skipped frame's name, sorted.
+    fn names(self) -> Vec<String> {
+        let mut skipped: Vec<String> = self.missing.into_iter().chain(self.non_finite).collect();
+        skipped.sort();
+        skipped
+    }
+}
+
+/// Reads the frames of one transforms.json in turn: the file's camera keys, its `masks/`
+/// folder, the image size read from the first image's header when a frame needs it (at most
+/// once), and the frames skipped so far.
+struct FrameReader<'a> {
+    json_path: &'a Path,
+    base_dir: &'a Path,
+    global: CameraKeys,
+    masks: Option<Masks>,
+    header_size: Option<(u32, u32)>,
+    skipped: SkippedFrames,
+}
+
+impl FrameReader<'_> {
+    /// `frames[index]` as a [`Frame`], or `None` when it is skipped (image missing, matrix not
+    /// finite).
+    fn frame(&mut self, index: usize, value: &Value) -> Result<Option<Frame>> {
+        let (json_path, base_dir) = (self.json_path, self.base_dir);
+        let prefix = format!("frames[{index}]");
+        let Value::Object(frame) = value else {
+            return Err(invalid(json_path, &prefix, "a JSON object", kind(value)));
+        };
+        let file_path = frame_file_path(json_path, &prefix, frame)?;
+        let camera_to_world_gl = parse_matrix(json_path, &prefix, frame)?;
+        let Some(image_path) = resolve_image(base_dir, file_path) else {
+            let skipped = &mut self.skipped;
+            skipped
+                .first_missing
+                .get_or_insert_with(|| base_dir.join(file_path));
+            skipped.missing.push(frame_name(file_path, None));
+            return Ok(None);
+        };
+        let Some(camera_to_world_gl) = camera_to_world_gl else {
+            let name = frame_name(file_path, image_path.extension());
+            self.skipped.non_finite.push(name);
+            return Ok(None);
+        };
+        let keys = self
+            .global
+            .overridden_by(&CameraKeys::parse(json_path, frame, &prefix)?);
+        let size = match (keys.w, keys.h) {
+            (Some(w), Some(h)) => (w, h),
+            (w, h) => {
+                let header = match self.header_size {
+                    Some(s) => s,
+                    None => *self.header_size.insert(image_size(&image_path)?),
+                };
+                (w.unwrap_or(header.0), h.unwrap_or(header.1))
+            }
+        };
+        Ok(Some(Frame {
+            name: frame_name(file_path, image_path.extension()),
+            intrinsics: keys.intrinsics(json_path, &prefix, size)?,
+            distortion: keys.distortion(json_path)?,
+            world_to_camera: to_world_to_camera(json_path, &prefix, camera_to_world_gl)?,
+            mask_path: self.mask_path(&prefix, frame, file_path)?,
+            image_path,
+            depth_bounds: None,
+            split: None,
+        }))
+    }
+
+    /// nerfstudio's per-frame `mask_path` (relative to the JSON), else the `masks/` folder's.
+    fn mask_path(
+        &self,
+        prefix: &str,
+        frame: &Map<String, Value>,
+        file_path: &str,
+    ) -> Result<Option<PathBuf>> {
+        match frame.get("mask_path") {
+            Some(Value::String(s)) if !s.is_empty() => {
+                let p = self.base_dir.join(s);
+                if !p.is_file() {
+                    return Err(Error::NotFound {
+                        path: p,
+                        what: "frame mask (`mask_path`); fix the path or remove the key",
+                    });
+                }
+                Ok(Some(p))
+            }
+            Some(other) if !other.is_null() => Err(invalid(
+                self.json_path,
+                &format!("{prefix}.mask_path"),
+                "a mask image path relative to the JSON file",
+                kind(other),
+            )),
+            _ => Ok(self.masks.as_ref().and_then(|m| m.find(file_path))),
+        }
+    }
+}
+
+/// A frame's `file_path`: a non-empty string.
+fn frame_file_path<'f>(
+    json_path: &Path,
+    prefix: &str,
+    frame: &'f Map<String, Value>,
+) -> Result<&'f str> {
+    match frame.get("file_path") {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s.as_str()),
+        Some(other) => Err(invalid(
+            json_path,
+            &format!("{prefix}.file_path"),
+            "an image path relative to the JSON file",
+            kind(other),
+        )),
+        None => Err(invalid(
+            json_path,
+            &format!("{prefix}.file_path"),
+            "an image path relative to the JSON file",
+            "no `file_path` key".into(),
+        )),
+    }
 }
 
 /// The split-list keys of a nerfstudio transforms.json and the split each names.

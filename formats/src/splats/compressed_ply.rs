@@ -153,8 +153,39 @@ fn decode(path: &Path, bytes: &[u8], header: &PlyHeader) -> Result<GaussianSplat
             supported: "binary_little_endian (what SuperSplat and splat-transform write)".into(),
         });
     }
-    // Lay out every element so that unknown extra elements are skipped correctly.
-    let mut layouts: Vec<(&str, ElementLayout)> = Vec::new();
+    let layouts = element_layouts(path, bytes, header)?;
+    let find = |name: &str| -> Result<&ElementLayout> {
+        layouts
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, l)| l)
+            .ok_or_else(|| Error::Invalid {
+                path: path.to_path_buf(),
+                field: format!("element {name}"),
+                expected: format!("an `element {name}` (PlayCanvas compressed PLY)"),
+                found: "no such element".into(),
+            })
+    };
+    let columns = Columns::locate(path, find("chunk")?, find("vertex")?)?;
+    let sh = layouts
+        .iter()
+        .find(|(name, _)| *name == "sh")
+        .map(|(_, l)| l);
+    let sh = match sh {
+        None => None,
+        Some(sh) => Some(ShColumns::locate(path, sh, columns.vertex.count)?),
+    };
+    Ok(columns.decode(bytes, sh.as_ref()))
+}
+
+/// Where every element's rows lie in the body (unknown extra elements included, so they are
+/// skipped correctly), checked against the body's length.
+fn element_layouts<'h>(
+    path: &Path,
+    bytes: &[u8],
+    header: &'h PlyHeader,
+) -> Result<Vec<(&'h str, ElementLayout<'h>)>> {
+    let mut layouts = Vec::new();
     let mut offset = header.body_offset;
     for el in &header.elements {
         let mut props = Vec::new();
@@ -211,95 +242,95 @@ fn decode(path: &Path, bytes: &[u8], header: &PlyHeader) -> Result<GaussianSplat
             ),
         });
     }
-    let find = |name: &str| -> Result<&ElementLayout> {
-        layouts
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, l)| l)
-            .ok_or_else(|| Error::Invalid {
+    Ok(layouts)
+}
+
+const FLOAT: &[&str] = &["float", "float32"];
+const UINT: &[&str] = &["uint", "uint32"];
+const UCHAR: &[&str] = &["uchar", "uint8"];
+
+/// The chunk and vertex elements with the byte offsets of the properties decoding reads.
+struct Columns<'a, 'h> {
+    chunk: &'a ElementLayout<'h>,
+    vertex: &'a ElementLayout<'h>,
+    /// The chunk's bounds: position, scale and (when present) colour min/max.
+    chunk_cols: Vec<usize>,
+    has_colour_bounds: bool,
+    /// The vertex's packed position, rotation, scale and colour.
+    vertex_cols: Vec<usize>,
+}
+
+impl<'a, 'h> Columns<'a, 'h> {
+    /// Check one chunk per 256 vertices and find the properties.
+    fn locate(
+        path: &Path,
+        chunk: &'a ElementLayout<'h>,
+        vertex: &'a ElementLayout<'h>,
+    ) -> Result<Self> {
+        let n = vertex.count;
+        let chunks_needed = n.div_ceil(CHUNK_SPLATS);
+        if chunk.count != chunks_needed {
+            return Err(Error::Invalid {
                 path: path.to_path_buf(),
-                field: format!("element {name}"),
-                expected: format!("an `element {name}` (PlayCanvas compressed PLY)"),
-                found: "no such element".into(),
-            })
-    };
-    const FLOAT: &[&str] = &["float", "float32"];
-    const UINT: &[&str] = &["uint", "uint32"];
-    const UCHAR: &[&str] = &["uchar", "uint8"];
-    let chunk = find("chunk")?;
-    let vertex = find("vertex")?;
-    let n = vertex.count;
-    let chunks_needed = n.div_ceil(CHUNK_SPLATS);
-    if chunk.count != chunks_needed {
-        return Err(Error::Invalid {
-            path: path.to_path_buf(),
-            field: "element chunk".into(),
-            expected: format!("{chunks_needed} chunks (⌈{n} vertices / 256⌉)"),
-            found: format!("{} chunks", chunk.count),
-        });
+                field: "element chunk".into(),
+                expected: format!("{chunks_needed} chunks (⌈{n} vertices / 256⌉)"),
+                found: format!("{} chunks", chunk.count),
+            });
+        }
+        let has_colour_bounds = chunk.props.iter().any(|(name, _, _)| *name == "min_r");
+        let used = if has_colour_bounds { 18 } else { 12 };
+        let chunk_cols = CHUNK_PROPS[..used]
+            .iter()
+            .map(|name| chunk.column(path, "chunk", name, FLOAT))
+            .collect::<Result<Vec<_>>>()?;
+        let vertex_cols = VERTEX_PROPS
+            .iter()
+            .map(|name| vertex.column(path, "vertex", name, UINT))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Columns {
+            chunk,
+            vertex,
+            chunk_cols,
+            has_colour_bounds,
+            vertex_cols,
+        })
     }
-    let has_colour_bounds = chunk.props.iter().any(|(name, _, _)| *name == "min_r");
-    let used = if has_colour_bounds { 18 } else { 12 };
-    let chunk_cols = CHUNK_PROPS[..used]
-        .iter()
-        .map(|name| chunk.column(path, "chunk", name, FLOAT))
-        .collect::<Result<Vec<_>>>()?;
-    let vertex_cols = VERTEX_PROPS
-        .iter()
-        .map(|name| vertex.column(path, "vertex", name, UINT))
-        .collect::<Result<Vec<_>>>()?;
 
-    let sh = layouts
-        .iter()
-        .find(|(name, _)| *name == "sh")
-        .map(|(_, l)| l);
-    let (sh_degree, sh_cols) = match sh {
-        None => (0, Vec::new()),
-        Some(sh) => {
-            let m = sh.props.len();
-            let Some(degree) = [0usize, 9, 24, 45].iter().position(|&c| c == m) else {
-                return Err(Error::Unsupported {
-                    path: path.to_path_buf(),
-                    field: "sh.f_rest_*".into(),
-                    found: format!("{m} f_rest properties"),
-                    supported: "9, 24 or 45 (SH degree 1, 2, 3)".into(),
-                });
-            };
-            if sh.count != n {
-                return Err(Error::Invalid {
-                    path: path.to_path_buf(),
-                    field: "element sh".into(),
-                    expected: format!("{n} rows (one per vertex)"),
-                    found: format!("{} rows", sh.count),
-                });
+    /// Every vertex dequantised against its chunk's bounds, with its higher SH bands when the
+    /// file has an `sh` element: splats in file order, training parametrisation.
+    fn decode(&self, bytes: &[u8], sh: Option<&ShColumns<'_, '_>>) -> GaussianSplats {
+        let n = self.vertex.count;
+        let sh_degree = sh.map_or(0, |s| s.degree);
+        let k = ((sh_degree + 1) * (sh_degree + 1)) as usize;
+        let mut out = GaussianSplats {
+            means: Vec::with_capacity(n * 3),
+            log_scales: Vec::with_capacity(n * 3),
+            rotations: Vec::with_capacity(n * 4),
+            logit_opacities: Vec::with_capacity(n),
+            sh_coeffs: Vec::with_capacity(n * k * 3),
+            sh_degree,
+        };
+        let mut bounds = [0f32; 18];
+        for i in 0..n {
+            if i % CHUNK_SPLATS == 0 {
+                let row = self.chunk.offset + (i / CHUNK_SPLATS) * self.chunk.stride;
+                for (b, &col) in bounds.iter_mut().zip(&self.chunk_cols) {
+                    *b = read_f32(bytes, row + col);
+                }
             }
-            let cols = (0..m)
-                .map(|i| sh.column(path, "sh", &format!("f_rest_{i}"), UCHAR))
-                .collect::<Result<Vec<_>>>()?;
-            (degree as u32, cols)
-        }
-    };
-
-    let k = ((sh_degree + 1) * (sh_degree + 1)) as usize;
-    let mut out = GaussianSplats {
-        means: Vec::with_capacity(n * 3),
-        log_scales: Vec::with_capacity(n * 3),
-        rotations: Vec::with_capacity(n * 4),
-        logit_opacities: Vec::with_capacity(n),
-        sh_coeffs: Vec::with_capacity(n * k * 3),
-        sh_degree,
-    };
-    let mut bounds = [0f32; 18];
-    for i in 0..n {
-        let ci = i / CHUNK_SPLATS;
-        if i % CHUNK_SPLATS == 0 {
-            let row = chunk.offset + ci * chunk.stride;
-            for (b, &col) in bounds.iter_mut().zip(&chunk_cols) {
-                *b = read_f32(bytes, row + col);
+            self.push_vertex(bytes, i, &bounds, &mut out);
+            if let Some(sh) = sh {
+                sh.push_rest(bytes, i, k, &mut out);
             }
         }
-        let row = vertex.offset + i * vertex.stride;
-        let [pos, rot, scale, color] = [0, 1, 2, 3].map(|j| read_u32(bytes, row + vertex_cols[j]));
+        out
+    }
+
+    /// Vertex `i`'s mean, log-scales, rotation, DC colour and opacity.
+    fn push_vertex(&self, bytes: &[u8], i: usize, bounds: &[f32; 18], out: &mut GaussianSplats) {
+        let row = self.vertex.offset + i * self.vertex.stride;
+        let [pos, rot, scale, color] =
+            [0, 1, 2, 3].map(|j| read_u32(bytes, row + self.vertex_cols[j]));
         let p = unpack_11_10_11(pos);
         let s = unpack_11_10_11(scale);
         for a in 0..3 {
@@ -310,7 +341,7 @@ fn decode(path: &Path, bytes: &[u8], header: &PlyHeader) -> Result<GaussianSplat
         out.rotations.extend_from_slice(&unpack_rotation(rot));
         let rgba = [24, 16, 8, 0].map(|shift| ((color >> shift) & 0xff) as f64 / 255.0);
         for c in 0..3 {
-            let base = if has_colour_bounds {
+            let base = if self.has_colour_bounds {
                 lerp(bounds[12 + c], bounds[15 + c], rgba[c]) as f64
             } else {
                 rgba[c]
@@ -319,17 +350,56 @@ fn decode(path: &Path, bytes: &[u8], header: &PlyHeader) -> Result<GaussianSplat
         }
         out.logit_opacities
             .push(logit(rgba[3].clamp(ALPHA_EPS, 1.0 - ALPHA_EPS)));
-        if let Some(sh) = sh {
-            let row = sh.offset + i * sh.stride;
-            for kk in 1..k {
-                for c in 0..3 {
-                    let q = bytes[row + sh_cols[c * (k - 1) + (kk - 1)]];
-                    out.sh_coeffs.push(dequantize_sh(q));
-                }
+    }
+}
+
+/// The `sh` element: its SH degree (from its count of `f_rest_*`) and their byte offsets.
+struct ShColumns<'a, 'h> {
+    sh: &'a ElementLayout<'h>,
+    degree: u32,
+    cols: Vec<usize>,
+}
+
+impl<'a, 'h> ShColumns<'a, 'h> {
+    /// Check 9, 24 or 45 `f_rest_*` and one row per vertex.
+    fn locate(path: &Path, sh: &'a ElementLayout<'h>, n: usize) -> Result<Self> {
+        let m = sh.props.len();
+        let Some(degree) = [0usize, 9, 24, 45].iter().position(|&c| c == m) else {
+            return Err(Error::Unsupported {
+                path: path.to_path_buf(),
+                field: "sh.f_rest_*".into(),
+                found: format!("{m} f_rest properties"),
+                supported: "9, 24 or 45 (SH degree 1, 2, 3)".into(),
+            });
+        };
+        if sh.count != n {
+            return Err(Error::Invalid {
+                path: path.to_path_buf(),
+                field: "element sh".into(),
+                expected: format!("{n} rows (one per vertex)"),
+                found: format!("{} rows", sh.count),
+            });
+        }
+        let cols = (0..m)
+            .map(|i| sh.column(path, "sh", &format!("f_rest_{i}"), UCHAR))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ShColumns {
+            sh,
+            degree: degree as u32,
+            cols,
+        })
+    }
+
+    /// Vertex `i`'s SH bands above DC (`k` coefficients per channel in all), coefficient-major.
+    fn push_rest(&self, bytes: &[u8], i: usize, k: usize, out: &mut GaussianSplats) {
+        let row = self.sh.offset + i * self.sh.stride;
+        for kk in 1..k {
+            for c in 0..3 {
+                let q = bytes[row + self.cols[c * (k - 1) + (kk - 1)]];
+                out.sh_coeffs.push(dequantize_sh(q));
             }
         }
     }
-    Ok(out)
 }
 
 fn lerp(min: f32, max: f32, t: f64) -> f32 {

@@ -829,6 +829,66 @@ fn encode_webp(rgba: &[u8], w: usize, h: usize, name: &str) -> Result<Vec<u8>> {
 
 /// The finished files of a SOG: (name, bytes), images first and `meta.json` last.
 fn encode_sog(splats: &GaussianSplats, options: &SogOptions) -> Result<Vec<(String, Vec<u8>)>> {
+    let (w, h) = check_sog_input(splats, options)?;
+    let n = splats.len();
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    sort_morton(&splats.means, &mut order);
+    let layout = TexelLayout {
+        order: &order,
+        texels: w * h * 4,
+    };
+    let (means_l, means_u, mins, maxs) = layout.means(splats);
+    let quats = layout.quats(splats);
+    let (scales_codebook, scales) = layout.scales(splats);
+    let (sh0_codebook, sh0) = layout.sh0(splats);
+    let mut files = Vec::new();
+    for (name, rgba) in [
+        (MEANS_L, &means_l),
+        (MEANS_U, &means_u),
+        (QUATS, &quats),
+        (SCALES, &scales),
+        (SH0, &sh0),
+    ] {
+        files.push((name.to_string(), encode_webp(rgba, w, h, name)?));
+    }
+    let sh_n = if splats.sh_degree > 0 {
+        Some(layout.sh_n(splats, options, (w, h), &mut files)?)
+    } else {
+        None
+    };
+    let meta = SogMeta {
+        version: SOG_VERSION,
+        asset: Some(serde_json::json!({
+            "generator": format!("kiln v{}", env!("CARGO_PKG_VERSION"))
+        })),
+        count: n,
+        means: MeansMeta {
+            mins,
+            maxs,
+            files: vec![MEANS_L.into(), MEANS_U.into()],
+        },
+        scales: CodebookMeta {
+            codebook: scales_codebook,
+            files: vec![SCALES.into()],
+        },
+        quats: FilesMeta {
+            files: vec![QUATS.into()],
+        },
+        sh0: CodebookMeta {
+            codebook: sh0_codebook,
+            files: vec![SH0.into()],
+        },
+        sh_n,
+    };
+    let json = serde_json::to_vec(&meta).expect("SOG meta serialises");
+    files.push(("meta.json".into(), json));
+    Ok(files)
+}
+
+/// Check what SOG can hold: consistent, finite splats, at least one, no more than a WebP
+/// texture holds, no zero quaternion, an SH palette of 1 ..= 65,536 entries. Returns the
+/// texture size.
+fn check_sog_input(splats: &GaussianSplats, options: &SogOptions) -> Result<(usize, usize)> {
     const CONTEXT: &str = "SOG write";
     splats.check_shapes(CONTEXT)?;
     splats.check_finite(CONTEXT)?;
@@ -875,84 +935,103 @@ fn encode_sog(splats: &GaussianSplats, options: &SogOptions) -> Result<Vec<(Stri
             found: format!("{:?}", &splats.rotations[4 * i..4 * i + 4]),
         });
     }
+    Ok((w, h))
+}
 
-    let mut order: Vec<u32> = (0..n as u32).collect();
-    sort_morton(&splats.means, &mut order);
-    let texels = w * h * 4;
-    let mut files = Vec::new();
+/// Where each splat goes in the textures: texel `i` holds splat `order[i]` (Morton order);
+/// `texels` bytes of RGBA per texture.
+struct TexelLayout<'o> {
+    order: &'o [u32],
+    texels: usize,
+}
 
-    // Means.
-    let mut mins = [f64::INFINITY; 3];
-    let mut maxs = [f64::NEG_INFINITY; 3];
-    for p in splats.means.chunks_exact(3) {
-        for a in 0..3 {
-            let t = log_transform(p[a] as f64);
-            mins[a] = mins[a].min(t);
-            maxs[a] = maxs[a].max(t);
+impl TexelLayout<'_> {
+    /// `means_l` / `means_u`: the low and high bytes of each mean's log-transformed coordinates,
+    /// 16-bit over the per-axis range `mins ..= maxs` (returned, for meta.json).
+    #[allow(clippy::type_complexity)]
+    fn means(&self, splats: &GaussianSplats) -> (Vec<u8>, Vec<u8>, [f64; 3], [f64; 3]) {
+        let mut mins = [f64::INFINITY; 3];
+        let mut maxs = [f64::NEG_INFINITY; 3];
+        for p in splats.means.chunks_exact(3) {
+            for a in 0..3 {
+                let t = log_transform(p[a] as f64);
+                mins[a] = mins[a].min(t);
+                maxs[a] = maxs[a].max(t);
+            }
         }
-    }
-    let mut means_l = vec![0u8; texels];
-    let mut means_u = vec![0u8; texels];
-    for (i, &g) in order.iter().enumerate() {
-        for a in 0..3 {
-            let t = log_transform(splats.means[g as usize * 3 + a] as f64);
-            let span = maxs[a] - mins[a];
-            let q = if span > 0.0 {
-                (65535.0 * (t - mins[a]) / span).round().clamp(0.0, 65535.0) as u16
-            } else {
-                0
-            };
-            means_l[i * 4 + a] = q as u8;
-            means_u[i * 4 + a] = (q >> 8) as u8;
+        let mut means_l = vec![0u8; self.texels];
+        let mut means_u = vec![0u8; self.texels];
+        for (i, &g) in self.order.iter().enumerate() {
+            for a in 0..3 {
+                let t = log_transform(splats.means[g as usize * 3 + a] as f64);
+                let span = maxs[a] - mins[a];
+                let q = if span > 0.0 {
+                    (65535.0 * (t - mins[a]) / span).round().clamp(0.0, 65535.0) as u16
+                } else {
+                    0
+                };
+                means_l[i * 4 + a] = q as u8;
+                means_u[i * 4 + a] = (q >> 8) as u8;
+            }
+            means_l[i * 4 + 3] = 255;
+            means_u[i * 4 + 3] = 255;
         }
-        means_l[i * 4 + 3] = 255;
-        means_u[i * 4 + 3] = 255;
+        (means_l, means_u, mins, maxs)
     }
 
-    // Rotations.
-    let mut quats = vec![0u8; texels];
-    for (i, &g) in order.iter().enumerate() {
-        let g = g as usize;
-        let q = [0, 1, 2, 3].map(|c| splats.rotations[g * 4 + c]);
-        quats[i * 4..i * 4 + 4].copy_from_slice(&encode_quat(q));
+    /// `quats`: each rotation as SOG's smallest-three encoding.
+    fn quats(&self, splats: &GaussianSplats) -> Vec<u8> {
+        let mut quats = vec![0u8; self.texels];
+        for (i, &g) in self.order.iter().enumerate() {
+            let g = g as usize;
+            let q = [0, 1, 2, 3].map(|c| splats.rotations[g * 4 + c]);
+            quats[i * 4..i * 4 + 4].copy_from_slice(&encode_quat(q));
+        }
+        quats
     }
 
-    // Scales: one codebook over all three axes.
-    let (scales_codebook, scale_labels) = quantize_1d(&splats.log_scales);
-    let mut scales = vec![0u8; texels];
-    for (i, &g) in order.iter().enumerate() {
-        let g = g as usize;
-        scales[i * 4..i * 4 + 3].copy_from_slice(&scale_labels[g * 3..g * 3 + 3]);
-        scales[i * 4 + 3] = 255;
+    /// `scales`: labels into one 256-entry codebook over all three axes' log-scales.
+    fn scales(&self, splats: &GaussianSplats) -> (Vec<f32>, Vec<u8>) {
+        let (codebook, labels) = quantize_1d(&splats.log_scales);
+        let mut scales = vec![0u8; self.texels];
+        for (i, &g) in self.order.iter().enumerate() {
+            let g = g as usize;
+            scales[i * 4..i * 4 + 3].copy_from_slice(&labels[g * 3..g * 3 + 3]);
+            scales[i * 4 + 3] = 255;
+        }
+        (codebook, scales)
     }
 
-    // DC colour + opacity.
-    let k = splats.sh_coeffs_per_channel();
-    let dc: Vec<f32> = (0..n)
-        .flat_map(|g| (0..3).map(move |c| (g, c)))
-        .map(|(g, c)| splats.sh_coeffs[g * k * 3 + c])
-        .collect();
-    let (sh0_codebook, dc_labels) = quantize_1d(&dc);
-    let mut sh0 = vec![0u8; texels];
-    for (i, &g) in order.iter().enumerate() {
-        let g = g as usize;
-        sh0[i * 4..i * 4 + 3].copy_from_slice(&dc_labels[g * 3..g * 3 + 3]);
-        let alpha = sigmoid(splats.logit_opacities[g]);
-        sh0[i * 4 + 3] = (alpha * 255.0).round().clamp(0.0, 255.0) as u8;
+    /// `sh0`: DC colour labels into one codebook, opacity as 8-bit alpha.
+    fn sh0(&self, splats: &GaussianSplats) -> (Vec<f32>, Vec<u8>) {
+        let k = splats.sh_coeffs_per_channel();
+        let dc: Vec<f32> = (0..splats.len())
+            .flat_map(|g| (0..3).map(move |c| (g, c)))
+            .map(|(g, c)| splats.sh_coeffs[g * k * 3 + c])
+            .collect();
+        let (codebook, labels) = quantize_1d(&dc);
+        let mut sh0 = vec![0u8; self.texels];
+        for (i, &g) in self.order.iter().enumerate() {
+            let g = g as usize;
+            sh0[i * 4..i * 4 + 3].copy_from_slice(&labels[g * 3..g * 3 + 3]);
+            let alpha = sigmoid(splats.logit_opacities[g]);
+            sh0[i * 4 + 3] = (alpha * 255.0).round().clamp(0.0, 255.0) as u8;
+        }
+        (codebook, sh0)
     }
 
-    for (name, rgba) in [
-        (MEANS_L, &means_l),
-        (MEANS_U, &means_u),
-        (QUATS, &quats),
-        (SCALES, &scales),
-        (SH0, &sh0),
-    ] {
-        files.push((name.to_string(), encode_webp(rgba, w, h, name)?));
-    }
-
-    // Higher SH: palette of rest vectors, channel-major like PLY f_rest ([R c1.., G c1.., B c1..]).
-    let sh_n = if splats.sh_degree > 0 {
+    /// Higher SH: a palette of rest vectors (channel-major like PLY `f_rest`: [R c1.., G c1..,
+    /// B c1..]) in `shN_centroids.webp`, each splat's 16-bit label in `shN_labels.webp` (both
+    /// pushed to `files`); returns their meta.
+    fn sh_n(
+        &self,
+        splats: &GaussianSplats,
+        options: &SogOptions,
+        (w, h): (usize, usize),
+        files: &mut Vec<(String, Vec<u8>)>,
+    ) -> Result<ShNMeta> {
+        let n = splats.len();
+        let k = splats.sh_coeffs_per_channel();
         let coeffs = k - 1;
         let dim = coeffs * 3;
         let mut rest = vec![0f32; n * dim];
@@ -981,8 +1060,8 @@ fn encode_sog(splats: &GaussianSplats, options: &SogOptions) -> Result<Vec<(Stri
                 cbuf[t + 3] = 255;
             }
         }
-        let mut lbuf = vec![0u8; texels];
-        for (i, &g) in order.iter().enumerate() {
+        let mut lbuf = vec![0u8; self.texels];
+        for (i, &g) in self.order.iter().enumerate() {
             let label = labels[g as usize];
             lbuf[i * 4] = label as u8;
             lbuf[i * 4 + 1] = (label >> 8) as u8;
@@ -996,43 +1075,13 @@ fn encode_sog(splats: &GaussianSplats, options: &SogOptions) -> Result<Vec<(Stri
             SHN_LABELS.to_string(),
             encode_webp(&lbuf, w, h, SHN_LABELS)?,
         ));
-        Some(ShNMeta {
+        Ok(ShNMeta {
             count: palette,
             bands: splats.sh_degree,
             codebook: sh_n_codebook,
             files: vec![SHN_CENTROIDS.into(), SHN_LABELS.into()],
         })
-    } else {
-        None
-    };
-
-    let meta = SogMeta {
-        version: SOG_VERSION,
-        asset: Some(serde_json::json!({
-            "generator": format!("kiln v{}", env!("CARGO_PKG_VERSION"))
-        })),
-        count: n,
-        means: MeansMeta {
-            mins,
-            maxs,
-            files: vec![MEANS_L.into(), MEANS_U.into()],
-        },
-        scales: CodebookMeta {
-            codebook: scales_codebook,
-            files: vec![SCALES.into()],
-        },
-        quats: FilesMeta {
-            files: vec![QUATS.into()],
-        },
-        sh0: CodebookMeta {
-            codebook: sh0_codebook,
-            files: vec![SH0.into()],
-        },
-        sh_n,
-    };
-    let json = serde_json::to_vec(&meta).expect("SOG meta serialises");
-    files.push(("meta.json".into(), json));
-    Ok(files)
+    }
 }
 
 /// Short name of the format in messages.
