@@ -389,12 +389,12 @@ pub fn train_checkpointed(
     progress: &dyn Fn(usize, usize, f64),
     checkpoint: Option<&CheckpointPolicy>,
 ) -> crate::Result<(GaussianSplats, TrainReport)> {
-    let attempt = |views, init, denser| {
+    let attempt = |views, init, start| {
         train_attempt(
-            renderer, views, init, params, out_dir, progress, checkpoint, denser,
+            renderer, views, init, params, out_dir, progress, checkpoint, start,
         )
     };
-    match attempt(views.clone(), init.clone(), false) {
+    match attempt(views.clone(), init.clone(), Start::Initial) {
         Err(e) if splats_vanished(&e) => {
             tracing::warn!(
                 error = %e,
@@ -405,7 +405,7 @@ pub fn train_checkpointed(
                 // The checkpoint holds the failed attempt's state: the restart must not resume it.
                 let _ = std::fs::remove_file(&policy.path);
             }
-            attempt(views, init, true).map_err(|e| match e {
+            attempt(views, init, Start::Denser).map_err(|e| match e {
                 crate::Error::Numeric {
                     stage,
                     step,
@@ -435,8 +435,16 @@ fn splats_vanished(e: &crate::Error) -> bool {
     matches!(e, crate::Error::Numeric { problem, .. } if problem.starts_with(VANISHED))
 }
 
-/// One training run of [`train_checkpointed`]; `denser` starts it from
-/// `init_random_points` more random points (the restart).
+/// Which start a training attempt begins from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// The capture's SfM points, topped up with random points as `params` says.
+    Initial,
+    /// The one restart after every splat vanished: `init_random_points` more random points.
+    Denser,
+}
+
+/// One training run of [`train_checkpointed`] from `start`.
 #[allow(clippy::too_many_arguments)]
 fn train_attempt(
     renderer: &Renderer,
@@ -446,7 +454,7 @@ fn train_attempt(
     out_dir: &Path,
     progress: &dyn Fn(usize, usize, f64),
     checkpoint: Option<&CheckpointPolicy>,
-    denser: bool,
+    start: Start,
 ) -> crate::Result<(GaussianSplats, TrainReport)> {
     let started = Instant::now();
     params.validate()?;
@@ -487,7 +495,7 @@ fn train_attempt(
         all: &all_cameras,
         extent,
     };
-    let (host_init, init_summary) = initial_splats(init, params, &init_cameras, denser, &mut rng)?;
+    let (host_init, init_summary) = initial_splats(init, params, &init_cameras, start, &mut rng)?;
     tracing::info!(
         splats = host_init.len(),
         train_views = train_views.len(),
@@ -594,8 +602,8 @@ fn train_attempt(
         }
 
         // gsplat `random_bkgd`: a fresh colour each step, the target composited over it too.
-        let (options, refresh_target) = match (params.random_background, &pixels.transparency) {
-            (false, _) => (options, false),
+        let (options, target_kind) = match (params.random_background, &pixels.transparency) {
+            (false, _) => (options, store::Target::ViewImage),
             (true, transparency) => {
                 let bg: [f32; 3] = std::array::from_fn(|_| rng.random::<f32>());
                 if let Some(t) = transparency {
@@ -606,28 +614,30 @@ fn train_attempt(
                         background: bg,
                         ..options
                     },
-                    transparency.is_some(),
+                    if transparency.is_some() {
+                        store::Target::ThisStep
+                    } else {
+                        store::Target::ViewImage
+                    },
                 )
             }
         };
-        let target = if refresh_target {
-            &step_target
-        } else {
-            &pixels.image
+        let target = match target_kind {
+            store::Target::ThisStep => &step_target,
+            store::Target::ViewImage => &pixels.image,
         };
-        let out = store.step(
-            renderer,
-            &view.camera,
-            vi,
+        let input = store::StepInput {
+            camera: &view.camera,
+            view_index: vi,
             target,
-            pixels.loss_weights.as_deref(),
-            refresh_target,
+            target_kind,
+            weights: pixels.loss_weights.as_deref(),
             sh_degree,
-            &options,
-            params,
-            params.lr_means(step, extent as f64),
+            options: &options,
+            lr_means: params.lr_means(step, extent as f64),
             step,
-        )?;
+        };
+        let out = store.step(renderer, params, &input)?;
         let loss_value = out.loss;
         if !loss_value.is_finite() {
             return Err(crate::Error::Numeric {
@@ -815,7 +825,8 @@ fn train_attempt(
 /// The splats training starts from: the SfM points (minus those on a camera centre, capped at
 /// `max_splats`) when there are some and `params.init` allows them, joined by
 /// `init_random_points` random points in the training cameras' frustums when there are fewer
-/// than `init_min_points`; else `init_random_points` random points; `denser` (the one restart after every splat vanished) adds `init_random_points` more.
+/// than `init_min_points`; else `init_random_points` random points; a [`Start::Denser`] start
+/// (the one restart after every splat vanished) adds `init_random_points` more.
 /// Opacity and scale as `params` sets them.
 ///
 /// # Errors
@@ -824,17 +835,17 @@ fn initial_splats(
     init: Option<InitPoints>,
     params: &TrainParams,
     cameras: &InitCameras<'_>,
-    denser: bool,
+    start: Start,
     rng: &mut rng::TrainRng,
 ) -> crate::Result<(GaussianSplats, InitSummary)> {
     let sfm = usable_sfm_points(init, params, cameras, rng);
-    let random = random_point_count(sfm.positions.len(), params, denser);
-    warn_about_random_points(sfm.positions.len(), random, params, denser);
+    let random = random_point_count(sfm.positions.len(), params, start);
+    warn_about_random_points(sfm.positions.len(), random, params, start);
     let extra = init::random_points_in_frustums(cameras.train, random, cameras.extent, rng);
     let summary = InitSummary {
         sfm_points: sfm.positions.len(),
         random_points: extra.positions.len(),
-        restarted: denser,
+        restarted: start == Start::Denser,
     };
     let points = InitPoints {
         positions: sfm.positions.into_iter().chain(extra.positions).collect(),
@@ -888,28 +899,27 @@ fn usable_sfm_points(
 
 /// How many random points join `sfm` SfM points: `init_random_points` when there are fewer SfM
 /// points than `init_min_points` (none at all included: a sparse set never starts from fewer
-/// splats than no set), else none; plus `init_random_points` for a `denser` restart; never past
-/// `max_splats` in all.
-fn random_point_count(sfm: usize, params: &TrainParams, denser: bool) -> usize {
+/// splats than no set), else none; plus `init_random_points` for a [`Start::Denser`] restart;
+/// never past `max_splats` in all.
+fn random_point_count(sfm: usize, params: &TrainParams, start: Start) -> usize {
     let base = if sfm == 0 || sfm < params.init_min_points {
         params.init_random_points
     } else {
         0
     };
-    let wanted = if denser {
-        base + params.init_random_points
-    } else {
-        base
+    let wanted = match start {
+        Start::Initial => base,
+        Start::Denser => base + params.init_random_points,
     };
     wanted.min(params.max_splats.saturating_sub(sfm))
 }
 
 /// Say when random points stand in for missing or too few SfM points: both usually cost quality.
-fn warn_about_random_points(sfm: usize, random: usize, params: &TrainParams, denser: bool) {
+fn warn_about_random_points(sfm: usize, random: usize, params: &TrainParams, start: Start) {
     if random == 0 || params.init == Init::Random {
         return;
     }
-    if denser {
+    if start == Start::Denser {
         tracing::warn!(
             sfm_points = sfm,
             random_points = random,
@@ -1035,20 +1045,16 @@ fn evaluate_held_out(
     out_dir: &Path,
 ) -> crate::Result<Vec<eval::ViewMetrics>> {
     let eval_dir = out_dir.join("eval");
+    let render = eval::EvalRender {
+        renderer,
+        splats,
+        sh_degree: params.sh_degree,
+        options,
+    };
     let mut per_view = Vec::with_capacity(test_views.len());
     for v in test_views {
         let pixels = v.load()?;
-        per_view.push(eval::evaluate_view(
-            renderer,
-            splats,
-            params.sh_degree,
-            &v.name,
-            &v.camera,
-            &pixels.image,
-            pixels.loss_weights.as_deref(),
-            options,
-            &eval_dir,
-        )?);
+        per_view.push(eval::evaluate_view(&render, v, &pixels, &eval_dir)?);
     }
     Ok(per_view)
 }
@@ -1198,22 +1204,22 @@ mod tests {
             init_min_points: 100,
             ..TrainParams::inria(10)
         };
-        let run = |n: usize, p: &TrainParams, denser: bool| {
+        let run = |n: usize, p: &TrainParams, start: Start| {
             let mut rng = rng::TrainRng::new(p.seed);
             let (splats, summary) =
-                initial_splats(Some(points(n)), p, &cameras, denser, &mut rng).unwrap();
+                initial_splats(Some(points(n)), p, &cameras, start, &mut rng).unwrap();
             assert_eq!(splats.len(), summary.sfm_points + summary.random_points);
             summary
         };
-        let s = run(17, &p, false);
+        let s = run(17, &p, Start::Initial);
         assert_eq!(
             (s.sfm_points, s.random_points, s.restarted),
             (17, 300, false)
         );
         assert_eq!(
             (
-                run(150, &p, false).sfm_points,
-                run(150, &p, false).random_points
+                run(150, &p, Start::Initial).sfm_points,
+                run(150, &p, Start::Initial).random_points
             ),
             (150, 0)
         );
@@ -1221,16 +1227,16 @@ mod tests {
             init_min_points: 0,
             ..p.clone()
         };
-        assert_eq!(run(17, &off, false).random_points, 0);
-        let s = run(17, &p, true);
+        assert_eq!(run(17, &off, Start::Initial).random_points, 0);
+        let s = run(17, &p, Start::Denser);
         assert_eq!((s.random_points, s.restarted), (300 + 300, true));
         let capped = TrainParams {
             max_splats: 50,
             ..p.clone()
         };
-        assert_eq!(run(17, &capped, false).random_points, 33);
-        assert_eq!(run(99, &p, false).random_points, 300);
-        assert_eq!(run(0, &p, false).random_points, 300);
+        assert_eq!(run(17, &capped, Start::Initial).random_points, 33);
+        assert_eq!(run(99, &p, Start::Initial).random_points, 300);
+        assert_eq!(run(0, &p, Start::Initial).random_points, 300);
     }
 
     /// Views that show nothing (black over a black background) make every splat fade and be

@@ -23,7 +23,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 
 use crate::stages::train::gaussians::Gaussians;
-use crate::stages::train::store::ParamStore;
+use crate::stages::train::store::{ParamStore, StepInput, Target};
 use crate::stages::train::views::ViewCache;
 use crate::stages::train::{TrainParams, TrainView};
 use crate::{Error, Result};
@@ -103,19 +103,18 @@ impl LevelRefiner<'_> {
             let (camera, pixels) = (&cameras[vi], cache.get(vi, &self.views[vi])?);
             // The end of the training schedule: the means' smallest learning rate.
             let lr_means = self.params.lr_means(self.params.steps, self.scene_extent);
-            let out = store.step(
-                self.renderer,
+            let input = StepInput {
                 camera,
-                vi,
-                &pixels.image,
-                pixels.loss_weights.as_deref(),
-                false,
+                view_index: vi,
+                target: &pixels.image,
+                target_kind: Target::ViewImage,
+                weights: pixels.loss_weights.as_deref(),
                 sh_degree,
-                &options,
-                self.params,
+                options: &options,
                 lr_means,
                 step,
-            )?;
+            };
+            let out = store.step(self.renderer, self.params, &input)?;
             if !out.loss.is_finite() {
                 return Err(Error::Numeric {
                     stage: "tile",
