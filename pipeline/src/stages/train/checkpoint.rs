@@ -7,7 +7,8 @@
 //! a resumed run draws exactly what the uninterrupted run would have, and a checkpoint can be
 //! taken after any step.
 //!
-//! File layout (`train.ckpt`, little-endian): the 8-byte magic `KILNCKPT`; a `u32` format version;
+//! File layout (`train.ckpt`, little-endian): the 8-byte magic `KILNCKPT`; a `u32` format version
+//! (2; version 1 kept the view order as a bare list and is not read: delete such a file);
 //! a `u64` header length; the JSON [`Header`]; then the arrays: the five parameter groups, their
 //! first moments, their second moments (`f32`, group order means `[N, 3]`, log_scales `[N, 3]`,
 //! rotations `[N, 4]`, logit_opacities `[N]`, sh_coeffs `[N, K, 3]`), `grad_accum [N]` and
@@ -21,19 +22,20 @@ use serde::{Deserialize, Serialize};
 
 use super::StepTimings;
 use super::density::DensityStats;
+use super::sampler::ViewSampler;
 
 /// File name of a training checkpoint.
 pub const FILE_NAME: &str = "train.ckpt";
 const MAGIC: &[u8; 8] = b"KILNCKPT";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// The training loop's own state at a checkpoint (everything but the arrays).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoopState {
     /// Steps completed (the next step is `step + 1`).
     pub step: usize,
-    /// Training views not yet visited in the current epoch (popped from the back).
-    pub order: Vec<usize>,
+    /// Which view the next step draws (the epoch in progress).
+    pub sampler: ViewSampler,
     /// Whether an opacity reset has happened (enables size-based pruning).
     pub opacity_reset_done: bool,
     /// `(step, mean loss)` samples so far.
@@ -273,7 +275,7 @@ mod tests {
             },
             state: LoopState {
                 step: 42,
-                order: vec![3, 1],
+                sampler: ViewSampler::new(4),
                 opacity_reset_done: true,
                 loss_curve: vec![(10, 0.5), (20, 0.25)],
                 splat_count_curve: vec![(10, 3)],

@@ -13,6 +13,7 @@
 //! - [`store`]: where they live during training (burn tensors on the CPU, or resident on a GPU);
 //! - [`checkpoint`]: the loop's whole state in one file, for resuming after a crash or a signal;
 //! - [`rng`]: the seeded RNG with a draw count, so a checkpoint can restore its position;
+//! - [`sampler`]: which view each step draws (also used by the splat tiler's refinement);
 //! - [`eval`]: PSNR/SSIM on held-out views, PNGs, `metrics.json` (with loss, held-out PSNR and
 //!   splat-count curves), `loss.svg`.
 //!
@@ -38,6 +39,7 @@ pub mod mcmc;
 pub mod op;
 pub mod params;
 pub mod rng;
+pub mod sampler;
 mod stage;
 pub mod store;
 pub mod views;
@@ -49,7 +51,6 @@ use kiln_formats::capture::Split;
 use kiln_formats::splats::GaussianSplats;
 use kiln_kernels::{Camera, RenderOptions, Renderer};
 use rand::Rng;
-use rand::seq::SliceRandom;
 
 pub use frame::{FRAME_JSON, FrameInfo, frame_info, read_frame_info};
 pub use init::InitPoints;
@@ -528,7 +529,7 @@ fn train_attempt(
         .div_ceil(params.psnr_curve_evaluations + 1)
         .max(1);
     let (mut window_sum, mut window_n) = (0.0f64, 0usize);
-    let mut order: Vec<usize> = Vec::new();
+    let mut sampler = sampler::ViewSampler::new(train_views.len());
     let mut final_loss = f64::NAN;
     let mut opacity_reset_done = false;
     let train_started = Instant::now();
@@ -549,7 +550,7 @@ fn train_attempt(
                 "train: ignoring a checkpoint of another configuration (it will be overwritten)");
         } else if c.state.step >= params.steps
             || c.params.k != k_init
-            || c.state.order.iter().any(|&i| i >= train_views.len())
+            || c.state.sampler.views() != train_views.len()
         {
             tracing::warn!(checkpoint = %policy.path.display(), step = c.state.step,
                 "train: ignoring a checkpoint that does not fit this run");
@@ -560,7 +561,7 @@ fn train_attempt(
             stats = c.stats;
             let l = c.state;
             first_step = l.step + 1;
-            order = l.order;
+            sampler = l.sampler;
             opacity_reset_done = l.opacity_reset_done;
             loss_curve = l.loss_curve;
             splat_count_curve = l.splat_count_curve;
@@ -580,11 +581,7 @@ fn train_attempt(
             0 => params.sh_degree,
             every => params.sh_degree.min((step / every) as u32),
         };
-        if order.is_empty() {
-            order = (0..train_views.len()).collect();
-            order.shuffle(&mut rng);
-        }
-        let vi = order.pop().unwrap_or(0);
+        let vi = sampler.next(&mut rng);
         let view = &train_views[vi];
         let pixels = cache.get(vi, view)?;
 
@@ -713,7 +710,7 @@ fn train_attempt(
                     stats: stats.clone(),
                     state: checkpoint::LoopState {
                         step,
-                        order: order.clone(),
+                        sampler: sampler.clone(),
                         opacity_reset_done,
                         loss_curve: loss_curve.clone(),
                         splat_count_curve: splat_count_curve.clone(),

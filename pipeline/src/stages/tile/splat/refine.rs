@@ -20,9 +20,9 @@
 use kiln_formats::splats::GaussianSplats;
 use kiln_kernels::{Camera, RenderOptions, Renderer};
 use rand::SeedableRng;
-use rand::seq::SliceRandom;
 
 use crate::stages::train::gaussians::Gaussians;
+use crate::stages::train::sampler::ViewSampler;
 use crate::stages::train::store::{ParamStore, StepInput, Target};
 use crate::stages::train::views::ViewCache;
 use crate::stages::train::{TrainParams, TrainView};
@@ -92,14 +92,10 @@ impl LevelRefiner<'_> {
         };
         let mut rng =
             rand::rngs::SmallRng::seed_from_u64(self.params.seed ^ u64::from(levels_above_leaves));
-        let mut order: Vec<usize> = Vec::new();
+        let mut sampler = ViewSampler::new(self.views.len());
         let mut losses = Vec::with_capacity(self.steps);
         for step in 1..=self.steps {
-            if order.is_empty() {
-                order = (0..self.views.len()).collect();
-                order.shuffle(&mut rng);
-            }
-            let vi = order.pop().unwrap_or(0);
+            let vi = sampler.next(&mut rng);
             let (camera, pixels) = (&cameras[vi], cache.get(vi, &self.views[vi])?);
             // The end of the training schedule: the means' smallest learning rate.
             let lr_means = self.params.lr_means(self.params.steps, self.scene_extent);
