@@ -1,5 +1,5 @@
 //! Training checkpoints: everything the training loop needs to carry on exactly where it stopped
-//! (the parameters, their Adam moments and step counts, the densification statistics, the view
+//! (the parameters, their Adam moments and step counts, the density strategy's state, the view
 //! order, the curves) in one file, written atomically (temporary name, then rename), so a crash
 //! while writing leaves the previous checkpoint intact.
 //!
@@ -11,8 +11,9 @@
 //! (2; version 1 kept the view order as a bare list and is not read: delete such a file);
 //! a `u64` header length; the JSON [`Header`]; then the arrays: the five parameter groups, their
 //! first moments, their second moments (`f32`, group order means `[N, 3]`, log_scales `[N, 3]`,
-//! rotations `[N, 4]`, logit_opacities `[N]`, sh_coeffs `[N, K, 3]`), `grad_accum [N]` and
-//! `max_radius_px [N]` (`f32`) and `visible_count [N]` (`u32`).
+//! rotations `[N, 4]`, logit_opacities `[N]`, sh_coeffs `[N, K, 3]`); then, for the ADC strategy
+//! only ([`DensityState::Adc`]), its statistics `grad_accum [N]` and `max_radius_px [N]` (`f32`)
+//! and `visible_count [N]` (`u32`).
 
 use std::io::Write;
 use std::path::Path;
@@ -23,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::StepTimings;
 use super::density::DensityStats;
 use super::sampler::ViewSampler;
+use super::strategy::DensityState;
 
 /// File name of a training checkpoint.
 pub const FILE_NAME: &str = "train.ckpt";
@@ -36,8 +38,6 @@ pub struct LoopState {
     pub step: usize,
     /// Which view the next step draws (the epoch in progress).
     pub sampler: ViewSampler,
-    /// Whether an opacity reset has happened (enables size-based pruning).
-    pub opacity_reset_done: bool,
     /// `(step, mean loss)` samples so far.
     pub loss_curve: Vec<(usize, f64)>,
     /// `(step, splats)` samples so far.
@@ -67,6 +67,8 @@ pub struct Header {
     pub k: usize,
     /// Adam steps per group.
     pub t: [u32; 5],
+    /// The density strategy's state (its per-splat statistics follow the parameters as arrays).
+    pub density: DensityState,
     /// The loop's state.
     pub state: LoopState,
 }
@@ -78,14 +80,22 @@ pub struct Checkpoint {
     pub key: String,
     /// Parameters and moments.
     pub params: HostTrainState,
-    /// Densification statistics, `[N]` each.
-    pub stats: DensityStats,
+    /// The density strategy's state.
+    pub density: DensityState,
     /// The loop's state.
     pub state: LoopState,
 }
 
 fn group_lens(n: usize, k: usize) -> [usize; 5] {
     [3 * n, 3 * n, 4 * n, n, 3 * k * n]
+}
+
+/// The per-splat statistics a checkpoint stores as arrays: the ADC strategy's, none for MCMC.
+fn adc_stats(density: &DensityState) -> Option<&DensityStats> {
+    match density {
+        DensityState::Adc { stats, .. } => Some(stats),
+        DensityState::Mcmc => None,
+    }
 }
 
 /// Writes `ckpt` to `path` atomically.
@@ -97,11 +107,12 @@ pub fn write(path: &Path, ckpt: &Checkpoint) -> crate::Result<()> {
     let p = &ckpt.params;
     let (n, k) = (p.len(), p.k);
     let lens = group_lens(n, k);
+    let stats = adc_stats(&ckpt.density);
     let consistent = (0..5).all(|i| {
         p.groups[i].len() == lens[i] && p.m[i].len() == lens[i] && p.v[i].len() == lens[i]
-    }) && ckpt.stats.grad_accum.len() == n
-        && ckpt.stats.max_radius_px.len() == n
-        && ckpt.stats.visible_count.len() == n;
+    }) && stats.is_none_or(|s| {
+        s.grad_accum.len() == n && s.max_radius_px.len() == n && s.visible_count.len() == n
+    });
     if !consistent {
         return Err(crate::Error::Param {
             stage: "train",
@@ -115,6 +126,7 @@ pub fn write(path: &Path, ckpt: &Checkpoint) -> crate::Result<()> {
         n,
         k,
         t: p.t,
+        density: ckpt.density.clone(),
         state: ckpt.state.clone(),
     };
     let json = serde_json::to_vec(&header)
@@ -129,9 +141,11 @@ pub fn write(path: &Path, ckpt: &Checkpoint) -> crate::Result<()> {
                 w.write_all(bytemuck::cast_slice(a))?;
             }
         }
-        w.write_all(bytemuck::cast_slice(&ckpt.stats.grad_accum))?;
-        w.write_all(bytemuck::cast_slice(&ckpt.stats.max_radius_px))?;
-        w.write_all(bytemuck::cast_slice(&ckpt.stats.visible_count))?;
+        if let Some(s) = stats {
+            w.write_all(bytemuck::cast_slice(&s.grad_accum))?;
+            w.write_all(bytemuck::cast_slice(&s.max_radius_px))?;
+            w.write_all(bytemuck::cast_slice(&s.visible_count))?;
+        }
         Ok(())
     })?;
     Ok(())
@@ -185,7 +199,7 @@ pub fn read(path: &Path) -> crate::Result<Checkpoint> {
             format!("header of {header_len} bytes, file truncated"),
         ));
     }
-    let header: Header = serde_json::from_slice(&body[..header_len])
+    let mut header: Header = serde_json::from_slice(&body[..header_len])
         .map_err(|e| bad("header", format!("unreadable JSON header: {e}")))?;
     let (n, k) = (header.n, header.k);
     if ![1, 4, 9, 16].contains(&k) {
@@ -199,9 +213,14 @@ pub fn read(path: &Path) -> crate::Result<Checkpoint> {
         ));
     }
     let lens = group_lens(n, k);
-    let floats: usize = 3 * lens.iter().sum::<usize>() + 2 * n;
-    let expected = floats
-        .checked_add(n)
+    // Three `[N]` arrays of statistics (two f32, one u32) for the ADC strategy.
+    let stats_words = if adc_stats(&header.density).is_some() {
+        3 * n
+    } else {
+        0
+    };
+    let expected = (3 * lens.iter().sum::<usize>())
+        .checked_add(stats_words)
         .and_then(|w| w.checked_mul(4))
         .unwrap_or(usize::MAX);
     let data = &body[header_len..];
@@ -227,12 +246,19 @@ pub fn read(path: &Path) -> crate::Result<Checkpoint> {
     let groups = lens.map(&mut f32s);
     let m = lens.map(&mut f32s);
     let v = lens.map(&mut f32s);
-    let grad_accum = f32s(n);
-    let max_radius_px = f32s(n);
-    let visible_count = data[at..at + 4 * n]
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
+    if let DensityState::Adc { stats, .. } = &mut header.density {
+        let grad_accum = f32s(n);
+        let max_radius_px = f32s(n);
+        let visible_count = data[at..at + 4 * n]
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        *stats = DensityStats {
+            grad_accum,
+            visible_count,
+            max_radius_px,
+        };
+    }
     Ok(Checkpoint {
         key: header.key,
         params: HostTrainState {
@@ -242,11 +268,7 @@ pub fn read(path: &Path) -> crate::Result<Checkpoint> {
             t: header.t,
             k,
         },
-        stats: DensityStats {
-            grad_accum,
-            visible_count,
-            max_radius_px,
-        },
+        density: header.density,
         state: header.state,
     })
 }
@@ -268,15 +290,17 @@ mod tests {
                 t: [5, 5, 5, 4, 5],
                 k,
             },
-            stats: DensityStats {
-                grad_accum: vec![0.1, 0.2, 0.3],
-                visible_count: vec![1, 0, 7],
-                max_radius_px: vec![2.0, 0.0, 9.5],
+            density: DensityState::Adc {
+                stats: DensityStats {
+                    grad_accum: vec![0.1, 0.2, 0.3],
+                    visible_count: vec![1, 0, 7],
+                    max_radius_px: vec![2.0, 0.0, 9.5],
+                },
+                opacity_reset_done: true,
             },
             state: LoopState {
                 step: 42,
                 sampler: ViewSampler::new(4),
-                opacity_reset_done: true,
                 loss_curve: vec![(10, 0.5), (20, 0.25)],
                 splat_count_curve: vec![(10, 3)],
                 psnr_curve: vec![(20, 18.5)],
@@ -303,6 +327,13 @@ mod tests {
         write(&path, &c).unwrap();
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(names.len(), 1);
+        // A strategy without per-splat statistics (MCMC) stores no statistics arrays.
+        let mcmc = Checkpoint {
+            density: DensityState::Mcmc,
+            ..c.clone()
+        };
+        write(&path, &mcmc).unwrap();
+        assert_eq!(read(&path).unwrap(), mcmc);
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! - [`op`]: the rasterizer as one custom burn autodiff op;
 //! - [`loss`]: (1 − λ)·L1 + λ·(1 − SSIM) in burn tensor ops;
 //! - [`adam`]: Adam moments per group, stepped by the renderer's fused kernel;
-//! - [`density`]: clone / split / prune / opacity reset;
+//! - [`strategy`]: how the splat set changes ([`strategy::DensityStrategy`]), by the preset's
+//!   strategy: [`density`] (INRIA clone / split / prune / opacity reset) or [`mcmc`] (relocation,
+//!   growth to a hard cap, position noise);
 //! - [`gaussians`]: the parameter tensors and their optimizer state;
 //! - [`store`]: where they live during training (burn tensors on the CPU, or resident on a GPU);
 //! - [`checkpoint`]: the loop's whole state in one file, for resuming after a crash or a signal;
@@ -42,6 +44,7 @@ pub mod rng;
 pub mod sampler;
 mod stage;
 pub mod store;
+pub mod strategy;
 pub mod views;
 
 use std::path::Path;
@@ -58,9 +61,9 @@ pub use params::{Init, MaskMode, Preset, TrainParams};
 pub use stage::{Train, train_views};
 pub use views::{CacheStats, PixelLoader, Pixels, TrainView, ViewPixels};
 
-use density::{DensifyConfig, DensityStats};
-use gaussians::{Gaussians, GaussiansAdam};
+use gaussians::Gaussians;
 use store::ParamStore;
+use strategy::SceneScale;
 
 const STAGE: &str = "train";
 
@@ -287,28 +290,6 @@ fn composite_target(
     );
 }
 
-fn prune_non_finite(
-    g: &mut Gaussians,
-    adam: &mut GaussiansAdam,
-    stats: &mut DensityStats,
-    rng: &mut impl rand::Rng,
-) -> Option<GaussianSplats> {
-    if g.all_finite() {
-        return None;
-    }
-    let host = g.to_host();
-    let plan = density::plan_prune_non_finite(&host);
-    if plan.is_identity(host.len()) {
-        return Some(host);
-    }
-    tracing::warn!(
-        pruned = host.len() - plan.keep.len(),
-        "train: pruned splats with non-finite parameters"
-    );
-    density::apply_plan(&plan, &host, g, adam, stats, false, rng);
-    Some(g.to_host())
-}
-
 /// Train 3D Gaussian splats on posed images and evaluate them on held-out views.
 ///
 /// - `views`: posed images, any order (sorted by name here); every 8th (`params.eval_every`,
@@ -507,7 +488,11 @@ fn train_attempt(
     );
 
     let mut store = ParamStore::new(renderer, Gaussians::from_host(&host_init))?;
-    let mut stats = DensityStats::new(store.len());
+    let scale = SceneScale {
+        extent,
+        image_max_side,
+    };
+    let mut strategy = strategy::for_params(params, scale, store.len());
     let k_init = host_init.sh_coeffs_per_channel();
     drop(host_init);
     let options = RenderOptions {
@@ -531,7 +516,6 @@ fn train_attempt(
     let (mut window_sum, mut window_n) = (0.0f64, 0usize);
     let mut sampler = sampler::ViewSampler::new(train_views.len());
     let mut final_loss = f64::NAN;
-    let mut opacity_reset_done = false;
     let train_started = Instant::now();
     let mut log_mark = (Instant::now(), 0usize);
 
@@ -551,6 +535,7 @@ fn train_attempt(
         } else if c.state.step >= params.steps
             || c.params.k != k_init
             || c.state.sampler.views() != train_views.len()
+            || c.density.preset() != params.preset
         {
             tracing::warn!(checkpoint = %policy.path.display(), step = c.state.step,
                 "train: ignoring a checkpoint that does not fit this run");
@@ -558,11 +543,10 @@ fn train_attempt(
             tracing::info!(checkpoint = %policy.path.display(), step = c.state.step,
                 splats = c.params.len(), "train: resuming from checkpoint");
             store = ParamStore::from_state(renderer, c.params)?;
-            stats = c.stats;
+            strategy.restore(c.density);
             let l = c.state;
             first_step = l.step + 1;
             sampler = l.sampler;
-            opacity_reset_done = l.opacity_reset_done;
             loss_curve = l.loss_curve;
             splat_count_curve = l.splat_count_curve;
             psnr_curve = l.psnr_curve;
@@ -586,7 +570,9 @@ fn train_attempt(
         let pixels = cache.get(vi, view)?;
 
         if !store.all_finite()? {
-            store.with_host(|g, adam| prune_non_finite(g, adam, &mut stats, &mut rng))?;
+            store.with_host(|g, adam| {
+                strategy::prune_non_finite(g, adam, strategy.as_mut(), &mut rng)
+            })?;
         }
         if store.is_empty() {
             return Err(crate::Error::Numeric {
@@ -644,23 +630,9 @@ fn train_attempt(
             });
         }
         timing_sum.add(&out.timings);
-        if step < params.densify_until
-            && let Some(g2d) = &out.means2d_grad_norm
-        {
-            stats.accumulate(g2d, &out.radii);
-        }
+        strategy.observe(step, &out);
         let optimizer_clock = Instant::now();
-
-        refine_density(
-            &mut store,
-            &mut stats,
-            &mut rng,
-            params,
-            step,
-            extent,
-            image_max_side,
-            &mut opacity_reset_done,
-        )?;
+        strategy.refine(&mut store, &mut rng, step)?;
         timing_sum.optimizer += ms(optimizer_clock);
         timing_sum.total += ms(step_clock);
 
@@ -707,11 +679,10 @@ fn train_attempt(
                 let c = checkpoint::Checkpoint {
                     key: policy.key.clone(),
                     params: store.state()?,
-                    stats: stats.clone(),
+                    density: strategy.save(),
                     state: checkpoint::LoopState {
                         step,
                         sampler: sampler.clone(),
-                        opacity_reset_done,
                         loss_curve: loss_curve.clone(),
                         splat_count_curve: splat_count_curve.clone(),
                         psnr_curve: psnr_curve.clone(),
@@ -744,7 +715,8 @@ fn train_attempt(
 
     // Final clean-up: drop non-finite and fully transparent splats, normalise quaternions.
     let host = store.with_host(|g, adam| {
-        prune_non_finite(g, adam, &mut stats, &mut rng).unwrap_or_else(|| g.to_host())
+        strategy::prune_non_finite(g, adam, strategy.as_mut(), &mut rng)
+            .unwrap_or_else(|| g.to_host())
     })?;
     let mut splats = finalize(host);
     if splats.is_empty() {
@@ -955,78 +927,6 @@ pub struct InitSummary {
     pub random_points: usize,
     /// True when every splat vanished once and the run restarted from a denser start.
     pub restarted: bool,
-}
-
-/// What happens to the splat set after a step's update: MCMC noise, then the preset's
-/// densification (INRIA clone / split / prune and opacity resets, or MCMC relocation and growth)
-/// on its schedule.
-///
-/// # Errors
-/// [`crate::Error::Kernel`] for device failures while the state is copied to the host and back.
-#[allow(clippy::too_many_arguments)]
-fn refine_density(
-    store: &mut ParamStore,
-    stats: &mut DensityStats,
-    rng: &mut rng::TrainRng,
-    params: &TrainParams,
-    step: usize,
-    extent: f32,
-    image_max_side: u32,
-    opacity_reset_done: &mut bool,
-) -> crate::Result<()> {
-    if params.noise_lr > 0.0 {
-        let scaler = params.noise_lr * params.lr_means(step, extent as f64);
-        store.with_host(|g, _| mcmc::inject_noise(g, scaler, params.seed, step))?;
-    }
-    if params.preset == Preset::Mcmc {
-        if step < params.densify_until
-            && step > params.densify_from
-            && step.is_multiple_of(params.densify_every)
-        {
-            let done = store.with_host(|g, adam| {
-                prune_non_finite(g, adam, stats, rng);
-                mcmc::refine(g, adam, params.max_splats, params.mcmc_growth, rng)
-            })?;
-            *stats = DensityStats::new(store.len());
-            tracing::debug!(
-                step,
-                relocated = done.relocated,
-                added = done.added,
-                splats = store.len(),
-                "train: mcmc refine"
-            );
-        }
-    } else if step < params.densify_until {
-        // Adaptive density control (Kerbl et al. 2023 §5.2), INRIA timing.
-        if step > params.densify_from && step.is_multiple_of(params.densify_every) {
-            let cfg = DensifyConfig {
-                grad_threshold: params.densify_grad_threshold,
-                scene_extent: extent,
-                prune_large: *opacity_reset_done,
-                image_max_side,
-                max_splats: params.max_splats,
-                grow: true,
-            };
-            store.with_host(|g, adam| {
-                let host = prune_non_finite(g, adam, stats, rng).unwrap_or_else(|| g.to_host());
-                let plan = density::plan_densify(&host, stats, &cfg);
-                tracing::debug!(
-                    step,
-                    before = host.len(),
-                    cloned = plan.clone.len(),
-                    split = plan.split.len(),
-                    pruned = plan.pruned(host.len()),
-                    "train: densify"
-                );
-                density::apply_plan(&plan, &host, g, adam, stats, true, rng);
-            })?;
-        }
-        if step.is_multiple_of(params.opacity_reset_every) {
-            store.with_host(density::reset_opacities)?;
-            *opacity_reset_done = true;
-        }
-    }
-    Ok(())
 }
 
 /// Render and score every held-out view (`eval/<name>.png` under `out_dir`).
@@ -1826,16 +1726,25 @@ mod tests {
         );
         host.log_scales[4] = f32::INFINITY;
         let mut g = Gaussians::from_host(&host);
-        let mut adam = GaussiansAdam::new(&g);
-        let mut stats = DensityStats::new(3);
+        let mut adam = gaussians::GaussiansAdam::new(&g);
+        let params = TrainParams::inria(10);
+        let scale = SceneScale {
+            extent: 1.0,
+            image_max_side: 8,
+        };
+        let mut adc = density::Adc::new(&params, scale, 3);
         let mut rng = SmallRng::seed_from_u64(0);
         assert!(!g.all_finite());
-        let after = prune_non_finite(&mut g, &mut adam, &mut stats, &mut rng).unwrap();
+        let after = strategy::prune_non_finite(&mut g, &mut adam, &mut adc, &mut rng).unwrap();
         assert_eq!(after.len(), 2);
         assert_eq!(adam.log_scales.m.len(), 2 * 3);
+        let strategy::DensityState::Adc { stats, .. } = strategy::DensityStrategy::save(&adc)
+        else {
+            panic!("ADC saves ADC state");
+        };
         assert_eq!(stats.grad_accum.len(), 2);
         assert!(g.all_finite());
-        assert!(prune_non_finite(&mut g, &mut adam, &mut stats, &mut rng).is_none());
+        assert!(strategy::prune_non_finite(&mut g, &mut adam, &mut adc, &mut rng).is_none());
     }
 
     #[test]
