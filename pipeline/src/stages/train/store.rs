@@ -1,5 +1,6 @@
 //! Where the splat parameters and their Adam moments live during training, behind one interface
-//! so the training loop in [`super::train_on`] is the same code for every device:
+//! so the training loop ([`super::trainer`]) is the same code for every device, and the splat
+//! tiler's level refinement steps the same way:
 //!
 //! - [`ParamStore::Host`]: burn tensors on the CPU backend; a step is the custom autodiff op
 //!   ([`super::op::render_loss`]) + `backward()` + the fused Adam step of the CPU twin.
@@ -7,8 +8,9 @@
 //!   fused loss, backward and fused Adam on the device, with only the loss, radii and the
 //!   densification statistic copied back.
 //!
-//! Densification, pruning and opacity resets run on the host form (`Gaussians` + `GaussiansAdam`)
-//! for both: [`ParamStore::with_host`] hands it out (for `Device`: download, edit, upload).
+//! Densification, pruning and opacity resets ([`super::strategy`]) run on the host form
+//! (`Gaussians` + `GaussiansAdam`) for both: [`ParamStore::with_host`] hands it out (for
+//! `Device`: download, edit, upload).
 
 use std::sync::Arc;
 use std::time::Instant;
