@@ -2,9 +2,10 @@
 //! splat tiler's level refinement (`tile::splat::refine`), so view sampling exists once.
 //!
 //! Epochs without replacement: every view is drawn once per epoch, in a fresh random order per
-//! epoch (INRIA `train.py` pops a random index from the list of views left; gsplat and Brush
-//! shuffle each epoch). Source of the pattern: Brush's `SceneLoader`
-//! (`crates/brush-train/src/scene_loader.rs`).
+//! epoch (INRIA `train.py` pops a random index from the list of views left; gsplat's data loader
+//! and Brush shuffle each epoch). Source of the pattern: Brush's `SceneLoader`
+//! (`crates/brush-dataset/src/scene_loader.rs`, `run_loader`: shuffle `0..V` when the list is
+//! empty, pop from the back).
 //!
 //! # Determinism
 //! The only randomness is one `SliceRandom::shuffle` of `0..V` per epoch, drawn from the caller's

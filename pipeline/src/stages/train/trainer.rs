@@ -40,7 +40,8 @@ pub struct LoopState {
     pub curves: Curves,
     /// Summed stage times of the steps so far, ms.
     pub timing_sum: StepTimings,
-    /// Seconds spent in the training loop so far, over every resume (for steps/s).
+    /// Seconds spent in the training loop so far, over every resume (for steps/s), up to the
+    /// end of step `step`.
     pub train_s: f64,
 }
 
@@ -75,17 +76,19 @@ pub struct Curves {
 }
 
 impl Curves {
-    /// Adds step `step`'s `loss`; when `sample` closes the window, records its mean loss and
-    /// the `splats` count.
-    fn add_loss(&mut self, step: usize, loss: f64, splats: usize, sample: bool) {
+    /// Adds a step's photometric `loss` to the window in progress.
+    fn add_loss(&mut self, loss: f64) {
         self.last_loss = Some(loss);
         self.window.0 += loss;
         self.window.1 += 1;
-        if sample {
-            self.loss.push((step, self.window.0 / self.window.1 as f64));
-            self.splat_count.push((step, splats));
-            self.window = (0.0, 0);
-        }
+    }
+
+    /// Closes the window (of at least one step) at `step`: records its mean loss and the
+    /// `splats` count.
+    fn sample(&mut self, step: usize, splats: usize) {
+        self.loss.push((step, self.window.0 / self.window.1 as f64));
+        self.splat_count.push((step, splats));
+        self.window = (0.0, 0);
     }
 }
 
@@ -147,8 +150,9 @@ impl Trainer<'_> {
     ) -> crate::Result<()> {
         let total = self.params.steps;
         let mut log = StepLog::new(state.step);
+        // The loop's seconds: those before this call (a resumed run's first part) and this one's.
+        let (before_s, started) = (state.train_s, Instant::now());
         while state.step < total {
-            let clock = Instant::now();
             let record = self.step(store, strategy, state)?;
             self.record(store, state, &record)?;
             (self.progress)(state.step, total, record.loss);
@@ -159,11 +163,12 @@ impl Trainer<'_> {
                 store.len(),
                 self.params.log_every,
             );
-            state.train_s += clock.elapsed().as_secs_f64();
+            state.train_s = before_s + started.elapsed().as_secs_f64();
             if let Some(checkpointer) = self.checkpointer {
                 checkpointer.after_step(state, total, store, strategy)?;
             }
         }
+        state.train_s = before_s + started.elapsed().as_secs_f64();
         Ok(())
     }
 
@@ -238,10 +243,10 @@ impl Trainer<'_> {
         record: &StepRecord,
     ) -> crate::Result<()> {
         let (params, step) = (self.params, state.step);
-        let sample = step.is_multiple_of((params.steps / 200).max(1)) || step == params.steps;
-        state
-            .curves
-            .add_loss(step, record.loss, store.len(), sample);
+        state.curves.add_loss(record.loss);
+        if step.is_multiple_of((params.steps / 200).max(1)) || step == params.steps {
+            state.curves.sample(step, store.len());
+        }
         let psnr_every = params
             .steps
             .div_ceil(params.psnr_curve_evaluations + 1)
