@@ -39,6 +39,18 @@ impl Default for AdamConfig {
     }
 }
 
+/// How one group moves in one step besides its gradient ([`AdamState::step_regularised`]).
+#[derive(Debug, Clone, Copy)]
+pub struct GroupUpdate<'a> {
+    /// Learning rate, parameter units per step.
+    pub lr: f64,
+    /// Optional per-column multiplier ([`LrScale`]); `None` means 1.
+    pub lr_scale: Option<LrScale<'a>>,
+    /// Penalty whose gradient is added to the group's gradient before the step
+    /// ([`ActivationL1::None`]: none).
+    pub regulariser: ActivationL1,
+}
+
 /// Adam moments of one parameter group whose rows (the splat axis N) hold `row` values each.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AdamState {
@@ -85,41 +97,48 @@ impl AdamState {
         config: &AdamConfig,
         renderer: &Renderer,
     ) -> Result<Tensor<B, D>, kiln_kernels::Error> {
-        self.step_regularised(
-            param,
-            grad,
+        let update = GroupUpdate {
             lr,
             lr_scale,
-            ActivationL1::None,
-            config,
-            renderer,
-        )
+            regulariser: ActivationL1::None,
+        };
+        self.step_regularised(param, grad, update, config, renderer)
     }
 
-    /// [`AdamState::step`] with `regulariser`'s gradient term added to `grad` first (the MCMC
-    /// recipe's opacity and scale penalties).
+    /// [`AdamState::step`] with `update.regulariser`'s gradient term added to `grad` first (the
+    /// MCMC recipe's opacity and scale penalties), at `update.lr` scaled by `update.lr_scale`.
     ///
     /// # Errors
     /// As [`AdamState::step`].
-    #[allow(clippy::too_many_arguments)]
     pub fn step_regularised<B: Backend, const D: usize>(
         &mut self,
         param: Tensor<B, D>,
         grad: Tensor<B, D>,
-        lr: f64,
-        lr_scale: Option<LrScale<'_>>,
-        regulariser: ActivationL1,
+        update: GroupUpdate<'_>,
         config: &AdamConfig,
         renderer: &Renderer,
     ) -> Result<Tensor<B, D>, kiln_kernels::Error> {
         self.t += 1;
-        let hyper = AdamStep::new(lr, self.t, config.beta1, config.beta2, config.epsilon)?
-            .with_regulariser(regulariser);
+        let hyper = AdamStep::new(
+            update.lr,
+            self.t,
+            config.beta1,
+            config.beta2,
+            config.epsilon,
+        )?
+        .with_regulariser(update.regulariser);
         let dims = param.dims();
         let device = param.device();
         let mut p = tensor_to_vec(param);
         let g = tensor_to_vec(grad);
-        renderer.adam_step(&mut p, &g, &mut self.m, &mut self.v, lr_scale, &hyper)?;
+        renderer.adam_step(
+            &mut p,
+            &g,
+            &mut self.m,
+            &mut self.v,
+            update.lr_scale,
+            &hyper,
+        )?;
         Ok(Tensor::from_data(TensorData::new(p, dims), &device))
     }
 

@@ -1,58 +1,38 @@
-//! Training checkpoints: everything the training loop needs to carry on exactly where it stopped
-//! (the parameters, their Adam moments and step counts, the densification statistics, the view
-//! order, the curves) in one file, written atomically (temporary name, then rename), so a crash
-//! while writing leaves the previous checkpoint intact.
+//! Training checkpoints: everything a run needs to carry on exactly where it stopped (the
+//! parameters, their Adam moments and step counts, the density strategy's [`DensityState`] and
+//! the loop's [`LoopState`], saved whole) in one file, written atomically (temporary name, then
+//! rename), so a crash while writing leaves the previous checkpoint intact; and the
+//! [`Checkpointer`], which decides when a run writes one, whether it resumes from one, and stops
+//! the run when asked.
 //!
-//! The RNG is restored from the seed and the number of draws taken ([`super::rng::TrainRng`]), so
-//! a resumed run draws exactly what the uninterrupted run would have, and a checkpoint can be
-//! taken after any step.
+//! The RNG is saved as its seed and the number of draws taken ([`super::rng::TrainRng`]), so a
+//! resumed run draws exactly what the uninterrupted run would have, and a checkpoint can be taken
+//! after any step.
 //!
-//! File layout (`train.ckpt`, little-endian): the 8-byte magic `KILNCKPT`; a `u32` format version;
+//! File layout (`train.ckpt`, little-endian): the 8-byte magic `KILNCKPT`; a `u32` format version
+//! (2; version 1 kept the loop's state field by field and is not read: delete such a file);
 //! a `u64` header length; the JSON [`Header`]; then the arrays: the five parameter groups, their
 //! first moments, their second moments (`f32`, group order means `[N, 3]`, log_scales `[N, 3]`,
-//! rotations `[N, 4]`, logit_opacities `[N]`, sh_coeffs `[N, K, 3]`), `grad_accum [N]` and
-//! `max_radius_px [N]` (`f32`) and `visible_count [N]` (`u32`).
+//! rotations `[N, 4]`, logit_opacities `[N]`, sh_coeffs `[N, K, 3]`); then, for the ADC strategy
+//! only ([`DensityState::Adc`]), its statistics `grad_accum [N]` and `max_radius_px [N]` (`f32`)
+//! and `visible_count [N]` (`u32`).
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use kiln_kernels::cuda::train::HostTrainState;
 use serde::{Deserialize, Serialize};
 
-use super::StepTimings;
+use super::STAGE;
 use super::density::DensityStats;
+use super::store::ParamStore;
+use super::strategy::{DensityState, DensityStrategy};
+use super::trainer::LoopState;
 
 /// File name of a training checkpoint.
 pub const FILE_NAME: &str = "train.ckpt";
 const MAGIC: &[u8; 8] = b"KILNCKPT";
-const VERSION: u32 = 1;
-
-/// The training loop's own state at a checkpoint (everything but the arrays).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LoopState {
-    /// Steps completed (the next step is `step + 1`).
-    pub step: usize,
-    /// Training views not yet visited in the current epoch (popped from the back).
-    pub order: Vec<usize>,
-    /// Whether an opacity reset has happened (enables size-based pruning).
-    pub opacity_reset_done: bool,
-    /// `(step, mean loss)` samples so far.
-    pub loss_curve: Vec<(usize, f64)>,
-    /// `(step, splats)` samples so far.
-    pub splat_count_curve: Vec<(usize, usize)>,
-    /// `(step, held-out PSNR dB)` samples so far.
-    pub psnr_curve: Vec<(usize, f64)>,
-    /// Loss sum and count of the curve window in progress.
-    pub window: (f64, usize),
-    /// Loss of the last step (`None` before the first).
-    pub final_loss: Option<f64>,
-    /// Summed stage times of the steps so far, ms.
-    pub timing_sum: StepTimings,
-    /// Seconds spent in the training loop so far (for steps/s across a resume).
-    pub train_s: f64,
-    /// Draws taken from the run's RNG ([`super::rng::TrainRng::draws`]).
-    pub rng_draws: u64,
-}
+const VERSION: u32 = 2;
 
 /// The JSON header of a checkpoint file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,6 +45,8 @@ pub struct Header {
     pub k: usize,
     /// Adam steps per group.
     pub t: [u32; 5],
+    /// The density strategy's state (its per-splat statistics follow the parameters as arrays).
+    pub density: DensityState,
     /// The loop's state.
     pub state: LoopState,
 }
@@ -76,14 +58,131 @@ pub struct Checkpoint {
     pub key: String,
     /// Parameters and moments.
     pub params: HostTrainState,
-    /// Densification statistics, `[N]` each.
-    pub stats: DensityStats,
+    /// The density strategy's state.
+    pub density: DensityState,
     /// The loop's state.
     pub state: LoopState,
 }
 
+/// Where a run keeps its checkpoint, what identifies it, how often it is written and when the
+/// run should stop; see [`Checkpointer::after_step`] and [`Checkpointer::resume`].
+#[derive(Debug, Clone)]
+pub struct Checkpointer {
+    /// The checkpoint file (kept outside the stage's output folder, which is rebuilt per
+    /// attempt).
+    pub path: PathBuf,
+    /// The stage's cache key: a checkpoint with another key is ignored (and later overwritten).
+    pub key: String,
+    /// Write one every this many steps ([`super::TrainParams::checkpoint_every`]); 0 = only when
+    /// stopped.
+    pub every: usize,
+    /// Polled after every step; `true` writes a checkpoint and stops the run with
+    /// [`crate::Error::Interrupted`]. Job runs pass [`crate::interrupt::stop_requested`].
+    pub stop: fn() -> bool,
+}
+
+impl Checkpointer {
+    /// Starts a checkpointed run: removes temporaries an interrupted write left beside
+    /// [`Checkpointer::path`], and returns the guard under which SIGINT/SIGTERM ask the run to
+    /// stop (through [`Checkpointer::stop`]) instead of killing it. Hold it until the run's
+    /// outputs are written.
+    pub fn arm(&self) -> crate::interrupt::Checkpointable {
+        let guard = crate::interrupt::Checkpointable::begin();
+        remove_stale_temporaries(&self.path);
+        guard
+    }
+
+    /// The checkpoint to continue from: the file at [`Checkpointer::path`] when there is one,
+    /// its key is [`Checkpointer::key`] and `fits` accepts it (the run's step count, SH size,
+    /// views and strategy); `None` otherwise (a foreign or unfitting file is logged, ignored and
+    /// later overwritten).
+    ///
+    /// # Errors
+    /// [`crate::Error::Io`] when the file cannot be read; [`crate::Error::Input`] naming it when
+    /// it is not a complete checkpoint of this format (delete it to start afresh).
+    pub fn resume(
+        &self,
+        fits: impl FnOnce(&Checkpoint) -> bool,
+    ) -> crate::Result<Option<Checkpoint>> {
+        if !self.path.exists() {
+            return Ok(None);
+        }
+        let c = read(&self.path)?;
+        if c.key != self.key {
+            tracing::warn!(checkpoint = %self.path.display(),
+                "train: ignoring a checkpoint of another configuration (it will be overwritten)");
+            return Ok(None);
+        }
+        if !fits(&c) {
+            tracing::warn!(checkpoint = %self.path.display(), step = c.state.step,
+                "train: ignoring a checkpoint that does not fit this run");
+            return Ok(None);
+        }
+        tracing::info!(checkpoint = %self.path.display(), step = c.state.step,
+            splats = c.params.len(), "train: resuming from checkpoint");
+        Ok(Some(c))
+    }
+
+    /// After step `state.step` of `total`: writes a checkpoint of `state`, `store` and
+    /// `strategy` when one is due (every [`Checkpointer::every`] steps) or [`Checkpointer::stop`]
+    /// says to stop, except after the last step (the run is about to finish; a stop then lets it
+    /// finish, and the job stops before its next stage).
+    ///
+    /// # Errors
+    /// [`crate::Error::Interrupted`] (after writing) when asked to stop before the last step;
+    /// [`crate::Error::Io`] / [`crate::Error::Format`] when the file cannot be written;
+    /// [`crate::Error::Kernel`] when the device state cannot be read back.
+    pub fn after_step(
+        &self,
+        state: &LoopState,
+        total: usize,
+        store: &ParamStore,
+        strategy: &dyn DensityStrategy,
+    ) -> crate::Result<()> {
+        let step = state.step;
+        let stop = (self.stop)();
+        let due = self.every > 0 && step.is_multiple_of(self.every);
+        if !(stop || due) || step >= total {
+            return Ok(());
+        }
+        let c = Checkpoint {
+            key: self.key.clone(),
+            params: store.state()?,
+            density: strategy.save(),
+            state: state.clone(),
+        };
+        write(&self.path, &c)?;
+        tracing::debug!(step, path = %self.path.display(), "train: checkpoint written");
+        if stop {
+            return Err(crate::Error::Interrupted {
+                stage: STAGE,
+                at: format!("after step {step}"),
+                resume: format!(
+                    "checkpoint written to {}; run the same job again to resume",
+                    self.path.display()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Deletes the checkpoint (best effort): a restart from another start must not resume the
+    /// failed attempt's state.
+    pub fn discard(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 fn group_lens(n: usize, k: usize) -> [usize; 5] {
     [3 * n, 3 * n, 4 * n, n, 3 * k * n]
+}
+
+/// The per-splat statistics a checkpoint stores as arrays: the ADC strategy's, none for MCMC.
+fn adc_stats(density: &DensityState) -> Option<&DensityStats> {
+    match density {
+        DensityState::Adc { stats, .. } => Some(stats),
+        DensityState::Mcmc => None,
+    }
 }
 
 /// Writes `ckpt` to `path` atomically.
@@ -95,11 +194,12 @@ pub fn write(path: &Path, ckpt: &Checkpoint) -> crate::Result<()> {
     let p = &ckpt.params;
     let (n, k) = (p.len(), p.k);
     let lens = group_lens(n, k);
+    let stats = adc_stats(&ckpt.density);
     let consistent = (0..5).all(|i| {
         p.groups[i].len() == lens[i] && p.m[i].len() == lens[i] && p.v[i].len() == lens[i]
-    }) && ckpt.stats.grad_accum.len() == n
-        && ckpt.stats.max_radius_px.len() == n
-        && ckpt.stats.visible_count.len() == n;
+    }) && stats.is_none_or(|s| {
+        s.grad_accum.len() == n && s.max_radius_px.len() == n && s.visible_count.len() == n
+    });
     if !consistent {
         return Err(crate::Error::Param {
             stage: "train",
@@ -113,6 +213,7 @@ pub fn write(path: &Path, ckpt: &Checkpoint) -> crate::Result<()> {
         n,
         k,
         t: p.t,
+        density: ckpt.density.clone(),
         state: ckpt.state.clone(),
     };
     let json = serde_json::to_vec(&header)
@@ -127,9 +228,11 @@ pub fn write(path: &Path, ckpt: &Checkpoint) -> crate::Result<()> {
                 w.write_all(bytemuck::cast_slice(a))?;
             }
         }
-        w.write_all(bytemuck::cast_slice(&ckpt.stats.grad_accum))?;
-        w.write_all(bytemuck::cast_slice(&ckpt.stats.max_radius_px))?;
-        w.write_all(bytemuck::cast_slice(&ckpt.stats.visible_count))?;
+        if let Some(s) = stats {
+            w.write_all(bytemuck::cast_slice(&s.grad_accum))?;
+            w.write_all(bytemuck::cast_slice(&s.max_radius_px))?;
+            w.write_all(bytemuck::cast_slice(&s.visible_count))?;
+        }
         Ok(())
     })?;
     Ok(())
@@ -183,7 +286,7 @@ pub fn read(path: &Path) -> crate::Result<Checkpoint> {
             format!("header of {header_len} bytes, file truncated"),
         ));
     }
-    let header: Header = serde_json::from_slice(&body[..header_len])
+    let mut header: Header = serde_json::from_slice(&body[..header_len])
         .map_err(|e| bad("header", format!("unreadable JSON header: {e}")))?;
     let (n, k) = (header.n, header.k);
     if ![1, 4, 9, 16].contains(&k) {
@@ -197,9 +300,14 @@ pub fn read(path: &Path) -> crate::Result<Checkpoint> {
         ));
     }
     let lens = group_lens(n, k);
-    let floats: usize = 3 * lens.iter().sum::<usize>() + 2 * n;
-    let expected = floats
-        .checked_add(n)
+    // Three `[N]` arrays of statistics (two f32, one u32) for the ADC strategy.
+    let stats_words = if adc_stats(&header.density).is_some() {
+        3 * n
+    } else {
+        0
+    };
+    let expected = (3 * lens.iter().sum::<usize>())
+        .checked_add(stats_words)
         .and_then(|w| w.checked_mul(4))
         .unwrap_or(usize::MAX);
     let data = &body[header_len..];
@@ -225,12 +333,19 @@ pub fn read(path: &Path) -> crate::Result<Checkpoint> {
     let groups = lens.map(&mut f32s);
     let m = lens.map(&mut f32s);
     let v = lens.map(&mut f32s);
-    let grad_accum = f32s(n);
-    let max_radius_px = f32s(n);
-    let visible_count = data[at..at + 4 * n]
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
+    if let DensityState::Adc { stats, .. } = &mut header.density {
+        let grad_accum = f32s(n);
+        let max_radius_px = f32s(n);
+        let visible_count = data[at..at + 4 * n]
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        *stats = DensityStats {
+            grad_accum,
+            visible_count,
+            max_radius_px,
+        };
+    }
     Ok(Checkpoint {
         key: header.key,
         params: HostTrainState {
@@ -240,11 +355,7 @@ pub fn read(path: &Path) -> crate::Result<Checkpoint> {
             t: header.t,
             k,
         },
-        stats: DensityStats {
-            grad_accum,
-            visible_count,
-            max_radius_px,
-        },
+        density: header.density,
         state: header.state,
     })
 }
@@ -252,9 +363,17 @@ pub fn read(path: &Path) -> crate::Result<Checkpoint> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stages::train::StepTimings;
+    use crate::stages::train::rng::TrainRng;
+    use crate::stages::train::sampler::ViewSampler;
+    use crate::stages::train::trainer::Curves;
 
     fn sample() -> Checkpoint {
         let (n, k) = (3usize, 4usize);
+        let mut rng = TrainRng::new(7);
+        let mut sampler = ViewSampler::new(4);
+        sampler.next(&mut rng);
+        let rng = TrainRng::restore(7, rng.draws() + 12345);
         let lens = group_lens(n, k);
         let ramp = |len: usize, o: f32| (0..len).map(|i| i as f32 * 0.5 + o).collect::<Vec<_>>();
         Checkpoint {
@@ -266,26 +385,30 @@ mod tests {
                 t: [5, 5, 5, 4, 5],
                 k,
             },
-            stats: DensityStats {
-                grad_accum: vec![0.1, 0.2, 0.3],
-                visible_count: vec![1, 0, 7],
-                max_radius_px: vec![2.0, 0.0, 9.5],
+            density: DensityState::Adc {
+                stats: DensityStats {
+                    grad_accum: vec![0.1, 0.2, 0.3],
+                    visible_count: vec![1, 0, 7],
+                    max_radius_px: vec![2.0, 0.0, 9.5],
+                },
+                opacity_reset_done: true,
             },
             state: LoopState {
                 step: 42,
-                order: vec![3, 1],
-                opacity_reset_done: true,
-                loss_curve: vec![(10, 0.5), (20, 0.25)],
-                splat_count_curve: vec![(10, 3)],
-                psnr_curve: vec![(20, 18.5)],
-                window: (0.75, 2),
-                final_loss: Some(0.2),
+                sampler,
                 timing_sum: StepTimings {
                     total: 12.0,
                     ..Default::default()
                 },
                 train_s: 3.5,
-                rng_draws: 12345,
+                curves: Curves {
+                    loss: vec![(10, 0.5), (20, 0.25)],
+                    splat_count: vec![(10, 3)],
+                    psnr: vec![(20, 18.5)],
+                    window: (0.75, 2),
+                    last_loss: Some(0.2),
+                },
+                ..LoopState::new(rng, 4)
             },
         }
     }
@@ -301,6 +424,13 @@ mod tests {
         write(&path, &c).unwrap();
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(names.len(), 1);
+        // A strategy without per-splat statistics (MCMC) stores no statistics arrays.
+        let mcmc = Checkpoint {
+            density: DensityState::Mcmc,
+            ..c.clone()
+        };
+        write(&path, &mcmc).unwrap();
+        assert_eq!(read(&path).unwrap(), mcmc);
     }
 
     #[test]

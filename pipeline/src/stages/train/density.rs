@@ -20,6 +20,8 @@
 //!
 //! The decisions ([`plan_densify`]) are made on host copies, where the statistics live anyway; the
 //! row surgery ([`apply_plan`]) is burn `select` / `cat` on the parameter and moment tensors.
+//! [`Adc`] is the schedule around them, the training loop's [`DensityStrategy`] for the `inria`
+//! preset.
 
 use burn::tensor::{Int, Tensor, TensorData};
 use kiln_formats::splats::GaussianSplats;
@@ -27,6 +29,10 @@ use rand_distr::StandardNormal;
 
 use super::gaussians::{Gaussians, GaussiansAdam};
 use super::op::InnerBackend;
+use super::params::TrainParams;
+use super::rng::TrainRng;
+use super::store::{ParamStore, StepOutput};
+use super::strategy::{DensityState, DensityStrategy, SceneScale, prune_non_finite};
 
 type B = InnerBackend;
 
@@ -277,26 +283,22 @@ fn index_tensor(idx: impl IntoIterator<Item = usize>) -> Tensor<B, 1, Int> {
     Tensor::from_data(TensorData::new(v, [n]), &Default::default())
 }
 
-/// Apply `plan` to the parameter tensors, their Adam moments and the statistics.
+/// Apply `plan` to the parameter tensors and their Adam moments.
 ///
-/// - `host`: host copy of `g` (used for split sampling); `rng`: draws the split children.
+/// - `host`: host copy of `g` (used for split sampling); `rng`: draws the split children (three
+///   standard normal samples per child, nothing for a plan without splits).
 ///
-/// Returns nothing; afterwards `g`, `adam` and `stats` all have `plan.new_len()` rows. Statistics
-/// of kept rows are zeroed when `reset_stats` (after a densification), kept otherwise.
+/// Returns nothing; afterwards `g` and `adam` have `plan.new_len()` rows. The caller keeps
+/// per-splat statistics in step ([`DensityStats::remap`], or fresh ones after a densification).
 pub fn apply_plan(
     plan: &DensifyPlan,
     host: &GaussianSplats,
     g: &mut Gaussians,
     adam: &mut GaussiansAdam,
-    stats: &mut DensityStats,
-    reset_stats: bool,
     rng: &mut impl rand::Rng,
 ) {
     let old_n = g.len();
     if plan.is_identity(old_n) {
-        if reset_stats {
-            *stats = DensityStats::new(old_n);
-        }
         return;
     }
     let kept_and_cloned: Vec<usize> = plan.keep.iter().chain(&plan.clone).copied().collect();
@@ -349,12 +351,6 @@ pub fn apply_plan(
     adam.rotations.remap(&plan.keep, appended);
     adam.logit_opacities.remap(&plan.keep, appended);
     adam.sh_coeffs.remap(&plan.keep, appended);
-
-    if reset_stats {
-        *stats = DensityStats::new(plan.new_len());
-    } else {
-        stats.remap(&plan.keep, appended);
-    }
 }
 
 /// INRIA opacity reset: logit_opacities ← min(logit_opacities, logit(0.01)); the opacity moments
@@ -363,6 +359,119 @@ pub fn reset_opacities(g: &mut Gaussians, adam: &mut GaussiansAdam) {
     let cap = (RESET_OPACITY / (1.0 - RESET_OPACITY)).ln();
     g.logit_opacities = g.logit_opacities.clone().clamp_max(cap);
     adam.logit_opacities.reset();
+}
+
+/// INRIA adaptive density control as a [`DensityStrategy`] (Kerbl et al. 2023 §5.2; see the
+/// module docs): statistics from every step before `densify_until`; every `densify_every` steps
+/// in `(densify_from, densify_until)`, clone / split / prune ([`plan_densify`], at most
+/// `max_splats`) and fresh statistics; every `opacity_reset_every` steps before `densify_until`,
+/// an opacity reset ([`reset_opacities`]), after which large splats are pruned too. Every step
+/// first adds MCMC's position noise when `noise_lr` > 0 (0 in the INRIA recipe; see
+/// [`super::mcmc::perturb_positions`]).
+#[derive(Debug)]
+pub struct Adc<'a> {
+    params: &'a TrainParams,
+    scale: SceneScale,
+    stats: DensityStats,
+    opacity_reset_done: bool,
+}
+
+impl<'a> Adc<'a> {
+    /// The strategy of `params` for `n` initial splats in a scene of `scale`: no statistics yet,
+    /// no opacity reset yet.
+    pub fn new(params: &'a TrainParams, scale: SceneScale, n: usize) -> Self {
+        Self {
+            params,
+            scale,
+            stats: DensityStats::new(n),
+            opacity_reset_done: false,
+        }
+    }
+
+    /// One densification at step `step`: non-finite splats dropped, then clone / split / prune
+    /// by [`plan_densify`], then statistics from zero (as INRIA's `densification_postfix`).
+    fn densify(
+        &mut self,
+        store: &mut ParamStore,
+        rng: &mut TrainRng,
+        step: usize,
+    ) -> crate::Result<()> {
+        let cfg = DensifyConfig {
+            grad_threshold: self.params.densify_grad_threshold,
+            scene_extent: self.scale.extent,
+            prune_large: self.opacity_reset_done,
+            image_max_side: self.scale.image_max_side,
+            max_splats: self.params.max_splats,
+            grow: true,
+        };
+        store.with_host(|g, adam| {
+            let host = prune_non_finite(g, adam, self, rng).unwrap_or_else(|| g.to_host());
+            let plan = plan_densify(&host, &self.stats, &cfg);
+            tracing::debug!(
+                step,
+                before = host.len(),
+                cloned = plan.clone.len(),
+                split = plan.split.len(),
+                pruned = plan.pruned(host.len()),
+                "train: densify"
+            );
+            apply_plan(&plan, &host, g, adam, rng);
+            self.stats = DensityStats::new(plan.new_len());
+        })
+    }
+}
+
+impl DensityStrategy for Adc<'_> {
+    fn observe(&mut self, step: usize, out: &StepOutput) {
+        if step < self.params.densify_until
+            && let Some(g2d) = &out.means2d_grad_norm
+        {
+            self.stats.accumulate(g2d, &out.radii);
+        }
+    }
+
+    fn refine(
+        &mut self,
+        store: &mut ParamStore,
+        rng: &mut TrainRng,
+        step: usize,
+    ) -> crate::Result<()> {
+        super::mcmc::perturb_positions(store, self.params, self.scale.extent, step)?;
+        let p = self.params;
+        if step >= p.densify_until {
+            return Ok(());
+        }
+        if step > p.densify_from && step.is_multiple_of(p.densify_every) {
+            self.densify(store, rng, step)?;
+        }
+        if step.is_multiple_of(p.opacity_reset_every) {
+            store.with_host(reset_opacities)?;
+            self.opacity_reset_done = true;
+        }
+        Ok(())
+    }
+
+    fn keep_rows(&mut self, kept: &[usize]) {
+        self.stats.remap(kept, 0);
+    }
+
+    fn save(&self) -> DensityState {
+        DensityState::Adc {
+            stats: self.stats.clone(),
+            opacity_reset_done: self.opacity_reset_done,
+        }
+    }
+
+    fn restore(&mut self, saved: DensityState) {
+        if let DensityState::Adc {
+            stats,
+            opacity_reset_done,
+        } = saved
+        {
+            self.stats = stats;
+            self.opacity_reset_done = opacity_reset_done;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -472,14 +581,14 @@ mod tests {
     }
 
     #[test]
-    fn apply_plan_resizes_params_moments_and_stats() {
-        let (s, mut st) = scene();
+    fn apply_plan_resizes_params_and_moments() {
+        let (s, st) = scene();
         let plan = plan_densify(&s, &st, &cfg());
         let mut g = Gaussians::from_host(&s);
         let mut adam = GaussiansAdam::new(&g);
         adam.logit_opacities.m = vec![1.0; g.len()];
         let mut rng = SmallRng::seed_from_u64(1);
-        apply_plan(&plan, &s, &mut g, &mut adam, &mut st, true, &mut rng);
+        apply_plan(&plan, &s, &mut g, &mut adam, &mut rng);
         assert_eq!(g.len(), 5);
         assert_eq!(g.means.dims(), [5, 3]);
         assert_eq!(g.sh_coeffs.dims(), [5, 1, 3]);
@@ -490,7 +599,6 @@ mod tests {
         assert_eq!(host.sh_coeffs[9..12], [3.0, 4.0, 5.0]);
         assert!((host.log_scales[9] - (0.5f32 / 1.6).ln()).abs() < 1e-5);
         assert_eq!(adam.logit_opacities.m, vec![1.0, 1.0, 0.0, 0.0, 0.0]);
-        assert_eq!(st, DensityStats::new(5));
     }
 
     #[test]

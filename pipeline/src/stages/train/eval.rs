@@ -223,27 +223,48 @@ pub fn render_host(
     Ok(out.image)
 }
 
-/// Evaluate one view: metrics on 8-bit images (over the pixels of nonzero `weights` `[H, W]`
-/// when given: a masked capture's held-out views), and the side-by-side PNG written to
-/// `eval_dir/<name>.png` (ground truth left, render right; pixels of weight 0, which the
-/// metrics skip, washed out towards grey as `96 + v/4` on both sides).
+/// What [`evaluate_view`] renders: the splats on a device with the run's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct EvalRender<'a> {
+    /// The rasterizer: the CPU twin or the CUDA kernels.
+    pub renderer: &'a kiln_kernels::Renderer,
+    /// The trained splats (host copy; quaternions need not be normalised).
+    pub splats: &'a GaussianSplats,
+    /// SH degree to render with (≤ the degree the splats hold).
+    pub sh_degree: u32,
+    /// Background (linear RGB) and opacity rule, as in training.
+    pub options: &'a RenderOptions,
+}
+
+/// Evaluate one view: metrics on 8-bit images (over the pixels of nonzero
+/// `pixels.loss_weights` `[H, W]` when given: a masked capture's held-out views), and the
+/// side-by-side PNG written to `eval_dir/<stem>.png` ([`file_stem`] of `view.name`; ground truth
+/// left, render right; pixels of weight 0, which the metrics skip, washed out towards grey as
+/// `96 + v/4` on both sides).
+///
+/// - `render`: the splats and how to render them;
+/// - `view`: its name and camera (W × H); `pixels`: its loaded pixels (`image` `[H, W, 3]`
+///   linear RGB in [0, 1], checked against the camera by [`super::TrainView::load`]).
 ///
 /// # Errors
 /// [`crate::Error::Kernel`] from the render; [`crate::Error::Io`] when the PNG cannot be written.
 pub fn evaluate_view(
-    renderer: &kiln_kernels::Renderer,
-    splats: &GaussianSplats,
-    sh_degree: u32,
-    name: &str,
-    camera: &Camera,
-    ground_truth: &[f32],
-    weights: Option<&[f32]>,
-    options: &RenderOptions,
+    render: &EvalRender<'_>,
+    view: &super::TrainView,
+    pixels: &super::ViewPixels,
     eval_dir: &Path,
 ) -> crate::Result<ViewMetrics> {
+    let (name, camera) = (&view.name, &view.camera);
+    let weights = pixels.loss_weights.as_deref();
     let (w, h) = (camera.width as usize, camera.height as usize);
-    let render = quantise_u8(&render_host(renderer, splats, sh_degree, camera, options)?);
-    let gt = quantise_u8(ground_truth);
+    let render = quantise_u8(&render_host(
+        render.renderer,
+        render.splats,
+        render.sh_degree,
+        camera,
+        render.options,
+    )?);
+    let gt = quantise_u8(&pixels.image);
     let to_f = |v: &[u8]| v.iter().map(|&b| b as f32 / 255.0).collect::<Vec<f32>>();
     let (rf, gf) = (to_f(&render), to_f(&gt));
     let metrics = ViewMetrics {

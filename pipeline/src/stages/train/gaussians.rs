@@ -11,7 +11,7 @@ use kiln_formats::splats::GaussianSplats;
 use kiln_kernels::Renderer;
 use kiln_kernels::cpu::adam::LrScale;
 
-use super::adam::{AdamConfig, AdamState};
+use super::adam::{AdamConfig, AdamState, GroupUpdate};
 use super::op::{InnerBackend, TrainBackend, tensor_to_vec};
 use super::params::TrainParams;
 
@@ -32,7 +32,9 @@ pub struct Gaussians {
     pub sh_coeffs: Tensor<B, 3>,
 }
 
-/// The five parameter groups as autodiff leaves for one step (same shapes as [`Gaussians`]).
+/// The five parameter groups on the autodiff backend (same shapes as [`Gaussians`]): one step's
+/// leaves ([`Gaussians::leaves`]), or untracked tensors; the input of the render ops
+/// ([`super::op::rasterize`], [`super::op::render_loss`]).
 #[derive(Debug, Clone)]
 pub struct GaussianLeaves {
     /// `[N, 3]` world positions, metres.
@@ -225,12 +227,15 @@ impl GaussiansAdam {
                 .step(take(&mut g.means), gr, lr_means, None, &c, renderer)?;
         }
         if let Some(gr) = grads.log_scales {
+            let update = GroupUpdate {
+                lr: params.lr_log_scales,
+                lr_scale: None,
+                regulariser: reg[1],
+            };
             g.log_scales = self.log_scales.step_regularised(
                 take(&mut g.log_scales),
                 gr,
-                params.lr_log_scales,
-                None,
-                reg[1],
+                update,
                 &c,
                 renderer,
             )?;
@@ -246,12 +251,15 @@ impl GaussiansAdam {
             )?;
         }
         if let Some(gr) = grads.logit_opacities {
+            let update = GroupUpdate {
+                lr: params.lr_logit_opacities,
+                lr_scale: None,
+                regulariser: reg[3],
+            };
             g.logit_opacities = self.logit_opacities.step_regularised(
                 take(&mut g.logit_opacities),
                 gr,
-                params.lr_logit_opacities,
-                None,
-                reg[3],
+                update,
                 &c,
                 renderer,
             )?;

@@ -22,6 +22,9 @@
 //! Randomness: relocation and add draw from the trainer's counted stream; the per-step noise
 //! draws from a stream derived from (seed, step, block) so a resumed run need not replay it and
 //! the result does not depend on the thread count.
+//!
+//! [`Mcmc`] is the schedule around these operations, the training loop's [`DensityStrategy`] for
+//! the `mcmc` preset.
 
 use burn::tensor::{Tensor, TensorData};
 use kiln_formats::splats::GaussianSplats;
@@ -35,6 +38,10 @@ use rayon::prelude::*;
 use super::adam::AdamState;
 use super::gaussians::{Gaussians, GaussiansAdam};
 use super::op::tensor_to_vec;
+use super::params::TrainParams;
+use super::rng::TrainRng;
+use super::store::{ParamStore, StepOutput};
+use super::strategy::{DensityState, DensityStrategy, SceneScale, prune_non_finite};
 
 /// Splats at or below this opacity are dead and get relocated (gsplat `min_opacity` 0.005).
 pub const MIN_OPACITY: f32 = 0.005;
@@ -158,7 +165,7 @@ fn adam_groups(adam: &mut GaussiansAdam) -> [&mut AdamState; 5] {
 
 /// One MCMC refinement on the host form: relocate the dead, then grow by `growth` (a fraction)
 /// up to `cap` splats. `g` and `adam` keep matching row counts.
-pub fn refine(
+pub fn relocate_and_grow(
     g: &mut Gaussians,
     adam: &mut GaussiansAdam,
     cap: usize,
@@ -279,6 +286,83 @@ pub fn inject_noise(g: &mut Gaussians, scaler: f64, seed: u64, step: usize) {
     g.means = Tensor::from_data(TensorData::new(means, [n, 3]), &device);
 }
 
+/// MCMC's position noise of step `step` on `store` ([`inject_noise`] with scaler
+/// `noise_lr · lr_means(step)`, the means' learning rate for a scene of `extent` metres);
+/// nothing when `params.noise_lr` is 0.
+///
+/// # Errors
+/// [`crate::Error::Kernel`] for device failures while the state is copied to the host and back.
+pub fn perturb_positions(
+    store: &mut ParamStore,
+    params: &TrainParams,
+    extent: f32,
+    step: usize,
+) -> crate::Result<()> {
+    if params.noise_lr > 0.0 {
+        let scaler = params.noise_lr * params.lr_means(step, extent as f64);
+        store.with_host(|g, _| inject_noise(g, scaler, params.seed, step))?;
+    }
+    Ok(())
+}
+
+/// 3DGS as MCMC as a [`DensityStrategy`] (see the module docs): position noise every step
+/// ([`perturb_positions`]); every `densify_every` steps in `(densify_from, densify_until)`,
+/// non-finite splats dropped, dead splats relocated and the count grown by `mcmc_growth` up to the
+/// hard cap `max_splats` ([`relocate_and_grow`]). No gradient statistics, no opacity reset: it
+/// carries no state from step to step.
+#[derive(Debug)]
+pub struct Mcmc<'a> {
+    params: &'a TrainParams,
+    scale: SceneScale,
+}
+
+impl<'a> Mcmc<'a> {
+    /// The strategy of `params` in a scene of `scale`.
+    pub fn new(params: &'a TrainParams, scale: SceneScale) -> Self {
+        Self { params, scale }
+    }
+}
+
+impl DensityStrategy for Mcmc<'_> {
+    fn observe(&mut self, _step: usize, _out: &StepOutput) {}
+
+    fn refine(
+        &mut self,
+        store: &mut ParamStore,
+        rng: &mut TrainRng,
+        step: usize,
+    ) -> crate::Result<()> {
+        perturb_positions(store, self.params, self.scale.extent, step)?;
+        let p = self.params;
+        if !(step < p.densify_until
+            && step > p.densify_from
+            && step.is_multiple_of(p.densify_every))
+        {
+            return Ok(());
+        }
+        let done = store.with_host(|g, adam| {
+            prune_non_finite(g, adam, self, rng);
+            relocate_and_grow(g, adam, p.max_splats, p.mcmc_growth, rng)
+        })?;
+        tracing::debug!(
+            step,
+            relocated = done.relocated,
+            added = done.added,
+            splats = store.len(),
+            "train: mcmc refine"
+        );
+        Ok(())
+    }
+
+    fn keep_rows(&mut self, _kept: &[usize]) {}
+
+    fn save(&self) -> DensityState {
+        DensityState::Mcmc
+    }
+
+    fn restore(&mut self, _saved: DensityState) {}
+}
+
 /// Set the initial splats' opacity to `opacity` and multiply their scales by `scale` (the MCMC
 /// recipe starts from opacity 0.5).
 pub fn set_initial_opacity_and_scale(s: &mut GaussianSplats, opacity: f32, scale: f32) {
@@ -334,7 +418,7 @@ mod tests {
         let mut adam = GaussiansAdam::new(&g);
         adam.means.m.fill(1.0);
         let mut rng = SmallRng::seed_from_u64(3);
-        let r = refine(&mut g, &mut adam, 5, 0.5, &mut rng);
+        let r = relocate_and_grow(&mut g, &mut adam, 5, 0.5, &mut rng);
         // Rows 1 and 3 were dead; 4 · 1.5 = 6 capped at 5 → one added.
         assert_eq!(
             r,
@@ -365,7 +449,7 @@ mod tests {
         let s = scene(&[0.8, 0.001, 0.001, 0.001]);
         let mut g = Gaussians::from_host(&s);
         let mut adam = GaussiansAdam::new(&g);
-        refine(&mut g, &mut adam, 4, 0.05, &mut SmallRng::seed_from_u64(0));
+        relocate_and_grow(&mut g, &mut adam, 4, 0.05, &mut SmallRng::seed_from_u64(0));
         let h = g.to_host();
         let o = sigmoid(h.logit_opacities[0]);
         assert!((1.0 - (1.0 - o).powi(4) - 0.8).abs() < 1e-4, "{o}");

@@ -8,10 +8,16 @@
 //! - [`op`]: the rasterizer as one custom burn autodiff op;
 //! - [`loss`]: (1 − λ)·L1 + λ·(1 − SSIM) in burn tensor ops;
 //! - [`adam`]: Adam moments per group, stepped by the renderer's fused kernel;
-//! - [`density`]: clone / split / prune / opacity reset;
+//! - [`strategy`]: how the splat set changes ([`strategy::DensityStrategy`]), by the preset's
+//!   strategy: [`density`] (INRIA clone / split / prune / opacity reset) or [`mcmc`] (relocation,
+//!   growth to a hard cap, position noise);
 //! - [`gaussians`]: the parameter tensors and their optimizer state;
 //! - [`store`]: where they live during training (burn tensors on the CPU, or resident on a GPU);
-//! - [`checkpoint`]: the loop's whole state in one file, for resuming after a crash or a signal;
+//! - [`trainer`]: the training loop, one step after another, and its live state
+//!   ([`trainer::LoopState`]);
+//! - [`sampler`]: which view each step draws (also used by the splat tiler's refinement);
+//! - [`checkpoint`]: the run's whole state in one file, for resuming after a crash or a signal,
+//!   and the [`checkpoint::Checkpointer`] that writes and resumes it;
 //! - [`rng`]: the seeded RNG with a draw count, so a checkpoint can restore its position;
 //! - [`eval`]: PSNR/SSIM on held-out views, PNGs, `metrics.json` (with loss, held-out PSNR and
 //!   splat-count curves), `loss.svg`.
@@ -38,8 +44,11 @@ pub mod mcmc;
 pub mod op;
 pub mod params;
 pub mod rng;
+pub mod sampler;
 mod stage;
 pub mod store;
+pub mod strategy;
+pub mod trainer;
 pub mod views;
 
 use std::path::Path;
@@ -48,8 +57,6 @@ use std::time::Instant;
 use kiln_formats::capture::Split;
 use kiln_formats::splats::GaussianSplats;
 use kiln_kernels::{Camera, RenderOptions, Renderer};
-use rand::Rng;
-use rand::seq::SliceRandom;
 
 pub use frame::{FRAME_JSON, FrameInfo, frame_info, read_frame_info};
 pub use init::InitPoints;
@@ -57,9 +64,11 @@ pub use params::{Init, MaskMode, Preset, TrainParams};
 pub use stage::{Train, train_views};
 pub use views::{CacheStats, PixelLoader, Pixels, TrainView, ViewPixels};
 
-use density::{DensifyConfig, DensityStats};
-use gaussians::{Gaussians, GaussiansAdam};
+use checkpoint::Checkpointer;
+use gaussians::Gaussians;
 use store::ParamStore;
+use strategy::{DensityStrategy, SceneScale};
+use trainer::{Curves, LoopState, Trainer, Views};
 
 const STAGE: &str = "train";
 
@@ -245,8 +254,6 @@ fn check_views(views: &[TrainView]) -> crate::Result<()> {
     Ok(())
 }
 
-/// Prune splats with non-finite parameters. Returns the host copy after pruning when a host
-/// readback was needed, `None` when every parameter was finite (nothing read back).
 /// At most `cap` of `points`, a uniform random subset in their original order when there are
 /// more (so the initial splats already respect the hard cap `max_splats`).
 fn cap_points(points: &InitPoints, cap: usize, rng: &mut impl rand::Rng) -> InitPoints {
@@ -267,70 +274,41 @@ fn cap_points(points: &InitPoints, cap: usize, rng: &mut impl rand::Rng) -> Init
     }
 }
 
-/// `out = image + transparency·(bg − image_bg)` per pixel and channel: `image` (`[H, W, 3]`,
-/// composited over `image_bg`) re-composited over `bg`; `transparency` is `[H, W]`.
-fn composite_target(
-    out: &mut Vec<f32>,
-    image: &[f32],
-    transparency: &[f32],
-    bg: [f32; 3],
-    image_bg: [f32; 3],
-) {
-    let shift: [f32; 3] = std::array::from_fn(|c| bg[c] - image_bg[c]);
-    out.clear();
-    out.extend(
-        image
-            .chunks_exact(3)
-            .zip(transparency)
-            .flat_map(|(px, &t)| std::array::from_fn::<f32, 3, _>(|c| px[c] + t * shift[c])),
-    );
-}
-
-fn prune_non_finite(
-    g: &mut Gaussians,
-    adam: &mut GaussiansAdam,
-    stats: &mut DensityStats,
-    rng: &mut impl rand::Rng,
-) -> Option<GaussianSplats> {
-    if g.all_finite() {
-        return None;
-    }
-    let host = g.to_host();
-    let plan = density::plan_prune_non_finite(&host);
-    if plan.is_identity(host.len()) {
-        return Some(host);
-    }
-    tracing::warn!(
-        pruned = host.len() - plan.keep.len(),
-        "train: pruned splats with non-finite parameters"
-    );
-    density::apply_plan(&plan, &host, g, adam, stats, false, rng);
-    Some(g.to_host())
-}
-
-/// Train 3D Gaussian splats on posed images and evaluate them on held-out views.
+/// Trains 3D Gaussian splats on posed images on the CPU and evaluates them on held-out views.
 ///
-/// - `views`: posed images, any order (sorted by name here); every 8th (`params.eval_every`,
-///   index % 8 == 0) is held out for evaluation. With fewer than 2 views all views are trained on
-///   and evaluated (logged, and `eval_on_train_views` in `metrics.json`).
-/// - `init`: SfM points (world metres, RGB in [0, 1]); `None`, or `params.init` =
-///   [`Init::Random`] → `params.init_random_points` random points inside the training cameras'
-///   frustums.
-/// - `params`: recipe ([`TrainParams`], INRIA scaled to `steps`).
-/// - `out_dir`: stage directory; receives `splats.ply` (INRIA PLY), `metrics.json`, `loss.svg`
-///   and `eval/<name>.png` (ground truth left, render right). Created if missing.
-/// - `progress`: called after every step with `(step, total, loss)`, step in 1..=total.
+/// Guarantees: deterministic, bit for bit: the same views, points and `params` (seed included)
+/// give the same splats, report and files on any machine and thread count. When every splat
+/// vanishes (all pruned), the run restarts once from a denser start (`init_random_points` more
+/// random points; `metrics.json` `init.restarted`). Nothing is resumed or checkpointed (see
+/// [`train_checkpointed`]).
 ///
-/// Returns the trained splats (quaternions normalised, K = (params.sh_degree + 1)²) and a report.
-/// Parameters live on burn's `Autodiff<Flex>` CPU backend; the rasterizer is kiln-kernels' CPU
-/// twin. Deterministic for a given seed.
+/// - `views`: posed images, any order (sorted by name here), at least one; each an OpenCV pinhole
+///   camera with `world_to_camera` and pixels `[H, W, 3]` linear RGB in [0, 1] (optional
+///   `[H, W]` transparency and loss weights, [`ViewPixels`]). Held out for evaluation: the
+///   capture's declared test (else val) views; else every `params.eval_every`-th view by name
+///   (index % `eval_every` == 0); with fewer than 2 views, or `eval_every` = 0, every view is
+///   trained on and evaluated (logged, and `eval_on_train_views` in `metrics.json`).
+/// - `init`: SfM points (world metres, RGB in [0, 1]), or `None`. With `params.init` =
+///   [`Init::Auto`] they are used (points on a camera centre dropped, at most `max_splats`) and
+///   topped up with `init_random_points` random points in the training cameras' frustums when
+///   there are fewer than `init_min_points`; without points, or with [`Init::Random`],
+///   `init_random_points` random points.
+/// - `params`: the recipe ([`TrainParams`]: INRIA or MCMC scaled to `steps`), checked first.
+/// - `out_dir`: the stage directory, created if missing; receives `splats.ply` (INRIA PLY),
+///   `frame.json`, `metrics.json`, `loss.svg` and `eval/<name>.png` (ground truth left, render
+///   right).
+/// - `progress`: called after every step with `(step, total, loss)`, step in 1..=total (from 1
+///   again after a restart).
+///
+/// Returns the trained splats (quaternions normalised, splats with opacity below
+/// [`density::MIN_OPACITY`] dropped, K = (`params.sh_degree` + 1)²) and the [`TrainReport`].
 ///
 /// # Errors
 /// - [`crate::Error::Param`]: a parameter out of range, or no views;
 /// - [`crate::Error::Input`]: an image whose length is not H·W·3 or holds non-finite values;
 /// - [`crate::Error::Kernel`]: the rasterizer rejected a camera or inputs;
-/// - [`crate::Error::Numeric`]: the loss became non-finite, or every splat vanished (also after
-///   the one restart from a denser start);
+/// - [`crate::Error::Numeric`]: the loss became non-finite, or every splat vanished again after
+///   the restart;
 /// - [`crate::Error::Io`] / [`crate::Error::Format`]: an output file could not be written.
 pub fn train(
     views: Vec<TrainView>,
@@ -339,14 +317,37 @@ pub fn train(
     out_dir: &Path,
     progress: &dyn Fn(usize, usize, f64),
 ) -> crate::Result<(GaussianSplats, TrainReport)> {
-    train_on(&Renderer::Cpu, views, init, params, out_dir, progress)
+    train_checkpointed(&Renderer::Cpu, views, init, params, out_dir, progress, None)
 }
 
-/// [`train`] with the rasterizer on `renderer` (CPU twin or CUDA). Same contract; with a GPU
-/// renderer the results match the CPU's to float rounding (`kiln selftest`), not bit for bit.
+/// Trains 3D Gaussian splats on posed images with the rasterizer on `renderer` and evaluates
+/// them on held-out views.
+///
+/// Guarantees: on [`Renderer::Cpu`], the results of [`train`] (bit for bit). On a GPU renderer
+/// (or the host emulator) the parameters, their moments and the targets stay resident on the
+/// device and the results match the CPU's to float rounding (`kiln selftest`), not bit for bit;
+/// the report names the device and its peak memory. The one restart after every splat vanished
+/// is as in [`train`]; nothing is resumed or checkpointed.
+///
+/// - `renderer`: the rasterizer's device: the CPU twin, a CUDA GPU, or the emulator.
+/// - `views`: posed images, at least one (OpenCV pinhole cameras with `world_to_camera`, pixels
+///   `[H, W, 3]` linear RGB in [0, 1]), held out as for [`train`] (declared split, else every
+///   `params.eval_every`-th by name).
+/// - `init`: SfM points (world metres, RGB in [0, 1]) or `None`, used as [`TrainParams::init`]
+///   says.
+/// - `params`: the recipe ([`TrainParams`]), checked first.
+/// - `out_dir`: the stage directory (created if missing): `splats.ply`, `frame.json`,
+///   `metrics.json`, `loss.svg`, `eval/<name>.png`.
+/// - `progress`: called after every step with `(step, total, loss)`, step in 1..=total.
+///
+/// Returns the trained splats (quaternions normalised, K = (`params.sh_degree` + 1)²) and the
+/// [`TrainReport`].
 ///
 /// # Errors
-/// As [`train`], plus [`crate::Error::Kernel`] for device failures.
+/// [`crate::Error::Param`] (a parameter out of range, no views), [`crate::Error::Input`] (a bad
+/// image), [`crate::Error::Kernel`] (the rasterizer rejected its inputs, or the device failed or
+/// ran out of memory), [`crate::Error::Numeric`] (non-finite loss, or every splat vanished again
+/// after the restart), [`crate::Error::Io`] / [`crate::Error::Format`] (an output file).
 pub fn train_on(
     renderer: &Renderer,
     views: Vec<TrainView>,
@@ -358,28 +359,42 @@ pub fn train_on(
     train_checkpointed(renderer, views, init, params, out_dir, progress, None)
 }
 
-/// Where a run keeps its checkpoint and what identifies it.
-#[derive(Debug, Clone)]
-pub struct CheckpointPolicy {
-    /// The checkpoint file (kept outside the stage's output folder, which is rebuilt per attempt).
-    pub path: std::path::PathBuf,
-    /// The stage's cache key: a checkpoint with another key is ignored (and later overwritten).
-    pub key: String,
-    /// Polled after every step; `true` writes a checkpoint and stops with
-    /// [`crate::Error::Interrupted`]. Job runs pass [`crate::interrupt::stop_requested`].
-    pub stop: fn() -> bool,
-}
-
-/// [`train_on`] with checkpoints: with a `checkpoint` policy, a checkpoint with the same key is
-/// resumed from (the result is the same, bit for bit on the CPU, as an uninterrupted run), a
-/// checkpoint is written every [`TrainParams::checkpoint_every`] steps, and when the policy's
-/// `stop` says so (SIGINT/SIGTERM in the CLI, through [`crate::interrupt`]) one is written and
-/// [`crate::Error::Interrupted`] returned. The caller removes the checkpoint once the stage's
-/// output is committed.
+/// Trains 3D Gaussian splats on posed images with the rasterizer on `renderer`, evaluates them
+/// on held-out views, and, with a `checkpointer`, survives interruptions: the stage's entry
+/// point.
+///
+/// Guarantees, with a `checkpointer`:
+/// - a checkpoint with the same key that fits the run (same views, SH size, strategy; not past
+///   the last step) is resumed from, and the result equals the uninterrupted run's (bit for bit
+///   on the CPU); a checkpoint of another key or that does not fit is ignored and overwritten;
+/// - one is written every [`Checkpointer::every`] steps, and when [`Checkpointer::stop`] says so
+///   (SIGINT/SIGTERM in the CLI, through [`crate::interrupt`]) one is written and the run stops
+///   with [`crate::Error::Interrupted`]; a stop during the last step lets the run finish;
+/// - when every splat vanished and the run restarts from a denser start, the checkpoint is
+///   deleted first. The caller removes it once the stage's output is committed.
+///
+/// Without one, this is [`train_on`]. Determinism, device and the restart: as [`train_on`]
+/// states them.
+///
+/// - `renderer`: the rasterizer's device (CPU twin, CUDA GPU or emulator).
+/// - `views`: posed images, at least one (OpenCV pinhole cameras with `world_to_camera`, pixels
+///   `[H, W, 3]` linear RGB in [0, 1]), held out as for [`train`].
+/// - `init`: SfM points (world metres, RGB in [0, 1]) or `None`, used as [`TrainParams::init`]
+///   says.
+/// - `params`: the recipe ([`TrainParams`]), checked first; part of the checkpoint's key.
+/// - `out_dir`: the stage directory (created if missing; rebuilt per attempt by the caller):
+///   `splats.ply`, `frame.json`, `metrics.json`, `loss.svg`, `eval/<name>.png`.
+/// - `progress`: called after every step with `(step, total, loss)`; a resumed run starts at the
+///   step after its checkpoint.
+/// - `checkpointer`: where checkpoints go and when ([`Checkpointer`]), or `None`.
+///
+/// Returns the trained splats (quaternions normalised, K = (`params.sh_degree` + 1)²) and the
+/// [`TrainReport`].
 ///
 /// # Errors
-/// As [`train_on`]; [`crate::Error::Interrupted`] when stopped by a signal; an unreadable
-/// checkpoint file is an [`crate::Error::Input`] naming it (delete it to start afresh).
+/// As listed for [`train_on`], plus [`crate::Error::Interrupted`] when stopped (the checkpoint
+/// was written); an unreadable checkpoint file is an [`crate::Error::Input`] naming it (delete it
+/// to start afresh), one that cannot be written an [`crate::Error::Io`].
 pub fn train_checkpointed(
     renderer: &Renderer,
     views: Vec<TrainView>,
@@ -387,25 +402,27 @@ pub fn train_checkpointed(
     params: &TrainParams,
     out_dir: &Path,
     progress: &dyn Fn(usize, usize, f64),
-    checkpoint: Option<&CheckpointPolicy>,
+    checkpointer: Option<&Checkpointer>,
 ) -> crate::Result<(GaussianSplats, TrainReport)> {
-    let attempt = |views, init, denser| {
-        train_attempt(
-            renderer, views, init, params, out_dir, progress, checkpoint, denser,
-        )
+    let run = Run {
+        renderer,
+        params,
+        out_dir,
+        progress,
+        checkpointer,
     };
-    match attempt(views.clone(), init.clone(), false) {
+    match train_attempt(run, views.clone(), init.clone(), Start::Initial) {
         Err(e) if splats_vanished(&e) => {
             tracing::warn!(
                 error = %e,
                 "train: every splat vanished; restarting once from a denser start \
                  (init_random_points more random points)"
             );
-            if let Some(policy) = checkpoint {
-                // The checkpoint holds the failed attempt's state: the restart must not resume it.
-                let _ = std::fs::remove_file(&policy.path);
+            if let Some(c) = checkpointer {
+                // It holds the failed attempt's state: the restart must not resume it.
+                c.discard();
             }
-            attempt(views, init, true).map_err(|e| match e {
+            train_attempt(run, views, init, Start::Denser).map_err(|e| match e {
                 crate::Error::Numeric {
                     stage,
                     step,
@@ -435,309 +452,254 @@ fn splats_vanished(e: &crate::Error) -> bool {
     matches!(e, crate::Error::Numeric { problem, .. } if problem.starts_with(VANISHED))
 }
 
-/// One training run of [`train_checkpointed`]; `denser` starts it from
-/// `init_random_points` more random points (the restart).
-#[allow(clippy::too_many_arguments)]
+/// Which start a training attempt begins from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// The capture's SfM points, topped up with random points as `params` says.
+    Initial,
+    /// The one restart after every splat vanished: `init_random_points` more random points.
+    Denser,
+}
+
+/// What every attempt of one run shares: the device, the recipe, where outputs go, who hears
+/// about progress, and the checkpoints.
+#[derive(Clone, Copy)]
+struct Run<'a> {
+    renderer: &'a Renderer,
+    params: &'a TrainParams,
+    out_dir: &'a Path,
+    progress: &'a dyn Fn(usize, usize, f64),
+    checkpointer: Option<&'a Checkpointer>,
+}
+
+/// One training attempt of `run` from `start`: prepare the views, initialise the splats, resume
+/// from a checkpoint when one fits, train, clean up, evaluate and write the outputs.
 fn train_attempt(
-    renderer: &Renderer,
+    run: Run<'_>,
     views: Vec<TrainView>,
     init: Option<InitPoints>,
-    params: &TrainParams,
-    out_dir: &Path,
-    progress: &dyn Fn(usize, usize, f64),
-    checkpoint: Option<&CheckpointPolicy>,
-    denser: bool,
+    start: Start,
 ) -> crate::Result<(GaussianSplats, TrainReport)> {
     let started = Instant::now();
+    let params = run.params;
     params.validate()?;
-    check_views(&views)?;
-    let (train_views, test_views, eval_on_train) = split_views(views, params.eval_every);
-    if eval_on_train {
-        tracing::warn!(
-            views = train_views.len(),
-            "train: fewer than 2 views or eval_every = 0; training and evaluating on all views"
-        );
+    let mut scene = Scene::load(views, params)?;
+    let mut rng = rng::TrainRng::new(params.seed);
+    let (host_init, init_summary) =
+        initial_splats(init, params, &scene.init_cameras(), start, &mut rng)?;
+    scene.log_start(host_init.len(), params.steps);
+    let k = host_init.sh_coeffs_per_channel();
+    let mut store = ParamStore::new(run.renderer, Gaussians::from_host(&host_init))?;
+    drop(host_init);
+    let mut strategy = strategy::for_params(params, scene.scale, store.len());
+    let mut state = LoopState::new(rng, scene.train_views.len());
+    // While a checkpointed run is going, SIGINT/SIGTERM ask it to stop instead of killing it.
+    let armed = run.checkpointer.map(Checkpointer::arm);
+    if let Some(c) = resume_point(run, &scene, k)? {
+        store = ParamStore::from_state(run.renderer, c.params)?;
+        strategy.restore(c.density);
+        state = c.state;
     }
-    // Every view is decoded and checked once before training, so a bad photo fails the run now
-    // rather than at the step that first draws it; the cache keeps the last ones it can hold.
-    let mut cache = views::ViewCache::new(params.image_cache_mb.saturating_mul(1 << 20));
-    cache.warm(&train_views)?;
-    if !eval_on_train {
-        for v in &test_views {
-            v.load()?;
+    trainer(run, &mut scene).run(&mut store, strategy.as_mut(), &mut state)?;
+    let splats = final_splats(&mut store, strategy.as_mut(), &mut state.rng, params)?;
+    let per_view = evaluate_held_out(
+        run.renderer,
+        &splats,
+        params,
+        &scene.test_views,
+        &render_options(params),
+        run.out_dir,
+    )?;
+    let n_eval = per_view.len().max(1) as f64;
+    let psnr_db = per_view.iter().map(|m| m.psnr_db).sum::<f64>() / n_eval;
+    let ssim = per_view.iter().map(|m| m.ssim).sum::<f64>() / n_eval;
+    state.curves.psnr.push((params.steps, psnr_db));
+    write_run_files(run.out_dir, &splats, &scene.all_cameras, &state.curves.loss)?;
+    let steps_per_s = params.steps as f64 / state.train_s.max(1e-9);
+    let report = TrainReport {
+        splats: splats.len(),
+        steps: params.steps,
+        psnr_db,
+        ssim,
+        train_views: scene.train_views.len(),
+        test_views: scene.test_views.len(),
+        wall_s: started.elapsed().as_secs_f64(),
+        steps_per_s,
+        final_loss: state.curves.last_loss.unwrap_or(f64::NAN),
+        device: run.renderer.device_label(),
+        device_name: run.renderer.device_name(),
+        peak_device_bytes: run.renderer.peak_device_bytes(),
+        step_ms: state.timing_sum.scaled(1.0 / params.steps.max(1) as f64),
+        init: init_summary,
+    };
+    write_metrics(run.out_dir, &report, per_view, &scene, state.curves)?;
+    tracing::info!(
+        splats = report.splats,
+        psnr_db,
+        ssim,
+        steps_per_s,
+        wall_s = report.wall_s,
+        "train: done"
+    );
+    // Held to here: a signal during the final evaluation lets the stage finish and be kept.
+    drop(armed);
+    Ok((splats, report))
+}
+
+/// The views one attempt trains and evaluates on, the cache their pixels go through, and the
+/// scene's scale.
+struct Scene {
+    /// Training views, sorted by name.
+    train_views: Vec<TrainView>,
+    /// Held-out views (the training views when nothing is held out).
+    test_views: Vec<TrainView>,
+    /// True when the held-out views are the training views.
+    eval_on_train: bool,
+    /// The bounded cache of the training views' pixels.
+    cache: views::ViewCache,
+    /// The training cameras' extent and image size.
+    scale: SceneScale,
+    /// The training views' cameras.
+    train_cameras: Vec<Camera>,
+    /// Every view's camera, training views first.
+    all_cameras: Vec<Camera>,
+}
+
+impl Scene {
+    /// Splits `views` ([`split_views`]) and decodes and checks every view once before training,
+    /// so a bad photo fails the run now rather than at the step that first draws it (the cache
+    /// keeps the last ones it can hold).
+    ///
+    /// # Errors
+    /// [`crate::Error::Param`] without views; view loading errors.
+    fn load(views: Vec<TrainView>, params: &TrainParams) -> crate::Result<Self> {
+        check_views(&views)?;
+        let (train_views, test_views, eval_on_train) = split_views(views, params.eval_every);
+        if eval_on_train {
+            tracing::warn!(
+                views = train_views.len(),
+                "train: fewer than 2 views or eval_every = 0; training and evaluating on all views"
+            );
+        }
+        let mut cache = views::ViewCache::new(params.image_cache_mb.saturating_mul(1 << 20));
+        cache.warm(&train_views)?;
+        if !eval_on_train {
+            for v in &test_views {
+                v.load()?;
+            }
+        }
+        // INRIA `getNerfppNorm` uses the training cameras only.
+        let train_cameras: Vec<Camera> = train_views.iter().map(|v| v.camera).collect();
+        let scale = SceneScale {
+            extent: init::scene_extent(&train_cameras),
+            image_max_side: train_cameras
+                .iter()
+                .map(|c| c.width.max(c.height))
+                .max()
+                .unwrap_or(1),
+        };
+        let all_cameras = train_views
+            .iter()
+            .chain(test_views.iter())
+            .map(|v| v.camera)
+            .collect();
+        Ok(Self {
+            train_views,
+            test_views,
+            eval_on_train,
+            cache,
+            scale,
+            train_cameras,
+            all_cameras,
+        })
+    }
+
+    /// The cameras initialisation works from.
+    fn init_cameras(&self) -> InitCameras<'_> {
+        InitCameras {
+            train: &self.train_cameras,
+            all: &self.all_cameras,
+            extent: self.scale.extent,
         }
     }
-    // INRIA `getNerfppNorm` uses the training cameras only.
-    let train_cameras: Vec<Camera> = train_views.iter().map(|v| v.camera).collect();
-    let extent = init::scene_extent(&train_cameras);
-    let image_max_side = train_cameras
-        .iter()
-        .map(|c| c.width.max(c.height))
-        .max()
-        .unwrap_or(1);
-    let mut rng = rng::TrainRng::new(params.seed);
 
-    let all_cameras: Vec<Camera> = train_views
-        .iter()
-        .chain(test_views.iter())
-        .map(|v| v.camera)
-        .collect();
-    let init_cameras = InitCameras {
-        train: &train_cameras,
-        all: &all_cameras,
-        extent,
-    };
-    let (host_init, init_summary) = initial_splats(init, params, &init_cameras, denser, &mut rng)?;
-    tracing::info!(
-        splats = host_init.len(),
-        train_views = train_views.len(),
-        test_views = test_views.len(),
-        scene_extent = extent,
-        steps = params.steps,
-        "train: start"
-    );
+    /// Logs the start of training from `splats` initial splats for `steps` steps.
+    fn log_start(&self, splats: usize, steps: usize) {
+        tracing::info!(
+            splats,
+            train_views = self.train_views.len(),
+            test_views = self.test_views.len(),
+            scene_extent = self.scale.extent,
+            steps,
+            "train: start"
+        );
+    }
+}
 
-    let mut store = ParamStore::new(renderer, Gaussians::from_host(&host_init))?;
-    let mut stats = DensityStats::new(store.len());
-    let k_init = host_init.sh_coeffs_per_channel();
-    drop(host_init);
-    let options = RenderOptions {
+/// The training loop of `run` over `scene`'s views, at the run's render options.
+fn trainer<'a>(run: Run<'a>, scene: &'a mut Scene) -> Trainer<'a> {
+    Trainer {
+        renderer: run.renderer,
+        params: run.params,
+        views: Views {
+            train: &scene.train_views,
+            test: &scene.test_views,
+            cache: &mut scene.cache,
+        },
+        extent: scene.scale.extent,
+        options: render_options(run.params),
+        progress: run.progress,
+        checkpointer: run.checkpointer,
+        step_target: Vec::new(),
+    }
+}
+
+/// The run's render options: `params`' background, opacity rule and densification statistic.
+fn render_options(params: &TrainParams) -> RenderOptions {
+    RenderOptions {
         background: params.background,
         antialiased: params.antialiased,
         absgrad: params.absgrad,
+    }
+}
+
+/// The checkpoint `run` continues from, if it has one of its key that fits this attempt: not
+/// past the last step, the same SH size `k`, the same number of training views, seed and
+/// density strategy.
+///
+/// # Errors
+/// As [`Checkpointer::resume`].
+fn resume_point(
+    run: Run<'_>,
+    scene: &Scene,
+    k: usize,
+) -> crate::Result<Option<checkpoint::Checkpoint>> {
+    let Some(checkpointer) = run.checkpointer else {
+        return Ok(None);
     };
-    // Reused across steps: the target composited over a random background.
-    let mut step_target: Vec<f32> = Vec::new();
+    let params = run.params;
+    checkpointer.resume(|c| {
+        c.state.step < params.steps
+            && c.params.k == k
+            && c.state.sampler.views() == scene.train_views.len()
+            && c.state.rng.seed() == params.seed
+            && c.density.preset() == params.preset
+    })
+}
 
-    let curve_every = (params.steps / 200).max(1);
-    let mut loss_curve: Vec<(usize, f64)> = Vec::new();
-    // Report curves (metrics.json): splat count at every loss sample; held-out PSNR at
-    // PSNR_CURVE_EVALUATIONS steps spread over the run (the final value is added after eval).
-    let mut splat_count_curve: Vec<(usize, usize)> = Vec::new();
-    let mut psnr_curve: Vec<(usize, f64)> = Vec::new();
-    let psnr_every = params
-        .steps
-        .div_ceil(params.psnr_curve_evaluations + 1)
-        .max(1);
-    let (mut window_sum, mut window_n) = (0.0f64, 0usize);
-    let mut order: Vec<usize> = Vec::new();
-    let mut final_loss = f64::NAN;
-    let mut opacity_reset_done = false;
-    let train_started = Instant::now();
-    let mut log_mark = (Instant::now(), 0usize);
-
-    let mut timing_sum = StepTimings::default();
-    let mut train_s_before = 0.0;
-    let mut first_step = 1;
-    // While a checkpointed run is going, SIGINT/SIGTERM ask it to stop instead of killing it.
-    let resumable = checkpoint.map(|_| crate::interrupt::Checkpointable::begin());
-    if let Some(policy) = checkpoint {
-        checkpoint::remove_stale_temporaries(&policy.path);
-    }
-    if let Some(policy) = checkpoint.filter(|p| p.path.exists()) {
-        let c = checkpoint::read(&policy.path)?;
-        if c.key != policy.key {
-            tracing::warn!(checkpoint = %policy.path.display(),
-                "train: ignoring a checkpoint of another configuration (it will be overwritten)");
-        } else if c.state.step >= params.steps
-            || c.params.k != k_init
-            || c.state.order.iter().any(|&i| i >= train_views.len())
-        {
-            tracing::warn!(checkpoint = %policy.path.display(), step = c.state.step,
-                "train: ignoring a checkpoint that does not fit this run");
-        } else {
-            tracing::info!(checkpoint = %policy.path.display(), step = c.state.step,
-                splats = c.params.len(), "train: resuming from checkpoint");
-            store = ParamStore::from_state(renderer, c.params)?;
-            stats = c.stats;
-            let l = c.state;
-            first_step = l.step + 1;
-            order = l.order;
-            opacity_reset_done = l.opacity_reset_done;
-            loss_curve = l.loss_curve;
-            splat_count_curve = l.splat_count_curve;
-            psnr_curve = l.psnr_curve;
-            (window_sum, window_n) = l.window;
-            final_loss = l.final_loss.unwrap_or(f64::NAN);
-            timing_sum = l.timing_sum;
-            train_s_before = l.train_s;
-            rng = rng::TrainRng::restore(params.seed, l.rng_draws);
-            log_mark.1 = l.step;
-        }
-    }
-    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
-    for step in first_step..=params.steps {
-        let step_clock = Instant::now();
-        let sh_degree = match params.sh_increase_every {
-            0 => params.sh_degree,
-            every => params.sh_degree.min((step / every) as u32),
-        };
-        if order.is_empty() {
-            order = (0..train_views.len()).collect();
-            order.shuffle(&mut rng);
-        }
-        let vi = order.pop().unwrap_or(0);
-        let view = &train_views[vi];
-        let pixels = cache.get(vi, view)?;
-
-        if !store.all_finite()? {
-            store.with_host(|g, adam| prune_non_finite(g, adam, &mut stats, &mut rng))?;
-        }
-        if store.is_empty() {
-            return Err(crate::Error::Numeric {
-                stage: STAGE,
-                step,
-                problem: format!(
-                    "{VANISHED}: all were pruned (parameters non-finite or transparent)"
-                ),
-            });
-        }
-
-        // gsplat `random_bkgd`: a fresh colour each step, the target composited over it too.
-        let (options, refresh_target) = match (params.random_background, &pixels.transparency) {
-            (false, _) => (options, false),
-            (true, transparency) => {
-                let bg: [f32; 3] = std::array::from_fn(|_| rng.random::<f32>());
-                if let Some(t) = transparency {
-                    composite_target(&mut step_target, &pixels.image, t, bg, params.background);
-                }
-                (
-                    RenderOptions {
-                        background: bg,
-                        ..options
-                    },
-                    transparency.is_some(),
-                )
-            }
-        };
-        let target = if refresh_target {
-            &step_target
-        } else {
-            &pixels.image
-        };
-        let out = store.step(
-            renderer,
-            &view.camera,
-            vi,
-            target,
-            pixels.loss_weights.as_deref(),
-            refresh_target,
-            sh_degree,
-            &options,
-            params,
-            params.lr_means(step, extent as f64),
-            step,
-        )?;
-        let loss_value = out.loss;
-        if !loss_value.is_finite() {
-            return Err(crate::Error::Numeric {
-                stage: STAGE,
-                step,
-                problem: format!("loss is {loss_value} on view `{}`", view.name),
-            });
-        }
-        timing_sum.add(&out.timings);
-        if step < params.densify_until
-            && let Some(g2d) = &out.means2d_grad_norm
-        {
-            stats.accumulate(g2d, &out.radii);
-        }
-        let optimizer_clock = Instant::now();
-
-        refine_density(
-            &mut store,
-            &mut stats,
-            &mut rng,
-            params,
-            step,
-            extent,
-            image_max_side,
-            &mut opacity_reset_done,
-        )?;
-        timing_sum.optimizer += ms(optimizer_clock);
-        timing_sum.total += ms(step_clock);
-
-        final_loss = loss_value;
-        window_sum += loss_value;
-        window_n += 1;
-        if step % curve_every == 0 || step == params.steps {
-            loss_curve.push((step, window_sum / window_n as f64));
-            splat_count_curve.push((step, store.len()));
-            (window_sum, window_n) = (0.0, 0);
-        }
-        // Read-only: renders a host copy, so training (and its RNG stream) is unchanged.
-        if params.psnr_curve_evaluations > 0
-            && step.is_multiple_of(psnr_every)
-            && step < params.steps
-        {
-            let db = eval::held_out_psnr(
-                renderer,
-                &store.to_host()?,
-                sh_degree,
-                &test_views,
-                &options,
-            )?;
-            psnr_curve.push((step, db));
-        }
-        progress(step, params.steps, loss_value);
-        if step % params.log_every.max(1) == 0 || step == params.steps {
-            let dt = log_mark.0.elapsed().as_secs_f64().max(1e-9);
-            tracing::info!(
-                step,
-                total = params.steps,
-                loss = loss_value,
-                splats = store.len(),
-                sh_degree,
-                steps_per_s = (step - log_mark.1) as f64 / dt,
-                "train"
-            );
-            log_mark = (Instant::now(), step);
-        }
-        if let Some(policy) = checkpoint {
-            let stop = (policy.stop)();
-            let due = params.checkpoint_every > 0 && step % params.checkpoint_every == 0;
-            if (stop || due) && step < params.steps {
-                let c = checkpoint::Checkpoint {
-                    key: policy.key.clone(),
-                    params: store.state()?,
-                    stats: stats.clone(),
-                    state: checkpoint::LoopState {
-                        step,
-                        order: order.clone(),
-                        opacity_reset_done,
-                        loss_curve: loss_curve.clone(),
-                        splat_count_curve: splat_count_curve.clone(),
-                        psnr_curve: psnr_curve.clone(),
-                        window: (window_sum, window_n),
-                        final_loss: Some(final_loss),
-                        timing_sum,
-                        train_s: train_s_before + train_started.elapsed().as_secs_f64(),
-                        rng_draws: rng.draws(),
-                    },
-                };
-                checkpoint::write(&policy.path, &c)?;
-                tracing::debug!(step, path = %policy.path.display(), "train: checkpoint written");
-            }
-            // A stop during the last step lets the stage finish (no checkpoint is needed); the
-            // job then stops before its next stage (`run::run_stage`).
-            if stop && step < params.steps {
-                return Err(crate::Error::Interrupted {
-                    stage: STAGE,
-                    at: format!("after step {step}"),
-                    resume: format!(
-                        "checkpoint written to {}; run the same job again to resume",
-                        policy.path.display()
-                    ),
-                });
-            }
-        }
-    }
-    let train_s = train_s_before + train_started.elapsed().as_secs_f64();
-    let steps_per_s = params.steps as f64 / train_s.max(1e-9);
-
-    // Final clean-up: drop non-finite and fully transparent splats, normalise quaternions.
+/// The trained splats as the run returns them: non-finite splats dropped (the strategy told),
+/// then [`finalize`]d, at `params.sh_degree`.
+///
+/// # Errors
+/// [`crate::Error::Numeric`] when none is left; device failures.
+fn final_splats(
+    store: &mut ParamStore,
+    strategy: &mut dyn DensityStrategy,
+    rng: &mut rng::TrainRng,
+    params: &TrainParams,
+) -> crate::Result<GaussianSplats> {
     let host = store.with_host(|g, adam| {
-        prune_non_finite(g, adam, &mut stats, &mut rng).unwrap_or_else(|| g.to_host())
+        strategy::prune_non_finite(g, adam, strategy, rng).unwrap_or_else(|| g.to_host())
     })?;
     let mut splats = finalize(host);
     if splats.is_empty() {
@@ -748,74 +710,55 @@ fn train_attempt(
         });
     }
     splats.sh_degree = params.sh_degree;
+    Ok(splats)
+}
 
-    let per_view = evaluate_held_out(renderer, &splats, params, &test_views, &options, out_dir)?;
-    let n_eval = per_view.len().max(1) as f64;
-    let psnr_db = per_view.iter().map(|m| m.psnr_db).sum::<f64>() / n_eval;
-    let ssim = per_view.iter().map(|m| m.ssim).sum::<f64>() / n_eval;
-    psnr_curve.push((params.steps, psnr_db));
-
-    write_run_files(out_dir, &splats, &all_cameras, &loss_curve)?;
-    let wall_s = started.elapsed().as_secs_f64();
-    let report = TrainReport {
-        splats: splats.len(),
-        steps: params.steps,
-        psnr_db,
-        ssim,
-        train_views: train_views.len(),
-        test_views: test_views.len(),
-        wall_s,
-        steps_per_s,
-        final_loss,
-        device: renderer.device_label(),
-        device_name: renderer.device_name(),
-        peak_device_bytes: renderer.peak_device_bytes(),
-        step_ms: timing_sum.scaled(1.0 / params.steps.max(1) as f64),
-        init: init_summary,
-    };
+/// `metrics.json` into `out_dir`: the `report`'s figures with the per-view metrics, the image
+/// cache's statistics and the `curves`.
+///
+/// # Errors
+/// [`crate::Error::Io`] when the file cannot be written.
+fn write_metrics(
+    out_dir: &Path,
+    report: &TrainReport,
+    per_view: Vec<eval::ViewMetrics>,
+    scene: &Scene,
+    curves: Curves,
+) -> crate::Result<()> {
     let metrics = eval::Metrics {
         device: report.device.clone(),
         device_name: report.device_name.clone(),
         peak_device_bytes: report.peak_device_bytes,
         step_ms: report.step_ms,
-        psnr_db,
-        ssim,
+        psnr_db: report.psnr_db,
+        ssim: report.ssim,
         views: per_view,
         splats: report.splats,
         steps: report.steps,
-        wall_s,
-        steps_per_s,
+        wall_s: report.wall_s,
+        steps_per_s: report.steps_per_s,
         peak_rss_bytes: crate::bench::peak_rss_bytes(),
-        image_cache: cache.stats(),
+        image_cache: scene.cache.stats(),
         train_views: report.train_views,
         test_views: report.test_views,
-        eval_on_train_views: eval_on_train,
-        final_loss,
-        loss_curve,
-        psnr_curve,
-        splat_count_curve,
-        init: init_summary,
+        eval_on_train_views: scene.eval_on_train,
+        final_loss: report.final_loss,
+        loss_curve: curves.loss,
+        psnr_curve: curves.psnr,
+        splat_count_curve: curves.splat_count,
+        init: report.init,
     };
     let json = serde_json::to_vec_pretty(&metrics)
         .map_err(|e| crate::Error::io(out_dir.join("metrics.json"), std::io::Error::other(e)))?;
     kiln_formats::atomic_write::write_atomic(&out_dir.join("metrics.json"), &json)?;
-    tracing::info!(
-        splats = report.splats,
-        psnr_db,
-        ssim,
-        steps_per_s,
-        wall_s,
-        "train: done"
-    );
-    // Held to here: a signal during the final evaluation lets the stage finish and be kept.
-    drop(resumable);
-    Ok((splats, report))
+    Ok(())
 }
 
 /// The splats training starts from: the SfM points (minus those on a camera centre, capped at
 /// `max_splats`) when there are some and `params.init` allows them, joined by
 /// `init_random_points` random points in the training cameras' frustums when there are fewer
-/// than `init_min_points`; else `init_random_points` random points; `denser` (the one restart after every splat vanished) adds `init_random_points` more.
+/// than `init_min_points`; else `init_random_points` random points; a [`Start::Denser`] start
+/// (the one restart after every splat vanished) adds `init_random_points` more.
 /// Opacity and scale as `params` sets them.
 ///
 /// # Errors
@@ -824,17 +767,17 @@ fn initial_splats(
     init: Option<InitPoints>,
     params: &TrainParams,
     cameras: &InitCameras<'_>,
-    denser: bool,
+    start: Start,
     rng: &mut rng::TrainRng,
 ) -> crate::Result<(GaussianSplats, InitSummary)> {
     let sfm = usable_sfm_points(init, params, cameras, rng);
-    let random = random_point_count(sfm.positions.len(), params, denser);
-    warn_about_random_points(sfm.positions.len(), random, params, denser);
+    let random = random_point_count(sfm.positions.len(), params, start);
+    warn_about_random_points(sfm.positions.len(), random, params, start);
     let extra = init::random_points_in_frustums(cameras.train, random, cameras.extent, rng);
     let summary = InitSummary {
         sfm_points: sfm.positions.len(),
         random_points: extra.positions.len(),
-        restarted: denser,
+        restarted: start == Start::Denser,
     };
     let points = InitPoints {
         positions: sfm.positions.into_iter().chain(extra.positions).collect(),
@@ -888,28 +831,27 @@ fn usable_sfm_points(
 
 /// How many random points join `sfm` SfM points: `init_random_points` when there are fewer SfM
 /// points than `init_min_points` (none at all included: a sparse set never starts from fewer
-/// splats than no set), else none; plus `init_random_points` for a `denser` restart; never past
-/// `max_splats` in all.
-fn random_point_count(sfm: usize, params: &TrainParams, denser: bool) -> usize {
+/// splats than no set), else none; plus `init_random_points` for a [`Start::Denser`] restart;
+/// never past `max_splats` in all.
+fn random_point_count(sfm: usize, params: &TrainParams, start: Start) -> usize {
     let base = if sfm == 0 || sfm < params.init_min_points {
         params.init_random_points
     } else {
         0
     };
-    let wanted = if denser {
-        base + params.init_random_points
-    } else {
-        base
+    let wanted = match start {
+        Start::Initial => base,
+        Start::Denser => base + params.init_random_points,
     };
     wanted.min(params.max_splats.saturating_sub(sfm))
 }
 
 /// Say when random points stand in for missing or too few SfM points: both usually cost quality.
-fn warn_about_random_points(sfm: usize, random: usize, params: &TrainParams, denser: bool) {
+fn warn_about_random_points(sfm: usize, random: usize, params: &TrainParams, start: Start) {
     if random == 0 || params.init == Init::Random {
         return;
     }
-    if denser {
+    if start == Start::Denser {
         tracing::warn!(
             sfm_points = sfm,
             random_points = random,
@@ -950,78 +892,6 @@ pub struct InitSummary {
     pub restarted: bool,
 }
 
-/// What happens to the splat set after a step's update: MCMC noise, then the preset's
-/// densification (INRIA clone / split / prune and opacity resets, or MCMC relocation and growth)
-/// on its schedule.
-///
-/// # Errors
-/// [`crate::Error::Kernel`] for device failures while the state is copied to the host and back.
-#[allow(clippy::too_many_arguments)]
-fn refine_density(
-    store: &mut ParamStore,
-    stats: &mut DensityStats,
-    rng: &mut rng::TrainRng,
-    params: &TrainParams,
-    step: usize,
-    extent: f32,
-    image_max_side: u32,
-    opacity_reset_done: &mut bool,
-) -> crate::Result<()> {
-    if params.noise_lr > 0.0 {
-        let scaler = params.noise_lr * params.lr_means(step, extent as f64);
-        store.with_host(|g, _| mcmc::inject_noise(g, scaler, params.seed, step))?;
-    }
-    if params.preset == Preset::Mcmc {
-        if step < params.densify_until
-            && step > params.densify_from
-            && step.is_multiple_of(params.densify_every)
-        {
-            let done = store.with_host(|g, adam| {
-                prune_non_finite(g, adam, stats, rng);
-                mcmc::refine(g, adam, params.max_splats, params.mcmc_growth, rng)
-            })?;
-            *stats = DensityStats::new(store.len());
-            tracing::debug!(
-                step,
-                relocated = done.relocated,
-                added = done.added,
-                splats = store.len(),
-                "train: mcmc refine"
-            );
-        }
-    } else if step < params.densify_until {
-        // Adaptive density control (Kerbl et al. 2023 §5.2), INRIA timing.
-        if step > params.densify_from && step.is_multiple_of(params.densify_every) {
-            let cfg = DensifyConfig {
-                grad_threshold: params.densify_grad_threshold,
-                scene_extent: extent,
-                prune_large: *opacity_reset_done,
-                image_max_side,
-                max_splats: params.max_splats,
-                grow: true,
-            };
-            store.with_host(|g, adam| {
-                let host = prune_non_finite(g, adam, stats, rng).unwrap_or_else(|| g.to_host());
-                let plan = density::plan_densify(&host, stats, &cfg);
-                tracing::debug!(
-                    step,
-                    before = host.len(),
-                    cloned = plan.clone.len(),
-                    split = plan.split.len(),
-                    pruned = plan.pruned(host.len()),
-                    "train: densify"
-                );
-                density::apply_plan(&plan, &host, g, adam, stats, true, rng);
-            })?;
-        }
-        if step.is_multiple_of(params.opacity_reset_every) {
-            store.with_host(density::reset_opacities)?;
-            *opacity_reset_done = true;
-        }
-    }
-    Ok(())
-}
-
 /// Render and score every held-out view (`eval/<name>.png` under `out_dir`).
 ///
 /// # Errors
@@ -1035,20 +905,16 @@ fn evaluate_held_out(
     out_dir: &Path,
 ) -> crate::Result<Vec<eval::ViewMetrics>> {
     let eval_dir = out_dir.join("eval");
+    let render = eval::EvalRender {
+        renderer,
+        splats,
+        sh_degree: params.sh_degree,
+        options,
+    };
     let mut per_view = Vec::with_capacity(test_views.len());
     for v in test_views {
         let pixels = v.load()?;
-        per_view.push(eval::evaluate_view(
-            renderer,
-            splats,
-            params.sh_degree,
-            &v.name,
-            &v.camera,
-            &pixels.image,
-            pixels.loss_weights.as_deref(),
-            options,
-            &eval_dir,
-        )?);
+        per_view.push(eval::evaluate_view(&render, v, &pixels, &eval_dir)?);
     }
     Ok(per_view)
 }
@@ -1198,22 +1064,22 @@ mod tests {
             init_min_points: 100,
             ..TrainParams::inria(10)
         };
-        let run = |n: usize, p: &TrainParams, denser: bool| {
+        let run = |n: usize, p: &TrainParams, start: Start| {
             let mut rng = rng::TrainRng::new(p.seed);
             let (splats, summary) =
-                initial_splats(Some(points(n)), p, &cameras, denser, &mut rng).unwrap();
+                initial_splats(Some(points(n)), p, &cameras, start, &mut rng).unwrap();
             assert_eq!(splats.len(), summary.sfm_points + summary.random_points);
             summary
         };
-        let s = run(17, &p, false);
+        let s = run(17, &p, Start::Initial);
         assert_eq!(
             (s.sfm_points, s.random_points, s.restarted),
             (17, 300, false)
         );
         assert_eq!(
             (
-                run(150, &p, false).sfm_points,
-                run(150, &p, false).random_points
+                run(150, &p, Start::Initial).sfm_points,
+                run(150, &p, Start::Initial).random_points
             ),
             (150, 0)
         );
@@ -1221,16 +1087,16 @@ mod tests {
             init_min_points: 0,
             ..p.clone()
         };
-        assert_eq!(run(17, &off, false).random_points, 0);
-        let s = run(17, &p, true);
+        assert_eq!(run(17, &off, Start::Initial).random_points, 0);
+        let s = run(17, &p, Start::Denser);
         assert_eq!((s.random_points, s.restarted), (300 + 300, true));
         let capped = TrainParams {
             max_splats: 50,
             ..p.clone()
         };
-        assert_eq!(run(17, &capped, false).random_points, 33);
-        assert_eq!(run(99, &p, false).random_points, 300);
-        assert_eq!(run(0, &p, false).random_points, 300);
+        assert_eq!(run(17, &capped, Start::Initial).random_points, 33);
+        assert_eq!(run(99, &p, Start::Initial).random_points, 300);
+        assert_eq!(run(0, &p, Start::Initial).random_points, 300);
     }
 
     /// Views that show nothing (black over a black background) make every splat fade and be
@@ -1269,7 +1135,7 @@ mod tests {
     /// [`train_checkpointed`] on the CPU with [`small_views`] and random init.
     fn train_small_checkpointed(
         p: &TrainParams,
-        policy: &CheckpointPolicy,
+        checkpointer: &Checkpointer,
         out_dir: &Path,
         progress: &dyn Fn(usize, usize, f64),
     ) -> crate::Result<(GaussianSplats, TrainReport)> {
@@ -1280,7 +1146,7 @@ mod tests {
             p,
             out_dir,
             progress,
-            Some(policy),
+            Some(checkpointer),
         )
     }
 
@@ -1312,13 +1178,14 @@ mod tests {
             ..TrainParams::inria(30)
         };
         let dir = tempfile::tempdir().unwrap();
-        let policy = |name: &str, stop: fn() -> bool| CheckpointPolicy {
+        let policy = |name: &str, stop: fn() -> bool| Checkpointer {
             path: dir.path().join(name).join(checkpoint::FILE_NAME),
             key: "key-1".into(),
+            every: p.checkpoint_every,
             stop,
         };
         let quiet = |_: usize, _: usize, _: f64| {};
-        let run = |pol: &CheckpointPolicy, out: &str, progress: &dyn Fn(usize, usize, f64)| {
+        let run = |pol: &Checkpointer, out: &str, progress: &dyn Fn(usize, usize, f64)| {
             train_small_checkpointed(&p, pol, &dir.path().join(out), progress)
         };
         let straight = policy("a", never);
@@ -1405,12 +1272,13 @@ mod tests {
             ..TrainParams::mcmc(40)
         };
         let dir = tempfile::tempdir().unwrap();
-        let policy = |name: &str, stop: fn() -> bool| CheckpointPolicy {
+        let policy = |name: &str, stop: fn() -> bool| Checkpointer {
             path: dir.path().join(name).join(checkpoint::FILE_NAME),
             key: "key".into(),
+            every: p.checkpoint_every,
             stop,
         };
-        let run = |pol: &CheckpointPolicy, out: &str, progress: &dyn Fn(usize, usize, f64)| {
+        let run = |pol: &Checkpointer, out: &str, progress: &dyn Fn(usize, usize, f64)| {
             train_small_checkpointed(&p, pol, &dir.path().join(out), progress)
         };
         let quiet = |_: usize, _: usize, _: f64| {};
@@ -1441,24 +1309,6 @@ mod tests {
         let (splats_b, report_b) = run(&stopped, "out-b", &quiet).unwrap();
         assert_eq!(splats_a, splats_b, "resumed MCMC splats differ");
         assert_eq!(report_a.psnr_db, report_b.psnr_db);
-    }
-
-    #[test]
-    fn targets_are_recomposited_over_the_random_background() {
-        // Pixel 0 opaque, pixel 1 half transparent, pixel 2 fully: image over black.
-        let image = [0.2, 0.4, 0.6, 0.1, 0.1, 0.1, 0.0, 0.0, 0.0];
-        let mut out = Vec::new();
-        composite_target(
-            &mut out,
-            &image,
-            &[0.0, 0.5, 1.0],
-            [1.0, 0.5, 0.0],
-            [0.0; 3],
-        );
-        let want = [0.2, 0.4, 0.6, 0.6, 0.35, 0.1, 1.0, 0.5, 0.0];
-        for (a, b) in out.iter().zip(want) {
-            assert!((a - b).abs() < 1e-6, "{out:?}");
-        }
     }
 
     /// Random background on views with transparency: trains, resumes bit for bit (the colours
@@ -1823,16 +1673,25 @@ mod tests {
         );
         host.log_scales[4] = f32::INFINITY;
         let mut g = Gaussians::from_host(&host);
-        let mut adam = GaussiansAdam::new(&g);
-        let mut stats = DensityStats::new(3);
+        let mut adam = gaussians::GaussiansAdam::new(&g);
+        let params = TrainParams::inria(10);
+        let scale = SceneScale {
+            extent: 1.0,
+            image_max_side: 8,
+        };
+        let mut adc = density::Adc::new(&params, scale, 3);
         let mut rng = SmallRng::seed_from_u64(0);
         assert!(!g.all_finite());
-        let after = prune_non_finite(&mut g, &mut adam, &mut stats, &mut rng).unwrap();
+        let after = strategy::prune_non_finite(&mut g, &mut adam, &mut adc, &mut rng).unwrap();
         assert_eq!(after.len(), 2);
         assert_eq!(adam.log_scales.m.len(), 2 * 3);
+        let strategy::DensityState::Adc { stats, .. } = strategy::DensityStrategy::save(&adc)
+        else {
+            panic!("ADC saves ADC state");
+        };
         assert_eq!(stats.grad_accum.len(), 2);
         assert!(g.all_finite());
-        assert!(prune_non_finite(&mut g, &mut adam, &mut stats, &mut rng).is_none());
+        assert!(strategy::prune_non_finite(&mut g, &mut adam, &mut adc, &mut rng).is_none());
     }
 
     #[test]

@@ -31,6 +31,8 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 use kiln_kernels::{Camera, ForwardOutput, KernelTimings, RenderOptions, Renderer, SplatsRef};
 
+use super::gaussians::GaussianLeaves;
+
 /// The inner (non-autodiff) backend: burn's pure-Rust CPU backend.
 pub type InnerBackend = Flex;
 /// The backend the parameters live on during a step: [`InnerBackend`] with autodiff.
@@ -59,6 +61,31 @@ pub struct RasterizeOutput {
     pub side_channel: Arc<Mutex<BackwardSideChannel>>,
     /// Stage times of the forward render.
     pub timings: KernelTimings,
+}
+
+/// The view one render draws: the device, the camera, the active SH degree and the options.
+#[derive(Debug, Clone, Copy)]
+pub struct RenderView<'a> {
+    /// The rasterizer: the CPU twin or the CUDA kernels.
+    pub renderer: &'a Renderer,
+    /// OpenCV pinhole with `world_to_camera`; its width × height is the image's W × H.
+    pub camera: &'a Camera,
+    /// Active SH degree, ≤ the degree implied by K; higher bands get zero gradient.
+    pub sh_degree: u32,
+    /// Background (linear RGB), opacity rule (`antialiased`) and densification statistic.
+    pub options: &'a RenderOptions,
+}
+
+/// What [`render_loss`] compares the render with.
+#[derive(Debug, Clone, Copy)]
+pub struct LossTarget<'a> {
+    /// `[H, W, 3]` linear RGB ground truth in [0, 1].
+    pub image: &'a [f32],
+    /// `[H, W]` per-pixel loss weights in [0, 1] (0 = ignored pixel, see
+    /// [`kiln_kernels::cpu::loss::photometric_loss_weighted`]); `None` weighs every pixel 1.
+    pub weights: Option<&'a [f32]>,
+    /// SSIM weight λ in [0, 1] of `(1 − λ)·L1 + λ·(1 − SSIM)` (INRIA 0.2).
+    pub lambda_dssim: f32,
 }
 
 /// Everything the backward pass needs; shared (not copied) through an `Arc`.
@@ -172,11 +199,13 @@ fn primitive_to_vec<B: Backend, const D: usize>(p: FloatTensor<B>) -> Vec<f32> {
 /// on the device, see [`super::store`].)
 ///
 /// Inputs (shape letters N splats, K SH coefficients per channel, H × W image):
-/// - `means` `[N, 3]` world metres; `log_scales` `[N, 3]` ln σ (metres); `rotations` `[N, 4]`
-///   wxyz quaternions (need not be normalised); `logit_opacities` `[N]`; `sh_coeffs` `[N, K, 3]`
-///   coefficient-major real SH (INRIA convention, colour = SH + 0.5).
-/// - `sh_degree`: active degree, ≤ the degree implied by K; higher bands get zero gradient.
-/// - `camera`: OpenCV pinhole with `world_to_camera`; `options.background` linear RGB.
+/// - `splats`: the five parameter tensors ([`GaussianLeaves`]): `means` `[N, 3]` world metres;
+///   `log_scales` `[N, 3]` ln σ (metres); `rotations` `[N, 4]` wxyz quaternions (need not be
+///   normalised); `logit_opacities` `[N]`; `sh_coeffs` `[N, K, 3]` coefficient-major real SH
+///   (INRIA convention, colour = SH + 0.5). Tracked or not.
+/// - `view`: the device, the camera (OpenCV pinhole with `world_to_camera`), the active SH degree
+///   (≤ the degree implied by K; higher bands get zero gradient) and the options
+///   (`background` linear RGB); see [`RenderView`].
 ///
 /// Returns the image `[H, W, 3]`; gradients reach every input that requires grad when
 /// `backward()` is called on a scalar that depends on it. The backward pass also writes
@@ -186,23 +215,13 @@ fn primitive_to_vec<B: Backend, const D: usize>(p: FloatTensor<B>) -> Vec<f32> {
 /// [`crate::Error::Kernel`] when the rasterizer rejects the inputs (shape mismatch, bad camera).
 /// Non-finite splats are culled by the kernels (radius 0), not rejected. A failure in the backward
 /// pass is reported through [`BackwardSideChannel::error`].
-pub fn rasterize(
-    means: Tensor<TrainBackend, 2>,
-    log_scales: Tensor<TrainBackend, 2>,
-    rotations: Tensor<TrainBackend, 2>,
-    logit_opacities: Tensor<TrainBackend, 1>,
-    sh_coeffs: Tensor<TrainBackend, 3>,
-    sh_degree: u32,
-    camera: &Camera,
-    options: &RenderOptions,
-    renderer: &Renderer,
-) -> crate::Result<RasterizeOutput> {
-    let device = means.device();
-    let params = Params::new(means, log_scales, rotations, logit_opacities, sh_coeffs);
-    let saved = params.render(sh_degree, camera, options, renderer)?;
+pub fn rasterize(splats: GaussianLeaves, view: &RenderView<'_>) -> crate::Result<RasterizeOutput> {
+    let device = splats.means.device();
+    let params = Params::new(splats);
+    let saved = params.render(view)?;
     let (side_channel, timings) = (saved.side_channel.clone(), saved.forward.timings);
     let radii = saved.forward.radii.clone();
-    let (h, w) = (camera.height as usize, camera.width as usize);
+    let (h, w) = (view.camera.height as usize, view.camera.width as usize);
     let image = Tensor::<InnerBackend, 3>::from_data(
         TensorData::new(saved.forward.image.clone(), [h, w, 3]),
         &device,
@@ -225,13 +244,14 @@ struct Params {
 }
 
 impl Params {
-    fn new(
-        means: Tensor<TrainBackend, 2>,
-        log_scales: Tensor<TrainBackend, 2>,
-        rotations: Tensor<TrainBackend, 2>,
-        logit_opacities: Tensor<TrainBackend, 1>,
-        sh_coeffs: Tensor<TrainBackend, 3>,
-    ) -> Self {
+    fn new(splats: GaussianLeaves) -> Self {
+        let GaussianLeaves {
+            means,
+            log_scales,
+            rotations,
+            logit_opacities,
+            sh_coeffs,
+        } = splats;
         let [n, k, _] = sh_coeffs.dims();
         Self {
             tensors: [
@@ -248,13 +268,13 @@ impl Params {
 
     /// Host copies of the parameters, the forward render on `renderer`, and the state the
     /// backward pass needs.
-    fn render(
-        &self,
-        sh_degree: u32,
-        camera: &Camera,
-        options: &RenderOptions,
-        renderer: &Renderer,
-    ) -> crate::Result<SavedRender> {
+    fn render(&self, view: &RenderView<'_>) -> crate::Result<SavedRender> {
+        let RenderView {
+            renderer,
+            camera,
+            sh_degree,
+            options,
+        } = *view;
         let [m, s, r, o, sh] = &self.tensors;
         let means = primitive_to_vec::<InnerBackend, 2>(m.primitive.clone());
         let log_scales = primitive_to_vec::<InnerBackend, 2>(s.primitive.clone());
@@ -334,6 +354,16 @@ mod tests {
         }
     }
 
+    /// `camera` with `options` on the CPU, SH degree 1 (as [`scene`] holds).
+    fn view<'a>(camera: &'a Camera, options: &'a RenderOptions) -> RenderView<'a> {
+        RenderView {
+            renderer: &Renderer::Cpu,
+            camera,
+            sh_degree: 1,
+            options,
+        }
+    }
+
     fn scene() -> GaussianSplats {
         let mut s = GaussianSplats {
             sh_degree: 1,
@@ -366,18 +396,7 @@ mod tests {
         };
         let g = Gaussians::from_host(&s);
         let leaves = g.leaves();
-        let out = rasterize(
-            leaves.means.clone(),
-            leaves.log_scales.clone(),
-            leaves.rotations.clone(),
-            leaves.logit_opacities.clone(),
-            leaves.sh_coeffs.clone(),
-            1,
-            &cam,
-            &opts,
-            &Renderer::Cpu,
-        )
-        .unwrap();
+        let out = rasterize(leaves.clone(), &view(&cam, &opts)).unwrap();
         let n_px = (cam.width * cam.height * 3) as usize;
         let weights: Vec<f32> = (0..n_px)
             .map(|i| ((i * 13) % 11) as f32 / 11.0 - 0.5)
@@ -435,18 +454,14 @@ mod tests {
     fn untracked_inputs_render_without_a_graph() {
         let (s, cam) = (scene(), camera());
         let g = Gaussians::from_host(&s);
-        let out = rasterize(
-            Tensor::from_inner(g.means.clone()),
-            Tensor::from_inner(g.log_scales.clone()),
-            Tensor::from_inner(g.rotations.clone()),
-            Tensor::from_inner(g.logit_opacities.clone()),
-            Tensor::from_inner(g.sh_coeffs.clone()),
-            1,
-            &cam,
-            &RenderOptions::default(),
-            &Renderer::Cpu,
-        )
-        .unwrap();
+        let untracked = GaussianLeaves {
+            means: Tensor::from_inner(g.means.clone()),
+            log_scales: Tensor::from_inner(g.log_scales.clone()),
+            rotations: Tensor::from_inner(g.rotations.clone()),
+            logit_opacities: Tensor::from_inner(g.logit_opacities.clone()),
+            sh_coeffs: Tensor::from_inner(g.sh_coeffs.clone()),
+        };
+        let out = rasterize(untracked, &view(&cam, &RenderOptions::default())).unwrap();
         assert_eq!(out.image.dims(), [20, 24, 3]);
     }
 
@@ -458,17 +473,7 @@ mod tests {
             fx: f32::NAN,
             ..camera()
         };
-        let r = rasterize(
-            leaves.means,
-            leaves.log_scales,
-            leaves.rotations,
-            leaves.logit_opacities,
-            leaves.sh_coeffs,
-            1,
-            &cam,
-            &RenderOptions::default(),
-            &Renderer::Cpu,
-        );
+        let r = rasterize(leaves, &view(&cam, &RenderOptions::default()));
         assert!(matches!(r, Err(crate::Error::Kernel(_))), "{r:?}");
     }
 }
@@ -494,34 +499,30 @@ pub struct RenderLossOutput {
 /// `(1 − λ)·L1 + λ·(1 − SSIM)` ([`kiln_kernels::cpu::loss`]), computed with its gradient on the
 /// renderer's device (fused; no burn tensors for the image or the SSIM maps).
 ///
-/// Same parameter tensors and camera as [`rasterize`]; `target` is `[H, W, 3]` linear RGB in
-/// [0, 1]; `weights` optional `[H, W]` per-pixel loss weights (0 = ignored pixel, see
-/// [`kiln_kernels::cpu::loss::photometric_loss_weighted`]); `lambda_dssim` λ in [0, 1] (INRIA 0.2).
-/// Source of the loss: Kerbl et al. 2023 eq. 7.
+/// Same parameter tensors and view as [`rasterize`]; `target` holds the ground truth, its
+/// per-pixel weights and λ ([`LossTarget`]). Source of the loss: Kerbl et al. 2023 eq. 7.
 ///
 /// # Errors
-/// As [`rasterize`]; [`crate::Error::Kernel`] when `target` is not `[H, W, 3]` or `weights` not
-/// `[H, W]`.
+/// As [`rasterize`]; [`crate::Error::Kernel`] when `target.image` is not `[H, W, 3]` or
+/// `target.weights` not `[H, W]`.
 pub fn render_loss(
-    params: [Tensor<TrainBackend, 2>; 3],
-    logit_opacities: Tensor<TrainBackend, 1>,
-    sh_coeffs: Tensor<TrainBackend, 3>,
-    sh_degree: u32,
-    camera: &Camera,
-    options: &RenderOptions,
-    renderer: &Renderer,
-    target: &[f32],
-    weights: Option<&[f32]>,
-    lambda_dssim: f32,
+    splats: GaussianLeaves,
+    view: &RenderView<'_>,
+    target: &LossTarget<'_>,
 ) -> crate::Result<RenderLossOutput> {
-    let [means, log_scales, rotations] = params;
-    let device = means.device();
-    let params = Params::new(means, log_scales, rotations, logit_opacities, sh_coeffs);
-    let mut saved = params.render(sh_degree, camera, options, renderer)?;
+    let device = splats.means.device();
+    let params = Params::new(splats);
+    let mut saved = params.render(view)?;
     let clock = std::time::Instant::now();
-    let (h, w) = (camera.height as usize, camera.width as usize);
-    let loss =
-        renderer.photometric_loss(&saved.forward.image, target, weights, h, w, lambda_dssim)?;
+    let (h, w) = (view.camera.height as usize, view.camera.width as usize);
+    let loss = view.renderer.photometric_loss(
+        &saved.forward.image,
+        target.image,
+        target.weights,
+        h,
+        w,
+        target.lambda_dssim,
+    )?;
     let loss_ms = clock.elapsed().as_secs_f64() * 1e3;
     saved.loss_grad_image = Some(loss.grad_image);
     let (side_channel, timings) = (saved.side_channel.clone(), saved.forward.timings);

@@ -1,7 +1,8 @@
 //! The trainer's random number generator: `SmallRng` (Xoshiro256++ on 64-bit targets) seeded with
 //! [`super::TrainParams::seed`], plus a count of the draws taken from it. `SmallRng` cannot be
-//! serialised, so a checkpoint stores the count and [`TrainRng::restore`] replays that many draws
-//! from the seed: the resumed run continues the very stream an uninterrupted run would use.
+//! serialised, so a [`TrainRng`] serialises as its seed and draw count (`{"seed", "draws"}`) and
+//! deserialises through [`TrainRng::restore`], which replays that many draws from the seed: the
+//! resumed run continues the very stream an uninterrupted run would use.
 //!
 //! Exact because every `SmallRng` output advances its state by one step per `next_u32` or
 //! `next_u64`, and `fill_bytes` takes one step per started 8 bytes (rand_core's
@@ -9,11 +10,21 @@
 
 use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// See the module docs.
+/// See the module docs. Two streams are equal when they have the same seed and draw count (the
+/// generator state follows from them).
 #[derive(Debug, Clone)]
 pub struct TrainRng {
     inner: SmallRng,
+    seed: u64,
+    draws: u64,
+}
+
+/// The serialised form of a [`TrainRng`]: where in which stream it is.
+#[derive(Serialize, Deserialize)]
+struct Position {
+    seed: u64,
     draws: u64,
 }
 
@@ -22,6 +33,7 @@ impl TrainRng {
     pub fn new(seed: u64) -> Self {
         Self {
             inner: SmallRng::seed_from_u64(seed),
+            seed,
             draws: 0,
         }
     }
@@ -32,12 +44,41 @@ impl TrainRng {
         for _ in 0..draws {
             inner.next_u64();
         }
-        Self { inner, draws }
+        Self { inner, seed, draws }
+    }
+
+    /// The seed of the stream.
+    pub fn seed(&self) -> u64 {
+        self.seed
     }
 
     /// Draws taken so far (state steps of the underlying generator).
     pub fn draws(&self) -> u64 {
         self.draws
+    }
+}
+
+impl PartialEq for TrainRng {
+    fn eq(&self, other: &Self) -> bool {
+        (self.seed, self.draws) == (other.seed, other.draws)
+    }
+}
+
+impl Serialize for TrainRng {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        Position {
+            seed: self.seed,
+            draws: self.draws,
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for TrainRng {
+    /// Replays the saved number of draws from the seed ([`TrainRng::restore`]).
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let p = Position::deserialize(deserializer)?;
+        Ok(Self::restore(p.seed, p.draws))
     }
 }
 
@@ -83,10 +124,13 @@ mod tests {
     }
 
     #[test]
-    fn a_restored_stream_continues_exactly_where_the_counted_one_was() {
+    fn a_restored_or_deserialised_stream_continues_exactly_where_the_counted_one_was() {
         let mut a = TrainRng::new(42);
         let head = draw_mix(&mut a, 50);
         let mut b = TrainRng::restore(42, a.draws());
+        let mut c: TrainRng = serde_json::from_slice(&serde_json::to_vec(&a).unwrap()).unwrap();
+        assert_eq!((c.seed(), c.draws()), (42, a.draws()));
+        assert_eq!(draw_mix(&mut c, 50), draw_mix(&mut b.clone(), 50));
         assert_eq!(draw_mix(&mut a, 50), draw_mix(&mut b, 50));
         assert!(!head.is_empty());
         // And the stream is SmallRng's own: counting changes nothing.

@@ -4,9 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{
-    CheckpointPolicy, InitPoints, MaskMode, TrainParams, TrainReport, TrainView, train_checkpointed,
-};
+use super::checkpoint::Checkpointer;
+use super::{InitPoints, MaskMode, TrainParams, TrainReport, TrainView, train_checkpointed};
 use crate::Result;
 use crate::dag::StageKind;
 use crate::plan::JobPlan;
@@ -63,9 +62,10 @@ impl Stage for Train {
                 bar.set_message(format!("loss {loss:.4}"));
             }
         };
-        let policy = CheckpointPolicy {
+        let checkpointer = Checkpointer {
             path: Stage::checkpoint(self, plan).expect("train has a checkpoint"),
             key: cx.key.clone(),
+            every: plan.train.checkpoint_every,
             stop: crate::interrupt::stop_requested,
         };
         let result = train_checkpointed(
@@ -75,7 +75,7 @@ impl Stage for Train {
             &plan.train,
             out,
             &progress,
-            Some(&policy),
+            Some(&checkpointer),
         );
         bar.finish_and_clear();
         let (_splats, report) = result?;

@@ -1,5 +1,6 @@
 //! Where the splat parameters and their Adam moments live during training, behind one interface
-//! so the training loop in [`super::train_on`] is the same code for every device:
+//! so the training loop ([`super::trainer`]) is the same code for every device, and the splat
+//! tiler's level refinement steps the same way:
 //!
 //! - [`ParamStore::Host`]: burn tensors on the CPU backend; a step is the custom autodiff op
 //!   ([`super::op::render_loss`]) + `backward()` + the fused Adam step of the CPU twin.
@@ -7,8 +8,9 @@
 //!   fused loss, backward and fused Adam on the device, with only the loss, radii and the
 //!   densification statistic copied back.
 //!
-//! Densification, pruning and opacity resets run on the host form (`Gaussians` + `GaussiansAdam`)
-//! for both: [`ParamStore::with_host`] hands it out (for `Device`: download, edit, upload).
+//! Densification, pruning and opacity resets ([`super::strategy`]) run on the host form
+//! (`Gaussians` + `GaussiansAdam`) for both: [`ParamStore::with_host`] hands it out (for
+//! `Device`: download, edit, upload).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,6 +21,7 @@ use kiln_kernels::{Camera, RenderOptions, Renderer};
 
 use super::adam::AdamConfig;
 use super::gaussians::{GaussianGrads, Gaussians, GaussiansAdam, sh_lr_scale};
+use super::op::{LossTarget, RenderView};
 use super::params::TrainParams;
 use super::{STAGE, StepTimings};
 
@@ -54,6 +57,41 @@ pub struct StepOutput {
     pub means2d_grad_norm: Option<Vec<f32>>,
     /// Stage times of this step, ms (`total` left to the caller).
     pub timings: StepTimings,
+}
+
+/// Where a step's target image comes from, which decides whether a device store may reuse its
+/// cached copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// The view's own image: a device store uploads it on the view's first step and reuses it.
+    ViewImage,
+    /// An image made for this step only (the view's image composited over this step's random
+    /// background): uploaded again every step.
+    ThisStep,
+}
+
+/// What one optimisation step ([`ParamStore::step`]) trains on (shape letters H × W image).
+#[derive(Debug, Clone, Copy)]
+pub struct StepInput<'a> {
+    /// The view's camera: OpenCV pinhole with `world_to_camera`, W × H its image size.
+    pub camera: &'a Camera,
+    /// The view's index in the run's training views: keys its cached target on a GPU.
+    pub view_index: usize,
+    /// `[H, W, 3]` linear RGB in [0, 1]: the view's image, or the image composited over this
+    /// step's random background (see `target_kind`).
+    pub target: &'a [f32],
+    /// Whether `target` is the view's own image or this step's.
+    pub target_kind: Target,
+    /// `[H, W]` per-pixel loss weights in [0, 1] (0 = ignored pixel); `None` weighs every pixel 1.
+    pub weights: Option<&'a [f32]>,
+    /// Active SH degree (≤ the degree K holds).
+    pub sh_degree: u32,
+    /// Background colour (this step's), opacity rule and densification statistic.
+    pub options: &'a RenderOptions,
+    /// Means learning rate of this step, metres per step ([`TrainParams::lr_means`]).
+    pub lr_means: f64,
+    /// The step number, 1-based (named in errors).
+    pub step: usize,
 }
 
 /// Learning rates per group, in group order, for step `lr_means` (metres per step).
@@ -238,41 +276,32 @@ impl ParamStore {
         }
     }
 
-    /// One optimisation step on the view seen by `camera` (`view_index` keys its cached target on
-    /// a GPU): render over `options.background`, loss against `target` (`[H, W, 3]`: the view's
-    /// image, or the image composited over this step's random background, which
-    /// `refresh_target` re-uploads) weighted per pixel by `weights` (`[H, W]`, `None` = all 1),
-    /// gradients, Adam with this step's learning rates (`lr_means` in metres per step).
+    /// One optimisation step on `input`'s view: render over `input.options.background`, loss
+    /// `(1 − λ)·L1 + λ·(1 − SSIM)` (λ = `params.lambda_dssim`) against `input.target` weighted per
+    /// pixel, gradients, then Adam with `params`' learning rates (the means' one is
+    /// `input.lr_means`) and, in the MCMC recipe, its regularisers. Runs on `renderer` for a host
+    /// store, on the store's own device otherwise.
     ///
     /// # Errors
     /// [`crate::Error::Kernel`] for rasterizer or device failures; [`crate::Error::Numeric`] when
     /// the CPU backward pass failed inside burn's autodiff.
-    #[allow(clippy::too_many_arguments)]
     pub fn step(
         &mut self,
         renderer: &Renderer,
-        camera: &Camera,
-        view_index: usize,
-        target: &[f32],
-        weights: Option<&[f32]>,
-        refresh_target: bool,
-        sh_degree: u32,
-        options: &RenderOptions,
         params: &TrainParams,
-        lr_means: f64,
-        step: usize,
+        input: &StepInput<'_>,
     ) -> crate::Result<StepOutput> {
-        let lrs = group_lrs(params, lr_means);
+        let lrs = group_lrs(params, input.lr_means);
         match self {
             Self::Device { state, config, .. } => {
                 let out = state.step(&TrainStep {
-                    camera,
-                    target_key: view_index,
-                    target,
-                    refresh_target,
-                    weights,
-                    sh_degree,
-                    options,
+                    camera: input.camera,
+                    target_key: input.view_index,
+                    target: input.target,
+                    refresh_target: input.target_kind == Target::ThisStep,
+                    weights: input.weights,
+                    sh_degree: input.sh_degree,
+                    options: input.options,
                     lambda: params.lambda_dssim,
                     lrs,
                     adam: [config.beta1, config.beta2, config.epsilon],
@@ -296,47 +325,33 @@ impl ParamStore {
                     },
                 })
             }
-            Self::Host { g, adam } => host_step(
-                g, adam, renderer, camera, target, weights, sh_degree, options, params, lr_means,
-                step,
-            ),
+            Self::Host { g, adam } => host_step(g, adam, renderer, params, input),
         }
     }
 }
 
 /// [`ParamStore::step`] for burn tensors on the CPU.
-#[allow(clippy::too_many_arguments)]
 fn host_step(
     g: &mut Gaussians,
     adam: &mut GaussiansAdam,
     renderer: &Renderer,
-    camera: &Camera,
-    target: &[f32],
-    weights: Option<&[f32]>,
-    sh_degree: u32,
-    options: &RenderOptions,
     params: &TrainParams,
-    lr_means: f64,
-    step: usize,
+    input: &StepInput<'_>,
 ) -> crate::Result<StepOutput> {
     let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
     let leaves = g.leaves();
-    let out = super::op::render_loss(
-        [
-            leaves.means.clone(),
-            leaves.log_scales.clone(),
-            leaves.rotations.clone(),
-        ],
-        leaves.logit_opacities.clone(),
-        leaves.sh_coeffs.clone(),
-        sh_degree,
-        camera,
-        options,
+    let view = RenderView {
         renderer,
-        target,
-        weights,
-        params.lambda_dssim,
-    )?;
+        camera: input.camera,
+        sh_degree: input.sh_degree,
+        options: input.options,
+    };
+    let target = LossTarget {
+        image: input.target,
+        weights: input.weights,
+        lambda_dssim: params.lambda_dssim,
+    };
+    let out = super::op::render_loss(leaves.clone(), &view, &target)?;
     let mut timings = StepTimings {
         project: out.timings.project_ms,
         sort: out.timings.sort_ms,
@@ -358,7 +373,7 @@ fn host_step(
     let means2d_grad_norm = {
         let mut side = out.side_channel.lock().map_err(|_| crate::Error::Numeric {
             stage: STAGE,
-            step,
+            step: input.step,
             problem: "rasterizer side channel poisoned by a panic in the backward pass".into(),
         })?;
         if let Some(e) = side.error.take() {
@@ -385,7 +400,7 @@ fn host_step(
     let (loss_value, radii) = (out.loss_value, out.radii);
     drop((leaves, out.loss));
     let optimizer_clock = Instant::now();
-    adam.step(g, step_grads, params, lr_means, renderer)?;
+    adam.step(g, step_grads, params, input.lr_means, renderer)?;
     timings.optimizer = ms(optimizer_clock);
     Ok(StepOutput {
         loss: loss_value,

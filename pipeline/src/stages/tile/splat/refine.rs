@@ -20,10 +20,10 @@
 use kiln_formats::splats::GaussianSplats;
 use kiln_kernels::{Camera, RenderOptions, Renderer};
 use rand::SeedableRng;
-use rand::seq::SliceRandom;
 
 use crate::stages::train::gaussians::Gaussians;
-use crate::stages::train::store::ParamStore;
+use crate::stages::train::sampler::ViewSampler;
+use crate::stages::train::store::{ParamStore, StepInput, Target};
 use crate::stages::train::views::ViewCache;
 use crate::stages::train::{TrainParams, TrainView};
 use crate::{Error, Result};
@@ -92,30 +92,25 @@ impl LevelRefiner<'_> {
         };
         let mut rng =
             rand::rngs::SmallRng::seed_from_u64(self.params.seed ^ u64::from(levels_above_leaves));
-        let mut order: Vec<usize> = Vec::new();
+        let mut sampler = ViewSampler::new(self.views.len());
         let mut losses = Vec::with_capacity(self.steps);
         for step in 1..=self.steps {
-            if order.is_empty() {
-                order = (0..self.views.len()).collect();
-                order.shuffle(&mut rng);
-            }
-            let vi = order.pop().unwrap_or(0);
+            let vi = sampler.next(&mut rng);
             let (camera, pixels) = (&cameras[vi], cache.get(vi, &self.views[vi])?);
             // The end of the training schedule: the means' smallest learning rate.
             let lr_means = self.params.lr_means(self.params.steps, self.scene_extent);
-            let out = store.step(
-                self.renderer,
+            let input = StepInput {
                 camera,
-                vi,
-                &pixels.image,
-                pixels.loss_weights.as_deref(),
-                false,
+                view_index: vi,
+                target: &pixels.image,
+                target_kind: Target::ViewImage,
+                weights: pixels.loss_weights.as_deref(),
                 sh_degree,
-                &options,
-                self.params,
+                options: &options,
                 lr_means,
                 step,
-            )?;
+            };
+            let out = store.step(self.renderer, self.params, &input)?;
             if !out.loss.is_finite() {
                 return Err(Error::Numeric {
                     stage: "tile",
