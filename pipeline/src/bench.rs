@@ -84,14 +84,6 @@ fn bench_params(cfg: &BenchTrainConfig, steps: usize) -> TrainParams {
     }
 }
 
-/// Peak resident set size of this process (`VmHWM` in /proc/self/status), bytes.
-pub fn peak_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
 /// Ingests the capture into `work_dir` and times `steps` training steps on `renderer`.
 ///
 /// # Errors
@@ -144,6 +136,6 @@ pub fn bench_train(
         steps_per_s: 1e3 / report.step_ms.total.max(1e-9),
         step_ms: report.step_ms,
         peak_device_bytes: report.peak_device_bytes,
-        peak_rss_bytes: peak_rss_bytes(),
+        peak_rss_bytes: crate::meter::peak_rss_bytes(),
     })
 }

@@ -25,9 +25,9 @@ use serde::{Deserialize, Serialize};
 
 use super::STAGE;
 use super::density::DensityStats;
+use super::loop_state::LoopState;
 use super::store::ParamStore;
 use super::strategy::{DensityState, DensityStrategy};
-use super::trainer::LoopState;
 
 /// File name of a training checkpoint.
 pub const FILE_NAME: &str = "train.ckpt";
@@ -95,11 +95,12 @@ impl Checkpointer {
     /// The checkpoint to continue from: the file at [`Checkpointer::path`] when there is one,
     /// its key is [`Checkpointer::key`] and `fits` accepts it (the run's step count, SH size,
     /// views and strategy); `None` otherwise (a foreign or unfitting file is logged, ignored and
-    /// later overwritten).
+    /// later overwritten), or a file that is not a complete checkpoint of this format (a
+    /// damaged file, or one an older Kiln wrote): it is discarded with a warning and the stage
+    /// trains from the start, never a lasting failure.
     ///
     /// # Errors
-    /// [`crate::Error::Io`] when the file cannot be read; [`crate::Error::Input`] naming it when
-    /// it is not a complete checkpoint of this format (delete it to start afresh).
+    /// None today; the `Result` leaves room for a checkpoint store that can fail.
     pub fn resume(
         &self,
         fits: impl FnOnce(&Checkpoint) -> bool,
@@ -107,7 +108,14 @@ impl Checkpointer {
         if !self.path.exists() {
             return Ok(None);
         }
-        let c = read(&self.path)?;
+        let c = match read(&self.path) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(checkpoint = %self.path.display(), error = %e,
+                    "train: discarding an unreadable checkpoint; training this stage from the start");
+                return Ok(None);
+            }
+        };
         if c.key != self.key {
             tracing::warn!(checkpoint = %self.path.display(),
                 "train: ignoring a checkpoint of another configuration (it will be overwritten)");
@@ -364,9 +372,9 @@ pub fn read(path: &Path) -> crate::Result<Checkpoint> {
 mod tests {
     use super::*;
     use crate::stages::train::StepTimings;
+    use crate::stages::train::loop_state::Curves;
     use crate::stages::train::rng::TrainRng;
     use crate::stages::train::sampler::ViewSampler;
-    use crate::stages::train::trainer::Curves;
 
     fn sample() -> Checkpoint {
         let (n, k) = (3usize, 4usize);
@@ -486,5 +494,34 @@ mod tests {
         std::fs::write(&path, &wrong).unwrap();
         let e = read(&path).unwrap_err().to_string();
         assert!(e.contains("version 9"), "{e}");
+    }
+
+    #[test]
+    fn an_unreadable_or_foreign_checkpoint_is_discarded_and_training_starts_afresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let c = sample();
+        let checkpointer = Checkpointer {
+            path: path.clone(),
+            key: c.key.clone(),
+            every: 0,
+            stop: || false,
+        };
+        write(&path, &c).unwrap();
+        assert!(checkpointer.resume(|_| true).unwrap().is_some());
+        // Garbage, an older format and a truncated file: no error, no resume.
+        let bytes = std::fs::read(&path).unwrap();
+        let mut old = bytes.clone();
+        old[8] = 1;
+        for damaged in [b"garbage".to_vec(), old, bytes[..bytes.len() / 2].to_vec()] {
+            std::fs::write(&path, &damaged).unwrap();
+            assert!(checkpointer.resume(|_| true).unwrap().is_none());
+        }
+        // Another key: ignored before its RNG position is replayed, however far it claims.
+        let mut far = sample();
+        far.key = "another".into();
+        far.state.rng = TrainRng::restore(7, u64::MAX);
+        write(&path, &far).unwrap();
+        assert!(checkpointer.resume(|_| true).unwrap().is_none());
     }
 }

@@ -29,10 +29,6 @@ use rand_distr::StandardNormal;
 
 use super::gaussians::{Gaussians, GaussiansAdam};
 use super::op::InnerBackend;
-use super::params::TrainParams;
-use super::rng::TrainRng;
-use super::store::{ParamStore, StepOutput};
-use super::strategy::{DensityState, DensityStrategy, SceneScale, prune_non_finite};
 
 type B = InnerBackend;
 
@@ -359,119 +355,6 @@ pub fn reset_opacities(g: &mut Gaussians, adam: &mut GaussiansAdam) {
     let cap = (RESET_OPACITY / (1.0 - RESET_OPACITY)).ln();
     g.logit_opacities = g.logit_opacities.clone().clamp_max(cap);
     adam.logit_opacities.reset();
-}
-
-/// INRIA adaptive density control as a [`DensityStrategy`] (Kerbl et al. 2023 §5.2; see the
-/// module docs): statistics from every step before `densify_until`; every `densify_every` steps
-/// in `(densify_from, densify_until)`, clone / split / prune ([`plan_densify`], at most
-/// `max_splats`) and fresh statistics; every `opacity_reset_every` steps before `densify_until`,
-/// an opacity reset ([`reset_opacities`]), after which large splats are pruned too. Every step
-/// first adds MCMC's position noise when `noise_lr` > 0 (0 in the INRIA recipe; see
-/// [`super::mcmc::perturb_positions`]).
-#[derive(Debug)]
-pub struct Adc<'a> {
-    params: &'a TrainParams,
-    scale: SceneScale,
-    stats: DensityStats,
-    opacity_reset_done: bool,
-}
-
-impl<'a> Adc<'a> {
-    /// The strategy of `params` for `n` initial splats in a scene of `scale`: no statistics yet,
-    /// no opacity reset yet.
-    pub fn new(params: &'a TrainParams, scale: SceneScale, n: usize) -> Self {
-        Self {
-            params,
-            scale,
-            stats: DensityStats::new(n),
-            opacity_reset_done: false,
-        }
-    }
-
-    /// One densification at step `step`: non-finite splats dropped, then clone / split / prune
-    /// by [`plan_densify`], then statistics from zero (as INRIA's `densification_postfix`).
-    fn densify(
-        &mut self,
-        store: &mut ParamStore,
-        rng: &mut TrainRng,
-        step: usize,
-    ) -> crate::Result<()> {
-        let cfg = DensifyConfig {
-            grad_threshold: self.params.densify_grad_threshold,
-            scene_extent: self.scale.extent,
-            prune_large: self.opacity_reset_done,
-            image_max_side: self.scale.image_max_side,
-            max_splats: self.params.max_splats,
-            grow: true,
-        };
-        store.with_host(|g, adam| {
-            let host = prune_non_finite(g, adam, self, rng).unwrap_or_else(|| g.to_host());
-            let plan = plan_densify(&host, &self.stats, &cfg);
-            tracing::debug!(
-                step,
-                before = host.len(),
-                cloned = plan.clone.len(),
-                split = plan.split.len(),
-                pruned = plan.pruned(host.len()),
-                "train: densify"
-            );
-            apply_plan(&plan, &host, g, adam, rng);
-            self.stats = DensityStats::new(plan.new_len());
-        })
-    }
-}
-
-impl DensityStrategy for Adc<'_> {
-    fn observe(&mut self, step: usize, out: &StepOutput) {
-        if step < self.params.densify_until
-            && let Some(g2d) = &out.means2d_grad_norm
-        {
-            self.stats.accumulate(g2d, &out.radii);
-        }
-    }
-
-    fn refine(
-        &mut self,
-        store: &mut ParamStore,
-        rng: &mut TrainRng,
-        step: usize,
-    ) -> crate::Result<()> {
-        super::mcmc::perturb_positions(store, self.params, self.scale.extent, step)?;
-        let p = self.params;
-        if step >= p.densify_until {
-            return Ok(());
-        }
-        if step > p.densify_from && step.is_multiple_of(p.densify_every) {
-            self.densify(store, rng, step)?;
-        }
-        if step.is_multiple_of(p.opacity_reset_every) {
-            store.with_host(reset_opacities)?;
-            self.opacity_reset_done = true;
-        }
-        Ok(())
-    }
-
-    fn keep_rows(&mut self, kept: &[usize]) {
-        self.stats.remap(kept, 0);
-    }
-
-    fn save(&self) -> DensityState {
-        DensityState::Adc {
-            stats: self.stats.clone(),
-            opacity_reset_done: self.opacity_reset_done,
-        }
-    }
-
-    fn restore(&mut self, saved: DensityState) {
-        if let DensityState::Adc {
-            stats,
-            opacity_reset_done,
-        } = saved
-        {
-            self.stats = stats;
-            self.opacity_reset_done = opacity_reset_done;
-        }
-    }
 }
 
 #[cfg(test)]

@@ -156,11 +156,7 @@ pub struct Metrics {
     /// Where the initial splats came from.
     pub init: super::InitSummary,
 }
-
-/// How many held-out evaluations are spread over a run for [`Metrics::psnr_curve`] (plus the
-/// final one). Eight keeps the curve readable while costing 8 renders per held-out view, a few
-/// percent of a run on the sample captures.
-pub const PSNR_CURVE_EVALUATIONS: usize = 8;
+pub use super::params::PSNR_CURVE_EVALUATIONS;
 
 /// Mean PSNR in dB over `views`, computed like [`evaluate_view`] (render and ground truth both
 /// quantised to 8 bits) but writing nothing. Used during training for [`Metrics::psnr_curve`].

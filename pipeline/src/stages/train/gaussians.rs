@@ -12,7 +12,7 @@ use kiln_kernels::Renderer;
 use kiln_kernels::cpu::adam::LrScale;
 
 use super::adam::{AdamConfig, AdamState, GroupUpdate};
-use super::op::{InnerBackend, TrainBackend, tensor_to_vec};
+use super::op::{GaussianLeaves, InnerBackend, tensor_to_vec};
 use super::params::TrainParams;
 
 type B = InnerBackend;
@@ -30,23 +30,6 @@ pub struct Gaussians {
     pub logit_opacities: Tensor<B, 1>,
     /// `[N, K, 3]` real SH coefficients, coefficient-major (INRIA convention).
     pub sh_coeffs: Tensor<B, 3>,
-}
-
-/// The five parameter groups on the autodiff backend (same shapes as [`Gaussians`]): one step's
-/// leaves ([`Gaussians::leaves`]), or untracked tensors; the input of the render ops
-/// ([`super::op::rasterize`], [`super::op::render_loss`]).
-#[derive(Debug, Clone)]
-pub struct GaussianLeaves {
-    /// `[N, 3]` world positions, metres.
-    pub means: Tensor<TrainBackend, 2>,
-    /// `[N, 3]` ln σ, metres.
-    pub log_scales: Tensor<TrainBackend, 2>,
-    /// `[N, 4]` quaternions wxyz.
-    pub rotations: Tensor<TrainBackend, 2>,
-    /// `[N]` opacity logits.
-    pub logit_opacities: Tensor<TrainBackend, 1>,
-    /// `[N, K, 3]` SH coefficients.
-    pub sh_coeffs: Tensor<TrainBackend, 3>,
 }
 
 impl Gaussians {

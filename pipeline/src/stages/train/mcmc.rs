@@ -39,9 +39,7 @@ use super::adam::AdamState;
 use super::gaussians::{Gaussians, GaussiansAdam};
 use super::op::tensor_to_vec;
 use super::params::TrainParams;
-use super::rng::TrainRng;
-use super::store::{ParamStore, StepOutput};
-use super::strategy::{DensityState, DensityStrategy, SceneScale, prune_non_finite};
+use super::store::ParamStore;
 
 /// Splats at or below this opacity are dead and get relocated (gsplat `min_opacity` 0.005).
 pub const MIN_OPACITY: f32 = 0.005;
@@ -303,64 +301,6 @@ pub fn perturb_positions(
         store.with_host(|g, _| inject_noise(g, scaler, params.seed, step))?;
     }
     Ok(())
-}
-
-/// 3DGS as MCMC as a [`DensityStrategy`] (see the module docs): position noise every step
-/// ([`perturb_positions`]); every `densify_every` steps in `(densify_from, densify_until)`,
-/// non-finite splats dropped, dead splats relocated and the count grown by `mcmc_growth` up to the
-/// hard cap `max_splats` ([`relocate_and_grow`]). No gradient statistics, no opacity reset: it
-/// carries no state from step to step.
-#[derive(Debug)]
-pub struct Mcmc<'a> {
-    params: &'a TrainParams,
-    scale: SceneScale,
-}
-
-impl<'a> Mcmc<'a> {
-    /// The strategy of `params` in a scene of `scale`.
-    pub fn new(params: &'a TrainParams, scale: SceneScale) -> Self {
-        Self { params, scale }
-    }
-}
-
-impl DensityStrategy for Mcmc<'_> {
-    fn observe(&mut self, _step: usize, _out: &StepOutput) {}
-
-    fn refine(
-        &mut self,
-        store: &mut ParamStore,
-        rng: &mut TrainRng,
-        step: usize,
-    ) -> crate::Result<()> {
-        perturb_positions(store, self.params, self.scale.extent, step)?;
-        let p = self.params;
-        if !(step < p.densify_until
-            && step > p.densify_from
-            && step.is_multiple_of(p.densify_every))
-        {
-            return Ok(());
-        }
-        let done = store.with_host(|g, adam| {
-            prune_non_finite(g, adam, self, rng);
-            relocate_and_grow(g, adam, p.max_splats, p.mcmc_growth, rng)
-        })?;
-        tracing::debug!(
-            step,
-            relocated = done.relocated,
-            added = done.added,
-            splats = store.len(),
-            "train: mcmc refine"
-        );
-        Ok(())
-    }
-
-    fn keep_rows(&mut self, _kept: &[usize]) {}
-
-    fn save(&self) -> DensityState {
-        DensityState::Mcmc
-    }
-
-    fn restore(&mut self, _saved: DensityState) {}
 }
 
 /// Set the initial splats' opacity to `opacity` and multiply their scales by `scale` (the MCMC

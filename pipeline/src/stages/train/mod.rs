@@ -14,7 +14,7 @@
 //! - [`gaussians`]: the parameter tensors and their optimizer state;
 //! - [`store`]: where they live during training (burn tensors on the CPU, or resident on a GPU);
 //! - [`trainer`]: the training loop, one step after another, and its live state
-//!   ([`trainer::LoopState`]);
+//!   ([`loop_state::LoopState`]);
 //! - [`sampler`]: which view each step draws (also used by the splat tiler's refinement);
 //! - [`checkpoint`]: the run's whole state in one file, for resuming after a crash or a signal,
 //!   and the [`checkpoint::Checkpointer`] that writes and resumes it;
@@ -39,6 +39,7 @@ pub mod eval;
 pub mod frame;
 pub mod gaussians;
 pub mod init;
+pub mod loop_state;
 pub mod loss;
 pub mod mcmc;
 pub mod op;
@@ -393,8 +394,8 @@ pub fn train_on(
 ///
 /// # Errors
 /// As listed for [`train_on`], plus [`crate::Error::Interrupted`] when stopped (the checkpoint
-/// was written); an unreadable checkpoint file is an [`crate::Error::Input`] naming it (delete it
-/// to start afresh), one that cannot be written an [`crate::Error::Io`].
+/// was written); a checkpoint that cannot be written is an [`crate::Error::Io`] (an unreadable one
+/// is discarded with a warning and the run starts afresh).
 pub fn train_checkpointed(
     renderer: &Renderer,
     views: Vec<TrainView>,
@@ -737,7 +738,7 @@ fn write_metrics(
         steps: report.steps,
         wall_s: report.wall_s,
         steps_per_s: report.steps_per_s,
-        peak_rss_bytes: crate::bench::peak_rss_bytes(),
+        peak_rss_bytes: crate::meter::peak_rss_bytes(),
         image_cache: scene.cache.stats(),
         train_views: report.train_views,
         test_views: report.test_views,
@@ -1679,7 +1680,7 @@ mod tests {
             extent: 1.0,
             image_max_side: 8,
         };
-        let mut adc = density::Adc::new(&params, scale, 3);
+        let mut adc = strategy::Adc::new(&params, scale, 3);
         let mut rng = SmallRng::seed_from_u64(0);
         assert!(!g.all_finite());
         let after = strategy::prune_non_finite(&mut g, &mut adam, &mut adc, &mut rng).unwrap();

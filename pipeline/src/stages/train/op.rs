@@ -31,8 +31,6 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 use kiln_kernels::{Camera, ForwardOutput, KernelTimings, RenderOptions, Renderer, SplatsRef};
 
-use super::gaussians::GaussianLeaves;
-
 /// The inner (non-autodiff) backend: burn's pure-Rust CPU backend.
 pub type InnerBackend = Flex;
 /// The backend the parameters live on during a step: [`InnerBackend`] with autodiff.
@@ -61,6 +59,24 @@ pub struct RasterizeOutput {
     pub side_channel: Arc<Mutex<BackwardSideChannel>>,
     /// Stage times of the forward render.
     pub timings: KernelTimings,
+}
+
+/// The five parameter groups on the autodiff backend (same shapes as
+/// [`super::gaussians::Gaussians`]): one step's leaves
+/// ([`super::gaussians::Gaussians::leaves`]), or untracked tensors; the input of the render ops
+/// ([`rasterize`], [`render_loss`]).
+#[derive(Debug, Clone)]
+pub struct GaussianLeaves {
+    /// `[N, 3]` world positions, metres.
+    pub means: Tensor<TrainBackend, 2>,
+    /// `[N, 3]` ln σ, metres.
+    pub log_scales: Tensor<TrainBackend, 2>,
+    /// `[N, 4]` quaternions wxyz.
+    pub rotations: Tensor<TrainBackend, 2>,
+    /// `[N]` opacity logits.
+    pub logit_opacities: Tensor<TrainBackend, 1>,
+    /// `[N, K, 3]` SH coefficients.
+    pub sh_coeffs: Tensor<TrainBackend, 3>,
 }
 
 /// The view one render draws: the device, the camera, the active SH degree and the options.

@@ -94,6 +94,12 @@ impl Init {
     }
 }
 
+/// How many held-out evaluations are spread over a run for
+/// [`Metrics::psnr_curve`](super::eval::Metrics::psnr_curve) (plus the
+/// final one). Eight keeps the curve readable while costing 8 renders per held-out view, a few
+/// percent of a run on the sample captures.
+pub const PSNR_CURVE_EVALUATIONS: usize = 8;
+
 /// Everything that steers one training run. `Default` is [`TrainParams::inria`]`(3000)`.
 ///
 /// Units: steps are optimizer iterations (one training view each); `background` is linear RGB in
@@ -208,7 +214,7 @@ pub struct TrainParams {
     #[serde(skip_serializing)]
     pub checkpoint_every: usize,
     /// Held-out PSNR evaluations spread over the run for `metrics.json`'s curve (default
-    /// [`super::eval::PSNR_CURVE_EVALUATIONS`]; 0 = none, as `kiln bench train` does). Reporting
+    /// [`PSNR_CURVE_EVALUATIONS`]; 0 = none, as `kiln bench train` does). Reporting
     /// only, so not part of the stage's cache key.
     #[serde(skip_serializing)]
     pub psnr_curve_evaluations: usize,
@@ -260,7 +266,7 @@ impl TrainParams {
             image_cache_mb: 2048,
             log_every: 100,
             checkpoint_every: 500,
-            psnr_curve_evaluations: super::eval::PSNR_CURVE_EVALUATIONS,
+            psnr_curve_evaluations: PSNR_CURVE_EVALUATIONS,
         }
     }
 

@@ -1,8 +1,10 @@
 //! The trainer's random number generator: `SmallRng` (Xoshiro256++ on 64-bit targets) seeded with
 //! [`super::TrainParams::seed`], plus a count of the draws taken from it. `SmallRng` cannot be
 //! serialised, so a [`TrainRng`] serialises as its seed and draw count (`{"seed", "draws"}`) and
-//! deserialises through [`TrainRng::restore`], which replays that many draws from the seed: the
-//! resumed run continues the very stream an uninterrupted run would use.
+//! replays that many draws from the seed before its first output after deserialising: the
+//! resumed run continues the very stream an uninterrupted run would use. The replay waits for
+//! that first output, so a checkpoint that is refused (another key, not fitting the run) costs
+//! nothing, whatever draw count it claims.
 //!
 //! Exact because every `SmallRng` output advances its state by one step per `next_u32` or
 //! `next_u64`, and `fill_bytes` takes one step per started 8 bytes (rand_core's
@@ -19,6 +21,8 @@ pub struct TrainRng {
     inner: SmallRng,
     seed: u64,
     draws: u64,
+    /// Draws of `inner` still to replay before its next output (a deserialised stream).
+    behind: u64,
 }
 
 /// The serialised form of a [`TrainRng`]: where in which stream it is.
@@ -35,16 +39,26 @@ impl TrainRng {
             inner: SmallRng::seed_from_u64(seed),
             seed,
             draws: 0,
+            behind: 0,
         }
     }
 
-    /// The stream for `seed` after `draws` draws (a checkpoint's [`TrainRng::draws`]).
+    /// The stream for `seed` after `draws` draws (a checkpoint's [`TrainRng::draws`]); the
+    /// draws are replayed before its first output.
     pub fn restore(seed: u64, draws: u64) -> Self {
-        let mut inner = SmallRng::seed_from_u64(seed);
-        for _ in 0..draws {
-            inner.next_u64();
+        Self {
+            inner: SmallRng::seed_from_u64(seed),
+            seed,
+            draws,
+            behind: draws,
         }
-        Self { inner, seed, draws }
+    }
+
+    /// Replay the draws a restored stream is behind by.
+    fn catch_up(&mut self) {
+        for _ in 0..std::mem::take(&mut self.behind) {
+            self.inner.next_u64();
+        }
     }
 
     /// The seed of the stream.
@@ -75,7 +89,7 @@ impl Serialize for TrainRng {
 }
 
 impl<'de> Deserialize<'de> for TrainRng {
-    /// Replays the saved number of draws from the seed ([`TrainRng::restore`]).
+    /// The saved position; its draws are replayed before the first output ([`TrainRng::restore`]).
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let p = Position::deserialize(deserializer)?;
         Ok(Self::restore(p.seed, p.draws))
@@ -84,16 +98,19 @@ impl<'de> Deserialize<'de> for TrainRng {
 
 impl RngCore for TrainRng {
     fn next_u32(&mut self) -> u32 {
+        self.catch_up();
         self.draws += 1;
         self.inner.next_u32()
     }
 
     fn next_u64(&mut self) -> u64 {
+        self.catch_up();
         self.draws += 1;
         self.inner.next_u64()
     }
 
     fn fill_bytes(&mut self, dst: &mut [u8]) {
+        self.catch_up();
         self.draws += dst.len().div_ceil(8) as u64;
         self.inner.fill_bytes(dst);
     }

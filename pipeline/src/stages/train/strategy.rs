@@ -1,7 +1,8 @@
 //! How the splat set changes during training: the [`DensityStrategy`] trait, its two
-//! implementations [`Adc`] (INRIA adaptive density control, [`super::density`]) and [`Mcmc`]
-//! (3DGS as Markov chain Monte Carlo, [`super::mcmc`]), and [`for_params`], which picks one from
-//! [`TrainParams::preset`].
+//! implementations [`Adc`] (INRIA adaptive density control over [`super::density`]'s operations)
+//! and [`Mcmc`] (3DGS as Markov chain Monte Carlo over [`super::mcmc`]'s), and [`for_params`],
+//! which picks one from [`TrainParams::preset`]. The operations know no strategy; the
+//! strategies are their schedules.
 //!
 //! The training loop knows no strategy by name: after every step's update it hands the step's
 //! render statistics to [`DensityStrategy::observe`], then lets [`DensityStrategy::refine`] change
@@ -18,12 +19,10 @@ use serde::{Deserialize, Serialize};
 
 use super::density::{self, DensityStats};
 use super::gaussians::{Gaussians, GaussiansAdam};
+use super::mcmc;
 use super::params::{Preset, TrainParams};
 use super::rng::TrainRng;
 use super::store::{ParamStore, StepOutput};
-
-pub use super::density::Adc;
-pub use super::mcmc::Mcmc;
 
 /// The scene's size as densification sees it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -132,4 +131,175 @@ pub fn prune_non_finite(
     density::apply_plan(&plan, &host, g, adam, rng);
     strategy.keep_rows(&plan.keep);
     Some(g.to_host())
+}
+
+/// INRIA adaptive density control as a [`DensityStrategy`] (Kerbl et al. 2023 §5.2; see the
+/// module docs): statistics from every step before `densify_until`; every `densify_every` steps
+/// in `(densify_from, densify_until)`, clone / split / prune ([`density::plan_densify`], at most
+/// `max_splats`) and fresh statistics; every `opacity_reset_every` steps before `densify_until`,
+/// an opacity reset ([`density::reset_opacities`]), after which large splats are pruned too. Every step
+/// first adds MCMC's position noise when `noise_lr` > 0 (0 in the INRIA recipe; see
+/// [`mcmc::perturb_positions`]).
+#[derive(Debug)]
+pub struct Adc<'a> {
+    params: &'a TrainParams,
+    scale: SceneScale,
+    stats: DensityStats,
+    opacity_reset_done: bool,
+}
+
+impl<'a> Adc<'a> {
+    /// The strategy of `params` for `n` initial splats in a scene of `scale`: no statistics yet,
+    /// no opacity reset yet.
+    pub fn new(params: &'a TrainParams, scale: SceneScale, n: usize) -> Self {
+        Self {
+            params,
+            scale,
+            stats: DensityStats::new(n),
+            opacity_reset_done: false,
+        }
+    }
+
+    /// One densification at step `step`: non-finite splats dropped, then clone / split / prune
+    /// by [`density::plan_densify`], then statistics from zero (as INRIA's `densification_postfix`).
+    fn densify(
+        &mut self,
+        store: &mut ParamStore,
+        rng: &mut TrainRng,
+        step: usize,
+    ) -> crate::Result<()> {
+        let cfg = density::DensifyConfig {
+            grad_threshold: self.params.densify_grad_threshold,
+            scene_extent: self.scale.extent,
+            prune_large: self.opacity_reset_done,
+            image_max_side: self.scale.image_max_side,
+            max_splats: self.params.max_splats,
+            grow: true,
+        };
+        store.with_host(|g, adam| {
+            let host = prune_non_finite(g, adam, self, rng).unwrap_or_else(|| g.to_host());
+            let plan = density::plan_densify(&host, &self.stats, &cfg);
+            tracing::debug!(
+                step,
+                before = host.len(),
+                cloned = plan.clone.len(),
+                split = plan.split.len(),
+                pruned = plan.pruned(host.len()),
+                "train: densify"
+            );
+            density::apply_plan(&plan, &host, g, adam, rng);
+            self.stats = DensityStats::new(plan.new_len());
+        })
+    }
+}
+
+impl DensityStrategy for Adc<'_> {
+    fn observe(&mut self, step: usize, out: &StepOutput) {
+        if step < self.params.densify_until
+            && let Some(g2d) = &out.means2d_grad_norm
+        {
+            self.stats.accumulate(g2d, &out.radii);
+        }
+    }
+
+    fn refine(
+        &mut self,
+        store: &mut ParamStore,
+        rng: &mut TrainRng,
+        step: usize,
+    ) -> crate::Result<()> {
+        mcmc::perturb_positions(store, self.params, self.scale.extent, step)?;
+        let p = self.params;
+        if step >= p.densify_until {
+            return Ok(());
+        }
+        if step > p.densify_from && step.is_multiple_of(p.densify_every) {
+            self.densify(store, rng, step)?;
+        }
+        if step.is_multiple_of(p.opacity_reset_every) {
+            store.with_host(density::reset_opacities)?;
+            self.opacity_reset_done = true;
+        }
+        Ok(())
+    }
+
+    fn keep_rows(&mut self, kept: &[usize]) {
+        self.stats.remap(kept, 0);
+    }
+
+    fn save(&self) -> DensityState {
+        DensityState::Adc {
+            stats: self.stats.clone(),
+            opacity_reset_done: self.opacity_reset_done,
+        }
+    }
+
+    fn restore(&mut self, saved: DensityState) {
+        if let DensityState::Adc {
+            stats,
+            opacity_reset_done,
+        } = saved
+        {
+            self.stats = stats;
+            self.opacity_reset_done = opacity_reset_done;
+        }
+    }
+}
+
+/// 3DGS as MCMC as a [`DensityStrategy`] (see the module docs): position noise every step
+/// ([`mcmc::perturb_positions`]); every `densify_every` steps in `(densify_from, densify_until)`,
+/// non-finite splats dropped, dead splats relocated and the count grown by `mcmc_growth` up to the
+/// hard cap `max_splats` ([`mcmc::relocate_and_grow`]). No gradient statistics, no opacity reset: it
+/// carries no state from step to step.
+#[derive(Debug)]
+pub struct Mcmc<'a> {
+    params: &'a TrainParams,
+    scale: SceneScale,
+}
+
+impl<'a> Mcmc<'a> {
+    /// The strategy of `params` in a scene of `scale`.
+    pub fn new(params: &'a TrainParams, scale: SceneScale) -> Self {
+        Self { params, scale }
+    }
+}
+
+impl DensityStrategy for Mcmc<'_> {
+    fn observe(&mut self, _step: usize, _out: &StepOutput) {}
+
+    fn refine(
+        &mut self,
+        store: &mut ParamStore,
+        rng: &mut TrainRng,
+        step: usize,
+    ) -> crate::Result<()> {
+        mcmc::perturb_positions(store, self.params, self.scale.extent, step)?;
+        let p = self.params;
+        if !(step < p.densify_until
+            && step > p.densify_from
+            && step.is_multiple_of(p.densify_every))
+        {
+            return Ok(());
+        }
+        let done = store.with_host(|g, adam| {
+            prune_non_finite(g, adam, self, rng);
+            mcmc::relocate_and_grow(g, adam, p.max_splats, p.mcmc_growth, rng)
+        })?;
+        tracing::debug!(
+            step,
+            relocated = done.relocated,
+            added = done.added,
+            splats = store.len(),
+            "train: mcmc refine"
+        );
+        Ok(())
+    }
+
+    fn keep_rows(&mut self, _kept: &[usize]) {}
+
+    fn save(&self) -> DensityState {
+        DensityState::Mcmc
+    }
+
+    fn restore(&mut self, _saved: DensityState) {}
 }
