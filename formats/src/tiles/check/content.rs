@@ -778,13 +778,13 @@ fn attribute_sh_degree(prim: &Value, label: &str, issues: &mut Vec<Issue>) -> u3
     }
     let degree = (0..coefs.len()).rev().find(|&l| coefs[l] > 0).unwrap_or(0);
     // Degree 0 (DC) may come as COLOR_0 instead (the SPZ path of CesiumJS reads it there).
-    for l in 1..=degree {
+    for (l, &have) in coefs.iter().enumerate().take(degree + 1).skip(1) {
         let want = 2 * l as u32 + 1;
-        if coefs[l] != want {
+        if have != want {
             issues.push(issue(
                 Severity::Error,
                 CheckKind::Spz,
-                format!("{label}: SH degree {l} has {} of its {want} SH_DEGREE_{l}_COEF_n attributes (degree {degree} present)", coefs[l]),
+                format!("{label}: SH degree {l} has {have} of its {want} SH_DEGREE_{l}_COEF_n attributes (degree {degree} present)"),
                 "write every coefficient of every degree up to the highest one",
             ));
         }
