@@ -46,6 +46,8 @@ pub(super) fn rotation_error(m: &[[f64; 4]; 4]) -> (f64, f64) {
 pub(super) const ROTATION_TOLERANCE: f64 = 1e-3;
 
 #[cfg(test)]
+// Matrix and per-axis checks index several arrays at once, as the formulas do.
+#[allow(clippy::needless_range_loop)]
 mod tests {
     use super::*;
 

@@ -714,6 +714,8 @@ pub fn read(path: &Path) -> Result<PlacedSplats> {
 }
 
 #[cfg(test)]
+// Per-axis checks index several arrays at once, as the formulas do.
+#[allow(clippy::needless_range_loop)]
 pub(crate) mod tests {
     use super::*;
     use crate::splats::test_data::random_splats;

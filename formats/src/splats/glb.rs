@@ -1507,6 +1507,8 @@ mod node_transforms {
 }
 
 #[cfg(test)]
+// Matrix and per-axis checks index several arrays at once, as the formulas do.
+#[allow(clippy::needless_range_loop)]
 mod tests {
     use super::*;
     use crate::splats::test_data::random_splats;

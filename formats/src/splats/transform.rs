@@ -243,6 +243,8 @@ pub fn raise_sh_degree(splats: &mut GaussianSplats, degree: u32) -> Result<()> {
 }
 
 #[cfg(test)]
+// Matrix and per-axis checks index several arrays at once, as the formulas do.
+#[allow(clippy::needless_range_loop)]
 mod tests {
     use super::*;
     use crate::splats::sh::eval_sh_colour;
