@@ -26,8 +26,8 @@ use rayon::prelude::*;
 
 use super::linalg::{M3, mul, mul_vec, transpose};
 use super::project::{
-    CameraModel, ProjectedSplat, RasterizeMode, SplatParams, compensation, geometry, sigmoid,
-    view_dir,
+    CameraModel, Geometry, ProjectedSplat, RasterizeMode, SplatParams, compensation, geometry,
+    sigmoid, view_dir,
 };
 use super::rasterize_backward::ScreenGrad;
 use super::scalar::Scalar;
@@ -100,47 +100,89 @@ pub fn ndc_grad_norm<T: Scalar>(g: [T; 2], width: u32, height: u32) -> T {
     (nx * nx + ny * ny).sqrt()
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What the backward step of every splat reads besides its own screen gradient.
+struct Shared<'a, 'p, T> {
+    params: &'a SplatParams<'p, T>,
+    cam: &'a CameraModel<T>,
+    /// The opacity rule of the forward pass.
+    mode: RasterizeMode,
+}
+
+/// One splat's chain rule, as named steps from the screen back to the parameters: opacity, SH
+/// colour, conic → Σ2d (with the compensation), Σ2d → Σ_cam and J, J and mean2d → camera point →
+/// means, Σ_cam → Σ → log_scales and rotations, and the densification statistic.
 fn splat_backward<T: Scalar>(
-    params: &SplatParams<'_, T>,
-    cam: &CameraModel<T>,
+    shared: &Shared<'_, '_, T>,
     i: usize,
     p: &ProjectedSplat<T>,
     sg: &ScreenGrad<T>,
     mean2d_abs: Option<[T; 2]>,
-    mode: RasterizeMode,
     out: Slots<'_, T>,
 ) {
+    let Shared { params, cam, mode } = *shared;
     if p.radius <= T::ZERO {
         return;
     }
     let Some(geo) = geometry(params, cam, i) else {
         return;
     };
-    let half = T::of(0.5);
+    let (d_logit, d_compensation) = opacity_backward(params, i, p, &geo, sg.opacity, mode);
+    *out.logit = d_logit;
+    let d_mean_view = sh_backward(params, cam, i, sg.color, out.sh);
+    let mut d_cov2d = conic_backward(p.conic, sg.conic);
+    if let Some(d_compensation) = d_compensation {
+        compensation_backward(&mut d_cov2d, p.conic, d_compensation, geo.det);
+    }
+    let (d_cov_cam, d_jac) = cov2d_backward(&d_cov2d, &geo);
+    let dp = camera_point_backward(cam, &geo, sg.mean2d, &d_jac);
+    let wt = transpose(&cam.rotation);
+    out.means
+        .copy_from_slice(&mean_backward(d_mean_view, &wt, dp));
+    let d_cov = cov_cam_backward(&wt, &d_cov_cam, &cam.rotation);
+    scale_rotation_backward(&geo, &d_cov, out.log_scales, out.rotations);
+    *out.norm2d = ndc_grad_norm(mean2d_abs.unwrap_or(sg.mean2d), cam.width, cam.height);
+}
 
-    // Opacity: sigmoid' = s(1 − s); in antialiased mode o = s·c, and ∂L/∂c = ∂L/∂o · s.
-    let d_compensation = match mode {
-        RasterizeMode::Classic => {
-            *out.logit = sg.opacity * p.opacity * (T::ONE - p.opacity);
-            None
-        }
+/// Opacity: `∂L/∂logit` (sigmoid' = s(1 − s)) from `d_opacity` = ∂L/∂o. In antialiased mode
+/// `o = s·c`, and the second value is `(∂L/∂c, c)` for [`compensation_backward`]
+/// (`∂L/∂c = ∂L/∂o · s`); in classic mode `None`.
+#[inline]
+fn opacity_backward<T: Scalar>(
+    params: &SplatParams<'_, T>,
+    i: usize,
+    p: &ProjectedSplat<T>,
+    geo: &Geometry<T>,
+    d_opacity: T,
+    mode: RasterizeMode,
+) -> (T, Option<(T, T)>) {
+    match mode {
+        RasterizeMode::Classic => (d_opacity * p.opacity * (T::ONE - p.opacity), None),
         RasterizeMode::Antialiased => {
             let s = sigmoid(params.logit_opacities[i]);
             let c = compensation(geo.det_blur_free, geo.det);
-            *out.logit = sg.opacity * c * s * (T::ONE - s);
-            Some((sg.opacity * s, c))
+            (d_opacity * c * s * (T::ONE - s), Some((d_opacity * s, c)))
         }
-    };
+    }
+}
 
-    // Colour → SH coefficients and view direction.
+/// Colour → SH coefficients and view direction: writes `∂L/∂sh` (`[K, 3]`, the active
+/// coefficients; clamped channels pass no gradient) from `d_color` = ∂L/∂colour, and returns the
+/// part of `∂L/∂mean` that flows through the view direction.
+#[inline]
+fn sh_backward<T: Scalar>(
+    params: &SplatParams<'_, T>,
+    cam: &CameraModel<T>,
+    i: usize,
+    d_color: [T; 3],
+    out_sh: &mut [T],
+) -> [T; 3] {
     let (dir, dir_len) = view_dir(params, cam, i);
     let basis = sh_basis(params.sh_degree, dir);
     let sh = &params.sh_coeffs[i * params.sh_k * 3..(i + 1) * params.sh_k * 3];
     let raw = sh_color(params.sh_degree, sh, &basis);
     let gc = [0, 1, 2].map(|ch| {
         if raw[ch] >= T::ZERO {
-            sg.color[ch]
+            d_color[ch]
         } else {
             T::ZERO
         }
@@ -155,7 +197,7 @@ fn splat_backward<T: Scalar>(
     for k in 0..active {
         let mut coeff_dot = T::ZERO;
         for ch in 0..3 {
-            out.sh[k * 3 + ch] = basis[k] * gc[ch];
+            out_sh[k * 3 + ch] = basis[k] * gc[ch];
             coeff_dot += sh[k * 3 + ch] * gc[ch];
         }
         if let Some(bg) = &basis_grad {
@@ -165,14 +207,19 @@ fn splat_backward<T: Scalar>(
         }
     }
     let dd = d_dir[0] * dir[0] + d_dir[1] * dir[1] + d_dir[2] * dir[2];
-    let mut d_mean = [0, 1, 2].map(|a| (d_dir[a] - dir[a] * dd) / dir_len);
+    [0, 1, 2].map(|a| (d_dir[a] - dir[a] * dd) / dir_len)
+}
 
-    // Conic → Σ2d: ∂Σ2d = −Q·G·Q, G the full-matrix gradient of the conic.
-    let [ca, cb, cc] = p.conic;
+/// Conic → Σ2d: `∂Σ2d = −Q·G·Q`, Q the conic `(a, b, c)` and G the full-matrix gradient of
+/// `d_conic`.
+#[inline]
+fn conic_backward<T: Scalar>(conic: [T; 3], d_conic: [T; 3]) -> [[T; 2]; 2] {
+    let half = T::of(0.5);
+    let [ca, cb, cc] = conic;
     let q2 = [[ca, cb], [cb, cc]];
     let g2 = [
-        [sg.conic[0], half * sg.conic[1]],
-        [half * sg.conic[1], sg.conic[2]],
+        [d_conic[0], half * d_conic[1]],
+        [half * d_conic[1], d_conic[2]],
     ];
     let mut qg = [[T::ZERO; 2]; 2];
     for r in 0..2 {
@@ -186,21 +233,35 @@ fn splat_backward<T: Scalar>(
             d_cov2d[r][c] = -(qg[r][0] * q2[0][c] + qg[r][1] * q2[1][c]);
         }
     }
-    // Compensation → Σ2d (module doc): ∂c/∂Σ2d = ((1 − r)·Q − (ε/det)·I) / 2c, Q = Σ2d⁻¹.
-    if let Some((d_c, c)) = d_compensation {
-        let r = c * c;
-        if r > T::ZERO {
-            let scale = d_c * half / (c + T::from_f32(COMPENSATION_GRAD_EPS));
-            let diag = T::from_f32(EPS2D) / geo.det;
-            let one_minus_r = T::ONE - r;
-            d_cov2d[0][0] += scale * (one_minus_r * ca - diag);
-            d_cov2d[0][1] += scale * one_minus_r * cb;
-            d_cov2d[1][0] += scale * one_minus_r * cb;
-            d_cov2d[1][1] += scale * (one_minus_r * cc - diag);
-        }
-    }
+    d_cov2d
+}
 
-    // Σ2d = J Σc Jᵀ: ∂Σc = Jᵀ G J, ∂J = 2 G J Σc.
+/// Compensation → Σ2d (module doc): adds `∂L/∂c · ∂c/∂Σ2d`, `∂c/∂Σ2d = ((1 − r)·Q − (ε/det)·I) / 2c`,
+/// Q = Σ2d⁻¹ (the conic), to `d_cov2d`, given `(∂L/∂c, c)` from [`opacity_backward`].
+#[inline]
+fn compensation_backward<T: Scalar>(
+    d_cov2d: &mut [[T; 2]; 2],
+    conic: [T; 3],
+    (d_c, c): (T, T),
+    det: T,
+) {
+    let half = T::of(0.5);
+    let [ca, cb, cc] = conic;
+    let r = c * c;
+    if r > T::ZERO {
+        let scale = d_c * half / (c + T::from_f32(COMPENSATION_GRAD_EPS));
+        let diag = T::from_f32(EPS2D) / det;
+        let one_minus_r = T::ONE - r;
+        d_cov2d[0][0] += scale * (one_minus_r * ca - diag);
+        d_cov2d[0][1] += scale * one_minus_r * cb;
+        d_cov2d[1][0] += scale * one_minus_r * cb;
+        d_cov2d[1][1] += scale * (one_minus_r * cc - diag);
+    }
+}
+
+/// Σ2d = J Σc Jᵀ: returns `(∂Σc, ∂J)` = `(Jᵀ G J, 2 G J Σc)` for G = `d_cov2d`.
+#[inline]
+fn cov2d_backward<T: Scalar>(d_cov2d: &[[T; 2]; 2], geo: &Geometry<T>) -> (M3<T>, [[T; 3]; 2]) {
     let jac = geo.jac;
     let mut gj = [[T::ZERO; 3]; 2]; // G·J
     for r in 0..2 {
@@ -224,16 +285,27 @@ fn splat_backward<T: Scalar>(
             d_jac[r][c] = T::of(2.0) * acc;
         }
     }
+    (d_cov_cam, d_jac)
+}
 
-    // Camera point: from mean2d and from J.
+/// ∂L/∂(camera point) from mean2d (pinhole) and from the EWA Jacobian; a clamped `x/z` or `y/z`
+/// passes no gradient through that coordinate.
+#[inline]
+fn camera_point_backward<T: Scalar>(
+    cam: &CameraModel<T>,
+    geo: &Geometry<T>,
+    d_mean2d: [T; 2],
+    d_jac: &[[T; 3]; 2],
+) -> [T; 3] {
+    let jac = geo.jac;
     let pc = geo.p;
     let rz = T::ONE / pc[2];
     let rz2 = rz * rz;
     let (fx, fy) = (cam.fx, cam.fy);
     let mut dp = [
-        sg.mean2d[0] * fx * rz,
-        sg.mean2d[1] * fy * rz,
-        -(sg.mean2d[0] * fx * pc[0] + sg.mean2d[1] * fy * pc[1]) * rz2,
+        d_mean2d[0] * fx * rz,
+        d_mean2d[1] * fy * rz,
+        -(d_mean2d[0] * fx * pc[0] + d_mean2d[1] * fy * pc[1]) * rz2,
     ];
     let u = -jac[0][2] / (fx * rz); // clamp(x/z)
     let v = -jac[1][2] / (fy * rz);
@@ -249,17 +321,37 @@ fn splat_backward<T: Scalar>(
         dp[1] += d_v * rz;
         dp[2] -= d_v * pc[1] * rz2;
     }
-    let wt = transpose(&cam.rotation);
-    let dm = mul_vec(&wt, dp);
+    dp
+}
+
+/// Means: the view-direction part `d_mean_view` (from [`sh_backward`]) plus the camera point's
+/// gradient `dp` taken back to world space by `wt` = Wᵀ.
+#[inline]
+fn mean_backward<T: Scalar>(d_mean_view: [T; 3], wt: &M3<T>, dp: [T; 3]) -> [T; 3] {
+    let mut d_mean = d_mean_view;
+    let dm = mul_vec(wt, dp);
     for a in 0..3 {
         d_mean[a] += dm[a];
     }
-    out.means.copy_from_slice(&d_mean);
+    d_mean
+}
 
-    // Σc = W Σ Wᵀ → ∂Σ = Wᵀ ∂Σc W; Σ = M Mᵀ → ∂M = 2 ∂Σ M (∂Σ symmetric).
-    let d_cov = mul(&mul(&wt, &d_cov_cam), &cam.rotation);
-    let d_m = mul(&d_cov, &geo.m).map(|row| row.map(|v| T::of(2.0) * v));
-    // M = Rot · diag(scale).
+/// Σc = W Σ Wᵀ → ∂Σ = Wᵀ ∂Σc W, given `wt` = Wᵀ and `w` = W.
+#[inline]
+fn cov_cam_backward<T: Scalar>(wt: &M3<T>, d_cov_cam: &M3<T>, w: &M3<T>) -> M3<T> {
+    mul(&mul(wt, d_cov_cam), w)
+}
+
+/// Σ = M Mᵀ → ∂M = 2 ∂Σ M (∂Σ symmetric); M = Rot · diag(scale) → writes `∂L/∂log_scales` (`[3]`)
+/// and `∂L/∂rotations` (`[4]`, the raw quaternion).
+#[inline]
+fn scale_rotation_backward<T: Scalar>(
+    geo: &Geometry<T>,
+    d_cov: &M3<T>,
+    log_scales: &mut [T],
+    rotations: &mut [T],
+) {
+    let d_m = mul(d_cov, &geo.m).map(|row| row.map(|v| T::of(2.0) * v));
     let mut d_rot = [[T::ZERO; 3]; 3];
     for r in 0..3 {
         for c in 0..3 {
@@ -268,12 +360,9 @@ fn splat_backward<T: Scalar>(
     }
     for c in 0..3 {
         let d_s = d_m[0][c] * geo.rot[0][c] + d_m[1][c] * geo.rot[1][c] + d_m[2][c] * geo.rot[2][c];
-        out.log_scales[c] = d_s * geo.scale[c];
+        log_scales[c] = d_s * geo.scale[c];
     }
-    out.rotations
-        .copy_from_slice(&quat_backward(geo.quat, geo.quat_norm, &d_rot));
-
-    *out.norm2d = ndc_grad_norm(mean2d_abs.unwrap_or(sg.mean2d), cam.width, cam.height);
+    rotations.copy_from_slice(&quat_backward(geo.quat, geo.quat_norm, &d_rot));
 }
 
 /// Gradients of all splat parameters from their screen-space gradients `[N]`; `mode` must be the
@@ -299,6 +388,7 @@ pub fn project_backward<T: Scalar>(
         sh_coeffs: vec![T::ZERO; k3 * n],
         means2d_grad_norm: vec![T::ZERO; n],
     };
+    let shared = Shared { params, cam, mode };
     g.means
         .par_chunks_mut(3)
         .zip(g.log_scales.par_chunks_mut(3))
@@ -318,7 +408,7 @@ pub fn project_backward<T: Scalar>(
                     norm2d,
                 };
                 let abs = mean2d_abs.map(|a| a[i]);
-                splat_backward(params, cam, i, &projected[i], &screen[i], abs, mode, slots);
+                splat_backward(&shared, i, &projected[i], &screen[i], abs, slots);
             },
         );
     g

@@ -195,27 +195,41 @@ fn backward_tiles<T: Scalar>(
     grad_image: &[T],
     absgrad: bool,
 ) -> (Vec<ScreenGrad<T>>, Vec<[T; 2]>) {
-    let ForwardState {
-        projected,
-        sorted_ids,
-        tile_ranges,
-        final_t,
-        n_contrib,
-        width,
-        height,
-    } = *st;
-    let (w, h) = (width as usize, height as usize);
-    let ts = TILE_SIZE as usize;
-    let tiles_x = w.div_ceil(ts);
-    let mut per_isect = vec![ScreenGrad::<T>::default(); sorted_ids.len()];
+    let mut per_isect = vec![ScreenGrad::<T>::default(); st.sorted_ids.len()];
     // `[I, 2]` absolute mean2d sums per intersection, only when asked for.
-    let mut abs_isect = vec![[T::ZERO; 2]; if absgrad { sorted_ids.len() } else { 0 }];
+    let mut abs_isect = vec![[T::ZERO; 2]; if absgrad { st.sorted_ids.len() } else { 0 }];
+    let parts = split_by_tile(st.tile_ranges, &mut per_isect, &mut abs_isect, absgrad);
+    let all = tile_splats(st.projected);
+    let inputs = TileInputs {
+        st,
+        all: &all,
+        background,
+        grad_image,
+        absgrad,
+    };
+    parts
+        .into_par_iter()
+        .for_each_init(BwdScratch::new, |sc: &mut BwdScratch<T>, part| {
+            backward_tile(&inputs, sc, part);
+        });
+    sum_per_splat(st, &per_isect, &abs_isect, absgrad)
+}
 
-    // Split the intersection buffers along the (contiguous, tile-ordered) tile ranges.
-    type Part<'b, T> = (usize, &'b mut [ScreenGrad<T>], &'b mut [[T; 2]]);
-    let mut parts: Vec<Part<'_, T>> = Vec::with_capacity(tile_ranges.len());
-    let mut rest: &mut [ScreenGrad<T>] = &mut per_isect;
-    let mut rest_abs: &mut [[T; 2]] = &mut abs_isect;
+/// One tile's slice of the intersection buffers: `(tile, [I_tile] gradients, [I_tile, 2] absolute
+/// sums)`, the latter empty without `absgrad`.
+type Part<'b, T> = (usize, &'b mut [ScreenGrad<T>], &'b mut [[T; 2]]);
+
+/// Splits the intersection buffers along the (contiguous, tile-ordered) tile ranges; tiles with
+/// no intersections get no part.
+fn split_by_tile<'b, T>(
+    tile_ranges: &[[u32; 2]],
+    per_isect: &'b mut [ScreenGrad<T>],
+    abs_isect: &'b mut [[T; 2]],
+    absgrad: bool,
+) -> Vec<Part<'b, T>> {
+    let mut parts: Vec<Part<'b, T>> = Vec::with_capacity(tile_ranges.len());
+    let mut rest: &mut [ScreenGrad<T>] = per_isect;
+    let mut rest_abs: &mut [[T; 2]] = abs_isect;
     for (tile, r) in tile_ranges.iter().enumerate() {
         let len = (r[1] - r[0]) as usize;
         let (head, tail) = rest.split_at_mut(len);
@@ -226,143 +240,222 @@ fn backward_tiles<T: Scalar>(
         rest = tail;
         rest_abs = tail_abs;
     }
+    parts
+}
 
+/// What every tile of the backward loop reads.
+struct TileInputs<'a, T> {
+    st: &'a ForwardState<'a, T>,
+    /// `[N]` [`TileSplat`] of every projected splat ([`tile_splats`]).
+    all: &'a [TileSplat<T>],
+    background: [T; 3],
+    /// `[H, W, 3]` ∂L/∂pixel.
+    grad_image: &'a [T],
+    absgrad: bool,
+}
+
+impl<T: Scalar> BwdScratch<T> {
+    fn new() -> Self {
+        Self {
+            splats: Vec::new(),
+            t: [T::ZERO; PIXELS],
+            t_final: [T::ZERO; PIXELS],
+            behind: [[T::ZERO; 3]; PIXELS],
+            g: [[T::ZERO; 3]; PIXELS],
+            bg_dot: [T::ZERO; PIXELS],
+            n: [0; PIXELS],
+            simd: super::simd::SimdBwdTile::new(),
+        }
+    }
+}
+
+/// One tile of the backward loop: loads its pixels' state, gathers the splats that can contribute
+/// and writes the gradients of its part of the intersection list, through the SIMD loop where it
+/// applies, else the scalar one.
+#[inline]
+fn backward_tile<T: Scalar>(
+    inputs: &TileInputs<'_, T>,
+    sc: &mut BwdScratch<T>,
+    (tile, grads, abs): Part<'_, T>,
+) {
+    let ForwardState {
+        sorted_ids,
+        tile_ranges,
+        width,
+        height,
+        ..
+    } = *inputs.st;
+    let (w, h) = (width as usize, height as usize);
+    let ts = TILE_SIZE as usize;
+    let tiles_x = w.div_ceil(ts);
+    let [start, _] = tile_ranges[tile];
+    let (tx, ty) = (tile % tiles_x, tile / tiles_x);
+    let rect = [
+        tx * ts,
+        ((tx + 1) * ts).min(w),
+        ty * ts,
+        ((ty + 1) * ts).min(h),
+    ];
+    let max_n = load_tile_pixels(inputs, sc, rect);
+    // Only the first `max_n` entries of the tile's list can contribute to any pixel.
+    sc.splats.clear();
+    sc.splats.extend(
+        sorted_ids[start as usize..start as usize + max_n]
+            .iter()
+            .map(|&id| inputs.all[id as usize]),
+    );
+    if backward_tile_simd(sc, rect, grads, abs) {
+        return;
+    }
+    backward_tile_scalar(sc, rect, inputs.absgrad, grads, abs);
+}
+
+/// Fills the scratch's per-pixel state of the tile `rect` = `[x0, x1, y0, y1]`; returns the
+/// largest contributor count, pixels with zero upstream gradient counting 0.
+#[inline]
+fn load_tile_pixels<T: Scalar>(
+    inputs: &TileInputs<'_, T>,
+    sc: &mut BwdScratch<T>,
+    [x0, x1, y0, y1]: [usize; 4],
+) -> usize {
+    let TileInputs {
+        background,
+        grad_image,
+        ..
+    } = *inputs;
+    let ForwardState {
+        final_t,
+        n_contrib,
+        width,
+        ..
+    } = *inputs.st;
+    let w = width as usize;
+    let ts = TILE_SIZE as usize;
+    let mut max_n = 0usize;
+    for y in y0..y1 {
+        for x in x0..x1 {
+            let (li, pix) = ((y - y0) * ts + (x - x0), y * w + x);
+            let g = [
+                grad_image[pix * 3],
+                grad_image[pix * 3 + 1],
+                grad_image[pix * 3 + 2],
+            ];
+            // A pixel with zero upstream gradient contributes nothing: skip it entirely.
+            let n = if g.iter().all(|&v| v == T::ZERO) {
+                0
+            } else {
+                n_contrib[pix]
+            };
+            sc.n[li] = n;
+            sc.g[li] = g;
+            sc.t[li] = final_t[pix];
+            sc.t_final[li] = final_t[pix];
+            sc.behind[li] = [T::ZERO; 3];
+            sc.bg_dot[li] = background[0] * g[0] + background[1] * g[1] + background[2] * g[2];
+            max_n = max_n.max(n as usize);
+        }
+    }
+    max_n
+}
+
+/// The scalar tile loop (the `f64` path, and `f32` where SIMD does not apply): the gathered
+/// splats back to front; each pixel sees its contributors in exactly the reverse of the forward
+/// order, and each splat's gradient is summed in lanes (see [`combine_lanes`]). Writes `grads`
+/// (`[I_tile]`) and, with `absgrad`, `abs` (`[I_tile, 2]`).
+#[inline]
+fn backward_tile_scalar<T: Scalar>(
+    sc: &mut BwdScratch<T>,
+    [x0, x1, y0, y1]: [usize; 4],
+    absgrad: bool,
+    grads: &mut [ScreenGrad<T>],
+    abs: &mut [[T; 2]],
+) {
+    let ts = TILE_SIZE as usize;
     let max_alpha = T::from_f32(MAX_ALPHA);
     let half = T::of(0.5);
-    let all = tile_splats(projected);
-    let scratch = || BwdScratch {
-        splats: Vec::new(),
-        t: [T::ZERO; PIXELS],
-        t_final: [T::ZERO; PIXELS],
-        behind: [[T::ZERO; 3]; PIXELS],
-        g: [[T::ZERO; 3]; PIXELS],
-        bg_dot: [T::ZERO; PIXELS],
-        n: [0; PIXELS],
-        simd: super::simd::SimdBwdTile::new(),
-    };
-    parts
-        .into_par_iter()
-        .for_each_init(scratch, |sc: &mut BwdScratch<T>, (tile, grads, abs)| {
-            let [start, _] = tile_ranges[tile];
-            let (tx, ty) = (tile % tiles_x, tile / tiles_x);
-            let (x0, x1, y0, y1) = (
-                tx * ts,
-                ((tx + 1) * ts).min(w),
-                ty * ts,
-                ((ty + 1) * ts).min(h),
-            );
-            let mut max_n = 0usize;
-            for y in y0..y1 {
-                for x in x0..x1 {
-                    let (li, pix) = ((y - y0) * ts + (x - x0), y * w + x);
-                    let g = [
-                        grad_image[pix * 3],
-                        grad_image[pix * 3 + 1],
-                        grad_image[pix * 3 + 2],
-                    ];
-                    // A pixel with zero upstream gradient contributes nothing: skip it entirely.
-                    let n = if g.iter().all(|&v| v == T::ZERO) {
-                        0
-                    } else {
-                        n_contrib[pix]
-                    };
-                    sc.n[li] = n;
-                    sc.g[li] = g;
-                    sc.t[li] = final_t[pix];
-                    sc.t_final[li] = final_t[pix];
-                    sc.behind[li] = [T::ZERO; 3];
-                    sc.bg_dot[li] =
-                        background[0] * g[0] + background[1] * g[1] + background[2] * g[2];
-                    max_n = max_n.max(n as usize);
+    for (j, s) in sc.splats.iter().enumerate().rev() {
+        let [rx0, rx1, ry0, ry1] = s.pixel_rect(x0, x1, y0, y1);
+        // Lane sums per splat, as the SIMD loops keep them (see `combine_lanes`).
+        let mut lanes = [ScreenGrad::<T>::default(); SUM_LANES];
+        // |∂L_p/∂mean2d| lane sums, kept only with `absgrad`.
+        let mut abs_lanes = [[T::ZERO; 2]; SUM_LANES];
+        for y in ry0..ry1 {
+            let py = T::of(y as f64 + 0.5);
+            // The whole row of the pixel rectangle, as the SIMD loops walk it.
+            let (sx0, sx1) = (rx0, rx1);
+            // This row's pixels [sx0, sx1) of the tile's state, walked in step.
+            let r = (y - y0) * ts + (sx0 - x0)..(y - y0) * ts + (sx1 - x0);
+            let pixels = sc.t[r.clone()]
+                .iter_mut()
+                .zip(&mut sc.behind[r.clone()])
+                .zip(&sc.n[r.clone()])
+                .zip(&sc.g[r.clone()])
+                .zip(&sc.t_final[r.clone()])
+                .zip(&sc.bg_dot[r]);
+            // Pixel centres x + ½, stepped exactly (small integers plus ½).
+            let mut px = T::of(sx0 as f64 - 0.5);
+            for (k, (((((t_px, behind), &n), g), &t_final), &bg_dot)) in pixels.enumerate() {
+                px += T::ONE;
+                if j as u32 >= n {
+                    continue;
                 }
-            }
-            // Only the first `max_n` entries of the tile's list can contribute to any pixel.
-            sc.splats.clear();
-            sc.splats.extend(
-                sorted_ids[start as usize..start as usize + max_n]
-                    .iter()
-                    .map(|&id| all[id as usize]),
-            );
-            if backward_tile_simd(sc, [x0, x1, y0, y1], grads, abs) {
-                return;
-            }
-            // Splats back to front; each pixel sees its contributors in exactly the reverse of the
-            // forward order, and each splat's gradient is summed in lanes (see `combine_lanes`).
-            for (j, s) in sc.splats.iter().enumerate().rev() {
-                let [rx0, rx1, ry0, ry1] = s.pixel_rect(x0, x1, y0, y1);
-                // Lane sums per splat, as the SIMD loops keep them (see `combine_lanes`).
-                let mut lanes = [ScreenGrad::<T>::default(); SUM_LANES];
-                // |∂L_p/∂mean2d| lane sums, kept only with `absgrad`.
-                let mut abs_lanes = [[T::ZERO; 2]; SUM_LANES];
-                for y in ry0..ry1 {
-                    let py = T::of(y as f64 + 0.5);
-                    // The whole row of the pixel rectangle, as the SIMD loops walk it.
-                    let (sx0, sx1) = (rx0, rx1);
-                    // This row's pixels [sx0, sx1) of the tile's state, walked in step.
-                    let r = (y - y0) * ts + (sx0 - x0)..(y - y0) * ts + (sx1 - x0);
-                    let pixels = sc.t[r.clone()]
-                        .iter_mut()
-                        .zip(&mut sc.behind[r.clone()])
-                        .zip(&sc.n[r.clone()])
-                        .zip(&sc.g[r.clone()])
-                        .zip(&sc.t_final[r.clone()])
-                        .zip(&sc.bg_dot[r]);
-                    // Pixel centres x + ½, stepped exactly (small integers plus ½).
-                    let mut px = T::of(sx0 as f64 - 0.5);
-                    for (k, (((((t_px, behind), &n), g), &t_final), &bg_dot)) in pixels.enumerate()
-                    {
-                        px += T::ONE;
-                        if j as u32 >= n {
-                            continue;
-                        }
-                        let Some(hit) = splat_hit(s, px, py) else {
-                            continue;
-                        };
-                        let lane = k % SUM_LANES;
-                        let acc = &mut lanes[lane];
-                        let ra = T::ONE / (T::ONE - hit.alpha);
-                        let t = *t_px * ra;
-                        *t_px = t;
-                        let weight = hit.alpha * t;
-                        let mut v_alpha = T::ZERO;
-                        for ch in 0..3 {
-                            acc.color[ch] += weight * g[ch];
-                            v_alpha += (s.color[ch] * t - behind[ch] * ra) * g[ch];
-                            behind[ch] += s.color[ch] * weight;
-                        }
-                        v_alpha -= t_final * ra * bg_dot;
-                        if s.opacity * hit.vis <= max_alpha {
-                            let v_sigma = -s.opacity * hit.vis * v_alpha;
-                            let (dx, dy) = (hit.dx, hit.dy);
-                            acc.conic[0] += half * dx * dx * v_sigma;
-                            acc.conic[1] += dx * dy * v_sigma;
-                            acc.conic[2] += half * dy * dy * v_sigma;
-                            let m = [
-                                (s.conic[0] * dx + s.conic[1] * dy) * v_sigma,
-                                (s.conic[1] * dx + s.conic[2] * dy) * v_sigma,
-                            ];
-                            acc.mean2d[0] += m[0];
-                            acc.mean2d[1] += m[1];
-                            acc.opacity += hit.vis * v_alpha;
-                            if absgrad {
-                                abs_lanes[lane][0] += m[0].abs();
-                                abs_lanes[lane][1] += m[1].abs();
-                            }
-                        }
+                let Some(hit) = splat_hit(s, px, py) else {
+                    continue;
+                };
+                let lane = k % SUM_LANES;
+                let acc = &mut lanes[lane];
+                let ra = T::ONE / (T::ONE - hit.alpha);
+                let t = *t_px * ra;
+                *t_px = t;
+                let weight = hit.alpha * t;
+                let mut v_alpha = T::ZERO;
+                for ch in 0..3 {
+                    acc.color[ch] += weight * g[ch];
+                    v_alpha += (s.color[ch] * t - behind[ch] * ra) * g[ch];
+                    behind[ch] += s.color[ch] * weight;
+                }
+                v_alpha -= t_final * ra * bg_dot;
+                if s.opacity * hit.vis <= max_alpha {
+                    let v_sigma = -s.opacity * hit.vis * v_alpha;
+                    let (dx, dy) = (hit.dx, hit.dy);
+                    acc.conic[0] += half * dx * dx * v_sigma;
+                    acc.conic[1] += dx * dy * v_sigma;
+                    acc.conic[2] += half * dy * dy * v_sigma;
+                    let m = [
+                        (s.conic[0] * dx + s.conic[1] * dy) * v_sigma,
+                        (s.conic[1] * dx + s.conic[2] * dy) * v_sigma,
+                    ];
+                    acc.mean2d[0] += m[0];
+                    acc.mean2d[1] += m[1];
+                    acc.opacity += hit.vis * v_alpha;
+                    if absgrad {
+                        abs_lanes[lane][0] += m[0].abs();
+                        abs_lanes[lane][1] += m[1].abs();
                     }
                 }
-                grads[j] = combine_lanes(&lanes);
-                if absgrad {
-                    abs[j] = [0, 1].map(|c| lane_tree(|k| abs_lanes[k][c]));
-                }
             }
-        });
+        }
+        grads[j] = combine_lanes(&lanes);
+        if absgrad {
+            abs[j] = [0, 1].map(|c| lane_tree(|k| abs_lanes[k][c]));
+        }
+    }
+}
 
-    let mut per_splat = vec![ScreenGrad::<T>::default(); projected.len()];
+/// Sums the per-intersection gradients per splat, sequentially in list order (deterministic):
+/// `[N]` screen gradients and, with `absgrad`, `[N, 2]` absolute sums (else an empty vector).
+fn sum_per_splat<T: Scalar>(
+    st: &ForwardState<'_, T>,
+    per_isect: &[ScreenGrad<T>],
+    abs_isect: &[[T; 2]],
+    absgrad: bool,
+) -> (Vec<ScreenGrad<T>>, Vec<[T; 2]>) {
+    let (n, sorted_ids) = (st.projected.len(), st.sorted_ids);
+    let mut per_splat = vec![ScreenGrad::<T>::default(); n];
     for (k, &id) in sorted_ids.iter().enumerate() {
         per_splat[id as usize].add(&per_isect[k]);
     }
-    let mut abs_splat = vec![[T::ZERO; 2]; if absgrad { projected.len() } else { 0 }];
+    let mut abs_splat = vec![[T::ZERO; 2]; if absgrad { n } else { 0 }];
     for (k, a) in abs_isect.iter().enumerate() {
         let sum = &mut abs_splat[sorted_ids[k] as usize];
         sum[0] += a[0];

@@ -134,6 +134,93 @@ struct Band {
     sorted_values: DeviceBuffer<u32>,
 }
 
+/// What binning reads for every band of one render (see [`GpuRenderer::bin_band`]).
+struct Binning<'a> {
+    /// `[N]` camera depths, the sort key's low 32 bits.
+    depths: &'a DeviceBuffer<f32>,
+    /// `[N, 4]` tile rects `(x0, y0, x1, y1)`, half-open, in tiles.
+    tile_rects: &'a DeviceBuffer<u32>,
+    n: usize,
+    cam: &'a GpuCamera,
+    /// Key bits above the depth that can be non-zero: `⌈log2 T⌉`.
+    tile_bits: u32,
+    /// `[T, 2]` per-tile ranges of the sorted lists, written band by band.
+    tile_ranges: &'a DeviceBuffer<u32>,
+}
+
+/// `kiln_project_forward`'s per-splat outputs that rasterisation and the backward pass read (kept
+/// in [`GpuSaved`]).
+struct ScreenSplats {
+    /// `[N, 2]` pixels.
+    xys: DeviceBuffer<f32>,
+    /// `[N, 3]` inverse 2D covariance `(a, b, c)`.
+    conics: DeviceBuffer<f32>,
+    /// `[N]` pixels, 0 where culled.
+    radii: DeviceBuffer<f32>,
+    /// `[N]` opacities after the sigmoid (and compensation).
+    opacities: DeviceBuffer<f32>,
+    /// `[N, 3]` SH colours for this view.
+    colors: DeviceBuffer<f32>,
+}
+
+/// `kiln_project_forward`'s per-splat outputs that only binning reads (freed after it).
+struct TileFootprints {
+    /// `[N]` camera depths.
+    depths: DeviceBuffer<f32>,
+    /// `[N, 4]` tile rects.
+    tile_rects: DeviceBuffer<u32>,
+    /// `[N]` tiles each splat touches.
+    tile_counts: DeviceBuffer<u32>,
+}
+
+/// `kiln_rasterize_forward`'s outputs.
+struct DeviceRaster {
+    /// `[H, W, 3]` linear RGB.
+    image: DeviceBuffer<f32>,
+    /// `[H, W]` final transmittance.
+    final_t: DeviceBuffer<f32>,
+    /// `[H, W]` contributor counts.
+    n_contrib: DeviceBuffer<u32>,
+}
+
+/// Per-splat screen-space gradient sums of the backward pass. (Fields drop in declaration order:
+/// `abs` is freed before `grads`, as when they were two locals.)
+struct ScreenGrads {
+    /// `[N, 2]` AbsGS absolute mean2d sums, only with `absgrad`.
+    abs: Option<DeviceBuffer<f32>>,
+    /// `[N, 9]` ∂L/∂(mean2d, conic, colour, opacity).
+    grads: DeviceBuffer<f32>,
+}
+
+/// The forward pass's check of the SH degree against device splats: the degree must be valid for
+/// `camera` ([`check_render_inputs`] on no splats) and need at most the K the device splats hold.
+fn check_device_sh_degree(
+    splats: &DeviceSplats,
+    sh_degree: u32,
+    camera: &Camera,
+) -> Result<(), Error> {
+    let none = SplatsRef {
+        means: &[],
+        log_scales: &[],
+        rotations: &[],
+        logit_opacities: &[],
+        sh_coeffs: &[],
+        sh_degree,
+    };
+    let needed = check_render_inputs(&none, camera)?;
+    if needed > splats.k {
+        return Err(Error::Invalid {
+            field: "sh_degree",
+            reason: format!(
+                "degree {sh_degree} needs {needed} SH coefficients per channel but the \
+                 device splats hold K = {}",
+                splats.k
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Bytes one intersection occupies in the largest per-intersection buffer (the backward pass's
 /// `[I, 9]` f32 gradients); bands are sized so that buffer stays under the allocation cap.
 const LARGEST_BYTES_PER_INTERSECTION: usize = ISECT_GRAD * 4;
@@ -444,21 +531,23 @@ impl GpuRenderer {
 
     /// Bins, sorts and ranges one band's intersections: `counts`/`offsets` `[N]` are the band's
     /// (the whole render's when there is one band), `isects` their total; writes the band's tiles'
-    /// entries of `tile_ranges [T, 2]`.
-    #[allow(clippy::too_many_arguments)]
+    /// entries of `b.tile_ranges [T, 2]`.
     fn bin_band(
         &self,
-        depths: &DeviceBuffer<f32>,
-        tile_rects: &DeviceBuffer<u32>,
+        b: &Binning<'_>,
+        rows: (u32, u32),
         counts: DeviceBuffer<u32>,
         offsets: DeviceBuffer<u32>,
         isects: usize,
-        n: usize,
-        cam: &GpuCamera,
-        rows: (u32, u32),
-        tile_bits: u32,
-        tile_ranges: &DeviceBuffer<u32>,
     ) -> Result<Band, Error> {
+        let Binning {
+            depths,
+            tile_rects,
+            n,
+            cam,
+            tile_bits,
+            tile_ranges,
+        } = *b;
         let ctx = &self.ctx;
         let keys = DeviceBuffer::<u64>::uninit(ctx, isects, "intersection keys [I]")?;
         let values = DeviceBuffer::<u32>::uninit(ctx, isects, "intersection values [I]")?;
@@ -551,6 +640,9 @@ impl GpuRenderer {
     ///
     /// - `sh_degree`: active degree, ≤ the degree `splats.k` holds.
     ///
+    /// Steps, each timed up to a device synchronisation: [`Self::project_forward`] (project_ms),
+    /// [`Self::bin_and_sort`] (sort_ms), [`Self::rasterize_forward`] (rasterize_forward_ms).
+    ///
     /// # Errors
     /// [`Error::Invalid`] for a bad camera or SH degree; [`Error::Device`] for device failures or a
     /// buffer above the allocation cap.
@@ -561,34 +653,79 @@ impl GpuRenderer {
         camera: &Camera,
         options: &RenderOptions,
     ) -> Result<DeviceForward, Error> {
-        let none = SplatsRef {
-            means: &[],
-            log_scales: &[],
-            rotations: &[],
-            logit_opacities: &[],
-            sh_coeffs: &[],
-            sh_degree,
-        };
-        let needed = check_render_inputs(&none, camera)?;
-        if needed > splats.k {
-            return Err(Error::Invalid {
-                field: "sh_degree",
-                reason: format!(
-                    "degree {sh_degree} needs {needed} SH coefficients per channel but the \
-                     device splats hold K = {}",
-                    splats.k
-                ),
-            });
-        }
+        check_device_sh_degree(splats, sh_degree, camera)?;
         let (n, k) = (splats.n, splats.k);
-        let ctx = &self.ctx;
         let cam = GpuCamera::new(camera);
-        let (w, h) = (camera.width as usize, camera.height as usize);
-        let n_tiles = (cam.tiles_x * cam.tiles_y) as usize;
         let mode = RasterizeMode::from_antialiased(options.antialiased);
         let mut timings = KernelTimings::default();
-        let clock = std::time::Instant::now();
+        let ((screen, footprints), project_ms) =
+            self.timed(|| self.project_forward(splats, sh_degree, mode, &cam))?;
+        timings.project_ms = project_ms;
+        let ((bands, tile_ranges), sort_ms) = self.timed(|| {
+            let TileFootprints {
+                depths,
+                tile_rects,
+                tile_counts,
+            } = footprints;
+            let sorted = self.bin_and_sort(&depths, &tile_rects, tile_counts, n, &cam)?;
+            drop((depths, tile_rects));
+            Ok(sorted)
+        })?;
+        timings.sort_ms = sort_ms;
+        let (raster, rasterize_forward_ms) = self.timed(|| {
+            self.rasterize_forward(&screen, &bands, &tile_ranges, &cam, options.background)
+        })?;
+        timings.rasterize_forward_ms = rasterize_forward_ms;
+        let ScreenSplats {
+            xys,
+            conics,
+            radii,
+            opacities,
+            colors,
+        } = screen;
+        Ok(DeviceForward {
+            image: raster.image,
+            saved: GpuSaved {
+                n,
+                k,
+                sh_degree,
+                camera: *camera,
+                background: options.background,
+                mode,
+                intersections: bands.iter().map(|b| b.intersections).sum(),
+                bands,
+                splats: splats.clone(),
+                conics,
+                xys,
+                radii,
+                opacities,
+                colors,
+                tile_ranges,
+                final_t: raster.final_t,
+                n_contrib: raster.n_contrib,
+            },
+            timings,
+        })
+    }
 
+    /// Runs `step`, waits for the device, and returns its result with the milliseconds both took.
+    fn timed<R>(&self, step: impl FnOnce() -> Result<R, Error>) -> Result<(R, f64), Error> {
+        let clock = std::time::Instant::now();
+        let out = step()?;
+        self.ctx.backend().synchronize()?;
+        Ok((out, ms_since(clock)))
+    }
+
+    /// `kiln_project_forward`: every splat's screen-space footprint, colour and tile rectangle.
+    fn project_forward(
+        &self,
+        splats: &DeviceSplats,
+        sh_degree: u32,
+        mode: RasterizeMode,
+        cam: &GpuCamera,
+    ) -> Result<(ScreenSplats, TileFootprints), Error> {
+        let (n, k) = (splats.n, splats.k);
+        let ctx = &self.ctx;
         let xys = DeviceBuffer::<f32>::uninit(ctx, 2 * n, "means2d [N, 2]")?;
         let conics = DeviceBuffer::<f32>::uninit(ctx, 3 * n, "conics [N, 3]")?;
         let depths = DeviceBuffer::<f32>::uninit(ctx, n, "depths [N]")?;
@@ -607,7 +744,7 @@ impl GpuRenderer {
             .u32(k as u32)
             .u32(sh_degree)
             .u32(mode.kernel_flag())
-            .value(cam)
+            .value(*cam)
             .buf(&xys)
             .buf(&conics)
             .buf(&depths)
@@ -622,12 +759,69 @@ impl GpuRenderer {
             [BLOCK, 1, 1],
             args,
         )?;
-        ctx.backend().synchronize()?;
-        timings.project_ms = ms_since(clock);
-        let clock = std::time::Instant::now();
+        let screen = ScreenSplats {
+            xys,
+            conics,
+            radii,
+            opacities,
+            colors,
+        };
+        let footprints = TileFootprints {
+            depths,
+            tile_rects,
+            tile_counts,
+        };
+        Ok((screen, footprints))
+    }
 
+    /// Scans the tile counts, splits the render into bands of tile rows where one intersection
+    /// list would not fit the allocation cap ([`Self::plan_rows`]), and bins, sorts and ranges each
+    /// band ([`Self::bin_band`]); returns the bands and the `[T, 2]` tile ranges.
+    fn bin_and_sort(
+        &self,
+        depths: &DeviceBuffer<f32>,
+        tile_rects: &DeviceBuffer<u32>,
+        tile_counts: DeviceBuffer<u32>,
+        n: usize,
+        cam: &GpuCamera,
+    ) -> Result<(Vec<Band>, DeviceBuffer<u32>), Error> {
+        let ctx = &self.ctx;
+        let n_tiles = (cam.tiles_x * cam.tiles_y) as usize;
         let offsets = DeviceBuffer::<u32>::uninit(ctx, n, "intersection offsets [N]")?;
         let total = self.scan(&tile_counts, &offsets)?;
+        let rows = self.plan_rows(tile_rects, total, cam)?;
+        let tile_bits = u32::BITS - (n_tiles.max(1) as u32 - 1).leading_zeros();
+        let tile_ranges = DeviceBuffer::<u32>::zeros(ctx, 2 * n_tiles, "tile ranges [T, 2]")?;
+        let binning = Binning {
+            depths,
+            tile_rects,
+            n,
+            cam,
+            tile_bits,
+            tile_ranges: &tile_ranges,
+        };
+        let mut whole = Some((tile_counts, offsets));
+        let mut bands = Vec::with_capacity(rows.len());
+        for &(lo, hi) in &rows {
+            let (counts, offsets, isects) = match whole.take() {
+                Some((c, o)) if rows.len() == 1 => (c, o, total as usize),
+                _ => self.band_counts(tile_rects, n, (lo, hi))?,
+            };
+            bands.push(self.bin_band(&binning, (lo, hi), counts, offsets, isects)?);
+        }
+        Ok((bands, tile_ranges))
+    }
+
+    /// The bands of tile rows `(first, end)` to bin one after another: one band covering every
+    /// row when `total` intersections fit the allocation cap's `[I, 9]` gradient buffer, else
+    /// [`plan_bands`]' greedy split.
+    fn plan_rows(
+        &self,
+        tile_rects: &DeviceBuffer<u32>,
+        total: u64,
+        cam: &GpuCamera,
+    ) -> Result<Vec<(u32, u32)>, Error> {
+        let ctx = &self.ctx;
         let limit =
             (ctx.alloc_cap() / LARGEST_BYTES_PER_INTERSECTION).min(u32::MAX as usize) as u64;
         let rows = if total <= limit {
@@ -651,62 +845,60 @@ impl GpuRenderer {
                 "rasterizer: render split into bands of tile rows"
             );
         }
-        let tile_bits = u32::BITS - (n_tiles.max(1) as u32 - 1).leading_zeros();
-        let tile_ranges = DeviceBuffer::<u32>::zeros(ctx, 2 * n_tiles, "tile ranges [T, 2]")?;
-        let mut whole = Some((tile_counts, offsets));
-        let mut bands = Vec::with_capacity(rows.len());
-        for &(lo, hi) in &rows {
-            let (counts, offsets, isects) = match whole.take() {
-                Some((c, o)) if rows.len() == 1 => (c, o, total as usize),
-                _ => {
-                    let c = DeviceBuffer::<u32>::uninit(ctx, n, "band tile counts [N]")?;
-                    let args = Args::new()
-                        .buf(&tile_rects)
-                        .u32(n as u32)
-                        .u32(lo)
-                        .u32(hi)
-                        .buf(&c);
-                    self.launch(
-                        "kiln_band_counts",
-                        [blocks(n, 256), 1, 1],
-                        [BLOCK, 1, 1],
-                        args,
-                    )?;
-                    let o = DeviceBuffer::<u32>::uninit(ctx, n, "band intersection offsets [N]")?;
-                    let t = self.scan(&c, &o)?;
-                    (c, o, t as usize)
-                }
-            };
-            bands.push(self.bin_band(
-                &depths,
-                &tile_rects,
-                counts,
-                offsets,
-                isects,
-                n,
-                &cam,
-                (lo, hi),
-                tile_bits,
-                &tile_ranges,
-            )?);
-        }
-        drop((depths, tile_rects));
-        ctx.backend().synchronize()?;
-        timings.sort_ms = ms_since(clock);
-        let clock = std::time::Instant::now();
+        Ok(rows)
+    }
 
+    /// `kiln_band_counts` and its scan for the band of tile rows `[lo, hi)`: the band's `[N]` tile
+    /// counts, their `[N]` exclusive scan and its total.
+    fn band_counts(
+        &self,
+        tile_rects: &DeviceBuffer<u32>,
+        n: usize,
+        (lo, hi): (u32, u32),
+    ) -> Result<(DeviceBuffer<u32>, DeviceBuffer<u32>, usize), Error> {
+        let ctx = &self.ctx;
+        let c = DeviceBuffer::<u32>::uninit(ctx, n, "band tile counts [N]")?;
+        let args = Args::new()
+            .buf(tile_rects)
+            .u32(n as u32)
+            .u32(lo)
+            .u32(hi)
+            .buf(&c);
+        self.launch(
+            "kiln_band_counts",
+            [blocks(n, 256), 1, 1],
+            [BLOCK, 1, 1],
+            args,
+        )?;
+        let o = DeviceBuffer::<u32>::uninit(ctx, n, "band intersection offsets [N]")?;
+        let t = self.scan(&c, &o)?;
+        Ok((c, o, t as usize))
+    }
+
+    /// `kiln_rasterize_forward`, band after band: the `[H, W, 3]` image over `background`, the
+    /// `[H, W]` final transmittance and contributor counts.
+    fn rasterize_forward(
+        &self,
+        screen: &ScreenSplats,
+        bands: &[Band],
+        tile_ranges: &DeviceBuffer<u32>,
+        cam: &GpuCamera,
+        background: [f32; 3],
+    ) -> Result<DeviceRaster, Error> {
+        let ctx = &self.ctx;
+        let (w, h) = (cam.width as usize, cam.height as usize);
         let image = DeviceBuffer::<f32>::uninit(ctx, w * h * 3, "image [H, W, 3]")?;
         let final_t = DeviceBuffer::<f32>::uninit(ctx, w * h, "final transmittance [H, W]")?;
         let n_contrib = DeviceBuffer::<u32>::uninit(ctx, w * h, "contributors [H, W]")?;
-        let [bg_r, bg_g, bg_b] = options.background;
-        for band in &bands {
+        let [bg_r, bg_g, bg_b] = background;
+        for band in bands {
             let args = Args::new()
-                .buf(&xys)
-                .buf(&conics)
-                .buf(&opacities)
-                .buf(&colors)
+                .buf(&screen.xys)
+                .buf(&screen.conics)
+                .buf(&screen.opacities)
+                .buf(&screen.colors)
                 .buf(&band.sorted_ids)
-                .buf(&tile_ranges)
+                .buf(tile_ranges)
                 .u32(cam.width)
                 .u32(cam.height)
                 .u32(cam.tiles_x)
@@ -725,30 +917,10 @@ impl GpuRenderer {
                 args,
             )?;
         }
-        ctx.backend().synchronize()?;
-        timings.rasterize_forward_ms = ms_since(clock);
-        Ok(DeviceForward {
+        Ok(DeviceRaster {
             image,
-            saved: GpuSaved {
-                n,
-                k,
-                sh_degree,
-                camera: *camera,
-                background: options.background,
-                mode,
-                intersections: bands.iter().map(|b| b.intersections).sum(),
-                bands,
-                splats: splats.clone(),
-                conics,
-                xys,
-                radii,
-                opacities,
-                colors,
-                tile_ranges,
-                final_t,
-                n_contrib,
-            },
-            timings,
+            final_t,
+            n_contrib,
         })
     }
 
@@ -799,6 +971,9 @@ impl GpuRenderer {
     /// the gradients stay there. `absgrad` selects the densification statistic
     /// ([`RenderOptions::absgrad`]).
     ///
+    /// Steps, each timed up to a device synchronisation: [`Self::rasterize_backward`]
+    /// (rasterize_backward_ms), [`Self::project_backward`] (project_backward_ms).
+    ///
     /// # Errors
     /// [`Error::Shape`] when `grad_image` is not `[H, W, 3]` of the forward render;
     /// [`Error::Device`] for device failures.
@@ -808,7 +983,6 @@ impl GpuRenderer {
         grad: &DeviceBuffer<f32>,
         absgrad: bool,
     ) -> Result<DeviceGrads, Error> {
-        let (n, k) = (saved.n, saved.k);
         let camera = &saved.camera;
         let pixels = camera.width as usize * camera.height as usize;
         if grad.len() != 3 * pixels {
@@ -818,13 +992,35 @@ impl GpuRenderer {
                 found: grad.len(),
             });
         }
-        let ctx = &self.ctx;
         let cam = GpuCamera::new(camera);
         let mut timings = KernelTimings::default();
-        let clock = std::time::Instant::now();
-        let screen_grads =
-            DeviceBuffer::<f32>::zeros(ctx, n * ISECT_GRAD, "screen gradients [N, 9]")?;
-        let screen_abs = if absgrad {
+        let (screen, rasterize_backward_ms) =
+            self.timed(|| self.rasterize_backward(saved, grad, absgrad, &cam))?;
+        timings.rasterize_backward_ms = rasterize_backward_ms;
+        let ((groups, means2d_grad_norm), project_backward_ms) =
+            self.timed(|| self.project_backward(saved, &cam, &screen))?;
+        timings.project_backward_ms = project_backward_ms;
+        Ok(DeviceGrads {
+            groups,
+            means2d_grad_norm,
+            timings,
+        })
+    }
+
+    /// `kiln_rasterize_backward` and the per-splat sums, band after band
+    /// ([`Self::rasterize_backward_band`]): the `[N, 9]` screen-space gradients and, with
+    /// `absgrad`, the `[N, 2]` absolute mean2d sums.
+    fn rasterize_backward(
+        &self,
+        saved: &GpuSaved,
+        grad: &DeviceBuffer<f32>,
+        absgrad: bool,
+        cam: &GpuCamera,
+    ) -> Result<ScreenGrads, Error> {
+        let ctx = &self.ctx;
+        let n = saved.n;
+        let grads = DeviceBuffer::<f32>::zeros(ctx, n * ISECT_GRAD, "screen gradients [N, 9]")?;
+        let abs = if absgrad {
             Some(DeviceBuffer::<f32>::zeros(
                 ctx,
                 n * 2,
@@ -833,81 +1029,112 @@ impl GpuRenderer {
         } else {
             None
         };
-        let [bg_r, bg_g, bg_b] = saved.background;
+        let screen = ScreenGrads { grads, abs };
         for band in saved.bands.iter().filter(|b| b.intersections > 0) {
-            let isect_grads = DeviceBuffer::<f32>::zeros(
-                ctx,
-                band.intersections * ISECT_GRAD,
-                "per-intersection gradients [I, 9]",
-            )?;
-            let isect_abs = if absgrad {
-                Some(DeviceBuffer::<f32>::zeros(
-                    ctx,
-                    band.intersections * 2,
-                    "per-intersection absolute mean2d sums [I, 2]",
-                )?)
-            } else {
-                None
-            };
-            let args = Args::new()
-                .buf(&saved.xys)
-                .buf(&saved.conics)
-                .buf(&saved.opacities)
-                .buf(&saved.colors)
-                .buf(&band.sorted_ids)
-                .buf(&band.sorted_values)
-                .buf(&saved.tile_ranges)
-                .buf(&saved.final_t)
-                .buf(&saved.n_contrib)
-                .buf(grad)
-                .u32(cam.width)
-                .u32(cam.height)
-                .u32(cam.tiles_x)
-                .u32(band.rows.0)
-                .f32(bg_r)
-                .f32(bg_g)
-                .f32(bg_b)
-                .buf(&isect_grads);
-            let args = match &isect_abs {
-                Some(b) => args.buf(b),
-                None => args.null(),
-            };
-            self.launch(
-                "kiln_rasterize_backward",
-                [cam.tiles_x, band.rows.1 - band.rows.0, 1],
-                [TILE_SIZE, TILE_SIZE, 1],
-                args,
-            )?;
-            let args = Args::new()
-                .buf(&band.counts)
-                .buf(&band.offsets)
-                .u32(n as u32)
-                .buf(&isect_grads)
-                .buf(&screen_grads);
-            self.launch(
-                "kiln_sum_isect_grads",
-                [blocks(n, 256), 1, 1],
-                [BLOCK, 1, 1],
-                args,
-            )?;
-            if let (Some(isect_abs), Some(screen_abs)) = (&isect_abs, &screen_abs) {
-                let args = Args::new()
-                    .buf(&band.counts)
-                    .buf(&band.offsets)
-                    .u32(n as u32)
-                    .buf(isect_abs)
-                    .buf(screen_abs);
-                self.launch(
-                    "kiln_sum_isect_abs",
-                    [blocks(n, 256), 1, 1],
-                    [BLOCK, 1, 1],
-                    args,
-                )?;
-            }
+            self.rasterize_backward_band(saved, band, grad, cam, &screen)?;
         }
-        ctx.backend().synchronize()?;
-        timings.rasterize_backward_ms = ms_since(clock);
-        let clock = std::time::Instant::now();
+        Ok(screen)
+    }
+
+    /// One band of [`Self::rasterize_backward`]: `kiln_rasterize_backward` into the band's
+    /// `[I_band, 9]` (and, with `screen.abs`, `[I_band, 2]`) per-intersection buffers, then
+    /// `kiln_sum_isect_grads` (and `kiln_sum_isect_abs`) adds them to `screen` per splat.
+    fn rasterize_backward_band(
+        &self,
+        saved: &GpuSaved,
+        band: &Band,
+        grad: &DeviceBuffer<f32>,
+        cam: &GpuCamera,
+        screen: &ScreenGrads,
+    ) -> Result<(), Error> {
+        let ctx = &self.ctx;
+        let isect_grads = DeviceBuffer::<f32>::zeros(
+            ctx,
+            band.intersections * ISECT_GRAD,
+            "per-intersection gradients [I, 9]",
+        )?;
+        let isect_abs = if screen.abs.is_some() {
+            Some(DeviceBuffer::<f32>::zeros(
+                ctx,
+                band.intersections * 2,
+                "per-intersection absolute mean2d sums [I, 2]",
+            )?)
+        } else {
+            None
+        };
+        let [bg_r, bg_g, bg_b] = saved.background;
+        let args = Args::new()
+            .buf(&saved.xys)
+            .buf(&saved.conics)
+            .buf(&saved.opacities)
+            .buf(&saved.colors)
+            .buf(&band.sorted_ids)
+            .buf(&band.sorted_values)
+            .buf(&saved.tile_ranges)
+            .buf(&saved.final_t)
+            .buf(&saved.n_contrib)
+            .buf(grad)
+            .u32(cam.width)
+            .u32(cam.height)
+            .u32(cam.tiles_x)
+            .u32(band.rows.0)
+            .f32(bg_r)
+            .f32(bg_g)
+            .f32(bg_b)
+            .buf(&isect_grads);
+        let args = match &isect_abs {
+            Some(b) => args.buf(b),
+            None => args.null(),
+        };
+        self.launch(
+            "kiln_rasterize_backward",
+            [cam.tiles_x, band.rows.1 - band.rows.0, 1],
+            [TILE_SIZE, TILE_SIZE, 1],
+            args,
+        )?;
+        self.sum_isect(
+            "kiln_sum_isect_grads",
+            band,
+            saved.n,
+            &isect_grads,
+            &screen.grads,
+        )?;
+        if let (Some(isect_abs), Some(screen_abs)) = (&isect_abs, &screen.abs) {
+            self.sum_isect("kiln_sum_isect_abs", band, saved.n, isect_abs, screen_abs)?;
+        }
+        Ok(())
+    }
+
+    /// `kernel` (`kiln_sum_isect_grads` or `kiln_sum_isect_abs`): adds a band's per-intersection
+    /// values `isect` to the per-splat sums `out`, in list order.
+    fn sum_isect(
+        &self,
+        kernel: &str,
+        band: &Band,
+        n: usize,
+        isect: &DeviceBuffer<f32>,
+        out: &DeviceBuffer<f32>,
+    ) -> Result<(), Error> {
+        let args = Args::new()
+            .buf(&band.counts)
+            .buf(&band.offsets)
+            .u32(n as u32)
+            .buf(isect)
+            .buf(out);
+        self.launch(kernel, [blocks(n, 256), 1, 1], [BLOCK, 1, 1], args)
+    }
+
+    /// `kiln_project_backward`: the chain rule from the screen-space gradients to the parameter
+    /// gradients, in the trainer's group order, and the `[N]` ‖∂L/∂means2d‖ statistic (AbsGS when
+    /// `screen.abs` is there).
+    fn project_backward(
+        &self,
+        saved: &GpuSaved,
+        cam: &GpuCamera,
+        screen: &ScreenGrads,
+    ) -> Result<([DeviceBuffer<f32>; 5], DeviceBuffer<f32>), Error> {
+        let ctx = &self.ctx;
+        let (n, k) = (saved.n, saved.k);
         let g_means = DeviceBuffer::<f32>::uninit(ctx, 3 * n, "grad means [N, 3]")?;
         let g_scales = DeviceBuffer::<f32>::uninit(ctx, 3 * n, "grad log_scales [N, 3]")?;
         let g_rots = DeviceBuffer::<f32>::uninit(ctx, 4 * n, "grad rotations [N, 4]")?;
@@ -924,12 +1151,12 @@ impl GpuRenderer {
             .u32(k as u32)
             .u32(saved.sh_degree)
             .u32(saved.mode.kernel_flag())
-            .value(cam)
+            .value(*cam)
             .buf(&saved.conics)
             .buf(&saved.radii)
             .buf(&saved.opacities)
-            .buf(&screen_grads);
-        let args = match &screen_abs {
+            .buf(&screen.grads);
+        let args = match &screen.abs {
             Some(b) => args.buf(b),
             None => args.null(),
         };
@@ -946,13 +1173,7 @@ impl GpuRenderer {
             [BLOCK, 1, 1],
             args,
         )?;
-        ctx.backend().synchronize()?;
-        timings.project_backward_ms = ms_since(clock);
-        Ok(DeviceGrads {
-            groups: [g_means, g_scales, g_rots, g_logits, g_sh],
-            means2d_grad_norm: g_norm,
-            timings,
-        })
+        Ok(([g_means, g_scales, g_rots, g_logits, g_sh], g_norm))
     }
 }
 
