@@ -28,6 +28,8 @@
 //! projection has no discontinuities there (no tile or alpha threshold is involved), so the same
 //! tolerance applies; `COMPENSATION_GRAD_EPS` (1e-6 added to c ≥ 0.2) biases the analytic
 //! gradient by < 5e-6 relative.
+// Central differences perturb parameter i of a group and compare entry i of the gradients.
+#![allow(clippy::needless_range_loop)]
 
 use kiln_kernels::cpu::project::{
     CameraModel, ProjectedSplat, RasterizeMode, SplatParams, project_one,

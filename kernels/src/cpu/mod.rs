@@ -407,6 +407,8 @@ pub(crate) fn params_of<'a>(splats: &SplatsRef<'a>, sh_k: usize) -> SplatParams<
 }
 
 #[cfg(test)]
+// Per-channel checks index the render, the colour and the background together.
+#[allow(clippy::needless_range_loop)]
 mod tests {
     use super::*;
     use crate::render::{

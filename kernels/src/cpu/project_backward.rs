@@ -261,6 +261,8 @@ fn compensation_backward<T: Scalar>(
 
 /// Σ2d = J Σc Jᵀ: returns `(∂Σc, ∂J)` = `(Jᵀ G J, 2 G J Σc)` for G = `d_cov2d`.
 #[inline]
+// the chain rule indexes J, dL/dJ and Σ_cam by row and column together, as the formula does.
+#[allow(clippy::needless_range_loop)]
 fn cov2d_backward<T: Scalar>(d_cov2d: &[[T; 2]; 2], geo: &Geometry<T>) -> (M3<T>, [[T; 3]; 2]) {
     let jac = geo.jac;
     let mut gj = [[T::ZERO; 3]; 2]; // G·J

@@ -310,6 +310,8 @@ unsafe fn forward_tile<V: Lanes>(
 /// the loop, so the classic loop does no extra work).
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
+// a transpose: channel and lane index two arrays crosswise.
+#[allow(clippy::needless_range_loop)]
 pub(crate) fn backward_tile_f32(
     st: &mut SimdBwdTile,
     splats: &[TileSplat<f32>],

@@ -232,6 +232,8 @@ const LARGEST_BYTES_PER_INTERSECTION: usize = ISECT_GRAD * 4;
 /// # Errors
 /// The offending row and its count when a single tile row holds more than `limit` intersections
 /// (no split by rows can help; the caller names the cap to raise).
+// row y indexes the difference array and names the band boundary.
+#[allow(clippy::needless_range_loop)]
 fn plan_bands(tile_rects: &[u32], tiles_y: u32, limit: u64) -> Result<Vec<(u32, u32)>, (u32, u64)> {
     let rows = tiles_y as usize;
     let mut delta = vec![0i64; rows + 1];

@@ -293,6 +293,8 @@ impl GpuTrainState {
     /// # Errors
     /// [`Error::Shape`] when the target is not `[H, W, 3]` of the camera; [`Error::Invalid`] for a
     /// bad camera, SH degree or learning rate; [`Error::Device`] for device failures.
+    // group i indexes the step counts, learning rates, regularisers, parameters and gradients together.
+    #[allow(clippy::needless_range_loop)]
     pub fn step(&mut self, s: &TrainStep<'_>) -> Result<TrainStepOutput, Error> {
         let r = &self.renderer;
         let (h, w) = (s.camera.height as usize, s.camera.width as usize);

@@ -807,8 +807,8 @@ pub(crate) mod tests {
         assert_eq!(welded.positions.len(), 9);
         assert_eq!(welded.triangle_count(), 8);
         for (t, tri) in welded.indices.chunks(3).enumerate() {
-            for k in 0..3 {
-                assert_eq!(welded.positions[tri[k] as usize], mesh.positions[t * 3 + k]);
+            for (k, &v) in tri.iter().enumerate() {
+                assert_eq!(welded.positions[v as usize], mesh.positions[t * 3 + k]);
             }
         }
         // A differing UV keeps a vertex apart (a UV seam); soup vertex 1 is grid vertex 3, shared

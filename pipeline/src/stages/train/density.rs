@@ -195,6 +195,8 @@ pub fn plan_prune_non_finite(s: &GaussianSplats) -> DensifyPlan {
 ///
 /// # Panics
 /// When `stats` does not have `s.len()` rows.
+// splat i indexes its parameters, statistics and keep flag together.
+#[allow(clippy::needless_range_loop)]
 pub fn plan_densify(s: &GaussianSplats, stats: &DensityStats, cfg: &DensifyConfig) -> DensifyPlan {
     let n = s.len();
     assert_eq!(

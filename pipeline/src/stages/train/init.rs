@@ -189,6 +189,8 @@ pub fn knn_mean_dist2(points: &[[f32; 3]]) -> Vec<f32> {
 /// Points with non-finite coordinates are dropped.
 ///
 /// - `sh_degree`: max degree (0..=3), sets K = (sh_degree + 1)².
+// channel ch indexes the point colour and names the SH coefficient.
+#[allow(clippy::needless_range_loop)]
 pub fn splats_from_points(points: &InitPoints, sh_degree: u32) -> GaussianSplats {
     let k = ((sh_degree + 1) * (sh_degree + 1)) as usize;
     let keep: Vec<usize> = (0..points.positions.len().min(points.colors.len()))
