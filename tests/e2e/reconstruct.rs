@@ -231,9 +231,45 @@ fn unposed_fox_photos_reconstruct_register_and_train_within_1_db_of_the_shipped_
         "points differ between the .bin and .txt models"
     );
 
-    // Poses compared at the same settings: the shipped transforms.json has no SfM points, so
-    // the COLMAP capture is trained again from random points too (same job name: reconstruct and
-    // ingest are reused from the work directory, only train reruns).
+    // Issue 8's bar, on the poses themselves: COLMAP's poses agree with the shipped ones (which
+    // instant-ngp's colmap2nerf made) to within a degree, pair by pair. Relative pose errors need
+    // no alignment: the two captures differ by an unknown similarity transform, which cancels in
+    // R_i·R_jᵀ and in the direction from camera i to camera j seen in camera i's frame. Measured
+    // on four COLMAP runs of these photos (2 cores): median rotation error 0.25°, median
+    // direction error 0.56°, worst pair 0.73° and 1.72°.
+    let shipped = kiln_formats::capture::read_capture(&dataset("capture-fox-instantngp")).unwrap();
+    let errors = relative_pose_errors(&from_bin.frames, &shipped.frames);
+    assert_eq!(
+        errors.len(),
+        registered as usize * (registered as usize - 1) / 2
+    );
+    let (rotation, direction) = (
+        median(errors.iter().map(|e| e.0)),
+        median(errors.iter().map(|e| e.1)),
+    );
+    let worst = errors
+        .iter()
+        .fold((0.0f64, 0.0f64), |w, e| (w.0.max(e.0), w.1.max(e.1)));
+    eprintln!(
+        "COLMAP vs shipped poses over {} pairs: median rotation error {rotation:.2}°, median \
+         direction error {direction:.2}°, worst {:.2}° / {:.2}°",
+        errors.len(),
+        worst.0,
+        worst.1
+    );
+    assert!(
+        rotation < 1.0 && direction < 2.0,
+        "median pose errors {rotation:.2}° / {direction:.2}°"
+    );
+    assert!(
+        worst.0 < 5.0 && worst.1 < 10.0,
+        "worst pair {:.2}° / {:.2}°",
+        worst.0,
+        worst.1
+    );
+
+    // The same poses trained from random points, so reconstruct and ingest are reused from the
+    // work directory (same job name) and only train reruns.
     let random = sb.job(
         "fox-sfm-random",
         &format!(
@@ -267,13 +303,11 @@ fn unposed_fox_photos_reconstruct_register_and_train_within_1_db_of_the_shipped_
         "held-out PSNR: COLMAP poses + SfM points {sfm_db:.2} dB, COLMAP poses + random init \
          {sfm_random_db:.2} dB, shipped poses (random init) {posed_db:.2} dB"
     );
-    // Issue 8's bar: the COLMAP poses may not cost more than 1 dB against the shipped poses.
-    // Doing better is fine: at these tiny settings (600 steps, 135 px) float-rounding changes in
-    // training (the fused loss) moved the COLMAP run to 1.08 dB *above* the shipped poses.
-    assert!(
-        sfm_random_db >= posed_db - 1.0,
-        "same settings: COLMAP poses {sfm_random_db:.2} dB vs shipped poses {posed_db:.2} dB"
-    );
+    // The product path (COLMAP's poses and its points) against the shipped poses. The two
+    // random-init runs are printed, not compared: at 600 steps and 135 px their PSNR moves with
+    // the frame COLMAP happens to pick (same photos, poses equal to 0.25°: 20.11, 20.58, 21.24,
+    // 21.51 and 21.65 dB against the shipped poses' 21.42), so a dB bar between them tested
+    // COLMAP's run-to-run noise, not the poses; the pose errors above test the poses.
     assert!(
         sfm_db >= posed_db - 1.0,
         "with its SfM points: {sfm_db:.2} dB vs shipped poses {posed_db:.2} dB"
@@ -413,4 +447,73 @@ fn five_photos_of_unrelated_scenes_fail_the_quality_gate_and_no_training_starts(
     // The failed stage keeps its report for inspection.
     let report = read_json(&work.join("reconstruct.partial/reconstruct.json"));
     assert_eq!(report["quality"]["passed"], false);
+}
+
+/// Per pair of frames present in both captures (matched by name): the angle in degrees between
+/// their relative rotations `R_i·R_jᵀ`, and between the directions from camera i to camera j
+/// in camera i's frame. Both are invariant to a similarity transform of either capture's world.
+fn relative_pose_errors(
+    a: &[kiln_formats::capture::Frame],
+    b: &[kiln_formats::capture::Frame],
+) -> Vec<(f64, f64)> {
+    let pairs: Vec<_> = a
+        .iter()
+        .filter_map(|f| Some((f, b.iter().find(|g| g.name == f.name)?)))
+        .collect();
+    let mut errors = Vec::new();
+    for (i, (ai, bi)) in pairs.iter().enumerate() {
+        for (aj, bj) in &pairs[i + 1..] {
+            let rotation =
+                angle_between_rotations(relative_rotation(ai, aj), relative_rotation(bi, bj));
+            let direction = angle_between(direction_in(ai, aj), direction_in(bi, bj));
+            errors.push((rotation, direction));
+        }
+    }
+    errors
+}
+
+type M3 = [[f64; 3]; 3];
+
+fn rotation(f: &kiln_formats::capture::Frame) -> M3 {
+    std::array::from_fn(|r| std::array::from_fn(|c| f.world_to_camera[r][c]))
+}
+
+/// World position of a camera: `-Rᵀ t`.
+fn centre(f: &kiln_formats::capture::Frame) -> [f64; 3] {
+    let (r, w) = (rotation(f), &f.world_to_camera);
+    std::array::from_fn(|k| -(0..3).map(|i| r[i][k] * w[i][3]).sum::<f64>())
+}
+
+/// `R_i · R_jᵀ`.
+fn relative_rotation(i: &kiln_formats::capture::Frame, j: &kiln_formats::capture::Frame) -> M3 {
+    let (ri, rj) = (rotation(i), rotation(j));
+    std::array::from_fn(|r| std::array::from_fn(|c| (0..3).map(|k| ri[r][k] * rj[c][k]).sum()))
+}
+
+/// The direction from camera i to camera j, in camera i's frame: `R_i (C_j − C_i)`.
+fn direction_in(i: &kiln_formats::capture::Frame, j: &kiln_formats::capture::Frame) -> [f64; 3] {
+    let (ci, cj, ri) = (centre(i), centre(j), rotation(i));
+    std::array::from_fn(|r| (0..3).map(|k| ri[r][k] * (cj[k] - ci[k])).sum())
+}
+
+/// Rotation angle of `p · qᵀ` in degrees: `acos((trace − 1) / 2)`.
+fn angle_between_rotations(p: M3, q: M3) -> f64 {
+    let trace: f64 = (0..3)
+        .map(|d| (0..3).map(|k| p[d][k] * q[d][k]).sum::<f64>())
+        .sum();
+    ((trace - 1.0) / 2.0).clamp(-1.0, 1.0).acos().to_degrees()
+}
+
+fn angle_between(u: [f64; 3], v: [f64; 3]) -> f64 {
+    let dot = |a: [f64; 3], b: [f64; 3]| a.iter().zip(&b).map(|(x, y)| x * y).sum::<f64>();
+    (dot(u, v) / (dot(u, u) * dot(v, v)).sqrt())
+        .clamp(-1.0, 1.0)
+        .acos()
+        .to_degrees()
+}
+
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
