@@ -70,7 +70,8 @@ impl JobSpec {
     ///
     /// # Errors
     /// [`Error::Io`] when the file cannot be read; [`Error::Spec`] with the TOML parser's line and
-    /// column for syntax errors, unknown keys or wrong types; [`Error::Field`] for empty names/URLs.
+    /// column for syntax errors, unknown keys or wrong types; [`Error::Field`] for empty names/URLs
+    /// and for parameters out of bounds (each table's `validate()`), naming `table.key`.
     pub fn from_file(path: &Path) -> Result<JobSpec> {
         let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
             path: path.into(),
@@ -147,7 +148,7 @@ impl JobSpec {
                 message: other.to_string(),
             },
         };
-        crate::limits::check_spec(&spec, path)?;
+        // Each table checks its bounds (`kiln_pipeline::bounds::Bounded`) and its own rules.
         spec.reconstruct.validate().map_err(invalid)?;
         spec.ingest.validate().map_err(invalid)?;
         spec.train.validate().map_err(invalid)?;

@@ -72,13 +72,15 @@ fn bench_params(cfg: &BenchTrainConfig, steps: usize) -> TrainParams {
         seed: cfg.seed,
         sh_degree: 3,
         sh_increase_every: 0,
-        // No densification: the splat count stays `splats` for every step.
-        densify_from: usize::MAX / 2,
+        // No densification and no opacity reset (both run only before `densify_until`): the
+        // splat count stays `splats` for every step.
+        densify_from: steps,
         densify_until: 0,
-        opacity_reset_every: usize::MAX / 2,
+        opacity_reset_every: steps,
         init: Init::Random,
         init_random_points: cfg.splats,
-        log_every: usize::MAX / 2,
+        // Logged at the last step only.
+        log_every: steps,
         psnr_curve_evaluations: 0,
         ..TrainParams::default()
     }

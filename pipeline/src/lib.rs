@@ -3,6 +3,7 @@
 //! `publish`.
 
 pub mod bench;
+pub mod bounds;
 pub mod dag;
 pub mod error;
 pub mod file_tree;

@@ -25,6 +25,7 @@ use kiln_formats::mesh::{ImageRef, Mesh, write_glb_referencing_images};
 use meshopt::{SimplifyOptions, VertexDataAdapter};
 use serde::{Deserialize, Serialize};
 
+use crate::bounds::{Bound, Bounded};
 use crate::stages::tile::mesh::deviation::{Surface, hausdorff_bound};
 use crate::stages::tile::mesh::hlod::{DEVIATION_SAMPLES, DIRECT_DEVIATION_MAX_TRIANGLES};
 use crate::{Error, Result};
@@ -330,8 +331,8 @@ const MESH_PATH: &str = "<input mesh>";
 /// The checks [`decimate`] runs before any native call.
 ///
 /// # Errors
-/// [`Error::Param`] — `ratios` empty, not starting at 1.0, not strictly descending, or outside
-/// (0, 1]; `target_error` not in (0, 1]. [`Error::Input`] — see [`weld`] and the [`Mesh`]
+/// [`Error::Param`] — `ratios` empty, longer than 16, not starting at 1.0, not strictly
+/// descending, or outside (0, 1]; `target_error` not in (0, 1]. [`Error::Input`] — see [`weld`] and the [`Mesh`]
 /// invariants (indices `< V` and a multiple of 3, finite positions, attributes of length V, at
 /// least one triangle).
 pub fn check_decimate_inputs(mesh: &Mesh, params: &DecimateParams) -> Result<()> {
@@ -339,16 +340,33 @@ pub fn check_decimate_inputs(mesh: &Mesh, params: &DecimateParams) -> Result<()>
     check_mesh(mesh)
 }
 
+impl Bounded for DecimateParams {
+    const TABLE: &'static str = "decimate";
+    const BOUNDS: &'static [Bound] = &[
+        Bound::list(
+            "ratios",
+            0.0,
+            1.0,
+            16,
+            "fractions of the triangles; 16 levels",
+        ),
+        Bound::scalar("target_error", 0.0, 1.0, "relative to the mesh extent"),
+    ];
+}
+
 impl DecimateParams {
     /// The parameter checks of [`check_decimate_inputs`], without a mesh (run when a job file is
-    /// parsed, so a bad `[decimate]` table fails before any stage runs).
+    /// parsed, so a bad `[decimate]` table fails before any stage runs): the bounds
+    /// ([`Bounded::BOUNDS`]), then what a range cannot express: at least one ratio, the first
+    /// 1.0, each next one > 0 and below the one before; `target_error` > 0.
     ///
     /// # Errors
     /// [`Error::Param`] as in [`check_decimate_inputs`].
     pub fn validate(&self) -> Result<()> {
+        self.check_bounds()?;
         let params = self;
         let param = |field: String, expected: &str, found: String| Error::Param {
-            stage: "decimate",
+            stage: Self::TABLE,
             field,
             expected: expected.into(),
             found,
@@ -376,10 +394,10 @@ impl DecimateParams {
                 ));
             }
         }
-        if !(params.target_error > 0.0 && params.target_error <= 1.0) {
+        if params.target_error == 0.0 {
             return Err(param(
                 "target_error".into(),
-                "a relative error in (0, 1], e.g. 0.05",
+                "a relative error > 0, e.g. 0.05",
                 params.target_error.to_string(),
             ));
         }
@@ -892,5 +910,20 @@ pub(crate) mod tests {
         assert!(matches!(read_lods(dir.path()), Err(Error::Input { .. })));
         std::fs::write(dir.path().join(LODS_JSON), b"[]").unwrap();
         assert!(matches!(read_lods(dir.path()), Err(Error::Input { .. })));
+    }
+
+    #[test]
+    fn every_numeric_field_has_a_bound() {
+        let p = DecimateParams::default();
+        p.validate().unwrap();
+        assert_eq!(crate::bounds::unbounded_and_stale(&p), (vec![], vec![]));
+        let e = DecimateParams {
+            ratios: (0..17).map(|i| 1.0 / (i + 1) as f32).collect(),
+            ..p
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("`ratios`") && e.contains("at most 16"), "{e}");
     }
 }

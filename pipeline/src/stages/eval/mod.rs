@@ -38,6 +38,7 @@ pub use report::{CutReport, CutScores, EvalReport, LevelSummary, ViewSummary};
 pub use tileset::LoadedTileset;
 pub use views::{EvalView, SceneSphere, orbit_views, scene_sphere};
 
+use crate::bounds::{Bound, Bounded};
 use crate::stages::train::eval::{psnr_weighted, quantise_u8, render_host, ssim_weighted};
 use crate::{Error, Result};
 
@@ -76,51 +77,30 @@ impl Default for EvalParams {
     }
 }
 
+impl Bounded for EvalParams {
+    const TABLE: &'static str = "eval";
+    const BOUNDS: &'static [Bound] = &[
+        Bound::list("taus_px", 0.0, 10_000.0, 32, "screen-space error in pixels"),
+        Bound::list("budgets", 1.0, 1e9, 16, "splats"),
+        Bound::list(
+            "orbit_radii",
+            0.01,
+            100.0,
+            16,
+            "multiples of the scene radius",
+        ),
+        Bound::scalar("orbit_views", 1.0, 360.0, "cameras per orbit ring"),
+        Bound::scalar("orbit_size_px", 16.0, 4096.0, "pixels"),
+    ];
+}
+
 impl EvalParams {
-    /// Check ranges: τ finite and ≥ 0, budgets ≥ 1, orbit radii > 0, 1 ≤ orbit views ≤ 360,
-    /// 8 ≤ orbit size ≤ 4096.
+    /// Check the fields against their bounds ([`Bounded::BOUNDS`]).
     ///
     /// # Errors
     /// [`Error::Param`] naming the field, the accepted range and the value found.
     pub fn validate(&self) -> Result<()> {
-        let bad = |field: &str, expected: &str, found: String| Error::Param {
-            stage: "eval",
-            field: field.into(),
-            expected: expected.into(),
-            found,
-        };
-        if let Some(t) = self.taus_px.iter().find(|t| !(t.is_finite() && **t >= 0.0)) {
-            return Err(bad("taus_px", "finite values ≥ 0 (pixels)", t.to_string()));
-        }
-        if self.budgets.contains(&0) {
-            return Err(bad("budgets", "splat counts ≥ 1", "0".into()));
-        }
-        if let Some(r) = self
-            .orbit_radii
-            .iter()
-            .find(|r| !(r.is_finite() && **r > 0.0))
-        {
-            return Err(bad(
-                "orbit_radii",
-                "finite multiples > 0 of the scene radius",
-                r.to_string(),
-            ));
-        }
-        if !(1..=360).contains(&self.orbit_views) {
-            return Err(bad(
-                "orbit_views",
-                "1 ..= 360",
-                self.orbit_views.to_string(),
-            ));
-        }
-        if !(8..=4096).contains(&self.orbit_size_px) {
-            return Err(bad(
-                "orbit_size_px",
-                "8 ..= 4096 pixels",
-                self.orbit_size_px.to_string(),
-            ));
-        }
-        Ok(())
+        self.check_bounds()
     }
 }
 

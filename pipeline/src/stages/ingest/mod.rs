@@ -16,6 +16,7 @@ use kiln_formats::capture::{self, Capture};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::bounds::{Bound, Bounded};
 use crate::{Error, Result};
 
 /// Parameters of the `ingest` stage.
@@ -62,23 +63,26 @@ impl IngestParams {
             .transpose()
     }
 
-    /// Check ranges: `max_side` ≥ 16 pixels (one rasterizer tile; smaller images make held-out
-    /// metrics meaningless).
+    /// Check the fields: `max_side` within its bound ([`Bounded::BOUNDS`]; at least one
+    /// rasterizer tile, as smaller images make held-out metrics meaningless) and `up_axis` one of
+    /// the six axes.
     ///
     /// # Errors
-    /// [`Error::Param`] naming `max_side`.
+    /// [`Error::Param`] naming `up_axis` or `max_side`.
     pub fn validate(&self) -> Result<()> {
         self.up_axis()?;
-        match self.max_side {
-            Some(m) if m < 16 => Err(Error::Param {
-                stage: "ingest",
-                field: "max_side".into(),
-                expected: "at least 16 pixels (or omit it to keep full size)".into(),
-                found: m.to_string(),
-            }),
-            _ => Ok(()),
-        }
+        self.check_bounds()
     }
+}
+
+impl Bounded for IngestParams {
+    const TABLE: &'static str = "ingest";
+    const BOUNDS: &'static [Bound] = &[Bound::scalar(
+        "max_side",
+        16.0,
+        16384.0,
+        "pixels on the long side",
+    )];
 }
 
 impl Default for IngestParams {
@@ -1116,5 +1120,27 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("masks/a.png") && err.contains("1×1"), "{err}");
+    }
+
+    #[test]
+    fn every_numeric_field_has_a_bound() {
+        let p = IngestParams::default();
+        p.validate().unwrap();
+        assert_eq!(crate::bounds::unbounded_and_stale(&p), (vec![], vec![]));
+        // Absent: full size.
+        IngestParams {
+            max_side: None,
+            ..p.clone()
+        }
+        .validate()
+        .unwrap();
+        let e = IngestParams {
+            max_side: Some(8),
+            ..p
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("`max_side`: expected 16 ..= 16384"), "{e}");
     }
 }

@@ -37,6 +37,7 @@ use kiln_formats::capture::{ColmapModelStats, read_colmap_model_stats};
 use serde::{Deserialize, Serialize};
 
 use self::tool::Tool;
+use crate::bounds::{Bound, Bounded};
 use crate::{Error, Result};
 
 /// When a capture job runs `reconstruct`.
@@ -149,82 +150,66 @@ impl Default for ReconstructParams {
     }
 }
 
+impl Bounded for ReconstructParams {
+    const TABLE: &'static str = "reconstruct";
+    const BOUNDS: &'static [Bound] = &[
+        Bound::scalar(
+            "sequential_overlap",
+            1.0,
+            1000.0,
+            "frames matched around each video frame",
+        ),
+        Bound::scalar(
+            "max_image_size",
+            64.0,
+            16384.0,
+            "pixels on the long side; 16 K covers any camera",
+        ),
+        Bound::scalar(
+            "max_num_features",
+            64.0,
+            65536.0,
+            "SIFT features per image; COLMAP's GPU default is 8192",
+        ),
+        Bound::scalar(
+            "focal_length_35mm",
+            4.0,
+            2000.0,
+            "mm, 35 mm equivalent (fisheye to 2 m telephoto)",
+        ),
+        Bound::scalar("min_registered_fraction", 0.0, 1.0, "a fraction"),
+        Bound::scalar(
+            "min_points_per_image",
+            0.0,
+            1_000_000.0,
+            "3D points per registered photo",
+        ),
+        Bound::scalar("max_frames", 2.0, 100_000.0, "frames taken from a video"),
+        Bound::scalar(
+            "min_frame_interval_s",
+            0.0,
+            3600.0,
+            "seconds between video frames",
+        ),
+    ];
+}
+
 impl ReconstructParams {
-    /// Check every field's range.
+    /// Check every field: the bounds ([`Bounded::BOUNDS`]) and a camera model of
+    /// [`CAMERA_MODELS`].
     ///
     /// # Errors
     /// [`Error::Param`] naming the field, what is accepted and what was found.
     pub fn validate(&self) -> Result<()> {
-        let bad = |field: &str, expected: &str, found: String| {
-            Err(Error::Param {
-                stage: "reconstruct",
-                field: field.into(),
-                expected: expected.into(),
-                found,
-            })
-        };
         if !CAMERA_MODELS.contains(&self.camera_model.as_str()) {
-            return bad(
-                "camera_model",
-                &format!("one of {}", CAMERA_MODELS.join(", ")),
-                format!("{:?}", self.camera_model),
-            );
+            return Err(Error::Param {
+                stage: Self::TABLE,
+                field: "camera_model".into(),
+                expected: format!("one of {}", CAMERA_MODELS.join(", ")),
+                found: format!("{:?}", self.camera_model),
+            });
         }
-        if !(self.min_registered_fraction.is_finite()
-            && (0.0..=1.0).contains(&self.min_registered_fraction))
-        {
-            return bad(
-                "min_registered_fraction",
-                "a share between 0 and 1 (e.g. 0.6)",
-                self.min_registered_fraction.to_string(),
-            );
-        }
-        if !(self.min_points_per_image.is_finite() && self.min_points_per_image >= 0.0) {
-            return bad(
-                "min_points_per_image",
-                "a number of points ≥ 0 (e.g. 10)",
-                self.min_points_per_image.to_string(),
-            );
-        }
-        if self.max_image_size < 64 {
-            return bad(
-                "max_image_size",
-                "at least 64 pixels",
-                self.max_image_size.to_string(),
-            );
-        }
-        if let Some(n) = self.max_num_features
-            && n < 64
-        {
-            return bad("max_num_features", "at least 64 features", n.to_string());
-        }
-        if self.sequential_overlap == 0 {
-            return bad("sequential_overlap", "at least 1 image", "0".into());
-        }
-        if self.max_frames < 2 {
-            return bad(
-                "max_frames",
-                "at least 2 frames",
-                self.max_frames.to_string(),
-            );
-        }
-        if !(self.min_frame_interval_s.is_finite() && self.min_frame_interval_s >= 0.0) {
-            return bad(
-                "min_frame_interval_s",
-                "seconds ≥ 0",
-                self.min_frame_interval_s.to_string(),
-            );
-        }
-        if let Some(f) = self.focal_length_35mm
-            && !(f.is_finite() && (4.0..=2000.0).contains(&f))
-        {
-            return bad(
-                "focal_length_35mm",
-                "a 35 mm-equivalent focal length in millimetres, 4..=2000 (e.g. 26)",
-                f.to_string(),
-            );
-        }
-        Ok(())
+        self.check_bounds()
     }
 }
 

@@ -353,3 +353,34 @@ fn an_exif_rotated_photo_is_written_upright() {
     std::fs::write(&plain, &jpeg).unwrap();
     assert!(!write_upright(&plain, &dir.path().join("p2.jpg")).unwrap());
 }
+
+#[test]
+fn every_numeric_field_has_a_bound() {
+    let p = ReconstructParams {
+        max_num_features: Some(1024),
+        focal_length_35mm: Some(26.0),
+        ..ReconstructParams::default()
+    };
+    p.validate().unwrap();
+    assert_eq!(crate::bounds::unbounded_and_stale(&p), (vec![], vec![]));
+    // Where the job-file limits and the stage disagreed, the stricter end is kept.
+    for (q, want) in [
+        (
+            ReconstructParams {
+                focal_length_35mm: Some(3.0),
+                ..p.clone()
+            },
+            "`focal_length_35mm`: expected 4 ..= 2000",
+        ),
+        (
+            ReconstructParams {
+                max_frames: 1,
+                ..p.clone()
+            },
+            "`max_frames`: expected 2 ..= 100000",
+        ),
+    ] {
+        let e = q.validate().unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+    }
+}

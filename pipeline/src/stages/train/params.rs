@@ -36,6 +36,8 @@
 use kiln_kernels::cpu::adam::ActivationL1;
 use serde::Deserialize;
 
+use crate::bounds::{Bound, Bounded};
+
 /// Densification threshold on the absolute screen gradient (`absgrad = true`), NDC units: 4× the
 /// signed one, as gsplat's `DefaultStrategy` docs advise (`grow_grad2d` 0.0008 with `absgrad`).
 pub const ABSGRAD_GRAD_THRESHOLD: f32 = 8e-4;
@@ -325,83 +327,43 @@ impl TrainParams {
         r
     }
 
-    /// Check ranges before training.
+    /// Check the fields before training: the bounds ([`Bounded::BOUNDS`]), then the rules a
+    /// range cannot express: `init_opacity` strictly inside (0, 1) (its logit must be finite),
+    /// `init_scale` > 0, `mcmc_growth` > 0 with `preset = "mcmc"`, and `lr_means_final` > 0 when
+    /// `lr_means_init` > 0.
     ///
     /// # Errors
     /// [`crate::Error::Param`] naming the first field out of range.
     pub fn validate(&self) -> crate::Result<()> {
+        self.check_bounds()?;
         let bad = |field: &str, expected: &str, found: String| crate::Error::Param {
-            stage: "train",
+            stage: Self::TABLE,
             field: field.to_string(),
             expected: expected.to_string(),
             found,
         };
-        if self.steps == 0 {
-            return Err(bad("steps", "≥ 1", self.steps.to_string()));
-        }
-        if self.sh_degree > 3 {
-            return Err(bad("sh_degree", "0..=3", self.sh_degree.to_string()));
-        }
-        if self.densify_every == 0 {
-            return Err(bad("densify_every", "≥ 1", "0".into()));
-        }
-        if self.opacity_reset_every == 0 {
-            return Err(bad("opacity_reset_every", "≥ 1", "0".into()));
-        }
-        if !(0.0..=1.0).contains(&self.lambda_dssim) {
-            return Err(bad("lambda_dssim", "0..=1", self.lambda_dssim.to_string()));
-        }
-        if self.max_splats == 0 {
-            return Err(bad("max_splats", "≥ 1", "0".into()));
-        }
-        if !(self.init_opacity > 0.0 && self.init_opacity < 1.0) {
+        if self.init_opacity == 0.0 || self.init_opacity == 1.0 {
             return Err(bad(
                 "init_opacity",
-                "in (0, 1)",
+                "an opacity strictly between 0 and 1 (its logit is trained)",
                 self.init_opacity.to_string(),
             ));
         }
-        for (field, v) in [
-            ("init_scale", f64::from(self.init_scale)),
-            ("opacity_reg", f64::from(self.opacity_reg)),
-            ("scale_reg", f64::from(self.scale_reg)),
-            ("noise_lr", self.noise_lr),
-            ("mcmc_growth", f64::from(self.mcmc_growth)),
-        ] {
-            if !(v.is_finite() && v >= 0.0) {
-                return Err(bad(field, "finite and ≥ 0", v.to_string()));
-            }
+        if self.init_scale == 0.0 {
+            return Err(bad(
+                "init_scale",
+                "> 0 (a multiple of the neighbour distance)",
+                self.init_scale.to_string(),
+            ));
         }
-        if self.init_scale <= 0.0 {
-            return Err(bad("init_scale", "> 0", self.init_scale.to_string()));
-        }
-        if self.preset == Preset::Mcmc && self.mcmc_growth <= 0.0 {
+        if self.preset == Preset::Mcmc && self.mcmc_growth == 0.0 {
             return Err(bad(
                 "mcmc_growth",
                 "> 0 with preset = \"mcmc\" (the splat count never grows otherwise)",
                 self.mcmc_growth.to_string(),
             ));
         }
-        if !self.background.iter().all(|c| c.is_finite()) {
-            return Err(bad(
-                "background",
-                "finite RGB",
-                format!("{:?}", self.background),
-            ));
-        }
-        for (field, lr) in [
-            ("lr_means_init", self.lr_means_init),
-            ("lr_means_final", self.lr_means_final),
-            ("lr_log_scales", self.lr_log_scales),
-            ("lr_rotations", self.lr_rotations),
-            ("lr_logit_opacities", self.lr_logit_opacities),
-            ("lr_sh_dc", self.lr_sh_dc),
-        ] {
-            if !(lr.is_finite() && lr >= 0.0) {
-                return Err(bad(field, "finite and ≥ 0", lr.to_string()));
-            }
-        }
-        if self.lr_means_init > 0.0 && self.lr_means_final <= 0.0 {
+        if self.lr_means_init > 0.0 && self.lr_means_final == 0.0 {
             return Err(bad(
                 "lr_means_final",
                 "> 0 when lr_means_init > 0 (exponential decay)",
@@ -421,6 +383,94 @@ impl TrainParams {
         let t = (step as f64 / self.steps.max(1) as f64).clamp(0.0, 1.0);
         let log_lr = self.lr_means_init.ln() * (1.0 - t) + self.lr_means_final.ln() * t;
         log_lr.exp() * scene_extent
+    }
+}
+
+/// Bound of every step count and step interval: 33× the 30 k steps of the 3DGS paper.
+const STEPS: f64 = 1_000_000.0;
+const STEPS_WHY: &str = "33× the 30 k steps of the 3DGS paper";
+
+impl Bounded for TrainParams {
+    const TABLE: &'static str = "train";
+    const BOUNDS: &'static [Bound] = &[
+        Bound::scalar("steps", 1.0, STEPS, STEPS_WHY),
+        Bound::scalar("seed", 0.0, u64::MAX as f64, "any 64-bit seed"),
+        Bound::scalar(
+            "sh_degree",
+            0.0,
+            3.0,
+            "3DGS uses spherical harmonics up to degree 3",
+        ),
+        Bound::scalar("densify_from", 0.0, STEPS, STEPS_WHY),
+        Bound::scalar("densify_until", 0.0, STEPS, STEPS_WHY),
+        Bound::scalar("densify_every", 1.0, STEPS, STEPS_WHY),
+        Bound::scalar(
+            "densify_grad_threshold",
+            0.0,
+            1.0,
+            "the paper's 2e-4, 5000× over",
+        ),
+        Bound::scalar("opacity_reset_every", 1.0, STEPS, STEPS_WHY),
+        Bound::scalar("sh_increase_every", 0.0, STEPS, STEPS_WHY),
+        Bound::scalar(
+            "max_splats",
+            1.0,
+            50_000_000.0,
+            "about 12 GB of parameters and Adam state",
+        ),
+        Bound::scalar(
+            "init_random_points",
+            1.0,
+            10_000_000.0,
+            "random initial splats",
+        ),
+        Bound::scalar(
+            "init_min_points",
+            0.0,
+            10_000_000.0,
+            "random points topping up a sparse point set",
+        ),
+        Bound::scalar("lambda_dssim", 0.0, 1.0, "a weight between L1 and D-SSIM"),
+        Bound::list("background", 0.0, 1.0, 3, "linear RGB in 0..1"),
+        Bound::scalar(
+            "eval_every",
+            0.0,
+            10_000.0,
+            "every Nth photo held out (0 = none)",
+        ),
+        Bound::scalar("init_opacity", 0.0, 1.0, "an opacity"),
+        Bound::scalar(
+            "init_scale",
+            0.0,
+            1000.0,
+            "a multiple of the neighbour distance",
+        ),
+        Bound::scalar("opacity_reg", 0.0, 1.0, "MCMC uses 0.01"),
+        Bound::scalar("scale_reg", 0.0, 1.0, "MCMC uses 0.01"),
+        Bound::scalar("noise_lr", 0.0, 1e8, "MCMC uses 5e5"),
+        Bound::scalar("mcmc_growth", 0.0, 10.0, "MCMC grows 5 % per refinement"),
+        Bound::scalar("lr_means_init", 0.0, 1.0, "3DGS uses 1.6e-4"),
+        Bound::scalar("lr_means_final", 0.0, 1.0, "3DGS uses 1.6e-6"),
+        Bound::scalar("lr_log_scales", 0.0, 1.0, "3DGS uses 5e-3"),
+        Bound::scalar("lr_rotations", 0.0, 1.0, "3DGS uses 1e-3"),
+        Bound::scalar("lr_logit_opacities", 0.0, 1.0, "3DGS uses 5e-2"),
+        Bound::scalar("lr_sh_dc", 0.0, 1.0, "3DGS uses 2.5e-3"),
+        Bound::scalar("image_cache_mb", 0.0, 1_048_576.0, "MiB (1 TiB)"),
+        Bound::scalar("log_every", 1.0, STEPS, STEPS_WHY),
+        Bound::scalar("checkpoint_every", 0.0, STEPS, STEPS_WHY),
+    ];
+
+    /// The serialised fields plus the settings a job file can set that are kept out of the
+    /// stage's cache key (`image_cache_mb`, `log_every`, `checkpoint_every`), so they are bounded
+    /// too. (`psnr_curve_evaluations` is not a job-file setting.)
+    fn bounded_values(&self) -> serde_json::Value {
+        let mut fields = serde_json::to_value(self).unwrap_or_default();
+        if let Some(fields) = fields.as_object_mut() {
+            fields.insert("image_cache_mb".into(), self.image_cache_mb.into());
+            fields.insert("log_every".into(), self.log_every.into());
+            fields.insert("checkpoint_every".into(), self.checkpoint_every.into());
+        }
+        fields
     }
 }
 
@@ -615,5 +665,62 @@ mod tests {
             ..TrainParams::mcmc(100)
         };
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn every_numeric_field_a_job_file_can_set_has_a_bound() {
+        let p = TrainParams::default();
+        p.validate().unwrap();
+        TrainParams::mcmc(3000).validate().unwrap();
+        // Including the settings kept out of the cache key (not serialised).
+        assert_eq!(crate::bounds::unbounded_and_stale(&p), (vec![], vec![]));
+        for (bad, field) in [
+            (
+                TrainParams {
+                    log_every: 0,
+                    ..TrainParams::default()
+                },
+                "`log_every`: expected 1 ..= 1000000",
+            ),
+            (
+                TrainParams {
+                    image_cache_mb: 1 << 30,
+                    ..TrainParams::default()
+                },
+                "`image_cache_mb`",
+            ),
+            (
+                TrainParams {
+                    lr_sh_dc: f64::NAN,
+                    ..TrainParams::default()
+                },
+                "`lr_sh_dc`: expected a finite number",
+            ),
+            (
+                TrainParams {
+                    background: [0.0, 0.5, 2.0],
+                    ..TrainParams::default()
+                },
+                "`background[2]`",
+            ),
+            // Open ends the bounds (0 ..= 1, 0 ..= 1000) cannot express.
+            (
+                TrainParams {
+                    init_opacity: 1.0,
+                    ..TrainParams::default()
+                },
+                "`init_opacity`",
+            ),
+            (
+                TrainParams {
+                    init_scale: 0.0,
+                    ..TrainParams::default()
+                },
+                "`init_scale`",
+            ),
+        ] {
+            let e = bad.validate().unwrap_err().to_string();
+            assert!(e.contains(field), "{field}: {e}");
+        }
     }
 }

@@ -56,6 +56,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 use super::{TileReport, write_tileset};
+use crate::bounds::{Bound, Bounded};
 use crate::stages::decimate::{LodLevel, vertex_materials, weld};
 use crate::{Error, Result};
 use encode::{Lattice, MeshoptCodec, quantize_tile};
@@ -128,45 +129,59 @@ impl Default for MeshTileParams {
     }
 }
 
+impl Bounded for MeshTileParams {
+    /// Named after the job file's table, `[mesh_tile]`.
+    const TABLE: &'static str = "mesh_tile";
+    const BOUNDS: &'static [Bound] = &[
+        Bound::scalar(
+            "max_triangles_per_tile",
+            1.0,
+            16_777_216.0,
+            "16 M triangles",
+        ),
+        Bound::scalar("root_fraction", 0.0, 1.0, "a fraction"),
+        Bound::scalar(
+            "max_simplify_error",
+            0.0,
+            1.0,
+            "relative to the mesh extent",
+        ),
+        Bound::scalar(
+            "max_texture_size",
+            1.0,
+            MAX_TEXTURE_SIZE_LIMIT as f64,
+            "pixels per image side",
+        ),
+    ];
+}
+
 impl MeshTileParams {
-    /// Check the ranges documented on the fields.
+    /// Check the fields: the bounds ([`Bounded::BOUNDS`]), then what a range cannot express:
+    /// `root_fraction` and `max_simplify_error` > 0, and `max_texture_size` within WebP's
+    /// largest side with `texture_format = "webp"`.
     ///
     /// # Errors
     /// [`Error::Param`] naming the field.
     pub fn validate(&self) -> Result<()> {
-        // Named after the job file's table, `[mesh_tile]`.
+        self.check_bounds()?;
         let param = |field: &str, expected: &str, found: String| Error::Param {
-            stage: "mesh_tile",
+            stage: Self::TABLE,
             field: field.into(),
             expected: expected.into(),
             found,
         };
-        if self.max_triangles_per_tile == 0 {
-            return Err(param(
-                "max_triangles_per_tile",
-                "≥ 1, e.g. 65536",
-                "0".into(),
-            ));
-        }
-        if !(self.root_fraction > 0.0 && self.root_fraction <= 1.0) {
+        if self.root_fraction == 0.0 {
             return Err(param(
                 "root_fraction",
-                "a fraction in (0, 1], e.g. 0.125",
+                "a fraction > 0, e.g. 0.125",
                 self.root_fraction.to_string(),
             ));
         }
-        if !(self.max_simplify_error > 0.0 && self.max_simplify_error <= 1.0) {
+        if self.max_simplify_error == 0.0 {
             return Err(param(
                 "max_simplify_error",
-                "a relative error in (0, 1], e.g. 0.05",
+                "a relative error > 0, e.g. 0.05",
                 self.max_simplify_error.to_string(),
-            ));
-        }
-        if !(1..=MAX_TEXTURE_SIZE_LIMIT).contains(&self.max_texture_size) {
-            return Err(param(
-                "max_texture_size",
-                "pixels in 1 ..= 16384, e.g. 4096",
-                self.max_texture_size.to_string(),
             ));
         }
         if self.texture_format == texture::TextureFormat::Webp
@@ -174,7 +189,10 @@ impl MeshTileParams {
         {
             return Err(param(
                 "max_texture_size",
-                "pixels in 1 ..= 16383 with texture_format = \"webp\" (WebP's largest side)",
+                &format!(
+                    "pixels in 1 ..= {WEBP_MAX_SIDE} with texture_format = \"webp\" (WebP's \
+                     largest side)"
+                ),
                 self.max_texture_size.to_string(),
             ));
         }

@@ -2354,3 +2354,21 @@ fn ktx2_tiles_carry_mip_chains_require_khr_texture_basisu_and_decode_like_the_pn
         "ETC1S {etc1s_bytes} B, UASTC {uastc_bytes} B"
     );
 }
+
+#[test]
+fn every_numeric_field_has_a_bound() {
+    let p = MeshTileParams::default();
+    p.validate().unwrap();
+    assert_eq!(crate::bounds::unbounded_and_stale(&p), (vec![], vec![]));
+    let e = MeshTileParams {
+        max_triangles_per_tile: 1 << 30,
+        ..p
+    }
+    .validate()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("`max_triangles_per_tile`: expected 1 ..= 16777216"),
+        "{e}"
+    );
+}

@@ -56,6 +56,7 @@ use rayon::prelude::*;
 
 use super::frame::TilesetFrame;
 use super::{TileReport, write_tileset};
+use crate::bounds::{Bound, Bounded};
 use crate::{Error, Result};
 
 mod error;
@@ -199,65 +200,53 @@ impl Default for SplatTileParams {
 /// Default [`SplatTileParams::refine_steps`].
 pub const DEFAULT_REFINE_STEPS: usize = 300;
 
+impl Bounded for SplatTileParams {
+    const TABLE: &'static str = "tile";
+    const BOUNDS: &'static [Bound] = &[
+        Bound::scalar(
+            "max_splats_per_tile",
+            1.0,
+            16_777_216.0,
+            "16 M splats (about 400 MB per tile)",
+        ),
+        Bound::scalar(
+            "max_depth",
+            1.0,
+            32.0,
+            "levels below the root; enough for the leaf budget",
+        ),
+        Bound::scalar("gzip_level", 1.0, 9.0, "gzip's levels, 1 fastest"),
+        Bound::scalar("sh1_bits", 1.0, 8.0, "SPZ stores at most 8 bits"),
+        Bound::scalar("sh_rest_bits", 1.0, 8.0, "SPZ stores at most 8 bits"),
+        Bound::scalar(
+            "spz_version",
+            2.0,
+            3.0,
+            "the SPZ versions spz_2 readers decode",
+        ),
+        Bound::scalar("fanout", 2.0, 4.0, "children per tile (2 or 4)"),
+        Bound::scalar(
+            "refine_steps",
+            0.0,
+            100_000.0,
+            "optimisation steps per LOD level",
+        ),
+    ];
+}
+
 impl SplatTileParams {
-    /// Check ranges: `max_splats_per_tile` ≥ 1, `gzip_level` in 1..=9.
+    /// Check the fields: the bounds ([`Bounded::BOUNDS`]) and `fanout` 2 or 4 (not 3).
     ///
     /// # Errors
     /// [`Error::Param`] naming the field, the accepted range and the value found.
     pub fn validate(&self) -> Result<()> {
-        if self.max_splats_per_tile == 0 {
-            return Err(Error::Param {
-                stage: "tile",
-                field: "max_splats_per_tile".into(),
-                expected: "≥ 1 (default 65536)".into(),
-                found: "0".into(),
-            });
-        }
-        for (field, bits) in [
-            ("sh1_bits", self.sh1_bits),
-            ("sh_rest_bits", self.sh_rest_bits),
-        ] {
-            if !(1..=8).contains(&bits) {
-                return Err(Error::Param {
-                    stage: "tile",
-                    field: field.into(),
-                    expected: "1 ..= 8 bits".into(),
-                    found: bits.to_string(),
-                });
-            }
-        }
-        if self.refine_steps > 100_000 {
-            return Err(Error::Param {
-                stage: "tile",
-                field: "refine_steps".into(),
-                expected: "0 ..= 100000 steps per level (default 300)".into(),
-                found: self.refine_steps.to_string(),
-            });
-        }
-        if !(2..=3).contains(&self.spz_version) {
-            return Err(Error::Param {
-                stage: "tile",
-                field: "spz_version".into(),
-                expected: "2 or 3 (the SPZ versions KHR_gaussian_splatting_compression_spz_2 \
-                           readers decode; default 3)"
-                    .into(),
-                found: self.spz_version.to_string(),
-            });
-        }
+        self.check_bounds()?;
         if !matches!(self.fanout, 2 | 4) {
             return Err(Error::Param {
-                stage: "tile",
+                stage: Self::TABLE,
                 field: "fanout".into(),
                 expected: "2 or 4 children per tile (default 4)".into(),
                 found: self.fanout.to_string(),
-            });
-        }
-        if !(1..=9).contains(&self.gzip_level) {
-            return Err(Error::Param {
-                stage: "tile",
-                field: "gzip_level".into(),
-                expected: "1 (fastest) ..= 9 (smallest); default 2".into(),
-                found: self.gzip_level.to_string(),
             });
         }
         Ok(())
@@ -1391,5 +1380,26 @@ mod tests {
             Err(Error::Format(_))
         ));
         assert!(!dir.path().join("tileset.json").exists());
+    }
+
+    #[test]
+    fn every_numeric_field_has_a_bound_and_fanout_is_2_or_4() {
+        // fanout 2: serialised (4, the default, is left out of the stage key).
+        let p = SplatTileParams {
+            fanout: 2,
+            ..SplatTileParams::default()
+        };
+        p.validate().unwrap();
+        assert_eq!(crate::bounds::unbounded_and_stale(&p), (vec![], vec![]));
+        let e = SplatTileParams { fanout: 3, ..p }
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`fanout`") && e.contains("2 or 4"), "{e}");
+        let e = SplatTileParams { max_depth: 40, ..p }
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`max_depth`: expected 1 ..= 32"), "{e}");
     }
 }
