@@ -1,8 +1,10 @@
 //! The engine: run one stage of a job plan, whatever the stage, with caching and metering.
 //!
-//! For each stage ([`crate::stage::Stage`]): key → cache lookup → fetch inputs → run → meter →
-//! commit. The key is BLAKE3 over the stage's name, its key parameters and the keys of the stages
-//! it reads (the fetched input's content hash for a first stage). A stage kept in the work folder
+//! For each stage ([`crate::stage::Stage`]): fetch the job's input (first stages only) → key →
+//! cache lookup → run → commit → meter. The key is BLAKE3 over the stage's name, its key
+//! parameters, the keys of the stages it reads (the fetched input's content hash for a first
+//! stage, which is why a first stage fetches before it knows whether it is cached) and the Kiln
+//! version. A stage kept in the work folder
 //! ([`Keep::WorkDir`]) writes into `WORK/<stage>.partial/`, which is renamed to `WORK/<stage>/`
 //! when it succeeds, with a `.kiln-stage.json` marker holding its key and summary: a rerun whose
 //! key matches the marker (or an entry of the shared stage cache) reuses the output, and a failed
