@@ -224,7 +224,7 @@ impl Bounded for SplatTileParams {
             3.0,
             "the SPZ versions spz_2 readers decode",
         ),
-        Bound::scalar("fanout", 2.0, 4.0, "children per tile (2 or 4)"),
+        Bound::scalar("fanout", 2.0, 4.0, "children per tile: 2 or 4, not 3"),
         Bound::scalar(
             "refine_steps",
             0.0,
