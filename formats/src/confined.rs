@@ -121,7 +121,9 @@ impl ConfinedRoot {
         if is_absolute_name(written) {
             return Err(refuse(Escape::Absolute));
         }
-        let mut inside = self.relative_part(base);
+        let Some(mut inside) = self.relative_part(base) else {
+            return Err(refuse(Escape::ClimbsOut));
+        };
         for part in written.split(['/', '\\']) {
             match part {
                 "" | "." => {}
@@ -177,20 +179,29 @@ impl ConfinedRoot {
         })
     }
 
-    /// The components of `base` below the root (`base` is a folder the caller built from the root).
-    fn relative_part(&self, base: &Path) -> Vec<String> {
-        let rel = base.strip_prefix(&self.root).unwrap_or(Path::new(""));
+    /// The components of `base` below the root (`base` is a folder the caller built from the
+    /// root; spelled otherwise, it is compared after resolving links). `None` when `base` is not
+    /// inside the root at all, so that nothing is resolved from outside (fail closed).
+    fn relative_part(&self, base: &Path) -> Option<Vec<String>> {
+        let rel = match base.strip_prefix(&self.root) {
+            Ok(rel) => rel.to_path_buf(),
+            Err(_) => std::fs::canonicalize(base)
+                .ok()?
+                .strip_prefix(&self.real)
+                .ok()?
+                .to_path_buf(),
+        };
         let mut out: Vec<String> = Vec::new();
         for c in rel.components() {
             match c {
                 Component::Normal(n) => out.push(n.to_string_lossy().into_owned()),
                 Component::ParentDir => {
-                    out.pop();
+                    out.pop()?;
                 }
                 _ => {}
             }
         }
-        out
+        Some(out)
     }
 
     /// The first step of `root/inside…` (a folder on the way, or the file) that is a symbolic link
@@ -425,6 +436,23 @@ mod tests {
             "{msg}"
         );
         assert!(msg.contains("t.json") && msg.contains("inside"), "{msg}");
+    }
+
+    /// A base folder outside the root resolves nothing (fail closed); one spelled through a link
+    /// into the root resolves from where it really is.
+    #[test]
+    fn a_base_outside_the_root_resolves_nothing() {
+        let (t, root) = layout();
+        let r = ConfinedRoot::new(&root.join("in")).unwrap();
+        let j = Path::new("t.json");
+        assert_eq!(
+            why(r.resolve(j, "f", t.path(), "secret.png").unwrap_err()),
+            Escape::ClimbsOut
+        );
+        assert_eq!(
+            r.resolve(j, "f", &root.join("side"), "a.png").unwrap(),
+            root.join("in/a.png")
+        );
     }
 
     #[test]
