@@ -208,3 +208,43 @@ fn issue_41_a_tenant_job_naming_another_teams_photo_fails_naming_the_field() {
     );
     assert!(!sb.path().join("out/cap").exists());
 }
+
+/// Issue 41 for meshes: an OBJ whose MTL names a texture outside the input (`../`, absolute) is
+/// refused at ingest naming the statement; staging never fetched it (it skips such names).
+#[test]
+fn issue_41_a_mesh_texture_outside_the_input_is_refused_naming_the_statement() {
+    let sb = Sandbox::new();
+    let a = team_a(&sb);
+    for (i, map) in [
+        "../art/photos/0001.jpg".to_string(),
+        a.photo.display().to_string(),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let dir = sb.path().join(format!("mesh{i}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("m.mtl"), format!("newmtl a\nmap_Kd {map}\n")).unwrap();
+        std::fs::write(
+            dir.join("m.obj"),
+            "mtllib m.mtl\nv 0 0 0\nv 1 0 0\nv 0 1 0\nvt 0 0\nvt 1 0\nvt 0 1\nusemtl a\n\
+             f 1/1 2/2 3/3\n",
+        )
+        .unwrap();
+        let job = sb.job(
+            &format!("m{i}"),
+            &format!(
+                "name = \"m{i}\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"out/m{i}\"\n",
+                dir.join("m.obj").display()
+            ),
+        );
+        let o = sb.kiln(&["run", job.to_str().unwrap()]);
+        let err = stderr(&o);
+        assert!(!o.status.success(), "{map}: succeeded\n{}", stdout(&o));
+        assert!(
+            err.contains("map_Kd") && err.contains("leaves the input folder"),
+            "{err}"
+        );
+        assert!(!sb.path().join(format!("out/m{i}")).exists());
+    }
+}
