@@ -16,6 +16,7 @@ mod e2e {
     pub mod queue;
     pub mod reconstruct;
     pub mod regress;
+    pub mod regression;
     pub mod report_html;
     pub mod s3;
     pub mod sog;

@@ -87,6 +87,22 @@ pub enum Error {
         location: String,
         fix: &'static str,
     },
+    /// A file of the input names a file outside the input (absolute, `..` out of it, or through
+    /// a symbolic link leading out): `path` is the naming file, `field` the key or statement,
+    /// `found` the name as written, `root` the input folder ([`crate::confined`]).
+    #[error(
+        "{path}: field `{field}`: `{found}` {why}, which leaves the input folder {root_shown}; a job \
+         may read only files inside its input: write a relative path to a file inside that folder \
+         (copy the file in if it lives elsewhere)",
+        root_shown = .root.display()
+    )]
+    OutsideInput {
+        path: PathBuf,
+        field: String,
+        found: String,
+        why: Box<crate::confined::Escape>,
+        root: PathBuf,
+    },
     /// In-memory data handed to a writer or encoder is inconsistent (array length, SH degree,
     /// non-finite or out-of-range value); `context` names the writer, `field` the array and index.
     #[error("{context}: field `{field}`: expected {expected}, found {found}")]
@@ -178,6 +194,19 @@ impl Error {
                 field,
                 expected: rename(&expected),
                 found: rename(&found),
+            },
+            Error::OutsideInput {
+                path,
+                field,
+                found,
+                why,
+                root,
+            } => Error::OutsideInput {
+                path: p(path),
+                field,
+                found: rename(&found),
+                why,
+                root: p(root),
             },
             other => other,
         }

@@ -10,6 +10,7 @@
 
 pub mod atomic_write;
 pub mod capture;
+pub mod confined;
 pub mod error;
 pub mod mesh;
 pub mod rotation;

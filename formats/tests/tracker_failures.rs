@@ -24,7 +24,7 @@ use std::path::Path;
 
 use kiln_formats::Error;
 use kiln_formats::capture::{
-    Capture, Distortion, Frame, Intrinsics, load_rgb, read_capture, undistort,
+    Capture, Distortion, Frame, Intrinsics, load_rgb, read_capture, read_capture_in, undistort,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -529,7 +529,10 @@ fn item_28_colmap_model_id_2_in_cameras_bin_is_accepted() {
     ramp_image(&dir.path().join("images/wide.png"));
     ramp_image(&dir.path().join("images/tall.png"));
 
-    let capture = read_capture(&model.join("cameras.bin")).unwrap();
+    // Images above the named model file are inside the input only when the root says so
+    // (issue 41: a reader resolves nothing outside its root; a bare file's root is its folder).
+    let root = kiln_formats::confined::ConfinedRoot::new(dir.path()).unwrap();
+    let capture = read_capture_in(&root, &model.join("cameras.bin")).unwrap();
     assert_eq!(capture.source, model);
     assert_eq!(capture.points, None);
     assert_eq!(names(&capture), ["tall.png", "wide.png"]);
@@ -772,7 +775,8 @@ fn item_29_colmap_text_dataset_images_are_found_and_decode() {
     ramp_image(&scene.join("images/IMG_2331.JPG"));
     ramp_image(&scene.join("images/IMG_2332.JPG"));
 
-    let capture = read_capture(&sparse.join("images.txt")).unwrap();
+    let root = kiln_formats::confined::ConfinedRoot::new(&scene).unwrap();
+    let capture = read_capture_in(&root, &sparse.join("images.txt")).unwrap();
     assert_eq!(capture.source, sparse);
     assert_eq!(names(&capture), ["IMG_2331.JPG", "IMG_2332.JPG"]);
     assert_eq!(capture.points.as_ref().map(|p| p.positions.len()), Some(0));

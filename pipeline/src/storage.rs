@@ -280,6 +280,7 @@ pub async fn fetch(location: &str, dest_dir: &Path, with_references: bool) -> Re
                     from = from.join(part);
                 }
                 let to = dest_dir.join(&r.rel);
+                refuse_sidecar_link_out(&store, location, &from, &r)?;
                 match download(&store, &from, &to).await {
                     Ok(n) => {
                         bytes += n;
@@ -309,6 +310,9 @@ pub async fn fetch(location: &str, dest_dir: &Path, with_references: bool) -> Re
             objects,
             bytes,
         });
+    }
+    if let Some(folder) = store.local.as_deref().filter(|f| f.is_dir()) {
+        refuse_links_out(location, folder)?;
     }
     let list_prefix = store.prefix.clone();
     let metas: Vec<_> = store
@@ -439,6 +443,80 @@ fn sidecar_references(file: &str, local: &Path, dir: &str) -> Result<Vec<Referen
             field,
         })
         .collect())
+}
+
+/// Refuse a local input folder that holds a symbolic link leading outside it, at any depth: the
+/// store's listing follows links, and staging would copy what they point at (another team's
+/// files, anything on the worker) into the job's input (issue 41). Links that stay inside are
+/// fine. Object stores have no links.
+///
+/// # Errors
+/// [`Error::Input`] naming the link (relative to the folder), where it leads and the fix;
+/// [`Error::Io`] when a folder cannot be listed.
+fn refuse_links_out(location: &str, folder: &Path) -> Result<()> {
+    let real = std::fs::canonicalize(folder).map_err(|e| Error::io(folder, e))?;
+    let mut pending = vec![folder.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
+            let entry = entry.map_err(|e| Error::io(&dir, e))?;
+            let path = entry.path();
+            let kind = entry.file_type().map_err(|e| Error::io(&path, e))?;
+            if kind.is_dir() {
+                pending.push(path);
+            } else if kind.is_symlink() {
+                check_link_inside(location, folder, &real, &path, "input")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A sidecar file of a local mesh input (`mtllib`, `map_*`, glTF `uri`) must not lead, through a
+/// symbolic link, outside the mesh's folder (the names themselves are already relative and free
+/// of `..`, see [`sidecar_references`]).
+fn refuse_sidecar_link_out(
+    store: &Store,
+    location: &str,
+    from: &ObjectPath,
+    reference: &Reference,
+) -> Result<()> {
+    let Some(folder) = store.local.as_deref().and_then(Path::parent) else {
+        return Ok(());
+    };
+    let source = Path::new("/").join(from.as_ref());
+    if std::fs::symlink_metadata(&source).is_err() {
+        return Ok(()); // missing: `fetch` reports it or skips it
+    }
+    let real = std::fs::canonicalize(folder).map_err(|e| Error::io(folder, e))?;
+    check_link_inside(location, folder, &real, &source, reference.field)
+}
+
+/// [`Error::Input`] when `path` (under `folder`, whose real path is `real`) resolves outside it.
+fn check_link_inside(
+    location: &str,
+    folder: &Path,
+    real: &Path,
+    path: &Path,
+    field: &str,
+) -> Result<()> {
+    let target = std::fs::canonicalize(path).ok();
+    if target.as_ref().is_some_and(|t| t.starts_with(real)) {
+        return Ok(());
+    }
+    let shown = target
+        .or_else(|| std::fs::read_link(path).ok())
+        .unwrap_or_default();
+    let rel = path.strip_prefix(folder).unwrap_or(path);
+    Err(Error::Input {
+        path: PathBuf::from(location),
+        field: field.into(),
+        problem: format!(
+            "`{}` is a symbolic link to {}, outside the input folder; a job may read only files \
+             inside its input: put the file itself there instead of a link",
+            rel.display(),
+            shown.display()
+        ),
+    })
 }
 
 /// Is `e` "no such object/file"?
@@ -631,6 +709,65 @@ mod tests {
             std::fs::read(dst.path().join("images/b.png")).unwrap(),
             b"12345"
         );
+    }
+
+    /// Issue 41: a folder input's symbolic links are checked at every depth; one leading out of
+    /// the folder refuses the fetch naming it, one staying inside is staged as its file.
+    #[tokio::test]
+    async fn fetch_of_a_folder_refuses_links_that_lead_out_at_any_depth() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.png"), b"other team").unwrap();
+        let mut seed = 41u64;
+        for depth in 0..4 {
+            for to_folder in [false, true] {
+                let src = tempfile::tempdir().unwrap();
+                let mut dir = src.path().to_path_buf();
+                for d in 0..depth {
+                    dir = dir.join(format!("d{d}"));
+                }
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(src.path().join("a.json"), b"{}").unwrap();
+                std::os::unix::fs::symlink(src.path().join("a.json"), dir.join("in.json")).unwrap();
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+                let name = format!("l{}", seed % 1000);
+                let target = match to_folder {
+                    true => outside.path().to_path_buf(),
+                    false => outside.path().join("secret.png"),
+                };
+                std::os::unix::fs::symlink(&target, dir.join(&name)).unwrap();
+                let dst = tempfile::tempdir().unwrap();
+                let e = fetch(src.path().to_str().unwrap(), dst.path(), false)
+                    .await
+                    .unwrap_err()
+                    .to_string();
+                assert!(
+                    e.contains(&name) && e.contains("outside the input folder"),
+                    "{e}"
+                );
+                assert!(!dst.path().join("secret.png").exists());
+                // Without the link out, the link inside is staged as the file it names.
+                std::fs::remove_file(dir.join(&name)).unwrap();
+                fetch(src.path().to_str().unwrap(), dst.path(), false)
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+
+    /// Issue 41: an MTL texture that is a link out of the OBJ's folder is refused while staging.
+    #[tokio::test]
+    async fn fetch_of_an_obj_refuses_a_texture_linked_from_outside() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.png"), b"png").unwrap();
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("m.obj"), "mtllib m.mtl\nv 0 0 0\n").unwrap();
+        std::fs::write(src.path().join("m.mtl"), "newmtl a\nmap_Kd t.png\n").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret.png"), src.path().join("t.png"))
+            .unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        let url = src.path().join("m.obj").display().to_string();
+        let e = fetch(&url, dst.path(), true).await.unwrap_err().to_string();
+        assert!(e.contains("map_*") && e.contains("t.png"), "{e}");
     }
 
     #[tokio::test]

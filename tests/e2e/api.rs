@@ -14,9 +14,9 @@ use reqwest::blocking::{Client, Response};
 use super::harness::{Sandbox, dataset, ok, stdout};
 
 /// A `kiln serve` child, killed when dropped (a failed assertion must not leave it running).
-struct Server {
+pub struct Server {
     child: Child,
-    base: String,
+    pub base: String,
 }
 
 impl Drop for Server {
@@ -33,7 +33,7 @@ fn serve(sb: &Sandbox, db: &str) -> Server {
 
 /// Start `kiln serve --db DB EXTRA…` and read the bound address from its first line (a wildcard
 /// address is reached through 127.0.0.1).
-fn serve_with(sb: &Sandbox, db: &str, extra: &[&str]) -> Server {
+pub fn serve_with(sb: &Sandbox, db: &str, extra: &[&str]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["serve", "--db", db])
         .args(extra)
@@ -59,7 +59,7 @@ fn serve_with(sb: &Sandbox, db: &str, extra: &[&str]) -> Server {
     }
 }
 
-fn token(sb: &Sandbox, db: &str, team: &str) -> String {
+pub fn token(sb: &Sandbox, db: &str, team: &str) -> String {
     let o = sb.kiln(&["token", "create", "--team", team, "--db", db]);
     ok(&o);
     let t = stdout(&o).trim().to_string();
@@ -67,7 +67,7 @@ fn token(sb: &Sandbox, db: &str, team: &str) -> String {
     t
 }
 
-fn json(r: Response) -> (StatusCode, serde_json::Value) {
+pub fn json(r: Response) -> (StatusCode, serde_json::Value) {
     let status = r.status();
     let text = r.text().unwrap();
     let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{status}: not JSON: {text}"));

@@ -27,7 +27,7 @@ fn line<'a>(text: &'a str, prefix: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no `{prefix}` line in:\n{text}"))
 }
 
-/// A Blender-layout copy of the first `n` fox frames (symlinked images): frames 0–5 in
+/// A Blender-layout copy of the first `n` fox frames (images hard-linked or copied): frames 0–5 in
 /// `transforms_train.json` (with `ply_file_path` naming a 17-point `sparse_pc.ply`, and a 7th
 /// frame whose image is missing), 6 in
 /// `transforms_val.json`, 7 in `transforms_test.json`.
@@ -35,7 +35,7 @@ fn split_fox(dir: &Path) -> PathBuf {
     let fox = dataset("capture-fox-instantngp");
     let cap = dir.join("split-fox");
     std::fs::create_dir_all(&cap).unwrap();
-    std::os::unix::fs::symlink(fox.join("images"), cap.join("images")).unwrap();
+    link_files(&fox.join("images"), &cap.join("images"));
     let text = std::fs::read_to_string(fox.join("transforms.json")).unwrap();
     let mut root: serde_json::Value = serde_json::from_str(&text).unwrap();
     let mut frames: Vec<serde_json::Value> = root["frames"].as_array().unwrap().clone();
@@ -133,7 +133,7 @@ fn plan_names_the_pose_and_point_files_of_each_capture_layout() {
     // A capture that cannot be read: the plan is printed, the reason named, and the command fails.
     let broken = sb.path().join("broken");
     std::fs::create_dir_all(&broken).unwrap();
-    std::os::unix::fs::symlink(fox.join("images"), broken.join("images")).unwrap();
+    link_files(&fox.join("images"), &broken.join("images"));
     let mut root: serde_json::Value =
         serde_json::from_slice(&std::fs::read(fox.join("transforms.json")).unwrap()).unwrap();
     root["ply_file_path"] = "gone.ply".into();

@@ -147,3 +147,16 @@ pub fn validate_glbs(files: &[PathBuf]) {
         stderr(&o)
     );
 }
+
+/// Give `to` (created) the regular files of the folder `from`, hard-linked where the file system
+/// allows and copied otherwise. Not a symbolic link to `from`: a link out of a job's input is
+/// refused (issue 41).
+pub fn link_files(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        if src.is_file() && std::fs::hard_link(&src, &dst).is_err() {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}

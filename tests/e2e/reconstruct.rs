@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::harness::{Sandbox, dataset, job_id, ok, stderr, stdout};
+use super::harness::{Sandbox, dataset, job_id, link_files, ok, stderr, stdout};
 
 /// Whether `program` runs; panics in CI when it does not.
 fn have(program: &str, arg: &str) -> bool {
@@ -162,7 +162,7 @@ fn unposed_fox_photos_reconstruct_register_and_train_within_1_db_of_the_shipped_
     let capture_dir = |name: &str| {
         let d = sb.path().join(name);
         std::fs::create_dir_all(d.join("sparse/0")).unwrap();
-        std::os::unix::fs::symlink(&images, d.join("images")).unwrap();
+        link_files(&images, &d.join("images"));
         d
     };
     let (bin_dir, txt_dir) = (capture_dir("bin-model"), capture_dir("txt-model"));

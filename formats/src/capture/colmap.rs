@@ -38,6 +38,7 @@ use super::distortion::Distortion;
 use super::frames::{sort_frames, warn_skipped};
 use super::intrinsics::Intrinsics;
 use super::model::{Capture, Frame, SfmPoints};
+use crate::confined::ConfinedRoot;
 use crate::{Error, Result};
 
 /// Sub-directories (relative, `/`-separated; `""` is the directory itself) of a capture directory
@@ -73,8 +74,9 @@ enum ModelForm {
 ///   `dir/reconstruction`, `dir/colmap/reconstruction`; the first directory holding either form
 ///   wins, and in it the binary form is preferred (module doc).
 ///   Images (`NAME` column, relative) are looked for in `dir/images`, then in `images/` inside the
-///   model directory and up to three directories above it (`scene/sparse/0` → `scene/images`);
-///   the first that holds the first image (by name) wins, else the first that exists.
+///   model directory and up to three directories above it (`scene/sparse/0` → `scene/images`)
+///   that lie inside the root ([`read_colmap_in`]; here `dir` itself); the first that holds the
+///   first image (by name) wins, else the first that exists.
 ///   [`Capture::source`] is the model directory.
 ///
 /// # Errors
@@ -88,7 +90,21 @@ enum ModelForm {
 ///
 /// Source: COLMAP text and binary model formats (module doc, `colmap_bin.rs`).
 pub fn read_colmap(dir: &Path) -> Result<Capture> {
+    read_colmap_in(&ConfinedRoot::of_input(dir)?, dir)
+}
+
+/// [`read_colmap`] with every image name, the images and masks folders and the model confined
+/// to `root` ([`ConfinedRoot`]): images folders above the model are looked for only inside
+/// `root`, and an image `NAME` that is absolute, climbs out of `root` or passes a symbolic link
+/// leading out is refused.
+/// - `root`: the input folder holding `dir` (a job's staged input).
+///
+/// # Errors
+/// Those of [`read_colmap`], and [`Error::OutsideInput`] naming the images file and
+/// its `NAME` column.
+pub fn read_colmap_in(root: &ConfinedRoot, dir: &Path) -> Result<Capture> {
     let (model_dir, form) = find_model_dir(dir)?;
+    root.check_inside(&model_dir, dir, "COLMAP model folder")?;
     let ParsedModel {
         cameras,
         images,
@@ -99,12 +115,12 @@ pub fn read_colmap(dir: &Path) -> Result<Capture> {
         ModelForm::Binary => colmap_bin::read_binary_model(&model_dir)?,
     };
 
-    let images_dir = find_images_dir(dir, &model_dir, &images);
+    let images_dir = find_images_dir(root, dir, &model_dir, &images);
     // `masks/` in the capture folder, else beside the images folder.
-    let masks = match super::masks::Masks::list(&dir.join("masks"))? {
+    let masks = match super::masks::Masks::list(root, &dir.join("masks"))? {
         Some(m) => Some(m),
         None => match images_dir.parent() {
-            Some(parent) => super::masks::Masks::list(&parent.join("masks"))?,
+            Some(parent) => super::masks::Masks::list(root, &parent.join("masks"))?,
             None => None,
         },
     };
@@ -112,7 +128,7 @@ pub fn read_colmap(dir: &Path) -> Result<Capture> {
     let mut frames = Vec::with_capacity(listed);
     let mut missing = Vec::new();
     for image in images {
-        let image_path = images_dir.join(&image.name);
+        let image_path = root.resolve(&images_path, "NAME", &images_dir, &image.name)?;
         if !image_path.is_file() {
             missing.push(image.name);
             continue;
@@ -229,10 +245,21 @@ fn find_model_dir(dir: &Path) -> Result<(PathBuf, ModelForm)> {
     })
 }
 
-/// Images directory for a model: see [`read_colmap`].
-fn find_images_dir(dir: &Path, model_dir: &Path, images: &[ImageEntry]) -> PathBuf {
+/// Images directory for a model: see [`read_colmap`]; only folders inside `root` are candidates.
+fn find_images_dir(
+    root: &ConfinedRoot,
+    dir: &Path,
+    model_dir: &Path,
+    images: &[ImageEntry],
+) -> PathBuf {
     let mut candidates = vec![dir.join("images")];
-    candidates.extend(model_dir.ancestors().take(4).map(|a| a.join("images")));
+    candidates.extend(
+        model_dir
+            .ancestors()
+            .take(4)
+            .filter(|a| root.contains(a))
+            .map(|a| a.join("images")),
+    );
     let first = images.iter().map(|i| i.name.as_str()).min();
     if let Some(first) = first
         && let Some(found) = candidates.iter().find(|c| c.join(first).is_file())
@@ -861,8 +888,43 @@ mod tests {
         std::fs::create_dir_all(&sparse).unwrap();
         model(&sparse, CAMERAS, "1 1 0 0 0 0 0 0 1 sub dir/a b.png\n", "");
         image_file(&dir.path().join("images/sub dir/a b.png"));
-        let capture = read_colmap(&sparse).unwrap();
+        let root = ConfinedRoot::new(dir.path()).unwrap();
+        let capture = read_colmap_in(&root, &sparse).unwrap();
         assert_eq!(capture.frames[0].name, "sub dir/a b.png");
         assert!(capture.frames[0].image_path.is_file());
+    }
+}
+
+/// Issue 41: COLMAP image names resolve through [`ConfinedRoot`].
+#[cfg(test)]
+mod confinement_tests {
+    use super::*;
+    use crate::confined::testing::{Seeded, is_refusal, layout, model_is_inside};
+
+    /// Property: over generated names, an `images.txt` NAME is refused exactly when it leaves
+    /// the input (resolved from `images/`), naming the column; an images folder above the root
+    /// is never looked in.
+    #[test]
+    fn image_names_are_refused_exactly_when_they_leave_the_input() {
+        let (_t, root) = layout();
+        std::fs::create_dir_all(root.join("images")).unwrap();
+        std::fs::write(root.join("images/a.png"), b"x").unwrap();
+        std::fs::write(root.join("cameras.txt"), "1 PINHOLE 40 30 50 51 20 15\n").unwrap();
+        let confined = ConfinedRoot::new(&root).unwrap();
+        let mut g = Seeded(4105);
+        for case in 0..300 {
+            let w = g.path();
+            let images = format!("1 1 0 0 0 0 0 0 1 {w}\n\n");
+            std::fs::write(root.join("images.txt"), images).unwrap();
+            let got = read_colmap_in(&confined, &root);
+            let refused = got.as_ref().err().is_some_and(|e| is_refusal(e, "NAME"));
+            let inside = model_is_inside(&root, &["images"], &w);
+            assert_eq!(
+                refused,
+                !inside,
+                "case {case}: NAME `{w}` → {:?}",
+                got.err()
+            );
+        }
     }
 }

@@ -48,6 +48,7 @@ use super::intrinsics::Intrinsics;
 use super::masks::Masks;
 use super::model::{Capture, Frame};
 use super::pose::{ROTATION_TOLERANCE, rigid_inverse, rotation_error};
+use crate::confined::ConfinedRoot;
 use crate::{Error, Result};
 
 /// File name of the LLFF poses array, looked for by [`read_llff`] and [`super::read_capture`].
@@ -72,7 +73,7 @@ const ASPECT_TOLERANCE: f64 = 0.01;
 /// # Errors
 /// As [`read_llff_file`]; [`Error::NotFound`] naming `dir/poses_bounds.npy` if it is missing.
 pub fn read_llff(dir: &Path) -> Result<Capture> {
-    read_llff_file(&dir.join(POSES_BOUNDS))
+    read_llff_file_in(&ConfinedRoot::of_input(dir)?, &dir.join(POSES_BOUNDS))
 }
 
 /// Read an LLFF `poses_bounds.npy` file (layout in the module doc) and the images beside it.
@@ -96,10 +97,23 @@ pub fn read_llff(dir: &Path) -> Result<Capture> {
 /// ratio that differs from its image's by more than 1%; [`Error::Empty`] if every row is
 /// skipped; [`Error::Image`] / [`Error::Io`] reading an image header or a directory.
 pub fn read_llff_file(npy_path: &Path) -> Result<Capture> {
+    read_llff_file_in(&ConfinedRoot::of_input(npy_path)?, npy_path)
+}
+
+/// [`read_llff_file`] with the `images/` and `masks/` folders and every file listed in them
+/// confined to `root` ([`ConfinedRoot`]).
+///
+/// # Errors
+/// Those of [`read_llff_file`], and [`Error::OutsideInput`] for a folder or image that is a
+/// symbolic link leading out of `root`.
+pub fn read_llff_file_in(root: &ConfinedRoot, npy_path: &Path) -> Result<Capture> {
     let rows = read_rows(npy_path)?;
     let base_dir = npy_path.parent().unwrap_or(Path::new("."));
     let images_dir = base_dir.join("images");
     let images = list_images(&images_dir)?;
+    for (_, path) in &images {
+        root.check_inside(path, npy_path, "images/")?;
+    }
     if rows.len() != images.len() {
         return Err(Error::Invalid {
             path: npy_path.to_path_buf(),
@@ -115,7 +129,7 @@ pub fn read_llff_file(npy_path: &Path) -> Result<Capture> {
             ),
         });
     }
-    let masks = Masks::list(&base_dir.join("masks"))?;
+    let masks = Masks::list(root, &base_dir.join("masks"))?;
 
     let mut frames = Vec::with_capacity(rows.len());
     let mut non_finite = Vec::new();
@@ -472,6 +486,29 @@ mod tests {
                 .unwrap();
         }
         npy
+    }
+
+    /// Issue 41: an image in `images/` that is a link out of the input is refused naming the
+    /// folder; a link that stays inside reads.
+    #[test]
+    fn llff_image_linked_from_outside_the_input_is_refused() {
+        let outside = tempfile::tempdir().unwrap();
+        ::image::RgbImage::new(6, 4)
+            .save(outside.path().join("b.png"))
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let rows = [identity_row([1.0, 2.0, 3.0]), identity_row([1.0, 2.0, 4.0])];
+        let npy = write_capture(dir.path(), "<f8", &rows, &["a.png"], (6, 4));
+        let link = dir.path().join("images/b.png");
+        std::os::unix::fs::symlink(outside.path().join("b.png"), &link).unwrap();
+        let e = read_llff_file(&npy).unwrap_err();
+        assert!(
+            matches!(&e, Error::OutsideInput { field, .. } if field == "images/"),
+            "{e}"
+        );
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("images/a.png"), &link).unwrap();
+        assert_eq!(read_llff_file(&npy).unwrap().frames.len(), 2);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::confined::ConfinedRoot;
 use crate::{Error, Result};
 
 /// Extensions a mask file may have (compared case-insensitively).
@@ -25,14 +26,17 @@ pub(crate) struct Masks {
 }
 
 impl Masks {
-    /// The mask images of `dir`, or `None` when there is no such folder.
+    /// The mask images of `dir`, or `None` when there is no such folder (or it lies outside
+    /// `root`).
     ///
     /// # Errors
-    /// [`Error::Io`] when the folder cannot be listed.
-    pub fn list(dir: &Path) -> Result<Option<Masks>> {
-        if !dir.is_dir() {
+    /// [`Error::Io`] when the folder cannot be listed; [`Error::OutsideInput`] when the folder or
+    /// a mask image in it is a symbolic link leading out of `root`.
+    pub fn list(root: &ConfinedRoot, dir: &Path) -> Result<Option<Masks>> {
+        if !root.contains(dir) || !dir.is_dir() {
             return Ok(None);
         }
+        root.check_inside(dir, dir, "masks/")?;
         let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
         let mut files = Vec::new();
         for entry in entries {
@@ -44,6 +48,7 @@ impl Masks {
             if !path.is_file() || !is_image {
                 continue;
             }
+            root.check_inside(&path, dir, "masks/")?;
             if let Some(stem) = path.file_stem().and_then(|s| s.to_str()) {
                 files.push((stem.to_string(), path.clone()));
             }
@@ -94,12 +99,21 @@ mod tests {
         for f in ["a_mask.JPG", "a.png", "b.png", "c.jpg.png", "notes.txt"] {
             std::fs::write(dir.path().join(f), "").unwrap();
         }
-        let m = Masks::list(dir.path()).unwrap().unwrap();
+        let m = Masks::list(&ConfinedRoot::new(dir.path()).unwrap(), dir.path())
+            .unwrap()
+            .unwrap();
         // `_mask` wins over the plain stem; subfolders of the image name are dropped.
         assert_eq!(m.find("a.jpg"), Some(dir.path().join("a_mask.JPG")));
         assert_eq!(m.find("sub/b.JPG"), Some(dir.path().join("b.png")));
         assert_eq!(m.find("c.jpg"), Some(dir.path().join("c.jpg.png")));
         assert_eq!(m.find("d.jpg"), None);
-        assert!(Masks::list(&dir.path().join("none")).unwrap().is_none());
+        assert!(
+            Masks::list(
+                &ConfinedRoot::new(dir.path()).unwrap(),
+                &dir.path().join("none")
+            )
+            .unwrap()
+            .is_none()
+        );
     }
 }

@@ -40,16 +40,17 @@ mod pose;
 use std::path::{Path, PathBuf};
 
 use self::frames::sort_frames;
+use crate::confined::ConfinedRoot;
 use crate::{Error, Result};
 
-pub use self::colmap::{MODEL_DIRS as COLMAP_MODEL_DIRS, read_colmap};
+pub use self::colmap::{MODEL_DIRS as COLMAP_MODEL_DIRS, read_colmap, read_colmap_in};
 pub use self::colmap_bin::{ColmapModelStats, read_colmap_model_stats};
 pub use self::distortion::{Distortion, undistort};
 pub use self::image::{RgbImage, load_rgb, load_rgb_alpha, scaled_size};
 pub use self::intrinsics::Intrinsics;
-pub use self::llff::{read_llff, read_llff_file};
+pub use self::llff::{read_llff, read_llff_file, read_llff_file_in};
 pub use self::model::{Capture, Frame, SfmPoints, Split};
-pub use self::nerfstudio::read_transforms;
+pub use self::nerfstudio::{read_transforms, read_transforms_in};
 pub use self::point_cloud::read_point_cloud_ply;
 
 /// Read a capture from a transforms.json file, an LLFF `poses_bounds.npy` file or a COLMAP model
@@ -80,19 +81,31 @@ pub use self::point_cloud::read_point_cloud_ply;
 /// them; pass the file itself); [`Error::Io`] if the directory cannot be listed; otherwise the
 /// errors of [`read_transforms`], [`read_llff`] and [`read_colmap`].
 pub fn read_capture(path: &Path) -> Result<Capture> {
+    read_capture_in(&ConfinedRoot::of_input(path)?, path)
+}
+
+/// [`read_capture`] with every file the capture names confined to `root` ([`ConfinedRoot`]): the
+/// rule a job's ingest reads its staged input by.
+/// - `root`: the input folder; `path` lies inside it.
+///
+/// # Errors
+/// Those of [`read_capture`], and [`Error::OutsideInput`] naming the file and field of a path
+/// that is absolute, climbs out of `root` or passes a symbolic link leading out.
+pub fn read_capture_in(root: &ConfinedRoot, path: &Path) -> Result<Capture> {
+    root.check_inside(path, path, "input")?;
     if path.is_file() {
         let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         let is_json = path
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("json"));
         if is_json {
-            return read_transforms(path);
+            return read_transforms_in(root, path);
         }
         if path
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("npy"))
         {
-            return read_llff_file(path);
+            return read_llff_file_in(root, path);
         }
         if matches!(
             file_name,
@@ -104,7 +117,7 @@ pub fn read_capture(path: &Path) -> Result<Capture> {
                 | "points3D.bin"
         ) {
             let dir = path.parent().unwrap_or(Path::new("."));
-            return read_colmap(dir);
+            return read_colmap_in(root, dir);
         }
         return Err(Error::Unsupported {
             path: path.to_path_buf(),
@@ -119,17 +132,19 @@ pub fn read_capture(path: &Path) -> Result<Capture> {
     if path.is_dir() {
         let transforms = path.join("transforms.json");
         if transforms.is_file() {
-            return read_transforms(&transforms);
+            return read_transforms_in(root, &transforms);
         }
         match other_transforms_json(path)? {
-            Some(TransformsFiles::One(json)) => return read_transforms(&json),
-            Some(TransformsFiles::Splits(files)) => return read_split_transforms(path, &files),
+            Some(TransformsFiles::One(json)) => return read_transforms_in(root, &json),
+            Some(TransformsFiles::Splits(files)) => {
+                return read_split_transforms(root, path, &files);
+            }
             None => {}
         }
         if path.join(llff::POSES_BOUNDS).is_file() {
-            return read_llff(path);
+            return read_llff_file_in(root, &path.join(llff::POSES_BOUNDS));
         }
-        return read_colmap(path);
+        return read_colmap_in(root, path);
     }
     Err(Error::NotFound {
         path: path.to_path_buf(),
@@ -238,7 +253,11 @@ fn split_set(names: &[String]) -> Option<Vec<(Split, &String)>> {
 /// # Errors
 /// The errors of [`read_transforms`] for any file; [`Error::Invalid`] when two splits list the
 /// same image.
-fn read_split_transforms(dir: &Path, files: &[(Split, PathBuf)]) -> Result<Capture> {
+fn read_split_transforms(
+    root: &ConfinedRoot,
+    dir: &Path,
+    files: &[(Split, PathBuf)],
+) -> Result<Capture> {
     let mut merged = Capture {
         source: dir.to_path_buf(),
         frames: Vec::new(),
@@ -248,7 +267,7 @@ fn read_split_transforms(dir: &Path, files: &[(Split, PathBuf)]) -> Result<Captu
         points_file: None,
     };
     for (split, file) in files {
-        let part = read_transforms(file)?;
+        let part = read_transforms_in(root, file)?;
         merged.frames.extend(part.frames.into_iter().map(|f| Frame {
             split: Some(*split),
             ..f

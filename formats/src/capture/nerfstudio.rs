@@ -27,6 +27,7 @@ use super::masks::Masks;
 use super::model::{Capture, Frame, Split};
 use super::point_cloud::read_point_cloud_ply;
 use super::pose::{ROTATION_TOLERANCE, flip_yz_axes, rigid_inverse, rotation_error};
+use crate::confined::ConfinedRoot;
 use crate::{Error, Result};
 
 /// Extensions tried, in order, when a `file_path` has none (NeRF-synthetic writes `./train/r_0`).
@@ -60,18 +61,37 @@ const IMAGE_EXTENSIONS: [&str; 5] = ["png", "jpg", "jpeg", "PNG", "JPG"];
 ///
 /// Source: see the module doc (nerfstudio, instant-ngp, NeRF `load_blender.py`).
 pub fn read_transforms(json_path: &Path) -> Result<Capture> {
+    read_transforms_in(&ConfinedRoot::of_input(json_path)?, json_path)
+}
+
+/// [`read_transforms`] with every path the JSON names (`file_path`, `mask_path`,
+/// `ply_file_path`, the `masks/` folder's files) confined to `root` ([`ConfinedRoot`]): a path
+/// that is absolute, climbs out of `root` or passes a symbolic link leading out is refused.
+/// - `root`: the input folder holding `json_path` (a job's staged input).
+///
+/// # Errors
+/// Those of [`read_transforms`], and [`Error::OutsideInput`] naming the field
+/// (`frames[3].file_path`, `frames[3].mask_path`, `ply_file_path`, `masks/`).
+pub fn read_transforms_in(root: &ConfinedRoot, json_path: &Path) -> Result<Capture> {
     let text = std::fs::read_to_string(json_path).map_err(|e| Error::io(json_path, e))?;
-    let root = parse_json(json_path, &text)?;
-    let Value::Object(root) = root else {
-        return Err(invalid(json_path, "(root)", "a JSON object", kind(&root)));
+    let root_keys = parse_json(json_path, &text)?;
+    let Value::Object(root_keys) = root_keys else {
+        return Err(invalid(
+            json_path,
+            "(root)",
+            "a JSON object",
+            kind(&root_keys),
+        ));
     };
-    let frames = frames_array(json_path, &root)?;
+    let frames = frames_array(json_path, &root_keys)?;
     let base_dir = json_path.parent().unwrap_or(Path::new("."));
+    let confined = root;
     let mut reader = FrameReader {
         json_path,
         base_dir,
-        global: CameraKeys::parse(json_path, &root, "")?,
-        masks: Masks::list(&base_dir.join("masks"))?,
+        root: confined,
+        global: CameraKeys::parse(json_path, &root_keys, "")?,
+        masks: Masks::list(confined, &base_dir.join("masks"))?,
         header_size: None,
         skipped: SkippedFrames::default(),
     };
@@ -87,8 +107,8 @@ pub fn read_transforms(json_path: &Path) -> Result<Capture> {
         return Err(skipped.all_skipped(json_path, base_dir, frames.len()));
     }
     sort_frames(json_path, "frames[].file_path", &mut out)?;
-    assign_listed_splits(json_path, &root, &mut out)?;
-    let (points, points_file) = match initial_points_file(json_path, &root)? {
+    assign_listed_splits(json_path, &root_keys, &mut out)?;
+    let (points, points_file) = match initial_points_file(confined, json_path, &root_keys)? {
         Some(file) => (Some(read_point_cloud_ply(&file)?), Some(file)),
         None => (None, None),
     };
@@ -190,6 +210,8 @@ impl SkippedFrames {
 struct FrameReader<'a> {
     json_path: &'a Path,
     base_dir: &'a Path,
+    /// Every path a frame names resolves inside it.
+    root: &'a ConfinedRoot,
     global: CameraKeys,
     masks: Option<Masks>,
     header_size: Option<(u32, u32)>,
@@ -207,11 +229,11 @@ impl FrameReader<'_> {
         };
         let file_path = frame_file_path(json_path, &prefix, frame)?;
         let camera_to_world_gl = parse_matrix(json_path, &prefix, frame)?;
-        let Some(image_path) = resolve_image(base_dir, file_path) else {
+        let field = format!("{prefix}.file_path");
+        let given = self.root.resolve(json_path, &field, base_dir, file_path)?;
+        let Some(image_path) = resolve_image(self.root, json_path, &field, given.clone())? else {
             let skipped = &mut self.skipped;
-            skipped
-                .first_missing
-                .get_or_insert_with(|| base_dir.join(file_path));
+            skipped.first_missing.get_or_insert(given);
             skipped.missing.push(frame_name(file_path, None));
             return Ok(None);
         };
@@ -254,7 +276,10 @@ impl FrameReader<'_> {
     ) -> Result<Option<PathBuf>> {
         match frame.get("mask_path") {
             Some(Value::String(s)) if !s.is_empty() => {
-                let p = self.base_dir.join(s);
+                let field = format!("{prefix}.mask_path");
+                let p = self
+                    .root
+                    .resolve(self.json_path, &field, self.base_dir, s)?;
                 if !p.is_file() {
                     return Err(Error::NotFound {
                         path: p,
@@ -384,7 +409,11 @@ fn same_image(frame_name: &str, entry: &str) -> bool {
 /// # Errors
 /// [`Error::Invalid`] when the key is not a string; [`Error::NotFound`] naming the resolved path
 /// when the file is missing.
-fn initial_points_file(json_path: &Path, root: &Map<String, Value>) -> Result<Option<PathBuf>> {
+fn initial_points_file(
+    confined: &ConfinedRoot,
+    json_path: &Path,
+    root: &Map<String, Value>,
+) -> Result<Option<PathBuf>> {
     let value = match root.get("ply_file_path") {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::String(s)) if !s.is_empty() => s,
@@ -397,7 +426,8 @@ fn initial_points_file(json_path: &Path, root: &Map<String, Value>) -> Result<Op
             ));
         }
     };
-    let file = json_path.parent().unwrap_or(Path::new(".")).join(value);
+    let base = json_path.parent().unwrap_or(Path::new("."));
+    let file = confined.resolve(json_path, "ply_file_path", base, value)?;
     if !file.is_file() {
         return Err(Error::NotFound {
             path: file,
@@ -565,23 +595,32 @@ fn to_world_to_camera(path: &Path, prefix: &str, mut m: [[f64; 4]; 4]) -> Result
     Ok(rigid_inverse(&m))
 }
 
-/// Existing image file for `file_path` relative to `base_dir`: as given, else with each of
-/// [`IMAGE_EXTENSIONS`] appended when the path has no extension.
-fn resolve_image(base_dir: &Path, file_path: &str) -> Option<PathBuf> {
-    let given = base_dir.join(file_path);
+/// Existing image file for `given` (a `file_path` already resolved inside `root`): as given,
+/// else with each of [`IMAGE_EXTENSIONS`] appended when the path has no extension (that file is
+/// checked against `root` too: it may be a link out).
+fn resolve_image(
+    root: &ConfinedRoot,
+    json_path: &Path,
+    field: &str,
+    given: PathBuf,
+) -> Result<Option<PathBuf>> {
     if given.is_file() {
-        return Some(given);
+        return Ok(Some(given));
     }
     if given.extension().is_some() {
-        return None;
+        return Ok(None);
     }
-    IMAGE_EXTENSIONS.iter().find_map(|ext| {
+    let found = IMAGE_EXTENSIONS.iter().find_map(|ext| {
         let mut s = given.clone().into_os_string();
         s.push(".");
         s.push(ext);
         let p = PathBuf::from(s);
         p.is_file().then_some(p)
-    })
+    });
+    if let Some(p) = &found {
+        root.check_inside(p, json_path, field)?;
+    }
+    Ok(found)
 }
 
 /// [`Frame::name`] for a `file_path`: `/`-separated, leading `./` and a leading `images/` or
@@ -1284,5 +1323,118 @@ mod tests {
         );
         assert_eq!(frame_name("imagesX/a.png", None), "imagesX/a.png");
         assert_eq!(frame_name("a\\b.jpg", None), "a/b.jpg");
+    }
+}
+
+/// Issue 41: every path a transforms.json names resolves through [`ConfinedRoot`].
+#[cfg(test)]
+mod confinement_tests {
+    use super::*;
+    use crate::confined::testing::{Seeded, is_refusal, layout, model_is_inside};
+
+    const IDENTITY: &str = "[[1,0,0,0],[0,1,0,0],[0,0,1,0],[0,0,0,1]]";
+
+    /// Read `root/in/transforms.json` holding `frame` (extra keys of frame 0) and `top` (extra
+    /// top-level keys), with a real `in/a.png` as frame 1 (through the link `in/side`, which stays
+    /// inside) so the capture is never empty.
+    fn read_with(root: &Path, frame: &str, top: &str) -> Result<Capture> {
+        ::image::RgbImage::new(4, 4)
+            .save(root.join("in/a.png"))
+            .unwrap();
+        let json = format!(
+            r#"{{"fl_x": 4, "w": 4, "h": 4, {top} "frames": [
+                {{"transform_matrix": {IDENTITY}, {frame}}},
+                {{"file_path": "side/a.png", "transform_matrix": {IDENTITY}}}]}}"#
+        );
+        let path = root.join("in/transforms.json");
+        std::fs::write(&path, json).unwrap();
+        read_transforms_in(&ConfinedRoot::new(root).unwrap(), &path)
+    }
+
+    /// Property: over generated names (absolute, `..` anywhere, `./`, `\`, links in and out),
+    /// `file_path`, `mask_path` and `ply_file_path` are refused exactly when the model says the
+    /// name leaves the root, and the refusal names the field.
+    #[test]
+    fn every_named_path_is_refused_exactly_when_it_leaves_the_input() {
+        let (_t, root) = layout();
+        let mut g = Seeded(4101);
+        for case in 0..300 {
+            let w = g.path();
+            let quoted = serde_json::to_string(&w).unwrap();
+            let inside = model_is_inside(&root, &["in"], &w);
+            let (frame, top, field) = match case % 3 {
+                0 => (
+                    format!(r#""file_path": {quoted}"#),
+                    String::new(),
+                    "frames[0].file_path",
+                ),
+                1 => (
+                    format!(r#""file_path": "a.png", "mask_path": {quoted}"#),
+                    String::new(),
+                    "frames[0].mask_path",
+                ),
+                _ => (
+                    r#""file_path": "a.png""#.to_string(),
+                    format!(r#""ply_file_path": {quoted},"#),
+                    "ply_file_path",
+                ),
+            };
+            let got = read_with(&root, &frame, &top);
+            let refused = got.as_ref().is_err_and(|e| is_refusal(e, field));
+            assert_eq!(refused, !inside, "case {case}: {field} = `{w}` → {got:?}");
+        }
+    }
+
+    /// The hostile-team cases: another team's photo by absolute path, by `../`, through a link,
+    /// and a PLY outside the input, each refused naming the field.
+    #[test]
+    fn absolute_climbing_and_linked_file_paths_and_ply_out_of_the_input_are_refused() {
+        let (t, root) = layout();
+        let secret = t.path().join("secret.png").display().to_string();
+        for (frame, top, field) in [
+            (
+                format!(r#""file_path": "{secret}""#),
+                "",
+                "frames[0].file_path",
+            ),
+            (
+                r#""file_path": "../../secret.png""#.into(),
+                "",
+                "frames[0].file_path",
+            ),
+            (
+                r#""file_path": "../leak.png""#.into(),
+                "",
+                "frames[0].file_path",
+            ),
+            (
+                r#""file_path": "up/secret""#.into(),
+                "",
+                "frames[0].file_path",
+            ),
+            (
+                r#""file_path": "a.png""#.into(),
+                r#""ply_file_path": "../../points.ply","#,
+                "ply_file_path",
+            ),
+        ] {
+            let e = read_with(&root, &frame, top).unwrap_err();
+            assert!(is_refusal(&e, field), "{frame} {top}: {e}");
+            let msg = e.to_string();
+            assert!(msg.contains(field) && msg.contains("inside"), "{msg}");
+        }
+    }
+
+    /// A link in `masks/` leading out is refused; the input itself still reads without it.
+    #[test]
+    fn a_mask_folder_link_out_is_refused() {
+        let (t, root) = layout();
+        std::fs::create_dir_all(root.join("in/masks")).unwrap();
+        std::os::unix::fs::symlink(t.path().join("secret.png"), root.join("in/masks/a.png"))
+            .unwrap();
+        let e = read_with(&root, r#""file_path": "a.png""#, "").unwrap_err();
+        assert!(is_refusal(&e, "masks/"), "{e}");
+        std::fs::remove_file(root.join("in/masks/a.png")).unwrap();
+        read_with(&root, r#""file_path": "a.png""#, "").unwrap();
     }
 }

@@ -7,10 +7,12 @@
 use std::path::{Path, PathBuf};
 
 use super::{MESH_EXTENSIONS, Mesh, read_mesh};
+use crate::confined::ConfinedRoot;
 use crate::{Error, Result};
 
-/// The mesh files under `dir` (recursively; hidden entries skipped), sorted by path so the
-/// result does not depend on the filesystem's order.
+/// The mesh files under `dir` (recursively; hidden entries skipped; symbolic links to folders
+/// not followed, so the walk stays inside `dir`), sorted by path so the result does not depend on
+/// the filesystem's order.
 ///
 /// # Errors
 /// [`Error::Io`] naming a folder that cannot be listed.
@@ -27,7 +29,10 @@ pub fn mesh_files_in(dir: &Path) -> Result<Vec<PathBuf>> {
             if hidden {
                 continue;
             }
-            if path.is_dir() {
+            let linked = path
+                .symlink_metadata()
+                .is_ok_and(|m| m.file_type().is_symlink());
+            if path.is_dir() && !linked {
                 pending.push(path);
             } else if extension(&path).is_some_and(|e| MESH_EXTENSIONS.contains(&e.as_str())) {
                 out.push(path);
@@ -53,8 +58,11 @@ fn extension(path: &Path) -> Option<String> {
 pub fn read_meshes(dir: &Path) -> Result<Mesh> {
     let files = mesh_files_in(dir)?;
     check_one_format(dir, &files)?;
+    let root = ConfinedRoot::new(dir)?;
     let mut all: Option<Mesh> = None;
     for file in &files {
+        // A mesh file that is a link must not lead out of the folder (issue 41).
+        root.check_inside(file, dir, "mesh file")?;
         let mesh = read_mesh(file)?;
         match all.as_mut() {
             None => all = Some(mesh),

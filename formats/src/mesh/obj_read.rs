@@ -17,6 +17,7 @@ use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
 use super::{AlphaMode, EmbeddedImage, Material, Mesh, MissingTexture, Sampler, TextureRef};
+use crate::confined::ConfinedRoot;
 use crate::{Error, Result};
 
 /// Read an OBJ file and the MTL files it names as one triangle mesh.
@@ -56,6 +57,9 @@ use crate::{Error, Result};
 pub fn read_obj(path: &Path) -> Result<Mesh> {
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let dir = path.parent().unwrap_or(Path::new("."));
+    // Every `mtllib` and map file must lie inside the OBJ's folder (issue 41).
+    let root = ConfinedRoot::of_input(path)?;
+    let refused: RefCell<Option<Error>> = RefCell::new(None);
     let libraries: RefCell<Vec<Library>> = RefCell::new(Vec::new());
     let options = tobj::LoadOptions {
         single_index: true,
@@ -67,7 +71,13 @@ pub fn read_obj(path: &Path) -> Result<Mesh> {
         &mut std::io::BufReader::new(file),
         &options,
         |mtl: &Path| {
-            let file = dir.join(mtl.to_string_lossy().replace('\\', "/"));
+            let file = match root.resolve(path, "mtllib", dir, &mtl.to_string_lossy()) {
+                Ok(file) => file,
+                Err(e) => {
+                    refused.borrow_mut().get_or_insert(e);
+                    return Err(tobj::LoadError::OpenFileFailed);
+                }
+            };
             let result = tobj::load_mtl(&file);
             libraries.borrow_mut().push(Library {
                 as_written: mtl.display().to_string(),
@@ -80,6 +90,9 @@ pub fn read_obj(path: &Path) -> Result<Mesh> {
             result
         },
     );
+    if let Some(e) = refused.into_inner() {
+        return Err(e);
+    }
     let (models, materials) = loaded.map_err(|e| obj_error(path, e))?;
     let libraries = libraries.into_inner();
     let mut missing = Vec::new();
@@ -105,13 +118,14 @@ pub fn read_obj(path: &Path) -> Result<Mesh> {
     let materials = materials.unwrap_or_default();
     let material_dirs = material_dirs(&libraries, materials.len());
     for (m, mat_dir) in materials.iter().zip(&material_dirs) {
-        missing.extend(missing_maps(m, mat_dir));
+        missing.extend(missing_maps(&root, path, m, mat_dir));
     }
     super::warn_missing_textures(path, &missing);
 
     let merged = merge_models(path, &models)?;
     let mut converter = MaterialConverter {
         obj: path,
+        root: &root,
         images: Vec::new(),
         image_files: Vec::new(),
     };
@@ -153,6 +167,8 @@ pub fn read_obj(path: &Path) -> Result<Mesh> {
 /// Turns MTL materials into [`Material`]s, loading each texture file once.
 struct MaterialConverter<'a> {
     obj: &'a Path,
+    /// Texture files resolve inside it.
+    root: &'a ConfinedRoot,
     images: Vec<EmbeddedImage>,
     /// The file of each entry of `images`.
     image_files: Vec<PathBuf>,
@@ -243,7 +259,10 @@ impl MaterialConverter<'_> {
         argument: &str,
         dir: &Path,
     ) -> Result<Option<TextureRef>> {
-        let file = dir.join(texture_path(argument));
+        let field = format!("{key} of material `{}`", m.name);
+        let file = self
+            .root
+            .resolve(self.obj, &field, dir, &texture_path(argument))?;
         let image = match self.image_files.iter().position(|f| *f == file) {
             Some(i) => Some(i),
             None => load_texture(self.obj, m, key, argument, &file)?.map(|img| {
@@ -294,8 +313,14 @@ fn material_dirs(libraries: &[Library], count: usize) -> Vec<PathBuf> {
     dirs
 }
 
-/// Every texture map of `m` whose file is not in `dir`.
-fn missing_maps(m: &tobj::Material, dir: &Path) -> Vec<MissingTexture> {
+/// Every texture map of `m` whose file is not in `dir`; a name leading outside `root` is not
+/// looked at (the maps that are loaded report it as an error).
+fn missing_maps(
+    root: &ConfinedRoot,
+    obj: &Path,
+    m: &tobj::Material,
+    dir: &Path,
+) -> Vec<MissingTexture> {
     let maps = [
         ("map_Kd", &m.diffuse_texture),
         ("map_Ka", &m.ambient_texture),
@@ -307,7 +332,7 @@ fn missing_maps(m: &tobj::Material, dir: &Path) -> Vec<MissingTexture> {
     maps.into_iter()
         .filter_map(|(key, value)| {
             let written = value.as_deref()?;
-            let resolved = dir.join(texture_path(written));
+            let resolved = root.resolve(obj, key, dir, &texture_path(written)).ok()?;
             (!resolved.is_file()).then(|| MissingTexture {
                 field: format!("{key} of material `{}`", m.name),
                 as_written: written.to_string(),
@@ -752,7 +777,8 @@ mod tests {
         assert_eq!(mesh.materials[0].base_color_factor, [0.1, 0.2, 0.3, 1.0]);
         assert!(mesh.base_color_image(0).is_none());
         let mat = &tobj::load_mtl(d.path().join("m.mtl")).unwrap().0[0];
-        let missing = missing_maps(mat, d.path());
+        let root = ConfinedRoot::new(d.path()).unwrap();
+        let missing = missing_maps(&root, &d.path().join("m.obj"), mat, d.path());
         let names: Vec<&str> = missing.iter().map(|m| m.as_written.as_str()).collect();
         assert_eq!(names, ["tex/a.png", "-bm 1 tex/b.png"]);
         assert_eq!(missing[1].resolved, d.path().join("tex/b.png"));
@@ -832,5 +858,49 @@ mod tests {
             (c[1] - 0.214_041).abs() < 1e-5 && c[0] == 1.0 && c[2] == 0.0,
             "{c:?}"
         );
+    }
+}
+
+/// Issue 41: `mtllib` and `map_*` names resolve through [`ConfinedRoot`].
+#[cfg(test)]
+mod confinement_tests {
+    use super::*;
+    use crate::confined::testing::{Seeded, is_refusal, layout, model_is_inside};
+
+    /// Property: over generated names, an OBJ's `mtllib` and an MTL's `map_Kd` are refused
+    /// exactly when the name leaves the OBJ's folder (the MTL sits in `in/`, so its maps resolve
+    /// from there), naming the statement.
+    #[test]
+    fn mtllib_and_map_names_are_refused_exactly_when_they_leave_the_obj_folder() {
+        let (_t, root) = layout();
+        let obj = root.join("m.obj");
+        let mut g = Seeded(4103);
+        for case in 0..300 {
+            let w = g.path();
+            let (obj_text, mtl_text, field, base): (String, String, &str, &[&str]) = match case % 2
+            {
+                0 => (format!("mtllib {w}\n"), String::new(), "mtllib", &[]),
+                _ => (
+                    "mtllib in/m.mtl\n".into(),
+                    format!("newmtl a\nmap_Kd {w}\n"),
+                    "map_Kd of material `a`",
+                    &["in"],
+                ),
+            };
+            std::fs::write(root.join("in/m.mtl"), mtl_text).unwrap();
+            let text = format!(
+                "{obj_text}v 0 0 0\nv 1 0 0\nv 0 1 0\nvt 0 0\nvt 1 0\nvt 0 1\nusemtl a\nf 1/1 2/2 3/3\n"
+            );
+            std::fs::write(&obj, text).unwrap();
+            let got = read_obj(&obj);
+            let refused = got.as_ref().err().is_some_and(|e| is_refusal(e, field));
+            let inside = model_is_inside(&root, base, &w);
+            assert_eq!(
+                refused,
+                !inside,
+                "case {case}: {field} `{w}` → {:?}",
+                got.err()
+            );
+        }
     }
 }

@@ -56,6 +56,7 @@ use serde::{Deserialize, Serialize};
 use super::placed::{PlacedRef, PlacedSplats};
 use super::{GaussianSplats, logit, sigmoid};
 use crate::atomic_write::write_atomic_with;
+use crate::confined::ConfinedRoot;
 use crate::{Error, Result};
 
 /// The SOG `meta.json` version Kiln reads and writes.
@@ -1234,7 +1235,20 @@ impl SogFiles {
     fn read(&mut self, name: &str) -> Result<Vec<u8>> {
         match self {
             Self::Folder { dir } => {
-                let path = dir.join(name);
+                // meta.json names its images; they must lie in its folder (issue 41).
+                let dir = match dir.as_os_str().is_empty() {
+                    true => Path::new("."),
+                    false => dir.as_path(),
+                };
+                let Ok(root) = ConfinedRoot::new(dir) else {
+                    // No folder: the file is missing, and the error names it.
+                    let path = dir.join(name);
+                    return Err(Error::NotFound {
+                        path,
+                        what: "no such file",
+                    });
+                };
+                let path = root.resolve(&dir.join("meta.json"), "files[]", dir, name)?;
                 std::fs::read(&path).map_err(|e| Error::io(path, e))
             }
             Self::Bundle { path, zip } => {
@@ -2082,5 +2096,32 @@ mod tests {
                 .iter()
                 .all(|&l| l == -OPACITY_LOGIT_LIMIT)
         );
+    }
+}
+
+/// Issue 41: the files an unbundled SOG's `meta.json` names resolve through [`ConfinedRoot`].
+#[cfg(test)]
+mod confinement_tests {
+    use super::*;
+    use crate::confined::testing::{Seeded, is_refusal, layout, model_is_inside};
+
+    /// Property: over generated names, a `files[]` entry of an unbundled SOG is refused exactly
+    /// when it leaves the meta.json's folder (bundle entries are read from inside the ZIP, never
+    /// from the disk).
+    #[test]
+    fn meta_file_entries_are_refused_exactly_when_they_leave_the_sog_folder() {
+        let (_t, root) = layout();
+        let mut files = SogFiles::Folder { dir: root.clone() };
+        let mut g = Seeded(4104);
+        for case in 0..1000 {
+            let w = g.path();
+            let got = files.read(&w);
+            let refused = got.as_ref().err().is_some_and(|e| is_refusal(e, "files[]"));
+            assert_eq!(
+                refused,
+                !model_is_inside(&root, &[], &w),
+                "case {case}: `{w}`"
+            );
+        }
     }
 }

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use gltf::Document;
 
 use super::Builder;
+use crate::confined::ConfinedRoot;
 use crate::mesh::meshopt_read;
 use crate::uri::percent_decode;
 use crate::{Error, Result};
@@ -20,7 +21,9 @@ pub(super) enum UriTarget {
     File(PathBuf),
 }
 
-/// Resolve a glTF URI (data URI, `file:` or relative, percent-encoded) without panicking.
+/// Resolve a glTF URI (data URI, `file:` or relative, percent-encoded) without panicking; a file
+/// must lie inside the glTF's folder ([`ConfinedRoot`], applied after percent-decoding, so
+/// `%2e%2e/` is `../`).
 pub(super) fn resolve_uri(path: &Path, base: &Path, field: &str, uri: &str) -> Result<UriTarget> {
     if let Some(rest) = uri.strip_prefix("data:") {
         let payload =
@@ -52,7 +55,9 @@ pub(super) fn resolve_uri(path: &Path, base: &Path, field: &str, uri: &str) -> R
             supported: "relative paths, file: and data: URIs".into(),
         });
     }
-    Ok(UriTarget::File(base.join(percent_decode(rel))))
+    let root = ConfinedRoot::new(base)?;
+    let file = root.resolve(path, field, base, &percent_decode(rel))?;
+    Ok(UriTarget::File(file))
 }
 
 /// Load every buffer's bytes; the error names the buffer's URI (as a path) when it is missing.
@@ -156,5 +161,40 @@ mod tests {
         assert!(decode_base64("Zm9v!").is_none());
         assert_eq!(percent_decode("a%20b.bin"), "a b.bin");
         assert_eq!(percent_decode("bad%ZZ%"), "bad%ZZ%");
+    }
+
+    /// Issue 41, property: over generated URIs (absolute, `..` anywhere, `./`, links in and out,
+    /// some `.` and `/` percent-encoded, `file:` prefixes), `resolve_uri` (buffers and images)
+    /// refuses exactly the names that leave the glTF's folder once decoded, naming the field;
+    /// `data:` URIs are never refused.
+    #[test]
+    fn uris_are_refused_exactly_when_they_leave_the_gltf_folder() {
+        use crate::confined::testing::{Seeded, is_refusal, layout, model_is_inside};
+        let (_t, root) = layout();
+        let gltf = root.join("m.gltf");
+        let mut g = Seeded(4102);
+        for case in 0..2000 {
+            let written = g.uri_path();
+            let mut uri = g.percent_encode_some(&written);
+            if case % 7 == 0 && !uri.starts_with('/') {
+                uri = format!("file:{uri}");
+            }
+            let field = if case % 2 == 0 {
+                "buffers[0].uri"
+            } else {
+                "images[0].uri"
+            };
+            let got = resolve_uri(&gltf, &root, field, &uri);
+            let refused = got.as_ref().err().is_some_and(|e| is_refusal(e, field));
+            let inside = model_is_inside(&root, &[], &written);
+            assert_eq!(refused, !inside, "case {case}: `{uri}` (`{written}`)");
+            assert!(refused || got.is_ok(), "case {case}: `{uri}`");
+        }
+        let data = resolve_uri(&gltf, &root, "buffers[0].uri", "data:x;base64,AA==");
+        assert!(matches!(data, Ok(UriTarget::Inline(_))));
+        let abs = resolve_uri(&gltf, &root, "images[0].uri", "file:///etc/passwd")
+            .err()
+            .unwrap();
+        assert!(is_refusal(&abs, "images[0].uri"), "{abs}");
     }
 }
