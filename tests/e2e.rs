@@ -19,6 +19,7 @@ mod e2e {
     pub mod regression;
     pub mod report_html;
     pub mod s3;
+    pub mod secrets;
     pub mod sog;
     pub mod splat_transform;
     pub mod train;

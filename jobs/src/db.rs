@@ -129,13 +129,24 @@ const ADDED_STAGE_COLUMNS: &[(&str, &str)] = &[
     ),
 ];
 
-/// `url` with any password replaced by `***`, for messages and logs: the userinfo's
-/// (`postgres://user:PASSWORD@host`, whatever the password holds, `/`, `?` and `@` included), a
-/// `password=` / `sslpassword=` parameter's (URL query or libpq `key=value` form), and in
-/// malformed URLs (`postgres//u:PW@h`) whatever sits between the last `:` and `@`.
-pub fn redact(url: &str) -> String {
-    let masked = mask_userinfo(url);
-    mask_password_params(&masked)
+/// `target` with every password in it replaced by `***`, for messages and logs, in each spelling
+/// sqlx and libpq accept (and the typos of them that [`Db::open`] refuses):
+/// - URL userinfo, `postgres://user:PASSWORD@host` (whatever the password holds, `/`, `?` and `@`
+///   included), and typos such as `postgres//u:PW@h` or `postgres:u:PW@h` (everything between the
+///   first `:` of the userinfo and the last `@` before the host, which may hide the user too: the
+///   safe side);
+/// - a URL query's `password=` / `sslpassword=` (any case), up to the next `&` or `#`;
+/// - libpq keyword/value strings, `host=h password=PW` or `password = 'P W\'s'`: the value up to
+///   the next unquoted blank, or the whole single-quoted value with its `\'` and `\\` escapes.
+pub fn redact(target: &str) -> String {
+    let form = if is_keyword_value(target) {
+        ParamForm::KeywordValue
+    } else {
+        ParamForm::UrlQuery
+    };
+    // Parameters first: a quoted keyword/value password may hold the `:` and `@` that the
+    // userinfo rule looks for.
+    mask_userinfo(&mask_password_params(target, form))
 }
 
 /// `scheme://user:PASSWORD@host…` (or a typo of it) with the password masked: everything
@@ -156,70 +167,192 @@ fn mask_userinfo(url: &str) -> String {
     format!("{}{}:***{}", &url[..start], &userinfo[..colon], &rest[at..])
 }
 
-/// `password=…` / `sslpassword=…` (any case) in a URL query or a libpq `key=value` string masked.
-fn mask_password_params(text: &str) -> String {
+/// How parameters are written: where a password value ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ParamForm {
+    /// `?a=1&password=PW#frag`: a value ends at `&` or `#` (a blank may be part of it: the URL
+    /// parser is lenient and would send it).
+    UrlQuery,
+    /// `a=1 password='P W'`: a value ends at an unquoted blank; single quotes with `\` escapes.
+    KeywordValue,
+}
+
+/// Keys whose values are secrets.
+const PASSWORD_KEYS: [&str; 2] = ["sslpassword", "password"];
+
+/// `password=…` / `sslpassword=…` (any case, blanks allowed around `=`) masked.
+fn mask_password_params(text: &str, form: ParamForm) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
-    while let Some(i) = find_password_key(rest) {
-        let (before, from_key) = rest.split_at(i);
-        let eq = from_key.find('=').expect("the key ends with =") + 1;
-        out.push_str(before);
-        out.push_str(&from_key[..eq]);
+    while let Some((key_start, value_start)) = find_password_key(rest) {
+        out.push_str(&rest[..key_start]);
+        out.push_str(rest[key_start..value_start].trim_end());
         out.push_str("***");
-        let value_end = from_key[eq..]
-            .find(['&', ' ', '\t'])
-            .map_or(from_key.len(), |j| eq + j);
-        rest = &from_key[value_end..];
+        rest = &rest[value_start + value_len(&rest[value_start..], form)..];
     }
     out.push_str(rest);
     out
 }
 
-/// Where the next `password=` or `sslpassword=` parameter starts (at a parameter boundary).
-fn find_password_key(text: &str) -> Option<usize> {
+/// Where the next password parameter starts (at a parameter boundary) and where its value starts
+/// (after `=` and any blanks).
+fn find_password_key(text: &str) -> Option<(usize, usize)> {
     let lower = text.to_ascii_lowercase();
-    ["sslpassword=", "password="]
+    let bytes = text.as_bytes();
+    PASSWORD_KEYS
         .iter()
-        .filter_map(|key| {
-            lower
-                .match_indices(key)
-                .map(|(i, _)| i)
-                .find(|&i| i == 0 || matches!(text.as_bytes()[i - 1], b'?' | b'&' | b' ' | b'\t'))
+        .flat_map(|key| {
+            lower.match_indices(key).filter_map(move |(i, _)| {
+                let at_boundary = i == 0
+                    || matches!(bytes[i - 1], b'?' | b'&' | b';')
+                    || bytes[i - 1].is_ascii_whitespace();
+                let after_key = &text[i + key.len()..];
+                let eq = after_key.trim_start();
+                let value = eq.strip_prefix('=')?.trim_start();
+                at_boundary.then_some((i, text.len() - value.len()))
+            })
         })
         .min()
+}
+
+/// Bytes of the value at the start of `text`.
+fn value_len(text: &str, form: ParamForm) -> usize {
+    match form {
+        ParamForm::UrlQuery => text.find(['&', '#']).unwrap_or(text.len()),
+        ParamForm::KeywordValue if text.starts_with('\'') => quoted_len(text),
+        ParamForm::KeywordValue => text.find(|c: char| c.is_whitespace()).unwrap_or(text.len()),
+    }
+}
+
+/// Bytes of the single-quoted libpq value at the start of `text`, quotes included (`\x` is `x`);
+/// an unclosed quote runs to the end.
+fn quoted_len(text: &str) -> usize {
+    let mut escaped = false;
+    for (i, c) in text.char_indices().skip(1) {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '\'' => return i + 1,
+            _ => {}
+        }
+    }
+    text.len()
+}
+
+/// Whether `target` reads as a libpq keyword/value string (`host=h dbname=x …`): it starts with
+/// a keyword and `=`.
+fn is_keyword_value(target: &str) -> bool {
+    let t = target.trim_start();
+    let key_len = t
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(t.len());
+    key_len > 0
+        && t.as_bytes()[0].is_ascii_alphabetic()
+        && t[key_len..].trim_start().starts_with('=')
+}
+
+/// What a `--db` / `KILN_DB` string names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target<'a> {
+    /// A `postgres://` or `postgresql://` URL, as given.
+    Postgres,
+    /// An SQLite file: a plain path, or the path of an `sqlite://PATH` / `sqlite:PATH` URL.
+    Sqlite(&'a str),
+}
+
+/// Sort `target` into a [`Target`], or say why it is neither a URL Kiln takes nor a plain path.
+/// Refused strings are the ones that used to be taken for SQLite paths and created folders named
+/// after them: libpq keyword/value strings, `postgres:` without `//`, other schemes.
+fn classify(target: &str) -> std::result::Result<Target<'_>, String> {
+    const FORMS: &str =
+        "give an SQLite file path, sqlite://PATH or postgres://USER:PASSWORD@HOST:PORT/DB";
+    if target.trim().is_empty() {
+        return Err(format!("empty; {FORMS} (or unset KILN_DB for the default)"));
+    }
+    if target.starts_with("postgres://") || target.starts_with("postgresql://") {
+        return Ok(Target::Postgres);
+    }
+    if let Some(path) = target
+        .strip_prefix("sqlite://")
+        .or_else(|| target.strip_prefix("sqlite:"))
+    {
+        return Ok(Target::Sqlite(path));
+    }
+    // `postgres//u:PW@h`: a URL missing its `:`, which as a path would make folders `postgres/u:PW@h/`.
+    if ["postgres/", "postgresql/"]
+        .iter()
+        .any(|typo| target.to_ascii_lowercase().starts_with(typo))
+    {
+        return Err(format!(
+            "looks like a postgres:// URL without its `:`; {FORMS} (a relative path: write ./{}…)",
+            redact(target.split('/').next().unwrap_or_default())
+        ));
+    }
+    if is_keyword_value(target) {
+        return Err(format!(
+            "a libpq keyword/value string is not supported; write it as a URL: {FORMS}"
+        ));
+    }
+    let scheme_len = target
+        .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+        .unwrap_or(0);
+    let scheme = &target[..scheme_len];
+    if scheme_len > 0
+        && target.as_bytes()[0].is_ascii_alphabetic()
+        && target[scheme_len..].starts_with(':')
+    {
+        let lower = scheme.to_ascii_lowercase();
+        return Err(
+            if matches!(lower.as_str(), "postgres" | "postgresql" | "sqlite") {
+                format!(
+                    "`{scheme}:` must be followed by `//` (a URL) or be written as a path; {FORMS}"
+                )
+            } else {
+                format!(
+                    "`{scheme}:` is not supported; {FORMS} (a relative path with `:` in its first \
+                 folder name: write ./{scheme}:…)"
+                )
+            },
+        );
+    }
+    if let Some((scheme, _)) = target.split_once("://") {
+        return Err(format!("`{}://` is not supported; {FORMS}", redact(scheme)));
+    }
+    Ok(Target::Sqlite(target))
+}
+
+/// An optional `f64` as a statement parameter written `CAST($n AS DOUBLE PRECISION)`: the value
+/// as text (Rust prints the shortest text that reads back as the same `f64`), `None` as NULL.
+///
+/// Why not bind the `Option<f64>`: sqlx's `Any` driver sends a NULL `f64` to PostgreSQL as a
+/// `float4` parameter, and PostgreSQL keeps that type in the connection's prepared statement, so
+/// the next execution with a number (8 bytes) fails ("incorrect binary data format in bind
+/// parameter"). Text is text both ways, and the cast types the parameter on both backends.
+pub(crate) fn nullable_f64(value: Option<f64>) -> Option<String> {
+    value.map(|v| v.to_string())
 }
 
 impl Db {
     /// Open `target`: a `postgres://` / `postgresql://` URL, an `sqlite://PATH` URL, or a plain file
     /// path (an SQLite file, created with its folder when missing). Applies pending migrations.
     ///
+    /// Anything else is refused before it is used, rather than taken for an SQLite path (which
+    /// created folders named after it, password included): libpq keyword/value strings
+    /// (`host=… password=…`), `postgres:` without `//`, other schemes.
+    ///
     /// # Errors
-    /// [`Error::Ledger`] naming the database (password redacted) when it cannot be reached or
-    /// created, or is not a Kiln database (a migration fails or was changed).
+    /// [`Error::Database`] (password redacted) for a string that is neither a URL Kiln takes nor
+    /// a plain path, saying which forms to use; [`Error::Ledger`] naming the database (password
+    /// redacted) when it cannot be reached or created, or is not a Kiln database (a migration
+    /// fails or was changed).
     pub async fn open(target: &str) -> Result<Db> {
-        let bad = |problem: &str| {
-            Err(Error::Database {
+        match classify(target) {
+            Ok(Target::Postgres) => Self::connect(target, Backend::Postgres, redact(target)).await,
+            Ok(Target::Sqlite(path)) => Self::open_sqlite(Path::new(path)).await,
+            Err(problem) => Err(Error::Database {
                 target: redact(target),
-                problem: problem.into(),
-            })
-        };
-        if target.trim().is_empty() {
-            return bad(
-                "empty; give an SQLite file path or a postgres:// URL (or unset KILN_DB for the default)",
-            );
-        }
-        if let Some((scheme, _)) = target.split_once("://")
-            && !matches!(scheme, "postgres" | "postgresql" | "sqlite")
-        {
-            return bad(&format!(
-                "`{scheme}://` is not supported; use an SQLite file path, sqlite://PATH or postgres://USER@HOST/DB"
-            ));
-        }
-        if target.starts_with("postgres://") || target.starts_with("postgresql://") {
-            Self::connect(target, Backend::Postgres, redact(target)).await
-        } else {
-            let path = target.strip_prefix("sqlite://").unwrap_or(target);
-            Self::open_sqlite(Path::new(path)).await
+                problem,
+            }),
         }
     }
 
@@ -229,9 +362,9 @@ impl Db {
     /// # Errors
     /// [`Error::Database`] when the SQLite file does not exist; otherwise as [`Db::open`].
     pub async fn open_existing(target: &str) -> Result<Db> {
-        let is_url = target.contains("://") && !target.starts_with("sqlite://");
-        let path = target.strip_prefix("sqlite://").unwrap_or(target);
-        if !is_url && !target.trim().is_empty() && !Path::new(path).is_file() {
+        if let Ok(Target::Sqlite(path)) = classify(target)
+            && !Path::new(path).is_file()
+        {
             return Err(Error::Database {
                 target: redact(target),
                 problem: "no such database file: nothing has been queued or run with this --db / KILN_DB yet".into(),
@@ -252,7 +385,7 @@ impl Db {
             })?;
         }
         let url = format!("sqlite://{}?mode=rwc", path.display());
-        Self::connect(&url, Backend::Sqlite, path.display().to_string()).await
+        Self::connect(&url, Backend::Sqlite, redact(&path.display().to_string())).await
     }
 
     async fn connect(url: &str, backend: Backend, shown: String) -> Result<Db> {
@@ -402,5 +535,140 @@ mod tests {
             assert_eq!(redact(url), shown, "{url}");
         }
         assert_eq!(redact("/var/lib/kiln.sqlite"), "/var/lib/kiln.sqlite");
+    }
+
+    /// A password no message has any other reason to hold (14 characters).
+    const SECRET: &str = "Zq7Xw9Kp2Vm4Jd";
+
+    /// Every 4-character piece of `secret` that `text` holds.
+    fn leaks(text: &str, secret: &str) -> Vec<String> {
+        let chars: Vec<char> = secret.chars().collect();
+        chars
+            .windows(4)
+            .map(|w| w.iter().collect::<String>())
+            .filter(|piece| text.contains(piece.as_str()))
+            .collect()
+    }
+
+    /// `(database string, the password it holds)` in every spelling sqlx and libpq take, and the
+    /// typos of them: issue 41.
+    fn spellings() -> Vec<(String, String)> {
+        let s = SECRET;
+        let spaced = "Zq7 Xw9'Kp2 Vm4\\Jd";
+        let quoted = "Zq7 Xw9\\'Kp2 Vm4\\\\Jd";
+        vec![
+            (
+                format!("postgres://kiln:{s}@db.internal:5432/kiln"),
+                s.into(),
+            ),
+            (
+                format!("postgresql://kiln:{s}@db/kiln?sslmode=require"),
+                s.into(),
+            ),
+            (format!("postgres://db/kiln?password={s}"), s.into()),
+            (
+                format!("postgres://db/kiln?user=k&password={s}&sslmode=disable"),
+                s.into(),
+            ),
+            (
+                format!("postgres://db/kiln?sslmode=disable&PassWord={s}#x"),
+                s.into(),
+            ),
+            (format!("postgres://db/kiln?password=ab@{s}:cd"), s.into()),
+            (
+                format!("postgres://db/kiln?password={s} with blanks&x=1"),
+                s.into(),
+            ),
+            (format!("postgres:kiln:{s}@db/kiln"), s.into()),
+            (format!("postgres:/kiln:{s}@db/kiln"), s.into()),
+            (format!("postgres//kiln:{s}@db/kiln"), s.into()),
+            (
+                format!("host=db port=5432 user=kiln password={s} dbname=kiln"),
+                s.into(),
+            ),
+            (format!("host=db password = {s} dbname=kiln"), s.into()),
+            (format!("password={s}"), s.into()),
+            (format!("host=db sslpassword={s}"), s.into()),
+            (format!("host=db password='{s}' dbname=kiln"), s.into()),
+            (
+                format!("host=db password='{quoted}' dbname=kiln"),
+                spaced.into(),
+            ),
+            (
+                format!("host=db user=me@corp password='{quoted}'"),
+                spaced.into(),
+            ),
+        ]
+    }
+
+    #[test]
+    fn redaction_masks_the_password_in_every_spelling() {
+        for (target, secret) in spellings() {
+            let shown = redact(&target);
+            assert_eq!(
+                leaks(&shown, &secret),
+                Vec::<String>::new(),
+                "{target} → {shown}"
+            );
+        }
+        // What is not a secret stays readable.
+        assert_eq!(
+            redact("host=db password='a b' dbname=kiln"),
+            "host=db password=*** dbname=kiln"
+        );
+        assert_eq!(
+            redact("postgres://db/k?password=x&sslmode=require"),
+            "postgres://db/k?password=***&sslmode=require"
+        );
+    }
+
+    #[test]
+    fn strings_that_are_neither_urls_nor_paths_are_refused() {
+        for target in [
+            format!("host=db user=kiln password={SECRET} dbname=kiln"),
+            format!("  dbname = kiln password='{SECRET}'"),
+            format!("postgres:kiln:{SECRET}@db/kiln"),
+            format!("postgres:/kiln:{SECRET}@db/kiln"),
+            format!("postgresql:kiln:{SECRET}@db"),
+            format!("postgres//kiln:{SECRET}@db/kiln"),
+            format!("mysql://kiln:{SECRET}@db/kiln"),
+            format!("redis:kiln:{SECRET}@db"),
+        ] {
+            let problem = classify(&target).unwrap_err();
+            assert!(problem.contains("postgres://"), "{target}: {problem}");
+            assert_eq!(leaks(&problem, SECRET), Vec::<String>::new(), "{problem}");
+        }
+        for (target, path) in [
+            ("/var/lib/kiln.sqlite", "/var/lib/kiln.sqlite"),
+            ("ledger.sqlite", "ledger.sqlite"),
+            ("./a:b/ledger.sqlite", "./a:b/ledger.sqlite"),
+            ("sqlite:///tmp/q.sqlite", "/tmp/q.sqlite"),
+            ("sqlite:q.sqlite", "q.sqlite"),
+        ] {
+            assert_eq!(classify(target), Ok(Target::Sqlite(path)), "{target}");
+        }
+        assert_eq!(classify("postgres://u@h/d"), Ok(Target::Postgres));
+    }
+
+    #[tokio::test]
+    async fn a_refused_database_string_creates_no_folder_and_hides_the_password() {
+        let cwd = std::env::current_dir().unwrap();
+        for (target, secret) in spellings()
+            .into_iter()
+            .filter(|(t, _)| !t.starts_with("postgres://") && !t.starts_with("postgresql://"))
+        {
+            let e = Db::open(&target).await.unwrap_err();
+            let text = e.to_string();
+            assert!(matches!(e, Error::Database { .. }), "{target}: {text}");
+            assert_eq!(leaks(&text, &secret), Vec::<String>::new(), "{text}");
+        }
+        // Nothing named after them appeared where relative SQLite paths would go.
+        let made: Vec<_> = std::fs::read_dir(&cwd)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("postgres") || n.starts_with("host=") || n.contains(SECRET))
+            .collect();
+        assert_eq!(made, Vec::<String>::new());
     }
 }

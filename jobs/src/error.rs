@@ -67,6 +67,16 @@ pub enum Error {
     /// A submission was refused (nothing was queued).
     #[error("job not queued: {message}")]
     Submit { message: String },
+    /// The team already has its most queued or running jobs (`max_active_jobs` of `kiln serve
+    /// --tenants`): nothing was queued.
+    #[error(
+        "team `{team}` has {active} queued or running jobs, its limit of max_active_jobs = {limit}; submit again when some have finished"
+    )]
+    TooManyJobs {
+        team: String,
+        active: i64,
+        limit: i64,
+    },
     /// The worker's lease on a stage attempt was lost (it expired and another worker took the
     /// stage, or the job was cancelled): its results are refused so work is committed once.
     #[error(

@@ -217,11 +217,11 @@ impl Ledger {
         summary: Option<&serde_json::Value>,
         error: Option<&str>,
     ) -> Result<()> {
-        sqlx::query("UPDATE stage_attempts SET state = $1, stage_key = $2, device = $3, wall_s = $4, cpu_s = $5, gpu_s = $6, bytes_read = $7, bytes_written = $8, summary = $9, error = $10, gpu_busy_s = $11, device_name = $12, device_memory_bytes = $13, gpu_slot = $14 WHERE id = $15")
+        sqlx::query("UPDATE stage_attempts SET state = $1, stage_key = $2, device = $3, wall_s = $4, cpu_s = $5, gpu_s = $6, bytes_read = $7, bytes_written = $8, summary = $9, error = $10, gpu_busy_s = CAST($11 AS DOUBLE PRECISION), device_name = $12, device_memory_bytes = $13, gpu_slot = $14 WHERE id = $15")
             .bind(state).bind(key).bind(&usage.device).bind(usage.wall_s).bind(usage.cpu_s).bind(usage.gpu_s)
             .bind(usage.bytes_read as i64).bind(usage.bytes_written as i64)
             .bind(summary.map(|s| s.to_string())).bind(error)
-            .bind(usage.gpu_busy_s).bind(usage.device_name.as_deref())
+            .bind(crate::db::nullable_f64(usage.gpu_busy_s)).bind(usage.device_name.as_deref())
             .bind(usage.device_memory_bytes.map(|b| b as i64))
             .bind(usage.gpu_slot.as_deref())
             .bind(attempt_id)

@@ -122,7 +122,7 @@ fn open_with_retry(location: &str, retry: object_store::RetryConfig) -> Result<S
 
 /// Whether a storage failure means the store did not answer (an outage, a dropped connection, a
 /// server error: worth waiting for) rather than refused (credentials, permissions, a missing
-/// bucket: waiting changes nothing).
+/// bucket, a request it will never accept: waiting changes nothing).
 pub fn is_unreachable(e: &Error) -> bool {
     use object_store::Error as S;
     let Error::Storage { source, .. } = e else {
@@ -145,6 +145,52 @@ pub fn is_unreachable(e: &Error) -> bool {
     ]
     .iter()
     .any(|code| text.contains(code))
+        && !is_refused_request(e)
+}
+
+/// Whether the store refused the request itself: an HTTP 4xx answer other than 408 (Request
+/// Timeout) and 429 (Too Many Requests), which object_store reports as a generic error (an S3 key
+/// over 1024 bytes is a 400 `KeyTooLongError`), or a path object_store will not send. The job's
+/// data is at fault (the keys come from its input and output): the same request gets the same
+/// answer however long a worker waits, so it is not an infrastructure fault.
+///
+/// The named refusals (not found, permission, precondition, conflict) keep their own variants
+/// and are not counted here.
+pub fn is_refused_request(e: &Error) -> bool {
+    use object_store::Error as S;
+    match e {
+        Error::Storage {
+            source: S::InvalidPath { .. },
+            ..
+        } => true,
+        Error::Storage {
+            source: source @ S::Generic { .. },
+            ..
+        } => http_status(source)
+            .is_some_and(|status| (400..500).contains(&status) && !matches!(status, 408 | 429)),
+        _ => false,
+    }
+}
+
+/// The HTTP status a storage failure carries, read from its message or a source's: object_store
+/// keeps the status in a private type and prints it as `status code: 400 Bad Request`.
+fn http_status(e: &object_store::Error) -> Option<u16> {
+    const MARK: &str = "status code: ";
+    let mut cur: Option<&dyn std::error::Error> = Some(e);
+    while let Some(err) = cur {
+        let text = err.to_string();
+        if let Some(i) = text.find(MARK) {
+            let digits: String = text[i + MARK.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            if let Ok(status) = digits.parse() {
+                return Some(status);
+            }
+        }
+        cur = err.source();
+    }
+    None
 }
 
 impl Store {

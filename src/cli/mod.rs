@@ -107,7 +107,9 @@ pub struct DbArgs {
         long,
         visible_alias = "queue",
         value_name = "PATH|URL",
-        env = "KILN_DB"
+        env = "KILN_DB",
+        // `--help` would print `[env: KILN_DB=postgres://user:PASSWORD@…]` otherwise.
+        hide_env_values = true
     )]
     pub db: Option<String>,
 }

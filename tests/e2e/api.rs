@@ -527,3 +527,118 @@ fn the_viewer_on_a_network_address_is_off_or_needs_a_token() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
 }
+
+/// A mesh job file under team `art`'s S3 prefixes of [`ART_TENANTS`] (planning it reads nothing).
+fn s3_mesh_job(n: usize) -> String {
+    format!(
+        "name = \"m{n}\"\nkind = \"mesh\"\ninput = \"s3://media/art/in/m{n}.glb\"\noutput = \"s3://media/art/published/m{n}\"\n"
+    )
+}
+
+const ART_TENANTS: &str = "[team.art]\ninputs = [\"s3://media/art\"]\noutputs = [\"s3://media/art/published\"]\nmax_active_jobs = 3\n";
+
+/// The database strings to run a test on: a sandbox SQLite file, and a fresh PostgreSQL database
+/// when the test server is there.
+fn databases(sb: &Sandbox) -> Vec<String> {
+    let sqlite = sb.path().join("queue.sqlite").to_str().unwrap().to_string();
+    std::iter::once(sqlite)
+        .chain(super::queue::fresh_postgres())
+        .collect()
+}
+
+#[test]
+fn issue_41_queue_limits_and_budgets_hold_under_concurrent_and_interleaved_submissions() {
+    // Over HTTP against the real server: 20 concurrent submissions against max_active_jobs = 3
+    // queue exactly 3 (8 did), and submissions with and without budget_usd interleave (on
+    // PostgreSQL the second budget was a 500).
+    let sb = Sandbox::new();
+    let tenants = sb.path().join("tenants.toml");
+    std::fs::write(&tenants, ART_TENANTS).unwrap();
+    for db in databases(&sb) {
+        let art = token(&sb, &db, "art");
+        let geo = token(&sb, &db, "geo");
+        let server = serve_with(
+            &sb,
+            &db,
+            &[
+                "--addr",
+                "127.0.0.1:0",
+                "--tenants",
+                tenants.to_str().unwrap(),
+            ],
+        );
+        let api = format!("{}/api/v1", server.base);
+        let statuses: Vec<StatusCode> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..20)
+                .map(|n| {
+                    let (api, art) = (&api, &art);
+                    s.spawn(move || {
+                        Client::new()
+                            .post(format!("{api}/jobs"))
+                            .bearer_auth(art)
+                            .header("content-type", "application/toml")
+                            .body(s3_mesh_job(n))
+                            .send()
+                            .unwrap()
+                            .status()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let created = statuses
+            .iter()
+            .filter(|s| **s == StatusCode::CREATED)
+            .count();
+        assert_eq!(created, 3, "{db}: {statuses:?}");
+        assert!(
+            statuses
+                .iter()
+                .all(|s| matches!(*s, StatusCode::CREATED | StatusCode::TOO_MANY_REQUESTS)),
+            "{db}: {statuses:?}"
+        );
+        drop(server);
+        // Without a tenants file (no quota): budgets and no budgets, one after the other.
+        let server = serve_with(&sb, &db, &["--addr", "127.0.0.1:0"]);
+        let api = format!("{}/api/v1", server.base);
+        let http = Client::new();
+        for n in 0..6 {
+            let mut body = serde_json::json!({
+                "job": s3_mesh_job(n).replace("media/art", "media/geo"),
+            });
+            if n % 2 == 1 {
+                body["budget_usd"] = serde_json::json!(1.5);
+            }
+            let (status, v) = json(
+                http.post(format!("{api}/jobs"))
+                    .bearer_auth(&geo)
+                    .header("content-type", "application/json")
+                    .body(body.to_string())
+                    .send()
+                    .unwrap(),
+            );
+            assert_eq!(status, StatusCode::CREATED, "{db} #{n}: {v}");
+        }
+        // Malformed ids are 404, and a huge body's error quotes little of it.
+        for path in ["/jobs/x%00", "/jobs/x%00/outputs", "/jobs/%FF"] {
+            let (status, v) = json(
+                http.get(format!("{api}{path}"))
+                    .bearer_auth(&geo)
+                    .send()
+                    .unwrap(),
+            );
+            assert_eq!(status, StatusCode::NOT_FOUND, "{db} {path}: {v}");
+        }
+        let huge = format!("name = \"{}\n", "x".repeat(900_000));
+        let res = http
+            .post(format!("{api}/jobs"))
+            .bearer_auth(&geo)
+            .header("content-type", "application/toml")
+            .body(huge)
+            .send()
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+        let reply = res.text().unwrap();
+        assert!(reply.len() < 4096, "{db}: a {} byte reply", reply.len());
+    }
+}

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::harness::{Sandbox, dataset, ok, stderr, stdout};
 
 /// A new empty PostgreSQL database on the test server, or `None` without one (outside CI).
-fn fresh_postgres() -> Option<String> {
+pub fn fresh_postgres() -> Option<String> {
     let url = match std::env::var("KILN_TEST_POSTGRES_URL") {
         Ok(u) => u,
         Err(_) if std::env::var_os("CI").is_some() => {

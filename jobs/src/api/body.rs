@@ -127,7 +127,7 @@ pub fn media(content_type: Option<&str>) -> Result<Media, ApiError> {
         "application/toml" | "text/plain" | "text/x-toml" => Ok(Media::JobFile),
         "application/json" => Ok(Media::Json),
         _ => Err(ApiError::UnsupportedMediaType {
-            found: content_type.unwrap_or("(none)").to_string(),
+            found: super::error::quoted(content_type.unwrap_or("(none)")),
         }),
     }
 }
@@ -160,11 +160,11 @@ pub fn parse(media: Media, bytes: &[u8]) -> Result<Submission, ApiError> {
                 let inner = e.into_inner();
                 ApiError::BadRequest {
                     what: "JSON body",
-                    message: if path == "." {
+                    message: super::error::quoted_lines(&if path == "." {
                         inner.to_string()
                     } else {
-                        format!("field `{path}`: {inner}")
-                    },
+                        format!("field `{}`: {inner}", super::error::quoted(&path))
+                    }),
                 }
             })?;
             Ok(Submission {

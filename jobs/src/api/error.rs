@@ -103,6 +103,38 @@ impl ApiError {
     }
 }
 
+/// Most characters of one piece of the caller's input (an id, a path, a value, a line of the job
+/// file) that an error reply quotes: enough to recognise it, while a 900 kB body cannot make a
+/// 1.8 MB reply (or fill the server's log).
+pub const MAX_QUOTED_CHARS: usize = 200;
+
+/// Most characters of a whole error reply, whatever it holds: a backstop behind
+/// [`MAX_QUOTED_CHARS`] for messages that quote input in ways this module does not know.
+const MAX_MESSAGE_CHARS: usize = 2000;
+
+/// `text` cut to [`MAX_QUOTED_CHARS`] characters, saying how many were left out.
+pub fn quoted(text: &str) -> String {
+    cut(text, MAX_QUOTED_CHARS)
+}
+
+/// `text` cut to `max` characters (on a character boundary), saying how many were left out.
+fn cut(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_string(),
+        Some((end, _)) => format!(
+            "{}… ({} more characters)",
+            &text[..end],
+            text[end..].chars().count()
+        ),
+    }
+}
+
+/// Each line of a parser's message cut by [`quoted`]: parsers (TOML, JSON) quote the offending
+/// line or key of the input, and their own words fit in a short line.
+pub fn quoted_lines(message: &str) -> String {
+    message.lines().map(quoted).collect::<Vec<_>>().join("\n")
+}
+
 /// `e` and its sources, joined by `: ` (the library's errors keep the parser's detail in sources).
 pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
@@ -124,14 +156,42 @@ impl From<crate::Error> for ApiError {
     fn from(e: crate::Error) -> Self {
         use crate::Error as E;
         match e {
-            E::NotInQueue { job_id, .. } => ApiError::JobNotFound { job_id },
-            E::NoSuchJob { job_id, .. } => ApiError::NoReport { job_id },
-            E::Spec { .. } | E::Field { .. } | E::Plan { .. } | E::Submit { .. } => {
-                ApiError::BadRequest {
-                    what: "job file",
-                    message: chain(&e),
+            E::NotInQueue { job_id, .. } => ApiError::JobNotFound {
+                job_id: quoted(&job_id),
+            },
+            E::NoSuchJob { job_id, .. } => ApiError::NoReport {
+                job_id: quoted(&job_id),
+            },
+            E::TooManyJobs { .. } => ApiError::TooManyJobs {
+                message: e.to_string(),
+            },
+            E::Spec { path, message } => ApiError::BadRequest {
+                what: "job file",
+                message: E::Spec {
+                    path,
+                    message: quoted_lines(&message),
                 }
-            }
+                .to_string(),
+            },
+            E::Field {
+                path,
+                field,
+                expected,
+                found,
+            } => ApiError::BadRequest {
+                what: "job file",
+                message: E::Field {
+                    path,
+                    field: quoted(&field),
+                    expected,
+                    found: quoted(&found),
+                }
+                .to_string(),
+            },
+            E::Plan { .. } | E::Submit { .. } => ApiError::BadRequest {
+                what: "job file",
+                message: quoted_lines(&chain(&e)),
+            },
             other => {
                 let message = chain(&other);
                 tracing::error!(error = %message, "API request failed");
@@ -146,7 +206,7 @@ impl IntoResponse for ApiError {
         let status = self.status();
         let mut res = (
             status,
-            Json(serde_json::json!({ "error": self.to_string() })),
+            Json(serde_json::json!({ "error": cut(&self.to_string(), MAX_MESSAGE_CHARS) })),
         )
             .into_response();
         if status == StatusCode::UNAUTHORIZED {
@@ -160,8 +220,8 @@ impl IntoResponse for ApiError {
 /// Fallback of `/api/v1`: a JSON 404 naming the route.
 pub(crate) async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
     ApiError::NoRoute {
-        method: method.to_string(),
-        path: uri.path().to_string(),
+        method: quoted(method.as_str()),
+        path: quoted(uri.path()),
     }
 }
 

@@ -80,9 +80,10 @@ struct Poll {
 pub async fn stream(
     State(state): State<AppState>,
     Extension(Team(team)): Extension<Team>,
-    UrlPath(id): UrlPath<String>,
+    id: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    let id = super::jobs::job_id(id)?;
     state.queue.job(&id, Some(&team)).await?;
     let poll = Poll {
         queue: state.queue.clone(),

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::rejection::QueryRejection;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Extension, Path as UrlPath, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -126,9 +126,9 @@ pub struct ListParams {
     responses(
         (status = 201, description = "Queued; the job as stored (Location: its URL).", body = Object),
         (status = 200, description = "An earlier submission with the same Idempotency-Key (and team) already queued this job: nothing new was queued; the job as stored, header Idempotent-Replayed: true.", body = Object),
-        (status = 400, description = "Malformed TOML or JSON, a bad job field, or a local input or output path (refused unless kiln serve --allow-local-paths).", body = ErrorBody),
+        (status = 400, description = "Malformed TOML or JSON, a bad job field, a local input or output path (refused unless kiln serve --allow-local-paths), or no budget_usd from a team whose tenants entry sets require_budget.", body = ErrorBody),
         (status = 401, description = "Missing or invalid token.", body = ErrorBody),
-        (status = 403, description = "The input or output is outside the team's prefixes (kiln serve --tenants).", body = ErrorBody),
+        (status = 403, description = "The input or output is outside the team's prefixes, or the job's estimated cost is over the team's max_estimate_usd (kiln serve --tenants).", body = ErrorBody),
         (status = 429, description = "The team already has its most queued or running jobs (kiln serve --tenants, max_active_jobs).", body = ErrorBody),
         (status = 413, description = "Body over the size limit.", body = ErrorBody),
         (status = 415, description = "Unsupported Content-Type.", body = ErrorBody),
@@ -147,7 +147,7 @@ pub async fn submit(
             let key = v.to_str().unwrap_or("\u{0}").to_string();
             crate::submit::check_idempotency_key(&key).map_err(|e| ApiError::BadRequest {
                 what: "header Idempotency-Key",
-                message: e.to_string(),
+                message: super::error::quoted_lines(&e.to_string()),
             })?;
             Some(key)
         }
@@ -173,17 +173,12 @@ pub async fn submit(
             sub.output.as_deref().unwrap_or(&spec.output),
             &state.relative_base,
         )?;
-        let active_jobs = if tenants.limits_active_jobs(&team) {
-            state.queue.active_jobs(&team).await?
-        } else {
-            0
-        };
         tenants.check_limits(
             &team,
             super::tenants::Asked {
                 priority: sub.priority,
                 job_file_bytes: sub.job_toml.len(),
-                active_jobs,
+                budget_usd: sub.budget_usd,
             },
         )?;
     }
@@ -201,16 +196,19 @@ pub async fn submit(
         &opts,
     )
     .await?;
-    let (id, created) = match idempotency_key {
-        Some(key) => {
-            let s = state.queue.submit_once(&job, &key).await?;
-            (s.id, s.created)
-        }
-        None => {
-            state.queue.submit(&job).await?;
-            (job.id.clone(), true)
-        }
-    };
+    let tenants = state.tenants.as_ref();
+    if let Some(tenants) = tenants
+        && tenants.max_estimate_usd(&opts.team).is_some()
+    {
+        let usd = estimate_usd(&state.ledger, &job, &spec).await?;
+        tenants.check_estimate(&opts.team, usd)?;
+    }
+    let max_active_jobs = tenants.and_then(|t| t.max_active_jobs(&opts.team));
+    let submitted = state
+        .queue
+        .submit_within(&job, idempotency_key.as_deref(), max_active_jobs)
+        .await?;
+    let (id, created) = (submitted.id, submitted.created);
     let stored = state.queue.job(&id, Some(&opts.team)).await?;
     let status = if created {
         StatusCode::CREATED
@@ -228,6 +226,51 @@ pub async fn submit(
     Ok(res)
 }
 
+/// `kiln plan`'s estimate of `job`: USD on the reference GPU at the built-in catalog's on-demand
+/// prices, learnt from the server's ledger. An S3 input's size is unknown here (as in `kiln plan`),
+/// so per-byte stages count 0 bytes for it.
+///
+/// # Errors
+/// [`ApiError::Internal`] when the ledger cannot be read or the catalog lacks the reference GPU.
+async fn estimate_usd(
+    ledger: &crate::ledger::Ledger,
+    job: &crate::queue::NewJob,
+    spec: &crate::spec::JobSpec,
+) -> Result<f64, ApiError> {
+    use crate::estimate::{self, REFERENCE_GPU_SKU};
+    let shape = estimate::job_shape(
+        &job.kind,
+        job.stages.iter().map(|(stage, _)| stage.clone()).collect(),
+        &crate::worker::first_estimate::local_input(&job.input),
+        spec.train.steps,
+        spec.ingest.max_side,
+    );
+    let history = estimate::ledger_history(ledger).await?;
+    let catalog = crate::prices::PriceCatalog::default_catalog();
+    let est = estimate::estimate(&shape, &history, &catalog, &[REFERENCE_GPU_SKU.to_string()])
+        .map_err(|e| ApiError::Internal {
+            message: format!("estimating the job's cost: {e}"),
+        })?;
+    Ok(est.skus.first().map_or(0.0, |row| row.usd_on_demand))
+}
+
+/// The job id of a `/jobs/{id}…` path, or 404 for one no job can have: not UTF-8 once decoded,
+/// or holding a control character (`%00`: PostgreSQL cannot even compare text with a NUL byte,
+/// so the query would fail with a 500 quoting the database).
+///
+/// # Errors
+/// [`ApiError::JobNotFound`] (quoting at most [`super::error::MAX_QUOTED_CHARS`] of the id).
+pub(crate) fn job_id(path: Result<UrlPath<String>, PathRejection>) -> Result<String, ApiError> {
+    let not_found = |id: &str| ApiError::JobNotFound {
+        job_id: super::error::quoted(id),
+    };
+    match path {
+        Ok(UrlPath(id)) if id.chars().any(char::is_control) => Err(not_found(&id)),
+        Ok(UrlPath(id)) => Ok(id),
+        Err(_) => Err(not_found("(not UTF-8)")),
+    }
+}
+
 /// Check `?state=&limit=`: a known state, a limit in 1..=[`MAX_LIST_LIMIT`].
 ///
 /// # Errors
@@ -239,7 +282,11 @@ pub fn check_list_params(p: &ListParams) -> Result<(Option<&str>, i64), ApiError
     {
         return Err(ApiError::BadRequest {
             what: "query parameter state",
-            message: format!("expected one of {}, found `{s}`", JOB_STATES.join(", ")),
+            message: format!(
+                "expected one of {}, found `{}`",
+                JOB_STATES.join(", "),
+                super::error::quoted(s)
+            ),
         });
     }
     let limit = p.limit.unwrap_or(50);
@@ -272,7 +319,7 @@ pub async fn list(
 ) -> Result<Json<JobList>, ApiError> {
     let Query(params) = query.map_err(|e| ApiError::BadRequest {
         what: "query string",
-        message: e.body_text(),
+        message: super::error::quoted_lines(&e.body_text()),
     })?;
     let (job_state, limit) = check_list_params(&params)?;
     let jobs = state.queue.jobs(Some(&team), job_state, limit).await?;
@@ -295,8 +342,9 @@ pub async fn list(
 pub async fn get(
     State(state): State<AppState>,
     Extension(Team(team)): Extension<Team>,
-    UrlPath(id): UrlPath<String>,
+    id: Result<UrlPath<String>, PathRejection>,
 ) -> Result<Json<JobDetail>, ApiError> {
+    let id = job_id(id)?;
     let job = state.queue.job(&id, Some(&team)).await?;
     let stages = state.queue.stages(&id).await?;
     let attempts = state.queue.attempts(&id).await?;
@@ -323,8 +371,9 @@ pub async fn get(
 pub async fn cancel(
     State(state): State<AppState>,
     Extension(Team(team)): Extension<Team>,
-    UrlPath(id): UrlPath<String>,
+    id: Result<UrlPath<String>, PathRejection>,
 ) -> Result<Json<CancelResponse>, ApiError> {
+    let id = job_id(id)?;
     let outcome = state.queue.cancel(&id, Some(&team)).await?;
     let job = state.queue.job(&id, Some(&team)).await?;
     Ok(Json(CancelResponse {
@@ -355,8 +404,9 @@ pub async fn cancel(
 pub async fn outputs(
     State(state): State<AppState>,
     Extension(Team(team)): Extension<Team>,
-    UrlPath(id): UrlPath<String>,
+    id: Result<UrlPath<String>, PathRejection>,
 ) -> Result<Json<Outputs>, ApiError> {
+    let id = job_id(id)?;
     let job = state.queue.job(&id, Some(&team)).await?;
     let mut out = Outputs {
         job_id: id,
@@ -418,8 +468,9 @@ pub async fn outputs(
 pub async fn report(
     State(state): State<AppState>,
     Extension(Team(team)): Extension<Team>,
-    UrlPath(id): UrlPath<String>,
+    id: Result<UrlPath<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    let id = job_id(id)?;
     state.queue.job(&id, Some(&team)).await?;
     let report = crate::report::job_report(&state.ledger, &id).await?;
     if report.stages.is_empty() {

@@ -18,7 +18,15 @@
 //! priority = [-10, 10]        # optional: the priorities this team may ask for
 //! max_active_jobs = 50        # optional: queued + running jobs at once (429 beyond)
 //! max_job_file_bytes = 8192   # optional: below the server-wide 64 KiB
+//! require_budget = true       # optional: every submission must give budget_usd (400 without)
+//! max_estimate_usd = 25.0     # optional: refuse jobs whose estimate is higher (403)
 //! ```
+//!
+//! `max_estimate_usd` is compared with `kiln plan`'s estimate of the job on the reference GPU
+//! ([`crate::estimate::REFERENCE_GPU_SKU`]) at on-demand prices of the built-in catalog, learnt
+//! from the server's ledger like `kiln plan`'s. It is a rough model (jobs/src/estimate.rs): a
+//! guard against a job that is clearly too big for the team, not a bill; `budget_usd` is what
+//! stops a running job.
 //!
 //! Prefixes match whole path components (`s3://media/art` does not admit `s3://media/artwork`).
 //! Locations are compared after parsing ([`kiln_pipeline::location::Location`]), so `..`, `//` and
@@ -47,6 +55,8 @@ struct TeamStorage {
     priority: Option<[i64; 2]>,
     max_active_jobs: Option<i64>,
     max_job_file_bytes: Option<usize>,
+    require_budget: bool,
+    max_estimate_usd: Option<f64>,
 }
 
 /// An allowed prefix: a location, or every built-in dataset.
@@ -72,6 +82,9 @@ struct TeamToml {
     priority: Option<[i64; 2]>,
     max_active_jobs: Option<i64>,
     max_job_file_bytes: Option<usize>,
+    #[serde(default)]
+    require_budget: bool,
+    max_estimate_usd: Option<f64>,
 }
 
 impl Tenants {
@@ -103,7 +116,16 @@ impl Tenants {
                 priority: t.priority,
                 max_active_jobs: t.max_active_jobs,
                 max_job_file_bytes: t.max_job_file_bytes,
+                require_budget: t.require_budget,
+                max_estimate_usd: t.max_estimate_usd,
             };
+            if let Some(cap) = storage.max_estimate_usd
+                && !(cap >= 0.0 && cap.is_finite())
+            {
+                return Err(format!(
+                    "team.{team}.max_estimate_usd: expected a non-negative number of US dollars, found {cap}"
+                ));
+            }
             if let Some([lo, hi]) = storage.priority
                 && lo > hi
             {
@@ -165,7 +187,8 @@ impl Tenants {
                         "job file field `output`"
                     },
                     message: format!(
-                        "`{value}` is outside what team `{team}` may {}: {}",
+                        "`{}` is outside what team `{team}` may {}: {}",
+                        super::error::quoted(value),
                         if field == "input" { "read" } else { "write" },
                         if list.is_empty() {
                             "nothing".to_string()
@@ -181,27 +204,53 @@ impl Tenants {
 }
 
 /// A submission's settings that a team's limits apply to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Asked {
     pub priority: i64,
     pub job_file_bytes: usize,
-    /// The team's queued and running jobs now.
-    pub active_jobs: i64,
+    /// The submission's `budget_usd`.
+    pub budget_usd: Option<f64>,
 }
 
 impl Tenants {
-    /// Whether `team` sets a limit on its active jobs (so the caller counts them).
-    pub fn limits_active_jobs(&self, team: &str) -> bool {
-        self.teams
-            .get(team)
-            .is_some_and(|t| t.max_active_jobs.is_some())
+    /// `team`'s limit on its queued and running jobs, for [`crate::queue::Queue::submit_within`]
+    /// (which counts and inserts atomically); `None`: no limit.
+    pub fn max_active_jobs(&self, team: &str) -> Option<i64> {
+        self.teams.get(team).and_then(|t| t.max_active_jobs)
     }
 
-    /// Check `team`'s priority range, job-file size and active-job quota.
+    /// `team`'s cap on a job's estimated cost, USD; `None`: no cap (the caller then need not
+    /// estimate).
+    pub fn max_estimate_usd(&self, team: &str) -> Option<f64> {
+        self.teams.get(team).and_then(|t| t.max_estimate_usd)
+    }
+
+    /// Check a job's estimate (USD on the reference GPU, on demand) against `team`'s
+    /// `max_estimate_usd`.
+    ///
+    /// # Errors
+    /// [`ApiError::Forbidden`] naming `max_estimate_usd`, the estimate and the cap.
+    pub fn check_estimate(&self, team: &str, estimate_usd: f64) -> Result<(), ApiError> {
+        match self.max_estimate_usd(team) {
+            Some(cap) if estimate_usd > cap => Err(ApiError::Forbidden {
+                what: "job file",
+                message: format!(
+                    "its estimated cost ${estimate_usd:.4} (kiln plan, reference GPU {}, on \
+                     demand) is over team `{team}`'s max_estimate_usd of ${cap:.4}; make the job \
+                     smaller (fewer train steps, a smaller input) or ask the operator to raise it",
+                    crate::estimate::REFERENCE_GPU_SKU
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Check `team`'s priority range, job-file size and required budget. (The active-job quota
+    /// is checked as the job is inserted: [`Tenants::max_active_jobs`].)
     ///
     /// # Errors
     /// [`ApiError::Forbidden`] for a priority outside the team's range or a job file over its
-    /// size; [`ApiError::TooManyJobs`] when the team already has its most active jobs.
+    /// size; [`ApiError::BadRequest`] naming `budget_usd` when the team must give one.
     pub fn check_limits(&self, team: &str, asked: Asked) -> Result<(), ApiError> {
         let Some(t) = self.teams.get(team) else {
             return Ok(());
@@ -228,14 +277,13 @@ impl Tenants {
                 ),
             });
         }
-        if let Some(max) = t.max_active_jobs
-            && asked.active_jobs >= max
-        {
-            return Err(ApiError::TooManyJobs {
+        if t.require_budget && asked.budget_usd.is_none() {
+            return Err(ApiError::BadRequest {
+                what: "field `budget_usd`",
                 message: format!(
-                    "team `{team}` has {} queued or running jobs, its limit; submit again when \
-                     some have finished",
-                    asked.active_jobs
+                    "team `{team}` must give a spending cap (require_budget in the server's \
+                     tenants file); submit JSON {{\"job\": \"<toml>\", \"budget_usd\": 5.0}} \
+                     or `kiln submit --budget-usd 5.0`"
                 ),
             });
         }
@@ -393,16 +441,17 @@ mod tests {
     }
 
     #[test]
-    fn team_limits_bound_priority_file_size_and_active_jobs() {
+    fn team_limits_bound_priority_file_size_and_budget() {
         let t = Tenants::from_toml(
             "[team.art]\ninputs = [\"dataset://\"]\noutputs = [\"s3://m/art\"]\n\
-             priority = [-5, 5]\nmax_active_jobs = 2\nmax_job_file_bytes = 100\n",
+             priority = [-5, 5]\nmax_active_jobs = 2\nmax_job_file_bytes = 100\n\
+             require_budget = true\nmax_estimate_usd = 1.5\n",
         )
         .unwrap();
         let asked = Asked {
             priority: 0,
             job_file_bytes: 50,
-            active_jobs: 1,
+            budget_usd: Some(1.0),
         };
         t.check_limits("art", asked).unwrap();
         for (a, status, says) in [
@@ -432,20 +481,28 @@ mod tests {
             ),
             (
                 Asked {
-                    active_jobs: 2,
+                    budget_usd: None,
                     ..asked
                 },
-                StatusCode::TOO_MANY_REQUESTS,
-                "2 queued or running",
+                StatusCode::BAD_REQUEST,
+                "budget_usd",
             ),
         ] {
             let e = t.check_limits("art", a).unwrap_err();
             assert_eq!(e.status(), status, "{e}");
             assert!(e.to_string().contains(says), "{e}");
         }
-        assert!(t.limits_active_jobs("art") && !t.limits_active_jobs("geo"));
+        assert_eq!(t.max_active_jobs("art"), Some(2));
+        assert_eq!(t.max_active_jobs("geo"), None);
+        t.check_estimate("art", 1.5).unwrap();
+        let e = t.check_estimate("art", 1.5001).unwrap_err();
+        assert_eq!(e.status(), StatusCode::FORBIDDEN);
+        assert!(e.to_string().contains("max_estimate_usd"), "{e}");
+        t.check_estimate("geo", 1e9).unwrap();
         let e = Tenants::from_toml("[team.a]\npriority = [5, -5]\n").unwrap_err();
         assert!(e.contains("empty"), "{e}");
+        let e = Tenants::from_toml("[team.a]\nmax_estimate_usd = -1.0\n").unwrap_err();
+        assert!(e.contains("team.a.max_estimate_usd"), "{e}");
     }
 
     #[test]

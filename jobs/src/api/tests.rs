@@ -773,3 +773,257 @@ async fn a_retried_submit_with_the_same_idempotency_key_queues_one_job() {
         );
     }
 }
+
+/// A tenants file giving team `art` the S3 prefixes of [`s3_mesh_job`] plus `extra` lines.
+fn art_tenants(extra: &str) -> Tenants {
+    Tenants::from_toml(&format!(
+        "[team.art]\ninputs = [\"s3://media/art\"]\noutputs = [\"s3://media/art/published\"]\n{extra}"
+    ))
+    .unwrap()
+}
+
+/// A mesh job file reading and writing under team `art`'s S3 prefixes (planning it reads nothing).
+fn s3_mesh_job(n: usize) -> String {
+    format!(
+        "name = \"m{n}\"\nkind = \"mesh\"\ninput = \"s3://media/art/in/m{n}.glb\"\noutput = \"s3://media/art/published/m{n}\"\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_concurrent_submissions_against_max_active_jobs_3_queue_exactly_3() {
+    // Every backend. Issue 41: the quota was counted, then the job inserted, so concurrent
+    // submissions all saw room (8 of 20 accepted against a limit of 3).
+    for (db, dir) in backends().await {
+        let backend = db.backend();
+        let f = fixture_on(
+            db,
+            dir,
+            DEFAULT_MAX_BODY_BYTES,
+            LocalPaths::Refuse,
+            Some(art_tenants("max_active_jobs = 3\n")),
+        )
+        .await;
+        let submits = (0..20).map(|n| {
+            let (app, token) = (f.app.clone(), f.art.clone());
+            tokio::spawn(async move {
+                call(
+                    &app,
+                    "POST",
+                    "/api/v1/jobs",
+                    Some(&token),
+                    Some("application/toml"),
+                    s3_mesh_job(n).into_bytes(),
+                )
+                .await
+            })
+        });
+        let answers = futures::future::join_all(submits).await;
+        let mut created = 0;
+        for answer in answers {
+            let (status, _, body) = answer.unwrap();
+            match status {
+                StatusCode::CREATED => created += 1,
+                StatusCode::TOO_MANY_REQUESTS => assert!(
+                    body["error"]
+                        .as_str()
+                        .unwrap()
+                        .contains("max_active_jobs = 3"),
+                    "{body}"
+                ),
+                other => panic!("{backend:?}: {other}: {body}"),
+            }
+        }
+        assert_eq!(created, 3, "{backend:?}");
+        assert_eq!(f.queue.active_jobs("art").await.unwrap(), 3, "{backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn submissions_with_and_without_a_budget_interleave_on_one_connection() {
+    // Every backend. Issue 41: on PostgreSQL a NULL budget was bound as `float4`, the connection
+    // kept that parameter type, and the next budget (8 bytes) failed with a 500 ("incorrect binary
+    // data format in bind parameter 10").
+    for f in fixtures(LocalPaths::Refuse).await {
+        let backend = f.queue.db().backend();
+        for n in 0..6 {
+            let mut body = serde_json::json!({ "job": s3_mesh_job(n) });
+            if n % 2 == 1 {
+                body["budget_usd"] = serde_json::json!(0.1 * n as f64);
+            }
+            let (status, _, answer) = call(
+                &f.app,
+                "POST",
+                "/api/v1/jobs",
+                Some(&f.art),
+                Some("application/json"),
+                body.to_string().into_bytes(),
+            )
+            .await;
+            assert_eq!(status, StatusCode::CREATED, "{backend:?} #{n}: {answer}");
+            let stored = answer["budget_usd"].as_f64();
+            assert_eq!(
+                stored,
+                (n % 2 == 1).then_some(0.1 * n as f64),
+                "{backend:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_tenants_file_can_require_a_budget_and_cap_the_estimate() {
+    // SQLite: the rule is the API's, not the database's.
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in/m.glb");
+    std::fs::create_dir_all(input.parent().unwrap()).unwrap();
+    std::fs::write(&input, vec![7u8; 1 << 20]).unwrap();
+    let job = format!(
+        "name = \"m\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"{}\"\n",
+        input.display(),
+        dir.path().join("out/m").display()
+    );
+    let tenants = |cap: &str| {
+        Tenants::from_toml(&format!(
+            "[team.art]\ninputs = [\"{0}\"]\noutputs = [\"{0}\"]\nrequire_budget = true\n\
+             max_estimate_usd = {cap}\n",
+            dir.path().display()
+        ))
+        .unwrap()
+    };
+    for (cap, budget, status, says) in [
+        ("1000.0", None, StatusCode::BAD_REQUEST, "budget_usd"),
+        ("0.0", Some(5.0), StatusCode::FORBIDDEN, "max_estimate_usd"),
+        ("1000.0", Some(5.0), StatusCode::CREATED, ""),
+    ] {
+        let db = Db::open_sqlite(&dir.path().join(format!("q{cap}{budget:?}.sqlite")))
+            .await
+            .unwrap();
+        let sub_dir = tempfile::tempdir_in(dir.path()).unwrap();
+        let f = fixture_on(
+            db,
+            sub_dir,
+            DEFAULT_MAX_BODY_BYTES,
+            LocalPaths::Allow,
+            Some(tenants(cap)),
+        )
+        .await;
+        let mut body = serde_json::json!({ "job": job });
+        if let Some(b) = budget {
+            body["budget_usd"] = serde_json::json!(b);
+        }
+        let (got, _, answer) = call(
+            &f.app,
+            "POST",
+            "/api/v1/jobs",
+            Some(&f.art),
+            Some("application/json"),
+            body.to_string().into_bytes(),
+        )
+        .await;
+        assert_eq!(got, status, "cap {cap}, budget {budget:?}: {answer}");
+        if !says.is_empty() {
+            assert!(answer["error"].as_str().unwrap().contains(says), "{answer}");
+        }
+    }
+}
+
+/// The longest run of `c` in `text`.
+fn longest_run(text: &str, c: char) -> usize {
+    text.split(|x| x != c).map(str::len).max().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn error_replies_quote_at_most_200_characters_of_the_request() {
+    // SQLite: the replies are built before any query. Issue 41: a 900 kB body made a 1.8 MB reply.
+    let f = fixture(DEFAULT_MAX_BODY_BYTES).await;
+    let long = "x".repeat(900_000);
+    let bodies: Vec<(&str, Vec<u8>)> = vec![
+        // An unterminated TOML string: the parser quotes the line.
+        ("application/toml", format!("name = \"{long}\n").into_bytes()),
+        // A bad field value and an unknown field.
+        (
+            "application/toml",
+            format!("name = \"a\"\nkind = \"{long}\"\n").into_bytes(),
+        ),
+        (
+            "application/json",
+            format!("{{\"job\": \"name = 'a'\", \"{long}\": 1}}").into_bytes(),
+        ),
+        (
+            "application/json",
+            serde_json::json!({ "job": format!("name = \"a\"\nkind = \"mesh\"\ninput = \"s3://b/{long}\"\noutput = \"s3://b/o\"\n") })
+                .to_string()
+                .into_bytes(),
+        ),
+    ];
+    for (content_type, body) in bodies {
+        let (status, _, answer) = call(
+            &f.app,
+            "POST",
+            "/api/v1/jobs",
+            Some(&f.art),
+            Some(content_type),
+            body,
+        )
+        .await;
+        assert!(status.is_client_error(), "{status}");
+        let text = answer.to_string();
+        assert!(
+            longest_run(&text, 'x') <= 200,
+            "{status}: {} bytes",
+            text.len()
+        );
+        assert!(text.len() < 4096, "{status}: {} bytes", text.len());
+    }
+    let long_id = "x".repeat(10_000);
+    for uri in [
+        format!("/api/v1/jobs/{long_id}"),
+        format!("/api/v1/{long_id}"),
+        format!("/api/v1/jobs?state={long_id}"),
+    ] {
+        let (status, _, answer) = call(&f.app, "GET", &uri, Some(&f.art), None, vec![]).await;
+        assert!(status.is_client_error(), "{status}");
+        let text = answer.to_string();
+        assert!(
+            longest_run(&text, 'x') <= 200,
+            "{status}: {} bytes",
+            text.len()
+        );
+    }
+}
+
+#[tokio::test]
+async fn malformed_job_ids_are_404_without_database_text() {
+    // Every backend. Issue 41: `/jobs/<id>%00` was a 500 quoting PostgreSQL.
+    for f in fixtures(LocalPaths::Refuse).await {
+        let backend = f.queue.db().backend();
+        f.queue.submit(&new_job("j1", "art")).await.unwrap();
+        for uri in [
+            "/api/v1/jobs/j1%00",
+            "/api/v1/jobs/%00",
+            "/api/v1/jobs/j1%00x/outputs",
+            "/api/v1/jobs/j1%00/report",
+            "/api/v1/jobs/j1%00/events",
+            "/api/v1/jobs/%FF%FE",
+            "/api/v1/jobs/j1%0A",
+        ] {
+            let (status, _, answer) = call(&f.app, "GET", uri, Some(&f.art), None, vec![]).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{backend:?} {uri}: {answer}");
+            let e = answer["error"].as_str().unwrap_or_default().to_lowercase();
+            assert!(
+                !e.contains("ledger") && !e.contains("encoding") && !e.contains("sql"),
+                "{e}"
+            );
+        }
+        let (status, _, answer) = call(
+            &f.app,
+            "POST",
+            "/api/v1/jobs/j1%00/cancel",
+            Some(&f.art),
+            None,
+            vec![],
+        )
+        .await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{backend:?}: {answer}");
+    }
+}

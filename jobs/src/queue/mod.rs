@@ -182,6 +182,15 @@ pub struct Queue {
     db: Db,
 }
 
+/// A team's queued and running jobs (`$1`: the team).
+const ACTIVE_JOBS_SQL: &str =
+    "SELECT COUNT(*) FROM queue_jobs WHERE team = $1 AND state IN ('queued', 'running')";
+
+/// First key of the PostgreSQL advisory lock that serialises one team's submissions (the second is
+/// the hash of the team): "KILN" in ASCII, so Kiln's locks are told apart from other users' of the
+/// same database in `pg_locks`.
+const SUBMIT_LOCK_CLASS: i32 = 0x4b49_4c4e;
+
 const JOB_COLUMNS: &str = "id, team, name, kind, input, output, spec, priority, state, max_attempts, budget_usd, cancel_requested, submitted_at, started_at, finished_at, error";
 const STAGE_COLUMNS: &str = "job_id, stage, position, uses_gpu, state, attempts, not_before, lease_worker, lease_token, lease_expires_at, stage_key, summary, error";
 
@@ -273,7 +282,7 @@ impl Queue {
     /// [`Error::Submit`] when it has no stages, `max_attempts < 1`, a negative budget, an empty
     /// team, or its id is already queued; [`Error::Ledger`].
     pub async fn submit(&self, job: &NewJob) -> Result<()> {
-        self.insert(job, None).await
+        self.insert(job, None, None).await
     }
 
     /// Queue `job` unless `team` already submitted one under `key` (an HTTP `Idempotency-Key`,
@@ -284,10 +293,35 @@ impl Queue {
     /// As [`Queue::submit`]; [`Error::Submit`] when the key was used for a different job file,
     /// output, priority or attempts.
     pub async fn submit_once(&self, job: &NewJob, key: &str) -> Result<Submitted> {
+        self.submit_within(job, Some(key), None).await
+    }
+
+    /// Queue `job` as [`Queue::submit`] (or [`Queue::submit_once`] with `idempotency_key`), but
+    /// only while its team has fewer than `max_active_jobs` queued or running jobs (`None`: no
+    /// limit). The count and the insert are one transaction that holds the team's submit lock
+    /// (PostgreSQL: a transaction-scoped advisory lock on the team; SQLite: the database's write
+    /// lock, `BEGIN IMMEDIATE`), so concurrent submissions cannot all see room for one more. A
+    /// replayed idempotent submission answers with its job even at the limit.
+    ///
+    /// # Errors
+    /// As [`Queue::submit_once`]; [`Error::TooManyJobs`] at the limit (nothing queued).
+    pub async fn submit_within(
+        &self,
+        job: &NewJob,
+        idempotency_key: Option<&str>,
+        max_active_jobs: Option<i64>,
+    ) -> Result<Submitted> {
+        let Some(key) = idempotency_key else {
+            self.insert(job, None, max_active_jobs).await?;
+            return Ok(Submitted {
+                id: job.id.clone(),
+                created: true,
+            });
+        };
         if let Some(existing) = self.by_idempotency_key(job, key).await? {
             return Ok(existing);
         }
-        match self.insert(job, Some(key)).await {
+        match self.insert(job, Some(key), max_active_jobs).await {
             Ok(()) => Ok(Submitted {
                 id: job.id.clone(),
                 created: true,
@@ -327,7 +361,12 @@ impl Queue {
         Ok(Some(Submitted { id, created: false }))
     }
 
-    async fn insert(&self, job: &NewJob, idempotency_key: Option<&str>) -> Result<()> {
+    async fn insert(
+        &self,
+        job: &NewJob,
+        idempotency_key: Option<&str>,
+        max_active_jobs: Option<i64>,
+    ) -> Result<()> {
         let refuse = |message: String| Err(Error::Submit { message });
         if job.stages.is_empty() {
             return refuse(format!("job `{}` has no stages", job.id));
@@ -357,9 +396,12 @@ impl Queue {
         if exists > 0 {
             return refuse(format!("a job with id `{}` is already queued", job.id));
         }
+        if let Some(limit) = max_active_jobs {
+            self.check_active_jobs(&mut tx, &job.team, limit).await?;
+        }
         sqlx::query(
             "INSERT INTO queue_jobs (id, team, name, kind, input, output, spec, priority, state, max_attempts, budget_usd, submitted_at, idempotency_key) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queued', $9, $10, $11, $12)",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queued', $9, CAST($10 AS DOUBLE PRECISION), $11, $12)",
         )
         .bind(&job.id)
         .bind(&job.team)
@@ -370,7 +412,7 @@ impl Queue {
         .bind(&job.spec)
         .bind(job.priority)
         .bind(job.max_attempts)
-        .bind(job.budget_usd)
+        .bind(crate::db::nullable_f64(job.budget_usd))
         .bind(now)
         .bind(idempotency_key)
         .execute(&mut *tx)
@@ -434,13 +476,48 @@ impl Queue {
     /// # Errors
     /// [`Error::Ledger`].
     pub async fn active_jobs(&self, team: &str) -> Result<i64> {
-        sqlx::query_scalar(
-            "SELECT COUNT(*) FROM queue_jobs WHERE team = $1 AND state IN ('queued', 'running')",
-        )
-        .bind(team)
-        .fetch_one(&self.db.pool)
-        .await
-        .map_err(self.db.err())
+        sqlx::query_scalar(ACTIVE_JOBS_SQL)
+            .bind(team)
+            .fetch_one(&self.db.pool)
+            .await
+            .map_err(self.db.err())
+    }
+
+    /// Inside submission `tx`: take `team`'s submit lock, then refuse when it has `limit` or more
+    /// active jobs. The lock lasts until `tx` ends, so the count stays true until the insert
+    /// commits.
+    async fn check_active_jobs(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        team: &str,
+        limit: i64,
+    ) -> Result<()> {
+        if self.db.backend() == Backend::Postgres {
+            // READ COMMITTED transactions do not see each other's uncommitted inserts, so without
+            // the lock twenty concurrent submissions all count the same few jobs. Keyed by team:
+            // other teams' submissions do not wait. (SQLite's `BEGIN IMMEDIATE` already holds the
+            // only write lock.)
+            sqlx::query(AssertSqlSafe(format!(
+                "SELECT pg_advisory_xact_lock({SUBMIT_LOCK_CLASS}, hashtext($1))"
+            )))
+            .bind(team)
+            .execute(&mut **tx)
+            .await
+            .map_err(self.db.err())?;
+        }
+        let active: i64 = sqlx::query_scalar(ACTIVE_JOBS_SQL)
+            .bind(team)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(self.db.err())?;
+        if active >= limit {
+            return Err(Error::TooManyJobs {
+                team: team.to_string(),
+                active,
+                limit,
+            });
+        }
+        Ok(())
     }
 
     /// Jobs, newest first: only `team`'s when given, only in `state` when given, at most `limit`.

@@ -605,3 +605,58 @@ async fn postgres_url_of(q: &Queue) -> String {
     let url = std::env::var("KILN_TEST_POSTGRES_URL").unwrap();
     format!("{}/{name}", url.rsplit_once('/').unwrap().0)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_submissions_never_pass_the_active_job_limit() {
+    // Issue 41: the limit was counted, then the job inserted, so concurrent submissions all saw
+    // room for one more.
+    for (q, _guard) in backends().await {
+        let backend = q.db().backend();
+        let submits = (0..20).map(|n| {
+            let q = q.clone();
+            tokio::spawn(async move {
+                let j = job(&format!("j{n}"), "art", 0, &[("ingest", false)]);
+                q.submit_within(&j, None, Some(3)).await
+            })
+        });
+        let mut queued = 0;
+        for answer in futures::future::join_all(submits).await {
+            match answer.unwrap() {
+                Ok(s) => {
+                    assert!(s.created);
+                    queued += 1;
+                }
+                Err(Error::TooManyJobs { limit: 3, .. }) => {}
+                Err(e) => panic!("{backend:?}: {e}"),
+            }
+        }
+        assert_eq!(queued, 3, "{backend:?}");
+        assert_eq!(q.active_jobs("art").await.unwrap(), 3, "{backend:?}");
+        // Another team is not held back by art's limit.
+        let other = job("other", "geo", 0, &[("ingest", false)]);
+        q.submit_within(&other, None, Some(3)).await.unwrap();
+        // A replayed idempotent submission answers with its job even at the limit.
+        let keyed = job("keyed", "geo", 0, &[("ingest", false)]);
+        q.submit_within(&keyed, Some("k1"), Some(2)).await.unwrap();
+        let again = q.submit_within(&keyed, Some("k1"), Some(2)).await.unwrap();
+        assert!(!again.created, "{backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn budgets_and_no_budgets_interleave_on_one_connection() {
+    // Issue 41: on PostgreSQL a NULL `f64` went out as a `float4` parameter, the connection's
+    // prepared statement kept that type, and the next budget failed ("incorrect binary data
+    // format in bind parameter 10"). Sequential calls reuse the pool's one idle connection.
+    for (q, _guard) in backends().await {
+        let backend = q.db().backend();
+        for n in 0..6 {
+            let mut j = job(&format!("j{n}"), "art", 0, &[("ingest", false)]);
+            j.budget_usd = (n % 2 == 1).then_some(0.1 * f64::from(n));
+            q.submit(&j)
+                .await
+                .unwrap_or_else(|e| panic!("{backend:?} #{n}: {e}"));
+            assert_eq!(q.job(&j.id, None).await.unwrap().budget_usd, j.budget_usd);
+        }
+    }
+}

@@ -238,11 +238,16 @@ async fn find_job(
             &format!(
                 "Job <code>{}</code> is not in the ledger <code>{}</code>. \
                  The <a href=\"/\">job list</a> shows the recorded jobs.",
-                escape_html(id),
+                escape_html(&crate::api::error::quoted(id)),
                 escape_html(ledger_shown(state))
             ),
         )
     };
+    // No job id holds a control character, and PostgreSQL cannot compare text with a NUL byte
+    // (`/jobs/x%00` would be a 500 quoting the database).
+    if id.chars().any(char::is_control) {
+        return Err(not_found());
+    }
     if let Scope::Team(team) = scope {
         match Queue::with_db(state.ledger.db().clone())
             .job(id, Some(team))

@@ -47,13 +47,14 @@ pub enum ExecOutcome {
 }
 
 /// Whether a pipeline error may go away on retry (infrastructure) or is the job's own (input,
-/// parameters, numerics of its data).
+/// parameters, numerics of its data, an object-store request the store refuses, such as a key
+/// too long for S3).
 pub fn retryable(e: &kiln_pipeline::Error) -> bool {
     use kiln_pipeline::Error as E;
     !matches!(
         e,
         E::Input { .. } | E::Param { .. } | E::Format(_) | E::Numeric { .. }
-    )
+    ) && !kiln_pipeline::storage::is_refused_request(e)
 }
 
 /// Whether a pipeline error is the infrastructure's: the object store did not answer, or the
@@ -170,4 +171,50 @@ pub fn write_outcome(path: &Path, outcome: &ExecOutcome) -> crate::Result<()> {
 /// Read the outcome a child wrote; `None` when it wrote none (it crashed or was killed).
 pub fn read_outcome(path: &Path) -> Option<ExecOutcome> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An S3 answer as object_store reports it: a generic error whose message carries the status.
+    fn s3_answer(status_line: &str) -> kiln_pipeline::Error {
+        kiln_pipeline::Error::Storage {
+            url: "s3://bucket/out".into(),
+            source: object_store::Error::Generic {
+                store: "S3",
+                source: Box::new(std::io::Error::other(format!(
+                    "Error performing PUT http://127.0.0.1:9617/bucket/k in 3ms - Server returned \
+                     non-2xx status code: {status_line}: <Error><Code>Code</Code></Error>"
+                ))),
+            },
+        }
+    }
+
+    #[test]
+    fn s3_client_errors_fail_the_job_and_are_not_infrastructure_faults() {
+        for status in [
+            "400 Bad Request",
+            "413 Payload Too Large",
+            "414 URI Too Long",
+        ] {
+            let e = s3_answer(status);
+            assert!(!infrastructure(&e), "{status}");
+            assert!(!retryable(&e), "{status}");
+        }
+    }
+
+    #[test]
+    fn s3_timeouts_throttling_and_server_errors_stay_infrastructure_faults() {
+        for status in [
+            "408 Request Timeout",
+            "429 Too Many Requests",
+            "500 Internal Server Error",
+            "503 Service Unavailable",
+        ] {
+            let e = s3_answer(status);
+            assert!(infrastructure(&e), "{status}");
+            assert!(retryable(&e), "{status}");
+        }
+    }
 }

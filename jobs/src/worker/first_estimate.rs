@@ -52,7 +52,7 @@ pub(super) async fn record_on_first_claim(
 /// The local path a queued `input` names on this machine: a path or `file://` URL as stored, a
 /// `dataset://` URL resolved on this worker's disk; an empty path (size unknown, 0 bytes) for an
 /// S3 input or one that does not resolve.
-fn local_input(input: &str) -> PathBuf {
+pub(crate) fn local_input(input: &str) -> PathBuf {
     match Location::parse(input).and_then(Location::resolve_dataset) {
         Ok(Location::Local(p)) => p,
         _ => PathBuf::new(),

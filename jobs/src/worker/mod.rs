@@ -13,7 +13,7 @@
 
 mod egress_budget;
 pub mod exec;
-mod first_estimate;
+pub(crate) mod first_estimate;
 pub mod health;
 
 use std::path::PathBuf;
