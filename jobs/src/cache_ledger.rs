@@ -7,8 +7,8 @@
 //! right after uploading it, from the bytes it hashed locally, before the worker commits the
 //! stage: the record cannot be in the commit's transaction, since the process that uploads is
 //! not the one that commits, but a record whose stage never commits only vouches for bytes a
-//! worker really produced under that key. Checkpoints are recorded after each upload, while the
-//! stage still runs, so the next worker finds the record after a `kill -9`.
+//! worker really produced under that key. Checkpoints are recorded just before each upload, while
+//! the stage still runs, so the next worker finds the record after a `kill -9`.
 //!
 //! The table is `cache_attestations` (`jobs/migrations/*/0008_cache_attestations.sql`).
 

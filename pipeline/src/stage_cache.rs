@@ -314,7 +314,8 @@ pub async fn restore_checkpoint(
         .map_err(|source| Error::Storage { url, source })?;
     let found = AttestedFile::of(&name, &bytes);
     let why = match cache.attested(&entry).await {
-        Ok(files) if files == [found] => None,
+        // The record names the latest upload and the one before it (see `upload_checkpoint`).
+        Ok(files) if files.contains(&found) => None,
         Ok(_) => Some("its bytes differ from what the worker that stored it recorded".into()),
         Err(why) => Some(why),
     };
@@ -358,12 +359,20 @@ impl CheckpointUploader {
         let (task_cache, entry, object) = (cache.clone(), format!("{dir}/{name}"), name.clone());
         let task = tokio::spawn(async move {
             let mut uploaded = None;
+            let mut previous = None;
             loop {
                 let stopping = *stopped.borrow();
                 let modified = std::fs::metadata(&local).and_then(|m| m.modified()).ok();
                 if modified.is_some() && modified != uploaded {
-                    match upload_checkpoint(&store, &task_cache, &local, &object, &entry).await {
-                        Ok(bytes) => {
+                    let up = upload_checkpoint(
+                        &store,
+                        &task_cache,
+                        (&local, &object, &entry),
+                        previous.as_ref(),
+                    );
+                    match up.await {
+                        Ok((bytes, record)) => {
+                            previous = Some(record);
                             uploaded = modified;
                             tracing::info!(stage = %kind, bytes, "checkpoint stored in the stage cache");
                         }
@@ -403,24 +412,28 @@ impl CheckpointUploader {
     }
 }
 
-/// Upload the checkpoint `local` as `object` and record its bytes as `entry`. The bytes are read
-/// once, so what is recorded is what was uploaded even while the stage rewrites the file; the
-/// record follows the upload, so a worker killed in between leaves the older record, and the
-/// next worker discards the newer bytes and starts over rather than trusting them.
+/// Upload the checkpoint `local` as `object`, its bytes recorded as `entry` first, together
+/// with `previous` (the upload before). The bytes are read once, so what is recorded is what is
+/// uploaded even while the stage rewrites the file. Recording first means a checkpoint visible
+/// in the store always has its record; keeping the previous one means a worker killed between
+/// the record and the upload leaves a store whose (older) checkpoint still matches. Returns the
+/// bytes written and this upload's record.
 async fn upload_checkpoint(
     store: &storage::Store,
     cache: &StageCache,
-    local: &Path,
-    object: &str,
-    entry: &str,
-) -> Result<u64> {
+    (local, object, entry): (&Path, &str, &str),
+    previous: Option<&AttestedFile>,
+) -> Result<(u64, AttestedFile)> {
     let bytes = tokio::fs::read(local)
         .await
         .map_err(|e| Error::io(local, e))?;
-    let attested = [AttestedFile::of(object, &bytes)];
-    let n = store.put_bytes(object, bytes).await?;
+    let record = AttestedFile::of(object, &bytes);
+    let attested: Vec<AttestedFile> = std::iter::once(record.clone())
+        .chain(previous.cloned())
+        .collect();
     cache.record(entry, &attested).await;
-    Ok(n)
+    let n = store.put_bytes(object, bytes).await?;
+    Ok((n, record))
 }
 
 #[cfg(test)]

@@ -207,7 +207,14 @@ fn a_killed_worker_s_stage_is_rerun_by_another_worker_and_the_job_succeeds_once(
     // Worker A takes training and stores a checkpoint in the shared stage cache, then dies
     // without a word (kill -9; its stage process dies with it).
     let mut a = worker(&sb, &db, "wa", &["--lease-ttl", "2", "--poll", "0.2"]);
-    let checkpoints = sb.path().join("stage-cache/checkpoints/train");
+    // In the submitting team's namespace of the cache (docs/queue.md).
+    let team = job_json(&sb, &db, &id)["job"]["team"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let checkpoints = sb
+        .path()
+        .join(format!("stage-cache/teams/{team}/checkpoints/train"));
     wait_for(
         "worker A to store a training checkpoint",
         Duration::from_secs(240),
