@@ -669,7 +669,9 @@ fn an_s3_outage_while_a_stage_stores_its_output_is_ridden_out_and_the_job_succee
         "{doc:#}\n{}",
         stderr(&out)
     );
-    // Every cacheable stage's output reached the restarted server, marker included.
+    // Every cacheable stage's output reached the restarted server (in the team's namespace),
+    // marker included.
+    let team = doc["job"]["team"].as_str().unwrap();
     let o = Command::new("curl")
         .args([
             "-sf",
@@ -680,7 +682,8 @@ fn an_s3_outage_while_a_stage_stores_its_output_is_ridden_out_and_the_job_succee
     let listing = String::from_utf8_lossy(&o.stdout);
     for stage in ["ingest", "decimate", "tile"] {
         assert!(
-            listing.contains(&format!("cache/{stage}/")) && listing.contains(".kiln-stage.json"),
+            listing.contains(&format!("cache/teams/{team}/{stage}/"))
+                && listing.contains(".kiln-stage.json"),
             "{stage} not in the cache:\n{listing}"
         );
     }
