@@ -71,6 +71,11 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "gpu_slot_and_estimate",
         include_str!("../migrations/sqlite/0007_gpu_slot_and_estimate.sql"),
     ),
+    (
+        8,
+        "cache_attestations",
+        include_str!("../migrations/sqlite/0008_cache_attestations.sql"),
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
     (
@@ -107,6 +112,11 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         7,
         "gpu_slot_and_estimate",
         include_str!("../migrations/postgres/0007_gpu_slot_and_estimate.sql"),
+    ),
+    (
+        8,
+        "cache_attestations",
+        include_str!("../migrations/postgres/0008_cache_attestations.sql"),
     ),
 ];
 

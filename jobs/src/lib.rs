@@ -2,6 +2,7 @@
 //! (embedded SQLite through sqlx) with its reports.
 
 pub mod api;
+pub mod cache_ledger;
 pub mod costing;
 pub mod db;
 pub mod error;

@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod bounds;
+pub mod cache_ledger;
 pub mod dag;
 pub mod error;
 pub mod file_tree;

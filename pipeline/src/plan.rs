@@ -37,10 +37,10 @@ pub struct JobPlan {
     /// The rasterizer's device for `train` (`--device`): `auto` uses `cuda:0` when it opens, else
     /// the CPU. Not part of any stage key: the devices agree to float rounding.
     pub device: kiln_kernels::device::DeviceRequest,
-    /// The shared stage cache (an object-store URL or folder; see [`crate::stage_cache`]):
-    /// finished stages are restored from it by key and stored in it. `None`: the work directory
-    /// is the only cache.
-    pub stage_cache: Option<String>,
+    /// The shared stage cache (an object-store URL or folder, this job's namespace in it and the
+    /// ledger vouching for its entries; see [`crate::stage_cache`]): finished stages are restored
+    /// from it by key and stored in it. `None`: the work directory is the only cache.
+    pub stage_cache: Option<crate::stage_cache::StageCache>,
     /// A queue attempt's fencing token and lease file: `publish` changes committed output only
     /// while it holds the lease ([`publish::Fence`]). `None` for local runs.
     pub fence: Option<publish::Fence>,

@@ -10,7 +10,8 @@
 //! key matches the marker (or an entry of the shared stage cache) reuses the output, and a failed
 //! stage leaves the finished ones intact, so the job resumes where it stopped. A stage with a
 //! checkpoint ([`crate::stage::Stage::checkpoint`]) also resumes mid-way; with a shared cache its
-//! checkpoint travels to whichever worker runs it next.
+//! checkpoint travels to whichever worker runs it next. Entries and checkpoints from the shared
+//! cache are used only when they match the cache ledger's record (see [`crate::stage_cache`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -209,7 +210,8 @@ async fn finished_earlier(
         tracing::info!(stage = %kind, key = &key[..12], "cache hit: reusing earlier output");
         // An earlier attempt may have finished here but failed to reach the shared cache.
         if let Some(cache) = &plan.stage_cache {
-            crate::stage_cache::store(cache, kind, key, &final_dir).await?;
+            use crate::stage_cache::Upload;
+            crate::stage_cache::store(cache, kind, key, &final_dir, Upload::UnlessRecorded).await?;
         }
         return Ok(Some((m.summary, 0)));
     }
@@ -297,7 +299,7 @@ async fn run_with_checkpoint(
 /// fetched first (when this machine has none), and each new one is uploaded while the stage
 /// runs, so the stage resumes on any worker from its last checkpoint.
 async fn travelling_checkpoint(
-    cache: &str,
+    cache: &crate::stage_cache::StageCache,
     kind: StageKind,
     key: &str,
     local: PathBuf,
@@ -340,7 +342,11 @@ async fn commit_work_dir(
         let _ = std::fs::remove_file(checkpoint);
     }
     let uploaded = match &plan.stage_cache {
-        Some(cache) => crate::stage_cache::store(cache, kind, key, &final_dir).await?,
+        // Computed because the entry was missing or not trusted: replace whatever is there.
+        Some(cache) => {
+            use crate::stage_cache::Upload;
+            crate::stage_cache::store(cache, kind, key, &final_dir, Upload::Always).await?
+        }
         None => 0,
     };
     // `bytes_written` counts every byte written (the work folder and the cache upload); the

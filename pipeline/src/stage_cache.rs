@@ -2,19 +2,26 @@
 //! store (`s3://BUCKET/PREFIX`, a local folder, …), so that another worker, another machine or
 //! another job with the same inputs reuses them instead of running the stage again.
 //!
-//! Layout: `CACHE/<stage>/<key>/<files…>`, then `.kiln-cache.json` (every file's size and
-//! BLAKE3), then the stage's `.kiln-stage.json` marker, written last. The marker is the commit
-//! point: an entry without it (an upload cut short) is ignored and overwritten by the next upload.
-//! Entries are immutable: same key, same bytes (stages are deterministic for a key on the same
-//! hardware), so concurrent uploads of one key are harmless, and a complete entry is never
-//! replaced. A restored entry is verified against its `.kiln-cache.json`: a file that was changed,
-//! added or removed after the entry was committed (a damaged copy, or another writer of the
-//! bucket) makes the entry ignored, with a warning, and the stage runs again.
+//! Layout: `CACHE[/NAMESPACE]/<stage>/<key>/<files…>`, then `.kiln-cache.json` (every file's
+//! size and BLAKE3, for readers that only need sizes), then the stage's `.kiln-stage.json`
+//! marker, written last; travelling checkpoints under `CACHE[/NAMESPACE]/checkpoints/`. The
+//! namespace keeps users of one store apart (the queue gives each team its own,
+//! `teams/<team>`), so nobody reuses or even finds another's entries.
+//!
+//! Nothing in the store is trusted because of where it is: the committing worker records each
+//! entry's files with their BLAKE3 in a [`CacheLedger`] that readers of the store cannot write
+//! (the queue database), and a reader accepts only bytes matching that record. An entry without
+//! a record, or one whose files differ from it (a damaged copy, an upload cut short, or another
+//! writer of the bucket who rewrote a file and its `.kiln-cache.json` together) is ignored with a
+//! warning and the stage runs again; its new output replaces the entry. Checkpoints are checked
+//! the same way before a stage resumes from one.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use object_store::ObjectStoreExt;
 
+use crate::cache_ledger::{AttestedFile, CacheLedger};
 use crate::stage::StageKind;
 use crate::storage;
 use crate::{Error, Result};
@@ -22,19 +29,116 @@ use crate::{Error, Result};
 /// The stage marker's file name (see [`crate::run`]).
 pub(crate) const MARKER: &str = ".kiln-stage.json";
 
-/// The entry's file list with sizes and hashes, written just before the marker.
+/// The entry's file list with sizes and hashes, written just before the marker. Informative
+/// only (budgets read sizes from it): the ledger, not this file, decides what is accepted.
 const CONTENTS: &str = ".kiln-cache.json";
 
-/// One file of an entry: `/`-separated path, size, hex BLAKE3.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-struct EntryFile {
-    path: String,
-    bytes: u64,
-    blake3: String,
+/// A shared stage cache: where it is, the namespace this job's entries live in, and the ledger
+/// that vouches for them.
+#[derive(Debug, Clone)]
+pub struct StageCache {
+    /// The store's root URL or folder, without a trailing `/`.
+    root: String,
+    /// `/`-separated path below the root (`teams/art`); `None`: the root itself.
+    namespace: Option<String>,
+    ledger: Arc<dyn CacheLedger>,
 }
 
-/// Every file under `dir` (the marker and the contents list included) with size and BLAKE3.
-fn list_files(dir: &Path) -> Result<Vec<EntryFile>> {
+impl StageCache {
+    /// The cache at `root` (an object-store URL or a folder), this job's entries under
+    /// `namespace` (`None`: shared by every user of `root`), vouched for by `ledger`.
+    ///
+    /// # Errors
+    /// [`Error::Param`] when `namespace` is empty or has a component that is empty, `.`, `..` or
+    /// holds a character other than ASCII letters, digits, `.`, `_` and `-`.
+    pub fn new(
+        root: &str,
+        namespace: Option<&str>,
+        ledger: Arc<dyn CacheLedger>,
+    ) -> Result<StageCache> {
+        if let Some(ns) = namespace {
+            check_namespace(ns)?;
+        }
+        Ok(StageCache {
+            root: root.trim_end_matches('/').to_string(),
+            namespace: namespace.map(str::to_string),
+            ledger,
+        })
+    }
+
+    /// Where this cache's entries are: the root, then the namespace.
+    #[must_use]
+    pub fn url(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{}/{ns}", self.root),
+            None => self.root.clone(),
+        }
+    }
+
+    /// An entry's path below the root: its URL's tail and its name in the ledger.
+    fn entry_path(&self, tail: &str) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{ns}/{tail}"),
+            None => tail.to_string(),
+        }
+    }
+
+    fn entry(&self, kind: StageKind, key: &str) -> String {
+        self.entry_path(&format!("{}/{key}", kind.name()))
+    }
+
+    fn entry_url(&self, entry: &str) -> String {
+        format!("{}/{entry}", self.root)
+    }
+
+    /// The ledger's record of `entry`, or why there is none to trust.
+    async fn attested(&self, entry: &str) -> std::result::Result<Vec<AttestedFile>, String> {
+        match self.ledger.attested(entry).await {
+            Ok(Some(files)) => Ok(files),
+            Ok(None) => Err(
+                "no worker recorded it in the cache ledger (stored by an older Kiln, cut short, or not by a worker)"
+                    .into(),
+            ),
+            Err(e) => Err(format!("the cache ledger cannot be read: {e}")),
+        }
+    }
+
+    /// Record `files` as `entry`'s; a failure leaves the entry unattested (readers then ignore
+    /// it), so it is a warning, not an error.
+    async fn record(&self, entry: &str, files: &[AttestedFile]) {
+        if let Err(e) = self.ledger.record(entry, files).await {
+            tracing::warn!(
+                entry,
+                "cache entry not recorded in the cache ledger, so no reader will use it: {e}"
+            );
+        }
+    }
+}
+
+/// [`StageCache::new`]'s namespace check: components of ASCII letters, digits, `.`, `_`, `-`.
+fn check_namespace(ns: &str) -> Result<()> {
+    let fine = |c: &str| {
+        !c.is_empty()
+            && c != "."
+            && c != ".."
+            && c.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+    };
+    if ns.split('/').all(fine) {
+        return Ok(());
+    }
+    Err(Error::Param {
+        stage: "cache",
+        field: "namespace".into(),
+        expected: "`/`-separated names of ASCII letters, digits, `.`, `_` and `-` (no `.` or `..`)"
+            .into(),
+        found: format!("`{ns}`"),
+    })
+}
+
+/// Every file under `dir` (the marker included, the contents list not) with size and BLAKE3,
+/// sorted by path.
+fn list_files(dir: &Path) -> Result<Vec<AttestedFile>> {
     let mut out = Vec::new();
     for rel in crate::file_tree::files_under(dir)? {
         let name = rel.to_string_lossy().replace('\\', "/");
@@ -42,68 +146,74 @@ fn list_files(dir: &Path) -> Result<Vec<EntryFile>> {
             continue;
         }
         let bytes = std::fs::read(dir.join(&rel)).map_err(|e| Error::io(dir.join(&rel), e))?;
-        out.push(EntryFile {
-            path: name,
-            bytes: bytes.len() as u64,
-            blake3: blake3::hash(&bytes).to_hex().to_string(),
-        });
+        out.push(AttestedFile::of(&name, &bytes));
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
 }
 
-/// Whether the fetched entry in `dir` holds exactly the files its contents list names, byte for
-/// byte; the reason when not.
-fn verify_entry(dir: &Path) -> std::result::Result<(), String> {
-    let listed: Vec<EntryFile> = std::fs::read(dir.join(CONTENTS))
-        .map_err(|_| format!("it has no {CONTENTS} (stored by an older Kiln, or damaged)"))
-        .and_then(|b| serde_json::from_slice(&b).map_err(|e| format!("{CONTENTS}: {e}")))?;
+/// Whether the fetched entry in `dir` holds exactly the files `attested` names, byte for byte;
+/// the reason when not.
+fn verify_entry(dir: &Path, attested: &[AttestedFile]) -> std::result::Result<(), String> {
     let found = list_files(dir).map_err(|e| e.to_string())?;
-    if found == listed {
+    if found == attested {
         return Ok(());
     }
     let differing = found
         .iter()
-        .filter(|f| !listed.contains(f))
-        .chain(listed.iter().filter(|f| !found.contains(f)))
+        .filter(|f| !attested.contains(f))
+        .chain(attested.iter().filter(|f| !found.contains(f)))
         .map(|f| f.path.as_str())
         .next()
         .unwrap_or("?");
     Err(format!(
-        "`{differing}` differs from what the entry committed"
+        "`{differing}` differs from what the committing worker recorded"
     ))
 }
 
-fn entry_url(cache: &str, kind: StageKind, key: &str) -> String {
-    format!("{}/{}/{key}", cache.trim_end_matches('/'), kind.name())
+fn short(key: &str) -> &str {
+    &key[..key.len().min(12)]
 }
 
 /// Download the entry of (`kind`, `key`) from `cache` into `final_dir` (replacing it) when the
-/// cache holds a complete one. Returns the bytes read, or `None` when there is no entry.
+/// cache holds a complete one that matches the ledger's record. Returns the bytes read, or
+/// `None` when there is no such entry (none at all, or one ignored with a warning).
 ///
 /// # Errors
 /// [`Error::Storage`] when the cache cannot be read (other than a missing entry);
 /// [`Error::Io`] when the work directory cannot be written.
 pub async fn restore(
-    cache: &str,
+    cache: &StageCache,
     kind: StageKind,
     key: &str,
     final_dir: &Path,
 ) -> Result<Option<u64>> {
-    let url = entry_url(cache, kind, key);
+    let entry = cache.entry(kind, key);
+    let url = cache.entry_url(&entry);
     let store = storage::open(&url)?;
     match store.store.head(&store.child(MARKER)).await {
         Ok(_) => {}
         Err(object_store::Error::NotFound { .. }) => return Ok(None),
         Err(source) => return Err(Error::Storage { url, source }),
     }
+    let ignored = |why: &str| {
+        tracing::warn!(stage = %kind, key = short(key), cache = %cache.url(), "stage cache entry ignored, the stage runs again: {why}");
+    };
+    // Asked before downloading: an entry nobody vouches for is not worth its transfer.
+    let attested = match cache.attested(&entry).await {
+        Ok(files) => files,
+        Err(why) => {
+            ignored(&why);
+            return Ok(None);
+        }
+    };
     let tmp = final_dir.with_extension("from-cache");
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
     }
     let fetched = storage::fetch(&url, &tmp, false).await?;
-    if let Err(why) = verify_entry(&tmp) {
-        tracing::warn!(stage = %kind, key = &key[..key.len().min(12)], cache = %cache, "stage cache entry ignored, the stage runs again: {why}");
+    if let Err(why) = verify_entry(&tmp, &attested) {
+        ignored(&why);
         let _ = std::fs::remove_dir_all(&tmp);
         return Ok(None);
     }
@@ -112,23 +222,46 @@ pub async fn restore(
         std::fs::remove_dir_all(final_dir).map_err(|e| Error::io(final_dir, e))?;
     }
     std::fs::rename(&tmp, final_dir).map_err(|e| Error::io(final_dir, e))?;
-    tracing::info!(stage = %kind, key = &key[..key.len().min(12)], bytes = fetched.bytes, cache = %cache, "stage cache hit: restored");
+    tracing::info!(stage = %kind, key = short(key), bytes = fetched.bytes, cache = %cache.url(), "stage cache hit: restored");
     Ok(Some(fetched.bytes))
 }
 
+/// When [`store`] uploads an output whose entry may exist already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upload {
+    /// Upload and record it whatever is there: the stage was just computed because the entry
+    /// was missing or was not trusted, and a bad entry must not outlive the rebuild.
+    Always,
+    /// Leave a complete entry alone when the ledger records exactly these files (an earlier
+    /// output found in the work folder, checked for having reached the cache).
+    UnlessRecorded,
+}
+
 /// Upload the finished stage output `final_dir` (holding its marker) as the entry of
-/// (`kind`, `key`) in `cache`, marker last. Returns the bytes written; an entry that is already
-/// complete is left as it is (0 bytes).
+/// (`kind`, `key`) in `cache`, marker last, then record its files in the ledger. Returns the
+/// bytes written (0 when `upload` let a recorded entry stand).
+///
+/// The record is made from the local files this worker hashed, not from the store, so a copy
+/// changed in the store meanwhile never matches it.
 ///
 /// # Errors
 /// [`Error::Storage`] when the cache cannot be written; [`Error::Io`] when a file cannot be read.
-pub async fn store(cache: &str, kind: StageKind, key: &str, final_dir: &Path) -> Result<u64> {
-    let url = entry_url(cache, kind, key);
-    let store = storage::open(&url)?;
-    if store.store.head(&store.child(MARKER)).await.is_ok() {
+pub async fn store(
+    cache: &StageCache,
+    kind: StageKind,
+    key: &str,
+    final_dir: &Path,
+    upload: Upload,
+) -> Result<u64> {
+    let entry = cache.entry(kind, key);
+    let store = storage::open(&cache.entry_url(&entry))?;
+    let files = list_files(final_dir)?;
+    if upload == Upload::UnlessRecorded
+        && store.store.head(&store.child(MARKER)).await.is_ok()
+        && cache.attested(&entry).await.is_ok_and(|a| a == files)
+    {
         return Ok(0);
     }
-    let files = list_files(final_dir)?;
     let mut bytes = 0;
     for f in files.iter().filter(|f| f.path != MARKER) {
         bytes += store.put_file(&final_dir.join(&f.path), &f.path).await?;
@@ -136,27 +269,26 @@ pub async fn store(cache: &str, kind: StageKind, key: &str, final_dir: &Path) ->
     let contents = serde_json::to_vec_pretty(&files).expect("contents serialise");
     bytes += store.put_bytes(CONTENTS, contents).await?;
     bytes += store.put_file(&final_dir.join(MARKER), MARKER).await?;
-    tracing::info!(stage = %kind, key = &key[..key.len().min(12)], bytes, cache = %cache, "stage output stored in the cache");
+    cache.record(&entry, &files).await;
+    tracing::info!(stage = %kind, key = short(key), bytes, cache = %cache.url(), "stage output stored in the cache");
     Ok(bytes)
 }
 
-/// The URL of a stage's travelling checkpoint: `CACHE/checkpoints/<stage>/<key>`.
-fn checkpoint_url(cache: &str, kind: StageKind, key: &str) -> String {
-    format!(
-        "{}/checkpoints/{}/{key}",
-        cache.trim_end_matches('/'),
-        kind.name()
-    )
+/// A stage's travelling checkpoints' folder below the root: `[NAMESPACE/]checkpoints/<stage>/<key>`.
+fn checkpoint_dir(cache: &StageCache, kind: StageKind, key: &str) -> String {
+    cache.entry_path(&format!("checkpoints/{}/{key}", kind.name()))
 }
 
 /// Fetch the checkpoint another worker stored for (`kind`, `key`) to `local`, unless a local
-/// checkpoint exists already. Returns whether one was fetched.
+/// checkpoint exists already. A stored checkpoint whose bytes the ledger does not record (none,
+/// or other bytes: changed in the store) is discarded with a warning, and the stage starts
+/// over. Returns whether one was fetched.
 ///
 /// # Errors
 /// [`Error::Storage`] when the cache cannot be read (other than a missing checkpoint);
 /// [`Error::Io`] when `local` cannot be written.
 pub async fn restore_checkpoint(
-    cache: &str,
+    cache: &StageCache,
     kind: StageKind,
     key: &str,
     local: &Path,
@@ -167,7 +299,9 @@ pub async fn restore_checkpoint(
     let Some(name) = local.file_name().map(|n| n.to_string_lossy().into_owned()) else {
         return Ok(false);
     };
-    let url = checkpoint_url(cache, kind, key);
+    let dir = checkpoint_dir(cache, kind, key);
+    let entry = format!("{dir}/{name}");
+    let url = cache.entry_url(&dir);
     let store = storage::open(&url)?;
     let got = match store.store.get(&store.child(&name)).await {
         Ok(g) => g,
@@ -178,48 +312,67 @@ pub async fn restore_checkpoint(
         .bytes()
         .await
         .map_err(|source| Error::Storage { url, source })?;
+    let found = AttestedFile::of(&name, &bytes);
+    let why = match cache.attested(&entry).await {
+        // The record names the latest upload and the one before it (see `upload_checkpoint`).
+        Ok(files) if files.contains(&found) => None,
+        Ok(_) => Some("its bytes differ from what the worker that stored it recorded".into()),
+        Err(why) => Some(why),
+    };
+    if let Some(why) = why {
+        tracing::warn!(stage = %kind, key = short(key), cache = %cache.url(), "checkpoint in the stage cache discarded, the stage starts over: {why}");
+        return Ok(false);
+    }
     kiln_formats::atomic_write::write_atomic(local, &bytes)?;
-    tracing::info!(stage = %kind, key = &key[..key.len().min(12)], bytes = bytes.len(), cache = %cache, "checkpoint restored from the stage cache");
+    tracing::info!(stage = %kind, key = short(key), bytes = bytes.len(), cache = %cache.url(), "checkpoint restored from the stage cache");
     Ok(true)
 }
 
-/// Uploads a running stage's checkpoint file to the stage cache whenever it changes, so that a
-/// stage whose worker dies resumes on another worker from the last checkpoint instead of from
-/// the start. Stop it with [`CheckpointUploader::finish`].
+/// Uploads a running stage's checkpoint file to the stage cache whenever it changes, and records
+/// each upload's BLAKE3 in the ledger, so that a stage whose worker dies resumes on another
+/// worker from the last checkpoint instead of from the start. Stop it with
+/// [`CheckpointUploader::finish`].
 pub struct CheckpointUploader {
     stop: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
-    cache: String,
-    kind: StageKind,
-    key: String,
+    cache: StageCache,
+    dir: String,
     name: String,
 }
 
 impl CheckpointUploader {
     /// Watch `local` every `every` and upload each new version (one atomic object write).
     pub fn spawn(
-        cache: &str,
+        cache: &StageCache,
         kind: StageKind,
         key: &str,
         local: std::path::PathBuf,
         every: std::time::Duration,
     ) -> Result<CheckpointUploader> {
-        let url = checkpoint_url(cache, kind, key);
-        let store = storage::open(&url)?;
+        let dir = checkpoint_dir(cache, kind, key);
+        let store = storage::open(&cache.entry_url(&dir))?;
         let name = local
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
-        let object = name.clone();
+        let (task_cache, entry, object) = (cache.clone(), format!("{dir}/{name}"), name.clone());
         let task = tokio::spawn(async move {
             let mut uploaded = None;
+            let mut previous = None;
             loop {
                 let stopping = *stopped.borrow();
                 let modified = std::fs::metadata(&local).and_then(|m| m.modified()).ok();
                 if modified.is_some() && modified != uploaded {
-                    match store.put_file(&local, &object).await {
-                        Ok(bytes) => {
+                    let up = upload_checkpoint(
+                        &store,
+                        &task_cache,
+                        (&local, &object, &entry),
+                        previous.as_ref(),
+                    );
+                    match up.await {
+                        Ok((bytes, record)) => {
+                            previous = Some(record);
                             uploaded = modified;
                             tracing::info!(stage = %kind, bytes, "checkpoint stored in the stage cache");
                         }
@@ -241,9 +394,8 @@ impl CheckpointUploader {
         Ok(CheckpointUploader {
             stop,
             task,
-            cache: cache.into(),
-            kind,
-            key: key.into(),
+            cache: cache.clone(),
+            dir,
             name,
         })
     }
@@ -254,24 +406,52 @@ impl CheckpointUploader {
     pub async fn finish(self, stage_finished: bool) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
-        if stage_finished {
-            let url = checkpoint_url(&self.cache, self.kind, &self.key);
-            if let Ok(store) = storage::open(&url) {
-                let _ = store.store.delete(&store.child(&self.name)).await;
-            }
+        if stage_finished && let Ok(store) = storage::open(&self.cache.entry_url(&self.dir)) {
+            let _ = store.store.delete(&store.child(&self.name)).await;
         }
     }
+}
+
+/// Upload the checkpoint `local` as `object`, its bytes recorded as `entry` first, together
+/// with `previous` (the upload before). The bytes are read once, so what is recorded is what is
+/// uploaded even while the stage rewrites the file. Recording first means a checkpoint visible
+/// in the store always has its record; keeping the previous one means a worker killed between
+/// the record and the upload leaves a store whose (older) checkpoint still matches. Returns the
+/// bytes written and this upload's record.
+async fn upload_checkpoint(
+    store: &storage::Store,
+    cache: &StageCache,
+    (local, object, entry): (&Path, &str, &str),
+    previous: Option<&AttestedFile>,
+) -> Result<(u64, AttestedFile)> {
+    let bytes = tokio::fs::read(local)
+        .await
+        .map_err(|e| Error::io(local, e))?;
+    let record = AttestedFile::of(object, &bytes);
+    let attested: Vec<AttestedFile> = std::iter::once(record.clone())
+        .chain(previous.cloned())
+        .collect();
+    cache.record(entry, &attested).await;
+    let n = store.put_bytes(object, bytes).await?;
+    Ok((n, record))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache_ledger::MemoryLedger;
+
+    /// A cache in folder `root` with an in-memory ledger.
+    fn cache_at(root: &Path, namespace: Option<&str>) -> StageCache {
+        let ledger: Arc<dyn CacheLedger> = Arc::new(MemoryLedger::default());
+        StageCache::new(root.to_str().unwrap(), namespace, ledger).unwrap()
+    }
 
     #[tokio::test]
     async fn an_entry_round_trips_and_an_incomplete_one_is_ignored() {
         let d = tempfile::tempdir().unwrap();
-        let cache = d.path().join("cache");
-        let cache = cache.to_str().unwrap();
+        let cache = cache_at(&d.path().join("cache"), None);
+        let root = cache.url();
         let out = d.path().join("work/tile");
         std::fs::create_dir_all(out.join("tiles")).unwrap();
         std::fs::write(out.join("tiles/0.glb"), b"glb bytes").unwrap();
@@ -279,22 +459,27 @@ mod tests {
 
         let key = "a".repeat(64);
         assert_eq!(
-            restore(cache, StageKind::TILE, &key, &out).await.unwrap(),
+            restore(&cache, StageKind::TILE, &key, &out).await.unwrap(),
             None
         );
-        let written = store(cache, StageKind::TILE, &key, &out).await.unwrap();
+        let written = store(&cache, StageKind::TILE, &key, &out, Upload::Always)
+            .await
+            .unwrap();
         // 9 bytes of GLB, the 25-byte marker and the contents list.
-        let contents = std::fs::metadata(format!("{cache}/tile/{key}/{CONTENTS}"))
+        let contents = std::fs::metadata(format!("{root}/tile/{key}/{CONTENTS}"))
             .unwrap()
             .len();
         assert_eq!(written, 9 + 25 + contents);
-        // Storing again is a no-op.
-        assert_eq!(store(cache, StageKind::TILE, &key, &out).await.unwrap(), 0);
+        // Storing a recorded entry again is a no-op unless asked to replace it.
+        let again = store(&cache, StageKind::TILE, &key, &out, Upload::UnlessRecorded);
+        assert_eq!(again.await.unwrap(), 0);
 
         let other = d.path().join("other/tile");
         std::fs::create_dir_all(&other).unwrap();
         std::fs::write(other.join("stale"), b"x").unwrap();
-        let read = restore(cache, StageKind::TILE, &key, &other).await.unwrap();
+        let read = restore(&cache, StageKind::TILE, &key, &other)
+            .await
+            .unwrap();
         assert_eq!(read, Some(34 + contents));
         assert!(
             !other.join(CONTENTS).exists(),
@@ -307,11 +492,11 @@ mod tests {
         assert!(!other.join("stale").exists(), "restore replaces the folder");
 
         // An upload cut short before its marker is not an entry.
-        let half = format!("{cache}/tile/{}", "b".repeat(64));
+        let half = format!("{root}/tile/{}", "b".repeat(64));
         std::fs::create_dir_all(&half).unwrap();
         std::fs::write(format!("{half}/part"), b"x").unwrap();
         assert_eq!(
-            restore(cache, StageKind::TILE, &"b".repeat(64), &other)
+            restore(&cache, StageKind::TILE, &"b".repeat(64), &other)
                 .await
                 .unwrap(),
             None
@@ -319,36 +504,48 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_entry_changed_after_it_was_committed_is_ignored_and_never_replaced() {
+    async fn an_entry_changed_after_it_was_committed_is_ignored_even_with_its_contents_list() {
         let d = tempfile::tempdir().unwrap();
-        let cache = d.path().join("cache");
-        let cache = cache.to_str().unwrap();
+        let cache = cache_at(&d.path().join("cache"), None);
         let out = d.path().join("work/tile");
         std::fs::create_dir_all(out.join("tiles")).unwrap();
         std::fs::write(out.join("tiles/0.glb"), b"good tile").unwrap();
         std::fs::write(out.join(MARKER), b"{}").unwrap();
         let key = "c".repeat(64);
-        store(cache, StageKind::TILE, &key, &out).await.unwrap();
-        let entry = format!("{cache}/tile/{key}");
+        store(&cache, StageKind::TILE, &key, &out, Upload::Always)
+            .await
+            .unwrap();
+        let entry = format!("{}/tile/{key}", cache.url());
         let restored = d.path().join("restored/tile");
         for (poison, what) in [("tiles/0.glb", "changed"), ("tiles/extra.glb", "added")] {
             std::fs::write(format!("{entry}/{poison}"), b"poisoned").unwrap();
+            // The hostile writer also rewrites the contents list to match its files.
+            let forged = serde_json::to_vec(&list_files(Path::new(&entry)).unwrap()).unwrap();
+            std::fs::write(format!("{entry}/{CONTENTS}"), forged).unwrap();
             assert_eq!(
-                restore(cache, StageKind::TILE, &key, &restored)
+                restore(&cache, StageKind::TILE, &key, &restored)
                     .await
                     .unwrap(),
                 None,
                 "a {what} file was accepted"
             );
             assert!(!restored.exists());
-            // Storing the same key again does not replace the committed entry.
-            assert_eq!(store(cache, StageKind::TILE, &key, &out).await.unwrap(), 0);
-            std::fs::write(format!("{entry}/tiles/0.glb"), b"good tile").unwrap();
+            // A recorded entry is left alone when only checked for...
+            let kept = store(&cache, StageKind::TILE, &key, &out, Upload::UnlessRecorded);
+            assert_eq!(kept.await.unwrap(), 0);
+            // ...but the rebuild that follows a refused entry replaces it.
+            store(&cache, StageKind::TILE, &key, &out, Upload::Always)
+                .await
+                .unwrap();
             let _ = std::fs::remove_file(format!("{entry}/tiles/extra.glb"));
+            assert_eq!(
+                std::fs::read(format!("{entry}/tiles/0.glb")).unwrap(),
+                b"good tile"
+            );
         }
-        // Put back as committed, it restores.
+        // As committed, it restores.
         assert!(
-            restore(cache, StageKind::TILE, &key, &restored)
+            restore(&cache, StageKind::TILE, &key, &restored)
                 .await
                 .unwrap()
                 .is_some()
@@ -360,15 +557,91 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_entry_no_worker_recorded_is_ignored() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("cache");
+        let out = d.path().join("work/tile");
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(out.join("0.glb"), b"tile").unwrap();
+        std::fs::write(out.join(MARKER), b"{}").unwrap();
+        let key = "f".repeat(64);
+        // Written with another ledger: complete in the store, unknown to this one.
+        let writer = cache_at(&root, None);
+        store(&writer, StageKind::TILE, &key, &out, Upload::Always)
+            .await
+            .unwrap();
+        let reader = cache_at(&root, None);
+        let restored = d.path().join("restored/tile");
+        let got = restore(&reader, StageKind::TILE, &key, &restored);
+        assert_eq!(got.await.unwrap(), None);
+        assert!(
+            restore(&writer, StageKind::TILE, &key, &restored)
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[tokio::test]
+    async fn namespaces_keep_entries_apart() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("cache");
+        let ledger: Arc<dyn CacheLedger> = Arc::new(MemoryLedger::default());
+        let art = StageCache::new(root.to_str().unwrap(), Some("teams/art"), ledger.clone());
+        let geo = StageCache::new(root.to_str().unwrap(), Some("teams/geo"), ledger);
+        let (art, geo) = (art.unwrap(), geo.unwrap());
+        let out = d.path().join("work/tile");
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(out.join(MARKER), b"{}").unwrap();
+        let key = "9".repeat(64);
+        store(&art, StageKind::TILE, &key, &out, Upload::Always)
+            .await
+            .unwrap();
+        assert!(
+            root.join("teams/art/tile")
+                .join(&key)
+                .join(MARKER)
+                .is_file()
+        );
+        let restored = d.path().join("restored/tile");
+        let got = restore(&geo, StageKind::TILE, &key, &restored);
+        assert_eq!(got.await.unwrap(), None);
+        assert!(
+            restore(&art, StageKind::TILE, &key, &restored)
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn namespaces_that_could_leave_their_folder_are_refused() {
+        let ledger: Arc<dyn CacheLedger> = Arc::new(MemoryLedger::default());
+        for bad in [
+            "",
+            "teams/",
+            "teams/..",
+            "teams/a b",
+            "../x",
+            "teams//a",
+            "é",
+        ] {
+            let e = StageCache::new("/c", Some(bad), ledger.clone()).unwrap_err();
+            assert!(e.to_string().contains("namespace"), "{bad}: {e}");
+        }
+        let ok = StageCache::new("/c/", Some("teams/art-2.x_y"), ledger).unwrap();
+        assert_eq!(ok.url(), "/c/teams/art-2.x_y");
+    }
+
+    #[tokio::test]
     async fn a_checkpoint_travels_through_the_cache_while_its_stage_runs() {
         let d = tempfile::tempdir().unwrap();
-        let cache = d.path().join("cache");
-        let cache = cache.to_str().unwrap();
+        let cache = cache_at(&d.path().join("cache"), None);
         let key = "d".repeat(64);
         let on_a = d.path().join("a/train.ckpt");
         std::fs::create_dir_all(on_a.parent().unwrap()).unwrap();
         let up = CheckpointUploader::spawn(
-            cache,
+            &cache,
             StageKind::TRAIN,
             &key,
             on_a.clone(),
@@ -394,26 +667,26 @@ mod tests {
         let on_b = d.path().join("b/train.ckpt");
         std::fs::create_dir_all(on_b.parent().unwrap()).unwrap();
         assert!(
-            restore_checkpoint(cache, StageKind::TRAIN, &key, &on_b)
+            restore_checkpoint(&cache, StageKind::TRAIN, &key, &on_b)
                 .await
                 .unwrap()
         );
         assert_eq!(std::fs::read(&on_b).unwrap(), b"step 120");
         // A local checkpoint wins; another key has none.
         assert!(
-            !restore_checkpoint(cache, StageKind::TRAIN, &key, &on_b)
+            !restore_checkpoint(&cache, StageKind::TRAIN, &key, &on_b)
                 .await
                 .unwrap()
         );
         let on_c = d.path().join("b/other.ckpt");
         assert!(
-            !restore_checkpoint(cache, StageKind::TRAIN, &"e".repeat(64), &on_c)
+            !restore_checkpoint(&cache, StageKind::TRAIN, &"e".repeat(64), &on_c)
                 .await
                 .unwrap()
         );
         // B finishes the stage: the stored checkpoint is removed.
         let up = CheckpointUploader::spawn(
-            cache,
+            &cache,
             StageKind::TRAIN,
             &key,
             on_b,
@@ -422,5 +695,40 @@ mod tests {
         .unwrap();
         up.finish(true).await;
         assert!(!stored.exists());
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_changed_in_the_store_or_never_recorded_is_discarded() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("cache");
+        let cache = cache_at(&root, None);
+        let key = "7".repeat(64);
+        let on_a = d.path().join("a/train.ckpt");
+        std::fs::create_dir_all(on_a.parent().unwrap()).unwrap();
+        std::fs::write(&on_a, b"step 50, colours green").unwrap();
+        let up = CheckpointUploader::spawn(
+            &cache,
+            StageKind::TRAIN,
+            &key,
+            on_a,
+            std::time::Duration::from_secs(60),
+        )
+        .unwrap();
+        up.finish(false).await;
+        let stored = root.join(format!("checkpoints/train/{key}/train.ckpt"));
+        // Rewritten in the store between the kill and the resume: well-formed, other colours.
+        std::fs::write(&stored, b"step 50, colours magenta").unwrap();
+        let on_b = d.path().join("b/train.ckpt");
+        std::fs::create_dir_all(on_b.parent().unwrap()).unwrap();
+        let got = restore_checkpoint(&cache, StageKind::TRAIN, &key, &on_b);
+        assert!(!got.await.unwrap());
+        assert!(!on_b.exists(), "a discarded checkpoint is not written");
+        // Put back as recorded, it is taken; a reader with no record of it discards it.
+        std::fs::write(&stored, b"step 50, colours green").unwrap();
+        let stranger = cache_at(&root, None);
+        let got = restore_checkpoint(&stranger, StageKind::TRAIN, &key, &on_b);
+        assert!(!got.await.unwrap());
+        let got = restore_checkpoint(&cache, StageKind::TRAIN, &key, &on_b);
+        assert!(got.await.unwrap());
     }
 }

@@ -176,3 +176,79 @@ fn marker_len(plan: &JobPlan, kind: StageKind) -> u64 {
         .unwrap()
         .len()
 }
+
+/// Rewrite the cache entry folder `entry`'s `.kiln-cache.json` to list its files as they are now,
+/// as a writer of the store who changed a file would.
+fn forge_contents_list(entry: &Path) {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(entry).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name != ".kiln-cache.json" {
+            let bytes = std::fs::read(e.path()).unwrap();
+            let hash = blake3::hash(&bytes).to_hex().to_string();
+            files.push(serde_json::json!({"path": name, "bytes": bytes.len(), "blake3": hash}));
+        }
+    }
+    files.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
+    std::fs::write(
+        entry.join(".kiln-cache.json"),
+        serde_json::to_vec(&files).unwrap(),
+    )
+    .unwrap();
+}
+
+/// Issue 41: entries of the shared stage cache whose file was rewritten together with a matching
+/// `.kiln-cache.json` are not what the committing worker recorded in the cache ledger, so a
+/// fresh worker ignores them and runs both stages again; its outputs are byte for byte the
+/// untampered run's, and the rebuild puts the good bytes back in the store.
+#[tokio::test]
+async fn cache_entries_rewritten_with_matching_contents_lists_are_rebuilt_not_reused() {
+    use kiln_pipeline::cache_ledger::{CacheLedger, MemoryLedger};
+    use kiln_pipeline::stage_cache::StageCache;
+    let root = tempfile::tempdir().unwrap();
+    let input = root.path().join("in.txt");
+    std::fs::write(&input, "kiln").unwrap();
+    let ledger: Arc<dyn CacheLedger> = Arc::new(MemoryLedger::default());
+    let cache_root = root.path().join("cache");
+    let cache = StageCache::new(cache_root.to_str().unwrap(), Some("teams/art"), ledger).unwrap();
+    let on_worker = |work: &str| JobPlan {
+        work_dir: root.path().join(work),
+        stage_cache: Some(cache.clone()),
+        ..plan(root.path(), &input)
+    };
+    let dag = toy_dag("!");
+    let first = run_all(&on_worker("w1"), &dag).await;
+    assert!(first.iter().all(|o| !o.cache_hit));
+    let clean = std::fs::read(root.path().join("w1/restore/restored.txt")).unwrap();
+
+    // Another worker restores both from the cache.
+    let second = run_all(&on_worker("w2"), &dag).await;
+    assert!(second.iter().all(|o| o.cache_hit));
+
+    let entry = |o: &StageOutcome| {
+        cache_root
+            .join("teams/art")
+            .join(o.kind.name())
+            .join(&o.key)
+    };
+    std::fs::write(entry(&first[0]).join("reversed.txt"), "denosiop").unwrap();
+    std::fs::write(entry(&first[1]).join("restored.txt"), "poisoned!").unwrap();
+    forge_contents_list(&entry(&first[0]));
+    forge_contents_list(&entry(&first[1]));
+
+    let third = run_all(&on_worker("w3"), &dag).await;
+    assert!(
+        third.iter().all(|o| !o.cache_hit),
+        "a tampered entry was reused"
+    );
+    assert_eq!(third[1].key, first[1].key);
+    let rebuilt = std::fs::read(root.path().join("w3/restore/restored.txt")).unwrap();
+    assert_eq!(rebuilt, clean);
+    assert_eq!(
+        std::fs::read(entry(&first[1]).join("restored.txt")).unwrap(),
+        clean,
+        "the rebuild replaced the tampered entry"
+    );
+    let fourth = run_all(&on_worker("w4"), &dag).await;
+    assert!(fourth.iter().all(|o| o.cache_hit));
+}

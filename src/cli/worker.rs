@@ -36,6 +36,16 @@ pub struct WorkerArgs {
     /// [default: $KILN_HOME/stage-cache].
     #[arg(long, value_name = "URL", env = "KILN_CACHE")]
     pub cache: Option<String>,
+    /// Who reuses whose stage-cache entries. `team`: each team only its own, under
+    /// CACHE/teams/<team>/, so no team reuses or learns of another's work. `global`: every job
+    /// shares one cache; only for trusted single-tenant deployments.
+    #[arg(
+        long,
+        value_name = "team|global",
+        default_value = "team",
+        env = "KILN_CACHE_SHARE"
+    )]
+    pub cache_share: kiln_jobs::worker::CacheShare,
     /// Root of this worker's work directories [default: $KILN_HOME/worker].
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
@@ -146,6 +156,8 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         gpus: args.gpus,
         cpu_slots: args.cpu_slots,
         cache,
+        cache_share: args.cache_share,
+        db: args.db.target(),
         work_root: args.work_dir.unwrap_or_else(|| home.join("worker")),
         lease_ttl,
         heartbeat: lease_ttl / 4,
@@ -219,6 +231,13 @@ pub struct StageExecArgs {
     pub device: kiln_kernels::device::DeviceRequest,
     #[arg(long)]
     pub cache: String,
+    /// The job's namespace in the cache (`teams/<team>`); none: the cache root.
+    #[arg(long)]
+    pub cache_namespace: Option<String>,
+    /// The queue database, whose cache ledger vouches for the cache's entries (the worker
+    /// passes it as $KILN_DB).
+    #[command(flatten)]
+    pub db: DbArgs,
     /// The queue's input (resolved at submit time), overriding the job file's.
     #[arg(long)]
     pub input: String,
@@ -236,6 +255,19 @@ pub struct StageExecArgs {
 
 /// Run one stage and write its outcome file.
 pub async fn stage_exec(args: StageExecArgs) -> anyhow::Result<()> {
+    let cache = match stage_cache(&args).await {
+        Ok(c) => c,
+        // The database did not answer: retried on the infrastructure budget, like an outage of
+        // the store.
+        Err(e) => {
+            let failed = exec::ExecOutcome::Failed {
+                message: format!("{e:#}"),
+                retryable: true,
+                infrastructure: true,
+            };
+            return report(&args.outcome, failed);
+        }
+    };
     let text = std::fs::read_to_string(&args.job_file)
         .with_context(|| format!("cannot read {}", args.job_file.display()))?;
     let mut spec = JobSpec::from_toml(&text, &args.job_file)?;
@@ -250,13 +282,18 @@ pub async fn stage_exec(args: StageExecArgs) -> anyhow::Result<()> {
     })?;
     plan.work_dir = args.work_dir;
     plan.device = args.device;
-    plan.stage_cache = Some(args.cache);
+    plan.stage_cache = Some(cache);
     plan.fence = args
         .fence_token
         .zip(args.lease_file)
         .map(|(token, lease_file)| kiln_pipeline::stages::publish::Fence { token, lease_file });
     let outcome = exec::exec_stage(&plan, &args.stage, &done).await;
-    exec::write_outcome(&args.outcome, &outcome)?;
+    report(&args.outcome, outcome)
+}
+
+/// Write `outcome` to the outcome file and end the process with its exit status.
+fn report(path: &std::path::Path, outcome: exec::ExecOutcome) -> anyhow::Result<()> {
+    exec::write_outcome(path, &outcome)?;
     match outcome {
         exec::ExecOutcome::Succeeded(_) => Ok(()),
         exec::ExecOutcome::Failed {
@@ -272,6 +309,23 @@ pub async fn stage_exec(args: StageExecArgs) -> anyhow::Result<()> {
             std::process::exit(EXIT_INTERRUPTED)
         }
     }
+}
+
+/// The shared stage cache of a stage process: the worker's cache in the job's namespace, its
+/// entries vouched for by the queue database's cache ledger.
+///
+/// # Errors
+/// The database cannot be opened; the namespace is malformed.
+async fn stage_cache(
+    args: &StageExecArgs,
+) -> anyhow::Result<kiln_pipeline::stage_cache::StageCache> {
+    let db = kiln_jobs::db::Db::open(&args.db.target()).await?;
+    let ledger = std::sync::Arc::new(kiln_jobs::cache_ledger::DbCacheLedger::new(db));
+    Ok(kiln_pipeline::stage_cache::StageCache::new(
+        &args.cache,
+        args.cache_namespace.as_deref(),
+        ledger,
+    )?)
 }
 
 /// `kiln stage-exec` exit status: the stage failed on this machine; retrying (a bounded number of

@@ -207,7 +207,14 @@ fn a_killed_worker_s_stage_is_rerun_by_another_worker_and_the_job_succeeds_once(
     // Worker A takes training and stores a checkpoint in the shared stage cache, then dies
     // without a word (kill -9; its stage process dies with it).
     let mut a = worker(&sb, &db, "wa", &["--lease-ttl", "2", "--poll", "0.2"]);
-    let checkpoints = sb.path().join("stage-cache/checkpoints/train");
+    // In the submitting team's namespace of the cache (docs/queue.md).
+    let team = job_json(&sb, &db, &id)["job"]["team"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let checkpoints = sb
+        .path()
+        .join(format!("stage-cache/teams/{team}/checkpoints/train"));
     wait_for(
         "worker A to store a training checkpoint",
         Duration::from_secs(240),
@@ -662,7 +669,9 @@ fn an_s3_outage_while_a_stage_stores_its_output_is_ridden_out_and_the_job_succee
         "{doc:#}\n{}",
         stderr(&out)
     );
-    // Every cacheable stage's output reached the restarted server, marker included.
+    // Every cacheable stage's output reached the restarted server (in the team's namespace),
+    // marker included.
+    let team = doc["job"]["team"].as_str().unwrap();
     let o = Command::new("curl")
         .args([
             "-sf",
@@ -673,7 +682,8 @@ fn an_s3_outage_while_a_stage_stores_its_output_is_ridden_out_and_the_job_succee
     let listing = String::from_utf8_lossy(&o.stdout);
     for stage in ["ingest", "decimate", "tile"] {
         assert!(
-            listing.contains(&format!("cache/{stage}/")) && listing.contains(".kiln-stage.json"),
+            listing.contains(&format!("cache/teams/{team}/{stage}/"))
+                && listing.contains(".kiln-stage.json"),
             "{stage} not in the cache:\n{listing}"
         );
     }
@@ -1127,4 +1137,170 @@ fn chaos_kill_9_an_s3_outage_and_a_database_restart_lose_and_duplicate_no_job() 
         let _ = c.kill();
         let _ = c.wait();
     }
+}
+
+/// The stages of job `id` and their states in `kiln report`, in order.
+fn stage_states(sb: &Sandbox, db: &str, id: &str) -> Vec<(String, String)> {
+    let o = sb.kiln(&["report", id, "--json", "--db", db]);
+    ok(&o);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    report["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["stage"].as_str().unwrap().into(),
+                s["state"].as_str().unwrap().into(),
+            )
+        })
+        .collect()
+}
+
+/// Submit the Avocado mesh job for `team` with output `out`; its id.
+fn submit_avocado(sb: &Sandbox, db: &str, team: &str, out: &str) -> String {
+    let input = "dataset://mesh-khronos-gltf-samples/Avocado/glTF/Avocado.gltf";
+    let job = sb.job(
+        "avocado",
+        &format!("name = \"avocado\"\nkind = \"mesh\"\ninput = \"{input}\"\noutput = \"{out}\"\n"),
+    );
+    let o = sb.kiln(&["submit", job.to_str().unwrap(), "--db", db, "--team", team]);
+    ok(&o);
+    stdout(&o).trim().to_string()
+}
+
+/// Issue 41 (c): the stage cache is scoped per team. Team geo's job, identical to team art's,
+/// shows none of art's stages as `cached` (it pays for its own compute and learns nothing of
+/// art's inputs), and each team's entries sit under `CACHE/teams/<team>/`. With
+/// `--cache-share global` (a trusted single-tenant deployment) one team's work is reused by the
+/// other.
+#[test]
+fn issue_41_another_team_s_identical_job_reuses_nothing_unless_the_cache_is_shared() {
+    let sb = Sandbox::new();
+    let db = sb.path().join("queue.sqlite");
+    let db = db.to_str().unwrap();
+    let computed = |states: Vec<(String, String)>| {
+        states
+            .iter()
+            .filter(|(s, st)| s != "publish" && st == "cached")
+            .count()
+            == 0
+    };
+    let art = submit_avocado(&sb, db, "art", "out/art");
+    finish(worker(&sb, db, "w1", &["--drain", "--poll", "0.2"]));
+    let geo = submit_avocado(&sb, db, "geo", "out/geo");
+    finish(worker(&sb, db, "w2", &["--drain", "--poll", "0.2"]));
+    for id in [&art, &geo] {
+        assert_eq!(job_json(&sb, db, id)["job"]["state"], "succeeded");
+        let states = stage_states(&sb, db, id);
+        assert!(computed(states.clone()), "{id}: {states:?}");
+    }
+    let cache = sb.path().join("stage-cache");
+    assert!(cache.join("teams/art/tile").is_dir());
+    assert!(cache.join("teams/geo/tile").is_dir());
+    assert!(
+        !cache.join("tile").exists(),
+        "an entry outside the teams' namespaces"
+    );
+
+    // Shared on purpose: art's work is reused by geo.
+    let shared = ["--drain", "--poll", "0.2", "--cache-share", "global"];
+    let art = submit_avocado(&sb, db, "art", "out/art-2");
+    finish(worker(&sb, db, "w3", &shared));
+    let geo = submit_avocado(&sb, db, "geo", "out/geo-2");
+    finish(worker(&sb, db, "w4", &shared));
+    assert!(computed(stage_states(&sb, db, &art)));
+    let states = stage_states(&sb, db, &geo);
+    let cached: Vec<&str> = states.iter().map(|(_, st)| st.as_str()).collect();
+    assert_eq!(cached[..3], ["cached", "cached", "cached"], "{states:?}");
+}
+
+/// Issue 41 (b): a stage-cache entry whose tile was rewritten together with a matching
+/// `.kiln-cache.json` is not what the committing worker recorded in the queue database, so the
+/// team's rerun on a fresh worker runs `tile` again (not `cached`), and what it publishes is
+/// byte for byte what the untampered run published.
+#[test]
+fn issue_41_a_tile_rewritten_in_the_cache_with_its_contents_list_is_rebuilt_not_published() {
+    let sb = Sandbox::new();
+    let db = sb.path().join("queue.sqlite");
+    let db = db.to_str().unwrap();
+    let first = submit_avocado(&sb, db, "art", "out/a");
+    finish(worker(&sb, db, "w1", &["--drain", "--poll", "0.2"]));
+    assert_eq!(job_json(&sb, db, &first)["job"]["state"], "succeeded");
+
+    let tiles = sb.path().join("stage-cache/teams/art/tile");
+    let entry = std::fs::read_dir(&tiles)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut poisoned = 0;
+    let mut listed = Vec::new();
+    for f in walk(&entry) {
+        let rel = f
+            .strip_prefix(&entry)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        if rel == ".kiln-cache.json" {
+            continue;
+        }
+        if rel.ends_with(".glb") || rel.ends_with(".png") || rel.ends_with(".jpg") {
+            let mut bytes = std::fs::read(&f).unwrap();
+            let n = bytes.len();
+            bytes[n / 2] ^= 0xff;
+            std::fs::write(&f, &bytes).unwrap();
+            poisoned += 1;
+        }
+        let bytes = std::fs::read(&f).unwrap();
+        let hash = blake3::hash(&bytes).to_hex().to_string();
+        listed.push(serde_json::json!({"path": rel, "bytes": bytes.len(), "blake3": hash}));
+    }
+    assert!(poisoned > 0, "no tile content in {}", entry.display());
+    listed.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
+    std::fs::write(
+        entry.join(".kiln-cache.json"),
+        serde_json::to_vec_pretty(&listed).unwrap(),
+    )
+    .unwrap();
+
+    let second = submit_avocado(&sb, db, "art", "out/b");
+    finish(worker(&sb, db, "w2", &["--drain", "--poll", "0.2"]));
+    let states = stage_states(&sb, db, &second);
+    assert!(
+        states.contains(&("tile".to_string(), "succeeded".to_string())),
+        "{states:?}"
+    );
+    let published = |dir: &str| -> Vec<(String, Vec<u8>)> {
+        let root = sb.path().join(dir);
+        let mut files: Vec<(String, Vec<u8>)> = walk(&root)
+            .into_iter()
+            .map(|f| (f.strip_prefix(&root).unwrap().display().to_string(), f))
+            .filter(|(rel, _)| !rel.starts_with("manifest"))
+            .map(|(rel, f)| (rel, std::fs::read(f).unwrap()))
+            .collect();
+        files.sort();
+        files
+    };
+    let (a, b) = (published("out/a"), published("out/b"));
+    assert!(!a.is_empty());
+    assert!(
+        a == b,
+        "the rerun published other bytes than the untampered run"
+    );
+}
+
+/// Every file under `dir`, recursively.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }

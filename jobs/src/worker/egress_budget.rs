@@ -6,8 +6,10 @@
 //! Projection: `publish` uploads the files of the stages it copies (`train` or `decimate`,
 //! `tile`, `eval`, and `reconstruct`'s `sparse/`, `logs/` and `reconstruct.json`), less hidden
 //! files. Their sizes are read from each stage's entry in the shared stage cache
-//! (`CACHE/<stage>/<key>/.kiln-cache.json`, written by `kiln_pipeline::stage_cache`), which is
-//! exact. When an entry cannot be read, the stage's bytes written in the ledger are used instead:
+//! (`CACHE[/teams/<team>]/<stage>/<key>/.kiln-cache.json`, written by
+//! `kiln_pipeline::stage_cache`), which is exact for an untouched entry; the list is not vouched
+//! for, but it only sizes a projection, and `publish` copies the stage outputs the cache ledger
+//! vouched for. When an entry cannot be read, the stage's bytes written in the ledger are used instead:
 //! an upper bound (it counts the work-folder copy and the cache upload).
 
 use std::path::Path;
@@ -76,7 +78,10 @@ async fn projected_publish_bytes(cfg: &WorkerConfig, c: &Claimed, rows: &[StageR
     {
         let scratch = cfg.work_root.join(&c.job.id).join("publish.budget");
         let from_cache = match &s.stage_key {
-            Some(key) => cached_entry_bytes(&cfg.cache, &s.stage, key, &scratch).await,
+            Some(key) => {
+                let cache = cfg.cache_url_for(&c.job.team);
+                cached_entry_bytes(&cache, &s.stage, key, &scratch).await
+            }
             None => None,
         };
         let _ = std::fs::remove_dir_all(&scratch);

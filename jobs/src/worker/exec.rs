@@ -129,7 +129,9 @@ pub async fn exec_stage(plan: &JobPlan, stage: &str, done: &[DoneStage]) -> Exec
                             "the output of stage `{}` (key {}) is neither in this worker's work directory nor in the stage cache {}; give every worker the same --cache",
                             d.stage,
                             &d.key[..d.key.len().min(12)],
-                            plan.stage_cache.as_deref().unwrap_or("(none)")
+                            plan.stage_cache
+                                .as_ref()
+                                .map_or_else(|| "(none)".into(), |c| c.url())
                         ),
                         retryable: true,
                         infrastructure: false,

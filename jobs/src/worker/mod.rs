@@ -40,6 +40,11 @@ pub struct WorkerConfig {
     pub cpu_slots: usize,
     /// Shared stage cache URL or folder (see `kiln_pipeline::stage_cache`).
     pub cache: String,
+    /// Whose entries a job may reuse: its own team's (the default) or everyone's.
+    pub cache_share: CacheShare,
+    /// The queue database as given (`--db`), for the stage processes: they record and check
+    /// stage-cache entries in its cache ledger ([`crate::cache_ledger`]).
+    pub db: String,
     /// Root of this worker's work directories (`<root>/<job id>/`).
     pub work_root: PathBuf,
     /// How long a claim holds without a heartbeat.
@@ -102,7 +107,68 @@ impl WorkerConfig {
     }
 }
 
+/// Who shares the entries of the stage cache (`kiln worker --cache-share`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheShare {
+    /// Each team has its own namespace, `CACHE/teams/<team>/`: no team reuses, or learns of,
+    /// another team's entries (which would tell it which inputs the other team ran).
+    #[default]
+    Team,
+    /// One namespace for every job (the cache root): for trusted single-tenant deployments,
+    /// where reusing another team's work is wanted.
+    Global,
+}
+
+impl std::str::FromStr for CacheShare {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<CacheShare> {
+        match s {
+            "team" => Ok(CacheShare::Team),
+            "global" => Ok(CacheShare::Global),
+            _ => Err(Error::Field {
+                path: "kiln worker".into(),
+                field: "--cache-share".into(),
+                expected: "`team` (each team its own entries) or `global` (one cache for all)"
+                    .into(),
+                found: format!("`{s}`"),
+            }),
+        }
+    }
+}
+
+impl CacheShare {
+    /// The stage-cache namespace of `team`'s jobs: `teams/<team>` (a name of letters, digits, `-`
+    /// and `_` as it is; any other as `_` and its bytes in hex, so no two teams share a folder
+    /// and none can name a path outside its own), or `None` for [`CacheShare::Global`].
+    #[must_use]
+    pub fn namespace(self, team: &str) -> Option<String> {
+        let plain = !team.is_empty()
+            && !team.starts_with('_')
+            && team
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        match self {
+            CacheShare::Global => None,
+            CacheShare::Team if plain => Some(format!("teams/{team}")),
+            CacheShare::Team => Some(format!(
+                "teams/_{}",
+                team.bytes().map(|b| format!("{b:02x}")).collect::<String>()
+            )),
+        }
+    }
+}
+
 impl WorkerConfig {
+    /// Where `team`'s entries of the stage cache are: the cache root, then its namespace.
+    #[must_use]
+    pub fn cache_url_for(&self, team: &str) -> String {
+        match self.cache_share.namespace(team) {
+            Some(ns) => format!("{}/{ns}", self.cache.trim_end_matches('/')),
+            None => self.cache.clone(),
+        }
+    }
+
     /// `usage` of an attempt on `slot` as charged: on a GPU slot of a worker declared with
     /// `--gpu-slot`, an attempt that held the GPU (`gpu_s > 0`) is recorded at the slot's fraction
     /// (`StageUsage::on_gpu_slot`); anything else unchanged.
@@ -742,6 +808,9 @@ async fn prepare(
         .arg(device)
         .arg("--cache")
         .arg(&cfg.cache)
+        // The database goes by environment, not argument: a PostgreSQL URL may hold a password,
+        // and arguments are visible to every user of the machine.
+        .env("KILN_DB", &cfg.db)
         .arg("--input")
         .arg(&c.job.input)
         .arg("--output")
@@ -752,6 +821,9 @@ async fn prepare(
         .arg(&lease_file)
         .stdin(Stdio::null())
         .kill_on_drop(true);
+    if let Some(ns) = cfg.cache_share.namespace(&c.job.team) {
+        cmd.arg("--cache-namespace").arg(ns);
+    }
     // SAFETY: prctl in the forked child before exec, async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {
@@ -878,6 +950,8 @@ mod tests {
             gpus: 1,
             cpu_slots: 1,
             cache: "/nonexistent".into(),
+            cache_share: CacheShare::Team,
+            db: "/nonexistent/q.sqlite".into(),
             work_root: "/nonexistent".into(),
             lease_ttl: Duration::from_secs(60),
             heartbeat: Duration::from_secs(15),
@@ -889,6 +963,25 @@ mod tests {
             sku: Some(sku.into()),
             catalog,
         }
+    }
+
+    #[test]
+    fn each_team_gets_its_own_cache_folder_unless_the_cache_is_shared() {
+        let team = CacheShare::Team;
+        assert_eq!(team.namespace("art").as_deref(), Some("teams/art"));
+        assert_eq!(team.namespace("geo_2-x").as_deref(), Some("teams/geo_2-x"));
+        // Names that could leave their folder, or collide with an escaped one, are spelled in hex.
+        assert_eq!(team.namespace("../a").as_deref(), Some("teams/_2e2e2f61"));
+        assert_eq!(team.namespace("_61").as_deref(), Some("teams/_5f3631"));
+        assert_eq!(team.namespace("").as_deref(), Some("teams/_"));
+        assert_eq!(CacheShare::Global.namespace("art"), None);
+        let mut cfg = config("H100", None);
+        cfg.cache = "s3://b/cache/".into();
+        assert_eq!(cfg.cache_url_for("art"), "s3://b/cache/teams/art");
+        cfg.cache_share = "global".parse().unwrap();
+        assert_eq!(cfg.cache_url_for("art"), "s3://b/cache/");
+        let e = "everyone".parse::<CacheShare>().unwrap_err().to_string();
+        assert!(e.contains("--cache-share") && e.contains("global"), "{e}");
     }
 
     /// An attempt that held a GPU for one hour on a worker declared `--gpus 1 --gpu-slot 0.5

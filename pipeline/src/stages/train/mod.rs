@@ -1248,6 +1248,98 @@ mod tests {
         assert_eq!(splats_a, splats_c);
     }
 
+    static STOP_TAMPER_TEST: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+
+    fn tamper_test_stop() -> bool {
+        STOP_TAMPER_TEST.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Issue 41: a checkpoint travelling through the shared stage cache, changed there between a
+    /// kill and the resume — its colours repainted (well-formed, so training would accept it) or
+    /// replaced by garbage — is discarded with a warning by the ledger check: training on the
+    /// next worker starts over and ends bit for bit where an uninterrupted run does. The
+    /// untouched checkpoint is resumed.
+    #[tokio::test]
+    async fn a_checkpoint_changed_in_the_stage_cache_is_discarded_and_training_starts_over() {
+        use crate::cache_ledger::{CacheLedger, MemoryLedger};
+        use crate::stage::StageKind;
+        use crate::stage_cache::{CheckpointUploader, StageCache, restore_checkpoint};
+        use std::sync::atomic::Ordering::SeqCst;
+        let p = TrainParams {
+            steps: 30,
+            sh_degree: 1,
+            densify_from: 4,
+            densify_every: 5,
+            init_random_points: 300,
+            checkpoint_every: 7,
+            ..TrainParams::inria(30)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let policy = |worker: &str, stop: fn() -> bool| Checkpointer {
+            path: dir.path().join(worker).join(checkpoint::FILE_NAME),
+            key: "key-1".into(),
+            every: p.checkpoint_every,
+            stop,
+        };
+        let steps_seen = std::cell::Cell::new(0usize);
+        let count = |_: usize, _: usize, _: f64| steps_seen.set(steps_seen.get() + 1);
+        let (straight, _) =
+            train_small_checkpointed(&p, &policy("a", never), &dir.path().join("out-a"), &count)
+                .unwrap();
+
+        // Worker B stops after step 13; its checkpoint reaches the cache and the ledger.
+        let ledger: std::sync::Arc<dyn CacheLedger> = std::sync::Arc::new(MemoryLedger::default());
+        let cache = StageCache::new(dir.path().join("cache").to_str().unwrap(), None, ledger);
+        let cache = cache.unwrap();
+        let b = policy("b", tamper_test_stop);
+        let stop_at_13 = |step: usize, _: usize, _: f64| {
+            if step == 13 {
+                STOP_TAMPER_TEST.store(true, SeqCst);
+            }
+        };
+        let stopped = train_small_checkpointed(&p, &b, &dir.path().join("out-b"), &stop_at_13);
+        STOP_TAMPER_TEST.store(false, SeqCst);
+        assert!(stopped.is_err());
+        let every = std::time::Duration::from_secs(60);
+        let up =
+            CheckpointUploader::spawn(&cache, StageKind::TRAIN, "key-1", b.path.clone(), every);
+        up.unwrap().finish(false).await;
+        let stored = dir
+            .path()
+            .join("cache/checkpoints/train/key-1")
+            .join(checkpoint::FILE_NAME);
+        let good = std::fs::read(&stored).unwrap();
+
+        let mut repainted = checkpoint::read(&b.path).unwrap();
+        repainted.params.groups[4].iter_mut().for_each(|c| *c = 3.0);
+        let magenta = dir.path().join("magenta.ckpt");
+        checkpoint::write(&magenta, &repainted).unwrap();
+        let magenta = std::fs::read(&magenta).unwrap();
+        for (bytes, what) in [(magenta, "repainted"), (b"garbage".to_vec(), "garbage")] {
+            std::fs::write(&stored, &bytes).unwrap();
+            let c = policy(what, never);
+            let fetched = restore_checkpoint(&cache, StageKind::TRAIN, "key-1", &c.path).await;
+            assert!(!fetched.unwrap(), "a {what} checkpoint was taken");
+            steps_seen.set(0);
+            let out = dir.path().join(format!("out-{what}"));
+            let (splats, _) = train_small_checkpointed(&p, &c, &out, &count).unwrap();
+            assert_eq!(steps_seen.get(), 30, "{what}: training did not start over");
+            assert_eq!(splats, straight, "{what}: the result differs");
+        }
+
+        // The checkpoint as worker B recorded it is resumed: 17 steps remain.
+        std::fs::write(&stored, &good).unwrap();
+        let d = policy("d", never);
+        let fetched = restore_checkpoint(&cache, StageKind::TRAIN, "key-1", &d.path).await;
+        assert!(fetched.unwrap());
+        steps_seen.set(0);
+        let (splats, _) =
+            train_small_checkpointed(&p, &d, &dir.path().join("out-d"), &count).unwrap();
+        assert_eq!(steps_seen.get(), 17);
+        assert_eq!(splats, straight);
+    }
+
     static STOP_MCMC_TEST: std::sync::atomic::AtomicBool =
         std::sync::atomic::AtomicBool::new(false);
 
