@@ -211,12 +211,14 @@ async fn finished_earlier(
         // An earlier attempt may have finished here but failed to reach the shared cache.
         if let Some(cache) = &plan.stage_cache {
             use crate::stage_cache::Upload;
-            crate::stage_cache::store(cache, kind, key, &final_dir, Upload::UnlessRecorded).await?;
+            crate::stage_cache::store(cache, kind.name(), key, &final_dir, Upload::UnlessRecorded)
+                .await?;
         }
         return Ok(Some((m.summary, 0)));
     }
     if let Some(cache) = &plan.stage_cache
-        && let Some(bytes) = crate::stage_cache::restore(cache, kind, key, &final_dir).await?
+        && let Some(bytes) =
+            crate::stage_cache::restore(cache, kind.name(), key, &final_dir).await?
         && let Some(m) = read_marker(&final_dir).filter(|m| m.key == key)
     {
         return Ok(Some((m.summary, bytes)));
@@ -304,10 +306,10 @@ async fn travelling_checkpoint(
     key: &str,
     local: PathBuf,
 ) -> Result<crate::stage_cache::CheckpointUploader> {
-    crate::stage_cache::restore_checkpoint(cache, kind, key, &local).await?;
+    crate::stage_cache::restore_checkpoint(cache, kind.name(), key, &local).await?;
     crate::stage_cache::CheckpointUploader::spawn(
         cache,
-        kind,
+        kind.name(),
         key,
         local,
         std::time::Duration::from_secs(2),
@@ -345,7 +347,7 @@ async fn commit_work_dir(
         // Computed because the entry was missing or not trusted: replace whatever is there.
         Some(cache) => {
             use crate::stage_cache::Upload;
-            crate::stage_cache::store(cache, kind, key, &final_dir, Upload::Always).await?
+            crate::stage_cache::store(cache, kind.name(), key, &final_dir, Upload::Always).await?
         }
         None => 0,
     };

@@ -22,7 +22,6 @@ use std::sync::Arc;
 use object_store::ObjectStoreExt;
 
 use crate::cache_ledger::{AttestedFile, CacheLedger};
-use crate::stage::StageKind;
 use crate::storage;
 use crate::{Error, Result};
 
@@ -83,8 +82,8 @@ impl StageCache {
         }
     }
 
-    fn entry(&self, kind: StageKind, key: &str) -> String {
-        self.entry_path(&format!("{}/{key}", kind.name()))
+    fn entry(&self, stage: &str, key: &str) -> String {
+        self.entry_path(&format!("{}/{key}", stage))
     }
 
     fn entry_url(&self, entry: &str) -> String {
@@ -175,7 +174,7 @@ fn short(key: &str) -> &str {
     &key[..key.len().min(12)]
 }
 
-/// Download the entry of (`kind`, `key`) from `cache` into `final_dir` (replacing it) when the
+/// Download the entry of (`stage`, `key`) from `cache` into `final_dir` (replacing it) when the
 /// cache holds a complete one that matches the ledger's record. Returns the bytes read, or
 /// `None` when there is no such entry (none at all, or one ignored with a warning).
 ///
@@ -184,11 +183,11 @@ fn short(key: &str) -> &str {
 /// [`Error::Io`] when the work directory cannot be written.
 pub async fn restore(
     cache: &StageCache,
-    kind: StageKind,
+    stage: &str,
     key: &str,
     final_dir: &Path,
 ) -> Result<Option<u64>> {
-    let entry = cache.entry(kind, key);
+    let entry = cache.entry(stage, key);
     let url = cache.entry_url(&entry);
     let store = storage::open(&url)?;
     match store.store.head(&store.child(MARKER)).await {
@@ -197,7 +196,7 @@ pub async fn restore(
         Err(source) => return Err(Error::Storage { url, source }),
     }
     let ignored = |why: &str| {
-        tracing::warn!(stage = %kind, key = short(key), cache = %cache.url(), "stage cache entry ignored, the stage runs again: {why}");
+        tracing::warn!(stage, key = short(key), cache = %cache.url(), "stage cache entry ignored, the stage runs again: {why}");
     };
     // Asked before downloading: an entry nobody vouches for is not worth its transfer.
     let attested = match cache.attested(&entry).await {
@@ -222,7 +221,7 @@ pub async fn restore(
         std::fs::remove_dir_all(final_dir).map_err(|e| Error::io(final_dir, e))?;
     }
     std::fs::rename(&tmp, final_dir).map_err(|e| Error::io(final_dir, e))?;
-    tracing::info!(stage = %kind, key = short(key), bytes = fetched.bytes, cache = %cache.url(), "stage cache hit: restored");
+    tracing::info!(stage, key = short(key), bytes = fetched.bytes, cache = %cache.url(), "stage cache hit: restored");
     Ok(Some(fetched.bytes))
 }
 
@@ -238,7 +237,7 @@ pub enum Upload {
 }
 
 /// Upload the finished stage output `final_dir` (holding its marker) as the entry of
-/// (`kind`, `key`) in `cache`, marker last, then record its files in the ledger. Returns the
+/// (`stage`, `key`) in `cache`, marker last, then record its files in the ledger. Returns the
 /// bytes written (0 when `upload` let a recorded entry stand).
 ///
 /// The record is made from the local files this worker hashed, not from the store, so a copy
@@ -248,12 +247,12 @@ pub enum Upload {
 /// [`Error::Storage`] when the cache cannot be written; [`Error::Io`] when a file cannot be read.
 pub async fn store(
     cache: &StageCache,
-    kind: StageKind,
+    stage: &str,
     key: &str,
     final_dir: &Path,
     upload: Upload,
 ) -> Result<u64> {
-    let entry = cache.entry(kind, key);
+    let entry = cache.entry(stage, key);
     let store = storage::open(&cache.entry_url(&entry))?;
     let files = list_files(final_dir)?;
     if upload == Upload::UnlessRecorded
@@ -270,16 +269,16 @@ pub async fn store(
     bytes += store.put_bytes(CONTENTS, contents).await?;
     bytes += store.put_file(&final_dir.join(MARKER), MARKER).await?;
     cache.record(&entry, &files).await;
-    tracing::info!(stage = %kind, key = short(key), bytes, cache = %cache.url(), "stage output stored in the cache");
+    tracing::info!(stage, key = short(key), bytes, cache = %cache.url(), "stage output stored in the cache");
     Ok(bytes)
 }
 
 /// A stage's travelling checkpoints' folder below the root: `[NAMESPACE/]checkpoints/<stage>/<key>`.
-fn checkpoint_dir(cache: &StageCache, kind: StageKind, key: &str) -> String {
-    cache.entry_path(&format!("checkpoints/{}/{key}", kind.name()))
+fn checkpoint_dir(cache: &StageCache, stage: &str, key: &str) -> String {
+    cache.entry_path(&format!("checkpoints/{}/{key}", stage))
 }
 
-/// Fetch the checkpoint another worker stored for (`kind`, `key`) to `local`, unless a local
+/// Fetch the checkpoint another worker stored for (`stage`, `key`) to `local`, unless a local
 /// checkpoint exists already. A stored checkpoint whose bytes the ledger does not record (none,
 /// or other bytes: changed in the store) is discarded with a warning, and the stage starts
 /// over. Returns whether one was fetched.
@@ -289,7 +288,7 @@ fn checkpoint_dir(cache: &StageCache, kind: StageKind, key: &str) -> String {
 /// [`Error::Io`] when `local` cannot be written.
 pub async fn restore_checkpoint(
     cache: &StageCache,
-    kind: StageKind,
+    stage: &str,
     key: &str,
     local: &Path,
 ) -> Result<bool> {
@@ -299,7 +298,7 @@ pub async fn restore_checkpoint(
     let Some(name) = local.file_name().map(|n| n.to_string_lossy().into_owned()) else {
         return Ok(false);
     };
-    let dir = checkpoint_dir(cache, kind, key);
+    let dir = checkpoint_dir(cache, stage, key);
     let entry = format!("{dir}/{name}");
     let url = cache.entry_url(&dir);
     let store = storage::open(&url)?;
@@ -320,11 +319,11 @@ pub async fn restore_checkpoint(
         Err(why) => Some(why),
     };
     if let Some(why) = why {
-        tracing::warn!(stage = %kind, key = short(key), cache = %cache.url(), "checkpoint in the stage cache discarded, the stage starts over: {why}");
+        tracing::warn!(stage, key = short(key), cache = %cache.url(), "checkpoint in the stage cache discarded, the stage starts over: {why}");
         return Ok(false);
     }
     kiln_formats::atomic_write::write_atomic(local, &bytes)?;
-    tracing::info!(stage = %kind, key = short(key), bytes = bytes.len(), cache = %cache.url(), "checkpoint restored from the stage cache");
+    tracing::info!(stage, key = short(key), bytes = bytes.len(), cache = %cache.url(), "checkpoint restored from the stage cache");
     Ok(true)
 }
 
@@ -344,12 +343,12 @@ impl CheckpointUploader {
     /// Watch `local` every `every` and upload each new version (one atomic object write).
     pub fn spawn(
         cache: &StageCache,
-        kind: StageKind,
+        stage: &str,
         key: &str,
         local: std::path::PathBuf,
         every: std::time::Duration,
     ) -> Result<CheckpointUploader> {
-        let dir = checkpoint_dir(cache, kind, key);
+        let dir = checkpoint_dir(cache, stage, key);
         let store = storage::open(&cache.entry_url(&dir))?;
         let name = local
             .file_name()
@@ -357,6 +356,7 @@ impl CheckpointUploader {
             .unwrap_or_default();
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let (task_cache, entry, object) = (cache.clone(), format!("{dir}/{name}"), name.clone());
+        let stage = stage.to_owned();
         let task = tokio::spawn(async move {
             let mut uploaded = None;
             let mut previous = None;
@@ -374,11 +374,11 @@ impl CheckpointUploader {
                         Ok((bytes, record)) => {
                             previous = Some(record);
                             uploaded = modified;
-                            tracing::info!(stage = %kind, bytes, "checkpoint stored in the stage cache");
+                            tracing::info!(stage = %stage, bytes, "checkpoint stored in the stage cache");
                         }
                         // The next change (or the next stage attempt) tries again.
                         Err(e) => {
-                            tracing::warn!(stage = %kind, "checkpoint not stored in the stage cache: {e}")
+                            tracing::warn!(stage = %stage, "checkpoint not stored in the stage cache: {e}")
                         }
                     }
                 }
@@ -458,11 +458,8 @@ mod tests {
         std::fs::write(out.join(MARKER), b"{\"key\":\"k1\",\"summary\":{}}").unwrap();
 
         let key = "a".repeat(64);
-        assert_eq!(
-            restore(&cache, StageKind::TILE, &key, &out).await.unwrap(),
-            None
-        );
-        let written = store(&cache, StageKind::TILE, &key, &out, Upload::Always)
+        assert_eq!(restore(&cache, "tile", &key, &out).await.unwrap(), None);
+        let written = store(&cache, "tile", &key, &out, Upload::Always)
             .await
             .unwrap();
         // 9 bytes of GLB, the 25-byte marker and the contents list.
@@ -471,15 +468,13 @@ mod tests {
             .len();
         assert_eq!(written, 9 + 25 + contents);
         // Storing a recorded entry again is a no-op unless asked to replace it.
-        let again = store(&cache, StageKind::TILE, &key, &out, Upload::UnlessRecorded);
+        let again = store(&cache, "tile", &key, &out, Upload::UnlessRecorded);
         assert_eq!(again.await.unwrap(), 0);
 
         let other = d.path().join("other/tile");
         std::fs::create_dir_all(&other).unwrap();
         std::fs::write(other.join("stale"), b"x").unwrap();
-        let read = restore(&cache, StageKind::TILE, &key, &other)
-            .await
-            .unwrap();
+        let read = restore(&cache, "tile", &key, &other).await.unwrap();
         assert_eq!(read, Some(34 + contents));
         assert!(
             !other.join(CONTENTS).exists(),
@@ -496,7 +491,7 @@ mod tests {
         std::fs::create_dir_all(&half).unwrap();
         std::fs::write(format!("{half}/part"), b"x").unwrap();
         assert_eq!(
-            restore(&cache, StageKind::TILE, &"b".repeat(64), &other)
+            restore(&cache, "tile", &"b".repeat(64), &other)
                 .await
                 .unwrap(),
             None
@@ -512,7 +507,7 @@ mod tests {
         std::fs::write(out.join("tiles/0.glb"), b"good tile").unwrap();
         std::fs::write(out.join(MARKER), b"{}").unwrap();
         let key = "c".repeat(64);
-        store(&cache, StageKind::TILE, &key, &out, Upload::Always)
+        store(&cache, "tile", &key, &out, Upload::Always)
             .await
             .unwrap();
         let entry = format!("{}/tile/{key}", cache.url());
@@ -523,18 +518,16 @@ mod tests {
             let forged = serde_json::to_vec(&list_files(Path::new(&entry)).unwrap()).unwrap();
             std::fs::write(format!("{entry}/{CONTENTS}"), forged).unwrap();
             assert_eq!(
-                restore(&cache, StageKind::TILE, &key, &restored)
-                    .await
-                    .unwrap(),
+                restore(&cache, "tile", &key, &restored).await.unwrap(),
                 None,
                 "a {what} file was accepted"
             );
             assert!(!restored.exists());
             // A recorded entry is left alone when only checked for...
-            let kept = store(&cache, StageKind::TILE, &key, &out, Upload::UnlessRecorded);
+            let kept = store(&cache, "tile", &key, &out, Upload::UnlessRecorded);
             assert_eq!(kept.await.unwrap(), 0);
             // ...but the rebuild that follows a refused entry replaces it.
-            store(&cache, StageKind::TILE, &key, &out, Upload::Always)
+            store(&cache, "tile", &key, &out, Upload::Always)
                 .await
                 .unwrap();
             let _ = std::fs::remove_file(format!("{entry}/tiles/extra.glb"));
@@ -545,7 +538,7 @@ mod tests {
         }
         // As committed, it restores.
         assert!(
-            restore(&cache, StageKind::TILE, &key, &restored)
+            restore(&cache, "tile", &key, &restored)
                 .await
                 .unwrap()
                 .is_some()
@@ -567,15 +560,15 @@ mod tests {
         let key = "f".repeat(64);
         // Written with another ledger: complete in the store, unknown to this one.
         let writer = cache_at(&root, None);
-        store(&writer, StageKind::TILE, &key, &out, Upload::Always)
+        store(&writer, "tile", &key, &out, Upload::Always)
             .await
             .unwrap();
         let reader = cache_at(&root, None);
         let restored = d.path().join("restored/tile");
-        let got = restore(&reader, StageKind::TILE, &key, &restored);
+        let got = restore(&reader, "tile", &key, &restored);
         assert_eq!(got.await.unwrap(), None);
         assert!(
-            restore(&writer, StageKind::TILE, &key, &restored)
+            restore(&writer, "tile", &key, &restored)
                 .await
                 .unwrap()
                 .is_some()
@@ -594,7 +587,7 @@ mod tests {
         std::fs::create_dir_all(&out).unwrap();
         std::fs::write(out.join(MARKER), b"{}").unwrap();
         let key = "9".repeat(64);
-        store(&art, StageKind::TILE, &key, &out, Upload::Always)
+        store(&art, "tile", &key, &out, Upload::Always)
             .await
             .unwrap();
         assert!(
@@ -604,10 +597,10 @@ mod tests {
                 .is_file()
         );
         let restored = d.path().join("restored/tile");
-        let got = restore(&geo, StageKind::TILE, &key, &restored);
+        let got = restore(&geo, "tile", &key, &restored);
         assert_eq!(got.await.unwrap(), None);
         assert!(
-            restore(&art, StageKind::TILE, &key, &restored)
+            restore(&art, "tile", &key, &restored)
                 .await
                 .unwrap()
                 .is_some()
@@ -642,7 +635,7 @@ mod tests {
         std::fs::create_dir_all(on_a.parent().unwrap()).unwrap();
         let up = CheckpointUploader::spawn(
             &cache,
-            StageKind::TRAIN,
+            "train",
             &key,
             on_a.clone(),
             std::time::Duration::from_millis(20),
@@ -667,27 +660,27 @@ mod tests {
         let on_b = d.path().join("b/train.ckpt");
         std::fs::create_dir_all(on_b.parent().unwrap()).unwrap();
         assert!(
-            restore_checkpoint(&cache, StageKind::TRAIN, &key, &on_b)
+            restore_checkpoint(&cache, "train", &key, &on_b)
                 .await
                 .unwrap()
         );
         assert_eq!(std::fs::read(&on_b).unwrap(), b"step 120");
         // A local checkpoint wins; another key has none.
         assert!(
-            !restore_checkpoint(&cache, StageKind::TRAIN, &key, &on_b)
+            !restore_checkpoint(&cache, "train", &key, &on_b)
                 .await
                 .unwrap()
         );
         let on_c = d.path().join("b/other.ckpt");
         assert!(
-            !restore_checkpoint(&cache, StageKind::TRAIN, &"e".repeat(64), &on_c)
+            !restore_checkpoint(&cache, "train", &"e".repeat(64), &on_c)
                 .await
                 .unwrap()
         );
         // B finishes the stage: the stored checkpoint is removed.
         let up = CheckpointUploader::spawn(
             &cache,
-            StageKind::TRAIN,
+            "train",
             &key,
             on_b,
             std::time::Duration::from_millis(20),
@@ -708,7 +701,7 @@ mod tests {
         std::fs::write(&on_a, b"step 50, colours green").unwrap();
         let up = CheckpointUploader::spawn(
             &cache,
-            StageKind::TRAIN,
+            "train",
             &key,
             on_a,
             std::time::Duration::from_secs(60),
@@ -720,15 +713,15 @@ mod tests {
         std::fs::write(&stored, b"step 50, colours magenta").unwrap();
         let on_b = d.path().join("b/train.ckpt");
         std::fs::create_dir_all(on_b.parent().unwrap()).unwrap();
-        let got = restore_checkpoint(&cache, StageKind::TRAIN, &key, &on_b);
+        let got = restore_checkpoint(&cache, "train", &key, &on_b);
         assert!(!got.await.unwrap());
         assert!(!on_b.exists(), "a discarded checkpoint is not written");
         // Put back as recorded, it is taken; a reader with no record of it discards it.
         std::fs::write(&stored, b"step 50, colours green").unwrap();
         let stranger = cache_at(&root, None);
-        let got = restore_checkpoint(&stranger, StageKind::TRAIN, &key, &on_b);
+        let got = restore_checkpoint(&stranger, "train", &key, &on_b);
         assert!(!got.await.unwrap());
-        let got = restore_checkpoint(&cache, StageKind::TRAIN, &key, &on_b);
+        let got = restore_checkpoint(&cache, "train", &key, &on_b);
         assert!(got.await.unwrap());
     }
 }

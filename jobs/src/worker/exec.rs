@@ -117,7 +117,7 @@ pub async fn exec_stage(plan: &JobPlan, stage: &str, done: &[DoneStage]) -> Exec
         if n.stage.keep() == Keep::WorkDir && local_key.as_deref() != Some(d.key.as_str()) {
             let restored = match &plan.stage_cache {
                 Some(cache) => {
-                    kiln_pipeline::stage_cache::restore(cache, n.kind, &d.key, &dir).await
+                    kiln_pipeline::stage_cache::restore(cache, n.kind.name(), &d.key, &dir).await
                 }
                 None => Ok(None),
             };

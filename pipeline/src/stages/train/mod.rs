@@ -1263,7 +1263,6 @@ mod tests {
     #[tokio::test]
     async fn a_checkpoint_changed_in_the_stage_cache_is_discarded_and_training_starts_over() {
         use crate::cache_ledger::{CacheLedger, MemoryLedger};
-        use crate::stage::StageKind;
         use crate::stage_cache::{CheckpointUploader, StageCache, restore_checkpoint};
         use std::sync::atomic::Ordering::SeqCst;
         let p = TrainParams {
@@ -1302,8 +1301,7 @@ mod tests {
         STOP_TAMPER_TEST.store(false, SeqCst);
         assert!(stopped.is_err());
         let every = std::time::Duration::from_secs(60);
-        let up =
-            CheckpointUploader::spawn(&cache, StageKind::TRAIN, "key-1", b.path.clone(), every);
+        let up = CheckpointUploader::spawn(&cache, "train", "key-1", b.path.clone(), every);
         up.unwrap().finish(false).await;
         let stored = dir
             .path()
@@ -1319,7 +1317,7 @@ mod tests {
         for (bytes, what) in [(magenta, "repainted"), (b"garbage".to_vec(), "garbage")] {
             std::fs::write(&stored, &bytes).unwrap();
             let c = policy(what, never);
-            let fetched = restore_checkpoint(&cache, StageKind::TRAIN, "key-1", &c.path).await;
+            let fetched = restore_checkpoint(&cache, "train", "key-1", &c.path).await;
             assert!(!fetched.unwrap(), "a {what} checkpoint was taken");
             steps_seen.set(0);
             let out = dir.path().join(format!("out-{what}"));
@@ -1331,7 +1329,7 @@ mod tests {
         // The checkpoint as worker B recorded it is resumed: 17 steps remain.
         std::fs::write(&stored, &good).unwrap();
         let d = policy("d", never);
-        let fetched = restore_checkpoint(&cache, StageKind::TRAIN, "key-1", &d.path).await;
+        let fetched = restore_checkpoint(&cache, "train", "key-1", &d.path).await;
         assert!(fetched.unwrap());
         steps_seen.set(0);
         let (splats, _) =
