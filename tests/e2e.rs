@@ -13,6 +13,7 @@ mod e2e {
     pub mod mesh;
     pub mod mesh_browser;
     pub mod mesh_frames;
+    pub mod publish_fence;
     pub mod queue;
     pub mod reconstruct;
     pub mod regress;

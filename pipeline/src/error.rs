@@ -53,11 +53,9 @@ pub enum Error {
         step: usize,
         problem: String,
     },
-    /// A queue attempt lost its lease (or a later attempt committed first): it stopped before
-    /// changing committed output.
-    #[error(
-        "fenced: attempt with token {token} may no longer write: {problem}; nothing committed was changed"
-    )]
+    /// A queue attempt lost its lease, or the store refused its write because a later attempt
+    /// wrote the output first: it stopped. `problem` says why and what the attempt had changed.
+    #[error("fenced: attempt with token {token} may no longer write: {problem}")]
     Fenced { token: i64, problem: String },
     /// Stopped by SIGINT/SIGTERM ([`crate::interrupt`]): `at` says where (e.g. "after step 51",
     /// "before it started"), `resume` how to go on (the checkpoint written, or what is kept).

@@ -10,11 +10,25 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures::TryStreamExt;
-use object_store::aws::AmazonS3Builder;
+use object_store::ClientConfigKey;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutPayload};
+
+/// The version of one object a store reports (ETag and, where kept, a version id): what a
+/// conditional write names.
+pub use object_store::UpdateVersion;
+
+/// The outcome of [`Store::put_if`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Conditional {
+    /// Written; the object's new version.
+    Written(UpdateVersion),
+    /// The store refused: the object was not at the expected version.
+    Refused,
+}
 
 use crate::location::Location;
 use crate::{Error, Result};
@@ -40,7 +54,21 @@ pub struct Store {
 /// [`Error::Param`] for a location [`Location::parse`] refuses or a dataset that is not on this
 /// machine; [`Error::Storage`] when the S3 builder rejects its configuration.
 pub fn open(location: &str) -> Result<Store> {
-    open_with_retry(location, object_store::RetryConfig::default())
+    open_with_retry(location, object_store::RetryConfig::default(), None)
+}
+
+/// [`open`] with every S3 request, and its retries together, given up after `cap` (a fenced
+/// publish passes a fifth of its lease TTL, so no request of an attempt outlives its lease by
+/// more than that). Local and memory stores are the same as [`open`].
+///
+/// # Errors
+/// As [`open`].
+pub fn open_capped(location: &str, cap: std::time::Duration) -> Result<Store> {
+    let retry = object_store::RetryConfig {
+        retry_timeout: cap,
+        ..object_store::RetryConfig::default()
+    };
+    open_with_retry(location, retry, Some(cap))
 }
 
 /// [`open`] for a reachability check: an S3 request gives up after about
@@ -56,13 +84,17 @@ pub fn open_for_probe(location: &str) -> Result<Store> {
         retry_timeout: PROBE_PATIENCE,
         ..object_store::RetryConfig::default()
     };
-    open_with_retry(location, retry)
+    open_with_retry(location, retry, None)
 }
 
 /// How long one probe request of [`open_for_probe`] keeps retrying.
 pub const PROBE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 
-fn open_with_retry(location: &str, retry: object_store::RetryConfig) -> Result<Store> {
+fn open_with_retry(
+    location: &str,
+    retry: object_store::RetryConfig,
+    request_timeout: Option<std::time::Duration>,
+) -> Result<Store> {
     let bad = |problem: String| Error::Param {
         stage: "storage",
         field: "url".into(),
@@ -74,14 +106,27 @@ fn open_with_retry(location: &str, retry: object_store::RetryConfig) -> Result<S
         .map_err(|e| bad(e.to_string()))?;
     let fs_path = match parsed {
         Location::S3 { bucket, key } => {
-            let store = AmazonS3Builder::from_env()
+            let mut builder = AmazonS3Builder::from_env()
                 .with_bucket_name(&bucket)
                 .with_retry(retry)
-                .build()
-                .map_err(|source| Error::Storage {
-                    url: location.into(),
-                    source,
-                })?;
+                // If-Match / If-None-Match writes: publish's commit is decided by the store
+                // (S3, SeaweedFS and MinIO honour them).
+                .with_conditional_put(S3ConditionalPut::ETagMatch);
+            if let Some(cap) = request_timeout {
+                // Set as config keys, not `with_client_options`, which would drop the options
+                // `from_env` read (AWS_ALLOW_HTTP among them).
+                let ms = format!("{}ms", cap.as_millis().max(1));
+                builder = builder
+                    .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), &ms)
+                    .with_config(
+                        AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout),
+                        &ms,
+                    );
+            }
+            let store = builder.build().map_err(|source| Error::Storage {
+                url: location.into(),
+                source,
+            })?;
             return Ok(Store {
                 store: Arc::new(store),
                 prefix: ObjectPath::from(key),
@@ -236,6 +281,117 @@ impl Store {
             .await
             .map_err(|e| self.storage_err(e))?;
         Ok(n)
+    }
+
+    /// The version of `relative` now, `None` when there is no such object.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] for any failure but a missing object.
+    pub async fn version(&self, relative: &str) -> Result<Option<UpdateVersion>> {
+        match self.store.head(&self.child(relative)).await {
+            Ok(meta) => Ok(Some(UpdateVersion {
+                e_tag: meta.e_tag,
+                version: meta.version,
+            })),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.storage_err(e)),
+        }
+    }
+
+    /// The version of every object under the prefix, by its path relative to the prefix (one
+    /// listing).
+    ///
+    /// # Errors
+    /// [`Error::Storage`] when the listing fails.
+    pub async fn versions(&self) -> Result<std::collections::HashMap<String, UpdateVersion>> {
+        let metas: Vec<_> = self
+            .store
+            .list(Some(&self.prefix))
+            .try_collect()
+            .await
+            .map_err(|e| self.storage_err(e))?;
+        Ok(metas
+            .into_iter()
+            .filter_map(|m| {
+                let rel = m.location.prefix_match(&self.prefix)?;
+                let rel = rel
+                    .map(|p| p.as_ref().to_string())
+                    .collect::<Vec<_>>()
+                    .join("/");
+                Some((
+                    rel,
+                    UpdateVersion {
+                        e_tag: m.e_tag,
+                        version: m.version,
+                    },
+                ))
+            })
+            .collect())
+    }
+
+    /// Write `bytes` to `relative` only if the object is still at `expect` (`None`: only if
+    /// there is none), decided by the store: S3 `If-Match` / `If-None-Match`, the in-memory
+    /// store's own check. A local filesystem has no such request, so the check and the write
+    /// run under an exclusive `flock` of the store's folder, which every Kiln writer takes.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] when the write fails for any other reason.
+    pub async fn put_if(
+        &self,
+        relative: &str,
+        bytes: Vec<u8>,
+        expect: Option<&UpdateVersion>,
+    ) -> Result<Conditional> {
+        if let Some(root) = &self.local {
+            return self.put_if_locked(root, relative, bytes, expect).await;
+        }
+        let mode = match expect {
+            Some(v) => PutMode::Update(v.clone()),
+            None => PutMode::Create,
+        };
+        let put = self
+            .store
+            .put_opts(&self.child(relative), PutPayload::from(bytes), mode.into())
+            .await;
+        match put {
+            Ok(r) => Ok(Conditional::Written(r.into())),
+            Err(
+                object_store::Error::Precondition { .. }
+                | object_store::Error::AlreadyExists { .. },
+            ) => Ok(Conditional::Refused),
+            Err(e) => Err(self.storage_err(e)),
+        }
+    }
+
+    async fn put_if_locked(
+        &self,
+        root: &Path,
+        relative: &str,
+        bytes: Vec<u8>,
+        expect: Option<&UpdateVersion>,
+    ) -> Result<Conditional> {
+        std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+        let dir = root.to_path_buf();
+        // Taken on a blocking thread: another writer in this process may hold it across an
+        // await, and must be able to finish.
+        let _lock = tokio::task::spawn_blocking(move || {
+            let f = std::fs::File::open(&dir)?;
+            f.lock()?;
+            Ok::<_, std::io::Error>(f)
+        })
+        .await
+        .map_err(|e| Error::io(root, std::io::Error::other(e)))?
+        .map_err(|e| Error::io(root, e))?;
+        let now = self.version(relative).await?;
+        if now.as_ref().map(|v| &v.e_tag) != expect.map(|v| &v.e_tag) {
+            return Ok(Conditional::Refused);
+        }
+        let r = self
+            .store
+            .put(&self.child(relative), PutPayload::from(bytes))
+            .await
+            .map_err(|e| self.storage_err(e))?;
+        Ok(Conditional::Written(r.into()))
     }
 
     /// Move `from` to `to` (both relative to the prefix): a rename on local disks, copy + delete on S3.

@@ -36,7 +36,7 @@ pub fn fresh_postgres() -> Option<String> {
     Some(format!("{base}/{name}"))
 }
 
-fn worker(sb: &Sandbox, db: &str, work: &str, extra: &[&str]) -> Child {
+pub fn worker(sb: &Sandbox, db: &str, work: &str, extra: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["worker", "--db", db, "--work-dir", work])
         .args(extra)
@@ -49,7 +49,7 @@ fn worker(sb: &Sandbox, db: &str, work: &str, extra: &[&str]) -> Child {
         .expect("start kiln worker")
 }
 
-fn job_json(sb: &Sandbox, db: &str, id: &str) -> serde_json::Value {
+pub fn job_json(sb: &Sandbox, db: &str, id: &str) -> serde_json::Value {
     let o = sb.kiln(&["jobs", id, "--json", "--db", db]);
     ok(&o);
     serde_json::from_str(&stdout(&o)).unwrap()
@@ -65,7 +65,7 @@ fn stage_state(doc: &serde_json::Value, stage: &str) -> String {
         .unwrap_or_default()
 }
 
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+pub fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let t = Instant::now();
     while !f() {
         assert!(t.elapsed() < timeout, "timed out waiting for {what}");
@@ -73,7 +73,7 @@ fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-fn finish(child: Child) -> std::process::Output {
+pub fn finish(child: Child) -> std::process::Output {
     let o = child.wait_with_output().unwrap();
     ok(&o);
     o
@@ -504,7 +504,7 @@ fn kiln_why_names_the_parameter_that_made_a_stage_run_again() {
 
 /// The real S3 server the outage tests start and stop themselves: `.ci/s3-server.sh PORT DIR`
 /// (SeaweedFS; `.ci/run` installs it and sets `KILN_TEST_S3_SERVER`).
-fn s3_server() -> Option<String> {
+pub fn s3_server() -> Option<String> {
     match std::env::var("KILN_TEST_S3_SERVER") {
         Ok(p) => Some(p),
         Err(_) if std::env::var_os("CI").is_some() => {
@@ -520,7 +520,7 @@ fn s3_server() -> Option<String> {
 /// A free port whose next 7 are free too (the S3 server derives its other ports from it), below
 /// Linux's ephemeral range (32768 and up): clients retrying during an outage take ephemeral
 /// ports, and one of them could otherwise sit on a port the restarted server needs.
-fn free_port_block() -> u16 {
+pub fn free_port_block() -> u16 {
     // Tests of one process run side by side: each call starts from its own block, so two tests
     // never both find the same block free before either server has bound it.
     static CALLS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
@@ -534,7 +534,7 @@ fn free_port_block() -> u16 {
 
 /// Start the S3 server on `port` keeping its data in `dir` (a restart with the same `dir` keeps
 /// what was stored, as a real server does); returns once it answers.
-fn start_s3(script: &str, port: u16, dir: &Path) -> Child {
+pub fn start_s3(script: &str, port: u16, dir: &Path) -> Child {
     let log_path = dir.with_extension(format!("{port}.log"));
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -570,7 +570,7 @@ fn start_s3(script: &str, port: u16, dir: &Path) -> Child {
 }
 
 /// The environment that points a kiln process at the test S3 server on `port`.
-fn s3_env(port: u16) -> [(&'static str, String); 5] {
+pub fn s3_env(port: u16) -> [(&'static str, String); 5] {
     [
         ("AWS_ENDPOINT", format!("http://127.0.0.1:{port}")),
         ("AWS_ALLOW_HTTP", "true".into()),
@@ -582,7 +582,7 @@ fn s3_env(port: u16) -> [(&'static str, String); 5] {
 
 /// Create `bucket` (already there is fine: a restarted server keeps its buckets). Retried while
 /// the server's storage finishes starting.
-fn create_bucket(port: u16, bucket: &str) {
+pub fn create_bucket(port: u16, bucket: &str) {
     let url = format!("http://127.0.0.1:{port}/{bucket}");
     let mut last = String::new();
     for _ in 0..120 {

@@ -176,7 +176,9 @@ impl Queue {
         }))
     }
 
-    /// Extend `lease` by `ttl` from now.
+    /// Extend `lease` by `ttl` from now. A heartbeat of a lease no longer held (expired, or taken
+    /// by another worker) changes nothing and records the attempt `rejected`, as a stale commit
+    /// would: its worker stops the stage process.
     ///
     /// # Errors
     /// [`Error::Ledger`].
@@ -195,6 +197,7 @@ impl Queue {
         .await
         .map_err(self.db.err())?;
         if done.rows_affected() == 0 {
+            let _ = self.reject(lease, "heartbeat").await;
             return Ok(Heartbeat::Lost);
         }
         let cancel: i64 =

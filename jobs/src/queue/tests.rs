@@ -189,9 +189,11 @@ async fn an_expired_lease_is_reclaimed_and_the_stale_worker_cannot_commit() {
             .into_iter()
             .map(|a| (a.token, a.state))
             .collect();
+        // Attempt 1's heartbeat came after its lease ran out: refused, so recorded `rejected`
+        // (before anyone reclaimed the stage, which would have closed it `lost`).
         assert_eq!(
             states,
-            [(1, "lost".to_string()), (2, "succeeded".to_string())]
+            [(1, "rejected".to_string()), (2, "succeeded".to_string())]
         );
         let kinds: Vec<String> = q
             .events("j", 0)

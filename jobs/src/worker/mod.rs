@@ -726,6 +726,7 @@ fn renew_lease_file(
     kiln_pipeline::stages::publish::LeaseFile {
         token: lease.token,
         valid_until_ms: from_ms + (ttl.as_millis() as u64) * 3 / 4,
+        ttl_ms: Some(ttl.as_millis() as u64),
     }
     .write(path)
     .map_err(|e| Error::Io {

@@ -1,18 +1,32 @@
-//! `publish`: copy a job's outputs to the output URL so that no reader sees a half-published set,
-//! and so that an attempt that lost its lease can never damage what another attempt committed.
+//! `publish`: copy a job's outputs to the output URL so that no reader takes a half-published set
+//! for a committed one, and so that an attempt that lost its lease can never damage what another
+//! attempt committed — decided by the store, not by timing.
 //!
-//! Protocol: (1) upload every file under the attempt's own `.staging-<job id>-<fencing token>/`
-//! (staging prefixes that dead attempts of the same job left are removed first); (2) delete the
-//! old `manifest.json` (readers treat a folder without a manifest as in flux); (3) rename each
-//! staged file to its final name; (4) write `manifest.json` last — its presence commits the set,
-//! and it records the fencing token. Each single object write is atomic in every `object_store`
-//! backend. A failure before (4) leaves no manifest and removes the attempt's staging prefix.
+//! Protocol. Every write to a name readers see is conditional on the version this attempt saw
+//! (S3 `If-Match` / `If-None-Match`; see [`storage::Store::put_if`]), so when two attempts race,
+//! the store lets exactly one write land and refuses the other:
+//! 1. read `manifest.json` and its version; a manifest of the same job committed by a later
+//!    attempt (a higher fencing token) ends this attempt;
+//! 2. **claim**: replace it, conditional on that version, by a marker (`"publishing": true`, this
+//!    attempt's token, the previous manifest's file list) — readers treat a marker as no manifest
+//!    (the folder is in flux), and the next claimer inherits the list of files to clean up;
+//! 3. write each file to its final name, conditional on the version the name had just after the
+//!    claim;
+//! 4. **commit**: replace the marker, conditional on the claim's version, by the manifest;
+//! 5. remove the files the previous manifest listed and this one does not.
 //!
-//! **Fencing.** Under a queue worker every step from (2) on first checks the attempt's [`Fence`]:
-//! the lease file the worker rewrites after each accepted heartbeat must still be in date, and no
-//! manifest committed by a later attempt of the same job (a higher token) may be in place. An
-//! attempt paused past its lease (or cut off from the database) therefore stops before touching
-//! committed files; the worker records it `rejected`. Local `kiln run` has no fence.
+//! An attempt whose lease ran out, or whose claim another attempt replaced, finds its next
+//! conditional write refused however late it arrives (a request held in the network included),
+//! and stops with [`Error::Fenced`] saying what it had changed; the worker records it `rejected`.
+//! Under a queue worker the attempt also checks its [`Fence`] (the lease file kept in date after
+//! each accepted heartbeat) before each write, and its requests give up after a fifth of the
+//! lease TTL ([`storage::open_capped`]). Local `kiln run` has no fence but the same conditional
+//! writes, so two runs publishing to one folder cannot interleave their files either.
+//!
+//! What the store cannot decide: object stores have no conditional delete in `object_store`, so
+//! step 5's deletes are unconditional. They only name files the previous manifest had and this
+//! one does not, after this attempt's commit landed; a delete held in the network past a later
+//! attempt's publish that *adds* that same name back could remove it.
 
 mod stage;
 pub use stage::{Publish, PublishSummary};
@@ -57,6 +71,10 @@ pub struct Manifest {
     /// The queue's fencing token of the attempt that committed it (absent from local runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence_token: Option<i64>,
+    /// A claim, not a commit: an attempt is publishing (`files` lists the previous commit's
+    /// files, still to be cleaned up). Readers treat the output as having no manifest.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub publishing: bool,
 }
 
 /// An attempt's right to write: its fencing token and the lease file its worker keeps in date.
@@ -74,6 +92,9 @@ pub struct Fence {
 pub struct LeaseFile {
     pub token: i64,
     pub valid_until_ms: u64,
+    /// The lease's TTL in milliseconds: the attempt's requests give up after a fifth of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
 }
 
 impl LeaseFile {
@@ -126,6 +147,16 @@ impl Fence {
         }
         Ok(())
     }
+
+    /// How long one store request of this attempt may take, retries included: a fifth of the
+    /// lease TTL its lease file states (below the quarter the lease file's margin allows).
+    fn request_cap(&self) -> Option<std::time::Duration> {
+        let bytes = std::fs::read(&self.lease_file).ok()?;
+        let lease: LeaseFile = serde_json::from_slice(&bytes).ok()?;
+        lease
+            .ttl_ms
+            .map(|ttl| std::time::Duration::from_millis((ttl / 5).max(100)))
+    }
 }
 
 /// Name of the manifest at the output root.
@@ -152,8 +183,9 @@ pub async fn publish(files: &[PublishFile], output: &str, job_id: &str) -> Resul
 /// the attempt runs for a queue worker.
 ///
 /// # Errors
-/// As [`publish`]; [`Error::Fenced`] when the attempt lost its lease (nothing committed is
-/// touched after that is seen).
+/// As [`publish`]; [`Error::Fenced`] when the attempt lost its lease or the store refused one of
+/// its writes because another attempt wrote the output first (the message says what this
+/// attempt had changed).
 pub async fn publish_keyed(
     files: &[PublishFile],
     output: &str,
@@ -161,6 +193,51 @@ pub async fn publish_keyed(
     stage_key: Option<&str>,
     fence: Option<&Fence>,
 ) -> Result<PublishReport> {
+    check_sources(files)?;
+    let store = match fence.and_then(Fence::request_cap) {
+        Some(cap) => storage::open_capped(output, cap)?,
+        None => storage::open(output)?,
+    };
+    publish_to(store, files, job_id, stage_key, fence).await
+}
+
+/// [`publish_keyed`] into an opened store.
+async fn publish_to(
+    store: storage::Store,
+    files: &[PublishFile],
+    job_id: &str,
+    stage_key: Option<&str>,
+    fence: Option<&Fence>,
+) -> Result<PublishReport> {
+    remove_dead_staging(&store, job_id, fence.map(|f| f.token)).await;
+    let mut attempt = Attempt {
+        store,
+        fence,
+        job_id,
+        claimed: false,
+        written: 0,
+    };
+    let (seen, previous) = attempt.read_committed().await?;
+    let mut claim = attempt.claim(seen.as_ref(), &previous).await?;
+    let (entries, mut bytes_written) = attempt.write_files(files, &mut claim).await?;
+    let manifest = Manifest {
+        job_id: job_id.into(),
+        kiln_version: env!("CARGO_PKG_VERSION").into(),
+        stage_key: stage_key.map(String::from),
+        fence_token: fence.map(|f| f.token),
+        files: entries,
+        publishing: false,
+    };
+    bytes_written += attempt.commit(&manifest, &claim).await?;
+    attempt.remove_leftovers(&previous, files).await?;
+    Ok(PublishReport {
+        manifest,
+        bytes_written,
+    })
+}
+
+/// Refuse duplicate or reserved names and unreadable sources before anything is written.
+fn check_sources(files: &[PublishFile]) -> Result<()> {
     let mut seen = std::collections::BTreeSet::new();
     for f in files {
         if !seen.insert(f.relative.as_str()) || f.relative == MANIFEST_JSON {
@@ -171,21 +248,96 @@ pub async fn publish_keyed(
                 found: f.relative.clone(),
             });
         }
+        std::fs::metadata(&f.local).map_err(|e| Error::io(&f.local, e))?;
     }
-    let store = storage::open(output)?;
-    let token = fence.map(|f| f.token);
-    let staging = staging_of(job_id, token);
-    remove_dead_staging(&store, job_id, token).await;
-    let mut entries = Vec::with_capacity(files.len());
-    let mut bytes_written = 0;
-    let bar = crate::progress::bytes_bar(
-        files
-            .iter()
-            .map(|f| std::fs::metadata(&f.local).map(|m| m.len()).unwrap_or(0))
-            .sum(),
-        "publish",
-    );
-    let staged = async {
+    Ok(())
+}
+
+/// One attempt's way through the protocol, and what it has changed so far (for a truthful
+/// account when it is fenced).
+struct Attempt<'a> {
+    store: storage::Store,
+    fence: Option<&'a Fence>,
+    job_id: &'a str,
+    /// Whether this attempt's marker replaced the manifest.
+    claimed: bool,
+    /// Files written to their final names.
+    written: usize,
+}
+
+/// How often a file write refused while this attempt still holds its claim is tried again: each
+/// refusal is one late write of a stale attempt, and a stale attempt has at most one request in
+/// flight after its lease file runs out.
+const REFUSED_WRITE_TRIES: usize = 3;
+
+impl Attempt<'_> {
+    /// Step 1: the manifest now, its version, and the files a claim must clean up.
+    async fn read_committed(&self) -> Result<(Option<storage::UpdateVersion>, Vec<String>)> {
+        self.lease()?;
+        let Some((version, m)) = read_versioned_manifest(&self.store).await? else {
+            return Ok((None, Vec::new()));
+        };
+        if let (Some(fence), Some(m)) = (self.fence, &m)
+            && m.job_id == self.job_id
+            && !m.publishing
+            && m.fence_token.is_some_and(|t| t > fence.token)
+        {
+            return Err(self.fenced(format!(
+                "a later attempt (token {}) already committed this output",
+                m.fence_token.unwrap_or_default()
+            )));
+        }
+        let previous = m
+            .map(|m| m.files.into_iter().map(|f| f.path).collect())
+            .unwrap_or_default();
+        Ok((Some(version), previous))
+    }
+
+    /// Step 2: replace what was read by this attempt's marker, if nobody changed it since.
+    async fn claim(
+        &mut self,
+        seen: Option<&storage::UpdateVersion>,
+        previous: &[String],
+    ) -> Result<storage::UpdateVersion> {
+        self.lease()?;
+        let marker = Manifest {
+            job_id: self.job_id.into(),
+            kiln_version: env!("CARGO_PKG_VERSION").into(),
+            files: previous
+                .iter()
+                .map(|p| ManifestEntry {
+                    path: p.clone(),
+                    bytes: 0,
+                    blake3: String::new(),
+                })
+                .collect(),
+            stage_key: None,
+            fence_token: self.fence.map(|f| f.token),
+            publishing: true,
+        };
+        let json = serde_json::to_vec_pretty(&marker).expect("manifest serialises");
+        match self.store.put_if(MANIFEST_JSON, json, seen).await? {
+            storage::Conditional::Written(v) => {
+                self.claimed = true;
+                Ok(v)
+            }
+            storage::Conditional::Refused => Err(self.refused("claim of manifest.json").await),
+        }
+    }
+
+    /// Step 3: every file to its final name, each write conditional on the name's version now.
+    async fn write_files(
+        &mut self,
+        files: &[PublishFile],
+        claim: &mut storage::UpdateVersion,
+    ) -> Result<(Vec<ManifestEntry>, u64)> {
+        let total = files.iter().map(|f| crate::stage::file_len(&f.local)).sum();
+        let bar = crate::progress::bytes_bar(total, "publish");
+        // Listed once, after the claim: a stale attempt's write that lands from now on changes a
+        // version, and this attempt's write of that name is refused rather than replacing it.
+        let mut versions = self.store.versions().await?;
+        let mut entries = Vec::with_capacity(files.len());
+        let mut bytes = 0;
         for f in files {
             let data = tokio::fs::read(&f.local)
                 .await
@@ -195,111 +347,140 @@ pub async fn publish_keyed(
                 bytes: data.len() as u64,
                 blake3: blake3::hash(&data).to_hex().to_string(),
             });
-            bytes_written += store
-                .put_bytes(&format!("{staging}/{}", f.relative), data)
-                .await?;
+            bytes += data.len() as u64;
+            let seen = versions.remove(&f.relative);
+            self.write_one(&f.relative, data, seen, claim).await?;
+            bar.inc(entries.last().map_or(0, |e| e.bytes));
         }
-        Ok::<_, Error>(())
+        bar.finish_and_clear();
+        Ok((entries, bytes))
     }
-    .await;
-    bar.finish_and_clear();
-    if let Err(e) = staged {
-        let _ = store.delete_prefix(&staging).await;
-        return Err(e);
-    }
-    // From here on committed files change: only while the attempt holds its lease.
-    let staging_ref = staging.as_str();
-    let fenced = |store: storage::Store| async move {
-        let committed = read_store_manifest(&store).await;
-        if let Err(e) = check_fence(fence, committed.as_ref(), job_id) {
-            let _ = store.delete_prefix(staging_ref).await;
-            return Err(e);
-        }
-        Ok(committed)
-    };
-    // Files of the previous publish that this one does not rewrite are removed after the renames,
-    // so the output matches its new manifest.
-    let previous: Vec<String> = fenced(store.clone())
-        .await?
-        .map(|m| m.files.into_iter().map(|f| f.path).collect())
-        .unwrap_or_default();
-    match store.store.delete(&store.child(MANIFEST_JSON)).await {
-        Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-        Err(source) => {
-            return Err(Error::Storage {
-                url: output.into(),
-                source,
-            });
-        }
-    }
-    for f in files {
-        if let Some(fence) = fence
-            && let Err(e) = fence.check()
-        {
-            let _ = store.delete_prefix(&staging).await;
-            return Err(e);
-        }
-        store
-            .rename(&format!("{staging}/{}", f.relative), &f.relative)
-            .await?;
-    }
-    let _ = store.delete_prefix(&staging).await;
-    for old in previous.iter().filter(|p| !seen.contains(p.as_str())) {
-        match store.store.delete(&store.child(old)).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(source) => {
-                return Err(Error::Storage {
-                    url: output.into(),
-                    source,
-                });
+
+    /// One conditional write. A refusal while this attempt's claim still stands (re-asserted by
+    /// a conditional rewrite of the marker) was a stale attempt's late write: read the name's
+    /// version again and retry; otherwise another attempt claimed the output, and this one stops.
+    async fn write_one(
+        &mut self,
+        relative: &str,
+        data: Vec<u8>,
+        mut seen: Option<storage::UpdateVersion>,
+        claim: &mut storage::UpdateVersion,
+    ) -> Result<()> {
+        for _ in 0..REFUSED_WRITE_TRIES {
+            self.lease()?;
+            match self
+                .store
+                .put_if(relative, data.clone(), seen.as_ref())
+                .await?
+            {
+                storage::Conditional::Written(_) => {
+                    self.written += 1;
+                    return Ok(());
+                }
+                storage::Conditional::Refused => {
+                    *claim = self.reassert(claim).await?;
+                    seen = self.store.version(relative).await?;
+                }
             }
         }
+        Err(self.refused(&format!("write of `{relative}`")).await)
     }
-    let manifest = Manifest {
-        job_id: job_id.into(),
-        kiln_version: env!("CARGO_PKG_VERSION").into(),
-        stage_key: stage_key.map(String::from),
-        fence_token: token,
-        files: entries,
-    };
-    fenced(store.clone()).await?;
-    let json = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
-    bytes_written += store.put_bytes(MANIFEST_JSON, json).await?;
-    Ok(PublishReport {
-        manifest,
-        bytes_written,
-    })
-}
 
-fn staging_of(job_id: &str, token: Option<i64>) -> String {
-    match token {
-        Some(t) => format!(".staging-{job_id}-{t}"),
-        None => format!(".staging-{job_id}"),
+    /// Rewrite the marker conditional on the claim's version: whether this attempt still holds
+    /// the output.
+    async fn reassert(&self, claim: &storage::UpdateVersion) -> Result<storage::UpdateVersion> {
+        let Some((_, Some(marker))) = read_versioned_manifest(&self.store).await? else {
+            return Err(self.refused("claim (the marker is gone)").await);
+        };
+        let json = serde_json::to_vec_pretty(&marker).expect("manifest serialises");
+        match self.store.put_if(MANIFEST_JSON, json, Some(claim)).await? {
+            storage::Conditional::Written(v) => Ok(v),
+            storage::Conditional::Refused => Err(self.refused("claim of manifest.json").await),
+        }
     }
-}
 
-/// The fence's verdict, given the manifest committed now: the lease must be in date, and a
-/// manifest of the same job committed by a later attempt (a higher token) is never replaced.
-fn check_fence(fence: Option<&Fence>, committed: Option<&Manifest>, job_id: &str) -> Result<()> {
-    let Some(fence) = fence else { return Ok(()) };
-    fence.check()?;
-    if let Some(m) = committed
-        && m.job_id == job_id
-        && m.fence_token.is_some_and(|t| t > fence.token)
-    {
-        return Err(Error::Fenced {
-            token: fence.token,
-            problem: format!(
-                "a later attempt (token {}) already committed this output",
-                m.fence_token.unwrap_or_default()
+    /// Step 4: the manifest replaces this attempt's marker, if nobody replaced the marker since.
+    async fn commit(&mut self, manifest: &Manifest, claim: &storage::UpdateVersion) -> Result<u64> {
+        self.lease()?;
+        let json = serde_json::to_vec_pretty(manifest).expect("manifest serialises");
+        let n = json.len() as u64;
+        match self.store.put_if(MANIFEST_JSON, json, Some(claim)).await? {
+            storage::Conditional::Written(_) => Ok(n),
+            storage::Conditional::Refused => Err(self.refused("commit of manifest.json").await),
+        }
+    }
+
+    /// Step 5: files the previous manifest listed that this one does not.
+    async fn remove_leftovers(&self, previous: &[String], files: &[PublishFile]) -> Result<()> {
+        let now: std::collections::BTreeSet<&str> =
+            files.iter().map(|f| f.relative.as_str()).collect();
+        for old in previous.iter().filter(|p| !now.contains(p.as_str())) {
+            match self.store.store.delete(&self.store.child(old)).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(source) => {
+                    return Err(Error::Storage {
+                        url: self.store.url.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The lease check before each write, with this attempt's account appended.
+    fn lease(&self) -> Result<()> {
+        match self.fence.map(Fence::check) {
+            Some(Err(Error::Fenced { problem, .. })) => Err(self.fenced(problem)),
+            Some(Err(e)) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// [`Error::Fenced`] saying `why` and what this attempt had changed at the output.
+    fn fenced(&self, why: String) -> Error {
+        let changed = if !self.claimed {
+            "this attempt changed nothing at the output".to_string()
+        } else {
+            format!(
+                "this attempt had marked the output as being published and written {} of its \
+                 files there (no manifest of its own: the attempt that holds the output \
+                 rewrites them)",
+                self.written
+            )
+        };
+        Error::Fenced {
+            token: self.fence.map_or(0, |f| f.token),
+            problem: format!("{why}; {changed}"),
+        }
+    }
+
+    /// The store refused `what`: name who holds the output now.
+    async fn refused(&self, what: &str) -> Error {
+        let holder = match read_versioned_manifest(&self.store).await {
+            Ok(Some((_, Some(m)))) => format!(
+                "{} by job {}{}",
+                if m.publishing {
+                    "being published"
+                } else {
+                    "committed"
+                },
+                m.job_id,
+                m.fence_token
+                    .map(|t| format!(", attempt token {t}"))
+                    .unwrap_or_default()
             ),
-        });
+            _ => "changed".into(),
+        };
+        self.fenced(format!(
+            "the store refused its {what}: another attempt wrote the output after this one read \
+             it (manifest.json is now {holder})"
+        ))
     }
-    Ok(())
 }
 
-/// Remove staging prefixes that earlier (dead) attempts of `job_id` left at the output root:
-/// `.staging-<job>` and `.staging-<job>-<t>` for tokens below this attempt's. Best effort.
+/// Remove staging prefixes that earlier versions' attempts of `job_id` left at the output root
+/// (`.staging-<job>` and `.staging-<job>-<t>` for tokens below this attempt's). Best effort.
 async fn remove_dead_staging(store: &storage::Store, job_id: &str, token: Option<i64>) {
     let Ok(listing) = store.store.list_with_delimiter(Some(&store.prefix)).await else {
         return;
@@ -311,26 +492,45 @@ async fn remove_dead_staging(store: &storage::Store, job_id: &str, token: Option
             || name
                 .strip_prefix(&format!("{legacy}-"))
                 .and_then(|t| t.parse::<i64>().ok())
-                .is_some_and(|t| token.is_some_and(|mine| t < mine));
-        if dead && name != staging_of(job_id, token) {
+                .is_some_and(|t| token.is_none_or(|mine| t < mine));
+        if dead {
             let _ = store.delete_prefix(name).await;
         }
     }
 }
 
-async fn read_store_manifest(store: &storage::Store) -> Option<Manifest> {
-    let got = store.store.get(&store.child(MANIFEST_JSON)).await.ok()?;
-    let bytes = got.bytes().await.ok()?;
-    serde_json::from_slice(&bytes).ok()
+/// `manifest.json`'s version and content (`None` inside when it is not a readable manifest);
+/// `None` when there is none.
+async fn read_versioned_manifest(
+    store: &storage::Store,
+) -> Result<Option<(storage::UpdateVersion, Option<Manifest>)>> {
+    let got = match store.store.get(&store.child(MANIFEST_JSON)).await {
+        Ok(got) => got,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(source) => {
+            return Err(Error::Storage {
+                url: store.url.clone(),
+                source,
+            });
+        }
+    };
+    let version = storage::UpdateVersion {
+        e_tag: got.meta.e_tag.clone(),
+        version: got.meta.version.clone(),
+    };
+    let bytes = got.bytes().await.map_err(|source| Error::Storage {
+        url: store.url.clone(),
+        source,
+    })?;
+    Ok(Some((version, serde_json::from_slice(&bytes).ok())))
 }
 
-/// The manifest committed at `output`, if there is a readable one.
+/// The manifest committed at `output`, if there is a readable one (a publish in flight has
+/// none).
 pub async fn read_manifest(output: &str) -> Option<Manifest> {
-    use object_store::ObjectStoreExt;
     let store = storage::open(output).ok()?;
-    let got = store.store.get(&store.child(MANIFEST_JSON)).await.ok()?;
-    let bytes = got.bytes().await.ok()?;
-    serde_json::from_slice(&bytes).ok()
+    let (_, m) = read_versioned_manifest(&store).await.ok()??;
+    m.filter(|m| !m.publishing)
 }
 
 #[cfg(test)]
@@ -398,6 +598,7 @@ mod tests {
         LeaseFile {
             token,
             valid_until_ms: (now_ms() as i64 + valid_for_ms) as u64,
+            ttl_ms: None,
         }
         .write(&lease_file)
         .unwrap();
@@ -550,5 +751,238 @@ mod tests {
                 .is_err()
         );
         assert!(!out.path().join(MANIFEST_JSON).exists());
+    }
+
+    /// A store that holds the `nth` put to `name` until released, as a network stall would:
+    /// the request, with the condition its attempt chose, reaches the store only then.
+    #[derive(Debug)]
+    struct Holding {
+        inner: std::sync::Arc<dyn object_store::ObjectStore>,
+        name: &'static str,
+        nth: usize,
+        seen: std::sync::atomic::AtomicUsize,
+        held: tokio::sync::Notify,
+        release: tokio::sync::Notify,
+        /// What the store answered to the held request once it went through.
+        answer: std::sync::Mutex<Option<String>>,
+    }
+
+    impl std::fmt::Display for Holding {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "Holding({})", self.inner)
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl object_store::ObjectStore for Holding {
+        async fn put_opts(
+            &self,
+            location: &object_store::path::Path,
+            payload: object_store::PutPayload,
+            opts: object_store::PutOptions,
+        ) -> object_store::Result<object_store::PutResult> {
+            let hold = location.filename() == Some(self.name)
+                && self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == self.nth;
+            if !hold {
+                return self.inner.put_opts(location, payload, opts).await;
+            }
+            self.held.notify_one();
+            self.release.notified().await;
+            let r = self.inner.put_opts(location, payload, opts).await;
+            *self.answer.lock().unwrap() = Some(match &r {
+                Ok(_) => "written".into(),
+                Err(e) => format!("refused: {e}"),
+            });
+            r
+        }
+        async fn put_multipart_opts(
+            &self,
+            location: &object_store::path::Path,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.inner.put_multipart_opts(location, opts).await
+        }
+        async fn get_opts(
+            &self,
+            location: &object_store::path::Path,
+            options: object_store::GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
+            self.inner.get_opts(location, options).await
+        }
+        fn delete_stream(
+            &self,
+            locations: futures::stream::BoxStream<
+                'static,
+                object_store::Result<object_store::path::Path>,
+            >,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::path::Path>>
+        {
+            self.inner.delete_stream(locations)
+        }
+        fn list(
+            &self,
+            prefix: Option<&object_store::path::Path>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>
+        {
+            self.inner.list(prefix)
+        }
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&object_store::path::Path>,
+        ) -> object_store::Result<object_store::ListResult> {
+            self.inner.list_with_delimiter(prefix).await
+        }
+        async fn copy_opts(
+            &self,
+            from: &object_store::path::Path,
+            to: &object_store::path::Path,
+            options: object_store::CopyOptions,
+        ) -> object_store::Result<()> {
+            self.inner.copy_opts(from, to, options).await
+        }
+    }
+
+    fn store_of(inner: std::sync::Arc<dyn object_store::ObjectStore>) -> storage::Store {
+        storage::Store {
+            store: inner,
+            prefix: object_store::path::Path::from("out"),
+            url: "memory:///out".into(),
+            local: None,
+        }
+    }
+
+    async fn read(store: &storage::Store, rel: &str) -> Vec<u8> {
+        let got = store.store.get(&store.child(rel)).await.unwrap();
+        got.bytes().await.unwrap().to_vec()
+    }
+
+    /// Attempt 1 (stale) has one request held in the network while attempt 2 — granted the
+    /// stage after attempt 1's lease ran out — publishes and commits; then the held request
+    /// reaches the store. Whichever request it is (the claim, a file, the commit), the store
+    /// refuses it and attempt 2's commit stands.
+    #[tokio::test]
+    async fn a_stale_attempt_s_request_held_past_a_later_commit_is_refused_by_the_store() {
+        for (name, nth, what) in [
+            (MANIFEST_JSON, 1, "claim"),
+            ("tileset.json", 1, "write of `tileset.json`"),
+            (MANIFEST_JSON, 2, "commit"),
+        ] {
+            let src = tempfile::tempdir().unwrap();
+            let file = |n: &str, body: &str| {
+                let dir = src.path().join(body);
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(dir.join(n), body).unwrap();
+                PublishFile {
+                    local: dir.join(n),
+                    relative: n.into(),
+                }
+            };
+            let inner: std::sync::Arc<dyn object_store::ObjectStore> =
+                std::sync::Arc::new(object_store::memory::InMemory::new());
+            // An earlier job's commit is in place.
+            publish_to(
+                store_of(inner.clone()),
+                &[file("tileset.json", "old")],
+                "j0",
+                None,
+                None,
+            )
+            .await
+            .unwrap();
+            let holding = std::sync::Arc::new(Holding {
+                inner: inner.clone(),
+                name,
+                nth,
+                seen: 0.into(),
+                held: tokio::sync::Notify::new(),
+                release: tokio::sync::Notify::new(),
+                answer: std::sync::Mutex::new(None),
+            });
+            let stale_files = [file("tileset.json", "stale"), file("0.glb", "stale")];
+            let stale_fence = fence(src.path(), 1, 60_000);
+            let stale = {
+                let store = store_of(holding.clone());
+                async move {
+                    publish_to(store, &stale_files, "job", Some("k1"), Some(&stale_fence)).await
+                }
+            };
+            let live = async {
+                holding.held.notified().await;
+                let r = publish_to(
+                    store_of(inner.clone()),
+                    &[file("tileset.json", "live"), file("0.glb", "live")],
+                    "job",
+                    Some("k2"),
+                    Some(&fence(src.path(), 2, 60_000)),
+                )
+                .await;
+                holding.release.notify_one();
+                r
+            };
+            let (stale, live) = tokio::join!(stale, live);
+            let live = live.unwrap();
+            let e = stale.unwrap_err();
+            assert!(
+                matches!(e, Error::Fenced { token: 1, .. })
+                    && e.to_string().contains("the store refused")
+                    && e.to_string()
+                        .contains("committed by job job, attempt token 2"),
+                "{what}: {e}"
+            );
+            assert!(
+                holding
+                    .answer
+                    .lock()
+                    .unwrap()
+                    .as_deref()
+                    .unwrap()
+                    .starts_with("refused"),
+                "{what}: the held request went through"
+            );
+            let store = store_of(inner.clone());
+            let committed: Manifest =
+                serde_json::from_slice(&read(&store, MANIFEST_JSON).await).unwrap();
+            assert_eq!(committed, live.manifest, "{what}");
+            assert_eq!(read(&store, "tileset.json").await, b"live", "{what}");
+            assert_eq!(read(&store, "0.glb").await, b"live", "{what}");
+            // The stale attempt says what it changed, truthfully.
+            let claimed = what != "claim";
+            assert_eq!(
+                e.to_string().contains("changed nothing"),
+                !claimed,
+                "{what}: {e}"
+            );
+        }
+    }
+
+    /// A local folder has no conditional request: the check and the write run under a lock of
+    /// the folder, with the same outcomes as a store's.
+    #[tokio::test]
+    async fn a_local_conditional_write_is_refused_unless_the_version_is_the_one_seen() {
+        let out = tempfile::tempdir().unwrap();
+        let store = storage::open(out.path().to_str().unwrap()).unwrap();
+        let storage::Conditional::Written(v1) =
+            store.put_if("a", b"1".to_vec(), None).await.unwrap()
+        else {
+            panic!("creating a new file is refused")
+        };
+        assert_eq!(
+            store.put_if("a", b"x".to_vec(), None).await.unwrap(),
+            storage::Conditional::Refused
+        );
+        let storage::Conditional::Written(v2) =
+            store.put_if("a", b"2".to_vec(), Some(&v1)).await.unwrap()
+        else {
+            panic!("the version seen is refused")
+        };
+        assert_ne!(v1, v2);
+        assert_eq!(
+            store
+                .put_if("a", b"stale".to_vec(), Some(&v1))
+                .await
+                .unwrap(),
+            storage::Conditional::Refused
+        );
+        assert_eq!(std::fs::read(out.path().join("a")).unwrap(), b"2");
     }
 }
