@@ -1169,7 +1169,7 @@ fn submit_avocado(sb: &Sandbox, db: &str, team: &str, out: &str) -> String {
     stdout(&o).trim().to_string()
 }
 
-/// Issue 41 (c): the stage cache is scoped per team. Team geo's job, identical to team art's,
+/// Issue 41 (c), on PostgreSQL when `.ci/run` provides it: the stage cache is scoped per team. Team geo's job, identical to team art's,
 /// shows none of art's stages as `cached` (it pays for its own compute and learns nothing of
 /// art's inputs), and each team's entries sit under `CACHE/teams/<team>/`. With
 /// `--cache-share global` (a trusted single-tenant deployment) one team's work is reused by the
@@ -1177,8 +1177,9 @@ fn submit_avocado(sb: &Sandbox, db: &str, team: &str, out: &str) -> String {
 #[test]
 fn issue_41_another_team_s_identical_job_reuses_nothing_unless_the_cache_is_shared() {
     let sb = Sandbox::new();
-    let db = sb.path().join("queue.sqlite");
-    let db = db.to_str().unwrap();
+    let sqlite = sb.path().join("queue.sqlite");
+    let db = fresh_postgres().unwrap_or_else(|| sqlite.to_str().unwrap().to_string());
+    let db = db.as_str();
     let computed = |states: Vec<(String, String)>| {
         states
             .iter()
@@ -1215,15 +1216,16 @@ fn issue_41_another_team_s_identical_job_reuses_nothing_unless_the_cache_is_shar
     assert_eq!(cached[..3], ["cached", "cached", "cached"], "{states:?}");
 }
 
-/// Issue 41 (b): a stage-cache entry whose tile was rewritten together with a matching
+/// Issue 41 (b), on PostgreSQL when `.ci/run` provides it: a stage-cache entry whose tile was rewritten together with a matching
 /// `.kiln-cache.json` is not what the committing worker recorded in the queue database, so the
 /// team's rerun on a fresh worker runs `tile` again (not `cached`), and what it publishes is
 /// byte for byte what the untampered run published.
 #[test]
 fn issue_41_a_tile_rewritten_in_the_cache_with_its_contents_list_is_rebuilt_not_published() {
     let sb = Sandbox::new();
-    let db = sb.path().join("queue.sqlite");
-    let db = db.to_str().unwrap();
+    let sqlite = sb.path().join("queue.sqlite");
+    let db = fresh_postgres().unwrap_or_else(|| sqlite.to_str().unwrap().to_string());
+    let db = db.as_str();
     let first = submit_avocado(&sb, db, "art", "out/a");
     finish(worker(&sb, db, "w1", &["--drain", "--poll", "0.2"]));
     assert_eq!(job_json(&sb, db, &first)["job"]["state"], "succeeded");
@@ -1235,36 +1237,40 @@ fn issue_41_a_tile_rewritten_in_the_cache_with_its_contents_list_is_rebuilt_not_
         .unwrap()
         .unwrap()
         .path();
-    let mut poisoned = 0;
-    let mut listed = Vec::new();
-    for f in walk(&entry) {
-        let rel = f
-            .strip_prefix(&entry)
-            .unwrap()
-            .to_string_lossy()
-            .replace('\\', "/");
-        if rel == ".kiln-cache.json" {
-            continue;
+    // Rewrite the entry's tile content and its contents list to match, as a team with write
+    // access to the cache could.
+    let poison = || {
+        let mut poisoned = 0;
+        let mut listed = Vec::new();
+        for f in walk(&entry) {
+            let rel = f
+                .strip_prefix(&entry)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            if rel == ".kiln-cache.json" {
+                continue;
+            }
+            if rel.ends_with(".glb") || rel.ends_with(".png") || rel.ends_with(".jpg") {
+                let mut bytes = std::fs::read(&f).unwrap();
+                let n = bytes.len();
+                bytes[n / 2] ^= 0xff;
+                std::fs::write(&f, &bytes).unwrap();
+                poisoned += 1;
+            }
+            let bytes = std::fs::read(&f).unwrap();
+            let hash = blake3::hash(&bytes).to_hex().to_string();
+            listed.push(serde_json::json!({"path": rel, "bytes": bytes.len(), "blake3": hash}));
         }
-        if rel.ends_with(".glb") || rel.ends_with(".png") || rel.ends_with(".jpg") {
-            let mut bytes = std::fs::read(&f).unwrap();
-            let n = bytes.len();
-            bytes[n / 2] ^= 0xff;
-            std::fs::write(&f, &bytes).unwrap();
-            poisoned += 1;
-        }
-        let bytes = std::fs::read(&f).unwrap();
-        let hash = blake3::hash(&bytes).to_hex().to_string();
-        listed.push(serde_json::json!({"path": rel, "bytes": bytes.len(), "blake3": hash}));
-    }
-    assert!(poisoned > 0, "no tile content in {}", entry.display());
-    listed.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
-    std::fs::write(
-        entry.join(".kiln-cache.json"),
-        serde_json::to_vec_pretty(&listed).unwrap(),
-    )
-    .unwrap();
-
+        assert!(poisoned > 0, "no tile content in {}", entry.display());
+        listed.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
+        std::fs::write(
+            entry.join(".kiln-cache.json"),
+            serde_json::to_vec_pretty(&listed).unwrap(),
+        )
+        .unwrap();
+    };
+    poison();
     let second = submit_avocado(&sb, db, "art", "out/b");
     finish(worker(&sb, db, "w2", &["--drain", "--poll", "0.2"]));
     let states = stage_states(&sb, db, &second);
@@ -1272,6 +1278,50 @@ fn issue_41_a_tile_rewritten_in_the_cache_with_its_contents_list_is_rebuilt_not_
         states.contains(&("tile".to_string(), "succeeded".to_string())),
         "{states:?}"
     );
+    poison();
+    // A worker that did not run the first job needs its tile output for publish: the cache
+    // entry is rejected, so the stage process rebuilds tile there instead of failing every retry.
+    let ran = sb.path().join("w1").join(&first);
+    let fresh = sb.path().join("w-fresh").join(&first);
+    std::fs::create_dir_all(&fresh).unwrap();
+    for f in ["job.toml", "publish.done.json"] {
+        std::fs::copy(ran.join(f), fresh.join(f)).unwrap();
+    }
+    let doc = job_json(&sb, db, &first);
+    let o = sb.kiln(&[
+        "stage-exec",
+        "--db",
+        db,
+        "--job-file",
+        fresh.join("job.toml").to_str().unwrap(),
+        "--job-id",
+        &first,
+        "--stage",
+        "publish",
+        "--work-dir",
+        fresh.to_str().unwrap(),
+        "--done",
+        fresh.join("publish.done.json").to_str().unwrap(),
+        "--outcome",
+        fresh.join("publish.outcome.json").to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--cache",
+        sb.path().join("stage-cache").to_str().unwrap(),
+        "--cache-namespace",
+        "teams/art",
+        "--input",
+        doc["job"]["input"].as_str().unwrap(),
+        "--output",
+        "out/rebuilt",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("rebuilding it in this attempt"),
+        "{}",
+        stderr(&o)
+    );
+
     let published = |dir: &str| -> Vec<(String, Vec<u8>)> {
         let root = sb.path().join(dir);
         let mut files: Vec<(String, Vec<u8>)> = walk(&root)
@@ -1288,6 +1338,10 @@ fn issue_41_a_tile_rewritten_in_the_cache_with_its_contents_list_is_rebuilt_not_
     assert!(
         a == b,
         "the rerun published other bytes than the untampered run"
+    );
+    assert!(
+        a == published("out/rebuilt"),
+        "the publish that rebuilt tile published other bytes than the untampered run"
     );
 }
 

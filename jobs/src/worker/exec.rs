@@ -107,54 +107,83 @@ pub async fn exec_stage(plan: &JobPlan, stage: &str, done: &[DoneStage]) -> Exec
         };
     };
     let mut outcomes: HashMap<StageKind, StageOutcome> = HashMap::new();
-    for d in done {
-        let Some(n) = order.iter().find(|n| n.kind.name() == d.stage) else {
+    // In the DAG's order, so a stage rebuilt here finds its own inputs in place.
+    for n in &order {
+        let Some(d) = done.iter().find(|d| d.stage == n.kind.name()) else {
             continue;
         };
-        // Bring an earlier stage's output here when this machine did not run it.
-        let dir = plan.work_dir.join(n.kind.name());
-        let local_key = kiln_pipeline::run::marker_key(&dir);
-        if n.stage.keep() == Keep::WorkDir && local_key.as_deref() != Some(d.key.as_str()) {
-            let restored = match &plan.stage_cache {
-                Some(cache) => {
-                    kiln_pipeline::stage_cache::restore(cache, n.kind.name(), &d.key, &dir).await
-                }
-                None => Ok(None),
-            };
-            match restored {
-                Ok(Some(_)) => {}
-                Ok(None) => {
-                    return ExecOutcome::Failed {
-                        message: format!(
-                            "the output of stage `{}` (key {}) is neither in this worker's work directory nor in the stage cache {}; give every worker the same --cache",
-                            d.stage,
-                            &d.key[..d.key.len().min(12)],
-                            plan.stage_cache
-                                .as_ref()
-                                .map_or_else(|| "(none)".into(), |c| c.url())
-                        ),
-                        retryable: true,
-                        infrastructure: false,
-                    };
-                }
-                Err(e) => return fail(&e),
-            }
-        }
-        outcomes.insert(
-            n.kind,
-            StageOutcome {
-                kind: n.kind,
-                key: d.key.clone(),
-                cache_hit: true,
-                usage: Default::default(),
-                summary: d.summary.clone(),
-                recipe: None,
-            },
-        );
+        match earlier_stage(plan, n, d, &outcomes).await {
+            Ok(o) => outcomes.insert(n.kind, o),
+            Err(e) => return fail(&e),
+        };
     }
     match run_stage(plan, node, &outcomes).await {
-        Ok(o) => ExecOutcome::Succeeded(Box::new(o)),
+        Ok(mut o) => {
+            charge_rebuilt(&mut o, outcomes.values().filter(|o| !o.cache_hit));
+            ExecOutcome::Succeeded(Box::new(o))
+        }
         Err(e) => fail(&e),
+    }
+}
+
+/// An earlier stage's outcome for this attempt: its output from this machine's work folder or
+/// the stage cache, or — when the cache holds no entry the queue database vouches for (missing,
+/// another `--cache`, or rewritten and so rejected) — rebuilt here, so a lost or poisoned entry
+/// costs one rerun of that stage instead of failing every retry of this one.
+async fn earlier_stage(
+    plan: &JobPlan,
+    n: &kiln_pipeline::dag::StageNode,
+    d: &DoneStage,
+    outcomes: &HashMap<StageKind, StageOutcome>,
+) -> kiln_pipeline::Result<StageOutcome> {
+    let recorded = StageOutcome {
+        kind: n.kind,
+        key: d.key.clone(),
+        cache_hit: true,
+        usage: Default::default(),
+        summary: d.summary.clone(),
+        recipe: None,
+    };
+    let dir = plan.work_dir.join(n.kind.name());
+    if n.stage.keep() != Keep::WorkDir
+        || kiln_pipeline::run::marker_key(&dir).as_deref() == Some(d.key.as_str())
+    {
+        return Ok(recorded);
+    }
+    if let Some(cache) = &plan.stage_cache
+        && kiln_pipeline::stage_cache::restore(cache, n.kind.name(), &d.key, &dir)
+            .await?
+            .is_some()
+    {
+        return Ok(recorded);
+    }
+    let short = &d.key[..d.key.len().min(12)];
+    tracing::warn!(
+        stage = %d.stage,
+        key = short,
+        cache = %plan.stage_cache.as_ref().map_or_else(|| "(none)".into(), |c| c.url()),
+        "the output of an earlier stage is neither in this worker's work directory nor in the \
+         stage cache as the queue recorded it: rebuilding it in this attempt"
+    );
+    let rebuilt = run_stage(plan, n, outcomes).await?;
+    if rebuilt.key != d.key {
+        tracing::warn!(
+            stage = %d.stage,
+            "rebuilt with key {}, the queue recorded {short}: do the workers run one Kiln version?",
+            &rebuilt.key[..rebuilt.key.len().min(12)]
+        );
+    }
+    Ok(rebuilt)
+}
+
+/// Add what rebuilding earlier stages cost to this attempt's usage: the attempt paid for it.
+fn charge_rebuilt<'a>(o: &mut StageOutcome, rebuilt: impl Iterator<Item = &'a StageOutcome>) {
+    for r in rebuilt {
+        o.usage.wall_s += r.usage.wall_s;
+        o.usage.cpu_s += r.usage.cpu_s;
+        o.usage.gpu_s += r.usage.gpu_s;
+        o.usage.bytes_read += r.usage.bytes_read;
+        o.usage.bytes_written += r.usage.bytes_written;
     }
 }
 
