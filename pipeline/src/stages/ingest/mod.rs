@@ -1188,6 +1188,38 @@ mod tests {
         assert!(err.contains("masks/a.png") && err.contains("1×1"), "{err}");
     }
 
+    /// Issue 44 rule 7: photos of one camera 101 × 75 and 100 × 75 px would round to 50 × 37 and
+    /// 50 × 38 one by one at `max_side` 50; ingested, they all have the camera's one size and one
+    /// set of intrinsics, scaled by that exact ratio.
+    #[test]
+    fn photos_of_one_camera_keep_one_size_after_downscaling() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("images")).unwrap();
+        for (name, w) in [("a", 101), ("b", 100), ("c", 101)] {
+            image::RgbImage::from_pixel(w, 75, image::Rgb([90, 120, 150]))
+                .save(d.path().join(format!("images/{name}.png")))
+                .unwrap();
+        }
+        let json = r#"{"fl_x": 80, "fl_y": 80, "cx": 50.5, "cy": 37.5, "w": 101, "h": 75,
+            "frames": [
+            {"file_path": "images/a.png", "transform_matrix": [[1,0,0,0],[0,1,0,0],[0,0,1,2],[0,0,0,1]]},
+            {"file_path": "images/b.png", "transform_matrix": [[1,0,0,1],[0,1,0,0],[0,0,1,2],[0,0,0,1]]},
+            {"file_path": "images/c.png", "transform_matrix": [[1,0,0,2],[0,1,0,0],[0,0,1,2],[0,0,0,1]]}]}"#;
+        std::fs::write(d.path().join("transforms.json"), json).unwrap();
+        let params = IngestParams {
+            max_side: Some(50),
+            ..IngestParams::default()
+        };
+        let ing = ingest_capture(d.path(), &params, &d.path().join("out")).unwrap();
+        let want = capture::scaled_size(101, 75, Some(50));
+        for f in &ing.frames {
+            assert_eq!((f.width, f.height), want, "{}", f.name);
+            assert_eq!((f.fx, f.fy), (80.0 * 50.0 / 101.0, 80.0 * 37.0 / 75.0));
+            let png = image::open(d.path().join("out").join(&f.image)).unwrap();
+            assert_eq!((png.width(), png.height()), want);
+        }
+    }
+
     /// Issue 42: the held-out ground truth ingest writes for the fox at `max_side` 270 (a 7.1×
     /// factor) is an area downscale of the photo, as OpenCV `INTER_AREA` or PIL `BOX` would give:
     /// it matches an independent f64 area average (then undistorted as ingest does) to ≥ 45 dB,
