@@ -8,9 +8,10 @@
 //! `frames.rs` and `pose.rs`. Readers import those files directly, never this one, so no file
 //! imports its own importer. Each input format is one file (`nerfstudio.rs`, `colmap.rs` with
 //! `colmap_bin.rs` and their shared `colmap_model.rs`, `llff.rs`); pixels live in `image.rs`
-//! ([`RgbImage`]), the area filter in `area.rs`, the per-camera downscale plan in `downscale.rs`, lens models in `distortion.rs` ([`Distortion`]: all eleven COLMAP 3.8 camera
-//! models: pinhole, radial, OpenCV, full OpenCV, FOV and four fisheye models). Readers never load
-//! pixels (at most an image header, for a missing size, or for LLFF every image's size).
+//! ([`RgbImage`]), the area filter in `area.rs`, the per-camera downscale plan in `downscale.rs`,
+//! lens models in `distortion.rs` ([`Distortion`]: all eleven COLMAP 3.8 camera models: pinhole,
+//! radial, OpenCV, full OpenCV, FOV and four fisheye models). Readers never load pixels (at most an
+//! image header, for a missing size, or for LLFF every image's size).
 //!
 //! Conventions (fixed for every reader):
 //! - camera frame OpenCV: x right, y down, z forward (viewing direction);
