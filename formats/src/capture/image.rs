@@ -1,5 +1,6 @@
-//! Capture images: decode (JPEG, PNG) to `[H, W, 3]` f32, downscale to a maximum side, and read
-//! an image's size from its header without decoding pixels.
+//! Capture images: decode (JPEG, PNG) to `[H, W, 3]` f32, downscale to a maximum side or to a
+//! given size by area averaging ([`super::area`]), and read an image's size from its header
+//! without decoding pixels.
 //!
 //! EXIF orientation is applied on decode and in [`image_size`], so sizes agree between the two.
 //! [`load_rgb`] drops alpha (not composited); [`load_rgb_alpha`] keeps it, premultiplied; gray is
@@ -10,11 +11,16 @@ use std::io::Cursor;
 use std::path::Path;
 
 use ::image::error::{DecodingError, ImageFormatHint};
-use ::image::imageops::FilterType;
 use ::image::metadata::Orientation;
 use ::image::{DynamicImage, ImageDecoder, ImageError, ImageFormat, ImageReader};
 
+use super::area::area_resize;
 use crate::{Error, Result};
+
+/// How capture photos are downscaled, as `metrics.json` states it: area averaging
+/// ([`super::area`]; OpenCV `INTER_AREA`, PIL `BOX` at integer factors), unless the capture ships
+/// its own `images_<n>` copies at the size asked for ([`super::plan_downscale`]).
+pub const DOWNSCALE_FILTER: &str = "area";
 
 /// An RGB image as f32, `[H, W, 3]` row-major (row j, column i, channel c at
 /// `data[(j·W + i)·3 + c]`).
@@ -65,8 +71,8 @@ pub fn scaled_size(width: u32, height: u32, max_side: Option<u32>) -> (u32, u32)
 /// Decode an image file to `[H, W, 3]` f32 in [0, 1], downscaled so `max(W, H) ≤ max_side`.
 ///
 /// Guaranteed: EXIF orientation applied; size as [`scaled_size`] says (never upscaled); the
-/// downscale uses a triangle (tent) filter whose support widens with the scale factor, i.e. it
-/// averages over each output pixel's footprint (no aliasing), computed in f32 (no re-quantising).
+/// downscale averages each output pixel's footprint by area ([`super::area::area_resize`]: the
+/// block mean at integer factors, no aliasing), computed in f32 (no re-quantising).
 /// Rescale the frame's intrinsics with [`super::Intrinsics::scaled_to`] to match.
 /// - `path`: a JPEG or PNG file (format guessed from content, else from the extension).
 /// - `max_side`: the largest allowed side, pixels, ≥ 1; `None` keeps the stored size.
@@ -76,9 +82,25 @@ pub fn scaled_size(width: u32, height: u32, max_side: Option<u32>) -> (u32, u32)
 /// file if it is not a decodable JPEG/PNG (truncated, corrupt, other format);
 /// [`Error::Invalid`] if `max_side` is `Some(0)`.
 ///
-/// Source: `image` crate `imageops::resize` with `FilterType::Triangle`.
+/// Source: OpenCV `INTER_AREA` (see [`super::area`]).
 pub fn load_rgb(path: &Path, max_side: Option<u32>) -> Result<RgbImage> {
-    Ok(load_from_decoded(decode(path, max_side)?, max_side))
+    check_side(path, "max_side", max_side)?;
+    let img = decode(path)?;
+    let size = scaled_size(img.width(), img.height(), max_side);
+    Ok(rgb_at(img, size))
+}
+
+/// Decode an image file to `[H, W, 3]` f32 in [0, 1] resampled by area to exactly `size`.
+///
+/// As [`load_rgb`], but the caller chooses the size: what gives every photo of one camera one
+/// size ([`super::plan_downscale`]) when its photos differ by a pixel.
+/// - `size`: `(W', H')`, pixels, each ≥ 1.
+///
+/// # Errors
+/// As [`load_rgb`]; [`Error::Invalid`] if a side of `size` is 0.
+pub fn load_rgb_at(path: &Path, size: (u32, u32)) -> Result<RgbImage> {
+    check_side(path, "size", Some(size.0.min(size.1)))?;
+    Ok(rgb_at(decode(path)?, size))
 }
 
 /// Decode an image file keeping its alpha channel: `(colour, alpha)` where the colour is
@@ -94,10 +116,26 @@ pub fn load_rgb(path: &Path, max_side: Option<u32>) -> Result<RgbImage> {
 /// # Errors
 /// As [`load_rgb`].
 pub fn load_rgb_alpha(path: &Path, max_side: Option<u32>) -> Result<(RgbImage, Option<Vec<f32>>)> {
-    let img = decode(path, max_side)?;
+    check_side(path, "max_side", max_side)?;
+    let img = decode(path)?;
+    let size = scaled_size(img.width(), img.height(), max_side);
+    Ok(rgb_alpha_at(img, size))
+}
+
+/// [`load_rgb_alpha`] resampled by area to exactly `size` (as [`load_rgb_at`]).
+///
+/// # Errors
+/// As [`load_rgb_at`].
+pub fn load_rgb_alpha_at(path: &Path, size: (u32, u32)) -> Result<(RgbImage, Option<Vec<f32>>)> {
+    check_side(path, "size", Some(size.0.min(size.1)))?;
+    Ok(rgb_alpha_at(decode(path)?, size))
+}
+
+/// A decoded image, alpha kept and premultiplied, resampled to `size`: `(colour, alpha)` as
+/// [`load_rgb_alpha`] returns them.
+fn rgb_alpha_at(img: DynamicImage, (nw, nh): (u32, u32)) -> (RgbImage, Option<Vec<f32>>) {
     if !img.color().has_alpha() {
-        let rgb = load_from_decoded(img, max_side);
-        return Ok((rgb, None));
+        return (rgb_at(img, (nw, nh)), None);
     }
     let mut rgba = img.into_rgba32f();
     for px in rgba.pixels_mut() {
@@ -107,19 +145,14 @@ pub fn load_rgb_alpha(path: &Path, max_side: Option<u32>) -> Result<(RgbImage, O
         }
         px.0[3] = a;
     }
-    let (w, h) = rgba.dimensions();
-    let (nw, nh) = scaled_size(w, h, max_side);
-    let rgba = if (nw, nh) == (w, h) {
-        rgba
-    } else {
-        ::image::imageops::resize(&rgba, nw, nh, FilterType::Triangle)
-    };
+    let size = rgba.dimensions();
+    let rgba = area_resize(rgba.as_raw(), size, 4, (nw, nh));
     let n = (nw * nh) as usize;
     let mut data = Vec::with_capacity(n * 3);
     let mut alpha = Vec::with_capacity(n);
-    for px in rgba.pixels() {
-        let a = px.0[3].clamp(0.0, 1.0);
-        data.extend(px.0[..3].iter().map(|c| c.clamp(0.0, a)));
+    for px in rgba.chunks_exact(4) {
+        let a = px[3].clamp(0.0, 1.0);
+        data.extend(px[..3].iter().map(|c| c.clamp(0.0, a)));
         alpha.push(a);
     }
     let image = RgbImage {
@@ -128,20 +161,14 @@ pub fn load_rgb_alpha(path: &Path, max_side: Option<u32>) -> Result<(RgbImage, O
         data,
     };
     let opaque = alpha.iter().all(|&a| a >= 1.0);
-    Ok((image, (!opaque).then_some(alpha)))
+    (image, (!opaque).then_some(alpha))
 }
 
-/// [`load_rgb`]'s resize and clamp of an already decoded image.
-fn load_from_decoded(img: DynamicImage, max_side: Option<u32>) -> RgbImage {
+/// A decoded image as RGB (alpha dropped), resampled by area to `size` and clamped to [0, 1].
+fn rgb_at(img: DynamicImage, (nw, nh): (u32, u32)) -> RgbImage {
     let rgb = img.into_rgb32f();
-    let (w, h) = rgb.dimensions();
-    let (nw, nh) = scaled_size(w, h, max_side);
-    let rgb = if (nw, nh) == (w, h) {
-        rgb
-    } else {
-        ::image::imageops::resize(&rgb, nw, nh, FilterType::Triangle)
-    };
-    let mut data = rgb.into_raw();
+    let size = rgb.dimensions();
+    let mut data = area_resize(rgb.as_raw(), size, 3, (nw, nh));
     for v in &mut data {
         *v = v.clamp(0.0, 1.0);
     }
@@ -152,17 +179,21 @@ fn load_from_decoded(img: DynamicImage, max_side: Option<u32>) -> RgbImage {
     }
 }
 
-/// Read and decode an image file with its EXIF orientation applied (what [`load_rgb`] and
-/// [`load_rgb_alpha`] share); `max_side` is only checked here.
-fn decode(path: &Path, max_side: Option<u32>) -> Result<DynamicImage> {
-    if max_side == Some(0) {
+/// [`Error::Invalid`] naming `field` when a requested side is 0 pixels.
+fn check_side(path: &Path, field: &str, side: Option<u32>) -> Result<()> {
+    if side == Some(0) {
         return Err(Error::Invalid {
             path: path.to_path_buf(),
-            field: "max_side".into(),
+            field: field.into(),
             expected: "at least 1 pixel".into(),
             found: "0".into(),
         });
     }
+    Ok(())
+}
+
+/// Read and decode an image file with its EXIF orientation applied (what the loaders share).
+fn decode(path: &Path) -> Result<DynamicImage> {
     let image_err = |source| Error::Image {
         path: path.to_path_buf(),
         source,
@@ -193,7 +224,7 @@ fn decode(path: &Path, max_side: Option<u32>) -> Result<DynamicImage> {
 ///
 /// # Errors
 /// As [`load_rgb`]: [`Error::NotFound`] / [`Error::Io`], or [`Error::Image`] naming the file.
-pub(crate) fn image_size(path: &Path) -> Result<(u32, u32)> {
+pub fn image_size(path: &Path) -> Result<(u32, u32)> {
     let mut decoder = open_decoder(path)?;
     let (w, h) = decoder.dimensions();
     let orientation = decoder.orientation().unwrap_or(Orientation::NoTransforms);

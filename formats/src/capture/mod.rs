@@ -8,9 +8,10 @@
 //! `frames.rs` and `pose.rs`. Readers import those files directly, never this one, so no file
 //! imports its own importer. Each input format is one file (`nerfstudio.rs`, `colmap.rs` with
 //! `colmap_bin.rs` and their shared `colmap_model.rs`, `llff.rs`); pixels live in `image.rs`
-//! ([`RgbImage`]), lens models in `distortion.rs` ([`Distortion`]: all eleven COLMAP 3.8 camera
-//! models: pinhole, radial, OpenCV, full OpenCV, FOV and four fisheye models). Readers never load
-//! pixels (at most an image header, for a missing size, or for LLFF every image's size).
+//! ([`RgbImage`]), the area filter in `area.rs`, the per-camera downscale plan in `downscale.rs`,
+//! lens models in `distortion.rs` ([`Distortion`]: all eleven COLMAP 3.8 camera models: pinhole,
+//! radial, OpenCV, full OpenCV, FOV and four fisheye models). Readers never load pixels (at most an
+//! image header, for a missing size, or for LLFF every image's size).
 //!
 //! Conventions (fixed for every reader):
 //! - camera frame OpenCV: x right, y down, z forward (viewing direction);
@@ -23,10 +24,12 @@
 //! non-finite number, is skipped (listed in [`Capture::skipped`]); any other non-finite number a
 //! reader needs is an error naming the field.
 
+mod area;
 mod colmap;
 mod colmap_bin;
 mod colmap_model;
 mod distortion;
+mod downscale;
 mod frames;
 mod image;
 mod intrinsics;
@@ -43,10 +46,15 @@ use self::frames::sort_frames;
 use crate::confined::ConfinedRoot;
 use crate::{Error, Result};
 
+pub use self::area::area_resize;
 pub use self::colmap::{MODEL_DIRS as COLMAP_MODEL_DIRS, read_colmap, read_colmap_in};
 pub use self::colmap_bin::{ColmapModelStats, read_colmap_model_stats};
 pub use self::distortion::{Distortion, undistort};
-pub use self::image::{RgbImage, load_rgb, load_rgb_alpha, scaled_size};
+pub use self::downscale::{FrameDownscale, PRESCALED_FACTORS, plan_downscale};
+pub use self::image::{
+    DOWNSCALE_FILTER, RgbImage, image_size, load_rgb, load_rgb_alpha, load_rgb_alpha_at,
+    load_rgb_at, scaled_size,
+};
 pub use self::intrinsics::Intrinsics;
 pub use self::llff::{read_llff, read_llff_file, read_llff_file_in};
 pub use self::model::{Capture, Frame, SfmPoints, Split};

@@ -117,6 +117,12 @@ pub struct Metrics {
     pub psnr_db: f64,
     /// Mean SSIM over the evaluated views.
     pub ssim: f64,
+    /// How the photos the metrics are measured against were downscaled:
+    /// [`kiln_formats::capture::DOWNSCALE_FILTER`] (`"area"`: area averaging, as OpenCV
+    /// `INTER_AREA` and PIL `BOX` at integer factors, or the capture's own `images_<n>` copies),
+    /// the convention other 3DGS trainers score under. Older `metrics.json` files lack it (their
+    /// photos were downscaled with a softer triangle filter, reading 2–3 dB higher).
+    pub downscale: &'static str,
     /// Per-view metrics.
     pub views: Vec<ViewMetrics>,
     /// Final number of splats.

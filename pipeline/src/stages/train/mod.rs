@@ -733,6 +733,7 @@ fn write_metrics(
         step_ms: report.step_ms,
         psnr_db: report.psnr_db,
         ssim: report.ssim,
+        downscale: kiln_formats::capture::DOWNSCALE_FILTER,
         views: per_view,
         splats: report.splats,
         steps: report.steps,
