@@ -141,7 +141,7 @@ fn descendants(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-fn signal_all(root: u32, signal: i32) {
+pub fn signal_all(root: u32, signal: i32) {
     for pid in std::iter::once(root).chain(descendants(root)) {
         // SAFETY: signals processes this test started.
         unsafe {

@@ -1345,6 +1345,89 @@ fn issue_41_a_tile_rewritten_in_the_cache_with_its_contents_list_is_rebuilt_not_
     );
 }
 
+/// Issue 41 (b), on PostgreSQL when `.ci/run` provides it: a travelling checkpoint rewritten in
+/// the stage cache between a kill -9 and the resume — with garbage, or with one byte changed — is
+/// not what the uploading worker recorded in the queue database: the next worker discards it with
+/// a warning, trains from the start, and the job succeeds (before: magenta splats, or a job that
+/// failed for good on every resubmission).
+#[test]
+fn issue_41_a_checkpoint_rewritten_in_the_cache_is_discarded_and_the_job_succeeds() {
+    let fox = dataset("capture-fox-instantngp");
+    for garbage in [true, false] {
+        let sb = Sandbox::new();
+        let sqlite = sb.path().join("queue.sqlite");
+        let db = fresh_postgres().unwrap_or_else(|| sqlite.to_str().unwrap().to_string());
+        let db = db.as_str();
+        let job = sb.job(
+            "fox",
+            &format!(
+                "name = \"fox\"\nkind = \"capture\"\ninput = \"{}\"\noutput = \"out/fox\"\n\
+                 [ingest]\nmax_side = 64\n[train]\nsteps = 300\nseed = 3\ncheckpoint_every = 20\n",
+                fox.display()
+            ),
+        );
+        let o = sb.kiln(&["submit", job.to_str().unwrap(), "--db", db, "--team", "art"]);
+        ok(&o);
+        let id = stdout(&o).trim().to_string();
+        let a = worker(&sb, db, "wa", &["--poll", "0.2", "--lease-ttl", "3"]);
+        let stored = sb.path().join("stage-cache/teams/art/checkpoints/train");
+        wait_for(
+            "a checkpoint in the stage cache",
+            Duration::from_secs(300),
+            || stored.is_dir() && !walk(&stored).is_empty(),
+        );
+        let mut a = a;
+        super::publish_fence::signal_all(a.id(), libc::SIGKILL);
+        a.wait().unwrap();
+        for f in walk(&stored) {
+            let mut bytes = std::fs::read(&f).unwrap();
+            if garbage {
+                bytes = b"garbage".to_vec();
+            } else {
+                let n = bytes.len();
+                bytes[n / 2] ^= 0x01;
+            }
+            std::fs::write(&f, bytes).unwrap();
+        }
+        // Warnings of the stage process shown too.
+        let b = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args([
+                "worker",
+                "--db",
+                db,
+                "--work-dir",
+                "wb",
+                "--drain",
+                "--poll",
+                "0.2",
+            ])
+            .env("KILN_HOME", sb.path())
+            .env("RUST_LOG", "warn,kiln_jobs=info")
+            .current_dir(sb.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = finish(b);
+        let doc = job_json(&sb, db, &id);
+        assert_eq!(
+            doc["job"]["state"],
+            "succeeded",
+            "garbage={garbage}: {doc:#}\n{}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains("checkpoint in the stage cache discarded"),
+            "garbage={garbage}: {}",
+            stderr(&out)
+        );
+        let m: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(sb.path().join("out/fox/metrics.json")).unwrap())
+                .unwrap();
+        assert!(m["psnr_db"].as_f64().unwrap() > 15.0, "{m}");
+    }
+}
+
 /// Every file under `dir`, recursively.
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
