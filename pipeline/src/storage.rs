@@ -298,12 +298,14 @@ impl Store {
         }
     }
 
-    /// The version of every object under the prefix, by its path relative to the prefix (one
-    /// listing).
+    /// The version and size of every object under the prefix, by its path relative to the
+    /// prefix (one listing).
     ///
     /// # Errors
     /// [`Error::Storage`] when the listing fails.
-    pub async fn versions(&self) -> Result<std::collections::HashMap<String, UpdateVersion>> {
+    pub async fn versions(
+        &self,
+    ) -> Result<std::collections::HashMap<String, (UpdateVersion, u64)>> {
         let metas: Vec<_> = self
             .store
             .list(Some(&self.prefix))
@@ -320,10 +322,13 @@ impl Store {
                     .join("/");
                 Some((
                     rel,
-                    UpdateVersion {
-                        e_tag: m.e_tag,
-                        version: m.version,
-                    },
+                    (
+                        UpdateVersion {
+                            e_tag: m.e_tag,
+                            version: m.version,
+                        },
+                        m.size,
+                    ),
                 ))
             })
             .collect())

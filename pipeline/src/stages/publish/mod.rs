@@ -15,22 +15,33 @@
 //! 4. **commit**: replace the marker, conditional on the claim's version, by the manifest;
 //! 5. remove the files the previous manifest listed and this one does not.
 //!
-//! An attempt whose lease ran out, or whose claim another attempt replaced, finds its next
-//! conditional write refused however late it arrives (a request held in the network included),
-//! and stops with [`Error::Fenced`] saying what it had changed; the worker records it `rejected`.
-//! Under a queue worker the attempt also checks its [`Fence`] (the lease file kept in date after
-//! each accepted heartbeat) before each write, and its requests give up after a fifth of the
-//! lease TTL ([`storage::open_capped`]). Local `kiln run` has no fence but the same conditional
-//! writes, so two runs publishing to one folder cannot interleave their files either.
+//! Before each file write the attempt re-asserts its claim (rewrites its own marker,
+//! conditional on the claim's version): S3's ETag is a hash of the content, so a later attempt
+//! that rewrote a file with identical bytes leaves its version as it was and a file's version
+//! alone cannot stop a stale write; the marker's bytes name the attempt, so its version never
+//! comes back. After its commit the attempt lists the output once and writes again any of its
+//! files whose version is not the one its own write left (a write of another attempt that was
+//! already in flight when it claimed), while its commit is still the manifest in place.
 //!
-//! What the store cannot decide: object stores have no conditional delete in `object_store`, so
-//! step 5's deletes are unconditional. They only name files the previous manifest had and this
-//! one does not, after this attempt's commit landed; a delete held in the network past a later
-//! attempt's publish that *adds* that same name back could remove it.
+//! An attempt whose lease ran out, or whose claim another attempt replaced, finds its next
+//! conditional write refused however late it arrives and stops with [`Error::Fenced`] saying
+//! what it had changed; a queue worker records a stale attempt `rejected`. Under a queue worker
+//! the attempt also checks its [`Fence`] (the lease file kept in date after each accepted
+//! heartbeat) before each write, and its requests give up after a fifth of the lease TTL
+//! ([`storage::open_capped`]). Local `kiln run` has no fence but the same conditional writes, so
+//! two runs publishing to one folder cannot interleave their files either.
+//!
+//! What the store cannot decide: (a) one file write already in flight when another attempt
+//! claimed (it passed its claim check just before) lands if it arrives before the later attempt
+//! writes that name (which then overwrites it) or, where the later attempt wrote identical
+//! bytes, at any time; the later attempt's check after its commit rewrites it only if it landed
+//! by then. (b) `object_store` has no conditional delete, so step 5's deletes (files only the
+//! previous manifest listed, after this commit) are unconditional.
 
 mod stage;
 pub use stage::{Publish, PublishSummary};
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -216,6 +227,8 @@ async fn publish_to(
         job_id,
         claimed: false,
         written: 0,
+        marker: Vec::new(),
+        landed: HashMap::new(),
     };
     let (seen, previous) = attempt.read_committed().await?;
     let mut claim = attempt.claim(seen.as_ref(), &previous).await?;
@@ -228,7 +241,9 @@ async fn publish_to(
         files: entries,
         publishing: false,
     };
-    bytes_written += attempt.commit(&manifest, &claim).await?;
+    let (commit, manifest_bytes) = attempt.commit(&manifest, &claim).await?;
+    bytes_written += manifest_bytes;
+    attempt.verify(files, &commit).await?;
     attempt.remove_leftovers(&previous, files).await?;
     Ok(PublishReport {
         manifest,
@@ -263,6 +278,11 @@ struct Attempt<'a> {
     claimed: bool,
     /// Files written to their final names.
     written: usize,
+    /// The marker this attempt claimed the output with: unique to the attempt (it names the job
+    /// and token), so its version changes whenever anyone else writes `manifest.json`.
+    marker: Vec<u8>,
+    /// The ETag each file write of this attempt left, to find later writes of others.
+    landed: HashMap<String, Option<String>>,
 }
 
 /// How often a file write refused while this attempt still holds its claim is tried again: each
@@ -315,8 +335,12 @@ impl Attempt<'_> {
             fence_token: self.fence.map(|f| f.token),
             publishing: true,
         };
-        let json = serde_json::to_vec_pretty(&marker).expect("manifest serialises");
-        match self.store.put_if(MANIFEST_JSON, json, seen).await? {
+        self.marker = serde_json::to_vec_pretty(&marker).expect("manifest serialises");
+        match self
+            .store
+            .put_if(MANIFEST_JSON, self.marker.clone(), seen)
+            .await?
+        {
             storage::Conditional::Written(v) => {
                 self.claimed = true;
                 Ok(v)
@@ -348,7 +372,7 @@ impl Attempt<'_> {
                 blake3: blake3::hash(&data).to_hex().to_string(),
             });
             bytes += data.len() as u64;
-            let seen = versions.remove(&f.relative);
+            let seen = versions.remove(&f.relative).map(|(v, _)| v);
             self.write_one(&f.relative, data, seen, claim).await?;
             bar.inc(entries.last().map_or(0, |e| e.bytes));
         }
@@ -368,17 +392,22 @@ impl Attempt<'_> {
     ) -> Result<()> {
         for _ in 0..REFUSED_WRITE_TRIES {
             self.lease()?;
+            // Content-addressed ETags (S3's is the MD5 of the bytes) cannot tell a later
+            // attempt's identical rewrite from no write, so a name's version alone does not fence
+            // it: the claim is re-asserted first, and a later claimer's marker (other bytes,
+            // another version) stops this attempt before it writes.
+            *claim = self.reassert(claim).await?;
             match self
                 .store
                 .put_if(relative, data.clone(), seen.as_ref())
                 .await?
             {
-                storage::Conditional::Written(_) => {
+                storage::Conditional::Written(v) => {
                     self.written += 1;
+                    self.landed.insert(relative.to_string(), v.e_tag);
                     return Ok(());
                 }
                 storage::Conditional::Refused => {
-                    *claim = self.reassert(claim).await?;
                     seen = self.store.version(relative).await?;
                 }
             }
@@ -386,28 +415,78 @@ impl Attempt<'_> {
         Err(self.refused(&format!("write of `{relative}`")).await)
     }
 
-    /// Rewrite the marker conditional on the claim's version: whether this attempt still holds
-    /// the output.
+    /// Rewrite this attempt's marker conditional on the claim's version: whether this attempt
+    /// still holds the output.
     async fn reassert(&self, claim: &storage::UpdateVersion) -> Result<storage::UpdateVersion> {
-        let Some((_, Some(marker))) = read_versioned_manifest(&self.store).await? else {
-            return Err(self.refused("claim (the marker is gone)").await);
-        };
-        let json = serde_json::to_vec_pretty(&marker).expect("manifest serialises");
-        match self.store.put_if(MANIFEST_JSON, json, Some(claim)).await? {
+        match self
+            .store
+            .put_if(MANIFEST_JSON, self.marker.clone(), Some(claim))
+            .await?
+        {
             storage::Conditional::Written(v) => Ok(v),
             storage::Conditional::Refused => Err(self.refused("claim of manifest.json").await),
         }
     }
 
     /// Step 4: the manifest replaces this attempt's marker, if nobody replaced the marker since.
-    async fn commit(&mut self, manifest: &Manifest, claim: &storage::UpdateVersion) -> Result<u64> {
+    async fn commit(
+        &mut self,
+        manifest: &Manifest,
+        claim: &storage::UpdateVersion,
+    ) -> Result<(storage::UpdateVersion, u64)> {
         self.lease()?;
         let json = serde_json::to_vec_pretty(manifest).expect("manifest serialises");
         let n = json.len() as u64;
         match self.store.put_if(MANIFEST_JSON, json, Some(claim)).await? {
-            storage::Conditional::Written(_) => Ok(n),
+            storage::Conditional::Written(v) => Ok((v, n)),
             storage::Conditional::Refused => Err(self.refused("commit of manifest.json").await),
         }
+    }
+
+    /// After the commit: a write of another attempt that was already in flight when this one
+    /// claimed (it had passed its own claim check just before) may have landed on one of this
+    /// attempt's files. One listing finds them (their ETag is not the one this attempt's write
+    /// left); each is written again, conditional on what is there, while this commit is still
+    /// the manifest in place.
+    async fn verify(
+        &mut self,
+        files: &[PublishFile],
+        commit: &storage::UpdateVersion,
+    ) -> Result<()> {
+        for _ in 0..REFUSED_WRITE_TRIES {
+            let now = self.store.versions().await?;
+            let overwritten: Vec<&PublishFile> = files
+                .iter()
+                .filter(|f| {
+                    now.get(&f.relative).map(|(v, _)| &v.e_tag) != self.landed.get(&f.relative)
+                })
+                .collect();
+            if overwritten.is_empty() {
+                return Ok(());
+            }
+            for f in overwritten {
+                let manifest_now = self.store.version(MANIFEST_JSON).await?;
+                if manifest_now.map(|v| v.e_tag) != Some(commit.e_tag.clone()) {
+                    // Another publish claimed the output since: its files are its own to write.
+                    return Ok(());
+                }
+                tracing::warn!(
+                    file = %f.relative,
+                    output = %self.store.url,
+                    "another attempt's write landed on a file this publish had written; writing it again"
+                );
+                let data = tokio::fs::read(&f.local)
+                    .await
+                    .map_err(|e| Error::io(&f.local, e))?;
+                let seen = now.get(&f.relative).map(|(v, _)| v.clone());
+                if let storage::Conditional::Written(v) =
+                    self.store.put_if(&f.relative, data, seen.as_ref()).await?
+                {
+                    self.landed.insert(f.relative.clone(), v.e_tag);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Step 5: files the previous manifest listed that this one does not.
@@ -444,8 +523,8 @@ impl Attempt<'_> {
         } else {
             format!(
                 "this attempt had marked the output as being published and written {} of its \
-                 files there (no manifest of its own: the attempt that holds the output \
-                 rewrites them)",
+                 files there before another attempt claimed it (no manifest of its own; the \
+                 later attempt writes its own files over them)",
                 self.written
             )
         };
@@ -523,6 +602,21 @@ async fn read_versioned_manifest(
         source,
     })?;
     Ok(Some((version, serde_json::from_slice(&bytes).ok())))
+}
+
+/// Whether every file `m` lists is at `output` with the size it records (one listing): a
+/// rerun of the same publish key skips writing only then, so an output damaged after its
+/// commit is written again.
+pub async fn committed_files_present(output: &str, m: &Manifest) -> bool {
+    let Ok(store) = storage::open(output) else {
+        return false;
+    };
+    let Ok(now) = store.versions().await else {
+        return false;
+    };
+    m.files
+        .iter()
+        .all(|f| now.get(&f.path).is_some_and(|(_, size)| *size == f.bytes))
 }
 
 /// The manifest committed at `output`, if there is a readable one (a publish in flight has
@@ -840,6 +934,187 @@ mod tests {
         ) -> object_store::Result<()> {
             self.inner.copy_opts(from, to, options).await
         }
+    }
+
+    /// An in-memory store whose ETags are a hash of the content, as S3's (MD5) are: an
+    /// identical rewrite leaves the ETag unchanged. Conditional puts are checked against it.
+    #[derive(Debug, Default)]
+    struct ContentEtags {
+        inner: object_store::memory::InMemory,
+    }
+
+    impl std::fmt::Display for ContentEtags {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "ContentEtags")
+        }
+    }
+
+    fn content_etag(bytes: &[u8]) -> String {
+        format!("\"{}\"", blake3::hash(bytes).to_hex())
+    }
+
+    #[async_trait::async_trait]
+    impl object_store::ObjectStore for ContentEtags {
+        async fn put_opts(
+            &self,
+            location: &object_store::path::Path,
+            payload: object_store::PutPayload,
+            opts: object_store::PutOptions,
+        ) -> object_store::Result<object_store::PutResult> {
+            let now = match self.inner.get(location).await {
+                Ok(got) => Some(content_etag(&got.bytes().await?)),
+                Err(object_store::Error::NotFound { .. }) => None,
+                Err(e) => return Err(e),
+            };
+            let refused = match &opts.mode {
+                object_store::PutMode::Overwrite => false,
+                object_store::PutMode::Create => now.is_some(),
+                object_store::PutMode::Update(v) => v.e_tag != now,
+            };
+            if refused {
+                return Err(object_store::Error::Precondition {
+                    path: location.to_string(),
+                    source: "ETag mismatch".into(),
+                });
+            }
+            let bytes: Vec<u8> = payload.iter().flat_map(|b| b.to_vec()).collect();
+            let e_tag = Some(content_etag(&bytes));
+            self.inner.put(location, bytes.into()).await?;
+            Ok(object_store::PutResult {
+                e_tag,
+                version: None,
+                extensions: Default::default(),
+            })
+        }
+        async fn put_multipart_opts(
+            &self,
+            location: &object_store::path::Path,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.inner.put_multipart_opts(location, opts).await
+        }
+        async fn get_opts(
+            &self,
+            location: &object_store::path::Path,
+            _options: object_store::GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
+            let got = self.inner.get(location).await?;
+            let mut meta = got.meta.clone();
+            let bytes = got.bytes().await?;
+            meta.e_tag = Some(content_etag(&bytes));
+            let len = bytes.len() as u64;
+            Ok(object_store::GetResult {
+                payload: object_store::GetResultPayload::Stream(Box::pin(futures::stream::once(
+                    async move { Ok(bytes) },
+                ))),
+                meta,
+                range: 0..len,
+                attributes: Default::default(),
+                extensions: Default::default(),
+            })
+        }
+        fn delete_stream(
+            &self,
+            locations: futures::stream::BoxStream<
+                'static,
+                object_store::Result<object_store::path::Path>,
+            >,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::path::Path>>
+        {
+            self.inner.delete_stream(locations)
+        }
+        fn list(
+            &self,
+            prefix: Option<&object_store::path::Path>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>
+        {
+            use futures::StreamExt;
+            let inner = self.inner.clone();
+            self.inner
+                .list(prefix)
+                .then(move |m| {
+                    let inner = inner.clone();
+                    async move {
+                        let mut m = m?;
+                        let bytes = inner.get(&m.location).await?.bytes().await?;
+                        m.e_tag = Some(content_etag(&bytes));
+                        Ok(m)
+                    }
+                })
+                .boxed()
+        }
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&object_store::path::Path>,
+        ) -> object_store::Result<object_store::ListResult> {
+            self.inner.list_with_delimiter(prefix).await
+        }
+        async fn copy_opts(
+            &self,
+            from: &object_store::path::Path,
+            to: &object_store::path::Path,
+            options: object_store::CopyOptions,
+        ) -> object_store::Result<()> {
+            self.inner.copy_opts(from, to, options).await
+        }
+    }
+
+    /// ETags that are content hashes (S3's) cannot fence a file on their own: a later publish of
+    /// identical bytes leaves them as they were. Attempt 1 of job J4 claims the output and is
+    /// paused before its first file write (its claim re-assertion held); job J5 publishes the
+    /// same bytes the output already had and commits. Attempt 1's re-assertion is refused, so it
+    /// writes none of its files over J5's.
+    #[tokio::test]
+    async fn an_identical_rewrite_does_not_let_a_paused_attempt_s_next_write_through() {
+        let src = tempfile::tempdir().unwrap();
+        let file = |n: &str, body: &str| {
+            let dir = src.path().join(body);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(n), body).unwrap();
+            PublishFile {
+                local: dir.join(n),
+                relative: n.into(),
+            }
+        };
+        let inner: std::sync::Arc<dyn object_store::ObjectStore> =
+            std::sync::Arc::new(ContentEtags::default());
+        let same = || [file("0.glb", "x"), file("tileset.json", "x")];
+        publish_to(store_of(inner.clone()), &same(), "j1", None, None)
+            .await
+            .unwrap();
+        let holding = std::sync::Arc::new(Holding {
+            inner: inner.clone(),
+            name: MANIFEST_JSON,
+            // The claim is the first write to manifest.json, the re-assertion before the first
+            // file the second.
+            nth: 2,
+            seen: 0.into(),
+            held: tokio::sync::Notify::new(),
+            release: tokio::sync::Notify::new(),
+            answer: std::sync::Mutex::new(None),
+        });
+        let j4_files = [file("0.glb", "j4"), file("tileset.json", "j4")];
+        let j4_fence = fence(src.path(), 1, 60_000);
+        let j4 = {
+            let store = store_of(holding.clone());
+            async move { publish_to(store, &j4_files, "j4", None, Some(&j4_fence)).await }
+        };
+        let j5 = async {
+            holding.held.notified().await;
+            let r = publish_to(store_of(inner.clone()), &same(), "j5", None, None).await;
+            holding.release.notify_one();
+            r
+        };
+        let (j4, j5) = tokio::join!(j4, j5);
+        let j5 = j5.unwrap();
+        let e = j4.unwrap_err();
+        assert!(e.to_string().contains("the store refused its claim"), "{e}");
+        let store = store_of(inner);
+        let committed: Manifest =
+            serde_json::from_slice(&read(&store, MANIFEST_JSON).await).unwrap();
+        assert_eq!(committed, j5.manifest);
+        assert_eq!(read(&store, "0.glb").await, b"x");
+        assert_eq!(read(&store, "tileset.json").await, b"x");
     }
 
     fn store_of(inner: std::sync::Arc<dyn object_store::ObjectStore>) -> storage::Store {

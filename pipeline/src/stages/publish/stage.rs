@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{PublishFile, publish_keyed, read_manifest};
+use super::{PublishFile, committed_files_present, publish_keyed, read_manifest};
 use crate::Result;
 use crate::dag::StageKind;
 use crate::plan::JobPlan;
@@ -73,9 +73,11 @@ impl Stage for Publish {
         let plan = &cx.plan;
         let files = published_files(cx)?;
         let handle = tokio::runtime::Handle::current();
-        // Published already with this very key (same inputs, same output): nothing to write.
+        // Published already with this very key (same inputs, same output), every file still in
+        // place: nothing to write.
         if let Some(m) = handle.block_on(read_manifest(&plan.output))
             && m.stage_key.as_deref() == Some(cx.key.as_str())
+            && handle.block_on(committed_files_present(&plan.output, &m))
         {
             tracing::info!(output = %plan.output, "publish: the output already holds this job's result");
             return Ok(Output {
