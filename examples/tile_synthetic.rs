@@ -5,8 +5,12 @@
 //! The tiler's own log line ("splat tileset written") follows, with the time of its phases
 //! (`merge_s`, `measure_s`, `encode_s`; exact with `RAYON_NUM_THREADS=1`, overlapping otherwise).
 //!
+//! `--streamed-sog` also writes the streamed SOG (`[tile] streamed_sog = true`), so its cost is the
+//! difference between two runs (issue 43: "costs ≤ 2× the same job without it").
+//!
 //! ```text
 //! cargo run --release --example tile_synthetic -- 10000000
+//! cargo run --release --example tile_synthetic -- 1000000 --streamed-sog
 //! ```
 
 use std::time::Instant;
@@ -25,7 +29,9 @@ fn peak_rss_bytes() -> Option<u64> {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let n: usize = match std::env::args().nth(1) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let streamed_sog = args.iter().any(|a| a == "--streamed-sog");
+    let n: usize = match args.iter().find(|a| !a.starts_with("--")) {
         Some(v) => v
             .parse()
             .map_err(|_| format!("splat count: expected a positive integer, got {v:?}"))?,
@@ -46,14 +52,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let before = peak_rss_bytes().unwrap_or(0);
     let dir = tempfile::tempdir()?;
     let start = Instant::now();
-    let report = tile_splats(&splats, &SplatTileParams::default(), dir.path())?;
+    let params = SplatTileParams {
+        streamed_sog,
+        ..Default::default()
+    };
+    let report = tile_splats(&splats, &params, dir.path())?;
     let wall = start.elapsed().as_secs_f64();
     let peak = peak_rss_bytes().unwrap_or(0);
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     println!(
-        "{n} splats (SH 3, {:.0} MiB in memory): {} tiles, {} levels, {:.1} MiB of tiles in \
+        "{n} splats{} (SH 3, {:.0} MiB in memory): {} tiles, {} levels, {:.1} MiB of tiles in \
          {wall:.1} s ({:.0} splats/s); peak resident {:.0} MiB ({:.2}× the input; {:.0} MiB \
          before tiling)",
+        if streamed_sog { " + streamed SOG" } else { "" },
         mib(input_bytes),
         report.tiles,
         report.levels,
