@@ -53,11 +53,15 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use self::palette::{FilePalette, PaletteIndex};
 use super::placed::{PlacedRef, PlacedSplats};
 use super::{GaussianSplats, logit, sigmoid};
 use crate::atomic_write::write_atomic_with;
 use crate::confined::ConfinedRoot;
 use crate::{Error, Result};
+
+mod palette;
+pub use palette::{PALETTE_FIT_MAX_ROWS, ShPalette};
 
 /// The SOG `meta.json` version Kiln reads and writes.
 pub const SOG_VERSION: u32 = 2;
@@ -598,11 +602,19 @@ impl<'a> KdTree<'a> {
 const FLAT_KMEANS_MAX_PAIRS: usize = 1 << 28;
 
 /// The SH palette of `rest` (`[N, dim]`): flat k-means while it is affordable, else the tree.
-fn sh_palette(rest: &[f32], dim: usize, k: usize, options: &SogOptions) -> (Vec<f32>, Vec<u32>) {
+/// Returns (entries `[K, dim]`, labels `[N]`, the search that finds an entry as the fit did).
+fn sh_palette(
+    rest: &[f32],
+    dim: usize,
+    k: usize,
+    options: &SogOptions,
+) -> (Vec<f32>, Vec<u32>, PaletteIndex) {
     let n = rest.len() / dim;
     let (iterations, seed) = (options.kmeans_iterations, options.seed);
     if n.saturating_mul(k) <= FLAT_KMEANS_MAX_PAIRS {
-        kmeans(rest, dim, k.min(n), iterations, seed)
+        let (centroids, labels) = kmeans(rest, dim, k.min(n), iterations, seed);
+        let index = PaletteIndex::flat(centroids.len() / dim);
+        (centroids, labels, index)
     } else {
         tree_kmeans(rest, dim, k, iterations, seed)
     }
@@ -626,26 +638,28 @@ const TREE_BRANCH: usize = 256;
 /// k-means while N·k ≤ [`FLAT_KMEANS_MAX_PAIRS`].
 ///
 /// Deterministic: a group's seed is derived from `seed` and its index, and its rows keep their
-/// input order. Returns (centroids `[k', d]`, labels `[N]`) with k' ≤ `k` (fewer when groups hold
-/// fewer distinct rows than their share).
+/// input order. Returns (centroids `[k', d]`, labels `[N]`, the tree's search) with k' ≤ `k`
+/// (fewer when groups hold fewer distinct rows than their share).
 fn tree_kmeans(
     points: &[f32],
     d: usize,
     k: usize,
     iterations: u32,
     seed: u64,
-) -> (Vec<f32>, Vec<u32>) {
+) -> (Vec<f32>, Vec<u32>, PaletteIndex) {
     let n = points.len() / d;
     if k <= TREE_BRANCH || n <= k {
-        return kmeans(points, d, k.min(n), iterations, seed);
+        let (centroids, labels) = kmeans(points, d, k.min(n), iterations, seed);
+        let index = PaletteIndex::flat(centroids.len() / d);
+        return (centroids, labels, index);
     }
-    let (_, groups) = kmeans(points, d, TREE_BRANCH, iterations, seed);
+    let (group_centroids, groups) = kmeans(points, d, TREE_BRANCH, iterations, seed);
     let mut members: Vec<Vec<u32>> = vec![Vec::new(); TREE_BRANCH];
     for (row, &g) in groups.iter().enumerate() {
         members[g as usize].push(row as u32);
     }
     let shares = palette_shares(&members.iter().map(Vec::len).collect::<Vec<_>>(), k);
-    let parts: Vec<(Vec<f32>, Vec<u32>)> = members
+    let parts: Vec<(Vec<f32>, Vec<u32>, PaletteIndex)> = members
         .par_iter()
         .zip(&shares)
         .enumerate()
@@ -660,14 +674,25 @@ fn tree_kmeans(
         .collect();
     let mut centroids = Vec::with_capacity(k * d);
     let mut labels = vec![0u32; n];
-    for (rows, (c, l)) in members.iter().zip(parts) {
+    // Groups no row chose own no entries; leaving them out of the search changes no row's
+    // nearest group, and a new row then never lands in a group without entries.
+    let (mut searched_groups, mut children) = (Vec::new(), Vec::new());
+    for (g, (rows, (c, l, index))) in members.iter().zip(parts).enumerate() {
         let offset = (centroids.len() / d) as u32;
         for (&row, &label) in rows.iter().zip(&l) {
             labels[row as usize] = offset + label;
         }
+        if !rows.is_empty() {
+            searched_groups.extend_from_slice(&group_centroids[g * d..(g + 1) * d]);
+            children.push(index.shifted(offset));
+        }
         centroids.extend(c);
     }
-    (centroids, labels)
+    let index = PaletteIndex::Tree {
+        groups: searched_groups,
+        children,
+    };
+    (centroids, labels, index)
 }
 
 /// Split `k` palette entries over groups of `sizes` rows in proportion to their sizes (largest
@@ -828,8 +853,13 @@ fn encode_webp(rgba: &[u8], w: usize, h: usize, name: &str) -> Result<Vec<u8>> {
     Ok(encoded.to_vec())
 }
 
-/// The finished files of a SOG: (name, bytes), images first and `meta.json` last.
-fn encode_sog(splats: &GaussianSplats, options: &SogOptions) -> Result<Vec<(String, Vec<u8>)>> {
+/// The finished files of a SOG: (name, bytes), images first and `meta.json` last. `shared` is a
+/// palette fitted for several files with this file's labels into it (else the file fits its own).
+fn encode_sog(
+    splats: &GaussianSplats,
+    options: &SogOptions,
+    shared: Option<(&ShPalette, &[u32])>,
+) -> Result<Vec<(String, Vec<u8>)>> {
     let (w, h) = check_sog_input(splats, options)?;
     let n = splats.len();
     let mut order: Vec<u32> = (0..n as u32).collect();
@@ -853,7 +883,11 @@ fn encode_sog(splats: &GaussianSplats, options: &SogOptions) -> Result<Vec<(Stri
         files.push((name.to_string(), encode_webp(rgba, w, h, name)?));
     }
     let sh_n = if splats.sh_degree > 0 {
-        Some(layout.sh_n(splats, options, (w, h), &mut files)?)
+        let palette = match shared {
+            Some((palette, labels)) => palette.for_file(labels),
+            None => FilePalette::fit(splats, options),
+        };
+        Some(layout.sh_n(splats.sh_degree, &palette, (w, h), &mut files)?)
     } else {
         None
     };
@@ -1021,38 +1055,24 @@ impl TexelLayout<'_> {
         (codebook, sh0)
     }
 
-    /// Higher SH: a palette of rest vectors (channel-major like PLY `f_rest`: [R c1.., G c1..,
+    /// Higher SH: the palette of rest vectors (channel-major like PLY `f_rest`: [R c1.., G c1..,
     /// B c1..]) in `shN_centroids.webp`, each splat's 16-bit label in `shN_labels.webp` (both
     /// pushed to `files`); returns their meta.
     fn sh_n(
         &self,
-        splats: &GaussianSplats,
-        options: &SogOptions,
+        sh_degree: u32,
+        palette: &FilePalette,
         (w, h): (usize, usize),
         files: &mut Vec<(String, Vec<u8>)>,
     ) -> Result<ShNMeta> {
-        let n = splats.len();
-        let k = splats.sh_coeffs_per_channel();
-        let coeffs = k - 1;
+        let coeffs = ((sh_degree + 1) * (sh_degree + 1)) as usize - 1;
         let dim = coeffs * 3;
-        let mut rest = vec![0f32; n * dim];
-        for g in 0..n {
-            for j in 0..coeffs {
-                for c in 0..3 {
-                    rest[g * dim + c * coeffs + j] = splats.sh_coeffs[g * k * 3 + (j + 1) * 3 + c];
-                }
-            }
-        }
-        let palette = options
-            .sh_palette
-            .map_or_else(|| sh_palette_size(n), |p| p.clamp(1, n));
-        let (centroids, labels) = sh_palette(&rest, dim, palette, options);
-        let palette = centroids.len() / dim;
-        let (sh_n_codebook, centroid_labels) = quantize_1d(&centroids);
-        let rows = palette.div_ceil(CENTROIDS_PER_ROW);
+        let (centroid_labels, labels) = (&palette.entry_values, &palette.labels);
+        let palette_len = palette.len(dim);
+        let rows = palette_len.div_ceil(CENTROIDS_PER_ROW);
         let cw = CENTROIDS_PER_ROW * coeffs;
         let mut cbuf = vec![0u8; cw * rows * 4];
-        for e in 0..palette {
+        for e in 0..palette_len {
             for j in 0..coeffs {
                 let t = (e * coeffs + j) * 4;
                 for c in 0..3 {
@@ -1077,9 +1097,9 @@ impl TexelLayout<'_> {
             encode_webp(&lbuf, w, h, SHN_LABELS)?,
         ));
         Ok(ShNMeta {
-            count: palette,
-            bands: splats.sh_degree,
-            codebook: sh_n_codebook,
+            count: palette_len,
+            bands: sh_degree,
+            codebook: palette.codebook.clone(),
             files: vec![SHN_CENTROIDS.into(), SHN_LABELS.into()],
         })
     }
@@ -1128,17 +1148,54 @@ pub fn write<'a>(
         NAME,
         "f32 positions (log-transformed, 16 bits between per-axis bounds)",
     )?;
-    let files = encode_sog(&absolute, options)?;
+    let files = encode_sog(&absolute, options, None)?;
+    store(dir_or_file, &files)
+}
+
+/// Experimental: write splats as a SOG whose SH palette is `palette`, shared with other files,
+/// instead of one fitted on these splats alone; the file stores the entries its splats use (in
+/// the palette's order) with the palette's scalar codebook, so an entry decodes to the same
+/// values in every file written against it. Otherwise as [`write()`].
+///
+/// - `splats`: as [`write()`], with the palette's SH degree (≥ 1).
+/// - `palette`: fitted with [`ShPalette::fit`] on splats that include these (or resemble them).
+/// - `labels`: `[N]` entry of every splat, in `splats`' order, each < `palette.len()` (from
+///   [`ShPalette::labels`], gathered like the splats).
+/// - `options`: only the checks read it (the palette is fitted already).
+///
+/// # Errors
+/// As [`write()`], and [`Error::InvalidInput`] (context `"SOG palette"`) when the SH degree is
+/// not the palette's, or `labels` has another length or an entry past the palette.
+pub fn write_with_palette<'a>(
+    dir_or_file: &Path,
+    splats: impl Into<PlacedRef<'a>>,
+    options: &SogOptions,
+    palette: &ShPalette,
+    labels: &[u32],
+) -> Result<u64> {
+    let absolute = splats.into().absolute_f32_for(
+        dir_or_file,
+        NAME,
+        "f32 positions (log-transformed, 16 bits between per-axis bounds)",
+    )?;
+    palette.check_file(&absolute, labels)?;
+    let files = encode_sog(&absolute, options, Some((palette, labels)))?;
+    store(dir_or_file, &files)
+}
+
+/// Write the encoded `files` as a bundle or a folder ([`SogContainer::from_path`]); returns the
+/// bytes written.
+fn store(dir_or_file: &Path, files: &[(String, Vec<u8>)]) -> Result<u64> {
     let total: u64 = files.iter().map(|(_, b)| b.len() as u64).sum();
     match SogContainer::from_path(dir_or_file) {
         SogContainer::Bundle(path) => {
-            write_atomic_with(&path, |w| write_zip(w, &files))?;
+            write_atomic_with(&path, |w| write_zip(w, files))?;
             std::fs::metadata(&path)
                 .map(|m| m.len())
                 .map_err(|e| Error::io(&path, e))
         }
         SogContainer::Folder { meta } => {
-            write_folder(&meta, &files)?;
+            write_folder(&meta, files)?;
             Ok(total)
         }
     }
@@ -1827,7 +1884,7 @@ mod tests {
             })
             .map(|(c, a)| centres[c * d + a] + rng.range(-0.1, 0.1))
             .collect();
-        let (tc, tl) = tree_kmeans(&points, d, k, 10, 3);
+        let (tc, tl, _) = tree_kmeans(&points, d, k, 10, 3);
         let (fc, fl) = kmeans(&points, d, k, 10, 3);
         assert!(tc.len() / d <= k && tl.iter().all(|&l| (l as usize) < tc.len() / d));
         let (tree, flat) = (
@@ -1835,7 +1892,8 @@ mod tests {
             quantisation_mse(&points, d, &fc, &fl),
         );
         assert!(tree <= 1.1 * flat, "tree {tree} vs flat {flat}");
-        assert_eq!(tree_kmeans(&points, d, k, 10, 3), (tc, tl));
+        let again = tree_kmeans(&points, d, k, 10, 3);
+        assert_eq!((again.0, again.1), (tc, tl));
     }
 
     #[test]

@@ -32,6 +32,16 @@
 //! chunk's run contiguous, while [`sog::write`] Morton-sorts the whole file, so Kiln writes one file
 //! per run (more, smaller files for coarse levels of scenes with many chunks; the same splats).
 //!
+//! Palette. The chunks of a level share one SH palette ([`sog::ShPalette`]): a k-means codebook
+//! of SH rest vectors fitted once per level, on at most [`sog::PALETTE_FIT_MAX_ROWS`] evenly
+//! spaced splats of it, with splat-transform's size rule for the level's splat count (65,536
+//! entries from 64 Ki splats), instead of one k-means per (chunk, level), which on a 1 M-splat
+//! 200 m scene (≥ 182 chunks) cost more than 25× the tiling (issue 43). Each chunk's SOG still
+//! carries its own palette image, as the format requires: the shared entries its splats use, in
+//! the level's order, with the level's scalar codebook, so one entry decodes to the same values in
+//! every chunk of the level. A level per palette, not the scene: parents are merges, whose SH are
+//! averages of their children's, so each level's rest vectors spread differently.
+//!
 //! Bounds: a leaf's box is the union over its splats (all levels) of each splat's 1σ ellipsoid box
 //! (the box of half-extents exp(log_scale) turned by the splat's rotation, made axis-aligned),
 //! splat-transform's rule, so the engine's view-dependent choices match those for its own output;
@@ -59,14 +69,15 @@
 //! writes none.
 //!
 //! Memory: every level is held at once (the input copied once more for LOD 0, plus about a third
-//! for the parents), then each chunk is gathered and encoded in parallel.
+//! for the parents) with a palette entry (4 bytes) per splat, then each chunk is gathered and
+//! encoded in parallel.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use kiln_formats::atomic_write::write_atomic;
 use kiln_formats::splats::GaussianSplats;
-use kiln_formats::splats::sog::{self, SogOptions};
+use kiln_formats::splats::sog::{self, ShPalette, SogOptions};
 use kiln_formats::splats::transform::rotate_splats;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -216,7 +227,8 @@ struct ChunkFile {
 /// - `environment`: far-field splats (sky, distant background) every viewer loads whatever the
 ///   camera; `None` or no splats writes none. Same frame as `levels`.
 /// - `limits`: the kd split rule ([`ChunkLimits::default`] for the published defaults).
-/// - `options`: SOG encoding (k-means iterations, seed) for every chunk.
+/// - `options`: SOG encoding: k-means iterations, seed and size (`sh_palette`, default by the
+///   level's splat count) of each level's shared SH palette; the environment fits its own.
 /// - `dir`: created if missing.
 ///
 /// # Errors
@@ -262,16 +274,18 @@ pub fn write_streamed_sog(
     );
     drop(part);
 
+    let palettes = level_palettes(levels, options)?;
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let bytes: Vec<u64> = files
         .par_iter()
-        .map(|f| -> Result<u64> {
-            let path = dir.join(&f.rel);
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
-            }
-            let chunk = gather(&levels[f.level].splats, &f.indices);
-            Ok(sog::write(&path, &chunk, options)?)
+        .map(|f| {
+            write_chunk(
+                dir,
+                f,
+                &levels[f.level],
+                palettes[f.level].as_ref(),
+                options,
+            )
         })
         .collect::<Result<_>>()?;
 
@@ -321,6 +335,59 @@ pub fn write_streamed_sog(
         environment_splats: environment.map_or(0, GaussianSplats::len),
         bytes,
     })
+}
+
+/// A level's shared SH palette and every splat's entry in it (`[N]`, level order).
+struct LevelPalette {
+    palette: ShPalette,
+    labels: Vec<u32>,
+}
+
+/// The shared SH palette of every level with SH above degree 0 (`None` for degree 0), one level
+/// at a time (each fit and labelling is parallel).
+fn level_palettes(levels: &[LodLevel], options: &SogOptions) -> Result<Vec<Option<LevelPalette>>> {
+    levels
+        .iter()
+        .map(|level| {
+            if level.splats.sh_degree == 0 {
+                return Ok(None);
+            }
+            let start = std::time::Instant::now();
+            let palette = ShPalette::fit(&level.splats, options)?;
+            let labels = palette.labels(&level.splats)?;
+            tracing::debug!(
+                splats = level.splats.len(),
+                entries = palette.len(),
+                seconds = start.elapsed().as_secs_f64(),
+                "streamed SOG: level palette fitted"
+            );
+            Ok(Some(LevelPalette { palette, labels }))
+        })
+        .collect()
+}
+
+/// Encode one chunk file of `level` into `dir`, indexing the level's shared palette when it has
+/// one; returns the bytes written.
+fn write_chunk(
+    dir: &Path,
+    file: &ChunkFile,
+    level: &LodLevel,
+    palette: Option<&LevelPalette>,
+    options: &SogOptions,
+) -> Result<u64> {
+    let path = dir.join(&file.rel);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+    }
+    let chunk = gather(&level.splats, &file.indices);
+    let bytes = match palette {
+        Some(p) => {
+            let labels: Vec<u32> = file.indices.iter().map(|&i| p.labels[i as usize]).collect();
+            sog::write_with_palette(&path, &chunk, options, &p.palette, &labels)?
+        }
+        None => sog::write(&path, &chunk, options)?,
+    };
+    Ok(bytes)
 }
 
 /// The boundary check of [`write_streamed_sog`] (the SOG encoder checks values).
@@ -985,6 +1052,54 @@ mod tests {
                 .extend((0..12).map(|_| r.random_range(-0.5f32..0.5)));
         }
         s
+    }
+
+    /// The chunks of a level index one SH palette: with a 64-entry palette, both chunks of the
+    /// random scene store the level's scalar codebook, and together they decode to at most 64
+    /// distinct SH rest vectors (a k-means per chunk would give up to 128); the same levels give
+    /// the same bytes.
+    #[test]
+    fn a_level_s_chunks_share_one_sh_palette() {
+        let input = random_scene();
+        let levels = vec![LodLevel {
+            errors_m: vec![0.0; input.len()],
+            splats: input,
+        }];
+        let options = SogOptions {
+            sh_palette: Some(64),
+            ..SogOptions::default()
+        };
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        for d in [&a, &b] {
+            let r = write_streamed_sog(&levels, None, &ChunkLimits::default(), &options, d.path())
+                .unwrap();
+            assert_eq!((r.chunks, r.files), (2, 2));
+        }
+        let mut codebooks = Vec::new();
+        let mut rest = std::collections::BTreeSet::new();
+        for rel in ["0_0", "0_1"] {
+            let meta: Value = serde_json::from_slice(
+                &std::fs::read(a.path().join(rel).join("meta.json")).unwrap(),
+            )
+            .unwrap();
+            assert!(meta["shN"]["count"].as_u64().unwrap() <= 64, "{rel}");
+            codebooks.push(meta["shN"]["codebook"].clone());
+            let s = sog::read(&a.path().join(rel).join("meta.json"))
+                .unwrap()
+                .splats;
+            for row in s.sh_coeffs.chunks_exact(12) {
+                rest.insert(row[3..].iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+            }
+        }
+        assert_eq!(codebooks[0], codebooks[1]);
+        assert!(rest.len() <= 64, "{} distinct rest vectors", rest.len());
+        for rel in crate::file_tree::files_under(a.path()).unwrap() {
+            assert_eq!(
+                std::fs::read(a.path().join(&rel)).unwrap(),
+                std::fs::read(b.path().join(&rel)).unwrap(),
+                "{rel:?}"
+            );
+        }
     }
 
     /// Through the tiler: lod-meta.json's per-level counts are the tileset's depth cuts counted
