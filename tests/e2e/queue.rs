@@ -1374,12 +1374,13 @@ fn issue_41_a_checkpoint_rewritten_in_the_cache_is_discarded_and_the_job_succeed
         wait_for(
             "a checkpoint in the stage cache",
             Duration::from_secs(300),
-            || stored.is_dir() && !walk(&stored).is_empty(),
+            // A whole upload, not the temporary file a local store writes first (`NAME#N`).
+            || stored.is_dir() && walk(&stored).iter().any(|f| !is_partial(f)),
         );
         let mut a = a;
         super::publish_fence::signal_all(a.id(), libc::SIGKILL);
         a.wait().unwrap();
-        for f in walk(&stored) {
+        for f in walk(&stored).into_iter().filter(|f| !is_partial(f)) {
             let mut bytes = std::fs::read(&f).unwrap();
             if garbage {
                 bytes = b"garbage".to_vec();
@@ -1426,6 +1427,12 @@ fn issue_41_a_checkpoint_rewritten_in_the_cache_is_discarded_and_the_job_succeed
                 .unwrap();
         assert!(m["psnr_db"].as_f64().unwrap() > 15.0, "{m}");
     }
+}
+
+/// Whether `f` is the temporary file a local object store writes before renaming (`NAME#N`).
+fn is_partial(f: &Path) -> bool {
+    f.file_name()
+        .is_some_and(|n| n.to_string_lossy().contains('#'))
 }
 
 /// Every file under `dir`, recursively.
