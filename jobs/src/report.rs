@@ -28,6 +28,9 @@ pub struct JobReport {
     pub totals: Totals,
     /// Allocated, busy and idle GPU-seconds per stage, in first-run order.
     pub gpu_by_stage: Vec<StageGpu>,
+    /// What the stages warned about (a missing texture, a skipped camera, a clamped value), from
+    /// the attempts that finished (computed or cached), in stage order.
+    pub warnings: Vec<kiln_pipeline::warnings::StageWarning>,
 }
 
 /// GPU time of one stage over all its attempts.
@@ -141,9 +144,20 @@ pub async fn job_report(ledger: &Ledger, id: &str) -> Result<JobReport> {
     Ok(JobReport {
         totals: totals(&stages),
         gpu_by_stage: gpu_by_stage(&stages),
+        warnings: warnings(&stages),
         job,
         stages,
     })
+}
+
+/// The warnings of the attempts that finished (`succeeded` or `cached`), in stage order.
+pub fn warnings(stages: &[StageRow]) -> Vec<kiln_pipeline::warnings::StageWarning> {
+    kiln_pipeline::warnings::of_job(
+        stages
+            .iter()
+            .filter(|s| matches!(s.state.as_str(), "succeeded" | "cached"))
+            .filter_map(|s| Some((s.stage.as_str(), s.summary.as_ref()?))),
+    )
 }
 
 /// Sum the attempts.
@@ -199,6 +213,12 @@ pub fn render_table(r: &JobReport) -> String {
     ));
     out.push_str(&format!("GPU-hours {:.4}\n", t.gpu_hours));
     out.push_str(&render_gpu_by_stage(&r.gpu_by_stage));
+    if !r.warnings.is_empty() {
+        out.push_str(&format!("warnings ({}):\n", r.warnings.len()));
+        for w in &r.warnings {
+            out.push_str(&format!("  {:<10} {}\n", w.stage, w.message));
+        }
+    }
     for s in &r.stages {
         if let Some(sum) = &s.summary {
             out.push_str(&format!("{}: {}\n", s.stage, sum));

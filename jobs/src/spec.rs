@@ -63,6 +63,10 @@ pub struct JobSpec {
     /// metres above the WGS84 ellipsoid, degrees clockwise from north); absent = local metres.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub georef: Option<Georef>,
+    /// `true`: a stage that gives warnings (a missing texture, a skipped camera, a clamped value)
+    /// fails the job instead of recording them (`kiln_pipeline::warnings`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub strict: bool,
 }
 
 impl JobSpec {
@@ -227,6 +231,7 @@ impl JobSpec {
             device: Default::default(),
             stage_cache: None,
             fence: None,
+            strict: self.strict,
         })
     }
 }

@@ -20,5 +20,6 @@ pub mod stage;
 pub mod stage_cache;
 pub mod stages;
 pub mod storage;
+pub mod warnings;
 
 pub use error::{Error, Result};

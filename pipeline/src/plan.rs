@@ -44,6 +44,9 @@ pub struct JobPlan {
     /// A queue attempt's fencing token and lease file: `publish` changes committed output only
     /// while it holds the lease ([`publish::Fence`]). `None` for local runs.
     pub fence: Option<publish::Fence>,
+    /// The job file's `strict = true`: a stage that gives warnings fails instead
+    /// ([`crate::warnings`]). Not part of any key: it does not change what a stage writes.
+    pub strict: bool,
 }
 
 /// What a job turns into 3D Tiles.

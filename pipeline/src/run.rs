@@ -66,6 +66,12 @@ pub fn marker_key(dir: &Path) -> Option<String> {
     read_marker(dir).map(|m| m.key)
 }
 
+/// The summary recorded in the marker of the finished stage folder `dir`, if it has one.
+#[must_use]
+pub fn marker_summary(dir: &Path) -> Option<serde_json::Value> {
+    read_marker(dir).map(|m| m.summary)
+}
+
 /// Run `node` of `plan`. `done` holds the outcomes of the stages already run in this job.
 ///
 /// # Errors
@@ -86,6 +92,7 @@ pub async fn run_stage(
     if stage.keep() == Keep::WorkDir
         && let Some((summary, restored)) = finished_earlier(plan, node.kind, &key).await?
     {
+        refuse_warnings_when_strict(plan, node.kind, &summary)?;
         return Ok(StageOutcome {
             kind: node.kind,
             key,
@@ -107,7 +114,10 @@ pub async fn run_stage(
         finished: done.keys().copied().collect(),
     };
     bytes_read += stage.bytes_read(&cx);
-    let output = run_with_checkpoint(plan, stage, cx, &partial).await?;
+    let warnings = crate::warnings::Collector::begin(node.kind);
+    let mut output = run_with_checkpoint(plan, stage, cx, &partial, warnings.span()).await?;
+    crate::warnings::record_in(&mut output.summary, &warnings.finish());
+    refuse_warnings_when_strict(plan, node.kind, &output.summary)?;
     let (summary, written) = match stage.keep() {
         Keep::WorkDir => {
             commit_work_dir(plan, stage.as_ref(), &key, output.summary, &partial).await?
@@ -137,6 +147,20 @@ fn refuse_when_stopping(kind: StageKind) -> Result<()> {
         at: "before it started".into(),
         resume: "the stages finished so far are kept: run the same job again to go on".into(),
     })
+}
+
+/// Under the job file's `strict = true`, a stage whose summary records warnings fails (before
+/// it is committed, so a rerun without `strict` computes it again).
+fn refuse_warnings_when_strict(
+    plan: &JobPlan,
+    kind: StageKind,
+    summary: &serde_json::Value,
+) -> Result<()> {
+    let warnings = crate::warnings::of_summary(summary);
+    if plan.strict && !warnings.is_empty() {
+        return Err(crate::warnings::strict_refusal(kind, &warnings));
+    }
+    Ok(())
 }
 
 /// The job input as fetched for a first stage: where it lies, its content key and its size.
@@ -265,14 +289,15 @@ fn hold_device(
     Ok(r)
 }
 
-/// Run the stage on a blocking thread into `out`; with a shared stage cache, its checkpoint
-/// travels meanwhile. Errors about a fetched input name the user's path or URL, not the work
-/// folder's copy.
+/// Run the stage on a blocking thread into `out`, inside `span` (its warnings are collected
+/// there); with a shared stage cache, its checkpoint travels meanwhile. Errors about a fetched
+/// input name the user's path or URL, not the work folder's copy.
 async fn run_with_checkpoint(
     plan: &JobPlan,
     stage: &Arc<dyn AnyStage>,
     cx: StageContext,
     out: &Path,
+    span: tracing::Span,
 ) -> Result<Output<serde_json::Value>> {
     let kind = stage.kind();
     let uploader = match (&plan.stage_cache, stage.checkpoint(plan)) {
@@ -283,7 +308,7 @@ async fn run_with_checkpoint(
     };
     let fetched = cx.fetched_input.clone();
     let (stage2, out2) = (Arc::clone(stage), out.to_path_buf());
-    let result = tokio::task::spawn_blocking(move || stage2.run_json(&cx, &out2))
+    let result = tokio::task::spawn_blocking(move || span.in_scope(|| stage2.run_json(&cx, &out2)))
         .await
         .map_err(join_err)
         .and_then(|r| r)

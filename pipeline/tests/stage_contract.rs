@@ -103,6 +103,7 @@ fn plan(root: &Path, input: &Path) -> JobPlan {
         device: Default::default(),
         stage_cache: None,
         fence: None,
+        strict: false,
     }
 }
 
@@ -251,4 +252,92 @@ async fn cache_entries_rewritten_with_matching_contents_lists_are_rebuilt_not_re
     );
     let fourth = run_all(&on_worker("w4"), &dag).await;
     assert!(fourth.iter().all(|o| o.cache_hit));
+}
+
+/// A toy first stage that warns about its input, once from its own thread and once from a
+/// rayon worker that entered its span (as `ingest` does for each photo).
+struct Warner;
+const WARNER: StageKind = StageKind::new("warner");
+
+impl Stage for Warner {
+    type Summary = ReverseSummary;
+    fn kind(&self) -> StageKind {
+        WARNER
+    }
+    fn inputs(&self) -> Vec<Input> {
+        Vec::new()
+    }
+    fn key_params(&self, _plan: &JobPlan) -> serde_json::Value {
+        serde_json::json!({})
+    }
+    fn run(&self, cx: &StageContext, out: &Path) -> kiln_pipeline::Result<Output<ReverseSummary>> {
+        let input = cx.fetched_input()?;
+        tracing::warn!(file = %input.display(), "the input is suspicious");
+        let span = tracing::Span::current();
+        rayon::scope(|s| {
+            s.spawn(|_| span.in_scope(|| tracing::warn!("a frame was skipped")));
+        });
+        std::fs::write(out.join("ok.txt"), "ok").unwrap();
+        Ok(Output::new(ReverseSummary { bytes: 2 }))
+    }
+}
+
+#[tokio::test]
+async fn a_stage_s_warnings_are_in_its_summary_survive_the_cache_and_fail_it_under_strict() {
+    kiln_pipeline::warnings::install_for_tests();
+    let root = tempfile::tempdir().unwrap();
+    let input = root.path().join("in.txt");
+    std::fs::write(&input, "kiln").unwrap();
+    let plan = plan(root.path(), &input);
+    let dag = Dag::from_stages(JobKind::Splats, vec![Arc::new(Warner) as Arc<dyn AnyStage>]);
+
+    let first = run_all(&plan, &dag).await;
+    let warnings = kiln_pipeline::warnings::of_summary(&first[0].summary);
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    // Named in the user's terms: the user's input, not the work folder's copy of it.
+    assert!(warnings[0].starts_with("the input is suspicious (file="));
+    assert!(
+        warnings[0].contains(input.to_str().unwrap()),
+        "{}",
+        warnings[0]
+    );
+    assert!(!warnings[0].contains("/work/"), "{}", warnings[0]);
+    assert_eq!(warnings[1], "a frame was skipped");
+
+    // Reused from the work folder: the warnings come back with the summary.
+    let again = run_all(&plan, &dag).await;
+    assert!(again[0].cache_hit);
+    assert_eq!(
+        kiln_pipeline::warnings::of_summary(&again[0].summary),
+        warnings
+    );
+
+    // `strict = true` in a fresh work folder: the stage fails naming its warnings, uncommitted.
+    let strict = JobPlan {
+        work_dir: root.path().join("strict-work"),
+        strict: true,
+        ..plan.clone()
+    };
+    let node = dag.node(WARNER).unwrap();
+    let e = run_stage(&strict, node, &HashMap::new()).await.unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("strict") && text.contains("2 warning(s)"),
+        "{text}"
+    );
+    assert!(text.contains("a frame was skipped"), "{text}");
+    assert!(!strict.work_dir.join("warner").exists());
+    // And a cached stage with warnings fails under strict too.
+    assert!(
+        run_stage(
+            &JobPlan {
+                strict: true,
+                ..plan.clone()
+            },
+            node,
+            &HashMap::new()
+        )
+        .await
+        .is_err()
+    );
 }

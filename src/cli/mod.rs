@@ -124,8 +124,13 @@ impl DbArgs {
     }
 }
 
-/// Install the tracing subscriber (`RUST_LOG` filters; default `info`).
+/// Install the tracing subscriber (`RUST_LOG` filters the log; default `info`) and the layer
+/// that records each stage's warnings into its summary, whatever the log's filter
+/// ([`kiln_pipeline::warnings`]).
 pub fn init_logging(format: &LogFormat) {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
         // sqlx warns about unknown connection parameters with their values (a misspelt
@@ -135,14 +140,17 @@ pub fn init_logging(format: &LogFormat) {
                 .parse()
                 .expect("a valid directive"),
         );
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let log = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(|| UserTermsWriter(std::io::stderr()));
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    let log = match format {
+        LogFormat::Text => log.boxed(),
+        LogFormat::Json => log.json().boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(log.with_filter(filter))
+        .with(kiln_pipeline::warnings::layer())
+        .init();
 }
 
 /// A log writer that names the user's own input locations instead of a job's work-directory

@@ -82,6 +82,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         outcome.job_id, plan.output
     );
     print_stages(&outcome.stages);
+    print_warnings(&outcome.stages);
     // The job page beside the outputs (what `kiln serve` shows next to the viewer); local
     // outputs only — for remote ones `kiln report --html` writes it wherever asked.
     let out_dir = std::path::Path::new(&plan.output);
@@ -145,6 +146,23 @@ fn print_stages(stages: &[kiln_pipeline::run::StageOutcome]) {
             "delivered tiles: publish loss {loss:.2} dB; at τ = 16 px {db:.2} dB {field}, {:.2} MB fetched",
             tau16.map_or(0.0, |c| c.bytes) / 1e6
         );
+    }
+}
+
+/// Every warning the stages recorded (also in `kiln report`, the job page, the API and
+/// `manifest.json`), so a job that succeeded with a missing texture says so where it ends.
+fn print_warnings(stages: &[kiln_pipeline::run::StageOutcome]) {
+    let warnings =
+        kiln_pipeline::warnings::of_job(stages.iter().map(|s| (s.kind.name(), &s.summary)));
+    if warnings.is_empty() {
+        return;
+    }
+    println!(
+        "warnings ({}; a job file's `strict = true` makes them errors):",
+        warnings.len()
+    );
+    for w in &warnings {
+        println!("  {:<9} {}", w.stage, w.message);
     }
 }
 

@@ -281,7 +281,9 @@ fn a_folder_of_obj_blocks_tiles_as_one_asset_with_every_triangle_and_material() 
     validate_glbs(&files_with_ext(&out, "glb"));
 }
 
-/// Two missing textures: the job succeeds, and ONE warning names both files.
+/// Two missing textures: the job succeeds, and ONE warning names both files — on stderr, in
+/// `kiln run`'s closing lines, `kiln report` (text and `--json`), the job page and the published
+/// `manifest.json` (issue 44 rule 5); under `strict = true` the same job fails before tiling.
 #[test]
 fn gltf_with_two_missing_textures_tiles_with_one_warning_naming_both() {
     let sb = Sandbox::new();
@@ -295,14 +297,71 @@ fn gltf_with_two_missing_textures_tiles_with_one_warning_naming_both() {
         .filter(|l| l.contains("texture file(s) missing"))
         .collect();
     assert_eq!(warnings.len(), 1, "{err}");
-    assert!(
-        warnings[0].contains("textures/albedo missing.png")
-            && warnings[0].contains("textures/bumpy_albedo.jpg")
-            && warnings[0].contains(gltf.to_str().unwrap()),
-        "{}",
-        warnings[0]
-    );
+    let work_copy = sb.path().join("work").display().to_string();
+    let names_both = |w: &str| {
+        w.contains("textures/albedo missing.png")
+            && w.contains("textures/bumpy_albedo.jpg")
+            && w.contains(gltf.to_str().unwrap())
+            && !w.contains(&work_copy)
+    };
+    assert!(names_both(warnings[0]), "{}", warnings[0]);
     assert!(sb.path().join("out/missing/tileset.json").exists());
+
+    // `kiln run`'s own closing lines.
+    let out = stdout(&o);
+    assert!(out.contains("warnings ("), "{out}");
+    let printed = out.lines().find(|l| l.contains("texture file(s) missing"));
+    assert!(printed.is_some_and(|l| l.trim_start().starts_with("ingest") && names_both(l)));
+
+    // The manifest a team reads from the output.
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(sb.path().join("out/missing/manifest.json")).unwrap(),
+    )
+    .unwrap();
+    let listed: Vec<&serde_json::Value> = manifest["warnings"]
+        .as_array()
+        .expect("manifest warnings")
+        .iter()
+        .filter(|w| {
+            w["message"]
+                .as_str()
+                .unwrap()
+                .contains("texture file(s) missing")
+        })
+        .collect();
+    assert_eq!(listed.len(), 1, "{manifest}");
+    assert_eq!(listed[0]["stage"], "ingest");
+    assert!(names_both(listed[0]["message"].as_str().unwrap()));
+
+    // `kiln report`, text and JSON, and the job page.
+    let id = job_id(&o);
+    let text = stdout(&sb.kiln(&["report", &id]));
+    assert!(
+        text.contains("warnings (") && text.contains("bumpy_albedo.jpg"),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&sb.kiln(&["report", &id, "--json"]))).unwrap();
+    assert_eq!(json["warnings"], manifest["warnings"]);
+    let page = std::fs::read_to_string(sb.path().join("out/missing/report/index.html")).unwrap();
+    assert!(page.contains("<h2>Warnings (") && page.contains("bumpy_albedo.jpg"));
+
+    // `strict = true`: the warning is an error, and nothing past ingest runs.
+    let strict = sb.job(
+        "missing-strict",
+        &format!(
+            "name = \"missing-strict\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"out/strict\"\nstrict = true\n",
+            gltf.display()
+        ),
+    );
+    let o = sb.kiln(&["run", strict.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("strict") && err.contains("warning(s)") && err.contains("bumpy_albedo.jpg"),
+        "{err}"
+    );
+    assert!(!sb.path().join("out/strict/tileset.json").exists());
 }
 
 /// The hand-made three-material fixture (`tests/fixtures/mesh/multi_material`, see its generator)

@@ -66,6 +66,11 @@ pub struct JobDetail {
     /// Every attempt in start order (stage, attempt, token, worker, state, times, error).
     #[schema(value_type = Vec<Object>)]
     pub attempts: Vec<Attempt>,
+    /// What its finished stages warned about (`{stage, message}`: a missing texture, a skipped
+    /// camera, a clamped value), in stage order; empty when none did.
+    #[serde(default)]
+    #[schema(value_type = Vec<Object>)]
+    pub warnings: Vec<kiln_pipeline::warnings::StageWarning>,
 }
 
 /// `POST /jobs/{id}/cancel` answer.
@@ -348,10 +353,12 @@ pub async fn get(
     let job = state.queue.job(&id, Some(&team)).await?;
     let stages = state.queue.stages(&id).await?;
     let attempts = state.queue.attempts(&id).await?;
+    let warnings = crate::report::warnings(&state.ledger.stages(&id).await?);
     Ok(Json(JobDetail {
         job,
         stages,
         attempts,
+        warnings,
     }))
 }
 

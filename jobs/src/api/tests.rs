@@ -1027,3 +1027,42 @@ async fn malformed_job_ids_are_404_without_database_text() {
         assert_eq!(status, StatusCode::NOT_FOUND, "{backend:?}: {answer}");
     }
 }
+
+#[tokio::test]
+async fn the_job_record_lists_what_its_finished_stages_warned_about() {
+    // Every backend: the warnings come from the ledger's stage summaries (issue 44 rule 5).
+    for f in fixtures(LocalPaths::Refuse).await {
+        f.queue.submit(&new_job("j1", "art")).await.unwrap();
+        let ledger = Ledger::with_db(f.queue.db().clone());
+        ledger
+            .ensure_job("j1", "n", "mesh", "/in", "/out", "")
+            .await
+            .unwrap();
+        let usage = kiln_pipeline::meter::StageUsage::default();
+        let missing = "2 texture file(s) missing beside s3://art/in/a.gltf: t.png";
+        for (state, summary) in [
+            // A failed attempt's summary is not the job's: only finished ones count.
+            (
+                "failed",
+                serde_json::json!({"warnings": ["from a failed attempt"]}),
+            ),
+            (
+                "succeeded",
+                serde_json::json!({"triangles": 2, "warnings": [missing]}),
+            ),
+        ] {
+            let a = ledger.start_stage("j1", "ingest", "cpu").await.unwrap();
+            ledger
+                .finish_stage(a, state, Some("k"), &usage, Some(&summary), None)
+                .await
+                .unwrap();
+        }
+        let (status, _, got) =
+            call(&f.app, "GET", "/api/v1/jobs/j1", Some(&f.art), None, vec![]).await;
+        assert_eq!(status, StatusCode::OK, "{got}");
+        assert_eq!(
+            got["warnings"],
+            serde_json::json!([{"stage": "ingest", "message": missing}])
+        );
+    }
+}

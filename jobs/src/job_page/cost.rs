@@ -251,6 +251,7 @@ mod tests {
             },
             totals: crate::report::totals(&stages),
             gpu_by_stage: crate::report::gpu_by_stage(&stages),
+            warnings: crate::report::warnings(&stages),
             stages,
         }
     }

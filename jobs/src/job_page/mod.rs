@@ -236,6 +236,7 @@ pub fn render_job_page_priced(
         ));
     }
     page.body.push_str("</table>\n");
+    warnings_section(&mut page, &report.warnings);
 
     let metrics_path = output_dir.join("metrics.json");
     if metrics_path.is_file() {
@@ -322,6 +323,24 @@ impl PageBuilder {
             .push_str(&format!("<p class=\"err\">{}</p>\n", escape_html(&text)));
         self.notes.push(text);
     }
+}
+
+/// What the stages warned about, at the top: a job that succeeded with a missing texture or a
+/// skipped camera says so before its pictures.
+fn warnings_section(page: &mut PageBuilder, warnings: &[kiln_pipeline::warnings::StageWarning]) {
+    if warnings.is_empty() {
+        return;
+    }
+    page.section(&format!("Warnings ({})", warnings.len()));
+    page.body.push_str("<table class=\"warnings\">\n");
+    for w in warnings {
+        page.body.push_str(&format!(
+            "<tr><th>{}</th><td class=\"err\">{}</td></tr>\n",
+            escape_html(&w.stage),
+            escape_html(&w.message)
+        ));
+    }
+    page.body.push_str("</table>\n");
 }
 
 fn captures_section(page: &mut PageBuilder, output_dir: &Path, metrics_path: &Path) {
@@ -876,6 +895,7 @@ mod tests {
             },
             totals: crate::report::totals(&stages),
             gpu_by_stage: crate::report::gpu_by_stage(&stages),
+            warnings: crate::report::warnings(&stages),
             stages,
         }
     }

@@ -177,11 +177,13 @@ pub fn ingest_capture(
         std::fs::create_dir_all(&d).map_err(|e| Error::io(&d, e))?;
     }
     let plan = capture::plan_downscale(&cap.frames, params.max_side)?;
+    // Rayon's threads enter the stage's span, so their warnings reach its summary.
+    let span = tracing::Span::current();
     let frames: Vec<IngestedFrame> = cap
         .frames
         .par_iter()
         .zip(&plan)
-        .map(|(f, downscale)| ingest_frame(f, downscale, params, out_dir))
+        .map(|(f, downscale)| span.in_scope(|| ingest_frame(f, downscale, params, out_dir)))
         .collect::<Result<_>>()?;
     if params.masks && frames.iter().all(|f| f.mask.is_none()) {
         return Err(Error::Input {

@@ -49,6 +49,7 @@ use serde::{Deserialize, Serialize};
 use object_store::ObjectStoreExt;
 
 use crate::storage;
+use crate::warnings::StageWarning;
 use crate::{Error, Result};
 
 /// One local file to publish under `relative` (forward slashes) in the output.
@@ -86,6 +87,10 @@ pub struct Manifest {
     /// files, still to be cleaned up). Readers treat the output as having no manifest.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub publishing: bool,
+    /// What the job's stages warned about (a missing texture, a skipped camera, a clamped
+    /// value), in stage order; absent when none did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<StageWarning>,
 }
 
 /// An attempt's right to write: its fencing token and the lease file its worker keeps in date.
@@ -204,12 +209,28 @@ pub async fn publish_keyed(
     stage_key: Option<&str>,
     fence: Option<&Fence>,
 ) -> Result<PublishReport> {
+    publish_with_warnings(files, output, job_id, stage_key, &[], fence).await
+}
+
+/// [`publish_keyed`], listing the job's `warnings` in the manifest (what the `publish` stage
+/// does: a team reading only the output sees that a texture was missing).
+///
+/// # Errors
+/// As [`publish_keyed`].
+pub async fn publish_with_warnings(
+    files: &[PublishFile],
+    output: &str,
+    job_id: &str,
+    stage_key: Option<&str>,
+    warnings: &[StageWarning],
+    fence: Option<&Fence>,
+) -> Result<PublishReport> {
     check_sources(files)?;
     let store = match fence.and_then(Fence::request_cap) {
         Some(cap) => storage::open_capped(output, cap)?,
         None => storage::open(output)?,
     };
-    publish_to(store, files, job_id, stage_key, fence).await
+    publish_to(store, files, job_id, stage_key, warnings, fence).await
 }
 
 /// [`publish_keyed`] into an opened store.
@@ -218,6 +239,7 @@ async fn publish_to(
     files: &[PublishFile],
     job_id: &str,
     stage_key: Option<&str>,
+    warnings: &[StageWarning],
     fence: Option<&Fence>,
 ) -> Result<PublishReport> {
     remove_dead_staging(&store, job_id, fence.map(|f| f.token)).await;
@@ -240,6 +262,7 @@ async fn publish_to(
         fence_token: fence.map(|f| f.token),
         files: entries,
         publishing: false,
+        warnings: warnings.to_vec(),
     };
     let (commit, manifest_bytes) = attempt.commit(&manifest, &claim).await?;
     bytes_written += manifest_bytes;
@@ -334,6 +357,7 @@ impl Attempt<'_> {
             stage_key: None,
             fence_token: self.fence.map(|f| f.token),
             publishing: true,
+            warnings: Vec::new(),
         };
         self.marker = serde_json::to_vec_pretty(&marker).expect("manifest serialises");
         match self
@@ -1079,7 +1103,7 @@ mod tests {
         let inner: std::sync::Arc<dyn object_store::ObjectStore> =
             std::sync::Arc::new(ContentEtags::default());
         let same = || [file("0.glb", "x"), file("tileset.json", "x")];
-        publish_to(store_of(inner.clone()), &same(), "j1", None, None)
+        publish_to(store_of(inner.clone()), &same(), "j1", None, &[], None)
             .await
             .unwrap();
         let holding = std::sync::Arc::new(Holding {
@@ -1097,11 +1121,11 @@ mod tests {
         let j4_fence = fence(src.path(), 1, 60_000);
         let j4 = {
             let store = store_of(holding.clone());
-            async move { publish_to(store, &j4_files, "j4", None, Some(&j4_fence)).await }
+            async move { publish_to(store, &j4_files, "j4", None, &[], Some(&j4_fence)).await }
         };
         let j5 = async {
             holding.held.notified().await;
-            let r = publish_to(store_of(inner.clone()), &same(), "j5", None, None).await;
+            let r = publish_to(store_of(inner.clone()), &same(), "j5", None, &[], None).await;
             holding.release.notify_one();
             r
         };
@@ -1160,6 +1184,7 @@ mod tests {
                 &[file("tileset.json", "old")],
                 "j0",
                 None,
+                &[],
                 None,
             )
             .await
@@ -1178,7 +1203,15 @@ mod tests {
             let stale = {
                 let store = store_of(holding.clone());
                 async move {
-                    publish_to(store, &stale_files, "job", Some("k1"), Some(&stale_fence)).await
+                    publish_to(
+                        store,
+                        &stale_files,
+                        "job",
+                        Some("k1"),
+                        &[],
+                        Some(&stale_fence),
+                    )
+                    .await
                 }
             };
             let live = async {
@@ -1188,6 +1221,7 @@ mod tests {
                     &[file("tileset.json", "live"), file("0.glb", "live")],
                     "job",
                     Some("k2"),
+                    &[],
                     Some(&fence(src.path(), 2, 60_000)),
                 )
                 .await;

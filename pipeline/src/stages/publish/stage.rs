@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{PublishFile, committed_files_present, publish_keyed, read_manifest};
+use super::{PublishFile, committed_files_present, publish_with_warnings, read_manifest};
 use crate::Result;
 use crate::dag::StageKind;
 use crate::plan::JobPlan;
@@ -91,11 +91,12 @@ impl Stage for Publish {
                 bytes_written: 0,
             });
         }
-        let r = handle.block_on(publish_keyed(
+        let r = handle.block_on(publish_with_warnings(
             &files,
             &plan.output,
             &plan.job_id,
             Some(&cx.key),
+            &job_warnings(cx),
             plan.fence.as_ref(),
         ))?;
         Ok(Output {
@@ -109,6 +110,21 @@ impl Stage for Publish {
             bytes_written: r.bytes_written,
         })
     }
+}
+
+/// What the stages finished before publish warned about, in plan order (from their folders'
+/// markers, which hold their summaries).
+fn job_warnings(cx: &StageContext) -> Vec<crate::warnings::StageWarning> {
+    let mut finished = cx.finished.clone();
+    finished.sort_by_key(|k| StageKind::BUILTIN.iter().position(|b| b == k));
+    let summaries: Vec<(StageKind, serde_json::Value)> = finished
+        .into_iter()
+        .filter_map(|k| {
+            let dir = crate::stage::stage_dir(&cx.plan, k);
+            Some((k, crate::run::marker_summary(&dir)?))
+        })
+        .collect();
+    crate::warnings::of_job(summaries.iter().map(|(k, s)| (k.name(), s)))
 }
 
 /// The files a job publishes, from its finished stage folders, sorted by their published path.

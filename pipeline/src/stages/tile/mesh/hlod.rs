@@ -424,7 +424,12 @@ impl Ctx<'_> {
             }
             Part::Split { children, .. } => (&children[0], &children[1]),
         };
-        let (a, b) = rayon::join(|| self.build(left), || self.build(right));
+        // Rayon's threads enter the stage's span, so their warnings reach its summary.
+        let span = tracing::Span::current();
+        let (a, b) = rayon::join(
+            || span.in_scope(|| self.build(left)),
+            || span.in_scope(|| self.build(right)),
+        );
         let children = vec![a?, b?];
         let union: Vec<u32> = children
             .iter()
