@@ -185,7 +185,8 @@ pub async fn job_dag(plan: &JobPlan) -> Result<(Dag, Option<String>)> {
     if plan.kind != JobKind::Capture {
         return Ok((dag, None));
     }
-    let names = crate::storage::list_names(&plan.input).await?;
+    // What the run stages: the whole capture around a file of it (issue 44, rule 1).
+    let names = crate::storage::list_names(&crate::run::staged_input(plan).stage).await?;
     let shape = reconstruct::classify(&names);
     if shape == reconstruct::InputShape::Unknown {
         return Err(reconstruct::unusable_input_error(&plan.input, &names));

@@ -199,6 +199,56 @@ impl Location {
     }
 }
 
+/// What a capture job stages for its input (issue 44, rule 1: any file of a capture names the
+/// capture): the capture's folder, and the file the user named inside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaptureInput {
+    /// The location fetched into the work folder: the capture's folder when the input named a file
+    /// of it (its transforms*.json, poses_bounds.npy, COLMAP model file or folder, a photo), else
+    /// the input as given.
+    pub stage: String,
+    /// The named file, `/`-separated and relative to `stage`; empty when the folder is read.
+    pub entry: String,
+}
+
+/// The capture `input` (a job's input location, as written) names: one rule for `kiln plan`,
+/// `kiln run` and a queue worker's staging, so all three read the same capture. A local path is
+/// checked on disk ([`kiln_formats::capture::name_capture`]); an object key or dataset path is
+/// mapped by names alone ([`kiln_formats::capture::capture_root_of_key`]). A location that does
+/// not parse is returned as is (the fetch reports it).
+#[must_use]
+pub fn capture_input(input: &str) -> CaptureInput {
+    let unchanged = || CaptureInput {
+        stage: input.to_string(),
+        entry: String::new(),
+    };
+    match Location::parse(input) {
+        Ok(Location::Local(path)) => {
+            let named = kiln_formats::capture::name_capture(&path);
+            let root = named.root.display().to_string();
+            CaptureInput {
+                stage: if root.is_empty() { ".".into() } else { root },
+                entry: named.entry,
+            }
+        }
+        Ok(_) => remote_capture_input(input).unwrap_or_else(unchanged),
+        Err(_) => unchanged(),
+    }
+}
+
+/// [`capture_input`] for `scheme://AUTHORITY/KEY`: the key mapped by names, never above the
+/// authority (the bucket, the dataset).
+fn remote_capture_input(url: &str) -> Option<CaptureInput> {
+    let (scheme, rest) = url.split_once("://")?;
+    let (authority, key) = rest.split_once('/')?;
+    let (root, entry) = kiln_formats::capture::capture_root_of_key(key)?;
+    let stage = match root.is_empty() {
+        true => format!("{scheme}://{authority}"),
+        false => format!("{scheme}://{authority}/{root}"),
+    };
+    Some(CaptureInput { stage, entry })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,6 +299,38 @@ mod tests {
             let e = Location::parse(text).unwrap_err();
             assert_eq!(e.location, text);
             assert!(e.to_string().contains(says), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_file_of_a_remote_capture_stages_the_capture_folder() {
+        for (input, stage, entry) in [
+            (
+                "s3://team/fox/transforms.json",
+                "s3://team/fox",
+                "transforms.json",
+            ),
+            (
+                "s3://team/scene/sparse/0/cameras.bin",
+                "s3://team/scene",
+                "sparse/0/cameras.bin",
+            ),
+            ("s3://team/scene/images/a.jpg", "s3://team/scene", ""),
+            ("s3://team/transforms.json", "s3://team", "transforms.json"),
+            (
+                "dataset://capture-fox-instantngp/transforms.json",
+                "dataset://capture-fox-instantngp",
+                "transforms.json",
+            ),
+            ("s3://team/fox", "s3://team/fox", ""),
+            ("s3://team/clip.mp4", "s3://team/clip.mp4", ""),
+        ] {
+            let got = capture_input(input);
+            assert_eq!(
+                (got.stage.as_str(), got.entry.as_str()),
+                (stage, entry),
+                "{input}"
+            );
         }
     }
 

@@ -180,16 +180,34 @@ async fn fetch_first_stage_input(plan: &JobPlan, node: &StageNode) -> Result<Opt
     if dest.exists() {
         std::fs::remove_dir_all(&dest).map_err(|e| Error::io(&dest, e))?;
     }
-    let fetched = crate::storage::fetch(&plan.input, &dest, node.stage.fetch_siblings()).await?;
-    crate::input_alias::register(&fetched.local, &plan.input);
+    let staged = staged_input(plan);
+    let fetched = crate::storage::fetch(&staged.stage, &dest, node.stage.fetch_siblings()).await?;
+    crate::input_alias::register(&fetched.local, &staged.stage);
+    let local = match staged.entry.is_empty() {
+        true => fetched.local,
+        false => fetched.local.join(&staged.entry),
+    };
     let key = tokio::task::spawn_blocking(move || dag::hash_tree(&dest))
         .await
         .map_err(join_err)??;
     Ok(Some(FetchedInput {
-        local: fetched.local,
+        local,
         key,
         bytes: fetched.bytes,
     }))
+}
+
+/// What a job fetches for its first stage: for a capture job the capture folder around the file
+/// the input names ([`crate::location::capture_input`], issue 44 rule 1), else the input itself.
+#[must_use]
+pub fn staged_input(plan: &JobPlan) -> crate::location::CaptureInput {
+    match plan.kind {
+        crate::dag::JobKind::Capture => crate::location::capture_input(&plan.input),
+        _ => crate::location::CaptureInput {
+            stage: plan.input.clone(),
+            entry: String::new(),
+        },
+    }
 }
 
 /// The stage's content key and what it is made of: its key parameters and the keys of its

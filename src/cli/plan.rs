@@ -291,9 +291,14 @@ fn capture_sources(
     input: &str,
     reconstructs: bool,
 ) -> Option<Result<ingest::CaptureSources, kiln_pipeline::Error>> {
-    let local = Path::new(input);
+    // A plain path or file:// URL: read it as the run will (issue 44, rule 1: any file of a
+    // capture names the capture; ingest::capture_sources applies that rule).
+    let local = match kiln_pipeline::location::Location::parse(input) {
+        Ok(kiln_pipeline::location::Location::Local(path)) => path,
+        _ => return None,
+    };
     let is_capture = spec.kind.name() == "capture";
-    (is_capture && !reconstructs && local.exists()).then(|| ingest::capture_sources(local))
+    (is_capture && !reconstructs && local.exists()).then(|| ingest::capture_sources(&local))
 }
 
 /// The estimate as text: seconds per stage with their basis, then one row per SKU.

@@ -210,3 +210,38 @@ fn a_split_capture_trains_on_train_evaluates_on_test_and_tops_up_sparse_points()
         .trim_start_matches("images/");
     assert_eq!(evaluated, [test_name]);
 }
+
+/// Issue 44, rule 1: a capture job whose input is the capture's `transforms.json` (plain path or
+/// `file://`) stages the whole capture: `kiln plan` reads the same 50 frames for the file as for
+/// the folder, and `kiln run` gets past ingest with every photo, naming no work-folder copy.
+#[test]
+fn a_job_pointed_at_transforms_json_stages_the_capture_around_it() {
+    let sb = Sandbox::new();
+    let fox = dataset("capture-fox-instantngp");
+    let json = fox.join("transforms.json");
+    let want = format!("poses: {} (50 frames)", json.display());
+    for (name, input) in [
+        ("file", json.display().to_string()),
+        ("url", format!("file://{}", json.display())),
+    ] {
+        let text = plan(&sb, name, Path::new(&input));
+        assert_eq!(line(&text, "poses:"), want, "{input}");
+    }
+    let job = sb.job(
+        "fox-json",
+        &format!(
+            "name = \"fox-json\"\nkind = \"capture\"\ninput = \"{}\"\noutput = \"out/fox-json\"\n\
+             [ingest]\nmax_side = 32\n[train]\nsteps = 30\nseed = 1\n",
+            json.display()
+        ),
+    );
+    let o = sb.kiln(&["run", job.to_str().unwrap()]);
+    ok(&o);
+    let err = stderr(&o);
+    assert!(!err.contains("/input/"), "{err}");
+    let out = sb.path().join("out/fox-json");
+    let metrics: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("metrics.json")).unwrap()).unwrap();
+    let views = metrics["train_views"].as_u64().unwrap() + metrics["test_views"].as_u64().unwrap();
+    assert_eq!(views, 50, "{metrics}");
+}

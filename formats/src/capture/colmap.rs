@@ -23,8 +23,9 @@
 //! A directory holding both forms is read as binary: COLMAP writes `.bin` natively (its mapper
 //! and `model_converter` default), so a `.txt` beside it is an export that may be stale.
 //!
-//! NaN/Inf: a non-finite or out-of-range number on any line is an error naming file, line and
-//! column name; a zero quaternion likewise.
+//! NaN/Inf: an image whose pose (QW…TZ) holds a non-finite number or a zero quaternion is
+//! skipped with a warning (issue 44, rule 3); any other non-finite or out-of-range number is an
+//! error naming file, line and column name.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -35,7 +36,7 @@ use super::colmap_model::{
     pose_from_colmap, unsupported_model,
 };
 use super::distortion::Distortion;
-use super::frames::{sort_frames, warn_skipped};
+use super::frames::{Skipped, sort_frames};
 use super::intrinsics::Intrinsics;
 use super::model::{Capture, Frame, SfmPoints};
 use crate::confined::ConfinedRoot;
@@ -56,7 +57,7 @@ pub const MODEL_DIRS: [&str; 8] = [
 
 /// Which form a model directory holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ModelForm {
+pub(super) enum ModelForm {
     Text,
     Binary,
 }
@@ -126,13 +127,20 @@ pub fn read_colmap_in(root: &ConfinedRoot, dir: &Path) -> Result<Capture> {
     };
     let listed = images.len();
     let mut frames = Vec::with_capacity(listed);
-    let mut missing = Vec::new();
+    let mut skipped = Skipped::default();
     for image in images {
         let image_path = root.resolve(&images_path, "NAME", &images_dir, &image.name)?;
         if !image_path.is_file() {
-            missing.push(image.name);
+            skipped.push(IMAGE_MISSING, image.name);
             continue;
         }
+        let world_to_camera = match image.world_to_camera {
+            Ok(pose) => pose,
+            Err(defect) => {
+                skipped.push(defect.reason(), image.name);
+                continue;
+            }
+        };
         let (intrinsics, distortion) = cameras[&image.camera_id];
         let mask_path = masks.as_ref().and_then(|m| m.find(&image.name));
         frames.push(Frame {
@@ -140,7 +148,7 @@ pub fn read_colmap_in(root: &ConfinedRoot, dir: &Path) -> Result<Capture> {
             image_path,
             intrinsics,
             distortion,
-            world_to_camera: image.world_to_camera,
+            world_to_camera,
             depth_bounds: None,
             mask_path,
             split: None,
@@ -154,27 +162,9 @@ pub fn read_colmap_in(root: &ConfinedRoot, dir: &Path) -> Result<Capture> {
                 .map(|f| f.name.as_str()),
         );
     }
-    missing.sort();
-    warn_skipped(&images_path, "image file missing", &missing, listed);
+    skipped.warn(&images_path, listed);
     if frames.is_empty() {
-        let file = images_path
-            .file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-        let reason = if listed == 0 {
-            format!("{file} lists no images")
-        } else {
-            format!(
-                "all {listed} images listed are missing from {} (first: `{}`); put the images \
-                 in an `images` directory next to the model",
-                images_dir.display(),
-                missing[0]
-            )
-        };
-        return Err(Error::Empty {
-            path: images_path,
-            what: "frames",
-            reason,
-        });
+        return Err(no_frames(&images_path, &images_dir, listed, &skipped));
     }
     sort_frames(&images_path, "NAME", &mut frames)?;
     let points_name = match form {
@@ -186,10 +176,40 @@ pub fn read_colmap_in(root: &ConfinedRoot, dir: &Path) -> Result<Capture> {
         source: model_dir,
         frames,
         points,
-        skipped: missing,
+        skipped: skipped.names(),
         pose_files: vec![images_path],
         points_file,
     })
+}
+
+/// The reason an image whose file does not exist is skipped for.
+const IMAGE_MISSING: &str = "image file missing";
+
+/// [`Error::Empty`] for a model none of whose `listed` images could be used, naming each.
+fn no_frames(images_path: &Path, images_dir: &Path, listed: usize, skipped: &Skipped) -> Error {
+    let file = images_path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let reason = if listed == 0 {
+        format!("{file} lists no images")
+    } else if skipped.count(IMAGE_MISSING) == listed {
+        format!(
+            "all {listed} images listed are missing from {} (first: `{}`); put the images \
+             in an `images` directory next to the model",
+            images_dir.display(),
+            skipped.names()[0]
+        )
+    } else {
+        format!(
+            "all {listed} images listed were skipped: {}",
+            skipped.listing()
+        )
+    };
+    Error::Empty {
+        path: images_path.to_path_buf(),
+        what: "frames",
+        reason,
+    }
 }
 
 /// Parse the text model in `model_dir` (`points3D.txt` optional).
@@ -218,7 +238,7 @@ fn read_text(path: &Path) -> Result<String> {
 
 /// First of [`MODEL_DIRS`] under `dir` holding a model (`cameras.bin` + `images.bin`, or
 /// `cameras.txt` + `images.txt`), and its form; binary wins within one directory.
-fn find_model_dir(dir: &Path) -> Result<(PathBuf, ModelForm)> {
+pub(super) fn find_model_dir(dir: &Path) -> Result<(PathBuf, ModelForm)> {
     let candidates = MODEL_DIRS.iter().map(|sub| {
         if sub.is_empty() {
             dir.to_path_buf()
@@ -402,11 +422,11 @@ fn parse_images(
         let id: u32 = line.parse(0, "IMAGE_ID", "an image id (unsigned integer)")?;
         let mut q = [0.0; 4];
         for (k, column) in ["QW", "QX", "QY", "QZ"].into_iter().enumerate() {
-            q[k] = line.finite(1 + k, column)?;
+            q[k] = line.parse(1 + k, column, "a number")?;
         }
         let mut t = [0.0; 3];
         for (k, column) in ["TX", "TY", "TZ"].into_iter().enumerate() {
-            t[k] = line.finite(5 + k, column)?;
+            t[k] = line.parse(5 + k, column, "a number")?;
         }
         let camera_id: u32 = line.parse(8, "CAMERA_ID", "a camera id (unsigned integer)")?;
         if !cameras.contains_key(&camera_id) {
@@ -417,9 +437,7 @@ fn parse_images(
             ));
         }
         let name = image_name(rest_after_fields(text, 9));
-        let Some(world_to_camera) = pose_from_colmap(q, t) else {
-            return Err(line.error("QW QX QY QZ", "a non-zero quaternion", format!("{q:?}")));
-        };
+        let world_to_camera = pose_from_colmap(q, t);
         if let Some(previous) = ids.insert(id, number) {
             return Err(line.error(
                 "IMAGE_ID",
@@ -775,7 +793,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         image_file(&dir.path().join("images/a.png"));
         let good_images = "1 1 0 0 0 0 0 0 1 a.png\n\n";
-        let cases: [(&str, &str, &str, &str); 7] = [
+        let cases: [(&str, &str, &str, &str); 5] = [
             (
                 "1 PINHOLE 40 30 50 x 20 15\n",
                 good_images,
@@ -802,18 +820,6 @@ mod tests {
             ),
             (
                 CAMERAS,
-                "#\n#\n1 1 0 0 nan 0 0 0 1 a.png\n\n",
-                "images.txt:3:",
-                "`QZ`",
-            ),
-            (
-                CAMERAS,
-                "1 0 0 0 0 0 0 0 1 a.png\n\n",
-                "images.txt:1:",
-                "`QW QX QY QZ`",
-            ),
-            (
-                CAMERAS,
                 "1 1 0 0 0 0 0 1 a.png\n\n",
                 "images.txt:1:",
                 "`NAME`",
@@ -828,6 +834,20 @@ mod tests {
                 msg.contains(at) && msg.contains(field),
                 "want {at} {field}: {msg}"
             );
+        }
+        // An unusable pose skips its image (issue 44, rule 3): with none left, one error names it.
+        for (images, reason) in [
+            (
+                "#\n#\n1 1 0 0 nan 0 0 0 1 a.png\n\n",
+                "a.png (pose not finite",
+            ),
+            ("1 0 0 0 0 0 0 0 1 a.png\n\n", "a.png (rotation singular"),
+        ] {
+            model(dir.path(), CAMERAS, images, "");
+            let err = read_colmap(dir.path()).unwrap_err();
+            let msg = err.to_string();
+            assert!(matches!(err, Error::Empty { .. }), "{msg}");
+            assert!(msg.contains(reason), "want {reason}: {msg}");
         }
         model(
             dir.path(),

@@ -428,23 +428,15 @@ fn parse_images<V>(
             &mut ids,
             "each image id once",
         )?;
-        let q_at = cur.pos;
         let mut q = [0.0; 4];
         for (k, field) in ["QW", "QX", "QY", "QZ"].into_iter().enumerate() {
-            q[k] = cur.finite(field)?;
+            q[k] = cur.f64(field)?;
         }
         let mut t = [0.0; 3];
         for (k, field) in ["TX", "TY", "TZ"].into_iter().enumerate() {
-            t[k] = cur.finite(field)?;
+            t[k] = cur.f64(field)?;
         }
-        let Some(world_to_camera) = pose_from_colmap(q, t) else {
-            return Err(cur.invalid(
-                "QW QX QY QZ",
-                q_at,
-                "a non-zero quaternion",
-                format!("{q:?}"),
-            ));
-        };
+        let world_to_camera = pose_from_colmap(q, t);
         let camera_at = cur.pos;
         let camera_id = cur.u32("CAMERA_ID")?;
         if !cameras.contains_key(&camera_id) {
@@ -1166,26 +1158,6 @@ mod tests {
                 cams.clone(),
                 {
                     let mut i = imgs.clone();
-                    i[1].q = [0.0; 4];
-                    i
-                },
-                pts.clone(),
-                "images.bin record 2 of 2 (IMAGE_ID 3) QW QX QY QZ at byte",
-            ),
-            (
-                cams.clone(),
-                {
-                    let mut i = imgs.clone();
-                    i[0].t[1] = f64::INFINITY;
-                    i
-                },
-                pts.clone(),
-                "images.bin record 1 of 2 (IMAGE_ID 7) TY at byte 52",
-            ),
-            (
-                cams.clone(),
-                {
-                    let mut i = imgs.clone();
                     i[0].camera_id = 8;
                     i
                 },
@@ -1261,6 +1233,26 @@ mod tests {
             let msg = err.to_string();
             assert!(matches!(err, Error::Invalid { .. }), "{msg}");
             assert!(msg.contains(want), "want `{want}`: {msg}");
+        }
+    }
+
+    #[test]
+    fn binary_unusable_poses_skip_their_image_naming_it() {
+        // Both images present; one at a time gets a zero quaternion or an infinite translation.
+        for (index, damage) in [(1usize, "zero q"), (0, "infinite t")] {
+            let dir = tempfile::tempdir().unwrap();
+            let (cams, mut imgs, pts) = small_model();
+            match damage {
+                "zero q" => imgs[index].q = [0.0; 4],
+                _ => imgs[index].t[1] = f64::INFINITY,
+            }
+            write_binary(dir.path(), &cams, &imgs, &pts);
+            image_file(&dir.path().join("images/a.png"));
+            image_file(&dir.path().join("images/sub dir/b c.png"));
+            let capture = read_colmap(dir.path()).unwrap();
+            let name = std::str::from_utf8(&imgs[index].name).unwrap();
+            assert_eq!(capture.skipped, [name], "{damage}");
+            assert_eq!(capture.frames.len(), 1, "{damage}");
         }
     }
 

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use super::distortion::Distortion;
 use super::intrinsics::Intrinsics;
 use super::model::SfmPoints;
+use super::pose::PoseDefect;
 use crate::Error;
 use crate::rotation::quaternion_to_rotation;
 
@@ -210,17 +211,24 @@ pub(super) fn camera_from_model(
     Ok((intrinsics, distortion))
 }
 
-/// Rigid world_to_camera `[R(q) t; 0 1]` from a COLMAP pose (q normalised first); `None` for a
-/// zero or non-finite quaternion.
-pub(super) fn pose_from_colmap(q: [f64; 4], t: [f64; 3]) -> Option<[[f64; 4]; 4]> {
-    let rotation = quaternion_to_rotation(q)?;
+/// Rigid world_to_camera `[R(q) t; 0 1]` from a COLMAP pose (q normalised first), or why the
+/// image cannot be used: a non-finite number, or a zero quaternion (singular). Such an image is
+/// skipped (issue 44, rule 3).
+pub(super) fn pose_from_colmap(
+    q: [f64; 4],
+    t: [f64; 3],
+) -> std::result::Result<[[f64; 4]; 4], PoseDefect> {
+    if q.iter().chain(&t).any(|v| !v.is_finite()) {
+        return Err(PoseDefect::NonFinite);
+    }
+    let rotation = quaternion_to_rotation(q).ok_or(PoseDefect::Singular)?;
     let mut world_to_camera = [[0.0; 4]; 4];
     for r in 0..3 {
         world_to_camera[r][..3].copy_from_slice(&rotation[r]);
         world_to_camera[r][3] = t[r];
     }
     world_to_camera[3][3] = 1.0;
-    Some(world_to_camera)
+    Ok(world_to_camera)
 }
 
 /// COLMAP image NAME as Kiln uses it: relative path with `/` separators (`\` replaced).
@@ -246,8 +254,8 @@ pub(super) struct ImageEntry {
     /// NAME, `/`-separated ([`image_name`]).
     pub(super) name: String,
     pub(super) camera_id: u32,
-    /// From [`pose_from_colmap`].
-    pub(super) world_to_camera: [[f64; 4]; 4],
+    /// From [`pose_from_colmap`]: the pose, or why the image is skipped.
+    pub(super) world_to_camera: std::result::Result<[[f64; 4]; 4], PoseDefect>,
 }
 
 /// The model file `name` in `dir`, matched without regard to case as COLMAP's readers on

@@ -37,6 +37,61 @@ pub(super) fn skipped_message(
     )
 }
 
+/// Frames a reader left out, grouped by reason in the order reasons were first met (issue 44,
+/// rule 3: a bad camera is skipped, never fatal, while the rest stands).
+#[derive(Debug, Default)]
+pub(super) struct Skipped {
+    by_reason: Vec<(&'static str, Vec<String>)>,
+}
+
+impl Skipped {
+    /// Record that frame `name` was skipped for `reason`.
+    pub(super) fn push(&mut self, reason: &'static str, name: String) {
+        match self.by_reason.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, names)) => names.push(name),
+            None => self.by_reason.push((reason, vec![name])),
+        }
+    }
+
+    /// Frames skipped for `reason`.
+    pub(super) fn count(&self, reason: &str) -> usize {
+        self.by_reason
+            .iter()
+            .find(|(r, _)| *r == reason)
+            .map_or(0, |(_, n)| n.len())
+    }
+
+    /// One warning per reason, naming the file and every frame ([`warn_skipped`]).
+    pub(super) fn warn(&self, source: &Path, listed: usize) {
+        for (reason, names) in &self.by_reason {
+            warn_skipped(source, reason, names, listed);
+        }
+    }
+
+    /// Every skipped frame with its reason, `name (reason)`, in name order: for an error that
+    /// must list them all.
+    pub(super) fn listing(&self) -> String {
+        let mut all: Vec<String> = self
+            .by_reason
+            .iter()
+            .flat_map(|(r, names)| names.iter().map(move |n| format!("{n} ({r})")))
+            .collect();
+        all.sort();
+        all.join(", ")
+    }
+
+    /// Every skipped frame's name, sorted ([`super::model::Capture::skipped`]).
+    pub(super) fn names(&self) -> Vec<String> {
+        let mut all: Vec<String> = self
+            .by_reason
+            .iter()
+            .flat_map(|(_, names)| names.iter().cloned())
+            .collect();
+        all.sort();
+        all
+    }
+}
+
 /// Sort frames by name, and reject duplicate names (they would break hold-out by name).
 pub(super) fn sort_frames(source: &Path, field: &str, frames: &mut [Frame]) -> Result<()> {
     frames.sort_by(|a, b| a.name.cmp(&b.name));

@@ -31,9 +31,10 @@
 //! image header (what [`super::load_rgb`] decodes), never from EXIF `PixelXDimension`, which can
 //! describe the uncropped sensor image (Mary Rose: EXIF 5184 × 3456, pixels 3456 × 3456).
 //!
-//! NaN/Inf: a row holding a non-finite number is skipped (its image is named in
-//! [`Capture::skipped`], with one warning). Any other bad value (non-rigid rotation, non-positive
-//! size or focal) is an error naming file, row and image.
+//! Bad cameras (issue 44, rule 3): a row holding a non-finite number, a rotation that is
+//! singular, mirrored or not rigid, or an image whose header cannot be read is skipped (its image
+//! named in [`Capture::skipped`], one warning per reason). Any other bad value (non-positive size
+//! or focal) is an error naming file, row and image.
 
 use std::fs::File;
 use std::io::BufReader;
@@ -42,12 +43,12 @@ use std::path::{Path, PathBuf};
 use npyz::NpyFile;
 
 use super::distortion::Distortion;
-use super::frames::{sort_frames, warn_skipped};
+use super::frames::{Skipped, sort_frames};
 use super::image::image_size;
 use super::intrinsics::Intrinsics;
 use super::masks::Masks;
 use super::model::{Capture, Frame};
-use super::pose::{ROTATION_TOLERANCE, rigid_inverse, rotation_error};
+use super::pose::{PoseDefect, pose_defect, rigid_inverse};
 use crate::confined::ConfinedRoot;
 use crate::{Error, Result};
 
@@ -132,17 +133,26 @@ pub fn read_llff_file_in(root: &ConfinedRoot, npy_path: &Path) -> Result<Capture
     let masks = Masks::list(root, &base_dir.join("masks"))?;
 
     let mut frames = Vec::with_capacity(rows.len());
-    let mut non_finite = Vec::new();
+    let mut skipped = Skipped::default();
     let mut rescaled = 0usize;
     for (index, (row, (name, image_path))) in rows.iter().zip(images).enumerate() {
         if row.iter().any(|v| !v.is_finite()) {
-            non_finite.push(name);
+            skipped.push(ROW_NOT_FINITE, name);
             continue;
         }
+        let world_to_camera = match world_to_camera(row) {
+            Ok(pose) => pose,
+            Err(defect) => {
+                skipped.push(defect.reason(), name);
+                continue;
+            }
+        };
         let field = format!("row {index} (`{name}`)");
-        let world_to_camera = world_to_camera(npy_path, &field, row)?;
         let stored = stored_intrinsics(npy_path, &field, row)?;
-        let (width, height) = image_size(&image_path)?;
+        let Ok((width, height)) = image_size(&image_path) else {
+            skipped.push(IMAGE_UNREADABLE, name);
+            continue;
+        };
         let intrinsics = if (width, height) == (stored.width, stored.height) {
             stored
         } else {
@@ -164,7 +174,7 @@ pub fn read_llff_file_in(root: &ConfinedRoot, npy_path: &Path) -> Result<Capture
     }
 
     let listed = rows.len();
-    warn_skipped(npy_path, "row not finite", &non_finite, listed);
+    skipped.warn(npy_path, listed);
     if rescaled > 0 {
         tracing::info!(
             path = %npy_path.display(),
@@ -184,7 +194,7 @@ pub fn read_llff_file_in(root: &ConfinedRoot, npy_path: &Path) -> Result<Capture
         return Err(Error::Empty {
             path: npy_path.to_path_buf(),
             what: "frames",
-            reason: format!("all {listed} rows hold a non-finite number (NaN or Inf)"),
+            reason: format!("all {listed} rows were skipped: {}", skipped.listing()),
         });
     }
     sort_frames(npy_path, "rows", &mut frames)?;
@@ -192,7 +202,7 @@ pub fn read_llff_file_in(root: &ConfinedRoot, npy_path: &Path) -> Result<Capture
         source: npy_path.to_path_buf(),
         frames,
         points: None,
-        skipped: non_finite,
+        skipped: skipped.names(),
         pose_files: vec![npy_path.to_path_buf()],
         points_file: None,
     })
@@ -316,8 +326,14 @@ fn has_image_extension(path: &Path) -> bool {
         .is_some_and(|e| IMAGE_EXTENSIONS.iter().any(|x| e.eq_ignore_ascii_case(x)))
 }
 
-/// OpenCV world_to_camera of a finite row, after checking its rotation is rigid.
-fn world_to_camera(path: &Path, field: &str, row: &[f64; ROW_LEN]) -> Result<[[f64; 4]; 4]> {
+/// The reason a row holding NaN or Inf is skipped for.
+const ROW_NOT_FINITE: &str = "row not finite";
+/// The reason a row whose image header cannot be read is skipped for.
+const IMAGE_UNREADABLE: &str = "image unreadable";
+
+/// OpenCV world_to_camera of a finite row, or why its rotation cannot be a camera's (the row is
+/// then skipped, issue 44 rule 3).
+fn world_to_camera(row: &[f64; ROW_LEN]) -> std::result::Result<[[f64; 4]; 4], PoseDefect> {
     // Row-major 3×5: element (r, c) at 5r + c. Columns 0, 1, 2 of R are down, right, back.
     let at = |r: usize, c: usize| row[5 * r + c];
     let mut camera_to_world = [[0.0; 4]; 4];
@@ -325,18 +341,10 @@ fn world_to_camera(path: &Path, field: &str, row: &[f64; ROW_LEN]) -> Result<[[f
         *out = [at(r, 1), at(r, 0), -at(r, 2), at(r, 3)];
     }
     camera_to_world[3][3] = 1.0;
-    let (err, det) = rotation_error(&camera_to_world);
-    if err > ROTATION_TOLERANCE || det <= 0.0 {
-        return Err(Error::Invalid {
-            path: path.to_path_buf(),
-            field: format!("{field}: rotation (columns 0–2 of the 3×5 pose)"),
-            expected: "a rigid camera-to-world rotation (orthonormal, det +1) whose columns are \
-                       the camera's down, right, back axes (LLFF order)"
-                .into(),
-            found: format!("max |RᵀR − I| = {err:.3e}, det R = {det:.4}"),
-        });
+    match pose_defect(&camera_to_world) {
+        Some(defect) => Err(defect),
+        None => Ok(rigid_inverse(&camera_to_world)),
     }
-    Ok(rigid_inverse(&camera_to_world))
 }
 
 /// Intrinsics from a finite row's (h, w, focal) column: centred principal point, at h × w.
@@ -724,7 +732,7 @@ mod tests {
         scaled[0] = 2.0;
         write_capture(dir.path(), "<f8", &[scaled], &["a.png"], (6, 4));
         let text = read_llff(dir.path()).unwrap_err().to_string();
-        assert!(text.contains("row 0 (`a.png`): rotation"), "{text}");
+        assert!(text.contains("a.png (rotation not orthonormal"), "{text}");
 
         // Swapping down and right without negating gives a reflection (det −1).
         let mirrored = row(
@@ -737,7 +745,7 @@ mod tests {
         );
         write_capture(dir.path(), "<f8", &[mirrored], &["a.png"], (6, 4));
         let text = read_llff(dir.path()).unwrap_err().to_string();
-        assert!(text.contains("det R = -1"), "{text}");
+        assert!(text.contains("a.png (rotation mirrored"), "{text}");
 
         let mut zero_focal = identity_row([0.0; 3]);
         zero_focal[14] = 0.0;

@@ -20,9 +20,15 @@
 //!   pixel (i, j) (column i, row j) has its centre at (i + 0.5, j + 0.5) — COLMAP's convention;
 //! - frames sorted by [`Frame::name`] (byte-wise string order), so hold-out by index is stable.
 //!
-//! NaN/Inf: a transforms.json frame whose matrix is not finite, or an LLFF row holding a
-//! non-finite number, is skipped (listed in [`Capture::skipped`]); any other non-finite number a
-//! reader needs is an error naming the field.
+//! A bad camera is skipped, never fatal, while the rest stands (issue 44, rule 3): a frame whose
+//! pose is not finite, singular, mirrored (det R < 0) or not rigid (|RᵀR − I| > 1e-3), or whose
+//! image is missing (LLFF: or whose header cannot be read), is left out and listed in
+//! [`Capture::skipped`], with one warning per reason naming the file and every frame; only when
+//! none remains is it an error, naming them all. How many views a job needs is the ingest stage's
+//! rule (kiln-pipeline). Any other non-finite number a reader needs is an error naming the field.
+//!
+//! Any file of a capture names the capture (issue 44, rule 1): [`capture_root_of_key`],
+//! [`name_capture`] and [`read_named_capture`] in `root.rs`.
 
 mod area;
 mod colmap;
@@ -39,6 +45,7 @@ mod model;
 mod nerfstudio;
 mod point_cloud;
 mod pose;
+mod root;
 
 use std::path::{Path, PathBuf};
 
@@ -60,6 +67,7 @@ pub use self::llff::{read_llff, read_llff_file, read_llff_file_in};
 pub use self::model::{Capture, Frame, SfmPoints, Split};
 pub use self::nerfstudio::{read_transforms, read_transforms_in};
 pub use self::point_cloud::read_point_cloud_ply;
+pub use self::root::{NamedCapture, capture_root_of_key, name_capture, read_named_capture};
 
 /// Read a capture from a transforms.json file, an LLFF `poses_bounds.npy` file or a COLMAP model
 /// (binary or text), detected from `path`.
@@ -158,6 +166,35 @@ pub fn read_capture_in(root: &ConfinedRoot, path: &Path) -> Result<Capture> {
         path: path.to_path_buf(),
         what: "capture: a transform*.json file, an LLFF poses_bounds.npy or a COLMAP directory",
     })
+}
+
+/// The pose files [`read_capture`] on the folder `dir` reads, found by names alone (no file is
+/// parsed): its `transforms.json`, else its other transform*.json (or each of a split set), else
+/// its `poses_bounds.npy`, else the files of the COLMAP model folder it finds. Empty when it
+/// finds none (or the transforms files are ambiguous).
+fn folder_pose_files(dir: &Path) -> Vec<PathBuf> {
+    let transforms = dir.join("transforms.json");
+    if transforms.is_file() {
+        return vec![transforms];
+    }
+    match other_transforms_json(dir) {
+        Ok(Some(TransformsFiles::One(json))) => return vec![json],
+        Ok(Some(TransformsFiles::Splits(files))) => {
+            return files.into_iter().map(|(_, p)| p).collect();
+        }
+        Ok(None) => {}
+        Err(_) => return Vec::new(),
+    }
+    if dir.join(llff::POSES_BOUNDS).is_file() {
+        return vec![dir.join(llff::POSES_BOUNDS)];
+    }
+    match colmap::find_model_dir(dir) {
+        Ok((model_dir, _)) => ["cameras", "images", "points3D"]
+            .iter()
+            .flat_map(|f| ["bin", "txt"].map(|ext| model_dir.join(format!("{f}.{ext}"))))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
 }
 
 /// What a directory without `transforms.json` holds instead: one transforms file, or one per split.
@@ -274,8 +311,11 @@ fn read_split_transforms(
         pose_files: Vec::new(),
         points_file: None,
     };
+    let mut emptied = Vec::new();
     for (split, file) in files {
-        let part = read_transforms_in(root, file)?;
+        // A split whose every frame was skipped (warned) leaves the others to go on.
+        let (part, empty) = nerfstudio::read_transforms_part(root, file)?;
+        emptied.extend(empty.map(|e| e.to_string()));
         merged.frames.extend(part.frames.into_iter().map(|f| Frame {
             split: Some(*split),
             ..f
@@ -286,6 +326,16 @@ fn read_split_transforms(
             merged.points = part.points;
             merged.points_file = part.points_file;
         }
+    }
+    if merged.frames.is_empty() {
+        return Err(Error::Empty {
+            path: dir.to_path_buf(),
+            what: "frames",
+            reason: format!(
+                "every split file's frames were skipped: {}",
+                emptied.join("; ")
+            ),
+        });
     }
     merged.skipped.sort();
     sort_frames(

@@ -12,21 +12,22 @@
 //! it (instant-ngp's own internal axis swap and 0.33 scale are not applied).
 //!
 //! NaN/Inf: JSON has no NaN, but Python's `json.dump` writes `NaN`/`Infinity`; such a file is read
-//! with those tokens as non-finite numbers, and a frame whose matrix is then not finite is skipped
-//! (listed in [`Capture::skipped`]). A non-finite intrinsic is an error naming the key.
+//! with those tokens as non-finite numbers. A frame whose matrix is then not finite, or whose
+//! rotation is singular, mirrored or not rigid, is skipped (listed in [`Capture::skipped`], one
+//! warning per reason; issue 44 rule 3). A non-finite intrinsic is an error naming the key.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
 use super::distortion::Distortion;
-use super::frames::{sort_frames, warn_skipped};
+use super::frames::{Skipped, sort_frames};
 use super::image::image_size;
 use super::intrinsics::Intrinsics;
 use super::masks::Masks;
 use super::model::{Capture, Frame, Split};
 use super::point_cloud::read_point_cloud_ply;
-use super::pose::{ROTATION_TOLERANCE, flip_yz_axes, rigid_inverse, rotation_error};
+use super::pose::{PoseDefect, flip_yz_axes, pose_defect, rigid_inverse};
 use crate::confined::ConfinedRoot;
 use crate::{Error, Result};
 
@@ -73,6 +74,23 @@ pub fn read_transforms(json_path: &Path) -> Result<Capture> {
 /// Those of [`read_transforms`], and [`Error::OutsideInput`] naming the field
 /// (`frames[3].file_path`, `frames[3].mask_path`, `ply_file_path`, `masks/`).
 pub fn read_transforms_in(root: &ConfinedRoot, json_path: &Path) -> Result<Capture> {
+    match read_transforms_part(root, json_path)? {
+        (_, Some(all_skipped)) => Err(all_skipped),
+        (capture, None) => Ok(capture),
+    }
+}
+
+/// [`read_transforms_in`] for one file of a split set: when every frame of this file was skipped,
+/// a capture without frames (its skipped frames named) and the [`Error::Empty`] that a file read
+/// alone gives, so the set can go on with its other files (issue 44, rule 3). The warnings are
+/// logged either way.
+///
+/// # Errors
+/// Those of [`read_transforms_in`] but [`Error::Empty`].
+pub(super) fn read_transforms_part(
+    root: &ConfinedRoot,
+    json_path: &Path,
+) -> Result<(Capture, Option<Error>)> {
     let text = std::fs::read_to_string(json_path).map_err(|e| Error::io(json_path, e))?;
     let root_keys = parse_json(json_path, &text)?;
     let Value::Object(root_keys) = root_keys else {
@@ -102,9 +120,18 @@ pub fn read_transforms_in(root: &ConfinedRoot, json_path: &Path) -> Result<Captu
         }
     }
     let skipped = reader.skipped;
-    skipped.warn(json_path, frames.len());
+    skipped.skipped.warn(json_path, frames.len());
     if out.is_empty() {
-        return Err(skipped.all_skipped(json_path, base_dir, frames.len()));
+        let empty = skipped.all_skipped(json_path, base_dir, frames.len());
+        let capture = Capture {
+            source: json_path.to_path_buf(),
+            frames: out,
+            points: None,
+            skipped: skipped.skipped.names(),
+            pose_files: vec![json_path.to_path_buf()],
+            points_file: None,
+        };
+        return Ok((capture, Some(empty)));
     }
     sort_frames(json_path, "frames[].file_path", &mut out)?;
     assign_listed_splits(json_path, &root_keys, &mut out)?;
@@ -112,14 +139,17 @@ pub fn read_transforms_in(root: &ConfinedRoot, json_path: &Path) -> Result<Captu
         Some(file) => (Some(read_point_cloud_ply(&file)?), Some(file)),
         None => (None, None),
     };
-    Ok(Capture {
-        source: json_path.to_path_buf(),
-        frames: out,
-        points,
-        skipped: skipped.names(),
-        pose_files: vec![json_path.to_path_buf()],
-        points_file,
-    })
+    Ok((
+        Capture {
+            source: json_path.to_path_buf(),
+            frames: out,
+            points,
+            skipped: skipped.skipped.names(),
+            pose_files: vec![json_path.to_path_buf()],
+            points_file,
+        },
+        None,
+    ))
 }
 
 /// The `frames` array: present, an array, not empty.
@@ -147,60 +177,44 @@ fn frames_array<'r>(json_path: &Path, root: &'r Map<String, Value>) -> Result<&'
     }
 }
 
-/// Frames listed but left out, by reason.
+/// The reason a frame whose image file does not exist is skipped for.
+const IMAGE_MISSING: &str = "image file missing";
+
+/// Frames listed but left out, by reason, and the first missing image's path (for the error when
+/// every frame is skipped).
 #[derive(Default)]
 struct SkippedFrames {
-    /// Frames whose image file does not exist, and the first such path.
-    missing: Vec<String>,
+    skipped: Skipped,
     first_missing: Option<PathBuf>,
-    /// Frames whose `transform_matrix` is not finite.
-    non_finite: Vec<String>,
 }
 
 impl SkippedFrames {
-    /// One warning per reason.
-    fn warn(&self, json_path: &Path, listed: usize) {
-        warn_skipped(json_path, "image file missing", &self.missing, listed);
-        warn_skipped(
-            json_path,
-            "transform_matrix not finite",
-            &self.non_finite,
-            listed,
-        );
-    }
-
-    /// [`Error::Empty`]: every listed frame was skipped, with how many for each reason.
+    /// [`Error::Empty`]: every listed frame was skipped, with how many for each reason, and each
+    /// frame named.
     fn all_skipped(&self, json_path: &Path, base_dir: &Path, listed: usize) -> Error {
         let mut reasons = Vec::new();
-        if !self.missing.is_empty() {
+        let missing = self.skipped.count(IMAGE_MISSING);
+        if missing > 0 {
             let first = self.first_missing.as_deref().unwrap_or(base_dir);
             reasons.push(format!(
-                "{} image files missing (first: {})",
-                self.missing.len(),
+                "{missing} image files missing (first: {})",
                 first.display()
             ));
         }
-        if !self.non_finite.is_empty() {
-            reasons.push(format!(
-                "{} non-finite transform_matrix",
-                self.non_finite.len()
-            ));
+        let bad_poses = listed - missing;
+        if bad_poses > 0 {
+            reasons.push(format!("{bad_poses} unusable transform_matrix"));
         }
         Error::Empty {
             path: json_path.to_path_buf(),
             what: "frames",
             reason: format!(
-                "all {listed} listed frames were skipped: {}; check `file_path` against the image files",
-                reasons.join(", ")
+                "all {listed} listed frames were skipped: {}; check `file_path` against the image \
+                 files and each `transform_matrix` (skipped: {})",
+                reasons.join(", "),
+                self.skipped.listing()
             ),
         }
-    }
-
-    /// Every skipped frame's name, sorted.
-    fn names(self) -> Vec<String> {
-        let mut skipped: Vec<String> = self.missing.into_iter().chain(self.non_finite).collect();
-        skipped.sort();
-        skipped
     }
 }
 
@@ -234,13 +248,18 @@ impl FrameReader<'_> {
         let Some(image_path) = resolve_image(self.root, json_path, &field, given.clone())? else {
             let skipped = &mut self.skipped;
             skipped.first_missing.get_or_insert(given);
-            skipped.missing.push(frame_name(file_path, None));
+            skipped
+                .skipped
+                .push(IMAGE_MISSING, frame_name(file_path, None));
             return Ok(None);
         };
-        let Some(camera_to_world_gl) = camera_to_world_gl else {
-            let name = frame_name(file_path, image_path.extension());
-            self.skipped.non_finite.push(name);
-            return Ok(None);
+        let world_to_camera = match to_world_to_camera(json_path, &prefix, camera_to_world_gl)? {
+            Ok(pose) => pose,
+            Err(defect) => {
+                let name = frame_name(file_path, image_path.extension());
+                self.skipped.skipped.push(defect.reason(), name);
+                return Ok(None);
+            }
         };
         let keys = self
             .global
@@ -259,7 +278,7 @@ impl FrameReader<'_> {
             name: frame_name(file_path, image_path.extension()),
             intrinsics: keys.intrinsics(json_path, &prefix, size)?,
             distortion: keys.distortion(json_path)?,
-            world_to_camera: to_world_to_camera(json_path, &prefix, camera_to_world_gl)?,
+            world_to_camera,
             mask_path: self.mask_path(&prefix, frame, file_path)?,
             image_path,
             depth_bounds: None,
@@ -516,12 +535,9 @@ fn number(v: &Value) -> Option<f64> {
     }
 }
 
-/// `transform_matrix` of one frame, padded to 4×4; `Ok(None)` if any entry is not finite.
-fn parse_matrix(
-    path: &Path,
-    prefix: &str,
-    frame: &Map<String, Value>,
-) -> Result<Option<[[f64; 4]; 4]>> {
+/// `transform_matrix` of one frame, padded to 4×4 (entries may be NaN or Inf: Python's
+/// `json.dump` writes them; [`to_world_to_camera`] skips such a frame).
+fn parse_matrix(path: &Path, prefix: &str, frame: &Map<String, Value>) -> Result<[[f64; 4]; 4]> {
     let field = format!("{prefix}.transform_matrix");
     let expected = "a 4×4 (or 3×4) array of numbers, rows first";
     let rows = match frame.get("transform_matrix") {
@@ -565,14 +581,22 @@ fn parse_matrix(
                 .ok_or_else(|| invalid(path, &format!("{field}[{r}][{c}]"), "a number", kind(v)))?;
         }
     }
-    if m.iter().flatten().any(|v| !v.is_finite()) {
-        return Ok(None);
-    }
-    Ok(Some(m))
+    Ok(m)
 }
 
-/// OpenGL camera_to_world → OpenCV world_to_camera, after checking the matrix is rigid.
-fn to_world_to_camera(path: &Path, prefix: &str, mut m: [[f64; 4]; 4]) -> Result<[[f64; 4]; 4]> {
+/// OpenGL camera_to_world → OpenCV world_to_camera; `Ok(Err(defect))` when the camera cannot be
+/// used (not finite, singular, mirrored, not rigid: the frame is skipped, issue 44 rule 3).
+///
+/// # Errors
+/// [`Error::Invalid`] when the last row is not `[0, 0, 0, 1]` (not a pose matrix at all).
+fn to_world_to_camera(
+    path: &Path,
+    prefix: &str,
+    mut m: [[f64; 4]; 4],
+) -> Result<std::result::Result<[[f64; 4]; 4], PoseDefect>> {
+    if let Some(defect) = pose_defect(&m) {
+        return Ok(Err(defect));
+    }
     let field = format!("{prefix}.transform_matrix");
     if m[3] != [0.0, 0.0, 0.0, 1.0] {
         return Err(invalid(
@@ -582,17 +606,8 @@ fn to_world_to_camera(path: &Path, prefix: &str, mut m: [[f64; 4]; 4]) -> Result
             format!("{:?}", m[3]),
         ));
     }
-    let (err, det) = rotation_error(&m);
-    if err > ROTATION_TOLERANCE || det <= 0.0 {
-        return Err(invalid(
-            path,
-            &field,
-            "a rigid camera-to-world transform (orthonormal rotation, det +1)",
-            format!("max |RᵀR − I| = {err:.3e}, det R = {det:.4}"),
-        ));
-    }
     flip_yz_axes(&mut m);
-    Ok(rigid_inverse(&m))
+    Ok(Ok(rigid_inverse(&m)))
 }
 
 /// Existing image file for `given` (a `file_path` already resolved inside `root`): as given,
@@ -1286,11 +1301,6 @@ mod tests {
                 "frames[0].transform_matrix",
             ),
             (
-                r#""fl_x": 10"#,
-                "[[2,0,0,0],[0,2,0,0],[0,0,2,0],[0,0,0,1]]",
-                "frames[0].transform_matrix",
-            ),
-            (
                 r#""fl_x": 10, "camera_model": "EQUIRECTANGULAR""#,
                 IDENTITY,
                 "camera_model",
@@ -1311,6 +1321,11 @@ mod tests {
             let msg = err.to_string();
             assert!(msg.contains(&format!("`{field}`")), "{keys}: {msg}");
         }
+        // A scaled matrix is an unusable camera, skipped (issue 44, rule 3): the only frame.
+        let text = r#"{"fl_x": 10, "frames": [{"file_path": "a.png", "transform_matrix": [[2,0,0,0],[0,2,0,0],[0,0,2,0],[0,0,0,1]]}]}"#;
+        let p = write(dir.path(), "transforms.json", text);
+        let msg = read_transforms(&p).unwrap_err().to_string();
+        assert!(msg.contains("a.png (rotation not orthonormal"), "{msg}");
     }
 
     #[test]

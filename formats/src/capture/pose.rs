@@ -45,6 +45,51 @@ pub(super) fn rotation_error(m: &[[f64; 4]; 4]) -> (f64, f64) {
 /// convention) is off by far more than 1e-3.
 pub(super) const ROTATION_TOLERANCE: f64 = 1e-3;
 
+/// Why a stored camera pose cannot be used (issue 44, rule 3): the camera is skipped with a
+/// warning naming it and the reason, and the capture goes on without it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PoseDefect {
+    /// An entry is NaN or infinite.
+    NonFinite,
+    /// The rotation block is singular (|det R| ≈ 0, e.g. a zero quaternion or a zero column).
+    Singular,
+    /// The rotation block is a reflection (det R < 0), e.g. one axis negated.
+    Mirrored,
+    /// The rotation block is not orthonormal beyond [`ROTATION_TOLERANCE`] (scaled or sheared).
+    NonRigid,
+}
+
+impl PoseDefect {
+    /// The reason as the skip warning states it.
+    pub(super) fn reason(self) -> &'static str {
+        match self {
+            PoseDefect::NonFinite => "pose not finite (NaN or Inf)",
+            PoseDefect::Singular => "rotation singular (det R = 0)",
+            PoseDefect::Mirrored => "rotation mirrored (det R < 0)",
+            PoseDefect::NonRigid => "rotation not orthonormal (scaled or sheared)",
+        }
+    }
+}
+
+/// Below this |det R| a rotation block counts as singular rather than merely non-rigid.
+const SINGULAR_DET: f64 = 1e-6;
+
+/// What is wrong with the 4×4 pose `m` (either direction; only its entries and its rotation block
+/// are checked), or `None` for a finite rigid pose with det R = +1.
+pub(super) fn pose_defect(m: &[[f64; 4]; 4]) -> Option<PoseDefect> {
+    if m.iter().flatten().any(|v| !v.is_finite()) {
+        return Some(PoseDefect::NonFinite);
+    }
+    let (err, det) = rotation_error(m);
+    if det.abs() <= SINGULAR_DET {
+        return Some(PoseDefect::Singular);
+    }
+    if det < 0.0 {
+        return Some(PoseDefect::Mirrored);
+    }
+    (err > ROTATION_TOLERANCE).then_some(PoseDefect::NonRigid)
+}
+
 #[cfg(test)]
 // Matrix and per-axis checks index several arrays at once, as the formulas do.
 #[allow(clippy::needless_range_loop)]

@@ -159,32 +159,42 @@ pub const CAPTURE_JSON: &str = "capture.json";
 /// File name of the normalised mesh inside the ingest stage directory.
 pub const MESH_GLB: &str = "mesh.glb";
 
-/// Ingest the capture at `input` (a `transforms*.json`, or a folder holding one or a COLMAP model)
-/// into `out_dir`. Images are decoded in parallel (rayon).
+/// Ingest the capture at `input` (the capture's folder, or any file of it: issue 44 rule 1,
+/// [`capture::read_named_capture`]) into `out_dir`. Images are decoded in parallel (rayon); a
+/// frame whose photo cannot be read is skipped with one warning naming each (rule 3).
 ///
 /// # Errors
 /// Reader errors name the file and field (no frames, all images missing, bad JSON, unsupported
-/// camera model); a corrupt image fails with its path; [`Error::Param`] for `max_side == 0`.
+/// camera model); [`Error::Input`] naming every skipped frame when skipping bad cameras and
+/// unreadable photos (each warned about) leaves fewer than [`MIN_VIEWS`]; [`Error::Param`] for
+/// `max_side == 0`.
 pub fn ingest_capture(
     input: &Path,
     params: &IngestParams,
     out_dir: &Path,
 ) -> Result<IngestedCapture> {
     params.validate()?;
-    let cap: Capture = capture::read_capture(input)?;
+    let mut cap: Capture = capture::read_named_capture(input)?;
     for sub in ["images", "masks", "alpha", "valid"] {
         let d = out_dir.join(sub);
         std::fs::create_dir_all(&d).map_err(|e| Error::io(&d, e))?;
     }
+    let mut unreadable = drop_unreadable_headers(&mut cap.frames);
     let plan = capture::plan_downscale(&cap.frames, params.max_side)?;
     // Rayon's threads enter the stage's span, so their warnings reach its summary.
     let span = tracing::Span::current();
-    let frames: Vec<IngestedFrame> = cap
+    let decoded: Vec<Result<IngestedFrame>> = cap
         .frames
         .par_iter()
         .zip(&plan)
         .map(|(f, downscale)| span.in_scope(|| ingest_frame(f, downscale, params, out_dir)))
-        .collect::<Result<_>>()?;
+        .collect();
+    let frames = keep_decoded(&cap.frames, decoded, &mut unreadable)?;
+    warn_unreadable(&unreadable);
+    cap.skipped
+        .extend(unreadable.into_iter().map(|(name, _)| name));
+    cap.skipped.sort();
+    check_enough_views(input, frames.len(), &cap.skipped)?;
     if params.masks && frames.iter().all(|f| f.mask.is_none()) {
         return Err(Error::Input {
             path: input.to_path_buf(),
@@ -207,6 +217,86 @@ pub fn ingest_capture(
     let json = serde_json::to_vec_pretty(&ingested).expect("IngestedCapture serialises");
     kiln_formats::atomic_write::write_atomic(&out_dir.join(CAPTURE_JSON), &json)?;
     Ok(ingested)
+}
+
+/// Fewest views a capture may keep after frames were skipped (issue 44, rule 3): 3 to train on
+/// and 1 held out to score the result. A capture that lists fewer to begin with is trained as
+/// listed; skipping bad frames may not bring it below this.
+pub const MIN_VIEWS: usize = 4;
+
+/// Remove the frames whose photo header cannot be read (issue 44, rule 3: skipped, not fatal);
+/// returns `(name, why)` for each.
+fn drop_unreadable_headers(frames: &mut Vec<capture::Frame>) -> Vec<(String, String)> {
+    let mut unreadable = Vec::new();
+    frames.retain(|f| match capture::image_size(&f.image_path) {
+        Ok(_) => true,
+        Err(e) => {
+            unreadable.push((f.name.clone(), e.to_string()));
+            false
+        }
+    });
+    unreadable
+}
+
+/// The decoded frames, in order; a frame whose photo could not be decoded is added to
+/// `unreadable` and left out (issue 44, rule 3).
+///
+/// # Errors
+/// Any other error of a frame (a size or mask mismatch, a write failing): the first one.
+fn keep_decoded(
+    frames: &[capture::Frame],
+    decoded: Vec<Result<IngestedFrame>>,
+    unreadable: &mut Vec<(String, String)>,
+) -> Result<Vec<IngestedFrame>> {
+    let mut kept = Vec::with_capacity(decoded.len());
+    for (f, result) in frames.iter().zip(decoded) {
+        match result {
+            Ok(frame) => kept.push(frame),
+            Err(Error::Format(e @ kiln_formats::Error::Image { .. })) => {
+                unreadable.push((f.name.clone(), e.to_string()));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(kept)
+}
+
+/// One warning naming every frame whose photo could not be read, and why.
+fn warn_unreadable(unreadable: &[(String, String)]) {
+    if unreadable.is_empty() {
+        return;
+    }
+    let each: Vec<String> = unreadable
+        .iter()
+        .map(|(name, why)| format!("{name} ({why})"))
+        .collect();
+    tracing::warn!(
+        count = unreadable.len(),
+        "ingest: skipping {} frames whose image cannot be read: {}",
+        unreadable.len(),
+        each.join("; ")
+    );
+}
+
+/// [`MIN_VIEWS`]: when frames were skipped and fewer than that remain, one error naming every
+/// skipped frame (each was named with its reason in a warning).
+///
+/// # Errors
+/// [`Error::Input`] naming `input`, the count kept and every skipped frame.
+fn check_enough_views(input: &Path, kept: usize, skipped: &[String]) -> Result<()> {
+    if skipped.is_empty() || kept >= MIN_VIEWS {
+        return Ok(());
+    }
+    Err(Error::Input {
+        path: input.to_path_buf(),
+        field: "frames".into(),
+        problem: format!(
+            "only {kept} usable views remain after skipping {} ({}); a capture needs at least \
+             {MIN_VIEWS} (3 to train on, 1 held out): fix or remove the skipped frames",
+            skipped.len(),
+            skipped.join(", ")
+        ),
+    })
 }
 
 /// Ingest one frame: decode its photo at its camera's planned size (area downscale, or the
@@ -498,7 +588,7 @@ impl CaptureSources {
 /// # Errors
 /// The capture readers' errors, naming the file and field.
 pub fn capture_sources(input: &Path) -> Result<CaptureSources> {
-    let cap = capture::read_capture(input)?;
+    let cap = capture::read_named_capture(input)?;
     let mut splits = std::collections::BTreeMap::new();
     for split in cap.frames.iter().filter_map(|f| f.split) {
         *splits.entry(split.name()).or_insert(0) += 1;
@@ -861,6 +951,66 @@ pub fn ingest_splats(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An instant-ngp capture in `dir` of `n` 8×6 photos `images/f<i>.png` with identity rotations
+    /// along x; photo `i` is garbage bytes when `corrupt(i)`.
+    fn small_capture(dir: &Path, n: usize, corrupt: impl Fn(usize) -> bool) -> std::path::PathBuf {
+        std::fs::create_dir_all(dir.join("images")).unwrap();
+        let mut frames = Vec::new();
+        for i in 0..n {
+            let png = dir.join(format!("images/f{i}.png"));
+            match corrupt(i) {
+                true => std::fs::write(&png, b"\x89PNG\r\n\x1a\n truncated").unwrap(),
+                false => image::RgbImage::from_pixel(8, 6, image::Rgb([10, 20, 30]))
+                    .save(&png)
+                    .unwrap(),
+            }
+            frames.push(format!(
+                r#"{{"file_path": "images/f{i}.png", "transform_matrix": [[1,0,0,{i}],[0,1,0,0],[0,0,1,0],[0,0,0,1]]}}"#
+            ));
+        }
+        let json = dir.join("transforms.json");
+        let text = format!(
+            r#"{{"fl_x": 8, "w": 8, "h": 6, "frames": [{}]}}"#,
+            frames.join(",")
+        );
+        std::fs::write(&json, text).unwrap();
+        json
+    }
+
+    #[test]
+    fn an_unreadable_photo_is_skipped_while_enough_views_remain() {
+        let d = tempfile::tempdir().unwrap();
+        let json = small_capture(&d.path().join("cap"), 6, |i| i == 2);
+        let ing = ingest_capture(&json, &IngestParams::default(), &d.path().join("out")).unwrap();
+        assert_eq!(ing.frames.len(), 5);
+        assert_eq!(ing.skipped, ["f2.png"]);
+    }
+
+    #[test]
+    fn below_the_minimum_one_error_names_every_skipped_frame() {
+        let d = tempfile::tempdir().unwrap();
+        // 5 listed: one photo unreadable, one missing, one pose mirrored: 2 remain (< 4).
+        let json = small_capture(&d.path().join("cap"), 5, |i| i == 0);
+        std::fs::remove_file(d.path().join("cap/images/f1.png")).unwrap();
+        let text = std::fs::read_to_string(&json).unwrap();
+        let text = text.replacen("[[1,0,0,2]", "[[-1,0,0,2]", 1);
+        std::fs::write(&json, text).unwrap();
+        let err = ingest_capture(&json, &IngestParams::default(), &d.path().join("out"))
+            .unwrap_err()
+            .to_string();
+        for name in ["f0.png", "f1.png", "f2.png"] {
+            assert!(err.contains(name), "{err}");
+        }
+        assert!(
+            err.contains("only 2 usable views") && err.contains("at least 4"),
+            "{err}"
+        );
+        // A capture listing 2 frames, none skipped, is trained as listed.
+        let two = small_capture(&d.path().join("two"), 2, |_| false);
+        let ing = ingest_capture(&two, &IngestParams::default(), &d.path().join("o2")).unwrap();
+        assert_eq!(ing.frames.len(), 2);
+    }
 
     fn frame(mask: Option<&str>) -> IngestedFrame {
         IngestedFrame {
