@@ -267,7 +267,7 @@ pub(crate) fn checked(
 /// one warning per attribute counting the values), and every writer warns for what it clamps.
 /// Expected values come from the policy table and the formats' byte ranges, not from output.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::path::Path;
     use std::sync::{Arc, Mutex};
 
@@ -277,7 +277,7 @@ mod tests {
     use crate::splats::{compressed_ply, convert, dot_splat, ply, sigmoid, sog, spz};
 
     /// The `WARN` lines `f` emits (on this thread) and what it returns.
-    fn warnings<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
+    pub(crate) fn warnings<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
         let buf = Arc::new(Mutex::new(Vec::<u8>::new()));
         let sink = buf.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -315,7 +315,7 @@ mod tests {
 
     /// An INRIA PLY (SH degree 0, all `float`, little-endian) holding exactly `s`'s values,
     /// unchecked (the writer refuses non-finite ones), plus a `filter_3D` column when given.
-    fn raw_ply(path: &Path, s: &GaussianSplats, filter: Option<&[f32]>) {
+    pub(crate) fn raw_ply(path: &Path, s: &GaussianSplats, filter: Option<&[f32]>) {
         let mut names = vec!["x", "y", "z", "f_dc_0", "f_dc_1", "f_dc_2", "opacity"];
         names.extend([
             "scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3",

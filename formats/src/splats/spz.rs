@@ -608,14 +608,37 @@ pub fn decode(bytes: &[u8]) -> Result<GaussianSplats> {
 /// [`Error::Corrupt`] for bytes that are neither gzip nor `NGSP`, or a header shorter than 8
 /// bytes or with the wrong magic.
 pub fn spz_file_version(bytes: &[u8]) -> Result<u32> {
+    let header = header_prefix::<8>(bytes)?;
+    Ok(u32::from_le_bytes([
+        header[4], header[5], header[6], header[7],
+    ]))
+}
+
+/// The antialiasing flag (header flags 0x1) of SPZ bytes of any version, without decoding the
+/// splats: whether the splats were trained for antialiased (Mip-Splatting-style) rasterisation,
+/// which a conversion must carry or name in a warning (issue 44, rule 6).
+///
+/// # Errors
+/// As [`spz_file_version`], and for a header shorter than 16 bytes.
+pub fn spz_antialiasing(bytes: &[u8]) -> Result<SpzAntialiasing> {
+    let header = header_prefix::<16>(bytes)?;
+    Ok(if header[14] & FLAG_ANTIALIASED != 0 {
+        SpzAntialiasing::Antialiased
+    } else {
+        SpzAntialiasing::Standard
+    })
+}
+
+/// The first `L` header bytes (≤ 16) of SPZ bytes: as stored (v4) or inflated (v1–v3).
+fn header_prefix<const L: usize>(bytes: &[u8]) -> Result<[u8; L]> {
     let path = Path::new("<SPZ bytes>");
-    let mut header = [0u8; 8];
-    if bytes.len() >= 8 && bytes[..4] == SPZ_MAGIC.to_le_bytes() {
-        header.copy_from_slice(&bytes[..8]);
+    let mut header = [0u8; L];
+    if bytes.len() >= L && bytes[..4] == SPZ_MAGIC.to_le_bytes() {
+        header.copy_from_slice(&bytes[..L]);
     } else if bytes.len() >= 2 && bytes[..2] == [0x1f, 0x8b] {
         flate2::read::GzDecoder::new(bytes)
             .read_exact(&mut header)
-            .map_err(|e| corrupt(path, "gzip stream", format!("no 8-byte SPZ header: {e}")))?;
+            .map_err(|e| corrupt(path, "gzip stream", format!("no {L}-byte SPZ header: {e}")))?;
         if header[..4] != SPZ_MAGIC.to_le_bytes() {
             return Err(corrupt(path, "header.magic", "expected `NGSP`"));
         }
@@ -626,9 +649,7 @@ pub fn spz_file_version(bytes: &[u8]) -> Result<u32> {
             "not an SPZ file (SPZ v1-v3 start with gzip bytes 1f 8b, v4 with `NGSP`)",
         ));
     }
-    Ok(u32::from_le_bytes([
-        header[4], header[5], header[6], header[7],
-    ]))
+    Ok(header)
 }
 
 fn corrupt(path: &Path, location: impl Into<String>, what: impl Into<String>) -> Error {
