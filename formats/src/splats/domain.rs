@@ -100,8 +100,8 @@ impl<'a> ValueCheck<'a> {
             return;
         }
         tracing::warn!(
-            "{}: {count} of {n} splats have `{attribute}` outside {range}; clamped into it \
-             (first: splat {}, {})",
+            "{}: {count} `{attribute}` values of {n} splats are outside {range}; clamped into \
+             it (first: splat {}, {})",
             self.path.display(),
             first.0,
             first.1,
@@ -586,6 +586,30 @@ pub(crate) mod tests {
             assert_eq!(read.unwrap().splats.log_scales, want);
             assert_one_clamp_warning(&lines, &path, "scale_*", bad.len());
         }
+        // Compressed PLY: chunk 0's x log-scale bounds both 100, so its 256 splats' x
+        // log-scales decode to 100.
+        let s = random_splats(300, 0, 3.0, 4);
+        let path = dir.path().join("chunks.compressed.ply");
+        compressed_ply::write(&path, &s).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let body = text.find("end_header\n").unwrap() + "end_header\n".len();
+        let chunk_props: Vec<&str> = text[..body]
+            .split("element ")
+            .find(|e| e.starts_with("chunk"))
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.strip_prefix("property float "))
+            .collect();
+        for name in ["min_scale_x", "max_scale_x"] {
+            let at = body + 4 * chunk_props.iter().position(|p| *p == name).unwrap();
+            bytes[at..at + 4].copy_from_slice(&100f32.to_le_bytes());
+        }
+        std::fs::write(&path, bytes).unwrap();
+        let (read, lines) = warnings(|| convert::read(&path));
+        let read = read.unwrap().splats;
+        assert!(read.log_scales.iter().all(|&l| l <= LOG_SCALE_MAX));
+        assert_one_clamp_warning(&lines, &path, "packed_scale", 256);
         // SOG: a codebook of log-scale 100 puts every scale of every splat out of range.
         let s = random_splats(40, 0, 3.0, 3);
         let folder = dir.path().join("sog");
