@@ -496,9 +496,15 @@ const SPZ_LOG_SCALE_RANGE: (f32, f32) = (-10.0, 255.0 / 16.0 - 10.0);
 
 /// Warn (naming `path`) about every attribute of `splats` that [`encode`] clamps into SPZ's
 /// byte ranges: log-scales, DC colour (±0.5 / [`COLOR_SCALE`]) and higher SH ([−1, 1]),
-/// so no SPZ file is written with silently clamped values (the [`domain`] policy). Call after
-/// `encode` succeeded (its shape and finiteness checks make the indexing safe).
-pub(crate) fn warn_clamps(path: &Path, splats: &GaussianSplats) {
+/// so no SPZ output is written with silently clamped values (the [`domain`] policy): one
+/// warning per attribute, counting the values. [`write()`] and `glb::write` call it; callers of
+/// [`encode`] that write many payloads (a tileset's tiles) call it once on the whole set.
+///
+/// - `splats`: shapes consistent ([`GaussianSplats::check_shapes`]); values may be anything.
+///
+/// # Panics
+/// When shapes are inconsistent.
+pub fn warn_clamps(path: &Path, splats: &GaussianSplats) {
     let n = splats.len();
     let k3 = splats.sh_coeffs_per_channel() * 3;
     let logs = splats
