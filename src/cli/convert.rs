@@ -112,7 +112,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
     } else {
         None
     };
-    let options = WriteOptions {
+    let mut options = WriteOptions {
         format: Some(out_format),
         sh_degree: args.sh_degree,
         up_axis: args.up_axis.map(|from| (from, args.out_up_axis)),
@@ -129,6 +129,8 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
         },
         ..Default::default()
     };
+    // Antialiased splats (SPZ flag, Mip-Splatting filter_3D) stay so where the output can say it.
+    convert::carry_antialiasing(&args.input, &args.output, out_format, &mut options)?;
     let summary = convert::write(&args.output, &placed, &options).with_context(|| {
         format!(
             "cannot write {} as {} (nothing was written)",

@@ -39,7 +39,7 @@ use std::path::Path;
 
 use super::placed::{PlacedRef, PlacedSplats};
 use super::ply_container::{PlyHeader, check_values_finite, corrupt, parse_header};
-use super::{GaussianSplats, logit, sigmoid};
+use super::{GaussianSplats, domain, logit, sigmoid};
 use crate::atomic_write::write_atomic;
 use crate::{Error, Result};
 
@@ -678,7 +678,36 @@ pub fn write<'a>(path: &Path, splats: impl Into<PlacedRef<'a>>) -> Result<()> {
         "f32 chunk bounds (positions quantised between them)",
     )?;
     let bytes = encode(&absolute)?;
+    warn_clamps(path, &absolute);
     write_atomic(path, &bytes)
+}
+
+/// Warn (naming `path`) about the values [`encode`] clamps: log-scales beyond
+/// ±[`SCALE_CLAMP`] and higher SH beyond the byte's [−4, 4] (the [`domain`] policy: no writer
+/// clamps silently). Call after `encode` succeeded.
+fn warn_clamps(path: &Path, splats: &GaussianSplats) {
+    let n = splats.len();
+    let k3 = splats.sh_coeffs_per_channel() * 3;
+    let logs = splats
+        .log_scales
+        .iter()
+        .enumerate()
+        .map(|(j, &v)| (j / 3, v));
+    domain::warn_write_clamp(
+        path,
+        NAME,
+        "log_scales",
+        logs,
+        n,
+        (-SCALE_CLAMP, SCALE_CLAMP),
+    );
+    let rest = splats
+        .sh_coeffs
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| j % k3 >= 3)
+        .map(|(j, &v)| (j / k3, v));
+    domain::warn_write_clamp(path, NAME, "SH degree ≥ 1 (f_rest_*)", rest, n, (-4.0, 4.0));
 }
 
 /// Read a PlayCanvas compressed PLY (layout in the module docs) into splats in file order,
@@ -710,8 +739,17 @@ pub fn read(path: &Path) -> Result<PlacedSplats> {
     }
     let splats = decode(path, &bytes, &header)?;
     check_values_finite(path, &splats)?;
-    Ok(PlacedSplats::at_zero(splats))
+    domain::checked(path, &ATTRIBUTES, Ok(PlacedSplats::at_zero(splats)))
 }
+
+/// Attribute names for [`domain`]'s messages: the chunk bounds and packed rows decode into these.
+const ATTRIBUTES: domain::AttributeNames = domain::AttributeNames {
+    positions: "packed_position (with the chunk's min/max_x/y/z)",
+    scales: "packed_scale (with the chunk's min/max_scale_x/y/z)",
+    rotations: "packed_rotation",
+    opacities: "packed_color alpha",
+    sh: "packed_color / f_rest_*",
+};
 
 #[cfg(test)]
 // Per-axis checks index several arrays at once, as the formulas do.

@@ -19,7 +19,7 @@ use std::path::Path;
 use super::glb::{SplatColorSpace, SplatGlbOptions};
 use super::placed::{PlacedRef, PlacedSplats};
 use super::sog::SogOptions;
-use super::spz::{SpzOptions, spz_recorded_frame};
+use super::spz::{SpzAntialiasing, SpzOptions, spz_antialiasing, spz_recorded_frame};
 use super::spz_frame::SpzFrame;
 use super::transform::{UpAxis, reduce_sh_degree, up_axis_rotation};
 use super::{
@@ -144,9 +144,8 @@ pub fn read(path: &Path) -> Result<PlacedSplats> {
     Ok(placed)
 }
 
-/// What every reader's output must be before anything is built from it: at least one splat,
-/// and rotations that are quaternions (a zero quaternion has no orientation; readers keep
-/// rotations as stored, so this is where it is caught, naming the file and splat).
+/// What every reader's output must be before anything is built from it: at least one splat
+/// (each reader has checked its values by the [`super::domain`] policy).
 fn check_usable(path: &Path, splats: &GaussianSplats) -> Result<()> {
     if splats.is_empty() {
         return Err(Error::Invalid {
@@ -154,18 +153,6 @@ fn check_usable(path: &Path, splats: &GaussianSplats) -> Result<()> {
             field: "splat count".into(),
             expected: "at least one splat".into(),
             found: "0 splats (an empty file: nothing to convert or tile)".into(),
-        });
-    }
-    let zero = splats
-        .rotations
-        .chunks_exact(4)
-        .position(|q| q.iter().map(|v| v * v).sum::<f32>() <= f32::MIN_POSITIVE);
-    if let Some(i) = zero {
-        return Err(Error::Invalid {
-            path: path.to_path_buf(),
-            field: format!("rotation of splat {i} (wxyz)"),
-            expected: "a non-zero quaternion".into(),
-            found: format!("{:?}", &splats.rotations[4 * i..4 * i + 4]),
         });
     }
     Ok(())
@@ -192,6 +179,69 @@ pub fn frame_of_read(path: &Path) -> Result<Option<SpzFrame>> {
             spz_recorded_frame(&bytes)?.map(|_| SpzFrame::RDF)
         }
     })
+}
+
+/// Whether the splats [`read`] returns for `path` were trained for antialiased rasterisation
+/// (issue 44, rule 6): an SPZ file's header flag 0x1, or an INRIA PLY with Mip-Splatting's
+/// `filter_3D` column (Mip-Splatting trains with its 2D mip filter, the antialiased
+/// rasterisation the SPZ flag names). No other format Kiln reads records it.
+///
+/// # Errors
+/// As [`read`] when the file or its header cannot be read.
+pub fn antialiasing_of_read(path: &Path) -> Result<SpzAntialiasing> {
+    Ok(match SplatFormat::from_path(path)? {
+        SplatFormat::Spz => {
+            let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+            let shown = path.display().to_string();
+            spz_antialiasing(&bytes)
+                .map_err(|e| e.renamed(&|t| t.replace("<SPZ bytes>", &shown)))?
+        }
+        SplatFormat::InriaPly | SplatFormat::CompressedPly => {
+            let header = ply_container::read_header(path)?;
+            let mip = header
+                .vertex()
+                .is_some_and(|v| v.properties.iter().any(|(name, _)| name == "filter_3D"));
+            if mip && !header.is_compressed() {
+                SpzAntialiasing::Antialiased
+            } else {
+                SpzAntialiasing::Standard
+            }
+        }
+        _ => SpzAntialiasing::Standard,
+    })
+}
+
+/// Carry `input`'s antialiasing ([`antialiasing_of_read`]) into `options` when the output
+/// `format` can record it (SPZ, and a GLB whose SPZ payload has the header flag), and otherwise
+/// say, in one warning naming both files and the flag, that the output loses it: viewers will
+/// then draw the splats with standard rasterisation (slightly thinner, more aliased).
+///
+/// # Errors
+/// As [`antialiasing_of_read`].
+pub fn carry_antialiasing(
+    input: &Path,
+    output: &Path,
+    format: SplatFormat,
+    options: &mut WriteOptions,
+) -> Result<SpzAntialiasing> {
+    let flag = antialiasing_of_read(input)?;
+    if flag == SpzAntialiasing::Standard {
+        return Ok(flag);
+    }
+    let holds = format == SplatFormat::Spz || (format == SplatFormat::Glb && options.glb_spz);
+    if holds {
+        options.spz.antialiasing = flag;
+    } else {
+        tracing::warn!(
+            "{}: the splats are marked antialiased (SPZ flag `antialiased`, or a Mip-Splatting \
+             `filter_3D`); {} cannot record that flag, so {} will be drawn with standard \
+             rasterisation (write .spz to keep it)",
+            input.display(),
+            format.name(),
+            output.display(),
+        );
+    }
+    Ok(flag)
 }
 
 /// The frame of splats in `frame` after [`super::transform::rotate_splats`] with `r`
@@ -363,7 +413,7 @@ mod tests {
         ply::write(&zero, &s).unwrap();
         let err = read(&zero).unwrap_err().to_string();
         assert!(
-            err.contains("zero.ply") && err.contains("rotation of splat 1"),
+            err.contains("zero.ply") && err.contains("rot_* of splat 1"),
             "{err}"
         );
     }
@@ -658,5 +708,60 @@ mod tests {
         let placed = read(&p).unwrap();
         assert!(placed.is_at_zero());
         assert_eq!(placed.splats, s);
+    }
+
+    /// Issue 44, rule 6: an antialiased input (SPZ flag 0x1, or a Mip-Splatting PLY) keeps the
+    /// flag in an SPZ output, and an output that cannot record it gets one warning naming the
+    /// flag, the input and the output; standard inputs say nothing.
+    #[test]
+    fn antialiasing_is_carried_into_spz_and_named_in_a_warning_where_the_output_cannot_hold_it() {
+        use crate::splats::domain::tests::{raw_ply, warnings};
+        use crate::splats::spz::{self, SpzAntialiasing};
+        let dir = tempfile::tempdir().unwrap();
+        let s = random_splats(20, 0, 1.0, 5);
+        let aa = dir.path().join("aa.spz");
+        let antialiased = SpzOptions {
+            antialiasing: SpzAntialiasing::Antialiased,
+            ..Default::default()
+        };
+        spz::write(&aa, &s, &antialiased).unwrap();
+        let mip = dir.path().join("mip.ply");
+        raw_ply(&mip, &s, Some(&[0.01; 20]));
+        let plain = dir.path().join("plain.ply");
+        raw_ply(&plain, &s, None);
+        for input in [&aa, &mip] {
+            assert_eq!(
+                antialiasing_of_read(input).unwrap(),
+                SpzAntialiasing::Antialiased
+            );
+            let out = dir.path().join("out.spz");
+            let mut options = WriteOptions::default();
+            let (flag, lines) =
+                warnings(|| carry_antialiasing(input, &out, SplatFormat::Spz, &mut options));
+            assert_eq!(flag.unwrap(), SpzAntialiasing::Antialiased);
+            assert!(lines.is_empty(), "{lines:?}");
+            write(&out, &read(input).unwrap(), &options).unwrap();
+            let written = spz::spz_antialiasing(&std::fs::read(&out).unwrap()).unwrap();
+            assert_eq!(written, SpzAntialiasing::Antialiased);
+            let ply_out = dir.path().join("out.ply");
+            let mut options = WriteOptions::default();
+            let (_, lines) = warnings(|| {
+                carry_antialiasing(input, &ply_out, SplatFormat::InriaPly, &mut options)
+            });
+            assert_eq!(lines.len(), 1, "{lines:?}");
+            let w = &lines[0];
+            assert!(
+                w.contains("antialiased")
+                    && w.contains(&input.display().to_string())
+                    && w.contains(&ply_out.display().to_string()),
+                "{w}"
+            );
+        }
+        let mut options = WriteOptions::default();
+        let out = dir.path().join("x.glb");
+        let (flag, lines) =
+            warnings(|| carry_antialiasing(&plain, &out, SplatFormat::Glb, &mut options));
+        assert_eq!(flag.unwrap(), SpzAntialiasing::Standard);
+        assert!(lines.is_empty(), "{lines:?}");
     }
 }

@@ -20,7 +20,7 @@
 use std::path::Path;
 
 use super::placed::{PlacedRef, PlacedSplats};
-use super::{GaussianSplats, logit, sigmoid};
+use super::{GaussianSplats, domain, logit, sigmoid};
 use crate::atomic_write::write_atomic;
 use crate::{Error, Result};
 
@@ -109,17 +109,28 @@ pub fn write<'a>(path: &Path, splats: impl Into<PlacedRef<'a>>) -> Result<()> {
 
 /// Read a `.splat` file into splats of SH degree 0 at origin `[0, 0, 0]`: means as stored,
 /// log-scales = ln(scale), f_dc = (rgb/255 − 0.5)/C0, logit opacity of a/255 (kept in
-/// [1e−6, 1 − 1e−6]), rotation (b − 128)/128 renormalised (an all-128 rotation decodes to
-/// identity).
+/// [1e−6, 1 − 1e−6]), rotation (b − 128)/128 renormalised. Values meet the
+/// [`domain`] policy: a zero scale, or a log-scale outside its range, is clamped with a warning.
 ///
 /// # Errors
 /// All name `path`: [`Error::NotFound`] / [`Error::Io`] when the file cannot be read;
 /// [`Error::Corrupt`] when the length is not a multiple of 32; [`Error::Invalid`] for a
-/// NaN/±Inf position or a scale ≤ 0 or non-finite (splat index named).
+/// NaN/±Inf position, a negative or non-finite scale, or an all-128 (zero) rotation (splat
+/// index named).
 pub fn read(path: &Path) -> Result<PlacedSplats> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    decode(&bytes, path).map(PlacedSplats::at_zero)
+    let read = decode(&bytes, path).map(PlacedSplats::at_zero);
+    domain::checked(path, &ATTRIBUTES, read)
 }
+
+/// Attribute names of a `.splat` row, for [`domain`]'s messages.
+const ATTRIBUTES: domain::AttributeNames = domain::AttributeNames {
+    positions: "position",
+    scales: "scale",
+    rotations: "rotation",
+    opacities: "alpha",
+    sh: "rgb",
+};
 
 /// Decode `.splat` bytes read from `path` (named in errors); see [`read`].
 fn decode(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
@@ -148,6 +159,7 @@ fn decode(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
         expected: expected.into(),
         found: found.to_string(),
     };
+    let mut linear_scales = Vec::with_capacity(n * 3);
     for (i, b) in bytes.chunks_exact(SPLAT_BYTES).enumerate() {
         let f = |o: usize| f32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
         for a in 0..3 {
@@ -157,18 +169,7 @@ fn decode(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
             }
             out.means.push(x);
         }
-        for a in 0..3 {
-            let s = f(12 + a * 4);
-            if !(s > 0.0 && s.is_finite()) {
-                return Err(invalid(
-                    i,
-                    "scale",
-                    "a finite scale > 0 (linear, metres)",
-                    s,
-                ));
-            }
-            out.log_scales.push(s.ln());
-        }
+        linear_scales.extend((0..3).map(|a| f(12 + a * 4)));
         for c in 0..3 {
             out.sh_coeffs
                 .push(((b[24 + c] as f64 / 255.0 - 0.5) / SH_C0) as f32);
@@ -176,13 +177,17 @@ fn decode(bytes: &[u8], path: &Path) -> Result<GaussianSplats> {
         out.logit_opacities.push(logit(
             (b[27] as f64 / 255.0).clamp(ALPHA_EPS, 1.0 - ALPHA_EPS),
         ));
-        let q = [28, 29, 30, 31].map(|o| (b[o] as f64 - 128.0) / 128.0);
-        let norm = q.iter().map(|v| v * v).sum::<f64>().sqrt();
-        if norm == 0.0 {
-            out.rotations.extend_from_slice(&[1.0, 0.0, 0.0, 0.0]);
-        } else {
-            out.rotations.extend(q.iter().map(|v| (v / norm) as f32));
-        }
+        out.rotations
+            .extend([28, 29, 30, 31].map(|o| (b[o] as f32 - 128.0) / 128.0));
+    }
+    // The domain policy sees the values as stored: linear scales, unnormalised quaternions.
+    let check = domain::ValueCheck::new(path);
+    out.log_scales = check.linear_scales_to_log("scale", &linear_scales)?;
+    check.rotations("rotation", &out.rotations)?;
+    for q in out.rotations.chunks_exact_mut(4) {
+        let norm = q.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>().sqrt();
+        q.iter_mut()
+            .for_each(|v| *v = (f64::from(*v) / norm) as f32);
     }
     Ok(out)
 }
@@ -242,9 +247,9 @@ mod tests {
         let e = decode(&bytes[..95], Path::new("t.splat")).unwrap_err();
         assert!(matches!(e, Error::Corrupt { .. }) && e.to_string().contains("multiple of 32"));
         let mut bad = bytes.clone();
-        bad[32 + 12..32 + 16].copy_from_slice(&0f32.to_le_bytes());
+        bad[32 + 12..32 + 16].copy_from_slice(&(-0.5f32).to_le_bytes());
         let e = decode(&bad, Path::new("t.splat")).unwrap_err();
-        assert!(e.to_string().contains("splat[1].scale"), "{e}");
+        assert!(e.to_string().contains("scale of splat 1"), "{e}");
         let mut bad = bytes;
         bad[64..68].copy_from_slice(&f32::NAN.to_le_bytes());
         assert!(

@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 use super::placed::{PlacedRef, PlacedSplats};
 use super::spz::{self, SpzOptions, SpzVersion};
 use super::transform::raise_sh_degree;
-use super::{GaussianSplats, MAX_SH_DEGREE};
+use super::{GaussianSplats, MAX_SH_DEGREE, domain};
 use crate::atomic_write::write_atomic;
 use crate::{Error, Result};
 
@@ -150,7 +150,13 @@ pub fn write<'a>(
     splats: impl Into<PlacedRef<'a>>,
     options: &SplatGlbOptions,
 ) -> Result<()> {
-    write_atomic(path, &encode(splats, options)?)
+    let placed = splats.into();
+    let bytes = encode(placed, options)?;
+    // An SPZ payload clamps what its bytes cannot hold: say so, naming this file.
+    if options.spz.is_some() {
+        spz::warn_clamps(path, placed.splats);
+    }
+    write_atomic(path, &bytes)
 }
 
 /// The one node of a splat GLB: the mesh, translated when `translation` is given.
@@ -407,8 +413,17 @@ fn plain_glb(
 /// [`Error::NotFound`] / [`Error::Io`] when the file cannot be read; otherwise as [`decode`].
 pub fn read(path: &Path) -> Result<PlacedSplats> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    decode_from(&bytes, path)
+    domain::checked(path, &ATTRIBUTES, decode_from(&bytes, path))
 }
+
+/// Attribute names of `KHR_gaussian_splatting`, for [`domain`]'s messages.
+const ATTRIBUTES: domain::AttributeNames = domain::AttributeNames {
+    positions: "POSITION",
+    scales: "KHR_gaussian_splatting:SCALE",
+    rotations: "KHR_gaussian_splatting:ROTATION",
+    opacities: "KHR_gaussian_splatting:OPACITY",
+    sh: "KHR_gaussian_splatting:SH_DEGREE_*",
+};
 
 /// Read `count` × `width` f32 values of float accessor `index` from the BIN chunk.
 fn read_float_accessor(
@@ -560,15 +575,14 @@ fn read_plain_primitive(
         .chunks_exact(4)
         .flat_map(|q| [q[3], q[0], q[1], q[2]])
         .collect();
+    // Linear values meet the domain policy before they become logs: a negative scale or an
+    // opacity of 1.2 has no log or logit to hide in afterwards.
+    let check = domain::ValueCheck::new(path);
     Ok(GaussianSplats {
         means,
-        // Zero scales (flat splats) map to a tiny finite log-scale.
-        log_scales: scale.iter().map(|s| s.max(1e-30).ln()).collect(),
+        log_scales: check.linear_scales_to_log(&ext("SCALE"), &scale)?,
         rotations,
-        logit_opacities: opacity
-            .iter()
-            .map(|&a| super::logit((a as f64).clamp(1e-6, 1.0 - 1e-6)))
-            .collect(),
+        logit_opacities: check.linear_opacities_to_logit(&ext("OPACITY"), &opacity)?,
         sh_coeffs,
         sh_degree,
     })

@@ -17,7 +17,9 @@
 //! for its payload, and `spz` its `spz_frame` records); `convert` uses the formats, and nothing
 //! uses `convert`.
 //!
-//! Every reader returns splats in the training parametrisation below; every writer checks its input
+//! Every reader returns splats in the training parametrisation below, its values checked by the
+//! one policy of [`domain`] (clamped with a warning, or refused naming file, attribute and
+//! splat); writers that narrow a range warn through the same module. Every writer checks its input
 //! once with [`GaussianSplats::check_shapes`] and, where the format cannot hold them, rejects
 //! non-finite values with the splat index: before it writes a byte, or (the parallel INRIA PLY
 //! writer, which checks each chunk as it builds it) before the output replaces anything — the
@@ -25,8 +27,10 @@
 
 pub mod compressed_ply;
 pub mod convert;
+pub mod domain;
 pub mod dot_splat;
 pub mod glb;
+mod mip_filter;
 pub mod placed;
 pub mod ply;
 mod ply_container;

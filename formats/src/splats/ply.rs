@@ -16,7 +16,9 @@
 //! origin ([`read`]). A file with an `element chunk` is a PlayCanvas compressed PLY, which
 //! [`super::compressed_ply`] reads. NaN and ±Inf values are rejected with the vertex
 //! index: no Kiln stage can use them, and silently dropping splats would change the vertex count
-//! a user expects.
+//! a user expects; every other value then meets the [`super::domain`] policy. A Mip-Splatting
+//! PLY's `filter_3D` column is baked into scale and opacity as rows are read
+//! ([`super::mip_filter`]), so its splats come out as the authors' renderer draws them.
 
 use std::path::Path;
 
@@ -27,7 +29,7 @@ use super::placed::{PlacedRef, PlacedSplats};
 use super::ply_container::{
     PlyHeader, check_values_finite, corrupt, parse_header, read_header_block,
 };
-use super::{GaussianSplats, MAX_SH_DEGREE};
+use super::{GaussianSplats, MAX_SH_DEGREE, domain, mip_filter};
 use crate::atomic_write::write_atomic_with;
 use crate::{Error, Result};
 
@@ -151,6 +153,20 @@ fn write_rows(path: &Path, splats: &GaussianSplats, origin: Option<[f64; 3]>) ->
 /// property, or a PlayCanvas compressed PLY (`element chunk`: read it with
 /// [`super::compressed_ply::read`], or with `convert::read`, which tells them apart).
 pub fn read(path: &Path) -> Result<PlacedSplats> {
+    domain::checked(path, &ATTRIBUTES, read_stored(path))
+}
+
+/// Attribute names of the INRIA layout, for [`domain`]'s messages.
+const ATTRIBUTES: domain::AttributeNames = domain::AttributeNames {
+    positions: "x/y/z",
+    scales: "scale_*",
+    rotations: "rot_*",
+    opacities: "opacity",
+    sh: "f_dc_*/f_rest_*",
+};
+
+/// The splats as the file stores them (values checked finite, not yet by [`domain`]).
+fn read_stored(path: &Path) -> Result<PlacedSplats> {
     let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
     let prefix = read_header_block(&mut file, path)?;
@@ -283,6 +299,9 @@ struct ColumnMap {
     opacity: usize,
     scale: [usize; 3],
     rot: [usize; 4],
+    /// Mip-Splatting's `filter_3D` (metres), baked into scale and opacity as each row is read
+    /// ([`super::mip_filter`]).
+    filter_3d: Option<usize>,
     sh_degree: u32,
 }
 
@@ -325,6 +344,7 @@ fn map_columns(path: &Path, names: &[&str]) -> Result<ColumnMap> {
             find("rot_2")?,
             find("rot_3")?,
         ],
+        filter_3d: names.iter().position(|n| *n == "filter_3D"),
         sh_degree: sh_degree as u32,
     })
 }
@@ -362,6 +382,11 @@ fn append_rows(
         s.log_scales.extend(cols.scale.map(|c| get(i, c)));
         s.rotations.extend(cols.rot.map(|c| get(i, c)));
         s.logit_opacities.push(get(i, cols.opacity));
+        if let Some(c) = cols.filter_3d {
+            let at = s.logit_opacities.len() - 1;
+            let logs = &mut s.log_scales[3 * at..];
+            mip_filter::bake(logs, &mut s.logit_opacities[at], get(i, c));
+        }
         s.sh_coeffs.extend(cols.dc.map(|c| get(i, c)));
         for kk in 1..k {
             for c in 0..3 {
@@ -537,6 +562,7 @@ fn read_with_ply_rs(
     needed.extend(cols.scale);
     needed.extend(cols.rot);
     needed.push(cols.opacity);
+    needed.extend(cols.filter_3d);
     let width = names.len();
     let mut table = vec![0f32; rows.len() * width];
     let mut xyz = Vec::with_capacity(rows.len() * 3);

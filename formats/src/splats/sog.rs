@@ -55,7 +55,7 @@ use serde::{Deserialize, Serialize};
 
 use self::palette::{FilePalette, PaletteIndex};
 use super::placed::{PlacedRef, PlacedSplats};
-use super::{GaussianSplats, logit, sigmoid};
+use super::{GaussianSplats, domain, logit, sigmoid};
 use crate::atomic_write::write_atomic_with;
 use crate::confined::ConfinedRoot;
 use crate::{Error, Result};
@@ -1407,8 +1407,18 @@ pub fn read(path: &Path) -> Result<PlacedSplats> {
     };
     let json = files.read(&meta_name)?;
     let meta = parse_meta(&meta_path, &json)?;
-    decode_sog(&mut files, &meta_path, &meta).map(PlacedSplats::at_zero)
+    let read = decode_sog(&mut files, &meta_path, &meta).map(PlacedSplats::at_zero);
+    domain::checked(path, &ATTRIBUTES, read)
 }
+
+/// Attribute names of `meta.json`'s sections, for [`domain`]'s messages.
+const ATTRIBUTES: domain::AttributeNames = domain::AttributeNames {
+    positions: "means",
+    scales: "scales",
+    rotations: "quats",
+    opacities: "sh0 alpha",
+    sh: "sh0 / shN",
+};
 
 /// Parse and check `meta.json` (version, count, codebook lengths, SH bands).
 fn parse_meta(path: &Path, json: &[u8]) -> Result<SogMeta> {

@@ -52,7 +52,7 @@ use std::path::Path;
 
 use super::placed::{PlacedRef, PlacedSplats, largest_coordinate};
 use super::spz_frame::{SpzFrame, record, recorded_frame};
-use super::{GaussianSplats, MAX_SH_DEGREE, logit, sigmoid};
+use super::{GaussianSplats, MAX_SH_DEGREE, domain, logit, sigmoid};
 use crate::atomic_write::write_atomic;
 use crate::{Error, Result};
 
@@ -486,7 +486,52 @@ pub fn write<'a>(
     check_position_range(path, &placed, options.fractional_bits)?;
     let absolute =
         placed.absolute_f32_for(path, NAME, "f32 positions before fixed-point quantisation")?;
-    write_atomic(path, &encode(&absolute, options)?)
+    let bytes = encode(&absolute, options)?;
+    warn_clamps(path, &absolute);
+    write_atomic(path, &bytes)
+}
+
+/// Log-scales SPZ's byte holds ((s + 10)·16 in 0..=255): [−10, 5.9375].
+const SPZ_LOG_SCALE_RANGE: (f32, f32) = (-10.0, 255.0 / 16.0 - 10.0);
+
+/// Warn (naming `path`) about every attribute of `splats` that [`encode`] clamps into SPZ's
+/// byte ranges: log-scales, DC colour (±0.5 / [`COLOR_SCALE`]) and higher SH ([−1, 1]),
+/// so no SPZ output is written with silently clamped values (the [`domain`] policy): one
+/// warning per attribute, counting the values. [`write()`] and `glb::write` call it; callers of
+/// [`encode`] that write many payloads (a tileset's tiles) call it once on the whole set.
+///
+/// - `splats`: shapes consistent ([`GaussianSplats::check_shapes`]); values may be anything.
+///
+/// # Panics
+/// When shapes are inconsistent.
+pub fn warn_clamps(path: &Path, splats: &GaussianSplats) {
+    let n = splats.len();
+    let k3 = splats.sh_coeffs_per_channel() * 3;
+    let logs = splats
+        .log_scales
+        .iter()
+        .enumerate()
+        .map(|(j, &v)| (j / 3, v));
+    domain::warn_write_clamp(path, NAME, "log_scales", logs, n, SPZ_LOG_SCALE_RANGE);
+    let dc_limit = 0.5 / COLOR_SCALE;
+    let sh = |rest: bool| {
+        splats
+            .sh_coeffs
+            .iter()
+            .enumerate()
+            .filter(move |(j, _)| (j % k3 >= 3) == rest)
+            .map(move |(j, &v)| (j / k3, v))
+    };
+    domain::warn_write_clamp(
+        path,
+        NAME,
+        "SH DC colour",
+        sh(false),
+        n,
+        (-dc_limit, dc_limit),
+    );
+    // Both bucket sizes round into the byte x·128 + 128 in [0, 255]: |x| ≤ 1 within a step.
+    domain::warn_write_clamp(path, NAME, "SH degree ≥ 1", sh(true), n, (-1.0, 1.0));
 }
 
 /// [`Error::PositionRange`] unless every absolute coordinate of `placed` fits SPZ's 24-bit
@@ -529,8 +574,18 @@ fn check_position_range(path: &Path, placed: &PlacedRef<'_>, fractional_bits: u8
 /// [`Error::NotFound`] / [`Error::Io`] when the file cannot be read; otherwise as [`decode`].
 pub fn read(path: &Path) -> Result<PlacedSplats> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    decode_from(&bytes, path).map(PlacedSplats::at_zero)
+    let read = decode_from(&bytes, path).map(PlacedSplats::at_zero);
+    domain::checked(path, &ATTRIBUTES, read)
 }
+
+/// Attribute names of SPZ's blocks, for [`domain`]'s messages.
+const ATTRIBUTES: domain::AttributeNames = domain::AttributeNames {
+    positions: "positions",
+    scales: "scales",
+    rotations: "rotations",
+    opacities: "alphas",
+    sh: "colors / sh",
+};
 
 /// Decode SPZ bytes (file versions 1, 2 and 3, gzip-wrapped; version 4, ZSTD streams) into
 /// [`GaussianSplats`]: the in-memory codec of [`read`], and what the GLB reader and the tileset
@@ -559,14 +614,37 @@ pub fn decode(bytes: &[u8]) -> Result<GaussianSplats> {
 /// [`Error::Corrupt`] for bytes that are neither gzip nor `NGSP`, or a header shorter than 8
 /// bytes or with the wrong magic.
 pub fn spz_file_version(bytes: &[u8]) -> Result<u32> {
+    let header = header_prefix::<8>(bytes)?;
+    Ok(u32::from_le_bytes([
+        header[4], header[5], header[6], header[7],
+    ]))
+}
+
+/// The antialiasing flag (header flags 0x1) of SPZ bytes of any version, without decoding the
+/// splats: whether the splats were trained for antialiased (Mip-Splatting-style) rasterisation,
+/// which a conversion must carry or name in a warning (issue 44, rule 6).
+///
+/// # Errors
+/// As [`spz_file_version`], and for a header shorter than 16 bytes.
+pub fn spz_antialiasing(bytes: &[u8]) -> Result<SpzAntialiasing> {
+    let header = header_prefix::<16>(bytes)?;
+    Ok(if header[14] & FLAG_ANTIALIASED != 0 {
+        SpzAntialiasing::Antialiased
+    } else {
+        SpzAntialiasing::Standard
+    })
+}
+
+/// The first `L` header bytes (≤ 16) of SPZ bytes: as stored (v4) or inflated (v1–v3).
+fn header_prefix<const L: usize>(bytes: &[u8]) -> Result<[u8; L]> {
     let path = Path::new("<SPZ bytes>");
-    let mut header = [0u8; 8];
-    if bytes.len() >= 8 && bytes[..4] == SPZ_MAGIC.to_le_bytes() {
-        header.copy_from_slice(&bytes[..8]);
+    let mut header = [0u8; L];
+    if bytes.len() >= L && bytes[..4] == SPZ_MAGIC.to_le_bytes() {
+        header.copy_from_slice(&bytes[..L]);
     } else if bytes.len() >= 2 && bytes[..2] == [0x1f, 0x8b] {
         flate2::read::GzDecoder::new(bytes)
             .read_exact(&mut header)
-            .map_err(|e| corrupt(path, "gzip stream", format!("no 8-byte SPZ header: {e}")))?;
+            .map_err(|e| corrupt(path, "gzip stream", format!("no {L}-byte SPZ header: {e}")))?;
         if header[..4] != SPZ_MAGIC.to_le_bytes() {
             return Err(corrupt(path, "header.magic", "expected `NGSP`"));
         }
@@ -577,9 +655,7 @@ pub fn spz_file_version(bytes: &[u8]) -> Result<u32> {
             "not an SPZ file (SPZ v1-v3 start with gzip bytes 1f 8b, v4 with `NGSP`)",
         ));
     }
-    Ok(u32::from_le_bytes([
-        header[4], header[5], header[6], header[7],
-    ]))
+    Ok(header)
 }
 
 fn corrupt(path: &Path, location: impl Into<String>, what: impl Into<String>) -> Error {

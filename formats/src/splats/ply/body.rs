@@ -41,6 +41,8 @@ pub(super) struct RowGather {
     scale: [usize; 3],
     rot: [usize; 4],
     opacity: usize,
+    /// Mip-Splatting's `filter_3D` column, baked in as rows are copied.
+    filter_3d: Option<usize>,
     /// `[K, 3]` coefficient-major: the column of `sh_coeffs[n, k, c]` is `sh[k·3 + c]`
     /// (`f_dc_c` for k = 0, `f_rest_{c·(K−1) + k − 1}` above: INRIA's channel-major rest).
     sh: Vec<usize>,
@@ -64,6 +66,7 @@ impl RowGather {
             scale: cols.scale,
             rot: cols.rot,
             opacity: cols.opacity,
+            filter_3d: cols.filter_3d,
             sh,
             sh_degree: cols.sh_degree,
         }
@@ -92,6 +95,9 @@ impl RowGather {
                 *dst = row[col];
             }
             *opacity = row[self.opacity];
+            if let Some(col) = self.filter_3d {
+                crate::splats::mip_filter::bake(scale, opacity, row[col]);
+            }
             for (dst, &col) in sh.iter_mut().zip(&self.sh) {
                 *dst = row[col];
             }

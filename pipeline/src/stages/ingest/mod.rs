@@ -1012,6 +1012,45 @@ mod tests {
         assert_eq!(ing.frames.len(), 2);
     }
 
+    /// Issue 44, rule 2: ingest applies the readers' one value policy before any later stage
+    /// runs. A log-scale of 100 (which used to reach `tile` and fail there with a camera
+    /// error) is clamped to the policy's e^20 m; a negative `.splat` scale is refused naming the
+    /// file, the attribute and the splat.
+    #[test]
+    fn splat_values_out_of_their_domain_are_clamped_or_refused_at_ingest() {
+        use kiln_formats::splats::GaussianSplats;
+        use kiln_formats::splats::domain::LOG_SCALE_MAX;
+        let d = tempfile::tempdir().unwrap();
+        let s = GaussianSplats {
+            means: vec![0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
+            log_scales: vec![-3.0, 100.0, -3.0, -2.0, -2.0, -2.0],
+            rotations: vec![1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
+            logit_opacities: vec![0.5, 0.5],
+            sh_coeffs: vec![0.1; 6],
+            sh_degree: 0,
+        };
+        let input = d.path().join("huge.ply");
+        kiln_formats::splats::ply::write(&input, &s).unwrap();
+        let out = d.path().join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        ingest_splats(&input, None, &out).unwrap();
+        let back = kiln_formats::splats::ply::read(&out.join(SPLATS_PLY)).unwrap();
+        assert_eq!(back.splats.log_scales[1], LOG_SCALE_MAX);
+        // `.splat`: position, linear scale −0.5 on splat 0, colour, rotation.
+        let mut row = Vec::new();
+        for v in [0.0f32, 0.0, 0.0, 0.1, -0.5, 0.1] {
+            row.extend(v.to_le_bytes());
+        }
+        row.extend([128, 128, 128, 255, 255, 128, 128, 128]);
+        let bad = d.path().join("bad.splat");
+        std::fs::write(&bad, &row).unwrap();
+        let e = ingest_splats(&bad, None, &out).unwrap_err().to_string();
+        assert!(
+            e.contains(&bad.display().to_string()) && e.contains("scale of splat 0"),
+            "{e}"
+        );
+    }
+
     fn frame(mask: Option<&str>) -> IngestedFrame {
         IngestedFrame {
             name: "a.jpg".into(),

@@ -131,8 +131,28 @@ impl Stage for IngestSplats {
     fn run(&self, cx: &StageContext, out: &Path) -> Result<Output<IngestedSplats>> {
         let input = fetched_input_file(cx, JobKind::Splats)?;
         let up_axis = cx.plan.ingest.up_axis()?;
-        Ok(Output::new(ingest_splats(&input, up_axis, out)?))
+        let ingested = ingest_splats(&input, up_axis, out)?;
+        warn_if_antialiasing_dropped(&input, cx.plan.tile.antialiased)?;
+        Ok(Output::new(ingested))
     }
+}
+
+/// Issue 44, rule 6: an input marked antialiased (SPZ flag, Mip-Splatting `filter_3D`) whose
+/// job does not set `[tile] antialiased = true` would lose the flag in its tiles; say so, naming
+/// the input and the setting that keeps it. The tiles' SPZ can hold the flag, but the tile
+/// stage's key is fixed by the plan, so the job file decides.
+fn warn_if_antialiasing_dropped(input: &Path, tile_antialiased: bool) -> Result<()> {
+    use kiln_formats::splats::convert::antialiasing_of_read;
+    use kiln_formats::splats::spz::SpzAntialiasing;
+    if !tile_antialiased && antialiasing_of_read(input)? == SpzAntialiasing::Antialiased {
+        tracing::warn!(
+            "{}: the splats are marked antialiased (SPZ flag `antialiased`, or a Mip-Splatting \
+             `filter_3D`), but the job's tiles are not: set `[tile] antialiased = true` in the \
+             job file to keep the flag in every tile",
+            input.display()
+        );
+    }
+    Ok(())
 }
 
 /// What ingest reads from the fetched input: the input itself when it is one file, else the

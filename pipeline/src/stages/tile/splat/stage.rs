@@ -126,6 +126,9 @@ impl Stage for TileSplats {
         if r != [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]] {
             kiln_formats::splats::transform::rotate_splats(&mut splats, r)?;
         }
+        // Every tile is an SPZ payload: say once, for the whole set, which values SPZ's bytes
+        // clamp (issue 44, rule 2: no writer clamps silently).
+        kiln_formats::splats::spz::warn_clamps(&out.join("tileset.json"), &splats);
         let views = self.refine_views(cx)?;
         let extent = f64::from(train::init::scene_extent(
             &views.iter().map(|v| v.camera).collect::<Vec<_>>(),
