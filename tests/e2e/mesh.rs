@@ -109,7 +109,15 @@ fn avocado_mesh_job_publishes_a_valid_replace_tileset_and_ledger() {
 fn carbon_sphere_glb_job_produces_four_lods_with_growing_error() {
     let sb = Sandbox::new();
     let glb = dataset("mesh-playcanvas-glb").join("carbon-sphere.glb");
-    let job = mesh_job(&sb, "sphere", glb.to_str().unwrap());
+    // The chain is opt-in: the default writes lod_0 only.
+    let job = sb.job(
+        "sphere",
+        &format!(
+            "name = \"sphere\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"out/sphere\"\n\
+             [decimate]\nratios = [1.0, 0.5, 0.25, 0.125]\n",
+            glb.display()
+        ),
+    );
     ok(&sb.kiln(&["run", job.to_str().unwrap()]));
     let lods: serde_json::Value = serde_json::from_slice(
         &std::fs::read(sb.path().join("out/sphere/lods/lods.json")).unwrap(),

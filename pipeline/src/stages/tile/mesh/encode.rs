@@ -482,7 +482,7 @@ mod tests {
         ingest_mesh(&input, None, &ingest_dir).unwrap();
         let ingested = kiln_formats::mesh::read_gltf(&ingest_dir.join(MESH_GLB)).unwrap();
         assert_eq!(ingested.origin_m, ECEF_T.map(f64::round));
-        let lods = decimate(&ingested, &DecimateParams::default(), &lod_dir).unwrap();
+        let lods = decimate(&ingested, &DecimateParams::chain(), &lod_dir).unwrap();
         tile_mesh_lods(&lods, &lod_dir, &MeshTileParams::default(), &out).unwrap();
 
         let tiles = decoded_tiles(&out);

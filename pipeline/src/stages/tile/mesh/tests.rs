@@ -560,7 +560,7 @@ fn avocado_publishes_less_than_twice_its_tileset_bytes() {
     use crate::stages::decimate::{DecimateParams, decimate};
     let lods_dir = tempfile::tempdir().unwrap();
     let tiles_dir = tempfile::tempdir().unwrap();
-    let lods = decimate(&avocado(), &DecimateParams::default(), lods_dir.path()).unwrap();
+    let lods = decimate(&avocado(), &DecimateParams::chain(), lods_dir.path()).unwrap();
     tile_mesh_lods(
         &lods,
         lods_dir.path(),

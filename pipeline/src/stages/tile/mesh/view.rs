@@ -1284,7 +1284,7 @@ mod tests {
         ingest_mesh(&gltf, None, &ingest_dir).unwrap();
         let mesh = kiln_formats::mesh::read_gltf(&ingest_dir.join(MESH_GLB)).unwrap();
         let lod_dir = out.join("lods");
-        let lods = decimate(&mesh, &DecimateParams::default(), &lod_dir).unwrap();
+        let lods = decimate(&mesh, &DecimateParams::chain(), &lod_dir).unwrap();
         tile_mesh_lods(&lods, &lod_dir, &MeshTileParams::default(), out).unwrap();
     }
 
