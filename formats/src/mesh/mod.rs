@@ -33,7 +33,7 @@ mod tile_glb;
 use std::path::{Path, PathBuf};
 
 pub use assemble::{mesh_files_in, read_meshes};
-pub use cleanup::{MeshCleanup, survey as survey_cleanup};
+pub use cleanup::{MeshCleanup, MeshRepair, repair as repair_cleanup, survey as survey_cleanup};
 pub use glb_write::{
     MaterialGroup, compact, split_by_material, with_tex_coord_sets, write_glb,
     write_glb_referencing_images,

@@ -42,6 +42,15 @@ pub struct IngestParams {
     /// up axis of tile content. Absent: the input is already Y-up (glTF's convention).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub up_axis: Option<String>,
+    /// Mesh jobs: remove degenerate and duplicate triangles at ingest
+    /// (`kiln_formats::mesh::repair_cleanup`: counted in the summary's `repair`). `false` keeps
+    /// them as the source has them (they are still counted in `cleanup`). Default true.
+    #[serde(skip_serializing_if = "is_true")]
+    pub repair: bool,
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 impl IngestParams {
@@ -92,6 +101,7 @@ impl Default for IngestParams {
             masks: false,
             invert_masks: false,
             up_axis: None,
+            repair: true,
         }
     }
 }
@@ -794,31 +804,35 @@ pub struct IngestedMesh {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotated_from_up_axis: Option<String>,
     /// Degenerate and duplicate triangles, non-manifold and boundary edges, counted by position
-    /// (`kiln_formats::mesh::MeshCleanup`); absent from summaries written before it existed.
+    /// (`kiln_formats::mesh::MeshCleanup`) after the repair; absent from summaries written
+    /// before it existed.
     #[serde(default)]
     pub cleanup: kiln_formats::mesh::MeshCleanup,
+    /// What the repair removed (`[ingest] repair`, on by default); absent when it was off, and
+    /// from summaries written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair: Option<kiln_formats::mesh::MeshRepair>,
 }
 
 /// Ingest a mesh (glTF/GLB, OBJ + MTL or PLY, by extension: see
 /// `kiln_formats::mesh::read_mesh`), or every mesh file under a folder as one asset
 /// (`kiln_formats::mesh::read_meshes`: one OBJ per block of a photogrammetry export): validate,
-/// count its faults (the cleanup report), turn it so that `up_axis` becomes glTF +Y when given,
-/// and write `out_dir/mesh.glb`.
+/// remove its degenerate and duplicate triangles when `params.repair`, count the faults left (the
+/// cleanup report), turn it so that `params.up_axis` becomes glTF +Y when given, and write
+/// `out_dir/mesh.glb`.
 ///
 /// # Errors
 /// Reader errors name the file and the bad accessor, index, line or buffer; another extension is
 /// refused naming the ones read.
-pub fn ingest_mesh(
-    input: &Path,
-    up_axis: Option<kiln_formats::splats::transform::UpAxis>,
-    out_dir: &Path,
-) -> Result<IngestedMesh> {
+pub fn ingest_mesh(input: &Path, params: &IngestParams, out_dir: &Path) -> Result<IngestedMesh> {
     use kiln_formats::splats::transform::{UpAxis, up_axis_rotation};
+    let up_axis = params.up_axis()?;
     let mut mesh = if input.is_dir() {
         kiln_formats::mesh::read_meshes(input)?
     } else {
         kiln_formats::mesh::read_mesh(input)?
     };
+    let repair = params.repair.then(|| repair_mesh(input, &mut mesh));
     let cleanup = report_cleanup(input, &mesh);
     let rotated_from_up_axis = up_axis.filter(|&a| a != UpAxis::Y).map(|from| {
         turn_mesh(&mut mesh, up_axis_rotation(from, UpAxis::Y));
@@ -846,7 +860,26 @@ pub fn ingest_mesh(
         max,
         rotated_from_up_axis,
         cleanup,
+        repair,
     })
+}
+
+/// Remove `mesh`'s degenerate and duplicate triangles (`[ingest] repair`), logging what went.
+fn repair_mesh(
+    input: &Path,
+    mesh: &mut kiln_formats::mesh::Mesh,
+) -> kiln_formats::mesh::MeshRepair {
+    let r = kiln_formats::mesh::repair_cleanup(mesh);
+    if r.removed_degenerate + r.removed_duplicate > 0 {
+        tracing::info!(
+            file = %input.display(),
+            "ingest: removed {} degenerate and {} duplicate triangles ([ingest] repair = false \
+             keeps them)",
+            r.removed_degenerate,
+            r.removed_duplicate
+        );
+    }
+    r
 }
 
 /// Count `mesh`'s faults and warn once, naming the file, when there are any: a content team
@@ -863,8 +896,9 @@ fn report_cleanup(
             duplicate_triangles = c.duplicate_triangles,
             non_manifold_edges = c.non_manifold_edges,
             "mesh cleanup report: {} degenerate and {} duplicate triangles, {} non-manifold \
-             edges (counted, not repaired: fix them in the modelling tool; they cause shading \
-             seams, z-fighting and cracks)",
+             edges left after ingest's repair (duplicates kept are back faces of single-sided \
+             materials; fix the rest in the modelling tool: they cause shading seams, \
+             z-fighting and cracks)",
             c.degenerate_triangles,
             c.duplicate_triangles,
             c.non_manifold_edges
@@ -1245,14 +1279,16 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let obj = d.path().join("tri.obj");
         std::fs::write(&obj, "v 0 0 0\nv 1 0 0\nv 0 1 0\nf 1 2 3\n").unwrap();
-        let ingested = ingest_mesh(&obj, None, d.path()).unwrap();
+        let ingested = ingest_mesh(&obj, &IngestParams::default(), d.path()).unwrap();
         assert_eq!((ingested.vertices, ingested.triangles), (3, 1));
         assert!(d.path().join(MESH_GLB).exists());
         let stl = d.path().join("cube.stl");
         std::fs::write(&stl, "solid cube\nendsolid\n").unwrap();
         let out = d.path().join("stl");
         std::fs::create_dir_all(&out).unwrap();
-        let err = ingest_mesh(&stl, None, &out).unwrap_err().to_string();
+        let err = ingest_mesh(&stl, &IngestParams::default(), &out)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("cube.stl") && err.contains(".obj") && err.contains("`.stl`"),
             "{err}"
@@ -1262,9 +1298,11 @@ mod tests {
 
     /// The cleanup report of an OBJ with hand-placed faults: a quad (two triangles) repeated
     /// with reversed winding, a triangle with a repeated corner, and a fin on the quad's
-    /// diagonal (three triangles on one edge).
+    /// diagonal (three triangles on one edge). By default the degenerate triangle is removed and
+    /// counted in `repair`; the reversed copy stays (its material is single-sided: it is the
+    /// quad's back face); with `repair = false` everything is kept and counted.
     #[test]
-    fn a_mesh_ingest_counts_degenerate_duplicate_and_non_manifold_faces() {
+    fn a_mesh_ingest_repairs_degenerate_faces_and_counts_what_is_left() {
         let d = tempfile::tempdir().unwrap();
         let obj = d.path().join("faulty.obj");
         std::fs::write(
@@ -1273,21 +1311,38 @@ mod tests {
              f 1 2 3\nf 1 3 4\nf 3 2 1\nf 1 1 2\nf 1 3 5\n",
         )
         .unwrap();
-        let ingested = ingest_mesh(&obj, None, d.path()).unwrap();
-        let c = ingested.cleanup;
-        assert_eq!(
+        let counts = |c: kiln_formats::mesh::MeshCleanup| {
             (
                 c.degenerate_triangles,
                 c.duplicate_triangles,
-                c.non_manifold_edges
+                c.non_manifold_edges,
+                c.boundary_edges,
+            )
+        };
+        let ingested = ingest_mesh(&obj, &IngestParams::default(), d.path()).unwrap();
+        let r = ingested.repair.expect("repaired by default");
+        assert_eq!(
+            (
+                r.removed_degenerate,
+                r.removed_duplicate,
+                r.kept_back_to_back
             ),
-            (1, 1, 1),
-            "{c:?}"
+            (1, 0, 1)
         );
+        assert_eq!(ingested.triangles, 4);
         // Quad border (4) + the fin's two outer edges.
-        assert_eq!(c.boundary_edges, 6);
+        assert_eq!(counts(ingested.cleanup), (0, 1, 1, 6));
         let json = serde_json::to_value(&ingested).unwrap();
-        assert_eq!(json["cleanup"]["duplicate_triangles"], 1);
+        assert_eq!(json["repair"]["removed_degenerate"], 1);
+
+        let keep = IngestParams {
+            repair: false,
+            ..IngestParams::default()
+        };
+        let ingested = ingest_mesh(&obj, &keep, d.path()).unwrap();
+        assert_eq!(ingested.repair, None);
+        assert_eq!(ingested.triangles, 5);
+        assert_eq!(counts(ingested.cleanup), (1, 1, 1, 6));
     }
 
     /// A Z-up OBJ (Blender's and most scanners' convention) turned by `up_axis = "z"`: glTF's
@@ -1302,8 +1357,11 @@ mod tests {
             "v 1 2 3\nv 1 2 13\nv 4 2 3\nvn 0 -1 0\nf 1//1 2//1 3//1\n",
         )
         .unwrap();
-        let up = Some(kiln_formats::splats::transform::UpAxis::Z);
-        let ingested = ingest_mesh(&obj, up, d.path()).unwrap();
+        let z_up = IngestParams {
+            up_axis: Some("z".into()),
+            ..IngestParams::default()
+        };
+        let ingested = ingest_mesh(&obj, &z_up, d.path()).unwrap();
         assert_eq!(ingested.rotated_from_up_axis.as_deref(), Some("z"));
         // Height 10 along the input's z is now along glTF y.
         assert_eq!(
@@ -1322,7 +1380,7 @@ mod tests {
         // Without up_axis nothing turns.
         let plain = d.path().join("plain");
         std::fs::create_dir_all(&plain).unwrap();
-        let same = ingest_mesh(&obj, None, &plain).unwrap();
+        let same = ingest_mesh(&obj, &IngestParams::default(), &plain).unwrap();
         assert_eq!((same.min, same.max), ([1.0, 2.0, 3.0], [4.0, 2.0, 13.0]));
         assert_eq!(same.rotated_from_up_axis, None);
     }

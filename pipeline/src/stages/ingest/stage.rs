@@ -98,7 +98,12 @@ impl Stage for IngestMesh {
     }
 
     fn key_params(&self, plan: &JobPlan) -> serde_json::Value {
-        ingest_params(plan)
+        let mut params = ingest_params(plan);
+        // 2: degenerate and duplicate triangles removed by default (`[ingest] repair`).
+        if let Some(o) = params.as_object_mut() {
+            o.insert("mesh_ingest_version".into(), 2.into());
+        }
+        params
     }
 
     /// A `.gltf` names its buffers and images, an OBJ its MTL and textures: fetch them too.
@@ -108,8 +113,7 @@ impl Stage for IngestMesh {
 
     fn run(&self, cx: &StageContext, out: &Path) -> Result<Output<IngestedMesh>> {
         let input = fetched_input_file(cx, JobKind::Mesh)?;
-        let up_axis = cx.plan.ingest.up_axis()?;
-        Ok(Output::new(ingest_mesh(&input, up_axis, out)?))
+        Ok(Output::new(ingest_mesh(&input, &cx.plan.ingest, out)?))
     }
 }
 

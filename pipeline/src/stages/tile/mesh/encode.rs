@@ -479,7 +479,12 @@ mod tests {
         for d in [&ingest_dir, &lod_dir, &out] {
             std::fs::create_dir_all(d).unwrap();
         }
-        ingest_mesh(&input, None, &ingest_dir).unwrap();
+        ingest_mesh(
+            &input,
+            &crate::stages::ingest::IngestParams::default(),
+            &ingest_dir,
+        )
+        .unwrap();
         let ingested = kiln_formats::mesh::read_gltf(&ingest_dir.join(MESH_GLB)).unwrap();
         assert_eq!(ingested.origin_m, ECEF_T.map(f64::round));
         let lods = decimate(&ingested, &DecimateParams::chain(), &lod_dir).unwrap();

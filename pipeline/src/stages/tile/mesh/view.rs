@@ -1281,7 +1281,12 @@ mod tests {
             .unwrap()
             .join("Avocado/glTF/Avocado.gltf");
         let ingest_dir = out.join("ingest");
-        ingest_mesh(&gltf, None, &ingest_dir).unwrap();
+        ingest_mesh(
+            &gltf,
+            &crate::stages::ingest::IngestParams::default(),
+            &ingest_dir,
+        )
+        .unwrap();
         let mesh = kiln_formats::mesh::read_gltf(&ingest_dir.join(MESH_GLB)).unwrap();
         let lod_dir = out.join("lods");
         let lods = decimate(&mesh, &DecimateParams::chain(), &lod_dir).unwrap();
