@@ -37,6 +37,8 @@ use super::{GaussianSplats, MAX_SH_DEGREE, domain};
 use crate::atomic_write::write_atomic;
 use crate::{Error, Result};
 
+mod accessor;
+
 /// Short name of the format in messages.
 pub const NAME: &str = "GLB";
 
@@ -426,76 +428,17 @@ const ATTRIBUTES: domain::AttributeNames = domain::AttributeNames {
 };
 
 /// Read `count` × `width` f32 values of float accessor `index` from the BIN chunk.
+/// Any component type the specification allows for `semantic` is decoded (normalized or
+/// quantized integers too): see [`accessor::read_attribute`].
 fn read_float_accessor(
     doc: &Value,
     bin: &[u8],
+    semantic: &str,
     index: u64,
     width: usize,
     path: &Path,
 ) -> Result<Vec<f32>> {
-    let acc = &doc["accessors"][index as usize];
-    let field = format!("accessors[{index}]");
-    let kind = acc["type"].as_str().unwrap_or("?");
-    let expected_kind = ["SCALAR", "VEC2", "VEC3", "VEC4"][width - 1];
-    if acc["componentType"].as_u64() != Some(FLOAT as u64) || kind != expected_kind {
-        return Err(Error::Unsupported {
-            path: path.to_path_buf(),
-            field,
-            found: format!(
-                "componentType {} type {kind}",
-                acc["componentType"].as_u64().unwrap_or(0)
-            ),
-            supported: format!("FLOAT (5126) {expected_kind} splat attributes"),
-        });
-    }
-    let count = acc["count"].as_u64().unwrap_or(0) as usize;
-    let Some(view_index) = acc["bufferView"].as_u64() else {
-        return Ok(vec![0.0; count * width]);
-    };
-    let view = &doc["bufferViews"][view_index as usize];
-    if view["buffer"].as_u64() != Some(0) || doc["buffers"][0].get("uri").is_some() {
-        return Err(Error::Unsupported {
-            path: path.to_path_buf(),
-            field: format!("bufferViews[{view_index}]"),
-            found: "an external buffer".into(),
-            supported: "buffer 0 = the GLB BIN chunk".into(),
-        });
-    }
-    let start = view["byteOffset"].as_u64().unwrap_or(0) as usize
-        + acc["byteOffset"].as_u64().unwrap_or(0) as usize;
-    let stride = view["byteStride"]
-        .as_u64()
-        .map_or(width * 4, |s| s as usize);
-    let view_end = view["byteOffset"].as_u64().unwrap_or(0) as usize
-        + view["byteLength"].as_u64().unwrap_or(0) as usize;
-    let end = if count == 0 {
-        start
-    } else {
-        start + stride * (count - 1) + width * 4
-    };
-    if stride < width * 4 || end > view_end || end > bin.len() {
-        return Err(corrupt(
-            path,
-            field,
-            format!(
-                "{count} elements at byte {start} (stride {stride}) run past the bufferView or BIN chunk"
-            ),
-        ));
-    }
-    let mut out = Vec::with_capacity(count * width);
-    for i in 0..count {
-        let at = start + i * stride;
-        for c in 0..width {
-            let o = at + c * 4;
-            out.push(f32::from_le_bytes([
-                bin[o],
-                bin[o + 1],
-                bin[o + 2],
-                bin[o + 3],
-            ]));
-        }
-    }
-    Ok(out)
+    accessor::read_attribute(doc, bin, semantic, index, width, path)
 }
 
 /// Decode an uncompressed `KHR_gaussian_splatting` primitive (the plain layout of [`encode`]).
@@ -509,7 +452,7 @@ fn read_plain_primitive(
     let get = |semantic: &str, width: usize| -> Result<Option<Vec<f32>>> {
         match attrs[semantic].as_u64() {
             None => Ok(None),
-            Some(i) => read_float_accessor(doc, bin, i, width, path).map(Some),
+            Some(i) => read_float_accessor(doc, bin, semantic, i, width, path).map(Some),
         }
     };
     let require = |semantic: &str, width: usize| -> Result<Vec<f32>> {

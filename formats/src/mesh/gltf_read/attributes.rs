@@ -164,14 +164,15 @@ impl<'a> Builder<'a> {
             }
             None => {
                 self.check_accessor(&pos_acc, "POSITION", Dimensions::Vec3, &QUANTIZED_POSITION)?;
-                let p: Vec<[f32; 3]> = if pos_acc.data_type() == DataType::F32 {
-                    reader
-                        .read_positions()
-                        .map(|it| it.collect())
-                        .unwrap_or_default()
-                } else {
-                    self.read_floats(&pos_acc)?
-                };
+                let p: Vec<[f32; 3]> =
+                    if pos_acc.data_type() == DataType::F32 && !Self::needs_own_read(&pos_acc) {
+                        reader
+                            .read_positions()
+                            .map(|it| it.collect())
+                            .unwrap_or_default()
+                    } else {
+                        self.read_floats(&pos_acc)?
+                    };
                 self.check_count(&pos_acc, p.len())?;
                 p
             }
@@ -218,23 +219,34 @@ impl<'a> Builder<'a> {
                     }
                     None => {
                         self.check_accessor(&acc, "NORMAL", Dimensions::Vec3, &QUANTIZED_NORMAL)?;
-                        let n: Vec<[f32; 3]> = if acc.data_type() == DataType::F32 {
-                            reader
-                                .read_normals()
-                                .map(|it| it.collect())
-                                .unwrap_or_default()
-                        } else {
-                            // Quantized normals need not be unit length after rounding.
-                            self.read_floats(&acc)?
-                                .into_iter()
-                                .map(unit_or_zero)
-                                .collect()
-                        };
+                        let n: Vec<[f32; 3]> =
+                            if acc.data_type() == DataType::F32 && !Self::needs_own_read(&acc) {
+                                reader
+                                    .read_normals()
+                                    .map(|it| it.collect())
+                                    .unwrap_or_default()
+                            } else {
+                                // Quantized normals need not be unit length after rounding.
+                                self.read_floats(&acc)?
+                                    .into_iter()
+                                    .map(unit_or_zero)
+                                    .collect()
+                            };
                         self.check_count(&acc, n.len())?;
                         n
                     }
                 };
-                if n.len() != vertex_count || n.iter().any(|v| !v.iter().all(|c| c.is_finite())) {
+                if acc.view().is_none() && acc.sparse().is_none() {
+                    // Valid glTF (§3.6.2.1: all zeros), but a zero normal lights nothing.
+                    tracing::warn!(
+                        file = %self.path.display(),
+                        "{field}: NORMAL (accessors[{}]) has no bufferView (all zeros); normals are generated instead",
+                        acc.index()
+                    );
+                    None
+                } else if n.len() != vertex_count
+                    || n.iter().any(|v| !v.iter().all(|c| c.is_finite()))
+                {
                     tracing::warn!(
                         file = %self.path.display(),
                         "{field}: NORMAL (accessors[{}]) is non-finite or mis-sized; normals are generated instead",
@@ -272,14 +284,15 @@ impl<'a> Builder<'a> {
             }
             None => {
                 self.check_accessor(&acc, "TEXCOORD", Dimensions::Vec2, &QUANTIZED_TEXCOORD)?;
-                let t: Vec<[f32; 2]> = if acc.data_type() == DataType::F32 {
-                    reader
-                        .read_tex_coords(set)
-                        .map(|it| it.into_f32().collect())
-                        .unwrap_or_default()
-                } else {
-                    self.read_floats(&acc)?
-                };
+                let t: Vec<[f32; 2]> =
+                    if acc.data_type() == DataType::F32 && !Self::needs_own_read(&acc) {
+                        reader
+                            .read_tex_coords(set)
+                            .map(|it| it.into_f32().collect())
+                            .unwrap_or_default()
+                    } else {
+                        self.read_floats(&acc)?
+                    };
                 self.check_count(&acc, t.len())?;
                 t
             }
@@ -325,11 +338,15 @@ impl<'a> Builder<'a> {
             dims,
             &[DataType::F32, DataType::U8, DataType::U16],
         )?;
-        let reader = primitive.reader(|b| self.buffers.get(b.index()).map(|d| d.as_slice()));
-        let c: Vec<[f32; 4]> = reader
-            .read_colors(0)
-            .map(|it| it.into_rgba_f32().collect())
-            .unwrap_or_default();
+        let c: Vec<[f32; 4]> = if Self::needs_own_read(&acc) {
+            self.own_colors(&acc)?
+        } else {
+            let reader = primitive.reader(|b| self.buffers.get(b.index()).map(|d| d.as_slice()));
+            reader
+                .read_colors(0)
+                .map(|it| it.into_rgba_f32().collect())
+                .unwrap_or_default()
+        };
         self.check_count(&acc, c.len())?;
         if c.len() != vertex_count || c.iter().any(|v| !v.iter().all(|x| x.is_finite())) {
             tracing::warn!(
@@ -340,6 +357,17 @@ impl<'a> Builder<'a> {
             return Ok(None);
         }
         Ok(Some(c))
+    }
+}
+
+impl Builder<'_> {
+    /// COLOR_0 without bufferView (zeros) or sparse, as RGBA (alpha 1 for RGB colours).
+    fn own_colors(&self, acc: &gltf::Accessor<'_>) -> Result<Vec<[f32; 4]>> {
+        if acc.dimensions() == Dimensions::Vec4 {
+            return self.read_floats::<4>(acc);
+        }
+        let rgb = self.read_floats::<3>(acc)?;
+        Ok(rgb.into_iter().map(|[r, g, b]| [r, g, b, 1.0]).collect())
     }
 }
 

@@ -58,10 +58,16 @@ impl<'a> Builder<'a> {
             }
             (None, Some(acc)) => {
                 self.check_accessor(&acc, "indices", Dimensions::Scalar, &index_types)?;
-                let idx: Vec<u32> = reader
-                    .read_indices()
-                    .map(|it| it.into_u32().collect())
-                    .unwrap_or_default();
+                let idx: Vec<u32> = if Self::needs_own_read(&acc) {
+                    // Zeros without bufferView, or sparse: through f32, exact below 2^24.
+                    let v = self.read_floats::<1>(&acc)?;
+                    v.into_iter().map(|[i]| i as u32).collect()
+                } else {
+                    reader
+                        .read_indices()
+                        .map(|it| it.into_u32().collect())
+                        .unwrap_or_default()
+                };
                 self.check_count(&acc, idx.len())?;
                 idx
             }

@@ -104,7 +104,9 @@ pub(crate) use world::RECENTRE_FROM_M;
 /// and kept as lossless PNG; KTX2 images (`KHR_texture_basisu`, used when the texture has no core
 /// source) are transcoded from ETC1S or UASTC and kept as lossless PNG of the decoded texels;
 /// other image types are dropped with a warning, their materials keeping their factors. A POSITION accessor without the schema-required
-/// `min`/`max` is tolerated (with a warning) since the bounds are recomputed anyway.
+/// `min`/`max` is tolerated (with a warning) since the bounds are recomputed anyway. Accessors
+/// without `bufferView` read as zeros where used and are ignored where not (glTF 2.0 §3.6.2.1);
+/// sparse accessors are read (§3.6.2.3).
 ///
 /// * `path` — a `.gltf` or `.glb` file; relative URIs resolve against its directory.
 ///
@@ -117,9 +119,8 @@ pub(crate) use world::RECENTRE_FROM_M;
 ///   primitive's vertex count (names mesh, primitive, element and value), a non-finite position
 ///   (names the accessor and element), a TRIANGLES index count that is not a multiple of 3, a strip
 ///   or fan of fewer than 3 indices.
-/// * [`Error::Unsupported`] — required extensions other than `KHR_draco_mesh_compression` (e.g.
-///   `EXT_meshopt_compression`), sparse or quantized accessors, accessors without a buffer view
-///   (outside Draco primitives), non-file URI schemes.
+/// * [`Error::Unsupported`] — required extensions other than those [`validation::READ_HERE`]
+///   names, accessor types outside glTF 2.0 and `KHR_mesh_quantization`, non-file URI schemes.
 /// * [`Error::Empty`] — no scene, or no triangles in the default scene.
 ///
 /// # Panics
@@ -138,19 +139,17 @@ pub fn read_gltf(path: &Path) -> Result<Mesh> {
     // extension it does not implement itself).
     json.extensions_required
         .retain(|e| !validation::READ_HERE.contains(&e.as_str()));
-    let draco_accessors = validation::draco_accessor_indices(&json);
     let document = match gltf::Document::from_json(json.clone()) {
         Ok(d) => d,
         // Exporters often omit POSITION min/max (required by the schema, and impossible to write
         // when a coordinate is ±Inf). Tolerate exactly that: every other reference was validated,
         // and our own checks below catch non-finite positions with a precise message.
-        // Draco primitives' accessors have no bufferView (the extension spec forbids one when only
-        // compressed data is stored), which the crate's validation reports as missing.
+        // Accessors without bufferView are valid glTF (zeros, or Draco data: the extension
+        // forbids a view when only compressed data is stored); the crate reports them missing.
         Err(gltf::Error::Validation(errors))
-            if errors.iter().all(|(p, e)| {
-                validation::is_missing_position_bounds(p.as_str(), e)
-                    || validation::is_draco_accessor_without_view(p.as_str(), e, &draco_accessors)
-            }) =>
+            if errors
+                .iter()
+                .all(|(p, e)| validation::is_tolerated(p.as_str(), e)) =>
         {
             if errors
                 .iter()
@@ -805,7 +804,7 @@ mod tests {
         );
     }
 
-    fn glb_bytes(json: &serde_json::Value, bin: &[u8]) -> Vec<u8> {
+    pub(super) fn glb_bytes(json: &serde_json::Value, bin: &[u8]) -> Vec<u8> {
         let mut j = serde_json::to_vec(json).unwrap();
         j.resize(j.len().next_multiple_of(4), b' ');
         let mut b = bin.to_vec();

@@ -1,11 +1,12 @@
 //! Checks around the `gltf` crate's parse and schema validation, and its errors in Kiln's
 //! words: the required extensions this reader implements itself (which the crate would
 //! reject), a POSITION index the crate's validation would index unchecked, the schema errors
-//! tolerated (missing POSITION bounds, Draco accessors without a buffer view), and every other
+//! tolerated (missing POSITION bounds, accessors without a buffer view), and every other
 //! crate error turned into an [`Error`] naming the file and the field.
 //!
 //! Source: glTF 2.0 §5 (schema: accessor `min`/`max` required for POSITION) and
-//! `KHR_draco_mesh_compression` (its accessors carry no `bufferView`).
+//! §3.6.2.1 (an accessor without `bufferView` holds zeros), `KHR_draco_mesh_compression` (its
+//! accessors carry no `bufferView`).
 
 use std::path::Path;
 
@@ -46,35 +47,21 @@ pub(super) fn check_position_accessor_indices(path: &Path, root: &gltf::json::Ro
     Ok(())
 }
 
-/// Indices of the accessors (attributes and indices) of primitives that carry
-/// `KHR_draco_mesh_compression`.
-pub(super) fn draco_accessor_indices(root: &gltf::json::Root) -> Vec<usize> {
-    let mut out = Vec::new();
-    for primitive in root.meshes.iter().flat_map(|m| &m.primitives) {
-        let is_draco = primitive
-            .extensions
-            .as_ref()
-            .is_some_and(|e| e.others.contains_key(draco::EXTENSION));
-        if is_draco {
-            out.extend(primitive.attributes.values().map(|a| a.value()));
-            out.extend(primitive.indices.map(|a| a.value()));
-        }
-    }
-    out
-}
-
-/// Is this schema error "accessors[i].bufferView is missing" for an accessor of a Draco primitive?
-pub(super) fn is_draco_accessor_without_view(
-    field: &str,
-    e: &gltf::json::validation::Error,
-    draco_accessors: &[usize],
-) -> bool {
+/// Is this schema error "accessors[i].bufferView is missing"? The `gltf` crate reports it for
+/// every accessor without `bufferView` or `sparse`, but glTF 2.0 §3.6.2.1 allows one: its
+/// elements are zeros (and `KHR_draco_mesh_compression` forbids a view when only compressed data
+/// is stored). Such accessors are read as zeros when used and ignored when not.
+pub(super) fn is_accessor_without_view(field: &str, e: &gltf::json::validation::Error) -> bool {
     matches!(e, gltf::json::validation::Error::Missing)
         && field
             .strip_prefix("accessors[")
             .and_then(|rest| rest.strip_suffix("].bufferView"))
-            .and_then(|i| i.parse::<usize>().ok())
-            .is_some_and(|i| draco_accessors.contains(&i))
+            .is_some_and(|i| i.parse::<usize>().is_ok())
+}
+
+/// Schema errors the reader tolerates: accessors without a view, and missing POSITION bounds.
+pub(super) fn is_tolerated(field: &str, e: &gltf::json::validation::Error) -> bool {
+    is_accessor_without_view(field, e) || is_missing_position_bounds(field, e)
 }
 
 /// Is this schema error "POSITION accessor lacks min or max"?
@@ -105,6 +92,12 @@ pub(super) fn convert_gltf_error(path: &Path, required: &[String], e: gltf::Erro
                     ),
                 };
             }
+            // Name a real fault, not a tolerated one listed before it (an unused accessor
+            // without bufferView is valid glTF).
+            let errors: Vec<_> = errors
+                .into_iter()
+                .filter(|(p, e)| !is_tolerated(p.as_str(), e))
+                .collect();
             let (field, first) = errors
                 .first()
                 .map(|(p, e)| (p.as_str().to_string(), e.to_string()))
