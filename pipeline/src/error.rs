@@ -87,7 +87,18 @@ impl Error {
     pub fn naming_user_input(self, copy: &std::path::Path, user: &str) -> Self {
         let copy = copy.to_string_lossy().into_owned();
         let user = user.trim_end_matches('/').to_string();
-        let rename = move |text: &str| text.replace(&copy, &user);
+        self.renamed(&move |text: &str| text.replace(&copy, &user))
+    }
+
+    /// This error in the user's terms: every registered work-directory copy of an input
+    /// ([`crate::input_alias`]) replaced by the location the user gave.
+    #[must_use]
+    pub fn in_user_terms(self) -> Self {
+        self.renamed(&|text: &str| crate::input_alias::in_user_terms(text).into_owned())
+    }
+
+    /// This error with `rename` applied to the paths and texts it holds.
+    fn renamed(self, rename: &dyn Fn(&str) -> String) -> Self {
         match self {
             Error::Format(e) => Error::Format(e.renamed(&rename)),
             Error::Io { path, source } => Error::Io {

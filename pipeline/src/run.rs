@@ -181,7 +181,12 @@ async fn fetch_first_stage_input(plan: &JobPlan, node: &StageNode) -> Result<Opt
         std::fs::remove_dir_all(&dest).map_err(|e| Error::io(&dest, e))?;
     }
     let staged = staged_input(plan);
-    let fetched = crate::storage::fetch(&staged.stage, &dest, node.stage.fetch_siblings()).await?;
+    // The folder the input is staged in reads as the user's own folder, in messages about the
+    // files beside the input too (an OBJ's MTL, a glTF's images, a capture's photos).
+    crate::input_alias::register(&dest, &user_folder(&staged.stage, &dest));
+    let fetched = crate::storage::fetch(&staged.stage, &dest, node.stage.fetch_siblings())
+        .await
+        .map_err(Error::in_user_terms)?;
     crate::input_alias::register(&fetched.local, &staged.stage);
     let local = match staged.entry.is_empty() {
         true => fetched.local,
@@ -197,14 +202,55 @@ async fn fetch_first_stage_input(plan: &JobPlan, node: &StageNode) -> Result<Opt
     }))
 }
 
+/// The user's folder that `dest` (the work folder's `input/`) stands for: the staged location
+/// itself when it is a folder, else the folder holding it (`/data/m.obj` → `/data`).
+fn user_folder(stage: &str, dest: &Path) -> String {
+    let local = crate::location::Location::parse(stage)
+        .ok()
+        .and_then(|l| match l {
+            crate::location::Location::Local(p) => Some(p),
+            _ => None,
+        });
+    match local {
+        Some(p) if p.is_dir() => p.display().to_string(),
+        Some(p) => p
+            .parent()
+            .map_or_else(|| dest.display().to_string(), |d| d.display().to_string()),
+        None if stage.ends_with('/') => stage.trim_end_matches('/').to_string(),
+        None => stage
+            .rsplit_once('/')
+            .map_or(stage, |(folder, _)| folder)
+            .to_string(),
+    }
+}
+
 /// What a job fetches for its first stage: for a capture job the capture folder around the file
 /// the input names ([`crate::location::capture_input`], issue 44 rule 1), else the input itself.
 #[must_use]
 pub fn staged_input(plan: &JobPlan) -> crate::location::CaptureInput {
     match plan.kind {
         crate::dag::JobKind::Capture => crate::location::capture_input(&plan.input),
+        crate::dag::JobKind::Splats => unbundled_sog_input(&plan.input),
         _ => crate::location::CaptureInput {
             stage: plan.input.clone(),
+            entry: String::new(),
+        },
+    }
+}
+
+/// A splats input naming an unbundled SOG's `meta.json` stages its folder (the WebP images beside
+/// it are part of the file), with `meta.json` as the entry; other inputs are staged as given.
+fn unbundled_sog_input(input: &str) -> crate::location::CaptureInput {
+    let trimmed = input.trim_end_matches('/');
+    match trimmed.rsplit_once('/') {
+        Some((folder, "meta.json")) if !folder.is_empty() && !folder.ends_with(':') => {
+            crate::location::CaptureInput {
+                stage: folder.to_string(),
+                entry: "meta.json".into(),
+            }
+        }
+        _ => crate::location::CaptureInput {
+            stage: input.to_string(),
             entry: String::new(),
         },
     }
@@ -331,8 +377,8 @@ async fn run_with_checkpoint(
         .map_err(join_err)
         .and_then(|r| r)
         .map_err(|e| match &fetched {
-            Some(copy) => e.naming_user_input(copy, &plan.input),
-            None => e,
+            Some(copy) => e.naming_user_input(copy, &plan.input).in_user_terms(),
+            None => e.in_user_terms(),
         });
     if let Some(u) = uploader {
         u.finish(result.is_ok()).await;
@@ -411,4 +457,48 @@ fn join_err(e: tokio::task::JoinError) -> Error {
 fn read_marker(dir: &Path) -> Option<Marker> {
     let bytes = std::fs::read(dir.join(MARKER)).ok()?;
     serde_json::from_slice(&bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The work folder's `input/` reads as the user's folder: the input itself when it is a
+    /// folder, the one holding it when it is a file, the prefix of a remote key.
+    #[test]
+    fn the_staged_folder_stands_for_the_users_folder() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("m.obj");
+        std::fs::write(&file, "").unwrap();
+        let dest = Path::new("/work/job/input");
+        let folder = d.path().display().to_string();
+        assert_eq!(user_folder(&folder, dest), folder);
+        assert_eq!(user_folder(&file.display().to_string(), dest), folder);
+        assert_eq!(
+            user_folder("s3://team/scans/m.obj", dest),
+            "s3://team/scans"
+        );
+        assert_eq!(user_folder("s3://team/scans/", dest), "s3://team/scans");
+    }
+
+    /// An unbundled SOG named by its meta.json stages the folder around it, locally and
+    /// remotely; other splat inputs are staged as given.
+    #[test]
+    fn an_unbundled_sog_named_by_its_meta_json_stages_its_folder() {
+        let got = unbundled_sog_input("/data/scene/meta.json");
+        assert_eq!(
+            (got.stage.as_str(), got.entry.as_str()),
+            ("/data/scene", "meta.json")
+        );
+        let got = unbundled_sog_input("s3://team/scene/meta.json");
+        assert_eq!(
+            (got.stage.as_str(), got.entry.as_str()),
+            ("s3://team/scene", "meta.json")
+        );
+        let got = unbundled_sog_input("/data/scene.ply");
+        assert_eq!(
+            (got.stage.as_str(), got.entry.as_str()),
+            ("/data/scene.ply", "")
+        );
+    }
 }

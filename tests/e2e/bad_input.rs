@@ -61,7 +61,9 @@ fn a_corrupt_jpeg_is_skipped_with_a_warning_naming_it() {
     ok(&o);
     let err = stderr(&o);
     assert!(
-        err.contains("skipping 1 frames whose image cannot be read: 0001.jpg"),
+        err.contains(
+            "skipping 1 frame(s) whose image cannot be read or is not its camera's shape: 0001.jpg"
+        ),
         "{err}"
     );
     // The user's own file, not the job's work-directory copy of it.

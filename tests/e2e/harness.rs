@@ -71,13 +71,15 @@ pub fn job_id(o: &Output) -> String {
         .to_string()
 }
 
-/// Run the Khronos Avocado mesh job (output `out/avocado` in the sandbox); returns its job id.
+/// Run the Khronos Avocado mesh job with the four-level LOD chain (as `datasets/jobs/avocado.toml`;
+/// output `out/avocado` in the sandbox); returns its job id.
 pub fn run_avocado(sb: &Sandbox) -> String {
     let gltf = dataset("mesh-khronos-gltf-samples").join("Avocado/glTF/Avocado.gltf");
     let job = sb.job(
         "avocado",
         &format!(
-            "name = \"avocado\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"out/avocado\"\n",
+            "name = \"avocado\"\nkind = \"mesh\"\ninput = \"{}\"\noutput = \"out/avocado\"\n\
+             [decimate]\nratios = [1.0, 0.5, 0.25, 0.125]\n",
             gltf.display()
         ),
     );

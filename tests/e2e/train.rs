@@ -46,12 +46,9 @@ fn fox_capture_job_trains_tiles_and_publishes_at_tiny_settings() {
         "PSNR must be printed:\n{}",
         stdout(&o)
     );
-    // The fox capture has no SfM points: the random start is announced.
-    assert!(
-        stderr(&o).contains("no SfM points") && stderr(&o).contains("random points"),
-        "random initialisation must be warned about:\n{}",
-        stderr(&o)
-    );
+    // The fox capture has no SfM points: the random start is recorded (logged at info: every
+    // instant-ngp capture starts so, it is no fault of this one).
+    assert!(!stderr(&o).contains("no SfM points"), "{}", stderr(&o));
     let out = sb.path().join("out/fox");
 
     let metrics: serde_json::Value =

@@ -103,8 +103,28 @@ pub fn write<'a>(path: &Path, splats: impl Into<PlacedRef<'a>>) -> Result<()> {
     let absolute = splats
         .into()
         .absolute_f32_for(path, NAME, "absolute f32 positions")?;
+    warn_clamps(path, &absolute);
     let bytes = encode(&absolute)?;
     write_atomic(path, &bytes)
+}
+
+/// One warning per attribute whose values a `.splat` byte cannot hold (a base colour outside
+/// [0, 1], i.e. f_dc outside [−0.5/C0, 0.5/C0]; SH bands ≥ 1, which the format drops), counting
+/// them: the writer never clamps or drops silently (issue 44 rule 2).
+fn warn_clamps(path: &Path, splats: &GaussianSplats) {
+    let n = splats.len();
+    let k3 = splats.sh_coeffs_per_channel() * 3;
+    let dc = (0..n).flat_map(|i| (0..3).map(move |c| (i, i * k3 + c)));
+    let dc = dc.map(|(i, at)| (i, splats.sh_coeffs[at]));
+    let lim = (0.5 / SH_C0) as f32;
+    domain::warn_write_clamp(path, NAME, "f_dc (base colour)", dc, n, (-lim, lim));
+    if k3 > 3 {
+        tracing::warn!(
+            "{}: {NAME} has no view-dependent colour: SH degree {} dropped, degree 0 written",
+            path.display(),
+            splats.sh_degree
+        );
+    }
 }
 
 /// Read a `.splat` file into splats of SH degree 0 at origin `[0, 0, 0]`: means as stored,

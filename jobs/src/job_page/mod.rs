@@ -284,7 +284,7 @@ h1 small{font-size:55%;color:#666;font-weight:normal}\
 h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:1.6em}\
 table{border-collapse:collapse;margin:.5em 0}td,th{padding:.2em .6em;text-align:left;border-bottom:1px solid #eee}\
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}tr.total td{font-weight:bold;border-top:2px solid #999}\
-.err{color:#a00}.grid{display:flex;flex-wrap:wrap;gap:1em}\
+.err{color:#a00}.warn{color:#8a5a00}.grid{display:flex;flex-wrap:wrap;gap:1em}\
 figure{margin:0;border:1px solid #ddd;padding:.4em;background:#fafafa}\
 figcaption{font-size:85%;color:#333;margin-top:.3em}\
 img.px{image-rendering:pixelated}ul.notes li{color:#844}pre{font-size:80%;white-space:pre-wrap}";
@@ -335,7 +335,7 @@ fn warnings_section(page: &mut PageBuilder, warnings: &[kiln_pipeline::warnings:
     page.body.push_str("<table class=\"warnings\">\n");
     for w in warnings {
         page.body.push_str(&format!(
-            "<tr><th>{}</th><td class=\"err\">{}</td></tr>\n",
+            "<tr><th>{}</th><td class=\"warn\">{}</td></tr>\n",
             escape_html(&w.stage),
             escape_html(&w.message)
         ));

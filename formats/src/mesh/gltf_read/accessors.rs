@@ -119,6 +119,15 @@ impl<'a> Builder<'a> {
                     acc.count().to_string(),
                 ));
             }
+            // Valid, but all zeros is rarely what was meant: one UV or colour for every vertex,
+            // every position at the origin. NORMAL says so itself (it regenerates them).
+            if acc.sparse().is_none() && semantic != "NORMAL" {
+                tracing::warn!(
+                    file = %self.path.display(),
+                    "{field} has no bufferView: every element reads as zero (glTF 2.0 §3.6.2.1); \
+                     check the exporter if that is not what was meant"
+                );
+            }
             return Ok(());
         };
         let elem = acc.size();
@@ -401,5 +410,26 @@ mod tests {
         });
         let e = read(&glb).unwrap_err().to_string();
         assert!(e.contains("accessors[5].sparse"), "{e}");
+    }
+
+    /// A used accessor without bufferView (and without sparse values) reads as zeros with one
+    /// warning naming it: every vertex samples UV (0, 0). Unused ones, and sparse ones, say
+    /// nothing (they are what the file means).
+    #[test]
+    fn a_used_viewless_accessor_warns_that_it_reads_as_zeros() {
+        use crate::splats::domain::tests::warnings;
+        let glb = glb_with_viewless_accessors(|doc| {
+            doc["accessors"][5]
+                .as_object_mut()
+                .unwrap()
+                .remove("sparse");
+        });
+        let (mesh, warned) = warnings(|| read(&glb));
+        assert_eq!(mesh.unwrap().uvs.unwrap(), [[0.0, 0.0]; 3]);
+        let uv: Vec<&String> = warned.iter().filter(|w| w.contains("TEXCOORD")).collect();
+        assert_eq!(uv.len(), 1, "{warned:?}");
+        assert!(uv[0].contains("accessors[5]") && uv[0].contains("no bufferView"));
+        let (_, warned) = warnings(|| read(&glb_with_viewless_accessors(|_| {})));
+        assert!(!warned.iter().any(|w| w.contains("TEXCOORD")), "{warned:?}");
     }
 }

@@ -236,7 +236,10 @@ impl<'a> Builder<'a> {
                         n
                     }
                 };
-                if acc.view().is_none() && acc.sparse().is_none() {
+                // A Draco primitive's accessors have no bufferView by design: its normals came
+                // from the compressed stream above.
+                let from_draco = draco.and_then(|d| d.stream("NORMAL")).is_some();
+                if !from_draco && acc.view().is_none() && acc.sparse().is_none() {
                     // Valid glTF (§3.6.2.1: all zeros), but a zero normal lights nothing.
                     tracing::warn!(
                         file = %self.path.display(),

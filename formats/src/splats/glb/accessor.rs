@@ -127,6 +127,16 @@ pub(super) fn read_attribute(
     let component = check_type(acc, semantic, width, &field, path)?;
     let count = acc["count"].as_u64().unwrap_or(0) as usize;
     let Some(view_index) = acc["bufferView"].as_u64() else {
+        // Valid, but all zeros is rarely meant: every splat at the origin, or transparent.
+        tracing::warn!(
+            file = %path.display(),
+            "{field} has no bufferView: every element reads as zero (glTF 2.0 §3.6.2.1){}",
+            if semantic.ends_with("OPACITY") {
+                ", so every splat is transparent and nothing will be visible"
+            } else {
+                ""
+            }
+        );
         return Ok(vec![0.0; count * width]);
     };
     let layout = locate(doc, bin, acc, view_index, component, width, &field, path)?;

@@ -265,6 +265,11 @@ fn keep_decoded(
             Err(Error::Format(e @ kiln_formats::Error::Image { .. })) => {
                 unreadable.push((f.name.clone(), e.to_string()));
             }
+            // A photo that is not the shape its camera says (another photo, an EXIF turn the
+            // poses did not use) is one bad view, not a bad capture.
+            Err(Error::Input { field, problem, .. }) if field == "image size" => {
+                unreadable.push((f.name.clone(), problem));
+            }
             Err(e) => return Err(e),
         }
     }
@@ -282,7 +287,7 @@ fn warn_unreadable(unreadable: &[(String, String)]) {
         .collect();
     tracing::warn!(
         count = unreadable.len(),
-        "ingest: skipping {} frames whose image cannot be read: {}",
+        "ingest: skipping {} frame(s) whose image cannot be read or is not its camera's shape: {}",
         unreadable.len(),
         each.join("; ")
     );
@@ -517,7 +522,8 @@ fn check_size_matches_intrinsics(
         path: f.image_path.clone(),
         field: "image size".into(),
         problem: format!(
-            "decoded at {width}×{height} (after EXIF orientation), but its camera is {}×{}: \
+            "decoded at {width}×{height} (after EXIF orientation and [ingest] max_side), but \
+             its camera is {}×{}: \
              not the same aspect ratio. If the photo carries an EXIF rotation the poses did not \
              use, re-export it without the tag; otherwise fix the camera's width/height",
             f.intrinsics.width, f.intrinsics.height
@@ -832,7 +838,10 @@ pub fn ingest_mesh(input: &Path, params: &IngestParams, out_dir: &Path) -> Resul
     } else {
         kiln_formats::mesh::read_mesh(input)?
     };
+    drop_undecodable_textures(input, &mut mesh);
+    let read_triangles = mesh.indices.len() / 3;
     let repair = params.repair.then(|| repair_mesh(input, &mut mesh));
+    refuse_empty_mesh(input, &mesh, read_triangles)?;
     let cleanup = report_cleanup(input, &mesh);
     let rotated_from_up_axis = up_axis.filter(|&a| a != UpAxis::Y).map(|from| {
         turn_mesh(&mut mesh, up_axis_rotation(from, UpAxis::Y));
@@ -861,6 +870,92 @@ pub fn ingest_mesh(input: &Path, params: &IngestParams, out_dir: &Path) -> Resul
         rotated_from_up_axis,
         cleanup,
         repair,
+    })
+}
+
+/// A texture whose image does not decode is one bad element (issue 44 rule 3): its materials
+/// keep their factors without it, with one warning naming the file and every such image, instead
+/// of the tile stage failing later without a path. Its bytes become a 1×1 white PNG, so nothing
+/// downstream meets them.
+fn drop_undecodable_textures(input: &Path, mesh: &mut kiln_formats::mesh::Mesh) {
+    let bad: Vec<(usize, String)> = mesh
+        .images
+        .iter()
+        .enumerate()
+        .filter(|(_, img)| img.mime != "image/ktx2")
+        .filter_map(|(i, img)| {
+            image::load_from_memory(&img.bytes)
+                .err()
+                .map(|e| (i, e.to_string()))
+        })
+        .collect();
+    if bad.is_empty() {
+        return;
+    }
+    for m in &mut mesh.materials {
+        for slot in [
+            &mut m.base_color_texture,
+            &mut m.metallic_roughness_texture,
+            &mut m.normal_texture,
+            &mut m.occlusion_texture,
+            &mut m.emissive_texture,
+        ] {
+            if slot
+                .as_ref()
+                .is_some_and(|t| bad.iter().any(|(i, _)| *i == t.image))
+            {
+                *slot = None;
+            }
+        }
+    }
+    let mut white = Vec::new();
+    image::RgbaImage::from_pixel(1, 1, image::Rgba([255; 4]))
+        .write_to(
+            &mut std::io::Cursor::new(&mut white),
+            image::ImageFormat::Png,
+        )
+        .expect("a 1×1 PNG encodes");
+    for (i, _) in &bad {
+        mesh.images[*i] = kiln_formats::mesh::EmbeddedImage {
+            mime: "image/png".into(),
+            bytes: white.clone(),
+        };
+    }
+    let each: Vec<String> = bad
+        .iter()
+        .map(|(i, e)| format!("images[{i}] ({e})"))
+        .collect();
+    tracing::warn!(
+        file = %input.display(),
+        "{} image(s) of {} cannot be decoded: {}; their materials keep their colour factors \
+         without those textures (re-export the images)",
+        bad.len(),
+        input.display(),
+        each.join("; ")
+    );
+}
+
+/// A mesh with no triangle to draw is refused here, naming the user's file and why, rather than
+/// by a later writer that knows neither.
+///
+/// # Errors
+/// [`Error::Input`] naming `input` when `mesh` has no triangle left of the `read` it had.
+fn refuse_empty_mesh(input: &Path, mesh: &kiln_formats::mesh::Mesh, read: usize) -> Result<()> {
+    if !mesh.indices.is_empty() {
+        return Ok(());
+    }
+    let why = match read {
+        0 => "the file holds no triangles".to_string(),
+        n => format!(
+            "all {n} triangles read were degenerate (no area: their corners coincide or lie on \
+             one line) or duplicates, which ingest removes; are the positions all zero (an \
+             accessor without bufferView) or collapsed by the exporter?"
+        ),
+    };
+    Err(Error::Input {
+        path: input.to_path_buf(),
+        field: "triangles".into(),
+        problem: format!("nothing to tile: {why}"),
     })
 }
 
@@ -896,9 +991,9 @@ fn report_cleanup(
             duplicate_triangles = c.duplicate_triangles,
             non_manifold_edges = c.non_manifold_edges,
             "mesh cleanup report: {} degenerate and {} duplicate triangles, {} non-manifold \
-             edges left after ingest's repair (duplicates kept are back faces of single-sided \
-             materials; fix the rest in the modelling tool: they cause shading seams, \
-             z-fighting and cracks)",
+             edges kept (with `[ingest] repair` on, the duplicates kept are back faces of \
+             single-sided materials; fix the rest in the modelling tool: they cause shading \
+             seams, z-fighting and cracks)",
             c.degenerate_triangles,
             c.duplicate_triangles,
             c.non_manifold_edges
@@ -1141,12 +1236,23 @@ mod tests {
         assert_eq!(undeclared_rescale(frame, 41, 30, None), None);
         let (w, h) = capture::scaled_size(41, 30, Some(20));
         assert_eq!(undeclared_rescale(frame, w, h, Some(20)), None);
+        // The rotated photo is one bad view (issue 44 rule 3): skipped, with its reason in a
+        // warning; its capture, left without views, is one error naming it.
         let rotated = d.path().join("rotated/transforms.json");
-        let err = ingest_capture(&rotated, &params, &d.path().join("out2"))
+        crate::warnings::install_for_tests();
+        let c = crate::warnings::Collector::begin(crate::dag::StageKind::INGEST);
+        let err = c
+            .span()
+            .in_scope(|| ingest_capture(&rotated, &params, &d.path().join("out2")))
             .unwrap_err()
             .to_string();
+        let warned = c.finish().join("\n");
         assert!(
-            err.contains("a.png") && err.contains("30×41") && err.contains("41×30"),
+            warned.contains("a.png") && warned.contains("30×41") && warned.contains("41×30"),
+            "{warned}"
+        );
+        assert!(
+            err.contains("a.png") && err.contains("only 0 usable views"),
             "{err}"
         );
     }
@@ -1343,6 +1449,69 @@ mod tests {
         assert_eq!(ingested.repair, None);
         assert_eq!(ingested.triangles, 5);
         assert_eq!(counts(ingested.cleanup), (1, 1, 1, 6));
+    }
+
+    /// A mesh whose every triangle is degenerate (all positions at one point, as a POSITION
+    /// accessor without bufferView reads) is refused naming the user's file and why, not by a
+    /// writer later as `<in-memory mesh>` "has no indices".
+    #[test]
+    fn a_mesh_left_without_triangles_is_refused_naming_the_file_and_why() {
+        let d = tempfile::tempdir().unwrap();
+        let obj = d.path().join("collapsed.obj");
+        std::fs::write(&obj, "v 0 0 0\nv 0 0 0\nv 0 0 0\nf 1 2 3\nf 3 2 1\n").unwrap();
+        let e = ingest_mesh(&obj, &IngestParams::default(), d.path())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("collapsed.obj") && e.contains("all 2 triangles read were degenerate"),
+            "{e}"
+        );
+        assert!(!d.path().join(MESH_GLB).exists());
+    }
+
+    /// A texture whose image does not decode is skipped (issue 44 rule 3): the material keeps
+    /// its colour factor, one warning names the file and the image, and the mesh ingests.
+    #[test]
+    fn an_undecodable_texture_is_dropped_with_one_warning_naming_it() {
+        use kiln_formats::mesh::{EmbeddedImage, Material, Mesh, TextureRef};
+        let d = tempfile::tempdir().unwrap();
+        let mut material = Material::diffuse([0.2, 0.4, 0.6, 1.0]);
+        material.base_color_texture = Some(TextureRef {
+            image: 0,
+            sampler: Default::default(),
+            tex_coord: 0,
+            transform: None,
+        });
+        let mesh = Mesh {
+            origin_m: [0.0; 3],
+            positions: vec![[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]],
+            normals: None,
+            uvs: Some(vec![[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]]),
+            uvs1: None,
+            colors: None,
+            indices: vec![0, 1, 2],
+            triangle_materials: vec![0],
+            materials: vec![material],
+            images: vec![EmbeddedImage {
+                mime: "image/png".into(),
+                bytes: b"\x89PNG\r\n\x1a\nGARBAGEGARBAGE".to_vec(),
+            }],
+        };
+        let glb = d.path().join("badpng.glb");
+        std::fs::write(&glb, kiln_formats::mesh::write_glb(&mesh).unwrap()).unwrap();
+        crate::warnings::install_for_tests();
+        let c = crate::warnings::Collector::begin(crate::dag::StageKind::INGEST);
+        let out = d.path().join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        c.span()
+            .in_scope(|| ingest_mesh(&glb, &IngestParams::default(), &out))
+            .unwrap();
+        let warned = c.finish();
+        assert_eq!(warned.len(), 1, "{warned:?}");
+        assert!(warned[0].contains("badpng.glb") && warned[0].contains("images[0]"));
+        let back = kiln_formats::mesh::read_gltf(&out.join(MESH_GLB)).unwrap();
+        assert!(back.materials[0].base_color_texture.is_none());
+        assert_eq!(back.materials[0].base_color_factor, [0.2, 0.4, 0.6, 1.0]);
     }
 
     /// A Z-up OBJ (Blender's and most scanners' convention) turned by `up_axis = "z"`: glTF's

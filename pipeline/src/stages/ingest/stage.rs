@@ -183,7 +183,12 @@ fn find_input(dir: &Path, kind: JobKind) -> Result<PathBuf> {
                 dir.to_path_buf()
             });
         }
-        JobKind::Splats => (&["ply", "spz", "glb"], ".ply, .spz or .glb"),
+        // An unbundled SOG is a folder: its meta.json names it.
+        JobKind::Splats if dir.join("meta.json").is_file() => return Ok(dir.join("meta.json")),
+        JobKind::Splats => (
+            &["ply", "spz", "glb", "splat", "sog"],
+            ".ply, .spz, .glb, .splat or .sog (or an unbundled SOG's meta.json)",
+        ),
     };
     let mut candidates: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| Error::io(dir, e))?

@@ -861,7 +861,9 @@ fn warn_about_random_points(sfm: usize, random: usize, params: &TrainParams, sta
              inside the camera frustums"
         );
     } else if sfm == 0 {
-        tracing::warn!(
+        // Advice, not a fault: instant-ngp and Blender captures never carry points, so as a
+        // warning it would fail every such job under `strict = true`.
+        tracing::info!(
             random_points = random,
             "train: the capture has no SfM points (no points3D, no ply_file_path, or all \
              dropped); starting from {random} random points inside the camera frustums. Give the \

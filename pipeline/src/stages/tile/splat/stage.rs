@@ -128,7 +128,9 @@ impl Stage for TileSplats {
         }
         // Every tile is an SPZ payload: say once, for the whole set, which values SPZ's bytes
         // clamp (issue 44, rule 2: no writer clamps silently).
-        kiln_formats::splats::spz::warn_clamps(&out.join("tileset.json"), &splats);
+        // Named by where the tiles are published, not the work folder the user never sees.
+        let published = Path::new(&cx.plan.output).join("tileset.json");
+        kiln_formats::splats::spz::warn_clamps(&published, &splats);
         let views = self.refine_views(cx)?;
         let extent = f64::from(train::init::scene_extent(
             &views.iter().map(|v| v.camera).collect::<Vec<_>>(),
