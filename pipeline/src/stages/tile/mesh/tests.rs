@@ -53,6 +53,14 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// Pixel size of a texture file of any type the tiles reference (KTX2 from its header).
+fn texture_dims(bytes: &[u8]) -> (u32, u32) {
+    if let Some(k) = kiln_formats::mesh::Ktx2Info::read(bytes) {
+        return (k.width, k.height);
+    }
+    image::load_from_memory(bytes).unwrap().dimensions()
+}
+
 /// Check (5) of [`check_hlod`]: see there.
 fn check_texture_pyramid(
     welded: &Mesh,
@@ -84,12 +92,12 @@ fn check_texture_pyramid(
             let stem = file.file_stem().unwrap().to_str().unwrap();
             if uri.starts_with(&format!("{TEXTURES_DIR}/{}/", atlas::ATLAS_DIR)) {
                 // A per-tile atlas: under the pixels of every level image it could replace.
-                let (aw, ah) = image::image_dimensions(&file).unwrap();
+                let (aw, ah) = texture_dims(&std::fs::read(&file).unwrap());
                 let largest = welded
                     .images
                     .iter()
                     .map(|img| {
-                        let (sw, sh) = image::load_from_memory(&img.bytes).unwrap().dimensions();
+                        let (sw, sh) = texture_dims(&img.bytes);
                         let (lw, lh) = texture::level_size(sw, sh, level, params.max_texture_size);
                         u64::from(lw) * u64::from(lh)
                     })
@@ -103,10 +111,10 @@ fn check_texture_pyramid(
                 continue;
             }
             let src = &welded.images[by_hash[stem]];
-            let (sw, sh) = image::load_from_memory(&src.bytes).unwrap().dimensions();
+            let (sw, sh) = texture_dims(&src.bytes);
             let expected = texture::level_size(sw, sh, level, params.max_texture_size);
             assert_eq!(
-                image::image_dimensions(&file).unwrap(),
+                texture_dims(&std::fs::read(&file).unwrap()),
                 expected,
                 "{name}: {uri} at height {level}"
             );
@@ -122,7 +130,7 @@ fn check_texture_pyramid(
             continue;
         }
         let stem = file.file_stem().unwrap().to_str().unwrap().to_string();
-        let dims = image::image_dimensions(file).unwrap();
+        let dims = texture_dims(&std::fs::read(file).unwrap());
         assert!(sizes.insert((stem, dims)), "{name}: {file:?} written twice");
     }
     assert_eq!(
@@ -539,6 +547,8 @@ fn avocado_with_ktx2_textures() -> Mesh {
 #[test]
 fn ktx2_sources_stay_ktx2_with_their_codec_at_every_level() {
     let mesh = avocado_with_ktx2_textures();
+    // Crack-free, within budget, and each level file at its level's size (check (5)).
+    check_hlod(&mesh, &MeshTileParams::default(), 1.0, "avocado-ktx2");
     let out = tempfile::tempdir().unwrap();
     let (h, (_, root_images), (_, leaf_images)) =
         downloads_in(&mesh, &MeshTileParams::default(), out.path());
