@@ -31,7 +31,8 @@ const UNSIGNED_INT: u32 = 5125;
 /// BIN chunk (each part 4-byte aligned): POSITION `[V_p, 3]` f32 (with exact `min` / `max`),
 /// NORMAL `[V_p, 3]` f32, TEXCOORD_0 / TEXCOORD_1 `[V_p, 2]` f32 and COLOR_0 `[V_p, 4]` f32 when
 /// the mesh has them (TEXCOORD_1 only for materials that sample set 1), indices as u16 when
-/// V_p ≤ 65,536 else u32; then every image the materials use, once (bufferView + mimeType).
+/// V_p ≤ 65,536 else u32; then every image the materials use, once (bufferView + mimeType; a
+/// KTX2 image through `KHR_texture_basisu`, listed as used and required).
 /// Materials, textures and samplers are written by [`MaterialTable`] (each distinct texture and
 /// sampler once). A texture whose texCoord set the mesh lacks is left out of the written material.
 /// Normals that are not unit length are renormalised; zero or non-finite normals become +Y.
@@ -154,6 +155,14 @@ fn write_glb_images(mesh: &Mesh, image_uris: Option<&[ImageRef]>) -> Result<Vec<
     table.write_into(&mut root);
     if !images.is_empty() {
         root["images"] = json!(images);
+        // KTX2 sources are kept as KTX2 (issue 44 rule 4), which glTF names only through
+        // `KHR_texture_basisu`.
+        let mimes: Vec<&str> = table
+            .images()
+            .iter()
+            .map(|&i| mesh.images[i].mime.as_str())
+            .collect();
+        super::tile_glb::sources_through_extensions(&mut root, &mimes);
     }
     let Buffers {
         bin,
@@ -525,6 +534,39 @@ mod tests {
             mesh.materials[0].base_color_factor
         );
         assert_eq!(back.base_color_image(0), mesh.base_color_image(0));
+        if let Some(ok) = khronos_validate(&[&p]) {
+            assert!(
+                ok,
+                "Khronos glTF-Validator reported errors for {}",
+                p.display()
+            );
+        }
+    }
+
+    /// The KTX2 fixture (UASTC base colour, ETC1S emissive, `KHR_texture_basisu` only) written
+    /// again keeps both images byte for byte as `image/ktx2`, named through the extension (used
+    /// and required), and validates: mesh.glb and the LOD GLBs keep KTX2 (issue 44 rule 4).
+    #[test]
+    fn ktx2_images_are_written_through_khr_texture_basisu() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/mesh/ktx2/quad_basisu.gltf");
+        let mesh = read_gltf(&src).unwrap();
+        assert!(mesh.images.iter().all(|i| i.mime == "image/ktx2"));
+        let dir = tempfile::tempdir().unwrap();
+        let (back, p) = round_trip(&mesh, dir.path(), "ktx2.glb");
+        assert_eq!(back.images, mesh.images);
+        let bytes = std::fs::read(&p).unwrap();
+        let n = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+        let json: serde_json::Value = serde_json::from_slice(&bytes[20..20 + n]).unwrap();
+        let basisu = serde_json::json!(["KHR_texture_basisu"]);
+        assert_eq!(json["extensionsRequired"], basisu);
+        for t in json["textures"].as_array().unwrap() {
+            assert!(t["source"].is_null(), "{t}");
+            assert!(
+                t["extensions"]["KHR_texture_basisu"]["source"].is_u64(),
+                "{t}"
+            );
+        }
         if let Some(ok) = khronos_validate(&[&p]) {
             assert!(
                 ok,

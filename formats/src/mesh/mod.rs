@@ -56,7 +56,8 @@ pub use tile_glb::{
 /// An image file kept as its encoded bytes (never decoded), to be embedded again on write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EmbeddedImage {
-    /// `image/png` or `image/jpeg` (the two glTF 2.0 core image types).
+    /// `image/png` or `image/jpeg` (the two glTF 2.0 core image types), or `image/ktx2`
+    /// (`KHR_texture_basisu`: kept so that tiles keep its GPU-compressed blocks).
     pub mime: String,
     /// The encoded file, byte for byte as it was in the source asset.
     pub bytes: Vec<u8>,

@@ -570,7 +570,7 @@ fn load_texture(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io(file, e)),
     };
-    let converted = super::source_image::as_png_or_jpeg(bytes).map_err(|what| Error::Corrupt {
+    let converted = super::source_image::as_kept_image(bytes).map_err(|what| Error::Corrupt {
         path: file.to_path_buf(),
         location: format!(
             "{key} of material `{}` in the MTL of {}",
@@ -687,10 +687,10 @@ mod tests {
         );
     }
 
-    /// `map_Kd` files in WebP and KTX2 (the fixture's UASTC pattern) are decoded and kept as PNG
-    /// at their size; a damaged KTX2 is an error naming the file and the material.
+    /// `map_Kd` files in WebP (decoded, kept as PNG) and KTX2 (the fixture's UASTC pattern, kept
+    /// as KTX2) read at their size; a damaged KTX2 is an error naming the file and the material.
     #[test]
-    fn mtl_textures_in_webp_and_ktx2_are_decoded_and_kept_as_png() {
+    fn mtl_textures_in_webp_and_ktx2_are_read_at_their_size() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         std::fs::copy(fixture("ktx2/pattern-uastc.ktx2"), d.join("p.ktx2")).unwrap();
@@ -717,8 +717,12 @@ mod tests {
         let sizes: Vec<(u32, u32)> = (0..2)
             .map(|m| {
                 let image = mesh.base_color_image(m).expect("texture kept");
-                assert_eq!(image.mime, "image/png");
-                let decoded = image::load_from_memory(&image.bytes).unwrap();
+                assert_eq!(
+                    image.mime,
+                    ["image/ktx2", "image/png"][m],
+                    "KTX2 kept, WebP as PNG"
+                );
+                let decoded = crate::mesh::decode_texture(&image.bytes).unwrap();
                 (decoded.width(), decoded.height())
             })
             .collect();

@@ -403,8 +403,8 @@ fn image_extension(mime: &str) -> Option<&'static str> {
 
 /// Move each texture's `source` to `extensions.<ext>.source` where that image's type (`mimes[image]`)
 /// is WebP (`EXT_texture_webp`) or KTX2 (`KHR_texture_basisu`), and list each extension as used and
-/// required when any texture uses it.
-fn sources_through_extensions(root: &mut Value, mimes: &[&str]) {
+/// required when any texture uses it (creating those lists where `root` has none).
+pub(crate) fn sources_through_extensions(root: &mut Value, mimes: &[&str]) {
     let mut named: Vec<&str> = Vec::new();
     for texture in root["textures"].as_array_mut().into_iter().flatten() {
         let Some(source) = texture["source"].as_u64() else {
@@ -423,7 +423,12 @@ fn sources_through_extensions(root: &mut Value, mimes: &[&str]) {
     }
     for ext in named {
         for list in ["extensionsUsed", "extensionsRequired"] {
-            if let Some(names) = root[list].as_array_mut() {
+            if root[list].is_null() {
+                root[list] = json!([]);
+            }
+            if let Some(names) = root[list].as_array_mut()
+                && !names.contains(&json!(ext))
+            {
                 names.push(json!(ext));
             }
         }

@@ -271,7 +271,7 @@ impl<'a> Builder<'a> {
             return Ok(None);
         };
         let converted =
-            crate::mesh::source_image::as_png_or_jpeg(bytes).map_err(|what| Error::Corrupt {
+            crate::mesh::source_image::as_kept_image(bytes).map_err(|what| Error::Corrupt {
                 path: self.path.to_path_buf(),
                 location: field.clone(),
                 what,

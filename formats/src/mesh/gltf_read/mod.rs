@@ -102,7 +102,7 @@ pub(crate) use world::RECENTRE_FROM_M;
 /// `COLOR_0` is not decoded (warned); point and line primitives are skipped with a warning;
 /// WebP images (`EXT_texture_webp`, preferred over a texture's core fallback source) are decoded
 /// and kept as lossless PNG; KTX2 images (`KHR_texture_basisu`, used when the texture has no core
-/// source) are transcoded from ETC1S or UASTC and kept as lossless PNG of the decoded texels;
+/// source) are kept as they are, once their base level transcodes from ETC1S or UASTC;
 /// other image types are dropped with a warning, their materials keeping their factors. A POSITION accessor without the schema-required
 /// `min`/`max` is tolerated (with a warning) since the bounds are recomputed anyway. Accessors
 /// without `bufferView` read as zeros where used and are ignored where not (glTF 2.0 §3.6.2.1);
@@ -1090,13 +1090,13 @@ mod tests {
     }
 
     /// `tests/fixtures/mesh/ktx2/quad_basisu.gltf`: a quad whose base colour (UASTC + zstd) and
-    /// emissive (ETC1S) textures are KTX2 only (`KHR_texture_basisu`, required). Both are read,
-    /// transcoded and kept as PNG at their size, and look like the pattern they were encoded
-    /// from: UASTC 51.3 dB, ETC1S 34.8 dB (measured; bars 40 and 30 dB: UASTC is the
+    /// emissive (ETC1S) textures are KTX2 only (`KHR_texture_basisu`, required). Both are read
+    /// and kept as KTX2 (byte for byte, issue 44 rule 4), decode at their size, and look like the
+    /// pattern they were encoded from: UASTC 51.3 dB, ETC1S 34.8 dB (measured; bars 40 and 30 dB: UASTC is the
     /// near-lossless mode, ETC1S the small one). Swapped channels, a wrong size or a blank
     /// decode fail them.
     #[test]
-    fn ktx2_basisu_textures_are_transcoded_and_kept_as_png() {
+    fn ktx2_basisu_textures_are_kept_as_ktx2_and_decode_to_their_pattern() {
         let mesh = read_gltf(&super::super::fixture("ktx2/quad_basisu.gltf")).unwrap();
         assert_eq!(mesh.triangle_count(), 2);
         let m = &mesh.materials[0];
@@ -1105,8 +1105,8 @@ mod tests {
             ("ETC1S emissive", &m.emissive_texture, 30.0),
         ] {
             let image = &mesh.images[texture.as_ref().unwrap().image];
-            assert_eq!(image.mime, "image/png", "{name}");
-            let decoded = image::load_from_memory(&image.bytes).unwrap().to_rgb8();
+            assert_eq!(image.mime, "image/ktx2", "{name}");
+            let decoded = crate::mesh::decode_texture(&image.bytes).unwrap().to_rgb8();
             assert_eq!(decoded.dimensions(), (64, 48), "{name}");
             let psnr = rgb_psnr(&ktx2_pattern(), &decoded);
             assert!(psnr >= bar_db, "{name}: {psnr:.1} dB");

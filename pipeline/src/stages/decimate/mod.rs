@@ -361,10 +361,10 @@ fn write_lod_textures(welded: &Mesh, out_dir: &Path) -> Result<Vec<ImageRef>> {
     }
     let mut refs = Vec::with_capacity(welded.images.len());
     for (img, used) in welded.images.iter().zip(used) {
-        let ext = if img.mime == "image/jpeg" {
-            "jpg"
-        } else {
-            "png"
+        let ext = match img.mime.as_str() {
+            "image/jpeg" => "jpg",
+            "image/ktx2" => "ktx2",
+            _ => "png",
         };
         let uri = format!(
             "{LOD_TEXTURES_DIR}/{}.{ext}",

@@ -260,8 +260,10 @@ pub struct MeshTileReport {
 /// atlases, geometricError measured through descendants for large cells, WebP input. 3: KTX2
 /// output, GPU texture bytes and texture encoding fidelity in the report. 4: PNG levels and
 /// atlases at zlib's balanced setting instead of the fast one (smaller files, same pixels). 5: the
-/// stage summary records the delivered levels' renders scored against `lod_0` (`delivered`).
-pub const MESH_TILER_VERSION: u32 = 5;
+/// stage summary records the delivered levels' renders scored against `lod_0` (`delivered`). 6:
+/// KTX2 sources stay KTX2 at every level under `texture_format = "source"` (resized levels
+/// re-encoded with the source's codec) instead of arriving as PNG.
+pub const MESH_TILER_VERSION: u32 = 6;
 
 /// Tile the full-resolution level of a decimate chain: check `lods`, read `lod_dir/lods[0].file`
 /// and run [`tile_mesh`] on it. The coarser levels of the chain are not used (the HLOD parents

@@ -53,6 +53,14 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// Pixel size of a texture file of any type the tiles reference (KTX2 from its header).
+fn texture_dims(bytes: &[u8]) -> (u32, u32) {
+    if let Some(k) = kiln_formats::mesh::Ktx2Info::read(bytes) {
+        return (k.width, k.height);
+    }
+    image::load_from_memory(bytes).unwrap().dimensions()
+}
+
 /// Check (5) of [`check_hlod`]: see there.
 fn check_texture_pyramid(
     welded: &Mesh,
@@ -84,12 +92,12 @@ fn check_texture_pyramid(
             let stem = file.file_stem().unwrap().to_str().unwrap();
             if uri.starts_with(&format!("{TEXTURES_DIR}/{}/", atlas::ATLAS_DIR)) {
                 // A per-tile atlas: under the pixels of every level image it could replace.
-                let (aw, ah) = image::image_dimensions(&file).unwrap();
+                let (aw, ah) = texture_dims(&std::fs::read(&file).unwrap());
                 let largest = welded
                     .images
                     .iter()
                     .map(|img| {
-                        let (sw, sh) = image::load_from_memory(&img.bytes).unwrap().dimensions();
+                        let (sw, sh) = texture_dims(&img.bytes);
                         let (lw, lh) = texture::level_size(sw, sh, level, params.max_texture_size);
                         u64::from(lw) * u64::from(lh)
                     })
@@ -103,10 +111,10 @@ fn check_texture_pyramid(
                 continue;
             }
             let src = &welded.images[by_hash[stem]];
-            let (sw, sh) = image::load_from_memory(&src.bytes).unwrap().dimensions();
+            let (sw, sh) = texture_dims(&src.bytes);
             let expected = texture::level_size(sw, sh, level, params.max_texture_size);
             assert_eq!(
-                image::image_dimensions(&file).unwrap(),
+                texture_dims(&std::fs::read(&file).unwrap()),
                 expected,
                 "{name}: {uri} at height {level}"
             );
@@ -122,7 +130,7 @@ fn check_texture_pyramid(
             continue;
         }
         let stem = file.file_stem().unwrap().to_str().unwrap().to_string();
-        let dims = image::image_dimensions(file).unwrap();
+        let dims = texture_dims(&std::fs::read(file).unwrap());
         assert!(sizes.insert((stem, dims)), "{name}: {file:?} written twice");
     }
     assert_eq!(
@@ -487,19 +495,118 @@ fn leaves<'a>(t: &'a Tile, out: &mut Vec<&'a Tile>) {
 /// download as (GLB bytes, image bytes). The coarsest level's download is the root GLB + the
 /// images it references; the full download is every leaf GLB + the images the leaves reference.
 fn downloads(mesh: &Mesh, params: &MeshTileParams) -> (u32, (u64, u64), (u64, u64)) {
-    let out = tempfile::tempdir().unwrap();
-    let (report, _, _, tree) = build_and_write(mesh, params, out.path()).unwrap();
+    downloads_in(mesh, params, tempfile::tempdir().unwrap().path())
+}
+
+/// [`downloads`], writing the tileset under `out` (for tests that look at its files too).
+fn downloads_in(mesh: &Mesh, params: &MeshTileParams, out: &Path) -> (u32, (u64, u64), (u64, u64)) {
+    let (report, _, _, tree) = build_and_write(mesh, params, out).unwrap();
     let tileset: Tileset =
         serde_json::from_slice(&std::fs::read(&report.report.tileset_path).unwrap()).unwrap();
-    let root = download_bytes(std::iter::once(&tileset.root), out.path());
+    let root = download_bytes(std::iter::once(&tileset.root), out);
     assert_eq!(
         root,
         (report.levels[0].bytes, report.levels[0].texture_bytes)
     );
     let mut l = Vec::new();
     leaves(&tileset.root, &mut l);
-    let full = download_bytes(l.into_iter(), out.path());
+    let full = download_bytes(l.into_iter(), out);
     (height(&tree), root, full)
+}
+
+/// Avocado with its three 2048² PNGs made 512² KTX2 files (base colour and roughness-metallic
+/// ETC1S, normal UASTC: both codecs), encoded by Kiln's own KTX2 writer: a KTX2 source big
+/// enough to be resized over a few levels, quick to encode.
+fn avocado_with_ktx2_textures() -> Mesh {
+    use kiln_formats::mesh::{BasisCodec, encode_ktx2};
+    let mut mesh = avocado();
+    let normal = mesh.materials[0].normal_texture.as_ref().unwrap().image;
+    for (i, image) in mesh.images.iter_mut().enumerate() {
+        let pixels = image::load_from_memory(&image.bytes).unwrap().resize_exact(
+            512,
+            512,
+            image::imageops::FilterType::Triangle,
+        );
+        let codec = if i == normal {
+            BasisCodec::Uastc { rdo_lambda: None }
+        } else {
+            BasisCodec::Etc1s { quality: 128 }
+        };
+        image.bytes = encode_ktx2(&pixels, codec, i != normal).unwrap();
+        image.mime = "image/ktx2".into();
+    }
+    mesh
+}
+
+/// Issue 44 rule 4: under the default `texture_format = "source"`, a KTX2 source stays KTX2 at
+/// every level. Every tile GLB names only `image/ktx2` images, through `KHR_texture_basisu`
+/// (required there and in the tileset) and validates; the leaves reference the source files
+/// byte for byte; every coarser file keeps its source's codec (ETC1S or UASTC) and is smaller
+/// than the source; and the root's images weigh ≤ 15 % of the leaves' (by hand: the root at
+/// height H ≥ 2 holds 4^−H of the leaves' pixels, ≤ 6.25 %, before ETC1S's per-file overhead).
+#[test]
+fn ktx2_sources_stay_ktx2_with_their_codec_at_every_level() {
+    let mesh = avocado_with_ktx2_textures();
+    // Crack-free, within budget, and each level file at its level's size (check (5)).
+    check_hlod(&mesh, &MeshTileParams::default(), 1.0, "avocado-ktx2");
+    let out = tempfile::tempdir().unwrap();
+    let (h, (_, root_images), (_, leaf_images)) =
+        downloads_in(&mesh, &MeshTileParams::default(), out.path());
+    assert_tileset_requires(out.path(), "KHR_texture_basisu");
+    let tiles = out.path().join(TILES_DIR);
+    let glbs: Vec<PathBuf> = files_under(&tiles)
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "glb"))
+        .collect();
+    // Level files are named by the blake3 of their source (see `texture`'s module docs).
+    let source_of = |uri: &str| {
+        let stem = Path::new(uri).file_stem().unwrap().to_str().unwrap();
+        let src = mesh
+            .images
+            .iter()
+            .find(|s| blake3::hash(&s.bytes).to_hex().as_str() == stem);
+        src.unwrap_or_else(|| panic!("{uri} names no source"))
+    };
+    let codec = |b: &[u8]| kiln_formats::mesh::Ktx2Info::read(b).unwrap().uastc;
+    for glb in &glbs {
+        let json = glb_json(glb);
+        let required = json["extensionsRequired"].as_array().unwrap();
+        assert!(
+            required.contains(&"KHR_texture_basisu".into()),
+            "{}",
+            glb.display()
+        );
+        for t in json["textures"].as_array().unwrap() {
+            assert!(t.get("source").is_none(), "{t}");
+            assert!(
+                t["extensions"]["KHR_texture_basisu"]["source"].is_u64(),
+                "{t}"
+            );
+        }
+        for image in json["images"].as_array().unwrap() {
+            assert_eq!(image["mimeType"], "image/ktx2", "{}", glb.display());
+            let uri = image["uri"].as_str().unwrap();
+            let bytes = std::fs::read(tiles.join(uri)).unwrap();
+            let src = source_of(uri);
+            assert_eq!(codec(&bytes), codec(&src.bytes), "{uri}: codec");
+            let info = kiln_formats::mesh::Ktx2Info::read(&bytes).unwrap();
+            if info.width == 512 {
+                assert!(
+                    bytes == src.bytes,
+                    "{uri}: a full-size file is not the source's bytes"
+                );
+            } else {
+                assert!(bytes.len() < src.bytes.len(), "{uri}: {} B", bytes.len());
+            }
+        }
+    }
+    let fraction = root_images as f64 / leaf_images as f64;
+    eprintln!("root at height {h}: images {root_images} B of the leaves' {leaf_images} B");
+    assert!(h >= 2, "height {h}");
+    assert!(fraction <= 0.15, "{fraction}");
+    if let Some(ok) = khronos_validate(&glbs) {
+        assert!(ok, "Khronos glTF-Validator reported errors");
+    }
 }
 
 /// The issue's target: the coarsest level's download ≤ 10 % of the full download. By hand: the

@@ -23,13 +23,16 @@
 //! shader), so renormalising the texels would only change the rounding.
 //!
 //! Encoding keeps the source's by default ([`TextureFormat::Source`]): PNG stays PNG (its colour
-//! type and bit depth kept), JPEG is re-encoded as baseline JPEG at quality 90. With
+//! type and bit depth kept), JPEG is re-encoded as baseline JPEG at quality 90, KTX2 is
+//! transcoded, resampled and re-encoded as KTX2 with the source's own codec (ETC1S or UASTC, read
+//! from its header), so a GPU-compressed source stays GPU-compressed and small at every level
+//! (issue 44 rule 4: as PNG, a jet's 3.09 MB of KTX2 became 16.2 MB over the levels). With
 //! [`TextureFormat::Webp`] every level, the leaves' full size included, is WebP (see there), which
 //! the tiles reference through `EXT_texture_webp`; with [`TextureFormat::Ktx2`] every level is a
 //! KTX 2.0 file of GPU-compressible Basis Universal blocks with its mip chain
-//! (`KHR_texture_basisu`). The mesh readers hand over only PNG and JPEG
-//! (WebP and KTX2 sources are decoded to PNG); any other type would not be resampled: every level
-//! would reference the source file.
+//! (`KHR_texture_basisu`). The mesh readers hand over only PNG, JPEG and KTX2 (WebP sources are
+//! decoded to PNG); any other type would not be resampled: every level would reference the
+//! source file.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -59,8 +62,8 @@ pub const ETC1S_QUALITY: u32 = 255;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TextureFormat {
-    /// Each image as its source type: PNG stays PNG, JPEG stays JPEG (full size: the source's
-    /// own bytes).
+    /// Each image as its source type: PNG stays PNG, JPEG stays JPEG, KTX2 stays KTX2 with its
+    /// codec (full size: the source's own bytes).
     #[default]
     Source,
     /// WebP at every level (`EXT_texture_webp`, required: no fallback image is written): lossy at
@@ -255,12 +258,17 @@ impl<'a> TexturePyramid<'a> {
             return Ok(d);
         }
         let src = &self.images[image];
-        let d = image::ImageReader::with_format(
-            std::io::Cursor::new(&src.bytes),
-            image_format(&src.mime),
-        )
-        .into_dimensions()
-        .map_err(|e| bad_image(image, &src.mime, &e))?;
+        let d = if src.mime == "image/ktx2" {
+            let k = Ktx2Info::read(&src.bytes).ok_or_else(|| bad_ktx2(image, "its header"))?;
+            (k.width, k.height)
+        } else {
+            image::ImageReader::with_format(
+                std::io::Cursor::new(&src.bytes),
+                image_format(&src.mime),
+            )
+            .into_dimensions()
+            .map_err(|e| bad_image(image, &src.mime, &e))?
+        };
         self.dims.insert(image, d);
         Ok(d)
     }
@@ -270,10 +278,33 @@ impl<'a> TexturePyramid<'a> {
         self.max_size
     }
 
-    /// Whether image `image` is one this pyramid resamples (PNG or JPEG); others are referenced
-    /// as they are at every level.
+    /// Whether image `image` is one this pyramid resamples (PNG, JPEG or KTX2); others are
+    /// referenced as they are at every level.
     pub fn resamplable(&self, image: usize) -> bool {
-        matches!(self.images[image].mime.as_str(), "image/png" | "image/jpeg")
+        matches!(
+            self.images[image].mime.as_str(),
+            "image/png" | "image/jpeg" | "image/ktx2"
+        )
+    }
+
+    /// The Basis Universal codec of image `image`'s KTX2 files: the one `texture_format` names,
+    /// or under [`TextureFormat::Source`] the source's own (read from its header; ETC1S at
+    /// [`ETC1S_QUALITY`], as the source's quality is not recorded), so that an ETC1S source's
+    /// coarse levels stay as small as it is and a UASTC source's keep its fidelity.
+    fn ktx2_codec(&self, image: usize) -> BasisCodec {
+        let etc1s = BasisCodec::Etc1s {
+            quality: ETC1S_QUALITY,
+        };
+        let uastc = BasisCodec::Uastc { rdo_lambda: None };
+        match self.format {
+            TextureFormat::Ktx2Etc1s => etc1s,
+            TextureFormat::Source
+                if Ktx2Info::read(&self.images[image].bytes).is_some_and(|k| !k.uastc) =>
+            {
+                etc1s
+            }
+            _ => uastc,
+        }
     }
 
     /// The type image `image`'s files have in the tiles: the source's, WebP as
@@ -315,10 +346,7 @@ impl<'a> TexturePyramid<'a> {
         let src = &self.images[image];
         let decoded = match self.decoded.entry(image) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(
-                image::load_from_memory_with_format(&src.bytes, image_format(&src.mime))
-                    .map_err(|e| bad_image(image, &src.mime, &e))?,
-            ),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(decode_source(image, src)?),
         };
         if (decoded.width(), decoded.height()) == (w, h) {
             return Ok(decoded);
@@ -335,7 +363,8 @@ impl<'a> TexturePyramid<'a> {
     /// [`Error::Input`] — encoding failed.
     pub fn encode_derived(&mut self, image: usize, pixels: &DynamicImage) -> Result<Vec<u8>> {
         let mime = self.out_mime(image).to_owned();
-        let bytes = encode_like(pixels, &mime, self.colour_only[image], self.format)
+        let codec = self.ktx2_codec(image);
+        let bytes = encode_like(pixels, &mime, self.colour_only[image], codec)
             .map_err(|e| bad_image(image, &mime, &e))?;
         let kept = encoding_psnr(&bytes, pixels).map_err(|e| undecodable(image, &mime, &e))?;
         self.note_encoding(image, kept);
@@ -390,10 +419,10 @@ impl<'a> TexturePyramid<'a> {
             return Ok(b.clone());
         }
         let mime = self.out_mime(image).to_owned();
-        let (colour, format) = (self.colour_only[image], self.format);
+        let (colour, codec) = (self.colour_only[image], self.ktx2_codec(image));
         let small = self.pixels(image, w, h)?;
         let bytes =
-            encode_like(small, &mime, colour, format).map_err(|e| bad_image(image, &mime, &e))?;
+            encode_like(small, &mime, colour, codec).map_err(|e| bad_image(image, &mime, &e))?;
         let kept = encoding_psnr(&bytes, small).map_err(|e| undecodable(image, &mime, &e))?;
         self.note_encoding(image, kept);
         Ok(bytes)
@@ -447,27 +476,19 @@ fn extension(mime: &str) -> &'static str {
 }
 
 /// `pixels` encoded as `mime`: JPEG (8-bit grey or RGB, quality [`JPEG_QUALITY`]), WebP (8-bit RGB
-/// or RGBA; lossy at [`WEBP_QUALITY`] when `colour`, else lossless), KTX2 (in sRGB when
-/// `colour`, else linear; ETC1S when `format` is [`TextureFormat::Ktx2Etc1s`], else UASTC) or PNG
-/// (colour type and bit depth kept).
+/// or RGBA; lossy at [`WEBP_QUALITY`] when `colour`, else lossless), KTX2 (`codec`, in sRGB when
+/// `colour`, else linear) or PNG (colour type and bit depth kept).
 fn encode_like(
     pixels: &DynamicImage,
     mime: &str,
     colour: bool,
-    format: TextureFormat,
+    codec: BasisCodec,
 ) -> std::result::Result<Vec<u8>, image::ImageError> {
     let mut out = Vec::new();
     if mime == "image/webp" {
         return encode_webp(pixels, !colour);
     }
     if mime == "image/ktx2" {
-        let codec = if format == TextureFormat::Ktx2Etc1s {
-            BasisCodec::Etc1s {
-                quality: ETC1S_QUALITY,
-            }
-        } else {
-            BasisCodec::Uastc { rdo_lambda: None }
-        };
         return encode_ktx2(pixels, codec, colour);
     }
     if mime == "image/jpeg" {
@@ -596,6 +617,26 @@ fn image_format(mime: &str) -> ImageFormat {
         ImageFormat::Jpeg
     } else {
         ImageFormat::Png
+    }
+}
+
+/// The pixels of source image `src` (index `image`): PNG and JPEG by their type, KTX2 transcoded
+/// from its base level.
+fn decode_source(image: usize, src: &EmbeddedImage) -> Result<DynamicImage> {
+    if src.mime == "image/ktx2" {
+        return kiln_formats::mesh::decode_texture(&src.bytes).map_err(|why| bad_ktx2(image, &why));
+    }
+    image::load_from_memory_with_format(&src.bytes, image_format(&src.mime))
+        .map_err(|e| bad_image(image, &src.mime, &e))
+}
+
+/// A KTX2 source whose `what` cannot be read (the reader checked it transcodes: a bug, or a file
+/// changed since).
+fn bad_ktx2(image: usize, what: &str) -> Error {
+    Error::Input {
+        path: "<input mesh>".into(),
+        field: format!("images[{image}]"),
+        problem: format!("cannot read this KTX2 for the coarser tile levels ({what})"),
     }
 }
 
