@@ -27,7 +27,7 @@ use super::intrinsics::Intrinsics;
 use super::masks::Masks;
 use super::model::{Capture, Frame, Split};
 use super::point_cloud::read_point_cloud_ply;
-use super::pose::{PoseDefect, flip_yz_axes, pose_defect, rigid_inverse};
+use super::pose::{flip_yz_axes, pose_defect, rigid_inverse};
 use crate::confined::ConfinedRoot;
 use crate::{Error, Result};
 
@@ -133,7 +133,8 @@ pub(super) fn read_transforms_part(
         };
         return Ok((capture, Some(empty)));
     }
-    sort_frames(json_path, "frames[].file_path", &mut out)?;
+    let mut skipped_names = skipped.skipped.names();
+    skipped_names.extend(sort_frames(json_path, &mut out, frames.len()));
     assign_listed_splits(json_path, &root_keys, &mut out)?;
     let (points, points_file) = match initial_points_file(confined, json_path, &root_keys)? {
         Some(file) => (Some(read_point_cloud_ply(&file)?), Some(file)),
@@ -144,7 +145,7 @@ pub(super) fn read_transforms_part(
             source: json_path.to_path_buf(),
             frames: out,
             points,
-            skipped: skipped.skipped.names(),
+            skipped: skipped_names,
             pose_files: vec![json_path.to_path_buf()],
             points_file,
         },
@@ -253,11 +254,11 @@ impl FrameReader<'_> {
                 .push(IMAGE_MISSING, frame_name(file_path, None));
             return Ok(None);
         };
-        let world_to_camera = match to_world_to_camera(json_path, &prefix, camera_to_world_gl)? {
+        let world_to_camera = match to_world_to_camera(camera_to_world_gl) {
             Ok(pose) => pose,
-            Err(defect) => {
+            Err(reason) => {
                 let name = frame_name(file_path, image_path.extension());
-                self.skipped.skipped.push(defect.reason(), name);
+                self.skipped.skipped.push(reason, name);
                 return Ok(None);
             }
         };
@@ -584,30 +585,23 @@ fn parse_matrix(path: &Path, prefix: &str, frame: &Map<String, Value>) -> Result
     Ok(m)
 }
 
-/// OpenGL camera_to_world → OpenCV world_to_camera; `Ok(Err(defect))` when the camera cannot be
-/// used (not finite, singular, mirrored, not rigid: the frame is skipped, issue 44 rule 3).
-///
-/// # Errors
-/// [`Error::Invalid`] when the last row is not `[0, 0, 0, 1]` (not a pose matrix at all).
-fn to_world_to_camera(
-    path: &Path,
-    prefix: &str,
-    mut m: [[f64; 4]; 4],
-) -> Result<std::result::Result<[[f64; 4]; 4], PoseDefect>> {
+/// The reason a frame whose matrix's last row is not `[0, 0, 0, 1]` is skipped for.
+const LAST_ROW_NOT_AFFINE: &str =
+    "transform_matrix last row not [0, 0, 0, 1] (written transposed?)";
+
+/// OpenGL camera_to_world → OpenCV world_to_camera, or the reason the camera cannot be used: not
+/// finite, singular, mirrored, not rigid, or a last row other than `[0, 0, 0, 1]` (one matrix
+/// written transposed). Each is one bad frame among many, so the frame is skipped with a warning,
+/// never fatal (issue 44 rule 3).
+fn to_world_to_camera(mut m: [[f64; 4]; 4]) -> std::result::Result<[[f64; 4]; 4], &'static str> {
     if let Some(defect) = pose_defect(&m) {
-        return Ok(Err(defect));
+        return Err(defect.reason());
     }
-    let field = format!("{prefix}.transform_matrix");
     if m[3] != [0.0, 0.0, 0.0, 1.0] {
-        return Err(invalid(
-            path,
-            &field,
-            "last row [0, 0, 0, 1]",
-            format!("{:?}", m[3]),
-        ));
+        return Err(LAST_ROW_NOT_AFFINE);
     }
     flip_yz_axes(&mut m);
-    Ok(Ok(rigid_inverse(&m)))
+    Ok(rigid_inverse(&m))
 }
 
 /// Existing image file for `given` (a `file_path` already resolved inside `root`): as given,
