@@ -614,3 +614,95 @@ fn a_frame_listed_twice_is_kept_once_with_one_warning_naming_it() {
         }
     }
 }
+
+/// `images.txt` rewritten from a generated one (image lines each followed by an empty POINTS2D
+/// line, or an earlier rewrite): per image, its POINTS2D line left out (`drop`), or holding 0 to
+/// 2 triples; with the header comment stating `stated` images when given.
+fn rewrite_images_txt(
+    g: &Generated,
+    rng: &mut Rng,
+    drop: &dyn Fn(usize) -> bool,
+    stated: Option<usize>,
+) {
+    let path = g.root.join("sparse/0/images.txt");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut out = String::from("# Image list with two lines of data per image:\n");
+    if let Some(n) = stated {
+        out.push_str(&format!(
+            "# Number of images: {n}, mean observations per image: 0\n"
+        ));
+    }
+    // Image lines only (10 fields): the file may be an earlier rewrite, with comments and points.
+    let image_lines = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.split_whitespace().count() == 10);
+    for (i, line) in image_lines.enumerate() {
+        out.push_str(line);
+        out.push('\n');
+        if drop(i) {
+            continue;
+        }
+        let triples = rng.below(3);
+        let points: Vec<String> = (0..triples)
+            .map(|k| {
+                format!(
+                    "{}.5 {}.25 {}",
+                    k + 1,
+                    k + 2,
+                    if k == 0 { -1 } else { k as i64 }
+                )
+            })
+            .collect();
+        out.push_str(&points.join(" "));
+        out.push('\n');
+    }
+    std::fs::write(path, out).unwrap();
+}
+
+#[test]
+fn images_txt_without_points2d_lines_reads_every_image_with_one_warning() {
+    for seed in 0..8u64 {
+        let mut rng = Rng(seed * 7 + 3);
+        let n = 4 + rng.below(9);
+        let tmp = tempfile::tempdir().unwrap();
+        let g = generate(tmp.path(), Layout::ColmapText, n, &mut rng, None);
+        let folder = read_capture(&g.root).unwrap();
+        // Left out after every image, after some (seeded), after none.
+        let pattern = rng.next();
+        let every = |_: usize| true;
+        let some = move |i: usize| pattern >> (i % 64) & 1 == 1;
+        let none = |_: usize| false;
+        let cases: [(&str, &dyn Fn(usize) -> bool); 3] =
+            [("none", &every), ("some", &some), ("all present", &none)];
+        for (what, drop) in cases {
+            // The last image's line has nothing after it to be mistaken for.
+            let dropped = (0..n - 1).any(drop);
+            let at = format!("seed {seed} POINTS2D {what}, {n} images");
+            rewrite_images_txt(&g, &mut rng, drop, Some(n));
+            let (read, warnings) = warnings_of(|| read_capture(&g.root));
+            let capture = read.unwrap_or_else(|e| panic!("{at}: {e}"));
+            assert_eq!(views(&capture), views(&folder), "{at}");
+            assert_eq!(warnings.len(), usize::from(dropped), "{at}: {warnings:?}");
+            if dropped {
+                assert!(
+                    warnings[0].contains("images.txt has no POINTS2D line"),
+                    "{at}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn images_txt_whose_header_count_differs_is_warned_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = generate(tmp.path(), Layout::ColmapText, 5, &mut Rng(5), None);
+    rewrite_images_txt(&g, &mut Rng(6), &|_| false, Some(7));
+    let (read, warnings) = warnings_of(|| read_capture(&g.root));
+    assert_eq!(read.unwrap().frames.len(), 5);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("images.txt") && warnings[0].contains("Number of images: 7"),
+        "{warnings:?}"
+    );
+}

@@ -412,7 +412,11 @@ fn parse_cameras(path: &Path, text: &str) -> Result<HashMap<u32, CameraEntry>> {
 
 /// `images.txt`: per image a line `IMAGE_ID QW QX QY QZ TX TY TZ CAMERA_ID NAME` followed by one
 /// POINTS2D line, which may be empty (read as COLMAP's `ReadImagesText` does: the line right after
-/// an image line, whatever it holds). NAME is the rest of the line (may contain spaces).
+/// an image line, whatever it holds), except that a line in the POINTS2D place that reads as an
+/// image line ([`looks_like_image_line`]) is read as the next image: some exporters leave the
+/// POINTS2D lines out, and reading every other image as point data would silently lose half the
+/// views. That, and an image count other than the header's, is warned about ([`warn_layout`]).
+/// NAME is the rest of the line (may contain spaces).
 fn parse_images(path: &Path, text: &str) -> Result<Vec<ImageEntry>> {
     let columns = [
         "IMAGE_ID",
@@ -428,7 +432,8 @@ fn parse_images(path: &Path, text: &str) -> Result<Vec<ImageEntry>> {
     ];
     let mut images = Vec::new();
     let mut ids = HashMap::new();
-    let mut lines = text.lines().enumerate();
+    let mut no_points2d = Vec::new();
+    let mut lines = text.lines().enumerate().peekable();
     while let Some((i, raw)) = lines.next() {
         let text = raw.trim();
         if text.is_empty() || text.starts_with('#') {
@@ -461,10 +466,57 @@ fn parse_images(path: &Path, text: &str) -> Result<Vec<ImageEntry>> {
             camera_id,
             world_to_camera,
         });
-        // The POINTS2D line (2D observations; not needed here).
-        lines.next();
+        // The POINTS2D line (2D observations; not needed here), unless it is the next image.
+        match lines.peek() {
+            Some((_, next)) if looks_like_image_line(next) => no_points2d.push(number),
+            _ => {
+                lines.next();
+            }
+        }
     }
+    warn_layout(path, text, images.len(), &no_points2d);
     Ok(images)
+}
+
+/// Whether `line` reads as an image line rather than a POINTS2D line: at least 10 fields, an
+/// integer IMAGE_ID, seven numbers and an integer CAMERA_ID, and a field count that is no whole
+/// number of POINTS2D triples (X Y POINT3D_ID), so it cannot be point data.
+fn looks_like_image_line(line: &str) -> bool {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    f.len() >= 10
+        && !f.len().is_multiple_of(3)
+        && f[0].parse::<u32>().is_ok()
+        && f[1..8].iter().all(|v| v.parse::<f64>().is_ok())
+        && f[8].parse::<u32>().is_ok()
+}
+
+/// One warning naming `path` when image lines had no POINTS2D line after them (`lines`: the
+/// image lines, 1-based), and one when the header comment `# Number of images: N` disagrees with
+/// the `read` count: either means the file was not written the way COLMAP writes it, and the user
+/// should know which images Kiln took from it.
+fn warn_layout(path: &Path, text: &str, read: usize, lines: &[usize]) {
+    if let Some(first) = lines.first() {
+        tracing::warn!(
+            path = %path.display(),
+            "{}: images.txt has no POINTS2D line after {} image lines (first: line {first}); \
+             read each such next line as the next image",
+            path.display(),
+            lines.len()
+        );
+    }
+    let header = text
+        .lines()
+        .take_while(|l| l.trim_start().starts_with('#'))
+        .find_map(|l| l.trim_start().strip_prefix("# Number of images:"))
+        .and_then(|rest| rest.split(',').next()?.trim().parse::<usize>().ok());
+    if let Some(stated) = header.filter(|n| *n != read) {
+        tracing::warn!(
+            path = %path.display(),
+            "{}: header says `# Number of images: {stated}` but {read} image lines were read; \
+             check the file",
+            path.display()
+        );
+    }
 }
 
 /// The text after the first `n` whitespace-separated fields of `line`, trimmed.
