@@ -180,7 +180,7 @@ async fn fetch_first_stage_input(plan: &JobPlan, node: &StageNode) -> Result<Opt
     if dest.exists() {
         std::fs::remove_dir_all(&dest).map_err(|e| Error::io(&dest, e))?;
     }
-    let staged = staged_input(plan);
+    let staged = staged_input(plan)?;
     let fetched = crate::storage::fetch(&staged.stage, &dest, node.stage.fetch_siblings()).await?;
     crate::input_alias::register(&fetched.local, &staged.stage);
     let local = match staged.entry.is_empty() {
@@ -199,14 +199,16 @@ async fn fetch_first_stage_input(plan: &JobPlan, node: &StageNode) -> Result<Opt
 
 /// What a job fetches for its first stage: for a capture job the capture folder around the file
 /// the input names ([`crate::location::capture_input`], issue 44 rule 1), else the input itself.
-#[must_use]
-pub fn staged_input(plan: &JobPlan) -> crate::location::CaptureInput {
+///
+/// # Errors
+/// Those of [`crate::location::capture_input`]: a local capture path that does not exist.
+pub fn staged_input(plan: &JobPlan) -> Result<crate::location::CaptureInput> {
     match plan.kind {
         crate::dag::JobKind::Capture => crate::location::capture_input(&plan.input),
-        _ => crate::location::CaptureInput {
+        _ => Ok(crate::location::CaptureInput {
             stage: plan.input.clone(),
             entry: String::new(),
-        },
+        }),
     }
 }
 
