@@ -93,6 +93,12 @@ enum Defect {
     NonRigid,
     MissingImage,
     UnreadableImage,
+    /// A 4×4 matrix written transposed (last row holds the translation).
+    Transposed,
+    /// A focal length of 0 (LLFF row, COLMAP camera of its own).
+    ZeroFocal,
+    /// A COLMAP CAMERA_ID that `cameras.txt` does not list.
+    UnknownCamera,
 }
 
 impl Defect {
@@ -105,18 +111,24 @@ impl Defect {
             (Defect::Mirrored | Defect::NonRigid, Layout::ColmapText) => false,
             (Defect::MissingImage, Layout::Llff) => false,
             (Defect::UnreadableImage, l) => l == Layout::Llff,
+            (Defect::Transposed, l) => matches!(l, Layout::Ngp | Layout::Blender),
+            (Defect::ZeroFocal, l) => matches!(l, Layout::Llff | Layout::ColmapText),
+            (Defect::UnknownCamera, l) => l == Layout::ColmapText,
             _ => true,
         }
     }
 }
 
-const DEFECTS: [Defect; 6] = [
+const DEFECTS: [Defect; 9] = [
     Defect::NonFinite,
     Defect::Singular,
     Defect::Mirrored,
     Defect::NonRigid,
     Defect::MissingImage,
     Defect::UnreadableImage,
+    Defect::Transposed,
+    Defect::ZeroFocal,
+    Defect::UnknownCamera,
 ];
 
 /// A camera-to-world rotation (OpenCV axes) with `defect` applied to it.
@@ -191,11 +203,11 @@ fn photo(path: &Path, defect: Option<Defect>) {
     }
 }
 
-/// A nerfstudio `transform_matrix` (OpenGL camera-to-world) as JSON text; `NaN` as Python's
-/// `json.dump` writes it.
+/// A nerfstudio `transform_matrix` (OpenGL camera-to-world) as JSON text, rows first (columns
+/// first when `Transposed`); `NaN` as Python's `json.dump` writes it.
 fn gl_matrix(q: [f64; 4], c: [f64; 3], defect: Option<Defect>) -> String {
     let r = damaged(rotation(q), defect);
-    let rows: Vec<String> = (0..3)
+    let mut m: Vec<Vec<String>> = (0..3)
         .map(|i| {
             let t = if defect == Some(Defect::NonFinite) && i == 0 {
                 "NaN".to_string()
@@ -203,10 +215,22 @@ fn gl_matrix(q: [f64; 4], c: [f64; 3], defect: Option<Defect>) -> String {
                 c[i].to_string()
             };
             // OpenCV → OpenGL camera axes: y and z columns negated.
-            format!("[{}, {}, {}, {t}]", r[i][0], -r[i][1], -r[i][2])
+            vec![
+                r[i][0].to_string(),
+                (-r[i][1]).to_string(),
+                (-r[i][2]).to_string(),
+                t,
+            ]
         })
         .collect();
-    format!("[{}, [0, 0, 0, 1]]", rows.join(", "))
+    m.push(["0", "0", "0", "1"].map(String::from).to_vec());
+    if defect == Some(Defect::Transposed) {
+        m = (0..4)
+            .map(|j| (0..4).map(|i| m[i][j].clone()).collect())
+            .collect();
+    }
+    let rows: Vec<String> = m.iter().map(|r| format!("[{}]", r.join(", "))).collect();
+    format!("[{}]", rows.join(", "))
 }
 
 fn write_ngp(
@@ -286,7 +310,12 @@ fn write_llff(
         let r = damaged(rotation(*q), defect(i));
         for k in 0..3 {
             // OpenCV camera-to-world columns x (right), y (down), z (forward) → down, right, back.
-            let hwf = [3.0, 4.0, 5.0][k];
+            let focal = if defect(i) == Some(Defect::ZeroFocal) {
+                0.0
+            } else {
+                5.0
+            };
+            let hwf = [3.0, 4.0, focal][k];
             let centre = if defect(i) == Some(Defect::NonFinite) && k == 0 {
                 f64::NAN
             } else {
@@ -318,7 +347,8 @@ fn npy(n: usize, values: &[f64]) -> Vec<u8> {
 }
 
 /// COLMAP text model in `sparse/0`, photos in `images/`; a zero quaternion for a singular pose,
-/// `nan` for a non-finite one.
+/// `nan` for a non-finite one, a camera of its own with fx = 0 for a zero focal, CAMERA_ID 99
+/// for an unknown camera.
 fn write_colmap(
     root: &Path,
     poses: &[([f64; 4], [f64; 3])],
@@ -326,7 +356,7 @@ fn write_colmap(
 ) -> Vec<String> {
     let model = root.join("sparse/0");
     std::fs::create_dir_all(&model).unwrap();
-    std::fs::write(model.join("cameras.txt"), "1 PINHOLE 4 3 5 5 2 1.5\n").unwrap();
+    let mut cameras = "1 PINHOLE 4 3 5 5 2 1.5\n".to_string();
     let mut images = String::new();
     let mut names = Vec::new();
     for (i, (q, c)) in poses.iter().enumerate() {
@@ -340,8 +370,16 @@ fn write_colmap(
             Some(Defect::NonFinite) => "nan".to_string(),
             _ => c[0].to_string(),
         };
+        let camera = match defect(i) {
+            Some(Defect::ZeroFocal) => {
+                cameras.push_str(&format!("{} PINHOLE 4 3 0 5 2 1.5\n", i + 2));
+                i + 2
+            }
+            Some(Defect::UnknownCamera) => 99,
+            _ => 1,
+        };
         images.push_str(&format!(
-            "{} {} {} {} {} {tx} {} {} 1 {name}\n\n",
+            "{} {} {} {} {} {tx} {} {} {camera} {name}\n\n",
             i + 1,
             q[0],
             q[1],
@@ -353,6 +391,7 @@ fn write_colmap(
         names.push(name);
     }
     std::fs::write(model.join("images.txt"), images).unwrap();
+    std::fs::write(model.join("cameras.txt"), cameras).unwrap();
     names
 }
 
@@ -522,5 +561,183 @@ fn a_capture_whose_every_camera_is_invalid_is_one_error_naming_them_all() {
             let name = skipped_name(layout, name, kinds[i % kinds.len()]);
             assert!(err.contains(&name), "{layout:?}: {err}");
         }
+    }
+}
+
+/// List frame `i` of a generated capture a second time, under the same image name: in
+/// `transforms.json` a copy of its frame, in `images.txt` a new IMAGE_ID with its NAME.
+fn list_twice(g: &Generated, layout: Layout, i: usize) {
+    match layout {
+        Layout::Ngp => {
+            let path = g.root.join("transforms.json");
+            let text = std::fs::read_to_string(&path).unwrap();
+            let copy = format!(
+                r#"{{"file_path": "./images/{}", "transform_matrix": [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 4], [0, 0, 0, 1]]}}"#,
+                g.names[i]
+            );
+            let text = text.replacen("\"frames\": [", &format!("\"frames\": [{copy},\n"), 1);
+            std::fs::write(path, text).unwrap();
+        }
+        Layout::ColmapText => {
+            let path = g.root.join("sparse/0/images.txt");
+            let mut text = std::fs::read_to_string(&path).unwrap();
+            text.push_str(&format!("999 1 0 0 0 0 0 4 1 {}\n\n", g.names[i]));
+            std::fs::write(path, text).unwrap();
+        }
+        _ => unreachable!("LLFF pairs rows with images; Blender splits are named apart"),
+    }
+}
+
+#[test]
+fn a_frame_listed_twice_is_kept_once_with_one_warning_naming_it() {
+    for seed in 0..6u64 {
+        for layout in [Layout::Ngp, Layout::ColmapText] {
+            let mut rng = Rng(seed * 13 + layout as u64);
+            let n = 4 + rng.below(4);
+            let twice = rng.below(n);
+            let tmp = tempfile::tempdir().unwrap();
+            let g = generate(tmp.path(), layout, n, &mut rng, None);
+            let folder = read_capture(&g.root).unwrap();
+            list_twice(&g, layout, twice);
+            let at = format!("seed {seed} {layout:?} frame {twice} of {n}");
+            let (read, warnings) = warnings_of(|| read_capture(&g.root));
+            let capture = read.unwrap_or_else(|e| panic!("{at}: {e}"));
+            assert_eq!(capture.frames.len(), n, "{at}");
+            assert_eq!(
+                capture.skipped,
+                std::slice::from_ref(&g.names[twice]),
+                "{at}"
+            );
+            assert_eq!(warnings.len(), 1, "{at}: {warnings:?}");
+            assert!(warnings[0].contains(&g.names[twice]), "{at}: {warnings:?}");
+            assert!(warnings[0].contains("listed twice"), "{at}: {warnings:?}");
+            // The first listing is kept: for COLMAP the original line (the copy comes last).
+            if layout == Layout::ColmapText {
+                assert_eq!(views(&capture), views(&folder), "{at}");
+            }
+        }
+    }
+}
+
+/// `images.txt` rewritten from a generated one (image lines each followed by an empty POINTS2D
+/// line, or an earlier rewrite): per image, its POINTS2D line left out (`drop`), or holding 0 to
+/// 2 triples; with the header comment stating `stated` images when given.
+fn rewrite_images_txt(
+    g: &Generated,
+    rng: &mut Rng,
+    drop: &dyn Fn(usize) -> bool,
+    stated: Option<usize>,
+) {
+    let path = g.root.join("sparse/0/images.txt");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut out = String::from("# Image list with two lines of data per image:\n");
+    if let Some(n) = stated {
+        out.push_str(&format!(
+            "# Number of images: {n}, mean observations per image: 0\n"
+        ));
+    }
+    // Image lines only (10 fields): the file may be an earlier rewrite, with comments and points.
+    let image_lines = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.split_whitespace().count() == 10);
+    for (i, line) in image_lines.enumerate() {
+        out.push_str(line);
+        out.push('\n');
+        if drop(i) {
+            continue;
+        }
+        let triples = rng.below(3);
+        let points: Vec<String> = (0..triples)
+            .map(|k| {
+                format!(
+                    "{}.5 {}.25 {}",
+                    k + 1,
+                    k + 2,
+                    if k == 0 { -1 } else { k as i64 }
+                )
+            })
+            .collect();
+        out.push_str(&points.join(" "));
+        out.push('\n');
+    }
+    std::fs::write(path, out).unwrap();
+}
+
+#[test]
+fn images_txt_without_points2d_lines_reads_every_image_with_one_warning() {
+    for seed in 0..8u64 {
+        let mut rng = Rng(seed * 7 + 3);
+        let n = 4 + rng.below(9);
+        let tmp = tempfile::tempdir().unwrap();
+        let g = generate(tmp.path(), Layout::ColmapText, n, &mut rng, None);
+        let folder = read_capture(&g.root).unwrap();
+        // Left out after every image, after some (seeded), after none.
+        let pattern = rng.next();
+        let every = |_: usize| true;
+        let some = move |i: usize| pattern >> (i % 64) & 1 == 1;
+        let none = |_: usize| false;
+        let cases: [(&str, &dyn Fn(usize) -> bool); 3] =
+            [("none", &every), ("some", &some), ("all present", &none)];
+        for (what, drop) in cases {
+            // The last image's line has nothing after it to be mistaken for.
+            let dropped = (0..n - 1).any(drop);
+            let at = format!("seed {seed} POINTS2D {what}, {n} images");
+            rewrite_images_txt(&g, &mut rng, drop, Some(n));
+            let (read, warnings) = warnings_of(|| read_capture(&g.root));
+            let capture = read.unwrap_or_else(|e| panic!("{at}: {e}"));
+            assert_eq!(views(&capture), views(&folder), "{at}");
+            assert_eq!(warnings.len(), usize::from(dropped), "{at}: {warnings:?}");
+            if dropped {
+                assert!(
+                    warnings[0].contains("images.txt has no POINTS2D line"),
+                    "{at}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn images_txt_whose_header_count_differs_is_warned_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = generate(tmp.path(), Layout::ColmapText, 5, &mut Rng(5), None);
+    rewrite_images_txt(&g, &mut Rng(6), &|_| false, Some(7));
+    let (read, warnings) = warnings_of(|| read_capture(&g.root));
+    assert_eq!(read.unwrap().frames.len(), 5);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("images.txt") && warnings[0].contains("Number of images: 7"),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn a_frame_with_an_absolute_file_path_is_skipped_saying_paths_must_be_relative() {
+    for seed in 0..6u64 {
+        let mut rng = Rng(seed * 5 + 1);
+        let n = 5 + rng.below(4);
+        let bad = rng.below(n);
+        let tmp = tempfile::tempdir().unwrap();
+        let g = generate(tmp.path(), Layout::Ngp, n, &mut rng, None);
+        // The absolute path of the frame's own image, inside the capture folder.
+        let json = g.root.join("transforms.json");
+        let absolute = g.root.join("images").join(&g.names[bad]);
+        let absolute = absolute.display().to_string();
+        let text = std::fs::read_to_string(&json).unwrap().replace(
+            &format!("\"./images/{}\"", g.names[bad]),
+            &serde_json::to_string(&absolute).unwrap(),
+        );
+        std::fs::write(&json, text).unwrap();
+        let at = format!("seed {seed} frame {bad} of {n}");
+        let (read, warnings) = warnings_of(|| read_capture(&g.root));
+        let capture = read.unwrap_or_else(|e| panic!("{at}: {e}"));
+        assert_eq!(capture.frames.len(), n - 1, "{at}");
+        assert_eq!(capture.skipped, std::slice::from_ref(&absolute), "{at}");
+        assert_eq!(warnings.len(), 1, "{at}: {warnings:?}");
+        assert!(warnings[0].contains(&absolute), "{at}: {warnings:?}");
+        assert!(
+            warnings[0].contains("relative to the capture folder"),
+            "{at}: {warnings:?}"
+        );
     }
 }

@@ -177,7 +177,8 @@ impl Dag {
 /// [`reconstruct::decide`]).
 ///
 /// # Errors
-/// [`crate::Error::Input`] when a capture input holds neither poses, photos nor one video (or nothing);
+/// [`crate::Error::Input`] when a capture input holds neither poses, photos nor one video (or nothing),
+/// or is a local path that does not exist;
 /// [`crate::Error::Param`] on `reconstruct.mode` when it contradicts the input; [`crate::Error::Storage`] when
 /// the input cannot be listed.
 pub async fn job_dag(plan: &JobPlan) -> Result<(Dag, Option<String>)> {
@@ -186,7 +187,7 @@ pub async fn job_dag(plan: &JobPlan) -> Result<(Dag, Option<String>)> {
         return Ok((dag, None));
     }
     // What the run stages: the whole capture around a file of it (issue 44, rule 1).
-    let names = crate::storage::list_names(&crate::run::staged_input(plan).stage).await?;
+    let names = crate::storage::list_names(&crate::run::staged_input(plan)?.stage).await?;
     let shape = reconstruct::classify(&names);
     if shape == reconstruct::InputShape::Unknown {
         return Err(reconstruct::unusable_input_error(&plan.input, &names));

@@ -216,14 +216,20 @@ pub struct CaptureInput {
 /// checked on disk ([`kiln_formats::capture::name_capture`]); an object key or dataset path is
 /// mapped by names alone ([`kiln_formats::capture::capture_root_of_key`]). A location that does
 /// not parse is returned as is (the fetch reports it).
-#[must_use]
-pub fn capture_input(input: &str) -> CaptureInput {
+///
+/// # Errors
+/// [`crate::Error::Input`] naming the path as the user wrote it when a local path does not
+/// exist: a mistyped file name inside a capture folder must not quietly stage the whole folder.
+pub fn capture_input(input: &str) -> crate::Result<CaptureInput> {
     let unchanged = || CaptureInput {
         stage: input.to_string(),
         entry: String::new(),
     };
-    match Location::parse(input) {
+    Ok(match Location::parse(input) {
         Ok(Location::Local(path)) => {
+            if std::fs::symlink_metadata(&path).is_err() {
+                return Err(local_not_found(input, &path));
+            }
             let named = kiln_formats::capture::name_capture(&path);
             let root = named.root.display().to_string();
             CaptureInput {
@@ -233,6 +239,26 @@ pub fn capture_input(input: &str) -> CaptureInput {
         }
         Ok(_) => remote_capture_input(input).unwrap_or_else(unchanged),
         Err(_) => unchanged(),
+    })
+}
+
+/// The error for a local input `path` (written `input`) that does not exist, saying whether the
+/// folder it names a file in exists (then the file name is what to check).
+fn local_not_found(input: &str, path: &std::path::Path) -> crate::Error {
+    let folder = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty() && p.is_dir());
+    let problem = match folder {
+        Some(dir) => format!(
+            "not found: no such file in {} (check the file name, or name the folder)",
+            dir.display()
+        ),
+        None => "not found: no such file or folder".to_string(),
+    };
+    crate::Error::Input {
+        path: PathBuf::from(input),
+        field: "input".into(),
+        problem,
     }
 }
 
@@ -303,6 +329,26 @@ mod tests {
     }
 
     #[test]
+    fn a_missing_local_file_is_not_found_naming_the_users_path() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("fox/images")).unwrap();
+        std::fs::write(dir.path().join("fox/transforms.json"), "{}").unwrap();
+        for typo in [
+            "fox/transform.json",
+            "fox/images/9999.jpg",
+            "no_such_folder",
+        ] {
+            let input = dir.path().join(typo).display().to_string();
+            for written in [input.clone(), format!("file://{input}")] {
+                let err = capture_input(&written).unwrap_err().to_string();
+                assert!(err.contains(&input) && err.contains("not found"), "{err}");
+            }
+        }
+        let fine = dir.path().join("fox/transforms.json").display().to_string();
+        assert_eq!(capture_input(&fine).unwrap().entry, "transforms.json");
+    }
+
+    #[test]
     fn a_file_of_a_remote_capture_stages_the_capture_folder() {
         for (input, stage, entry) in [
             (
@@ -325,7 +371,7 @@ mod tests {
             ("s3://team/fox", "s3://team/fox", ""),
             ("s3://team/clip.mp4", "s3://team/clip.mp4", ""),
         ] {
-            let got = capture_input(input);
+            let got = capture_input(input).unwrap();
             assert_eq!(
                 (got.stage.as_str(), got.entry.as_str()),
                 (stage, entry),

@@ -180,7 +180,7 @@ async fn fetch_first_stage_input(plan: &JobPlan, node: &StageNode) -> Result<Opt
     if dest.exists() {
         std::fs::remove_dir_all(&dest).map_err(|e| Error::io(&dest, e))?;
     }
-    let staged = staged_input(plan);
+    let staged = staged_input(plan)?;
     // The folder the input is staged in reads as the user's own folder, in messages about the
     // files beside the input too (an OBJ's MTL, a glTF's images, a capture's photos).
     crate::input_alias::register(&dest, &user_folder(&staged.stage, &dest));
@@ -226,15 +226,17 @@ fn user_folder(stage: &str, dest: &Path) -> String {
 
 /// What a job fetches for its first stage: for a capture job the capture folder around the file
 /// the input names ([`crate::location::capture_input`], issue 44 rule 1), else the input itself.
-#[must_use]
-pub fn staged_input(plan: &JobPlan) -> crate::location::CaptureInput {
+///
+/// # Errors
+/// Those of [`crate::location::capture_input`]: a local capture path that does not exist.
+pub fn staged_input(plan: &JobPlan) -> Result<crate::location::CaptureInput> {
     match plan.kind {
         crate::dag::JobKind::Capture => crate::location::capture_input(&plan.input),
-        crate::dag::JobKind::Splats => unbundled_sog_input(&plan.input),
-        _ => crate::location::CaptureInput {
+        crate::dag::JobKind::Splats => Ok(unbundled_sog_input(&plan.input)),
+        _ => Ok(crate::location::CaptureInput {
             stage: plan.input.clone(),
             entry: String::new(),
-        },
+        }),
     }
 }
 

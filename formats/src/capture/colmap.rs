@@ -32,12 +32,10 @@ use std::path::{Path, PathBuf};
 
 use super::colmap_bin;
 use super::colmap_model::{
-    ImageEntry, ParsedModel, camera_from_model, image_name, model_file, model_params,
+    CameraEntry, ImageEntry, ParsedModel, camera_from_model, image_name, model_file, model_params,
     pose_from_colmap, unsupported_model,
 };
-use super::distortion::Distortion;
 use super::frames::{Skipped, sort_frames};
-use super::intrinsics::Intrinsics;
 use super::model::{Capture, Frame, SfmPoints};
 use crate::confined::ConfinedRoot;
 use crate::{Error, Result};
@@ -86,8 +84,8 @@ pub(super) enum ModelForm {
 /// [`Error::InvalidLine`] naming file, line and column for a malformed line, a duplicate id or an
 /// unknown CAMERA_ID; for binary, [`Error::Corrupt`] (truncated file, impossible count, trailing
 /// bytes) or [`Error::Invalid`] (bad value, duplicate or unknown id), naming file, record, field
-/// and byte offset; [`Error::Invalid`] for an image listed twice; [`Error::Empty`] if no image
-/// file exists; [`Error::Io`] reading a file.
+/// and byte offset (an image listed twice is skipped with a warning); [`Error::Empty`] if no
+/// image file exists; [`Error::Io`] reading a file.
 ///
 /// Source: COLMAP text and binary model formats (module doc, `colmap_bin.rs`).
 pub fn read_colmap(dir: &Path) -> Result<Capture> {
@@ -141,7 +139,20 @@ pub fn read_colmap_in(root: &ConfinedRoot, dir: &Path) -> Result<Capture> {
                 continue;
             }
         };
-        let (intrinsics, distortion) = cameras[&image.camera_id];
+        let (intrinsics, distortion) = match cameras.get(&image.camera_id) {
+            Some(Ok(camera)) => *camera,
+            Some(Err(fault)) => {
+                skipped.push(
+                    format!("camera {} invalid: {fault}", image.camera_id),
+                    image.name,
+                );
+                continue;
+            }
+            None => {
+                skipped.push(camera_unknown(&images_path, image.camera_id), image.name);
+                continue;
+            }
+        };
         let mask_path = masks.as_ref().and_then(|m| m.find(&image.name));
         frames.push(Frame {
             name: image.name,
@@ -166,7 +177,8 @@ pub fn read_colmap_in(root: &ConfinedRoot, dir: &Path) -> Result<Capture> {
     if frames.is_empty() {
         return Err(no_frames(&images_path, &images_dir, listed, &skipped));
     }
-    sort_frames(&images_path, "NAME", &mut frames)?;
+    let mut skipped_names = skipped.names();
+    skipped_names.extend(sort_frames(&images_path, &mut frames, listed));
     let points_name = match form {
         ModelForm::Text => "points3D.txt",
         ModelForm::Binary => "points3D.bin",
@@ -176,7 +188,7 @@ pub fn read_colmap_in(root: &ConfinedRoot, dir: &Path) -> Result<Capture> {
         source: model_dir,
         frames,
         points,
-        skipped: skipped.names(),
+        skipped: skipped_names,
         pose_files: vec![images_path],
         points_file,
     })
@@ -184,6 +196,16 @@ pub fn read_colmap_in(root: &ConfinedRoot, dir: &Path) -> Result<Capture> {
 
 /// The reason an image whose file does not exist is skipped for.
 const IMAGE_MISSING: &str = "image file missing";
+
+/// The reason an image whose CAMERA_ID the cameras file does not list is skipped for: one bad id
+/// among many images is one bad view, not a broken model (issue 44 rule 3).
+fn camera_unknown(images_path: &Path, id: u32) -> String {
+    let cameras = match images_path.extension().and_then(|e| e.to_str()) {
+        Some("bin") => "cameras.bin",
+        _ => "cameras.txt",
+    };
+    format!("CAMERA_ID {id} not listed in {cameras}")
+}
 
 /// [`Error::Empty`] for a model none of whose `listed` images could be used, naming each.
 fn no_frames(images_path: &Path, images_dir: &Path, listed: usize, skipped: &Skipped) -> Error {
@@ -218,7 +240,7 @@ fn read_text_model(model_dir: &Path) -> Result<ParsedModel> {
     let images_path = model_file(model_dir, "images.txt");
     let points_path = model_file(model_dir, "points3D.txt");
     let cameras = parse_cameras(&cameras_path, &read_text(&cameras_path)?)?;
-    let images = parse_images(&images_path, &read_text(&images_path)?, &cameras)?;
+    let images = parse_images(&images_path, &read_text(&images_path)?)?;
     let points = if points_path.is_file() {
         Some(parse_points(&points_path, &read_text(&points_path)?)?)
     } else {
@@ -357,7 +379,7 @@ impl<'a> Line<'a> {
 }
 
 /// `cameras.txt`: CAMERA_ID MODEL WIDTH HEIGHT PARAMS[] → intrinsics and distortion by id.
-fn parse_cameras(path: &Path, text: &str) -> Result<HashMap<u32, (Intrinsics, Distortion)>> {
+fn parse_cameras(path: &Path, text: &str) -> Result<HashMap<u32, CameraEntry>> {
     let columns = ["CAMERA_ID", "MODEL", "WIDTH", "HEIGHT", "PARAMS[]"];
     let mut cameras = HashMap::new();
     for (number, text) in data_lines(text) {
@@ -380,7 +402,7 @@ fn parse_cameras(path: &Path, text: &str) -> Result<HashMap<u32, (Intrinsics, Di
             params.push(line.parse::<f64>(k, column, "a finite number")?);
         }
         let camera = camera_from_model(model, width, height, &params)
-            .map_err(|f| line.error(f.field, &f.expected, f.found))?;
+            .map_err(|f| line.error(f.field, &f.expected, f.found).to_string());
         if cameras.insert(id, camera).is_some() {
             return Err(line.error("CAMERA_ID", "each camera id once", format!("{id} again")));
         }
@@ -390,12 +412,12 @@ fn parse_cameras(path: &Path, text: &str) -> Result<HashMap<u32, (Intrinsics, Di
 
 /// `images.txt`: per image a line `IMAGE_ID QW QX QY QZ TX TY TZ CAMERA_ID NAME` followed by one
 /// POINTS2D line, which may be empty (read as COLMAP's `ReadImagesText` does: the line right after
-/// an image line, whatever it holds). NAME is the rest of the line (may contain spaces).
-fn parse_images(
-    path: &Path,
-    text: &str,
-    cameras: &HashMap<u32, (Intrinsics, Distortion)>,
-) -> Result<Vec<ImageEntry>> {
+/// an image line, whatever it holds), except that a line in the POINTS2D place that reads as an
+/// image line ([`looks_like_image_line`]) is read as the next image: some exporters leave the
+/// POINTS2D lines out, and reading every other image as point data would silently lose half the
+/// views. That, and an image count other than the header's, is warned about ([`warn_layout`]).
+/// NAME is the rest of the line (may contain spaces).
+fn parse_images(path: &Path, text: &str) -> Result<Vec<ImageEntry>> {
     let columns = [
         "IMAGE_ID",
         "QW",
@@ -410,7 +432,8 @@ fn parse_images(
     ];
     let mut images = Vec::new();
     let mut ids = HashMap::new();
-    let mut lines = text.lines().enumerate();
+    let mut no_points2d = Vec::new();
+    let mut lines = text.lines().enumerate().peekable();
     while let Some((i, raw)) = lines.next() {
         let text = raw.trim();
         if text.is_empty() || text.starts_with('#') {
@@ -429,13 +452,6 @@ fn parse_images(
             t[k] = line.parse(5 + k, column, "a number")?;
         }
         let camera_id: u32 = line.parse(8, "CAMERA_ID", "a camera id (unsigned integer)")?;
-        if !cameras.contains_key(&camera_id) {
-            return Err(line.error(
-                "CAMERA_ID",
-                "a CAMERA_ID listed in cameras.txt",
-                camera_id.to_string(),
-            ));
-        }
         let name = image_name(rest_after_fields(text, 9));
         let world_to_camera = pose_from_colmap(q, t);
         if let Some(previous) = ids.insert(id, number) {
@@ -450,10 +466,57 @@ fn parse_images(
             camera_id,
             world_to_camera,
         });
-        // The POINTS2D line (2D observations; not needed here).
-        lines.next();
+        // The POINTS2D line (2D observations; not needed here), unless it is the next image.
+        match lines.peek() {
+            Some((_, next)) if looks_like_image_line(next) => no_points2d.push(number),
+            _ => {
+                lines.next();
+            }
+        }
     }
+    warn_layout(path, text, images.len(), &no_points2d);
     Ok(images)
+}
+
+/// Whether `line` reads as an image line rather than a POINTS2D line: at least 10 fields, an
+/// integer IMAGE_ID, seven numbers and an integer CAMERA_ID, and a field count that is no whole
+/// number of POINTS2D triples (X Y POINT3D_ID), so it cannot be point data.
+fn looks_like_image_line(line: &str) -> bool {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    f.len() >= 10
+        && !f.len().is_multiple_of(3)
+        && f[0].parse::<u32>().is_ok()
+        && f[1..8].iter().all(|v| v.parse::<f64>().is_ok())
+        && f[8].parse::<u32>().is_ok()
+}
+
+/// One warning naming `path` when image lines had no POINTS2D line after them (`lines`: the
+/// image lines, 1-based), and one when the header comment `# Number of images: N` disagrees with
+/// the `read` count: either means the file was not written the way COLMAP writes it, and the user
+/// should know which images Kiln took from it.
+fn warn_layout(path: &Path, text: &str, read: usize, lines: &[usize]) {
+    if let Some(first) = lines.first() {
+        tracing::warn!(
+            path = %path.display(),
+            "{}: images.txt has no POINTS2D line after {} image lines (first: line {first}); \
+             read each such next line as the next image",
+            path.display(),
+            lines.len()
+        );
+    }
+    let header = text
+        .lines()
+        .take_while(|l| l.trim_start().starts_with('#'))
+        .find_map(|l| l.trim_start().strip_prefix("# Number of images:"))
+        .and_then(|rest| rest.split(',').next()?.trim().parse::<usize>().ok());
+    if let Some(stated) = header.filter(|n| *n != read) {
+        tracing::warn!(
+            path = %path.display(),
+            "{}: header says `# Number of images: {stated}` but {read} image lines were read; \
+             check the file",
+            path.display()
+        );
+    }
 }
 
 /// The text after the first `n` whitespace-separated fields of `line`, trimmed.
@@ -509,6 +572,8 @@ fn parse_points(path: &Path, text: &str) -> Result<SfmPoints> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capture::distortion::Distortion;
+    use crate::capture::intrinsics::Intrinsics;
     use crate::capture::test_dataset;
 
     fn maupertuis() -> Capture {
@@ -815,8 +880,8 @@ mod tests {
             (
                 CAMERAS,
                 "1 1 0 0 0 0 0 0 9 a.png\n\n",
-                "images.txt:1:",
-                "`CAMERA_ID`",
+                "images.txt",
+                "a.png (CAMERA_ID 9 not listed in cameras.txt)",
             ),
             (
                 CAMERAS,
@@ -829,7 +894,10 @@ mod tests {
             model(dir.path(), cameras, images, "");
             let err = read_colmap(dir.path()).unwrap_err();
             let msg = err.to_string();
-            assert!(matches!(err, Error::InvalidLine { .. }), "{msg}");
+            // A line that does not parse refuses the model; a camera that parses but cannot be
+            // used, or an unknown CAMERA_ID, skips its images (here all: one error naming them).
+            let fatal_or_skipped = matches!(err, Error::InvalidLine { .. } | Error::Empty { .. });
+            assert!(fatal_or_skipped, "{msg}");
             assert!(
                 msg.contains(at) && msg.contains(field),
                 "want {at} {field}: {msg}"

@@ -31,11 +31,9 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::colmap_model::{
-    CAMERA_MODELS, ImageEntry, ParsedModel, camera_from_model, image_name, image_size, model_file,
-    pose_from_colmap,
+    CAMERA_MODELS, CameraEntry, ImageEntry, ParsedModel, camera_from_model, image_name, image_size,
+    model_file, pose_from_colmap,
 };
-use super::distortion::Distortion;
-use super::intrinsics::Intrinsics;
 use super::model::SfmPoints;
 use crate::{Error, Result};
 
@@ -90,7 +88,7 @@ pub fn read_colmap_model_stats(model_dir: &Path) -> Result<ColmapModelStats> {
     let images_path = model_file(model_dir, "images.bin");
     let points_path = model_file(model_dir, "points3D.bin");
     let cameras = parse_cameras(&cameras_path, &read_bytes(&cameras_path)?, false)?;
-    let images = parse_images(&images_path, &read_bytes(&images_path)?, &cameras)?;
+    let images = parse_images(&images_path, &read_bytes(&images_path)?)?;
     let points = parse_points(&points_path, &read_bytes(&points_path)?)?;
     let mut image_names: Vec<String> = images.into_iter().map(|i| i.name).collect();
     image_names.sort();
@@ -118,7 +116,7 @@ pub(super) fn read_binary_model(model_dir: &Path) -> Result<ParsedModel> {
         .into_iter()
         .filter_map(|(id, camera)| camera.map(|c| (id, c)))
         .collect();
-    let images = parse_images(&images_path, &read_bytes(&images_path)?, &cameras)?;
+    let images = parse_images(&images_path, &read_bytes(&images_path)?)?;
     let points = if points_path.is_file() {
         Some(parse_points(&points_path, &read_bytes(&points_path)?)?.points)
     } else {
@@ -340,8 +338,8 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// Converted camera (when `convert`) of each CAMERA_ID.
-type Cameras = HashMap<u32, Option<(Intrinsics, Distortion)>>;
+/// Converted camera (when `convert`), or why it cannot be used, of each CAMERA_ID.
+type Cameras = HashMap<u32, Option<CameraEntry>>;
 
 /// `cameras.bin` → cameras by id; with `convert`, each converted by [`camera_from_model`], else
 /// `None`.
@@ -394,8 +392,8 @@ fn parse_cameras(path: &Path, bytes: &[u8], convert: bool) -> Result<Cameras> {
         let camera = if convert {
             let camera = camera_from_model(model, width, height, &params).map_err(|f| {
                 let at = f.param.map_or(params_at, |k| params_at + 8 * k);
-                cur.invalid(f.field, at, f.expected, f.found)
-            })?;
+                cur.invalid(f.field, at, f.expected, f.found).to_string()
+            });
             Some(camera)
         } else {
             None
@@ -406,12 +404,9 @@ fn parse_cameras(path: &Path, bytes: &[u8], convert: bool) -> Result<Cameras> {
     Ok(cameras)
 }
 
-/// `images.bin` → images in file order; every CAMERA_ID must be a key of `cameras`.
-fn parse_images<V>(
-    path: &Path,
-    bytes: &[u8],
-    cameras: &HashMap<u32, V>,
-) -> Result<Vec<ImageEntry>> {
+/// `images.bin` → images in file order (a CAMERA_ID missing from `cameras.bin` skips its image in
+/// [`super::read_colmap`], not the model).
+fn parse_images(path: &Path, bytes: &[u8]) -> Result<Vec<ImageEntry>> {
     let mut cur = Cursor::new(path, bytes);
     let n = cur.count("num_reg_images", IMAGE_MIN_BYTES)?;
     let mut images = Vec::with_capacity(n);
@@ -437,16 +432,7 @@ fn parse_images<V>(
             t[k] = cur.f64(field)?;
         }
         let world_to_camera = pose_from_colmap(q, t);
-        let camera_at = cur.pos;
         let camera_id = cur.u32("CAMERA_ID")?;
-        if !cameras.contains_key(&camera_id) {
-            return Err(cur.invalid(
-                "CAMERA_ID",
-                camera_at,
-                "a CAMERA_ID listed in cameras.bin",
-                camera_id.to_string(),
-            ));
-        }
         let name_at = cur.pos;
         let raw = cur.c_string("NAME")?;
         let name = match std::str::from_utf8(raw) {
@@ -999,13 +985,12 @@ mod tests {
             ("images.bin", encode_images(&imgs)),
             ("points3D.bin", encode_points(&pts)),
         ];
-        let camera_ids: HashMap<u32, ()> = [(1, ()), (2, ())].into();
         for (name, bytes) in &files {
             let path = PathBuf::from("/model").join(name);
             let parse = |b: &[u8]| -> Result<()> {
                 match *name {
                     "cameras.bin" => parse_cameras(&path, b, true).map(drop),
-                    "images.bin" => parse_images(&path, b, &camera_ids).map(drop),
+                    "images.bin" => parse_images(&path, b).map(drop),
                     _ => parse_points(&path, b).map(drop),
                 }
             };
@@ -1056,8 +1041,7 @@ mod tests {
         let err = parse_cameras(path, &huge, true).unwrap_err();
         assert!(matches!(err, Error::Corrupt { .. }), "{err}");
         assert!(err.to_string().contains("num_cameras"), "{err}");
-        let no_cameras: HashMap<u32, ()> = [(1, ())].into();
-        let err = parse_images(path, &huge, &no_cameras).unwrap_err();
+        let err = parse_images(path, &huge).unwrap_err();
         assert!(err.to_string().contains("num_reg_images"), "{err}");
         let err = parse_points(path, &huge).unwrap_err();
         assert!(err.to_string().contains("num_points"), "{err}");
@@ -1067,7 +1051,7 @@ mod tests {
         let mut bytes = encode_images(&[image]);
         let n = bytes.len();
         bytes[n - 8..].copy_from_slice(&(u64::MAX / 2).to_le_bytes());
-        let err = parse_images(path, &bytes, &no_cameras).unwrap_err();
+        let err = parse_images(path, &bytes).unwrap_err();
         assert!(matches!(err, Error::Corrupt { .. }), "{err}");
         assert!(err.to_string().contains("num_points2D"), "{err}");
 
@@ -1158,16 +1142,6 @@ mod tests {
                 cams.clone(),
                 {
                     let mut i = imgs.clone();
-                    i[0].camera_id = 8;
-                    i
-                },
-                pts.clone(),
-                "(IMAGE_ID 7) CAMERA_ID at byte 68",
-            ),
-            (
-                cams.clone(),
-                {
-                    let mut i = imgs.clone();
                     i[1].id = 7;
                     i
                 },
@@ -1231,7 +1205,9 @@ mod tests {
             image_file(&dir.path().join("images/a.png"));
             let err = read_colmap(dir.path()).unwrap_err();
             let msg = err.to_string();
-            assert!(matches!(err, Error::Invalid { .. }), "{msg}");
+            // A camera that cannot be used skips its images (here all: one error naming them).
+            let fatal_or_skipped = matches!(err, Error::Invalid { .. } | Error::Empty { .. });
+            assert!(fatal_or_skipped, "{msg}");
             assert!(msg.contains(want), "want `{want}`: {msg}");
         }
     }
@@ -1250,6 +1226,30 @@ mod tests {
             image_file(&dir.path().join("images/a.png"));
             image_file(&dir.path().join("images/sub dir/b c.png"));
             let capture = read_colmap(dir.path()).unwrap();
+            let name = std::str::from_utf8(&imgs[index].name).unwrap();
+            assert_eq!(capture.skipped, [name], "{damage}");
+            assert_eq!(capture.frames.len(), 1, "{damage}");
+        }
+    }
+
+    #[test]
+    fn binary_unknown_or_invalid_camera_skips_its_images_naming_them() {
+        for damage in ["unknown id", "fx zero"] {
+            let dir = tempfile::tempdir().unwrap();
+            let (mut cams, mut imgs, pts) = small_model();
+            let index = 1;
+            match damage {
+                "unknown id" => imgs[index].camera_id = 8,
+                _ => {
+                    let id = imgs[index].camera_id;
+                    let cam = cams.iter_mut().find(|c| c.id == id).unwrap();
+                    cam.params[0] = 0.0;
+                }
+            }
+            write_binary(dir.path(), &cams, &imgs, &pts);
+            image_file(&dir.path().join("images/a.png"));
+            image_file(&dir.path().join("images/sub dir/b c.png"));
+            let capture = read_colmap(dir.path()).unwrap_or_else(|e| panic!("{damage}: {e}"));
             let name = std::str::from_utf8(&imgs[index].name).unwrap();
             assert_eq!(capture.skipped, [name], "{damage}");
             assert_eq!(capture.frames.len(), 1, "{damage}");

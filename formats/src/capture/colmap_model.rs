@@ -236,11 +236,16 @@ pub(super) fn image_name(raw: &str) -> String {
     raw.replace('\\', "/")
 }
 
+/// A camera as read: intrinsics and distortion, or why they cannot be used (the text of the error
+/// naming file, line or byte, field and value). One bad camera of several skips its own images
+/// with a warning rather than refusing the model (issue 44 rule 3).
+pub(super) type CameraEntry = std::result::Result<(Intrinsics, Distortion), String>;
+
 /// A parsed model, text or binary: what [`read_colmap`](super::read_colmap) needs after parsing.
 pub(super) struct ParsedModel {
-    /// Intrinsics and distortion by CAMERA_ID.
-    pub(super) cameras: HashMap<u32, (Intrinsics, Distortion)>,
-    /// Images in file order; every `camera_id` is a key of `cameras`.
+    /// Intrinsics and distortion (or the fault) by CAMERA_ID.
+    pub(super) cameras: HashMap<u32, CameraEntry>,
+    /// Images in file order; a `camera_id` that is no key of `cameras` skips its image.
     pub(super) images: Vec<ImageEntry>,
     /// Points in file order, when the points file exists.
     pub(super) points: Option<SfmPoints>,

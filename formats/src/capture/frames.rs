@@ -1,11 +1,10 @@
 //! What every reader does to its frame list before returning a [`super::model::Capture`]: sort by
-//! name and reject duplicate names ([`sort_frames`]), and log the one warning that lists the
+//! name and drop later listings of a name ([`sort_frames`]), and log the one warning that lists the
 //! frames it skipped ([`warn_skipped`]).
 
 use std::path::Path;
 
 use super::model::Frame;
-use crate::{Error, Result};
 
 /// Log one warning listing skipped frames (count + names) for a reason, if any.
 pub(super) fn warn_skipped(source: &Path, reason: &str, names: &[String], listed: usize) {
@@ -41,12 +40,14 @@ pub(super) fn skipped_message(
 /// rule 3: a bad camera is skipped, never fatal, while the rest stands).
 #[derive(Debug, Default)]
 pub(super) struct Skipped {
-    by_reason: Vec<(&'static str, Vec<String>)>,
+    by_reason: Vec<(String, Vec<String>)>,
 }
 
 impl Skipped {
     /// Record that frame `name` was skipped for `reason`.
-    pub(super) fn push(&mut self, reason: &'static str, name: String) {
+    /// A reason may carry detail (which camera, which fault): frames are grouped by its text.
+    pub(super) fn push(&mut self, reason: impl Into<String>, name: String) {
+        let reason = reason.into();
         match self.by_reason.iter_mut().find(|(r, _)| *r == reason) {
             Some((_, names)) => names.push(name),
             None => self.by_reason.push((reason, vec![name])),
@@ -92,16 +93,23 @@ impl Skipped {
     }
 }
 
-/// Sort frames by name, and reject duplicate names (they would break hold-out by name).
-pub(super) fn sort_frames(source: &Path, field: &str, frames: &mut [Frame]) -> Result<()> {
+/// The reason a later listing of an image already listed is skipped for.
+pub(super) const LISTED_TWICE: &str = "image listed twice; the first listing is kept";
+
+/// Sort frames by name and drop every later listing of a name already listed, with one warning
+/// naming them: two frames of one name would break hold-out by name, but a duplicate row is no
+/// reason to refuse the whole capture (issue 44, rule 3). The first listing (file order) is kept,
+/// as the sort is stable. Returns the dropped names, for [`super::model::Capture::skipped`].
+pub(super) fn sort_frames(source: &Path, frames: &mut Vec<Frame>, listed: usize) -> Vec<String> {
     frames.sort_by(|a, b| a.name.cmp(&b.name));
-    if let Some(w) = frames.windows(2).find(|w| w[0].name == w[1].name) {
-        return Err(Error::Invalid {
-            path: source.to_path_buf(),
-            field: field.into(),
-            expected: "each image listed once".into(),
-            found: format!("`{}` listed twice", w[0].name),
-        });
-    }
-    Ok(())
+    let mut dropped = Vec::new();
+    frames.dedup_by(|later, kept| {
+        let same = later.name == kept.name;
+        if same {
+            dropped.push(later.name.clone());
+        }
+        same
+    });
+    warn_skipped(source, LISTED_TWICE, &dropped, listed);
+    dropped
 }

@@ -148,7 +148,13 @@ pub fn read_llff_file_in(root: &ConfinedRoot, npy_path: &Path) -> Result<Capture
             }
         };
         let field = format!("row {index} (`{name}`)");
-        let stored = stored_intrinsics(npy_path, &field, row)?;
+        let stored = match stored_intrinsics(row) {
+            Ok(stored) => stored,
+            Err(reason) => {
+                skipped.push(reason, name);
+                continue;
+            }
+        };
         let Ok((width, height)) = image_size(&image_path) else {
             skipped.push(IMAGE_UNREADABLE, name);
             continue;
@@ -197,12 +203,13 @@ pub fn read_llff_file_in(root: &ConfinedRoot, npy_path: &Path) -> Result<Capture
             reason: format!("all {listed} rows were skipped: {}", skipped.listing()),
         });
     }
-    sort_frames(npy_path, "rows", &mut frames)?;
+    let mut skipped_names = skipped.names();
+    skipped_names.extend(sort_frames(npy_path, &mut frames, listed));
     Ok(Capture {
         source: npy_path.to_path_buf(),
         frames,
         points: None,
-        skipped: skipped.names(),
+        skipped: skipped_names,
         pose_files: vec![npy_path.to_path_buf()],
         points_file: None,
     })
@@ -328,6 +335,11 @@ fn has_image_extension(path: &Path) -> bool {
 
 /// The reason a row holding NaN or Inf is skipped for.
 const ROW_NOT_FINITE: &str = "row not finite";
+/// Reasons a row whose stored (h, w, focal) column is unusable is skipped for.
+const STORED_H_INVALID: &str = "stored h (column 4 of the 3×5 pose) not a whole number of pixels";
+const STORED_W_INVALID: &str = "stored w (column 4 of the 3×5 pose) not a whole number of pixels";
+const STORED_FOCAL_INVALID: &str =
+    "stored focal (column 4 of the 3×5 pose) not a positive focal length in pixels";
 /// The reason a row whose image header cannot be read is skipped for.
 const IMAGE_UNREADABLE: &str = "image unreadable";
 
@@ -347,27 +359,17 @@ fn world_to_camera(row: &[f64; ROW_LEN]) -> std::result::Result<[[f64; 4]; 4], P
     }
 }
 
-/// Intrinsics from a finite row's (h, w, focal) column: centred principal point, at h × w.
-fn stored_intrinsics(path: &Path, field: &str, row: &[f64; ROW_LEN]) -> Result<Intrinsics> {
+/// Intrinsics from a finite row's (h, w, focal) column: centred principal point, at h × w; or the
+/// reason the row's camera cannot be used. One row's bad h, w or focal is one bad camera, so its
+/// frame is skipped with a warning, not the capture refused (issue 44 rule 3).
+fn stored_intrinsics(row: &[f64; ROW_LEN]) -> std::result::Result<Intrinsics, &'static str> {
     let (h, w, focal) = (row[4], row[9], row[14]);
-    let invalid = |name: &str, expected: &str, found: f64| Error::Invalid {
-        path: path.to_path_buf(),
-        field: format!("{field}: {name} (column 4 of the 3×5 pose)"),
-        expected: expected.into(),
-        found: found.to_string(),
-    };
-    let pixels = |name: &str, v: f64| -> Result<u32> {
-        // Sizes are whole pixel counts stored as floats; a fraction means a different layout.
-        if v >= 1.0 && v <= f64::from(u32::MAX) && v.fract() == 0.0 {
-            Ok(v as u32)
-        } else {
-            Err(invalid(name, "a positive whole number of pixels", v))
-        }
-    };
-    let height = pixels("h", h)?;
-    let width = pixels("w", w)?;
+    // Sizes are whole pixel counts stored as floats; a fraction means a different layout.
+    let pixels = |v: f64| (v >= 1.0 && v <= f64::from(u32::MAX) && v.fract() == 0.0).then_some(v);
+    let height = pixels(h).ok_or(STORED_H_INVALID)? as u32;
+    let width = pixels(w).ok_or(STORED_W_INVALID)? as u32;
     if focal <= 0.0 {
-        return Err(invalid("focal", "a positive focal length in pixels", focal));
+        return Err(STORED_FOCAL_INVALID);
     }
     Ok(Intrinsics {
         fx: focal,
@@ -757,7 +759,7 @@ mod tests {
         half_pixel[4] = 4.5;
         write_capture(dir.path(), "<f8", &[half_pixel], &["a.png"], (6, 4));
         let text = read_llff(dir.path()).unwrap_err().to_string();
-        assert!(text.contains(": h (column 4"), "{text}");
+        assert!(text.contains("a.png (stored h (column 4"), "{text}");
 
         let npy = dir.path().join(POSES_BOUNDS);
         let mut ints = npy_bytes("<i8", &[1, ROW_LEN], &[]);

@@ -296,8 +296,8 @@ fn split_set(names: &[String]) -> Option<Vec<(Split, &String)>> {
 /// the first file that has them.
 ///
 /// # Errors
-/// The errors of [`read_transforms`] for any file; [`Error::Invalid`] when two splits list the
-/// same image.
+/// The errors of [`read_transforms`] for any file (an image two splits list is kept once, with a
+/// warning).
 fn read_split_transforms(
     root: &ConfinedRoot,
     dir: &Path,
@@ -337,12 +337,10 @@ fn read_split_transforms(
             ),
         });
     }
+    let listed = merged.frames.len();
+    let twice = sort_frames(dir, &mut merged.frames, listed);
+    merged.skipped.extend(twice);
     merged.skipped.sort();
-    sort_frames(
-        dir,
-        "frames[].file_path (across the split files)",
-        &mut merged.frames,
-    )?;
     Ok(merged)
 }
 

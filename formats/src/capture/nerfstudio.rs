@@ -27,7 +27,7 @@ use super::intrinsics::Intrinsics;
 use super::masks::Masks;
 use super::model::{Capture, Frame, Split};
 use super::point_cloud::read_point_cloud_ply;
-use super::pose::{PoseDefect, flip_yz_axes, pose_defect, rigid_inverse};
+use super::pose::{flip_yz_axes, pose_defect, rigid_inverse};
 use crate::confined::ConfinedRoot;
 use crate::{Error, Result};
 
@@ -133,7 +133,8 @@ pub(super) fn read_transforms_part(
         };
         return Ok((capture, Some(empty)));
     }
-    sort_frames(json_path, "frames[].file_path", &mut out)?;
+    let mut skipped_names = skipped.skipped.names();
+    skipped_names.extend(sort_frames(json_path, &mut out, frames.len()));
     assign_listed_splits(json_path, &root_keys, &mut out)?;
     let (points, points_file) = match initial_points_file(confined, json_path, &root_keys)? {
         Some(file) => (Some(read_point_cloud_ply(&file)?), Some(file)),
@@ -144,7 +145,7 @@ pub(super) fn read_transforms_part(
             source: json_path.to_path_buf(),
             frames: out,
             points,
-            skipped: skipped.skipped.names(),
+            skipped: skipped_names,
             pose_files: vec![json_path.to_path_buf()],
             points_file,
         },
@@ -179,6 +180,20 @@ fn frames_array<'r>(json_path: &Path, root: &'r Map<String, Value>) -> Result<&'
 
 /// The reason a frame whose image file does not exist is skipped for.
 const IMAGE_MISSING: &str = "image file missing";
+
+/// The reason a frame with an absolute `file_path` is skipped for: a job reads a staged copy of
+/// the capture folder, which an absolute path cannot follow (and must not: paths stay inside the
+/// staged root), so such a frame is one bad frame, named, not a capture refused (issue 44 rule 3).
+const ABSOLUTE_FILE_PATH: &str =
+    "file_path is absolute; paths must be relative to the capture folder";
+
+/// Whether `path` is absolute on any platform a capture may come from: `/…`, `\…`, or a drive
+/// letter (`C:\…`, `C:/…`).
+fn is_absolute_anywhere(path: &str) -> bool {
+    let b = path.as_bytes();
+    let drive = b.len() >= 3 && b[0].is_ascii_alphabetic() && b[1] == b':';
+    path.starts_with('/') || path.starts_with('\\') || (drive && matches!(b[2], b'/' | b'\\'))
+}
 
 /// Frames listed but left out, by reason, and the first missing image's path (for the error when
 /// every frame is skipped).
@@ -243,6 +258,12 @@ impl FrameReader<'_> {
         };
         let file_path = frame_file_path(json_path, &prefix, frame)?;
         let camera_to_world_gl = parse_matrix(json_path, &prefix, frame)?;
+        if is_absolute_anywhere(file_path) {
+            self.skipped
+                .skipped
+                .push(ABSOLUTE_FILE_PATH, file_path.replace('\\', "/"));
+            return Ok(None);
+        }
         let field = format!("{prefix}.file_path");
         let given = self.root.resolve(json_path, &field, base_dir, file_path)?;
         let Some(image_path) = resolve_image(self.root, json_path, &field, given.clone())? else {
@@ -253,11 +274,11 @@ impl FrameReader<'_> {
                 .push(IMAGE_MISSING, frame_name(file_path, None));
             return Ok(None);
         };
-        let world_to_camera = match to_world_to_camera(json_path, &prefix, camera_to_world_gl)? {
+        let world_to_camera = match to_world_to_camera(camera_to_world_gl) {
             Ok(pose) => pose,
-            Err(defect) => {
+            Err(reason) => {
                 let name = frame_name(file_path, image_path.extension());
-                self.skipped.skipped.push(defect.reason(), name);
+                self.skipped.skipped.push(reason, name);
                 return Ok(None);
             }
         };
@@ -584,30 +605,23 @@ fn parse_matrix(path: &Path, prefix: &str, frame: &Map<String, Value>) -> Result
     Ok(m)
 }
 
-/// OpenGL camera_to_world → OpenCV world_to_camera; `Ok(Err(defect))` when the camera cannot be
-/// used (not finite, singular, mirrored, not rigid: the frame is skipped, issue 44 rule 3).
-///
-/// # Errors
-/// [`Error::Invalid`] when the last row is not `[0, 0, 0, 1]` (not a pose matrix at all).
-fn to_world_to_camera(
-    path: &Path,
-    prefix: &str,
-    mut m: [[f64; 4]; 4],
-) -> Result<std::result::Result<[[f64; 4]; 4], PoseDefect>> {
+/// The reason a frame whose matrix's last row is not `[0, 0, 0, 1]` is skipped for.
+const LAST_ROW_NOT_AFFINE: &str =
+    "transform_matrix last row not [0, 0, 0, 1] (written transposed?)";
+
+/// OpenGL camera_to_world → OpenCV world_to_camera, or the reason the camera cannot be used: not
+/// finite, singular, mirrored, not rigid, or a last row other than `[0, 0, 0, 1]` (one matrix
+/// written transposed). Each is one bad frame among many, so the frame is skipped with a warning,
+/// never fatal (issue 44 rule 3).
+fn to_world_to_camera(mut m: [[f64; 4]; 4]) -> std::result::Result<[[f64; 4]; 4], &'static str> {
     if let Some(defect) = pose_defect(&m) {
-        return Ok(Err(defect));
+        return Err(defect.reason());
     }
-    let field = format!("{prefix}.transform_matrix");
     if m[3] != [0.0, 0.0, 0.0, 1.0] {
-        return Err(invalid(
-            path,
-            &field,
-            "last row [0, 0, 0, 1]",
-            format!("{:?}", m[3]),
-        ));
+        return Err(LAST_ROW_NOT_AFFINE);
     }
     flip_yz_axes(&mut m);
-    Ok(Ok(rigid_inverse(&m)))
+    Ok(rigid_inverse(&m))
 }
 
 /// Existing image file for `given` (a `file_path` already resolved inside `root`): as given,
@@ -1395,23 +1409,35 @@ mod confinement_tests {
                 ),
             };
             let got = read_with(&root, &frame, &top);
+            if case % 3 == 0 && is_absolute_anywhere(&w) {
+                // Never read: the frame is skipped, named, saying paths must be relative.
+                let skipped = match &got {
+                    Ok(c) => c.skipped.contains(&w.replace('\\', "/")),
+                    Err(e) => e.to_string().contains(ABSOLUTE_FILE_PATH),
+                };
+                assert!(skipped, "case {case}: {field} = `{w}` → {got:?}");
+                continue;
+            }
             let refused = got.as_ref().is_err_and(|e| is_refusal(e, field));
             assert_eq!(refused, !inside, "case {case}: {field} = `{w}` → {got:?}");
         }
     }
 
-    /// The hostile-team cases: another team's photo by absolute path, by `../`, through a link,
-    /// and a PLY outside the input, each refused naming the field.
+    /// The hostile-team cases: another team's photo by `../`, through a link, and a PLY outside
+    /// the input, each refused naming the field; by absolute path, never read: the frame is
+    /// skipped, named, with the reason that paths must be relative.
     #[test]
     fn absolute_climbing_and_linked_file_paths_and_ply_out_of_the_input_are_refused() {
         let (t, root) = layout();
         let secret = t.path().join("secret.png").display().to_string();
-        for (frame, top, field) in [
-            (
-                format!(r#""file_path": "{secret}""#),
-                "",
-                "frames[0].file_path",
-            ),
+        let got = read_with(&root, &format!(r#""file_path": "{secret}""#), "").unwrap();
+        assert_eq!(got.skipped, std::slice::from_ref(&secret));
+        let read_paths: Vec<_> = got.frames.iter().map(|f| f.image_path.clone()).collect();
+        assert!(
+            !read_paths.iter().any(|p| p.ends_with("secret.png")),
+            "{read_paths:?}"
+        );
+        let cases: [(String, &str, &str); 4] = [
             (
                 r#""file_path": "../../secret.png""#.into(),
                 "",
@@ -1432,7 +1458,8 @@ mod confinement_tests {
                 r#""ply_file_path": "../../points.ply","#,
                 "ply_file_path",
             ),
-        ] {
+        ];
+        for (frame, top, field) in cases {
             let e = read_with(&root, &frame, top).unwrap_err();
             assert!(is_refusal(&e, field), "{frame} {top}: {e}");
             let msg = e.to_string();
