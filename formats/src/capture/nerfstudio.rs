@@ -181,20 +181,6 @@ fn frames_array<'r>(json_path: &Path, root: &'r Map<String, Value>) -> Result<&'
 /// The reason a frame whose image file does not exist is skipped for.
 const IMAGE_MISSING: &str = "image file missing";
 
-/// The reason a frame with an absolute `file_path` is skipped for: a job reads a staged copy of
-/// the capture folder, which an absolute path cannot follow (and must not: paths stay inside the
-/// staged root), so such a frame is one bad frame, named, not a capture refused (issue 44 rule 3).
-const ABSOLUTE_FILE_PATH: &str =
-    "file_path is absolute; paths must be relative to the capture folder";
-
-/// Whether `path` is absolute on any platform a capture may come from: `/…`, `\…`, or a drive
-/// letter (`C:\…`, `C:/…`).
-fn is_absolute_anywhere(path: &str) -> bool {
-    let b = path.as_bytes();
-    let drive = b.len() >= 3 && b[0].is_ascii_alphabetic() && b[1] == b':';
-    path.starts_with('/') || path.starts_with('\\') || (drive && matches!(b[2], b'/' | b'\\'))
-}
-
 /// Frames listed but left out, by reason, and the first missing image's path (for the error when
 /// every frame is skipped).
 #[derive(Default)]
@@ -258,12 +244,6 @@ impl FrameReader<'_> {
         };
         let file_path = frame_file_path(json_path, &prefix, frame)?;
         let camera_to_world_gl = parse_matrix(json_path, &prefix, frame)?;
-        if is_absolute_anywhere(file_path) {
-            self.skipped
-                .skipped
-                .push(ABSOLUTE_FILE_PATH, file_path.replace('\\', "/"));
-            return Ok(None);
-        }
         let field = format!("{prefix}.file_path");
         let given = self.root.resolve(json_path, &field, base_dir, file_path)?;
         let Some(image_path) = resolve_image(self.root, json_path, &field, given.clone())? else {
@@ -1409,35 +1389,23 @@ mod confinement_tests {
                 ),
             };
             let got = read_with(&root, &frame, &top);
-            if case % 3 == 0 && is_absolute_anywhere(&w) {
-                // Never read: the frame is skipped, named, saying paths must be relative.
-                let skipped = match &got {
-                    Ok(c) => c.skipped.contains(&w.replace('\\', "/")),
-                    Err(e) => e.to_string().contains(ABSOLUTE_FILE_PATH),
-                };
-                assert!(skipped, "case {case}: {field} = `{w}` → {got:?}");
-                continue;
-            }
             let refused = got.as_ref().is_err_and(|e| is_refusal(e, field));
             assert_eq!(refused, !inside, "case {case}: {field} = `{w}` → {got:?}");
         }
     }
 
-    /// The hostile-team cases: another team's photo by `../`, through a link, and a PLY outside
-    /// the input, each refused naming the field; by absolute path, never read: the frame is
-    /// skipped, named, with the reason that paths must be relative.
+    /// The hostile-team cases: another team's photo by absolute path, by `../`, through a link,
+    /// and a PLY outside the input, each refused naming the field.
     #[test]
     fn absolute_climbing_and_linked_file_paths_and_ply_out_of_the_input_are_refused() {
         let (t, root) = layout();
         let secret = t.path().join("secret.png").display().to_string();
-        let got = read_with(&root, &format!(r#""file_path": "{secret}""#), "").unwrap();
-        assert_eq!(got.skipped, std::slice::from_ref(&secret));
-        let read_paths: Vec<_> = got.frames.iter().map(|f| f.image_path.clone()).collect();
-        assert!(
-            !read_paths.iter().any(|p| p.ends_with("secret.png")),
-            "{read_paths:?}"
-        );
-        let cases: [(String, &str, &str); 4] = [
+        for (frame, top, field) in [
+            (
+                format!(r#""file_path": "{secret}""#),
+                "",
+                "frames[0].file_path",
+            ),
             (
                 r#""file_path": "../../secret.png""#.into(),
                 "",
@@ -1458,8 +1426,7 @@ mod confinement_tests {
                 r#""ply_file_path": "../../points.ply","#,
                 "ply_file_path",
             ),
-        ];
-        for (frame, top, field) in cases {
+        ] {
             let e = read_with(&root, &frame, top).unwrap_err();
             assert!(is_refusal(&e, field), "{frame} {top}: {e}");
             let msg = e.to_string();
