@@ -53,7 +53,11 @@ pub enum Escape {
 impl std::fmt::Display for Escape {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Escape::Absolute => write!(f, "is an absolute path"),
+            Escape::Absolute => write!(
+                f,
+                "is an absolute path (a job reads a copy of its input folder and follows only \
+                 paths relative to it, even to files inside the original)"
+            ),
             Escape::ClimbsOut => write!(f, "climbs out with `..`"),
             Escape::SymlinkOut { link, target } => write!(
                 f,

@@ -1145,31 +1145,27 @@ mod tests {
     /// an absolute `file_path`): the job goes on with the rest while [`MIN_VIEWS`] remain, and
     /// below that one error names every skipped frame.
     #[test]
-    fn transposed_duplicate_and_absolute_frames_are_skipped_down_to_the_minimum() {
+    fn transposed_and_duplicate_frames_are_skipped_down_to_the_minimum() {
         let d = tempfile::tempdir().unwrap();
         let damage = |dir: &Path, n: usize| {
             let json = small_capture(dir, n, |_| false);
-            let abs = dir.join("images/f4.png").display().to_string();
             let text = std::fs::read_to_string(&json).unwrap();
             let text = text
                 .replacen("[[1,0,0,3],[0,1,0,0],[0,0,1,0],[0,0,0,1]]", "[[1,0,0,0],[0,1,0,0],[0,0,1,0],[3,0,0,1]]", 1)
-                .replacen("\"images/f4.png\"", &format!("{abs:?}"), 1)
                 .replacen("\"frames\": [", "\"frames\": [{\"file_path\": \"images/f1.png\", \"transform_matrix\": [[1,0,0,9],[0,1,0,0],[0,0,1,0],[0,0,0,1]]},", 1);
             std::fs::write(&json, text).unwrap();
-            (json, abs)
+            json
         };
-        let (json, abs) = damage(&d.path().join("seven"), 7);
+        let json = damage(&d.path().join("seven"), 7);
         let ing = ingest_capture(&json, &IngestParams::default(), &d.path().join("o7")).unwrap();
-        assert_eq!(ing.frames.len(), 5);
-        let mut want = vec![abs, "f1.png".to_string(), "f3.png".to_string()];
-        want.sort();
-        assert_eq!(ing.skipped, want);
+        assert_eq!(ing.frames.len(), 6);
+        assert_eq!(ing.skipped, ["f1.png", "f3.png"]);
 
-        let (json, abs) = damage(&d.path().join("five"), 5);
-        let err = ingest_capture(&json, &IngestParams::default(), &d.path().join("o5"))
+        let json = damage(&d.path().join("four"), 4);
+        let err = ingest_capture(&json, &IngestParams::default(), &d.path().join("o4"))
             .unwrap_err()
             .to_string();
-        for name in [abs.as_str(), "f1.png", "f3.png"] {
+        for name in ["f1.png", "f3.png"] {
             assert!(err.contains(name), "{err}");
         }
         assert!(err.contains("only 3 usable views"), "{err}");
