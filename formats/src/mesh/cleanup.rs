@@ -69,15 +69,10 @@ pub fn repair(mesh: &mut Mesh) -> MeshRepair {
     let mut seen: HashMap<[u32; 3], ()> = HashMap::with_capacity(mesh.indices.len() / 3);
     let mut keep = vec![false; mesh.indices.len() / 3];
     for (f, t) in mesh.indices.chunks_exact(3).enumerate() {
-        let p = [
-            point[t[0] as usize],
-            point[t[1] as usize],
-            point[t[2] as usize],
-        ];
-        if p[0] == p[1] || p[1] == p[2] || p[0] == p[2] || zero_area(mesh, t) {
+        let Some(p) = drawable_points(mesh, &point, t) else {
             out.removed_degenerate += 1;
             continue;
-        }
+        };
         let winding = cyclic_key(p);
         if seen.contains_key(&winding) {
             out.removed_duplicate += 1;
@@ -169,15 +164,10 @@ pub fn survey(mesh: &Mesh) -> MeshCleanup {
     let mut seen_triangles: HashMap<[u32; 3], ()> = HashMap::with_capacity(mesh.indices.len() / 3);
     let mut edge_uses: HashMap<[u32; 2], u32> = HashMap::with_capacity(mesh.indices.len());
     for t in mesh.indices.chunks_exact(3) {
-        let p = [
-            point[t[0] as usize],
-            point[t[1] as usize],
-            point[t[2] as usize],
-        ];
-        if p[0] == p[1] || p[1] == p[2] || p[0] == p[2] || zero_area(mesh, t) {
+        let Some(p) = drawable_points(mesh, &point, t) else {
             out.degenerate_triangles += 1;
             continue;
-        }
+        };
         let mut key = p;
         key.sort_unstable();
         if seen_triangles.insert(key, ()).is_some() {
@@ -209,6 +199,18 @@ fn point_ids(positions: &[[f32; 3]]) -> Vec<u32> {
             *ids.entry(key).or_insert(next)
         })
         .collect()
+}
+
+/// Triangle `t`'s point ids (`point`: one id per distinct position), or `None` when it is
+/// degenerate (module docs): the one test [`survey`] and [`repair`] share.
+fn drawable_points(mesh: &Mesh, point: &[u32], t: &[u32]) -> Option<[u32; 3]> {
+    let p = [
+        point[t[0] as usize],
+        point[t[1] as usize],
+        point[t[2] as usize],
+    ];
+    let degenerate = p[0] == p[1] || p[1] == p[2] || p[0] == p[2] || zero_area(mesh, t);
+    (!degenerate).then_some(p)
 }
 
 /// Whether triangle `t`'s corners lie on one line (cross product exactly zero, in f64).
