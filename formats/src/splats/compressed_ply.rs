@@ -167,6 +167,7 @@ fn decode(path: &Path, bytes: &[u8], header: &PlyHeader) -> Result<GaussianSplat
             })
     };
     let columns = Columns::locate(path, find("chunk")?, find("vertex")?)?;
+    columns.check_bounds_finite(path, bytes)?;
     let sh = layouts
         .iter()
         .find(|(name, _)| *name == "sh")
@@ -294,6 +295,31 @@ impl<'a, 'h> Columns<'a, 'h> {
             has_colour_bounds,
             vertex_cols,
         })
+    }
+
+    /// Refuse a NaN/±Inf chunk bound, naming the chunk row and property: every vertex of that
+    /// chunk would decode from it, so naming the first such vertex would point at a row that is
+    /// fine (issue 44, trial F18).
+    fn check_bounds_finite(&self, path: &Path, bytes: &[u8]) -> Result<()> {
+        for c in 0..self.chunk.count {
+            let row = self.chunk.offset + c * self.chunk.stride;
+            for (&col, name) in self.chunk_cols.iter().zip(CHUNK_PROPS) {
+                let value = read_f32(bytes, row + col);
+                if !value.is_finite() {
+                    return Err(Error::Invalid {
+                        path: path.to_path_buf(),
+                        field: format!("chunk[{c}].{name}"),
+                        expected: format!(
+                            "finite bounds (they dequantise vertices {}..{}; re-export the file)",
+                            c * CHUNK_SPLATS,
+                            ((c + 1) * CHUNK_SPLATS).min(self.vertex.count)
+                        ),
+                        found: value.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Every vertex dequantised against its chunk's bounds, with its higher SH bands when the
@@ -738,7 +764,7 @@ pub fn read(path: &Path) -> Result<PlacedSplats> {
         });
     }
     let splats = decode(path, &bytes, &header)?;
-    check_values_finite(path, &splats)?;
+    check_values_finite(path, &splats, false)?;
     domain::checked(path, &ATTRIBUTES, Ok(PlacedSplats::at_zero(splats)))
 }
 
@@ -904,6 +930,34 @@ pub(crate) mod tests {
         std::fs::write(&p, &edited).unwrap();
         let e = read(&p).unwrap_err();
         assert!(e.to_string().contains("element chunk"), "{e}");
+    }
+
+    /// Trial F18, as a rule: a NaN/±Inf in any chunk bound of any chunk is named as that chunk's
+    /// property, never as the first vertex it dequantises.
+    #[test]
+    fn a_non_finite_chunk_bound_is_named_as_the_chunk_property() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("b.compressed.ply");
+        write(&p, &random_splats(700, 1, 1.0, 8)).unwrap();
+        let bytes = std::fs::read(&p).unwrap();
+        let header = parse_header(&p, &bytes).unwrap();
+        let layouts = element_layouts(&p, &bytes, &header).unwrap();
+        let chunk = &layouts.iter().find(|(n, _)| *n == "chunk").unwrap().1;
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY].repeat(4) {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let c = (rng % chunk.count as u64) as usize;
+            let (name, _, at) = chunk.props[(rng >> 8) as usize % chunk.props.len()];
+            let mut edited = bytes.clone();
+            let offset = chunk.offset + c * chunk.stride + at;
+            edited[offset..offset + 4].copy_from_slice(&bad.to_le_bytes());
+            std::fs::write(&p, &edited).unwrap();
+            let e = read(&p).unwrap_err().to_string();
+            assert!(e.contains(&format!("chunk[{c}].{name}")), "{e}");
+            assert!(!e.contains("vertex["), "{e}");
+        }
     }
 
     #[test]

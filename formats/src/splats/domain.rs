@@ -763,4 +763,26 @@ pub(crate) mod tests {
             );
         }
     }
+
+    /// Trial F17, as a rule: a NaN/±Inf `filter_3D` at any vertex is named with `filter_3D`
+    /// (it reaches scale and opacity when baked), never as `scale_*` alone.
+    #[test]
+    fn a_non_finite_filter_3d_is_named_as_filter_3d() {
+        let dir = tempfile::tempdir().unwrap();
+        for seed in 0..6u64 {
+            let mut r = Rng::new(100 + seed);
+            let n = 3 + seed as usize * 5;
+            let s = random_splats(n, 0, 3.0, seed);
+            let mut filter: Vec<f32> = (0..n).map(|_| r.range(1e-4, 0.05)).collect();
+            let at = pick(&mut r, n, 1)[0];
+            filter[at] = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY][seed as usize % 3];
+            let path = dir.path().join(format!("bad{seed}.ply"));
+            raw_ply(&path, &s, Some(&filter));
+            let e = convert::read(&path).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("vertex[{at}].scale_*/filter_3D")),
+                "{e}"
+            );
+        }
+    }
 }

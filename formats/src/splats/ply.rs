@@ -186,7 +186,7 @@ fn read_stored(path: &Path) -> Result<PlacedSplats> {
         let body_len = file_len.saturating_sub(prefix_header.body_offset as u64);
         let (splats, xyz) =
             read_float_double_stream(path, &mut file, leftover, body_len, &prefix_header, &layout)?;
-        return place(path, &xyz, splats);
+        return place(path, &xyz, splats, has_filter_3d(&prefix_header));
     }
     let mut bytes = prefix;
     std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| Error::io(path, e))?;
@@ -203,12 +203,25 @@ fn read_stored(path: &Path) -> Result<PlacedSplats> {
         });
     }
     let (splats, xyz) = read_with_ply_rs(path, &bytes, &header)?;
-    place(path, &xyz, splats)
+    place(path, &xyz, splats, has_filter_3d(&header))
+}
+
+/// Whether the file's vertices carry Mip-Splatting's `filter_3D` (baked in as rows are read).
+fn has_filter_3d(header: &PlyHeader) -> bool {
+    header
+        .elements
+        .iter()
+        .any(|e| e.name == "vertex" && e.properties.iter().any(|(n, _)| n == "filter_3D"))
 }
 
 /// Place `splats` at `xyz` (`[N, 3]` f64 as read; [`PlacedSplats::from_absolute`]), after
-/// checking every value (coordinates first, in f64).
-fn place(path: &Path, xyz: &[f64], splats: GaussianSplats) -> Result<PlacedSplats> {
+/// checking every value (coordinates first, in f64); `filter_3d` as in [`check_values_finite`].
+fn place(
+    path: &Path,
+    xyz: &[f64],
+    splats: GaussianSplats,
+    filter_3d: bool,
+) -> Result<PlacedSplats> {
     if let Some(pos) = xyz.iter().position(|v| !v.is_finite()) {
         return Err(Error::Invalid {
             path: path.to_path_buf(),
@@ -218,7 +231,7 @@ fn place(path: &Path, xyz: &[f64], splats: GaussianSplats) -> Result<PlacedSplat
         });
     }
     let placed = PlacedSplats::from_absolute(xyz, splats);
-    check_values_finite(path, &placed.splats)?;
+    check_values_finite(path, &placed.splats, filter_3d)?;
     Ok(placed)
 }
 

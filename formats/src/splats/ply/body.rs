@@ -260,7 +260,7 @@ pub(super) fn read_float_rows(
         .try_reduce(|| true, |a, b| Ok(a && b))?;
     if !all_finite {
         // Walk the columns in order for the same message as every other reader path.
-        check_values_finite(path, &splats)?;
+        check_values_finite(path, &splats, gather.filter_3d.is_some())?;
     }
     Ok(splats)
 }
