@@ -123,6 +123,9 @@ pub fn read_obj(path: &Path) -> Result<Mesh> {
     super::warn_missing_textures(path, &missing);
 
     let merged = merge_models(path, &models)?;
+    if missing.iter().all(|m| m.field != "mtllib") && merged.triangle_materials.contains(&None) {
+        warn_undefined_materials(path, &materials)?;
+    }
     let mut converter = MaterialConverter {
         obj: path,
         root: &root,
@@ -162,6 +165,45 @@ pub fn read_obj(path: &Path) -> Result<Mesh> {
     };
     super::fill_missing_normals(path, &mut mesh, None);
     Ok(mesh)
+}
+
+/// Warn once for every `usemtl` that names no material of the OBJ's MTL libraries (trial F21):
+/// tobj gives their faces no material, so they are drawn with the white diffuse one meant for
+/// faces before any `usemtl`, which would otherwise go unnoticed. Called only when some faces
+/// have no material, so the second pass over the file costs nothing on well-formed OBJs.
+fn warn_undefined_materials(path: &Path, materials: &[tobj::Material]) -> Result<()> {
+    use std::io::BufRead;
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut undefined: Vec<String> = Vec::new();
+    for line in std::io::BufReader::new(file).split(b'\n') {
+        let line = line.map_err(|e| Error::io(path, e))?;
+        let text = String::from_utf8_lossy(&line);
+        let Some(name) = text.trim_start().strip_prefix("usemtl") else {
+            continue;
+        };
+        if !name.starts_with(char::is_whitespace) {
+            continue;
+        }
+        let name = name.trim();
+        let known = materials.iter().any(|m| m.name == name);
+        if !name.is_empty() && !known && !undefined.iter().any(|u| u == name) {
+            undefined.push(name.to_string());
+        }
+    }
+    if !undefined.is_empty() {
+        let names = undefined
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        tracing::warn!(
+            "{}: `usemtl` names {} material(s) that no `mtllib` of it defines: {names}; their \
+             faces are drawn white (define them in the MTL file or fix the names)",
+            path.display(),
+            undefined.len()
+        );
+    }
+    Ok(())
 }
 
 /// Turns MTL materials into [`Material`]s, loading each texture file once.
@@ -660,6 +702,58 @@ mod tests {
                 .map(|n| n.iter().all(|v| *v == [0.0, 0.0, 1.0])),
             Some(true)
         );
+    }
+
+    /// Trial F21, as a rule over generated OBJs: every `usemtl` naming a material no `mtllib`
+    /// defines is listed in exactly one warning (each name once); an OBJ whose names are all
+    /// defined, or whose faces before any `usemtl` have none, warns nothing.
+    #[test]
+    fn usemtl_of_an_undefined_material_warns_once_naming_each() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("m.mtl"),
+            "newmtl a\nKd 1 0 0\nnewmtl b\nKd 0 1 0\n",
+        )
+        .unwrap();
+        let names = ["a", "b", "ghost", "Ghost 2", "a"];
+        let mut state = 7u64;
+        for case in 0..24 {
+            let mut text = String::from("mtllib m.mtl\nv 0 0 0\nv 1 0 0\nv 0 1 0\n");
+            if case % 3 == 0 {
+                text.push_str("f 1 2 3\n");
+            }
+            let mut undefined: Vec<&str> = Vec::new();
+            for _ in 0..1 + case % 4 {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let name = names[(state >> 33) as usize % names.len()];
+                text.push_str(&format!("usemtl {name}\nf 1 2 3\n"));
+                if name != "a" && name != "b" && !undefined.contains(&name) {
+                    undefined.push(name);
+                }
+            }
+            let obj = dir.path().join(format!("c{case}.obj"));
+            std::fs::write(&obj, &text).unwrap();
+            let (mesh, lines) = crate::splats::domain::tests::warnings(|| read_obj(&obj).unwrap());
+            assert!(!mesh.indices.is_empty());
+            let about: Vec<&String> = lines.iter().filter(|l| l.contains("usemtl")).collect();
+            if undefined.is_empty() {
+                assert!(about.is_empty(), "case {case}: {text}\n{lines:?}");
+                continue;
+            }
+            assert_eq!(about.len(), 1, "case {case}: {text}\n{lines:?}");
+            let line = about[0];
+            assert!(line.contains(&format!("c{case}.obj")), "{line}");
+            assert!(
+                line.contains(&format!("names {} material", undefined.len())),
+                "{line}"
+            );
+            for name in &undefined {
+                assert!(line.contains(&format!("`{name}`")), "{line}");
+            }
+            assert!(!line.contains("`a`") && !line.contains("`b`"), "{line}");
+        }
     }
 
     /// OBJ `v` runs up, glTF `v` down: `vt 0 0` at (0,0,0) becomes (0, 1), `vt 1 1` at (2,1,0)
