@@ -114,9 +114,11 @@ pub async fn run_stage(
         finished: done.keys().copied().collect(),
     };
     bytes_read += stage.bytes_read(&cx);
-    let warnings = crate::warnings::Collector::begin(node.kind);
-    let mut output = run_with_checkpoint(plan, stage, cx, &partial, warnings.span()).await?;
-    crate::warnings::record_in(&mut output.summary, &warnings.finish());
+    let warnings = crate::warnings::Collector::begin(node.kind).stop_on_warning(plan.strict);
+    let result = run_with_checkpoint(plan, stage, cx, &partial, warnings.scope()).await;
+    let warnings = warnings.finish();
+    let mut output = stopped_by_strict(plan, node.kind, result, &warnings)?;
+    crate::warnings::record_in(&mut output.summary, &warnings);
     refuse_warnings_when_strict(plan, node.kind, &output.summary)?;
     let (summary, written) = match stage.keep() {
         Keep::WorkDir => {
@@ -147,6 +149,25 @@ fn refuse_when_stopping(kind: StageKind) -> Result<()> {
         at: "before it started".into(),
         resume: "the stages finished so far are kept: run the same job again to go on".into(),
     })
+}
+
+/// A stage's result, where work that stopped early because it warned under `strict = true`
+/// ([`crate::warnings::strict_stage_warned`]) fails with the strict refusal listing its
+/// warnings, not as interrupted.
+fn stopped_by_strict<T>(
+    plan: &JobPlan,
+    kind: StageKind,
+    result: Result<T>,
+    warnings: &[String],
+) -> Result<T> {
+    match result {
+        Err(Error::Interrupted { .. })
+            if plan.strict && !warnings.is_empty() && !crate::interrupt::stop_requested() =>
+        {
+            Err(crate::warnings::strict_refusal(kind, warnings))
+        }
+        other => other,
+    }
 }
 
 /// Under the job file's `strict = true`, a stage whose summary records warnings fails (before
@@ -183,7 +204,14 @@ async fn fetch_first_stage_input(plan: &JobPlan, node: &StageNode) -> Result<Opt
     let staged = staged_input(plan)?;
     // The folder the input is staged in reads as the user's own folder, in messages about the
     // files beside the input too (an OBJ's MTL, a glTF's images, a capture's photos).
-    crate::input_alias::register(&dest, &user_folder(&staged.stage, &dest));
+    let user = user_folder(&staged.stage, &dest);
+    crate::input_alias::register(&dest, &user);
+    if crate::location::Location::parse(&staged.stage)
+        .is_ok_and(|l| matches!(l, crate::location::Location::Local(_)))
+    {
+        // Absolute paths that the input's files write into the user's own folder read the copy.
+        kiln_formats::confined::register_original(&dest, Path::new(&user));
+    }
     let fetched = crate::storage::fetch(&staged.stage, &dest, node.stage.fetch_siblings())
         .await
         .map_err(Error::in_user_terms)?;
@@ -355,7 +383,7 @@ fn hold_device(
     Ok(r)
 }
 
-/// Run the stage on a blocking thread into `out`, inside `span` (its warnings are collected
+/// Run the stage on a blocking thread into `out`, inside `scope` (its warnings are collected
 /// there); with a shared stage cache, its checkpoint travels meanwhile. Errors about a fetched
 /// input name the user's path or URL, not the work folder's copy.
 async fn run_with_checkpoint(
@@ -363,7 +391,7 @@ async fn run_with_checkpoint(
     stage: &Arc<dyn AnyStage>,
     cx: StageContext,
     out: &Path,
-    span: tracing::Span,
+    scope: crate::warnings::Scope,
 ) -> Result<Output<serde_json::Value>> {
     let kind = stage.kind();
     let uploader = match (&plan.stage_cache, stage.checkpoint(plan)) {
@@ -374,7 +402,7 @@ async fn run_with_checkpoint(
     };
     let fetched = cx.fetched_input.clone();
     let (stage2, out2) = (Arc::clone(stage), out.to_path_buf());
-    let result = tokio::task::spawn_blocking(move || span.in_scope(|| stage2.run_json(&cx, &out2)))
+    let result = tokio::task::spawn_blocking(move || scope.run(|| stage2.run_json(&cx, &out2)))
         .await
         .map_err(join_err)
         .and_then(|r| r)

@@ -7,7 +7,8 @@
 //! event emitted inside it, and the engine stores them in the stage's summary under
 //! [`WARNINGS`]. From there `kiln run`, `kiln report` (text and `--json`), the job page, the API's
 //! job record and the published `manifest.json` show them, and a job file's `strict = true`
-//! makes a stage with warnings fail ([`strict_refusal`]).
+//! makes a stage with warnings fail ([`strict_refusal`]); long work polls
+//! [`strict_stage_warned`] to fail at the first warning instead of at the stage's end.
 //!
 //! The layer sees events whatever `RUST_LOG` filters out of the log, except the database
 //! driver's (`sqlx*`, which may quote a connection string). Events on threads that did not enter the stage's span (a rayon worker inside a stage)
@@ -36,8 +37,17 @@ const SPAN: &str = "kiln_stage_warnings";
 const ID_FIELD: &str = "kiln_warnings";
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-/// What one open collector holds: the messages kept and the number left out.
-type Collected = (Vec<String>, usize);
+/// What one open collector holds.
+#[derive(Debug, Default)]
+struct Collected {
+    /// The messages kept (at most [`MAX_PER_STAGE`]).
+    kept: Vec<String>,
+    /// How many more were given.
+    left_out: usize,
+    /// Under `strict = true`: the stage's long work should stop at its first warning
+    /// ([`strict_stage_warned`]).
+    stop_on_warning: bool,
+}
 /// Open collectors by id.
 type OpenCollectors = Option<HashMap<u64, Collected>>;
 static OPEN: Mutex<OpenCollectors> = Mutex::new(None);
@@ -61,11 +71,21 @@ impl Collector {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         open()
             .get_or_insert_with(HashMap::new)
-            .insert(id, (Vec::new(), 0));
+            .insert(id, Collected::default());
         // TRACE, so the log (filtered at info by default) does not prefix every line with it;
         // the layer has no filter and sees it anyway.
         let span = tracing::trace_span!(SPAN, kiln_warnings = id, stage = kind.name());
         Collector { id, span }
+    }
+
+    /// Under `strict = true` (`yes`), the stage's long work stops at its first warning instead
+    /// of running to the end to be refused then ([`strict_stage_warned`]).
+    #[must_use]
+    pub fn stop_on_warning(self, yes: bool) -> Collector {
+        if let Some(c) = open().as_mut().and_then(|m| m.get_mut(&self.id)) {
+            c.stop_on_warning = yes;
+        }
+        self
     }
 
     /// The span to enter on every thread that runs the stage.
@@ -74,12 +94,24 @@ impl Collector {
         self.span.clone()
     }
 
+    /// The span, and this collector as the one [`strict_stage_warned`] asks about, for the
+    /// thread that runs the stage's main loop ([`Scope::run`]).
+    #[must_use]
+    pub fn scope(&self) -> Scope {
+        Scope {
+            span: self.span.clone(),
+            id: self.id,
+        }
+    }
+
     /// The warnings collected, in the order given, each in the user's terms (work-folder copies
     /// of inputs named by the user's own location); at most [`MAX_PER_STAGE`] and a count of
     /// the rest.
     #[must_use]
     pub fn finish(self) -> Vec<String> {
-        let (mut kept, left_out) = open()
+        let Collected {
+            mut kept, left_out, ..
+        } = open()
             .as_mut()
             .and_then(|m| m.remove(&self.id))
             .unwrap_or_default();
@@ -99,13 +131,52 @@ impl Drop for Collector {
 }
 
 fn record(id: u64, message: String) {
-    if let Some((kept, left_out)) = open().as_mut().and_then(|m| m.get_mut(&id)) {
-        if kept.len() < MAX_PER_STAGE {
-            kept.push(crate::input_alias::in_user_terms(&message).into_owned());
+    if let Some(c) = open().as_mut().and_then(|m| m.get_mut(&id)) {
+        if c.kept.len() < MAX_PER_STAGE {
+            c.kept
+                .push(crate::input_alias::in_user_terms(&message).into_owned());
         } else {
-            *left_out += 1;
+            c.left_out += 1;
         }
     }
+}
+
+thread_local! {
+    /// The collector of the stage whose main loop runs on this thread ([`Scope::run`]).
+    static CURRENT: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// A stage's collecting span plus its collector's id, moved to the thread that runs it.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    span: tracing::Span,
+    id: u64,
+}
+
+impl Scope {
+    /// Run `f` inside the span, with this collector as the thread's current one.
+    pub fn run<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.span.in_scope(|| {
+            let before = CURRENT.replace(Some(self.id));
+            let out = f();
+            CURRENT.set(before);
+            out
+        })
+    }
+}
+
+/// Whether the stage running on this thread ([`Scope::run`]) runs under `strict = true` and has
+/// warned: its long work (the training loop, once per step) stops then, so a strict job fails
+/// at its first warning rather than after every step (issue 44, trial F12).
+#[must_use]
+pub fn strict_stage_warned() -> bool {
+    let Some(id) = CURRENT.get() else {
+        return false;
+    };
+    open()
+        .as_ref()
+        .and_then(|m| m.get(&id))
+        .is_some_and(|c| c.stop_on_warning && !c.kept.is_empty())
 }
 
 /// The collector id a span carries (its extension).
@@ -180,15 +251,26 @@ impl Visit for IdVisitor {
 #[derive(Default)]
 struct MessageVisitor {
     message: String,
-    fields: Vec<String>,
+    /// (name, value) of each field but the message.
+    fields: Vec<(&'static str, String)>,
 }
 
 impl MessageVisitor {
+    /// The message, then `(name=value, …)` for the fields whose value (of 6 characters or more)
+    /// it does not already quote: a reader that names its file in the text and as a field says
+    /// it once.
     fn finish(self) -> String {
-        if self.fields.is_empty() {
+        let fields: Vec<String> = self
+            .fields
+            .iter()
+            // Short values (a count, a step) may appear in the text by chance: always kept.
+            .filter(|(_, value)| value.len() < 6 || !self.message.contains(value.as_str()))
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect();
+        if fields.is_empty() {
             self.message
         } else {
-            format!("{} ({})", self.message, self.fields.join(", "))
+            format!("{} ({})", self.message, fields.join(", "))
         }
     }
 }
@@ -198,14 +280,14 @@ impl Visit for MessageVisitor {
         if field.name() == "message" {
             self.message = value.to_string();
         } else {
-            self.fields.push(format!("{}={value}", field.name()));
+            self.fields.push((field.name(), value.to_string()));
         }
     }
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
         if field.name() == "message" {
             self.message = format!("{value:?}");
         } else {
-            self.fields.push(format!("{}={value:?}", field.name()));
+            self.fields.push((field.name(), format!("{value:?}")));
         }
     }
 }
@@ -287,6 +369,7 @@ mod tests {
             let _g = c.span().entered();
             tracing::info!("info: not a warning");
             tracing::warn!(path = "/data/a.obj", "texture missing");
+            tracing::warn!(file = "/data/b.obj", n = 2, "/data/b.obj: 2 faces dropped");
             let inner = tracing::info_span!("nested");
             let _g2 = inner.enter();
             tracing::error!("an error inside a nested span");
@@ -303,6 +386,7 @@ mod tests {
             c.finish(),
             vec![
                 "texture missing (path=/data/a.obj)".to_string(),
+                "/data/b.obj: 2 faces dropped (n=2)".to_string(),
                 "an error inside a nested span".to_string(),
                 "from a helper thread".to_string(),
             ]
@@ -336,5 +420,102 @@ mod tests {
         assert_eq!(job.len(), 2);
         assert_eq!(job[1].stage, "ingest");
         assert_eq!(job[1].message, "b");
+    }
+
+    /// Rule 5 as a property over generated stages: two stages run at once (as on a worker with
+    /// two jobs), each giving a random mix of info, warn and error events from its own thread and
+    /// from helper threads inside its span, with noise outside any span. Each collector holds
+    /// exactly its own WARN/ERROR messages (its own thread's in order), capped with a count;
+    /// under `stop_on_warning` [`strict_stage_warned`] turns true at the first one, and only on
+    /// its own stage's thread.
+    #[test]
+    fn each_stage_collects_exactly_its_own_warnings_over_generated_runs() {
+        install_for_tests();
+        for seed in 0..24u64 {
+            let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut next = move |n: u64| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state % n
+            };
+            let plans: Vec<Vec<(u64, bool)>> = (0..2)
+                .map(|_| {
+                    let events = next(80);
+                    (0..events).map(|_| (next(3), next(4) == 0)).collect()
+                })
+                .collect();
+            let handles: Vec<_> = plans
+                .into_iter()
+                .enumerate()
+                .map(|(stage, events)| {
+                    std::thread::spawn(move || {
+                        let c = Collector::begin(StageKind::TILE).stop_on_warning(stage == 0);
+                        let scope = c.scope();
+                        let mut want_own = Vec::new();
+                        let mut want_helper = Vec::new();
+                        let mut first_seen_at = None;
+                        scope.run(|| {
+                            for (i, &(level, on_helper)) in events.iter().enumerate() {
+                                let text = format!("s{stage} e{i}");
+                                let counted = level > 0;
+                                if on_helper {
+                                    let span = c.span();
+                                    let t = text.clone();
+                                    std::thread::spawn(move || {
+                                        let _g = span.entered();
+                                        match level {
+                                            0 => tracing::info!("{t}"),
+                                            1 => tracing::warn!("{t}"),
+                                            _ => tracing::error!("{t}"),
+                                        }
+                                    })
+                                    .join()
+                                    .unwrap();
+                                } else {
+                                    match level {
+                                        0 => tracing::info!("{text}"),
+                                        1 => tracing::warn!("{text}"),
+                                        _ => tracing::error!("{text}"),
+                                    }
+                                }
+                                if counted {
+                                    if on_helper {
+                                        want_helper.push(text);
+                                    } else {
+                                        want_own.push(text);
+                                    }
+                                    first_seen_at.get_or_insert(i);
+                                }
+                                let stop = strict_stage_warned();
+                                assert_eq!(stop, stage == 0 && first_seen_at.is_some());
+                            }
+                        });
+                        tracing::warn!("s{stage}: outside the span");
+                        assert!(!strict_stage_warned(), "outside the stage's scope");
+                        (want_own, want_helper, c.finish())
+                    })
+                })
+                .collect();
+            for h in handles {
+                let (own, helper, got) = h.join().unwrap();
+                let total = own.len() + helper.len();
+                let kept = total.min(MAX_PER_STAGE);
+                assert_eq!(got.len(), kept + usize::from(total > MAX_PER_STAGE));
+                if total > MAX_PER_STAGE {
+                    assert_eq!(
+                        got[kept],
+                        format!("… and {} more warnings (see the log)", total - kept)
+                    );
+                }
+                let got = &got[..kept];
+                // Events are emitted one at a time, so the kept ones are the first `kept`.
+                let mut all: Vec<&String> = own.iter().chain(&helper).collect();
+                let order = |t: &String| t.split(" e").nth(1).unwrap().parse::<usize>().unwrap();
+                all.sort_by_key(|t| order(t));
+                let want: Vec<&String> = all.into_iter().take(kept).collect();
+                assert_eq!(got.iter().collect::<Vec<_>>(), want, "seed {seed}");
+            }
+        }
     }
 }

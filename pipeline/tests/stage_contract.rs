@@ -341,3 +341,81 @@ async fn a_stage_s_warnings_are_in_its_summary_survive_the_cache_and_fail_it_und
         .is_err()
     );
 }
+
+/// A toy long stage (like `train`): warns before its first step, then runs `STEPS` steps,
+/// polling [`kiln_pipeline::warnings::strict_stage_warned`] after each as the training loop's
+/// checkpointer does, and stops as interrupted when it says so.
+struct LongWarner;
+const LONG_WARNER: StageKind = StageKind::new("long-warner");
+const STEPS: usize = 1000;
+static STEPS_RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl Stage for LongWarner {
+    type Summary = ReverseSummary;
+    fn kind(&self) -> StageKind {
+        LONG_WARNER
+    }
+    fn inputs(&self) -> Vec<Input> {
+        Vec::new()
+    }
+    fn key_params(&self, _plan: &JobPlan) -> serde_json::Value {
+        serde_json::json!({})
+    }
+    fn run(&self, _cx: &StageContext, out: &Path) -> kiln_pipeline::Result<Output<ReverseSummary>> {
+        use std::sync::atomic::Ordering;
+        STEPS_RUN.store(0, Ordering::SeqCst);
+        tracing::warn!("no structure-from-motion points");
+        for step in 1..=STEPS {
+            STEPS_RUN.store(step, Ordering::SeqCst);
+            if kiln_pipeline::warnings::strict_stage_warned() {
+                return Err(kiln_pipeline::Error::Interrupted {
+                    stage: "long-warner",
+                    at: format!("after step {step}"),
+                    resume: "run again".into(),
+                });
+            }
+        }
+        std::fs::write(out.join("ok.txt"), "ok").unwrap();
+        Ok(Output::new(ReverseSummary { bytes: 2 }))
+    }
+}
+
+/// Issue 44 (trial F12): under `strict = true` a long stage stops at its first warning (after
+/// one step, not all of them) and fails with the strict refusal naming the warning; without
+/// `strict` the same stage runs every step and records the warning.
+#[tokio::test]
+async fn under_strict_a_long_stage_stops_at_its_first_warning() {
+    use std::sync::atomic::Ordering;
+    kiln_pipeline::warnings::install_for_tests();
+    let root = tempfile::tempdir().unwrap();
+    let input = root.path().join("in.txt");
+    std::fs::write(&input, "kiln").unwrap();
+    let dag = Dag::from_stages(
+        JobKind::Splats,
+        vec![Arc::new(LongWarner) as Arc<dyn AnyStage>],
+    );
+    let node = dag.node(LONG_WARNER).unwrap();
+    let strict = JobPlan {
+        strict: true,
+        ..plan(root.path(), &input)
+    };
+    let e = run_stage(&strict, node, &HashMap::new()).await.unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("strict") && text.contains("1 warning(s)"),
+        "{text}"
+    );
+    assert!(text.contains("no structure-from-motion points"), "{text}");
+    assert_eq!(STEPS_RUN.load(Ordering::SeqCst), 1);
+
+    let lenient = JobPlan {
+        work_dir: root.path().join("lenient-work"),
+        ..plan(root.path(), &input)
+    };
+    let done = run_stage(&lenient, node, &HashMap::new()).await.unwrap();
+    assert_eq!(STEPS_RUN.load(Ordering::SeqCst), STEPS);
+    assert_eq!(
+        kiln_pipeline::warnings::of_summary(&done.summary),
+        vec!["no structure-from-motion points".to_string()]
+    );
+}

@@ -66,7 +66,8 @@ impl Stage for Train {
             path: Stage::checkpoint(self, plan).expect("train has a checkpoint"),
             key: cx.key.clone(),
             every: plan.train.checkpoint_every,
-            stop: crate::interrupt::stop_requested,
+            // A stop request, or a warning under `strict = true`: the job fails at once then.
+            stop: || crate::interrupt::stop_requested() || crate::warnings::strict_stage_warned(),
         };
         let result = train_checkpointed(
             &cx.renderer,
