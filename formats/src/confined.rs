@@ -55,8 +55,9 @@ impl std::fmt::Display for Escape {
         match self {
             Escape::Absolute => write!(
                 f,
-                "is an absolute path (a job reads a copy of its input folder and follows only \
-                 paths relative to it, even to files inside the original)"
+                "is an absolute path outside the input (a job reads a copy of its input folder; \
+                 an absolute path is followed only into the folder the job was given, as the \
+                 same file of the copy)"
             ),
             Escape::ClimbsOut => write!(f, "climbs out with `..`"),
             Escape::SymlinkOut { link, target } => write!(
@@ -123,7 +124,14 @@ impl ConfinedRoot {
     ) -> Result<PathBuf> {
         let refuse = |why: Escape| self.refusal(referrer, field, written, why);
         if is_absolute_name(written) {
-            return Err(refuse(Escape::Absolute));
+            // A tool that wrote absolute paths into the user's own folder (issue 44, trial F10):
+            // the same file of the copy, checked as a relative name would be.
+            return match self.in_original(written) {
+                Some(relative) => self
+                    .resolve(referrer, field, &self.root, &relative)
+                    .map_err(|_| refuse(Escape::Absolute)),
+                None => Err(refuse(Escape::Absolute)),
+            };
         }
         let Some(mut inside) = self.relative_part(base) else {
             return Err(refuse(Escape::ClimbsOut));
@@ -172,6 +180,29 @@ impl ConfinedRoot {
             Some(why) => Err(self.refusal(referrer, field, &shown, why)),
             None => Ok(()),
         }
+    }
+
+    /// `written` (an absolute path) relative to the user's folder this root is a copy of
+    /// ([`register_original`]), when it lies inside that folder; `None` otherwise.
+    fn in_original(&self, written: &str) -> Option<String> {
+        let originals = ORIGINALS
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let written = Path::new(written);
+        originals.iter().find_map(|(copy, spellings)| {
+            let below = self.root.strip_prefix(copy).ok()?;
+            spellings.iter().find_map(|original| {
+                let rel = written.strip_prefix(original.join(below)).ok()?;
+                let parts: Option<Vec<&str>> = rel
+                    .components()
+                    .map(|c| match c {
+                        Component::Normal(n) => n.to_str(),
+                        _ => None,
+                    })
+                    .collect();
+                parts.filter(|p| !p.is_empty()).map(|p| p.join("/"))
+            })
+        })
     }
 
     /// Whether `path` lies lexically inside the root (no file system access).
@@ -246,6 +277,27 @@ impl ConfinedRoot {
             root: self.root.clone(),
         }
     }
+}
+
+/// Work-folder copies and the user's folders they were staged from (each as given, made
+/// absolute, and with its links resolved).
+type Originals = Vec<(PathBuf, Vec<PathBuf>)>;
+static ORIGINALS: std::sync::RwLock<Originals> = std::sync::RwLock::new(Vec::new());
+
+/// Record that the folder `copy` (a job's staged input) is a copy of the user's local folder
+/// `original`: an absolute path that an input file writes into `original` then resolves to the
+/// same file of `copy` ([`ConfinedRoot::resolve`]). Only the copy is ever read, so this lets no
+/// name reach outside what the job was given.
+pub fn register_original(copy: &Path, original: &Path) {
+    let mut spellings = vec![original.to_path_buf()];
+    spellings.extend(std::path::absolute(original).ok());
+    spellings.extend(std::fs::canonicalize(original).ok());
+    spellings.dedup();
+    let mut all = ORIGINALS
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    all.retain(|(c, _)| c != copy);
+    all.push((copy.to_path_buf(), spellings));
 }
 
 /// `/x`, `\x`, `C:\x`, `C:/x` or `C:x`: a name that does not start from the folder it is read in.
@@ -440,6 +492,58 @@ mod tests {
             "{msg}"
         );
         assert!(msg.contains("t.json") && msg.contains("inside"), "{msg}");
+    }
+
+    /// Issue 44 (trial F10): an absolute path into the user's own folder resolves to the same
+    /// file of the job's copy; an absolute path anywhere else (beside it, climbing out of it,
+    /// into another job's original) stays refused.
+    #[test]
+    fn absolute_paths_into_the_users_own_folder_resolve_to_the_copy() {
+        let t = tempfile::tempdir().unwrap();
+        let original = t.path().join("team/capture");
+        let copy = t.path().join("work/job/input");
+        let other_copy = t.path().join("work/other/input");
+        for dir in [
+            &original,
+            &copy,
+            &other_copy,
+            &t.path().join("team/elsewhere"),
+        ] {
+            std::fs::create_dir_all(dir.join("images")).unwrap();
+        }
+        register_original(&copy, &original);
+        register_original(&other_copy, &t.path().join("team/elsewhere"));
+        let r = ConfinedRoot::new(&copy).unwrap();
+        let j = Path::new("transforms.json");
+        let o = original.display().to_string();
+        assert_eq!(
+            r.resolve(j, "file_path", &copy, &format!("{o}/images/a.png"))
+                .unwrap(),
+            copy.join("images/a.png")
+        );
+        assert_eq!(
+            r.resolve(
+                j,
+                "file_path",
+                &copy.join("images"),
+                &format!("{o}/./b.png")
+            )
+            .unwrap(),
+            copy.join("b.png")
+        );
+        for outside in [
+            format!("{o}/../elsewhere/images/a.png"),
+            format!("{o}-2/images/a.png"),
+            format!("{}/images/a.png", t.path().join("team/elsewhere").display()),
+            o.clone(),
+            "/etc/passwd".into(),
+        ] {
+            assert_eq!(
+                why(r.resolve(j, "file_path", &copy, &outside).unwrap_err()),
+                Escape::Absolute,
+                "{outside}"
+            );
+        }
     }
 
     /// A base folder outside the root resolves nothing (fail closed); one spelled through a link

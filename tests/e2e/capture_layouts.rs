@@ -245,3 +245,50 @@ fn a_job_pointed_at_transforms_json_stages_the_capture_around_it() {
     let views = metrics["train_views"].as_u64().unwrap() + metrics["test_views"].as_u64().unwrap();
     assert_eq!(views, 50, "{metrics}");
 }
+
+/// Issue 44 (trial F10): a capture whose `transforms.json` names its photos by absolute paths
+/// into the capture's own folder (as some exporters write them) trains from the job's copy of
+/// those photos; an absolute path elsewhere stays refused (issue 41, `regression.rs`).
+#[test]
+fn absolute_photo_paths_into_the_users_own_capture_read_its_copy() {
+    let sb = Sandbox::new();
+    let fox = dataset("capture-fox-instantngp");
+    let cap = sb.path().join("abs-fox");
+    link_files(&fox.join("images"), &cap.join("images"));
+    let text = std::fs::read_to_string(fox.join("transforms.json")).unwrap();
+    let mut root: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let frames: Vec<serde_json::Value> = root["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| fox.join(f["file_path"].as_str().unwrap()).is_file())
+        .take(8)
+        .map(|f| {
+            let mut f = f.clone();
+            let rel = f["file_path"].as_str().unwrap().to_string();
+            f["file_path"] = cap.join(rel).display().to_string().into();
+            f
+        })
+        .collect();
+    root["frames"] = serde_json::Value::Array(frames);
+    std::fs::write(
+        cap.join("transforms.json"),
+        serde_json::to_vec_pretty(&root).unwrap(),
+    )
+    .unwrap();
+    let job = sb.job(
+        "abs-fox",
+        &format!(
+            "name = \"abs-fox\"\nkind = \"capture\"\ninput = \"{}\"\noutput = \"out/abs-fox\"\n\
+             [ingest]\nmax_side = 32\n[train]\nsteps = 10\nseed = 1\n",
+            cap.display()
+        ),
+    );
+    let o = sb.kiln(&["run", job.to_str().unwrap()]);
+    ok(&o);
+    let metrics: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(sb.path().join("out/abs-fox/metrics.json")).unwrap())
+            .unwrap();
+    let views = metrics["train_views"].as_u64().unwrap() + metrics["test_views"].as_u64().unwrap();
+    assert_eq!(views, 8, "{metrics}");
+}
