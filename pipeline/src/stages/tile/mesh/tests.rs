@@ -609,6 +609,137 @@ fn ktx2_sources_stay_ktx2_with_their_codec_at_every_level() {
     }
 }
 
+/// A jet-fighter-like GLB as exporters write it (issue 44's done-when): chess-board.glb's mesh 2
+/// (8,896 triangles, `KHR_draco_mesh_compression`, its accessors view-less by design), its base
+/// colour as a 512² ETC1S KTX2 through `KHR_texture_basisu` (no PNG fallback), and 15 unused
+/// accessors without a `bufferView` (glTF allows them; the jet carried 15). Returns the file.
+fn jet_like_glb(dir: &Path) -> PathBuf {
+    use kiln_formats::mesh::{BasisCodec, encode_ktx2};
+    let src = std::fs::read(dataset("mesh-playcanvas-glb/chess-board.glb")).unwrap();
+    let json_len = u32::from_le_bytes(src[12..16].try_into().unwrap()) as usize;
+    let json: serde_json::Value = serde_json::from_slice(&src[20..20 + json_len]).unwrap();
+    let bin_at = 20 + json_len.next_multiple_of(4) + 8;
+    let view_bytes = |v: &serde_json::Value| {
+        let start = bin_at + v["byteOffset"].as_u64().unwrap_or(0) as usize;
+        src[start..start + v["byteLength"].as_u64().unwrap() as usize].to_vec()
+    };
+    let prim = &json["meshes"][2]["primitives"][0];
+    let draco = &prim["extensions"]["KHR_draco_mesh_compression"];
+    let stream = view_bytes(&json["bufferViews"][draco["bufferView"].as_u64().unwrap() as usize]);
+    let image = &json["images"][json["textures"][0]["source"].as_u64().unwrap() as usize];
+    let pixels = image::load_from_memory(&view_bytes(
+        &json["bufferViews"][image["bufferView"].as_u64().unwrap() as usize],
+    ))
+    .unwrap()
+    .resize_exact(512, 512, image::imageops::FilterType::Triangle);
+    let ktx2 = encode_ktx2(&pixels, BasisCodec::Etc1s { quality: 128 }, true).unwrap();
+
+    let mut accessors = Vec::new();
+    let mut attributes = serde_json::Map::new();
+    for (semantic, acc) in prim["attributes"].as_object().unwrap() {
+        attributes.insert(semantic.clone(), accessors.len().into());
+        accessors.push(json["accessors"][acc.as_u64().unwrap() as usize].clone());
+    }
+    let indices = accessors.len();
+    accessors.push(json["accessors"][prim["indices"].as_u64().unwrap() as usize].clone());
+    for i in 0..15 {
+        let ty = ["VEC3", "VEC2", "SCALAR"][i % 3];
+        accessors.push(serde_json::json!({"componentType": 5126, "type": ty, "count": 4 + i}));
+    }
+    let mut ext = draco.clone();
+    ext["bufferView"] = 0.into();
+    let pad = stream.len().next_multiple_of(4);
+    let mut bin = stream.clone();
+    bin.resize(pad, 0);
+    bin.extend(&ktx2);
+    bin.resize(bin.len().next_multiple_of(4), 0);
+    let doc = serde_json::json!({
+        "asset": {"version": "2.0", "generator": "kiln test: jet-like"},
+        "extensionsUsed": ["KHR_draco_mesh_compression", "KHR_texture_basisu"],
+        "extensionsRequired": ["KHR_draco_mesh_compression", "KHR_texture_basisu"],
+        "scene": 0,
+        "scenes": [{"nodes": [0]}],
+        "nodes": [{"mesh": 0}],
+        "meshes": [{"primitives": [{
+            "attributes": attributes, "indices": indices, "mode": 4, "material": 0,
+            "extensions": {"KHR_draco_mesh_compression": ext},
+        }]}],
+        "materials": [{"pbrMetallicRoughness": {"baseColorTexture": {"index": 0}}}],
+        "textures": [{"extensions": {"KHR_texture_basisu": {"source": 0}}}],
+        "images": [{"bufferView": 1, "mimeType": "image/ktx2"}],
+        "accessors": accessors,
+        "bufferViews": [
+            {"buffer": 0, "byteLength": stream.len()},
+            {"buffer": 0, "byteOffset": pad, "byteLength": ktx2.len()},
+        ],
+        "buffers": [{"byteLength": bin.len()}],
+    });
+    let mut text = serde_json::to_vec(&doc).unwrap();
+    text.resize(text.len().next_multiple_of(4), b' ');
+    let mut glb = Vec::new();
+    glb.extend(b"glTF");
+    glb.extend(2u32.to_le_bytes());
+    glb.extend(((12 + 8 + text.len() + 8 + bin.len()) as u32).to_le_bytes());
+    glb.extend((text.len() as u32).to_le_bytes());
+    glb.extend(b"JSON");
+    glb.extend(&text);
+    glb.extend((bin.len() as u32).to_le_bytes());
+    glb.extend(b"BIN\0");
+    glb.extend(&bin);
+    let path = dir.join("jet-like.glb");
+    std::fs::write(&path, glb).unwrap();
+    path
+}
+
+/// Issue 44's jet-fighter case as one file: a Draco + KTX2 GLB with unused view-less accessors
+/// reads without a warning about its accessors (the unused ones mean nothing; Draco's are
+/// decoded) and with
+/// every triangle, and tiles with its texture kept as KTX2 at every level (ETC1S, as the source),
+/// the coarsest level's download (GLB + images) ≤ 15 % of the leaves'.
+#[test]
+fn a_draco_ktx2_glb_with_unused_viewless_accessors_tiles_with_ktx2_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let glb = jet_like_glb(dir.path());
+    crate::warnings::install_for_tests();
+    let c = crate::warnings::Collector::begin(crate::dag::StageKind::INGEST);
+    let mesh = c.span().in_scope(|| read_gltf(&glb)).unwrap();
+    // The only warning is the source's TANGENT, which tiles do not keep.
+    let warned = c.finish();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(warned[0].starts_with("TANGENT"), "{warned:?}");
+    assert_eq!(mesh.triangle_count(), 8_896);
+    assert_eq!(mesh.images.len(), 1);
+    assert_eq!(mesh.images[0].mime, "image/ktx2");
+
+    let params = MeshTileParams {
+        max_triangles_per_tile: 1024,
+        ..MeshTileParams::default()
+    };
+    let out = tempfile::tempdir().unwrap();
+    let (h, (root_glb, root_images), (leaf_glb, leaf_images)) =
+        downloads_in(&mesh, &params, out.path());
+    assert_tileset_requires(out.path(), "KHR_texture_basisu");
+    let tiles = out.path().join(TILES_DIR);
+    for file in files_under(&tiles) {
+        if file.extension().is_some_and(|e| e == "glb") {
+            for image in glb_json(&file)["images"].as_array().unwrap() {
+                assert_eq!(image["mimeType"], "image/ktx2", "{}", file.display());
+                let bytes = std::fs::read(tiles.join(image["uri"].as_str().unwrap())).unwrap();
+                let info = kiln_formats::mesh::Ktx2Info::read(&bytes).unwrap();
+                assert!(!info.uastc, "{}: ETC1S source kept ETC1S", file.display());
+            }
+        }
+    }
+    let fraction = (root_glb + root_images) as f64 / (leaf_glb + leaf_images) as f64;
+    eprintln!(
+        "jet-like: height {h}, coarsest {root_glb} B GLB + {root_images} B KTX2 of the leaves' \
+         {leaf_glb} B + {leaf_images} B = {:.1} %",
+        100.0 * fraction
+    );
+    assert!(h >= 2, "height {h}");
+    assert!(fraction <= 0.15, "{fraction}");
+}
+
 /// The issue's target: the coarsest level's download ≤ 10 % of the full download. By hand: the
 /// root at height H references each image at 2048/2^H per side, (1/4)^H of the leaves' pixels,
 /// so its images should weigh about 4^−H of the leaves'. Bytes per pixel grow as downscaling
