@@ -17,12 +17,9 @@ use std::hint::black_box;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use kiln_formats::splats::ply;
 
-#[path = "support/aerial_scene.rs"]
-mod aerial_scene;
-
 fn bench_splat_io(c: &mut Criterion) {
     const N: usize = 1_000_000;
-    let splats = aerial_scene::synthetic_scene(N, 3);
+    let splats = kiln_pipeline::synth::aerial_splats(N, 3);
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("scene.ply");
     ply::write(&path, &splats).expect("write");

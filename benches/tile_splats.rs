@@ -13,9 +13,7 @@ use std::hint::black_box;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use kiln_pipeline::stages::tile::splat::{SplatTileParams, tile_splats};
 
-#[path = "support/aerial_scene.rs"]
-mod aerial_scene;
-use aerial_scene::synthetic_scene;
+use kiln_pipeline::synth::aerial_splats as synthetic_scene;
 
 fn bench_tile_splats(c: &mut Criterion) {
     const N: usize = 1_000_000;

@@ -25,9 +25,6 @@ use kiln_formats::splats::{ply, sog, transform::rotate_splats};
 use kiln_pipeline::stages::tile::splat::streamed_sog::{LOD_META_JSON, PLY_FROM_CONTENT, SOG_DIR};
 use kiln_pipeline::stages::tile::splat::{SplatTileParams, tile_splats};
 
-#[path = "../benches/support/aerial_scene.rs"]
-mod aerial_scene;
-
 /// Peak resident set of this process in bytes (Linux `/proc/self/status` VmHWM), if readable.
 fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -63,7 +60,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .init();
-    let splats = aerial_scene::synthetic_scene(n, 3);
+    let splats = kiln_pipeline::synth::aerial_splats(n, 3);
     let input_bytes = 4
         * (splats.means.len()
             + splats.log_scales.len()

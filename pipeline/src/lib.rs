@@ -20,6 +20,7 @@ pub mod stage;
 pub mod stage_cache;
 pub mod stages;
 pub mod storage;
+pub mod synth;
 pub mod warnings;
 
 pub use error::{Error, Result};

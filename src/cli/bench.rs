@@ -1,5 +1,6 @@
 //! `kiln bench train`: steps/s and milliseconds per step part on one device, on a real capture
-//! at a fixed resolution and splat count (kiln_pipeline::bench).
+//! at a fixed resolution and splat count (kiln_pipeline::bench); `kiln bench scale`: whole jobs
+//! at growing generated input sizes ([`super::bench_scale`]).
 
 use std::path::PathBuf;
 
@@ -18,6 +19,8 @@ pub struct BenchArgs {
 pub enum BenchCommand {
     /// Time training steps (densification off, fixed splat count).
     Train(BenchTrainArgs),
+    /// Run whole jobs on generated inputs at 1×, 4×, 16× … sizes: time, peak memory, growth.
+    Scale(super::bench_scale::BenchScaleArgs),
 }
 
 /// Arguments of `kiln bench train`.
@@ -55,7 +58,14 @@ pub struct BenchTrainArgs {
 
 /// Run a benchmark.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let BenchCommand::Train(a) = args.what;
+    match args.what {
+        BenchCommand::Train(a) => run_train(&a),
+        BenchCommand::Scale(a) => super::bench_scale::run(&a),
+    }
+}
+
+/// `kiln bench train`.
+fn run_train(a: &BenchTrainArgs) -> anyhow::Result<()> {
     if (1..16).contains(&a.max_side) {
         anyhow::bail!(
             "--max-side {}: use 0 (full size) or at least 16 pixels",

@@ -1,6 +1,7 @@
 //! The clap definitions of every subcommand (what the user typed, no I/O) and the dispatcher.
 
 mod bench;
+mod bench_scale;
 mod check;
 mod convert;
 mod datasets;
@@ -78,7 +79,8 @@ pub enum Command {
     /// (internal) Run one claimed stage for `kiln worker`.
     #[command(hide = true)]
     StageExec(worker::StageExecArgs),
-    /// Benchmarks on any device (`kiln bench train`: steps/s and ms per step part).
+    /// Benchmarks: `kiln bench train` (steps/s and ms per step part on any device), `kiln bench
+    /// scale` (whole jobs at 1×, 4×, 16× generated input sizes: time, peak memory, growth).
     Bench(bench::BenchArgs),
 }
 
