@@ -13,6 +13,7 @@ pub mod capture;
 pub mod confined;
 pub mod error;
 pub mod mesh;
+mod ply_ascii;
 pub mod rotation;
 pub mod splats;
 pub mod tiles;

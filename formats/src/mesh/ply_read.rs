@@ -498,6 +498,16 @@ fn vertex_colors(vertices: &[PlyVertex], scale: f32) -> Vec<[f32; 4]> {
 }
 
 fn parse_error(path: &Path, e: &ply_rs_bw::parser::ParseError, what: &str) -> Error {
+    // An ASCII `nan`/`inf` is named like a binary one (crate::ply_ascii): read again, only here.
+    let text = std::fs::File::open(path).map(std::io::BufReader::new);
+    if let Some(bad) = text.ok().and_then(crate::ply_ascii::non_finite_token) {
+        return Error::Invalid {
+            path: path.to_path_buf(),
+            field: bad.field,
+            expected: "finite values".into(),
+            found: bad.token,
+        };
+    }
     Error::Corrupt {
         path: path.to_path_buf(),
         location: e
@@ -516,6 +526,29 @@ mod tests {
         let p = dir.join(name);
         std::fs::write(&p, text).unwrap();
         p
+    }
+
+    /// The ASCII rule shared with the splat reader (`crate::ply_ascii`): a `nan`/`inf` in a
+    /// mesh's vertex row is named as that vertex and property, whichever row and spelling.
+    #[test]
+    fn an_ascii_nan_or_inf_names_the_vertex_and_property() {
+        let d = tempfile::tempdir().unwrap();
+        for (row, col, token) in [(0, 0, "nan"), (2, 1, "-inf"), (1, 2, "Infinity")] {
+            let mut rows = [["0", "0", "0"], ["1", "0", "0"], ["0", "1", "0"]];
+            rows[row][col] = token;
+            let body: Vec<String> = rows.iter().map(|r| r.join(" ")).collect();
+            let text = format!(
+                "ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\nproperty float y\n\
+                 property float z\nelement face 1\nproperty list uchar int vertex_indices\n\
+                 end_header\n{}\n3 0 1 2\n",
+                body.join("\n")
+            );
+            let p = write(d.path(), "bad.ply", &text);
+            let e = read_ply_mesh(&p).unwrap_err().to_string();
+            let axis = ["x", "y", "z"][col];
+            assert!(e.contains(&format!("vertex[{row}].{axis}")), "{e}");
+            assert!(e.contains(token) && e.contains("bad.ply"), "{e}");
+        }
     }
 
     /// `tests/fixtures/mesh/pyramid_colors.ply`: a quad base (fan: (0,1,2), (0,2,3)) and four

@@ -764,7 +764,7 @@ pub fn read(path: &Path) -> Result<PlacedSplats> {
         });
     }
     let splats = decode(path, &bytes, &header)?;
-    check_values_finite(path, &splats, false)?;
+    check_values_finite(path, &splats)?;
     domain::checked(path, &ATTRIBUTES, Ok(PlacedSplats::at_zero(splats)))
 }
 

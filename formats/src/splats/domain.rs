@@ -764,25 +764,86 @@ pub(crate) mod tests {
         }
     }
 
-    /// Trial F17, as a rule: a NaN/±Inf `filter_3D` at any vertex is named with `filter_3D`
-    /// (it reaches scale and opacity when baked), never as `scale_*` alone.
+    /// `s` with per-splat `filter` as an ASCII PLY (same columns as [`raw_ply`]), values
+    /// spelled as Rust prints them (`NaN`, `inf`, `-inf`).
+    fn raw_ascii_ply(path: &Path, s: &GaussianSplats, filter: &[f32]) {
+        let names = [
+            "x",
+            "y",
+            "z",
+            "f_dc_0",
+            "f_dc_1",
+            "f_dc_2",
+            "opacity",
+            "scale_0",
+            "scale_1",
+            "scale_2",
+            "rot_0",
+            "rot_1",
+            "rot_2",
+            "rot_3",
+            "filter_3D",
+        ];
+        let mut out = format!("ply\nformat ascii 1.0\nelement vertex {}\n", s.len());
+        for n in names {
+            out.push_str(&format!("property float {n}\n"));
+        }
+        out.push_str("end_header\n");
+        for i in 0..s.len() {
+            let mut row: Vec<f32> = s.means[3 * i..3 * i + 3].to_vec();
+            row.extend(&s.sh_coeffs[3 * i..3 * i + 3]);
+            row.push(s.logit_opacities[i]);
+            row.extend(&s.log_scales[3 * i..3 * i + 3]);
+            row.extend(&s.rotations[4 * i..4 * i + 4]);
+            row.push(filter[i]);
+            let text: Vec<String> = row.iter().map(|v| v.to_string()).collect();
+            out.push_str(&text.join(" "));
+            out.push('\n');
+        }
+        std::fs::write(path, out).unwrap();
+    }
+
+    /// Trial F17 and the re-trial's F1–F3, as a rule over generated files in binary and ASCII:
+    /// a `filter_3D` that is NaN, ±Inf or negative at any vertex is refused naming
+    /// `vertex[i].filter_3D` and the value as written (sign kept); a NaN scale or opacity beside
+    /// a valid filter is named as that property, not as the filter.
     #[test]
-    fn a_non_finite_filter_3d_is_named_as_filter_3d() {
+    fn an_invalid_filter_3d_is_named_and_other_properties_keep_their_names() {
         let dir = tempfile::tempdir().unwrap();
-        for seed in 0..6u64 {
+        let bad_values = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.5, -1e-3];
+        for seed in 0..10u64 {
             let mut r = Rng::new(100 + seed);
             let n = 3 + seed as usize * 5;
             let s = random_splats(n, 0, 3.0, seed);
-            let mut filter: Vec<f32> = (0..n).map(|_| r.range(1e-4, 0.05)).collect();
+            let good: Vec<f32> = (0..n).map(|_| r.range(1e-4, 0.05)).collect();
             let at = pick(&mut r, n, 1)[0];
-            filter[at] = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY][seed as usize % 3];
-            let path = dir.path().join(format!("bad{seed}.ply"));
-            raw_ply(&path, &s, Some(&filter));
-            let e = convert::read(&path).unwrap_err().to_string();
-            assert!(
-                e.contains(&format!("vertex[{at}].scale_*/filter_3D")),
-                "{e}"
-            );
+            let bad = bad_values[seed as usize % bad_values.len()];
+            let mut filter = good.clone();
+            filter[at] = bad;
+            for ascii in [false, true] {
+                let path = dir.path().join(format!("bad{seed}-{ascii}.ply"));
+                match ascii {
+                    true => raw_ascii_ply(&path, &s, &filter),
+                    false => raw_ply(&path, &s, Some(&filter)),
+                }
+                let e = convert::read(&path).unwrap_err().to_string();
+                assert!(e.contains(&format!("vertex[{at}].filter_3D")), "{e}");
+                let shown = bad.to_string();
+                assert!(e.contains(&format!("found {shown}")), "{shown}: {e}");
+            }
+            // A NaN in scale_1 or in opacity, the filter valid: named as that property.
+            for (field, named) in [("scale", "scale_*"), ("opacity", "opacity")] {
+                let mut t = s.clone();
+                match field {
+                    "scale" => t.log_scales[3 * at + 1] = f32::NAN,
+                    _ => t.logit_opacities[at] = f32::NAN,
+                }
+                let path = dir.path().join(format!("{field}{seed}.ply"));
+                raw_ply(&path, &t, Some(&good));
+                let e = convert::read(&path).unwrap_err().to_string();
+                assert!(e.contains(&format!("vertex[{at}].{named}`")), "{e}");
+                assert!(!e.contains("filter_3D"), "{e}");
+            }
         }
     }
 }

@@ -17,10 +17,23 @@
 use super::domain::opacity_to_logit;
 use super::sigmoid;
 
+/// Whether `filter_m` is a `filter_3D` value [`bake`] accepts: a finite standard deviation
+/// ≥ 0 (−0 included). A negative one has no meaning (squared, it would pass for its absolute
+/// value and silently widen the splat).
+#[must_use]
+pub(crate) fn is_valid(filter_m: f32) -> bool {
+    filter_m.is_finite() && filter_m >= 0.0
+}
+
 /// Bake `filter_m` (`filter_3D`, metres) into one splat: `log_scales` (`[3]`, natural log of
 /// metres) and `logit_opacity` become those of the filtered Gaussian (formulas in the module
-/// docs), computed in f64. A NaN filter or input gives NaN, which the domain check refuses.
-pub(crate) fn bake(log_scales: &mut [f32], logit_opacity: &mut f32, filter_m: f32) {
+/// docs), computed in f64. Returns `false`, changing nothing, when `filter_m` is not
+/// [`is_valid`]: the reader then refuses the file naming `filter_3D`. A NaN scale or opacity
+/// stays NaN, which the reader's finiteness check names as that property.
+pub(crate) fn bake(log_scales: &mut [f32], logit_opacity: &mut f32, filter_m: f32) -> bool {
+    if !is_valid(filter_m) {
+        return false;
+    }
     let f2 = f64::from(filter_m).powi(2);
     let mut ratio = 1.0;
     for l in log_scales.iter_mut() {
@@ -35,6 +48,19 @@ pub(crate) fn bake(log_scales: &mut [f32], logit_opacity: &mut f32, filter_m: f3
     } else {
         opacity_to_logit(alpha)
     };
+    true
+}
+
+/// The refusal of a `filter_3D` value that is not [`is_valid`], at vertex `vertex` of `path`.
+pub(crate) fn invalid(path: &std::path::Path, vertex: usize, filter_m: f32) -> crate::Error {
+    crate::Error::Invalid {
+        path: path.to_path_buf(),
+        field: format!("vertex[{vertex}].filter_3D"),
+        expected: "a finite standard deviation ≥ 0 in metres (Mip-Splatting's 3D filter; \
+                   re-export the splat)"
+            .into(),
+        found: filter_m.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -47,7 +73,7 @@ mod tests {
     fn bake_widens_scales_and_keeps_the_integral_by_hand() {
         let mut l = [0.1f32.ln(), 0.2f32.ln(), 0.3f32.ln()];
         let mut logit = (0.8f64 / 0.2).ln() as f32;
-        bake(&mut l, &mut logit, 0.1);
+        assert!(bake(&mut l, &mut logit, 0.1));
         let s: Vec<f64> = l.iter().map(|v| f64::from(*v).exp()).collect();
         for (got, want) in s
             .iter()

@@ -186,7 +186,7 @@ fn read_stored(path: &Path) -> Result<PlacedSplats> {
         let body_len = file_len.saturating_sub(prefix_header.body_offset as u64);
         let (splats, xyz) =
             read_float_double_stream(path, &mut file, leftover, body_len, &prefix_header, &layout)?;
-        return place(path, &xyz, splats, has_filter_3d(&prefix_header));
+        return place(path, &xyz, splats);
     }
     let mut bytes = prefix;
     std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| Error::io(path, e))?;
@@ -203,25 +203,12 @@ fn read_stored(path: &Path) -> Result<PlacedSplats> {
         });
     }
     let (splats, xyz) = read_with_ply_rs(path, &bytes, &header)?;
-    place(path, &xyz, splats, has_filter_3d(&header))
-}
-
-/// Whether the file's vertices carry Mip-Splatting's `filter_3D` (baked in as rows are read).
-fn has_filter_3d(header: &PlyHeader) -> bool {
-    header
-        .elements
-        .iter()
-        .any(|e| e.name == "vertex" && e.properties.iter().any(|(n, _)| n == "filter_3D"))
+    place(path, &xyz, splats)
 }
 
 /// Place `splats` at `xyz` (`[N, 3]` f64 as read; [`PlacedSplats::from_absolute`]), after
-/// checking every value (coordinates first, in f64); `filter_3d` as in [`check_values_finite`].
-fn place(
-    path: &Path,
-    xyz: &[f64],
-    splats: GaussianSplats,
-    filter_3d: bool,
-) -> Result<PlacedSplats> {
+/// checking every value (coordinates first, in f64).
+fn place(path: &Path, xyz: &[f64], splats: GaussianSplats) -> Result<PlacedSplats> {
     if let Some(pos) = xyz.iter().position(|v| !v.is_finite()) {
         return Err(Error::Invalid {
             path: path.to_path_buf(),
@@ -231,7 +218,7 @@ fn place(
         });
     }
     let placed = PlacedSplats::from_absolute(xyz, splats);
-    check_values_finite(path, &placed.splats, filter_3d)?;
+    check_values_finite(path, &placed.splats)?;
     Ok(placed)
 }
 
@@ -363,10 +350,17 @@ fn map_columns(path: &Path, names: &[&str]) -> Result<ColumnMap> {
 }
 
 /// Build splats from N rows, `get(row, column)` returning the f32 value.
-fn assemble(n: usize, cols: &ColumnMap, get: impl Fn(usize, usize) -> f32) -> GaussianSplats {
+///
+/// # Errors
+/// `(row, value)` of the first invalid `filter_3D` ([`append_rows`]).
+fn assemble(
+    n: usize,
+    cols: &ColumnMap,
+    get: impl Fn(usize, usize) -> f32,
+) -> std::result::Result<GaussianSplats, (usize, f32)> {
     let mut s = with_capacity(n, cols);
-    append_rows(&mut s, n, cols, get);
-    s
+    append_rows(&mut s, n, cols, get)?;
+    Ok(s)
 }
 
 /// Empty splats of the columns' SH degree with room for `n`.
@@ -383,12 +377,16 @@ fn with_capacity(n: usize, cols: &ColumnMap) -> GaussianSplats {
 }
 
 /// Append `n` rows to `s`, `get(row, column)` returning the f32 value.
+///
+/// # Errors
+/// `(row, value)` of the first row whose `filter_3D` is not valid ([`mip_filter::is_valid`]);
+/// `s` then holds the rows before it.
 fn append_rows(
     s: &mut GaussianSplats,
     n: usize,
     cols: &ColumnMap,
     get: impl Fn(usize, usize) -> f32,
-) {
+) -> std::result::Result<(), (usize, f32)> {
     let k = ((cols.sh_degree + 1) * (cols.sh_degree + 1)) as usize;
     for i in 0..n {
         s.means.extend(cols.xyz.map(|c| get(i, c)));
@@ -398,7 +396,10 @@ fn append_rows(
         if let Some(c) = cols.filter_3d {
             let at = s.logit_opacities.len() - 1;
             let logs = &mut s.log_scales[3 * at..];
-            mip_filter::bake(logs, &mut s.logit_opacities[at], get(i, c));
+            let filter = get(i, c);
+            if !mip_filter::bake(logs, &mut s.logit_opacities[at], filter) {
+                return Err((i, filter));
+            }
         }
         s.sh_coeffs.extend(cols.dc.map(|c| get(i, c)));
         for kk in 1..k {
@@ -407,6 +408,7 @@ fn append_rows(
             }
         }
     }
+    Ok(())
 }
 
 /// The fast path: one all-`float` little-endian `vertex` element, its columns in any order,
@@ -521,7 +523,8 @@ fn read_float_double_stream(
         }
         append_rows(&mut splats, rows, &cols, |r, col| {
             layout.get(row(r), col) as f32
-        });
+        })
+        .map_err(|(r, filter)| mip_filter::invalid(path, start + r, filter))?;
     }
     Ok((splats, xyz))
 }
@@ -546,6 +549,14 @@ fn read_with_ply_rs(
     let parser = Parser::<DefaultElement>::new();
     let mut reader = bytes;
     let ply = parser.read_ply(&mut reader).map_err(|e| {
+        if let Some(bad) = crate::ply_ascii::non_finite_token(bytes) {
+            return Error::Invalid {
+                path: path.to_path_buf(),
+                field: bad.field,
+                expected: "finite values (remove or re-export the splat)".into(),
+                found: bad.token,
+            };
+        }
         corrupt(
             path,
             e.line().map_or("body".to_string(), |l| format!("line {l}")),
@@ -601,7 +612,8 @@ fn read_with_ply_rs(
             }
         }
     }
-    let splats = assemble(rows.len(), &cols, |row, col| table[row * width + col]);
+    let splats = assemble(rows.len(), &cols, |row, col| table[row * width + col])
+        .map_err(|(row, filter)| mip_filter::invalid(path, row, filter))?;
     Ok((splats, xyz))
 }
 

@@ -195,28 +195,20 @@ fn header_ends_in(buf: &[u8]) -> bool {
             .any(|w| w == b"end_header\r\n")
 }
 
-/// Check that every value of `s` (as read from `path`) is finite.
-///
-/// - `filter_3d`: whether the file's `filter_3D` column was baked into scale and opacity
-///   ([`super::mip_filter`]): a NaN/±Inf there reaches both, so the message names it beside them
-///   (issue 44, trial F17: it used to name only `scale_*`, which were fine).
+/// Check that every value of `s` (as read from `path`) is finite. A `filter_3D` column is
+/// checked on its own before it is baked in ([`super::mip_filter::is_valid`]), so a NaN here is
+/// the named property's own (issue 44, trial F17).
 ///
 /// # Errors
 /// [`Error::Invalid`] naming `vertex[i].<property>` (the PLY property names: `x/y/z`,
-/// `scale_*`, `rot_*`, `opacity`, `f_dc_*/f_rest_*`; `scale_*/filter_3D` and
-/// `opacity/filter_3D` for a filtered file) and the first non-finite value.
-pub(super) fn check_values_finite(path: &Path, s: &GaussianSplats, filter_3d: bool) -> Result<()> {
+/// `scale_*`, `rot_*`, `opacity`, `f_dc_*/f_rest_*`) and the first non-finite value.
+pub(super) fn check_values_finite(path: &Path, s: &GaussianSplats) -> Result<()> {
     let k = s.sh_coeffs_per_channel();
-    let (scale, opacity) = if filter_3d {
-        ("scale_*/filter_3D", "opacity/filter_3D")
-    } else {
-        ("scale_*", "opacity")
-    };
     let fields: [(&str, &[f32], usize); 5] = [
         ("x/y/z", &s.means, 3),
-        (scale, &s.log_scales, 3),
+        ("scale_*", &s.log_scales, 3),
         ("rot_*", &s.rotations, 4),
-        (opacity, &s.logit_opacities, 1),
+        ("opacity", &s.logit_opacities, 1),
         ("f_dc_*/f_rest_*", &s.sh_coeffs, k * 3),
     ];
     for (field, values, per) in fields {

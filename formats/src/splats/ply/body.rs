@@ -73,7 +73,8 @@ impl RowGather {
     }
 
     /// Copy the fields of `rows` (`[R, stride]` f32, native byte order) into `out` (R splats).
-    fn scatter(&self, rows: &[f32], out: &mut ColumnChunk<'_>) {
+    /// Returns the first row (of these R) whose `filter_3D` is invalid, with its value.
+    fn scatter(&self, rows: &[f32], out: &mut ColumnChunk<'_>) -> Option<(usize, f32)> {
         let k3 = self.sh.len();
         let fields = out
             .means
@@ -82,8 +83,9 @@ impl RowGather {
             .zip(out.rotations.chunks_exact_mut(4))
             .zip(out.logit_opacities.iter_mut())
             .zip(out.sh_coeffs.chunks_exact_mut(k3));
-        for (row, ((((mean, scale), rot), opacity), sh)) in
-            rows.chunks_exact(self.stride).zip(fields)
+        let mut bad_filter = None;
+        for (r, (row, ((((mean, scale), rot), opacity), sh))) in
+            rows.chunks_exact(self.stride).zip(fields).enumerate()
         {
             for (dst, &col) in mean.iter_mut().zip(&self.xyz) {
                 *dst = row[col];
@@ -95,13 +97,16 @@ impl RowGather {
                 *dst = row[col];
             }
             *opacity = row[self.opacity];
-            if let Some(col) = self.filter_3d {
-                crate::splats::mip_filter::bake(scale, opacity, row[col]);
+            if let Some(col) = self.filter_3d
+                && !crate::splats::mip_filter::bake(scale, opacity, row[col])
+            {
+                bad_filter.get_or_insert((r, row[col]));
             }
             for (dst, &col) in sh.iter_mut().zip(&self.sh) {
                 *dst = row[col];
             }
         }
+        bad_filter
     }
 }
 
@@ -235,32 +240,51 @@ pub(super) fn read_float_rows(
     let rows_per_chunk = (CHUNK_BYTES / row_bytes).max(1);
     let chunks = column_chunks(&mut splats, rows_per_chunk);
     let run = min_run(chunks.len());
-    let all_finite = chunks
+    // Per chunk: whether every value is finite, and its first invalid `filter_3D` (absolute row).
+    let (all_finite, bad_filter) = chunks
         .into_par_iter()
         .with_min_len(run)
-        .map_init(Vec::<f32>::new, |buf, mut chunk| -> Result<bool> {
-            let rows = chunk.logit_opacities.len();
-            buf.resize(rows * gather.stride, 0.0);
-            let offset = body_offset + (chunk.first_row * row_bytes) as u64;
-            read_exact_at(file, bytemuck::cast_slice_mut(&mut buf[..]), offset).map_err(|e| {
-                corrupt(
-                    path,
-                    format!("vertex {}", chunk.first_row),
-                    format!("cannot read the body: {e}"),
-                )
-            })?;
-            if cfg!(target_endian = "big") {
-                for v in buf.iter_mut() {
-                    *v = f32::from_bits(u32::from_le(v.to_bits()));
+        .map_init(
+            Vec::<f32>::new,
+            |buf, mut chunk| -> Result<(bool, Option<(usize, f32)>)> {
+                let rows = chunk.logit_opacities.len();
+                buf.resize(rows * gather.stride, 0.0);
+                let offset = body_offset + (chunk.first_row * row_bytes) as u64;
+                read_exact_at(file, bytemuck::cast_slice_mut(&mut buf[..]), offset).map_err(
+                    |e| {
+                        corrupt(
+                            path,
+                            format!("vertex {}", chunk.first_row),
+                            format!("cannot read the body: {e}"),
+                        )
+                    },
+                )?;
+                if cfg!(target_endian = "big") {
+                    for v in buf.iter_mut() {
+                        *v = f32::from_bits(u32::from_le(v.to_bits()));
+                    }
                 }
-            }
-            gather.scatter(buf, &mut chunk);
-            Ok(chunk.all_finite())
-        })
-        .try_reduce(|| true, |a, b| Ok(a && b))?;
+                let bad = gather.scatter(buf, &mut chunk);
+                let bad = bad.map(|(r, v)| (chunk.first_row + r, v));
+                Ok((chunk.all_finite(), bad))
+            },
+        )
+        .try_reduce(
+            || (true, None),
+            // The lowest bad row wins, whatever order the chunks finish in.
+            |a, b| {
+                Ok((
+                    a.0 && b.0,
+                    [a.1, b.1].into_iter().flatten().min_by_key(|x| x.0),
+                ))
+            },
+        )?;
+    if let Some((row, value)) = bad_filter {
+        return Err(crate::splats::mip_filter::invalid(path, row, value));
+    }
     if !all_finite {
         // Walk the columns in order for the same message as every other reader path.
-        check_values_finite(path, &splats, gather.filter_3d.is_some())?;
+        check_values_finite(path, &splats)?;
     }
     Ok(splats)
 }
