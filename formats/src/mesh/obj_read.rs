@@ -55,46 +55,21 @@ use crate::{Error, Result};
 /// # Panics
 /// Never on file content.
 pub fn read_obj(path: &Path) -> Result<Mesh> {
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let dir = path.parent().unwrap_or(Path::new("."));
     // Every `mtllib` and map file must lie inside the OBJ's folder (issue 41).
     let root = ConfinedRoot::of_input(path)?;
-    let refused: RefCell<Option<Error>> = RefCell::new(None);
-    let libraries: RefCell<Vec<Library>> = RefCell::new(Vec::new());
-    let options = tobj::LoadOptions {
-        single_index: true,
-        triangulate: true,
-        ignore_points: true,
-        ignore_lines: true,
-    };
-    let loaded = tobj::load_obj_buf(
-        &mut std::io::BufReader::new(file),
-        &options,
-        |mtl: &Path| {
-            let file = match root.resolve(path, "mtllib", dir, &mtl.to_string_lossy()) {
-                Ok(file) => file,
-                Err(e) => {
-                    refused.borrow_mut().get_or_insert(e);
-                    return Err(tobj::LoadError::OpenFileFailed);
-                }
-            };
-            let result = tobj::load_mtl(&file);
-            libraries.borrow_mut().push(Library {
-                as_written: mtl.display().to_string(),
-                materials: match &result {
-                    Ok((m, _)) => Ok(m.len()),
-                    Err(e) => Err(*e),
-                },
-                file,
-            });
-            result
-        },
-    );
-    if let Some(e) = refused.into_inner() {
-        return Err(e);
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut loaded = load_with_libraries(path, &root, &mut std::io::BufReader::new(file))?;
+    if loaded.faces_without_material() && mtllib_follows_usemtl(path)? {
+        // A `usemtl` before the `mtllib` that defines it: tobj resolves names as it reads, so
+        // read again with the libraries first, as Blender's and Assimp's importers see it.
+        let hoisted = hoist_mtllib(path)?;
+        loaded = load_with_libraries(path, &root, &mut hoisted.as_slice())?;
     }
-    let (models, materials) = loaded.map_err(|e| obj_error(path, e))?;
-    let libraries = libraries.into_inner();
+    let Loaded {
+        models,
+        materials,
+        libraries,
+    } = loaded;
     let mut missing = Vec::new();
     for lib in &libraries {
         match lib.materials {
@@ -113,17 +88,18 @@ pub fn read_obj(path: &Path) -> Result<Mesh> {
             }
         }
     }
+    warn_missing_libraries(path, &missing);
     // Materials of missing libraries were never appended, so indices map onto the libraries that
     // loaded, in order (tobj appends each library's materials as it reads `mtllib`).
-    let materials = materials.unwrap_or_default();
     let material_dirs = material_dirs(&libraries, materials.len());
+    let mut missing_maps_found = Vec::new();
     for (m, mat_dir) in materials.iter().zip(&material_dirs) {
-        missing.extend(missing_maps(&root, path, m, mat_dir));
+        missing_maps_found.extend(missing_maps(&root, path, m, mat_dir));
     }
-    super::warn_missing_textures(path, &missing);
+    super::warn_missing_textures(path, &missing_maps_found);
 
     let merged = merge_models(path, &models)?;
-    if missing.iter().all(|m| m.field != "mtllib") && merged.triangle_materials.contains(&None) {
+    if merged.triangle_materials.contains(&None) {
         warn_undefined_materials(path, &materials)?;
     }
     let mut converter = MaterialConverter {
@@ -165,6 +141,129 @@ pub fn read_obj(path: &Path) -> Result<Mesh> {
     };
     super::fill_missing_normals(path, &mut mesh, None);
     Ok(mesh)
+}
+
+/// What tobj read from an OBJ, and the MTL libraries it named.
+struct Loaded {
+    models: Vec<tobj::Model>,
+    materials: Vec<tobj::Material>,
+    libraries: Vec<Library>,
+}
+
+impl Loaded {
+    /// Whether some face has no material (before any `usemtl`, or a name tobj did not know).
+    fn faces_without_material(&self) -> bool {
+        self.models.iter().any(|m| m.mesh.material_id.is_none())
+    }
+}
+
+/// Read the OBJ text `reader` (of the file `path`) with tobj, resolving every `mtllib` inside
+/// `root` and recording each library as written, where it resolved and what it held.
+///
+/// # Errors
+/// A `mtllib` leaving `root` ([`ConfinedRoot::resolve`]); tobj's errors on the OBJ text.
+fn load_with_libraries(
+    path: &Path,
+    root: &ConfinedRoot,
+    reader: &mut impl std::io::BufRead,
+) -> Result<Loaded> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let refused: RefCell<Option<Error>> = RefCell::new(None);
+    let libraries: RefCell<Vec<Library>> = RefCell::new(Vec::new());
+    let options = tobj::LoadOptions {
+        single_index: true,
+        triangulate: true,
+        ignore_points: true,
+        ignore_lines: true,
+    };
+    let loaded = tobj::load_obj_buf(reader, &options, |mtl: &Path| {
+        let file = match root.resolve(path, "mtllib", dir, &mtl.to_string_lossy()) {
+            Ok(file) => file,
+            Err(e) => {
+                refused.borrow_mut().get_or_insert(e);
+                return Err(tobj::LoadError::OpenFileFailed);
+            }
+        };
+        let result = tobj::load_mtl(&file);
+        libraries.borrow_mut().push(Library {
+            as_written: mtl.display().to_string(),
+            materials: match &result {
+                Ok((m, _)) => Ok(m.len()),
+                Err(e) => Err(*e),
+            },
+            file,
+        });
+        result
+    });
+    if let Some(e) = refused.into_inner() {
+        return Err(e);
+    }
+    let (models, materials) = loaded.map_err(|e| obj_error(path, e))?;
+    Ok(Loaded {
+        models,
+        materials: materials.unwrap_or_default(),
+        libraries: libraries.into_inner(),
+    })
+}
+
+/// Whether a `mtllib` line of the OBJ `path` comes after its first `usemtl` line.
+fn mtllib_follows_usemtl(path: &Path) -> Result<bool> {
+    use std::io::BufRead;
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut seen_usemtl = false;
+    for line in std::io::BufReader::new(file).split(b'\n') {
+        let line = line.map_err(|e| Error::io(path, e))?;
+        match statement(&line) {
+            Some("usemtl") => seen_usemtl = true,
+            Some("mtllib") if seen_usemtl => return Ok(true),
+            _ => {}
+        }
+    }
+    Ok(false)
+}
+
+/// The OBJ `path` with its `mtllib` lines moved to the front, every other line in order.
+fn hoist_mtllib(path: &Path) -> Result<Vec<u8>> {
+    let text = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let (mut libraries, mut rest) = (Vec::new(), Vec::with_capacity(text.len()));
+    for line in text.split_inclusive(|&b| b == b'\n') {
+        let out = match statement(line) {
+            Some("mtllib") => &mut libraries,
+            _ => &mut rest,
+        };
+        out.extend_from_slice(line);
+        if !line.ends_with(b"\n") {
+            out.push(b'\n');
+        }
+    }
+    libraries.extend(rest);
+    Ok(libraries)
+}
+
+/// The keyword of an OBJ line (`usemtl`, `mtllib`, `v`, …), if it has one.
+fn statement(line: &[u8]) -> Option<&str> {
+    let line = std::str::from_utf8(line).ok()?;
+    line.split_whitespace().next()
+}
+
+/// One warning for MTL libraries that are missing: every material they define is lost, so the
+/// faces that use them are drawn white (not "keep their colour factors", which is what a
+/// missing texture means; re-trial F5).
+fn warn_missing_libraries(path: &Path, missing: &[MissingTexture]) {
+    if missing.is_empty() {
+        return;
+    }
+    let list = missing
+        .iter()
+        .map(|m| format!("{} (`mtllib {}`)", m.resolved.display(), m.as_written))
+        .collect::<Vec<_>>()
+        .join(", ");
+    tracing::warn!(
+        "{}: {} MTL file(s) missing: {list}; the faces using their materials are drawn white \
+         (put the files there and run again)",
+        path.display(),
+        missing.len()
+    );
 }
 
 /// Warn once for every `usemtl` that names no material of the OBJ's MTL libraries (trial F21):
@@ -880,6 +979,56 @@ mod tests {
         let names: Vec<&str> = missing.iter().map(|m| m.as_written.as_str()).collect();
         assert_eq!(names, ["tex/a.png", "-bm 1 tex/b.png"]);
         assert_eq!(missing[1].resolved, d.path().join("tex/b.png"));
+    }
+
+    /// Re-trial F4 and F5, over every position of the `mtllib` line: materials resolve
+    /// wherever the library is named (first line, between `usemtl` and its faces, last line),
+    /// with no warning; a missing MTL is one warning naming it as an MTL file whose faces are
+    /// drawn white, beside the one naming the materials left undefined.
+    #[test]
+    fn materials_resolve_wherever_mtllib_stands_and_a_missing_mtl_says_so() {
+        use crate::splats::domain::tests::warnings;
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("m.mtl"),
+            "newmtl Red\nKd 1 0 0\nnewmtl Blue\nKd 0 0 1\n",
+        )
+        .unwrap();
+        let body = [
+            "v 0 0 0",
+            "v 1 0 0",
+            "v 0 1 0",
+            "usemtl Red",
+            "f 1 2 3",
+            "usemtl Blue",
+            "f 1 3 2",
+        ];
+        for at in 0..=body.len() {
+            let mut lines: Vec<&str> = body.to_vec();
+            lines.insert(at, "mtllib m.mtl");
+            let obj = d.path().join(format!("at{at}.obj"));
+            std::fs::write(&obj, lines.join("\n")).unwrap();
+            let (mesh, warned) = warnings(|| read_obj(&obj).unwrap());
+            assert!(warned.is_empty(), "mtllib at line {at}: {warned:?}");
+            let colours: Vec<[f32; 4]> =
+                mesh.materials.iter().map(|m| m.base_color_factor).collect();
+            assert_eq!(
+                colours,
+                [[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 1.0]],
+                "mtllib at line {at}"
+            );
+        }
+        let obj = d.path().join("gone.obj");
+        std::fs::write(&obj, format!("mtllib nosuch.mtl\n{}", body.join("\n"))).unwrap();
+        let (_, warned) = warnings(|| read_obj(&obj).unwrap());
+        assert_eq!(warned.len(), 2, "{warned:?}");
+        assert!(
+            warned[0].contains("1 MTL file(s) missing") && warned[0].contains("nosuch.mtl"),
+            "{}",
+            warned[0]
+        );
+        assert!(warned[0].contains("drawn white") && !warned[0].contains("texture"));
+        assert!(warned[1].contains("`Red`, `Blue`"), "{}", warned[1]);
     }
 
     /// `beast.obj` (shared datasets): 32,228 quads + 12 n-gons, 64,618 triangles after
