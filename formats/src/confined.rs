@@ -193,10 +193,13 @@ impl ConfinedRoot {
             let below = self.root.strip_prefix(copy).ok()?;
             spellings.iter().find_map(|original| {
                 let rel = written.strip_prefix(original.join(below)).ok()?;
+                // `..` is kept: the relative name is checked for climbing out like any other.
                 let parts: Option<Vec<&str>> = rel
                     .components()
+                    .filter(|c| !matches!(c, Component::CurDir))
                     .map(|c| match c {
                         Component::Normal(n) => n.to_str(),
+                        Component::ParentDir => Some(".."),
                         _ => None,
                     })
                     .collect();
@@ -519,6 +522,16 @@ mod tests {
         assert_eq!(
             r.resolve(j, "file_path", &copy, &format!("{o}/images/a.png"))
                 .unwrap(),
+            copy.join("images/a.png")
+        );
+        assert_eq!(
+            r.resolve(
+                j,
+                "file_path",
+                &copy,
+                &format!("{o}/images/../images/a.png")
+            )
+            .unwrap(),
             copy.join("images/a.png")
         );
         assert_eq!(

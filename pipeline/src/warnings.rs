@@ -338,8 +338,8 @@ pub fn of_job<'a>(
 #[must_use]
 pub fn strict_refusal(kind: StageKind, warnings: &[String]) -> crate::Error {
     crate::Error::Param {
-        stage: "strict",
-        field: kind.name().into(),
+        stage: kind.name(),
+        field: "strict".into(),
         expected: "no warnings (the job file sets `strict = true`; remove it to accept them)"
             .into(),
         found: format!("{} warning(s): {}", warnings.len(), warnings.join("; ")),

@@ -3,7 +3,7 @@
 //! dropping SH bands and changing the up axis. Formats follow the file names; the work is
 //! `kiln_formats::splats::convert`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use kiln_formats::splats::convert::{
@@ -80,11 +80,28 @@ fn parse_axis(s: &str) -> Result<UpAxis, String> {
 }
 
 /// Read, transform, write, and print a one-line summary.
+/// Refuse an output that is the input file (any spelling: `./x`, a link): the writer would
+/// replace the very file it reads, and a lossy or baked conversion would be lost for good.
+fn refuse_overwriting_the_input(input: &Path, output: &Path) -> anyhow::Result<()> {
+    let (Ok(a), Ok(b)) = (std::fs::canonicalize(input), std::fs::canonicalize(output)) else {
+        return Ok(());
+    };
+    if a == b {
+        anyhow::bail!(
+            "{} is the input file {}: write the conversion to another file name",
+            output.display(),
+            input.display()
+        );
+    }
+    Ok(())
+}
+
 pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
     // Check the output name first so a typo costs no read.
     let out_format = SplatFormat::from_path(&args.output)
         .context("choose the output format with the file name")?;
     let in_format = SplatFormat::from_path(&args.input)?;
+    refuse_overwriting_the_input(&args.input, &args.output)?;
     warn_unused_sog_options(&args, out_format);
     // Positions stay f64 (an origin beside f32 means) until the writer: survey-sized PLY
     // coordinates keep their precision in .ply and .glb, and formats that cannot hold them
