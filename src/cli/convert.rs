@@ -190,6 +190,26 @@ mod tests {
     use super::*;
     use clap::Parser;
 
+    /// Re-trial F8: the input under any spelling (itself, `./…`, a link to it) is refused as
+    /// the output; another file, existing or not, is not.
+    #[test]
+    fn an_output_that_is_the_input_is_refused_under_any_spelling() {
+        let d = tempfile::tempdir().unwrap();
+        let input = d.path().join("same.ply");
+        std::fs::write(&input, "ply").unwrap();
+        let link = d.path().join("alias.ply");
+        std::os::unix::fs::symlink(&input, &link).unwrap();
+        let dotted = d.path().join(".").join("same.ply");
+        for output in [&input, &link, &dotted] {
+            let e = refuse_overwriting_the_input(&input, output).unwrap_err();
+            assert!(e.to_string().contains("is the input file"), "{e}");
+        }
+        let other = d.path().join("other.ply");
+        assert!(refuse_overwriting_the_input(&input, &other).is_ok());
+        std::fs::write(&other, "ply").unwrap();
+        assert!(refuse_overwriting_the_input(&input, &other).is_ok());
+    }
+
     fn parse(args: &[&str]) -> ConvertArgs {
         let mut all = vec!["kiln", "convert"];
         all.extend_from_slice(args);
