@@ -1,25 +1,39 @@
 //! One rule for both PLY readers (splats and meshes): an ASCII PLY whose body spells a value
-//! `nan`, `inf` or `-inf` is refused naming the element, row and property, as a binary file
-//! holding the same value is, not with the PLY parser's dump of the line (issue 44 re-trial F3:
-//! the parser, which has no grammar for those tokens, printed the line twice and named neither).
+//! `nan`, `inf` or `-inf`, or something that is not a number at all (`1.#QNAN`, MSVC's old NaN;
+//! a truncated `1.0e`), is refused naming the element, row, property and token, as a binary file
+//! holding a non-finite value is, not with the PLY parser's dump of the line (issue 44 re-trials
+//! F3 and N1: the parser printed the line twice and named neither).
 //!
-//! [`non_finite_token`] is called only after the parser has failed, so well-formed files pay
-//! nothing.
+//! [`bad_token`] is called only after the parser has failed, so well-formed files pay nothing.
 
-/// A non-finite value spelled in an ASCII PLY body.
+/// A value of an ASCII PLY body that is not a finite number.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct NonFiniteToken {
+pub(crate) struct BadToken {
     /// `vertex[5].filter_3D`: element, row (0-based within the element) and property.
     pub field: String,
-    /// The token as written (`nan`, `-inf`, `Infinity`, …).
+    /// The token as written (`nan`, `-inf`, `1.#QNAN`, `1.0e`, …).
     pub token: String,
+    /// Whether it is a number at all (`nan`, `inf`: yes; `1.#QNAN`: no).
+    pub is_number: bool,
+}
+
+impl BadToken {
+    /// What the reader expected, for its error message.
+    #[must_use]
+    pub fn expected(&self) -> &'static str {
+        if self.is_number {
+            "finite values (remove or re-export the element)"
+        } else {
+            "a number (the PLY body holds text that is not one; re-export the file)"
+        }
+    }
 }
 
 /// The first value of an ASCII PLY (the whole file, read line by line from `file`) that reads
-/// as NaN or ±Inf, in elements without list properties (a list's length decides where its
+/// as NaN or ±Inf or not as a number, in elements without list properties (a list's length decides where its
 /// row's next property starts, and lists are integer indices, which cannot be spelled `nan`).
 /// `None` for binary files, malformed headers, unreadable text and bodies without such a token.
-pub(crate) fn non_finite_token(file: impl std::io::BufRead) -> Option<NonFiniteToken> {
+pub(crate) fn bad_token(file: impl std::io::BufRead) -> Option<BadToken> {
     let mut lines = file.lines().map_while(Result::ok);
     if lines.next()?.trim() != "ply" {
         return None;
@@ -51,10 +65,12 @@ pub(crate) fn non_finite_token(file: impl std::io::BufRead) -> Option<NonFiniteT
                 continue;
             }
             for (token, property) in line.split_whitespace().zip(properties) {
-                if token.parse::<f64>().is_ok_and(|v| !v.is_finite()) {
-                    return Some(NonFiniteToken {
+                let value = token.parse::<f64>();
+                if !value.as_ref().is_ok_and(|v| v.is_finite()) {
+                    return Some(BadToken {
                         field: format!("{name}[{row}].{property}"),
                         token: token.to_string(),
+                        is_number: value.is_ok(),
                     });
                 }
             }
@@ -67,12 +83,14 @@ pub(crate) fn non_finite_token(file: impl std::io::BufRead) -> Option<NonFiniteT
 mod tests {
     use super::*;
 
-    /// Over generated files: each spelling of a non-finite value, placed in a random row and
-    /// property of the second element (after a list element), is found there; a file of finite
-    /// values and a binary file give nothing.
+    /// Over generated files: each spelling of a non-finite value or a non-number, placed in a
+    /// random row and property of the second element (after a list element), is found there; a
+    /// file of finite values and a binary file give nothing.
     #[test]
     fn every_spelling_of_a_non_finite_value_is_found_where_it_is() {
-        let spellings = ["nan", "NaN", "inf", "-inf", "+inf", "Infinity", "-INF"];
+        let spellings = [
+            "nan", "NaN", "inf", "-inf", "+inf", "Infinity", "-INF", "1.#QNAN", "1.0e", "--1", "x",
+        ];
         let mut state = 17u64;
         let mut next = |n: usize| {
             state = state
@@ -101,17 +119,18 @@ mod tests {
             }
             let property = ["x", "y", "z", "filter_3D"][bad_col];
             assert_eq!(
-                non_finite_token(text.as_bytes()),
-                Some(NonFiniteToken {
+                bad_token(text.as_bytes()),
+                Some(BadToken {
                     field: format!("vertex[{bad_row}].{property}"),
                     token: spelling.into(),
+                    is_number: case % spellings.len() < 7,
                 }),
                 "{text}"
             );
             let fine = text.replace(spelling, "1e30");
-            assert_eq!(non_finite_token(fine.as_bytes()), None);
+            assert_eq!(bad_token(fine.as_bytes()), None);
             let binary = text.replace("format ascii", "format binary_little_endian");
-            assert_eq!(non_finite_token(binary.as_bytes()), None);
+            assert_eq!(bad_token(binary.as_bytes()), None);
         }
     }
 }

@@ -498,13 +498,14 @@ fn vertex_colors(vertices: &[PlyVertex], scale: f32) -> Vec<[f32; 4]> {
 }
 
 fn parse_error(path: &Path, e: &ply_rs_bw::parser::ParseError, what: &str) -> Error {
-    // An ASCII `nan`/`inf` is named like a binary one (crate::ply_ascii): read again, only here.
+    // An ASCII `nan`/`inf` or non-number is named like a binary NaN (crate::ply_ascii): read
+    // again, only here.
     let text = std::fs::File::open(path).map(std::io::BufReader::new);
-    if let Some(bad) = text.ok().and_then(crate::ply_ascii::non_finite_token) {
+    if let Some(bad) = text.ok().and_then(crate::ply_ascii::bad_token) {
         return Error::Invalid {
             path: path.to_path_buf(),
+            expected: bad.expected().into(),
             field: bad.field,
-            expected: "finite values".into(),
             found: bad.token,
         };
     }
@@ -533,7 +534,13 @@ mod tests {
     #[test]
     fn an_ascii_nan_or_inf_names_the_vertex_and_property() {
         let d = tempfile::tempdir().unwrap();
-        for (row, col, token) in [(0, 0, "nan"), (2, 1, "-inf"), (1, 2, "Infinity")] {
+        for (row, col, token) in [
+            (0, 0, "nan"),
+            (2, 1, "-inf"),
+            (1, 2, "Infinity"),
+            (1, 0, "1.0e"),
+            (2, 2, "1.#QNAN"),
+        ] {
             let mut rows = [["0", "0", "0"], ["1", "0", "0"], ["0", "1", "0"]];
             rows[row][col] = token;
             let body: Vec<String> = rows.iter().map(|r| r.join(" ")).collect();

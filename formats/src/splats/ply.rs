@@ -549,11 +549,11 @@ fn read_with_ply_rs(
     let parser = Parser::<DefaultElement>::new();
     let mut reader = bytes;
     let ply = parser.read_ply(&mut reader).map_err(|e| {
-        if let Some(bad) = crate::ply_ascii::non_finite_token(bytes) {
+        if let Some(bad) = crate::ply_ascii::bad_token(bytes) {
             return Error::Invalid {
                 path: path.to_path_buf(),
+                expected: bad.expected().into(),
                 field: bad.field,
-                expected: "finite values (remove or re-export the splat)".into(),
                 found: bad.token,
             };
         }
