@@ -177,23 +177,37 @@ fn load_with_libraries(
         ignore_lines: true,
     };
     let loaded = tobj::load_obj_buf(reader, &options, |mtl: &Path| {
-        let file = match root.resolve(path, "mtllib", dir, &mtl.to_string_lossy()) {
-            Ok(file) => file,
-            Err(e) => {
-                refused.borrow_mut().get_or_insert(e);
-                return Err(tobj::LoadError::OpenFileFailed);
-            }
-        };
-        let result = tobj::load_mtl(&file);
-        libraries.borrow_mut().push(Library {
-            as_written: mtl.display().to_string(),
-            materials: match &result {
-                Ok((m, _)) => Ok(m.len()),
-                Err(e) => Err(*e),
-            },
-            file,
-        });
-        result
+        let mut merged: Option<tobj::MTLLoadResult> = None;
+        for name in library_names(root, path, dir, &mtl.to_string_lossy()) {
+            let file = match root.resolve(path, "mtllib", dir, &name) {
+                Ok(file) => file,
+                Err(e) => {
+                    refused.borrow_mut().get_or_insert(e);
+                    return Err(tobj::LoadError::OpenFileFailed);
+                }
+            };
+            let result = tobj::load_mtl(&file);
+            libraries.borrow_mut().push(Library {
+                as_written: name,
+                materials: match &result {
+                    Ok((m, _)) => Ok(m.len()),
+                    Err(e) => Err(*e),
+                },
+                file,
+            });
+            merged = Some(match (merged, result) {
+                (Some(Ok((mut all, mut map))), Ok((more, more_map))) => {
+                    // Later libraries' materials follow, their indices shifted past the earlier.
+                    let offset = all.len();
+                    map.extend(more_map.into_iter().map(|(k, v)| (k, v + offset)));
+                    all.extend(more);
+                    Ok((all, map))
+                }
+                (Some(Ok(kept)), Err(_)) => Ok(kept),
+                (_, result) => result,
+            });
+        }
+        merged.unwrap_or(Err(tobj::LoadError::OpenFileFailed))
     });
     if let Some(e) = refused.into_inner() {
         return Err(e);
@@ -204,6 +218,21 @@ fn load_with_libraries(
         materials: materials.unwrap_or_default(),
         libraries: libraries.into_inner(),
     })
+}
+
+/// The MTL files one `mtllib` line names: the whole argument when a file of that name (spaces
+/// and all) exists, else each whitespace-separated name, as the OBJ format lists several
+/// libraries on one line (`mtllib a.mtl b.mtl`; tobj takes the whole line as one name).
+fn library_names(root: &ConfinedRoot, obj: &Path, dir: &Path, argument: &str) -> Vec<String> {
+    let whole = argument.trim();
+    let exists = |name: &str| {
+        root.resolve(obj, "mtllib", dir, name)
+            .is_ok_and(|f| f.is_file())
+    };
+    if !whole.contains(char::is_whitespace) || exists(whole) {
+        return vec![whole.to_string()];
+    }
+    whole.split_whitespace().map(String::from).collect()
 }
 
 /// Whether a `mtllib` line of the OBJ `path` comes after its first `usemtl` line.
@@ -1029,6 +1058,40 @@ mod tests {
         );
         assert!(warned[0].contains("drawn white") && !warned[0].contains("texture"));
         assert!(warned[1].contains("`Red`, `Blue`"), "{}", warned[1]);
+    }
+
+    /// Re-trial N2: one `mtllib` line naming two libraries loads both, in order; a library
+    /// whose file name holds a space is still found whole.
+    #[test]
+    fn one_mtllib_line_may_name_several_libraries() {
+        use crate::splats::domain::tests::warnings;
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("red.mtl"), "newmtl Red\nKd 1 0 0\n").unwrap();
+        std::fs::write(d.path().join("blue lib.mtl"), "newmtl Blue\nKd 0 0 1\n").unwrap();
+        std::fs::write(d.path().join("green.mtl"), "newmtl Green\nKd 0 1 0\n").unwrap();
+        let faces = "v 0 0 0\nv 1 0 0\nv 0 1 0\nusemtl Red\nf 1 2 3\nusemtl Blue\nf 1 3 2\n";
+        for (libraries, want) in [
+            (
+                "mtllib red.mtl green.mtl\nmtllib blue lib.mtl",
+                [1.0, 0.0, 0.0],
+            ),
+            (
+                "mtllib blue lib.mtl\nmtllib green.mtl red.mtl",
+                [1.0, 0.0, 0.0],
+            ),
+        ] {
+            let obj = d.path().join("m.obj");
+            std::fs::write(&obj, format!("{libraries}\n{faces}")).unwrap();
+            let (mesh, warned) = warnings(|| read_obj(&obj).unwrap());
+            assert!(warned.is_empty(), "{libraries}: {warned:?}");
+            let colours: Vec<[f32; 4]> =
+                mesh.materials.iter().map(|m| m.base_color_factor).collect();
+            assert_eq!(
+                colours,
+                [[want[0], want[1], want[2], 1.0], [0.0, 0.0, 1.0, 1.0]],
+                "{libraries}"
+            );
+        }
     }
 
     /// `beast.obj` (shared datasets): 32,228 quads + 12 n-gons, 64,618 triangles after
