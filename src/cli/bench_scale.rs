@@ -7,6 +7,13 @@
 //! (`--kind mesh`, `base` triangles at 1×) or an aerial splat scene (`--kind splats`, `base`
 //! splats at 1×, SH `--sh-degree`). Each size runs in a fresh `KILN_HOME`, so nothing is reused
 //! from a cache.
+//!
+//! `--peer` runs the field's tool on the same input right after each Kiln run (alternating),
+//! measured the same way: gltfpack (`node $KILN_GLTFPACK`, meshoptimizer's simplifier) for
+//! meshes, splat-transform (`$KILN_SPLAT_TRANSFORM`, PlayCanvas) decimation for splats, each as
+//! one level (½) and as a chain of three (½, ¼, ⅛, the levels an LOD tree needs); the table
+//! prints Kiln's CPU time as a ratio to the chain's. The peers only simplify: Kiln's job also
+//! tiles, bounds every geometricError and writes the tileset.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -46,6 +53,11 @@ pub struct BenchScaleArgs {
     /// Working folder, kept (inputs, jobs, logs, outputs) [default: a temporary folder].
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
+    /// Also run the peer tool on each input (gltfpack for meshes, splat-transform for splats;
+    /// `KILN_GLTFPACK` = gltfpack's `cli.js`, `KILN_SPLAT_TRANSFORM` = its launcher, as
+    /// `.ci/run` exports them).
+    #[arg(long)]
+    pub peer: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -64,6 +76,23 @@ struct ScaleRow {
     /// Peak resident memory of the `kiln run` process, MiB (`ru_maxrss`).
     peak_mib: f64,
     items_per_cpu_s: f64,
+    /// The peer tool on the same input, with `--peer`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peer: Option<PeerRow>,
+}
+
+/// The peer tool's figures on one input.
+#[derive(Debug, Serialize)]
+struct PeerRow {
+    tool: &'static str,
+    /// CPU seconds of one level (½).
+    one_level_cpu_s: f64,
+    /// CPU seconds of the chain ½, ¼, ⅛ (three runs).
+    chain_cpu_s: f64,
+    /// The largest peak resident memory of those runs, MiB.
+    peak_mib: f64,
+    /// Kiln's whole-job CPU time ÷ the chain's.
+    kiln_over_chain: f64,
 }
 
 /// The whole benchmark's result.
@@ -81,6 +110,9 @@ struct ScaleReport {
 /// Run the benchmark.
 pub fn run(a: &BenchScaleArgs) -> anyhow::Result<()> {
     check_factors(&a.factors)?;
+    if a.peer {
+        peer_program(a.kind)?;
+    }
     let tmp;
     let work = match &a.work_dir {
         Some(d) => d.clone(),
@@ -98,7 +130,10 @@ pub fn run(a: &BenchScaleArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(&dir)?;
         let input = generate(a, items, &dir)?;
         let job = write_job(a, &input, &dir)?;
-        let row = run_job(&job, &dir, factor, items, &input)?;
+        let mut row = run_job(&job, &dir, factor, items, &input)?;
+        if a.peer {
+            row.peer = Some(run_peer(a.kind, &input, &dir, row.cpu_s)?);
+        }
         if !a.json {
             eprintln!(
                 "{factor}×: {} items, {:.1} s wall, {:.1} CPU-s, peak {:.0} MiB",
@@ -205,6 +240,68 @@ fn run_job(
         cpu_s,
         peak_mib: usage.max_rss_kib as f64 / 1024.0,
         items_per_cpu_s: items as f64 / cpu_s.max(1e-9),
+        peer: None,
+    })
+}
+
+/// The peer tool of `kind` and its program, from the environment.
+fn peer_program(kind: ScaleKind) -> anyhow::Result<(&'static str, std::ffi::OsString)> {
+    let (tool, variable) = match kind {
+        ScaleKind::Mesh => ("gltfpack", "KILN_GLTFPACK"),
+        ScaleKind::Splats => ("splat-transform", "KILN_SPLAT_TRANSFORM"),
+    };
+    let program = std::env::var_os(variable).with_context(|| {
+        format!("--peer needs {variable} (the {tool} that .ci/run installs, see docs/scale.md)")
+    })?;
+    Ok((tool, program))
+}
+
+/// The peer tool on `input` (into `dir`): one level and the chain ½, ¼, ⅛.
+fn run_peer(kind: ScaleKind, input: &Path, dir: &Path, kiln_cpu_s: f64) -> anyhow::Result<PeerRow> {
+    let (tool, program) = peer_program(kind)?;
+    let mut runs = Vec::new();
+    for (ratio, percent) in [("0.5", "50%"), ("0.25", "25%"), ("0.125", "12.5%")] {
+        let mut command = match kind {
+            ScaleKind::Mesh => {
+                let mut c = Command::new("node");
+                c.arg(&program).arg("-i").arg(input);
+                c.arg("-o").arg(dir.join(format!("peer-{ratio}.glb")));
+                c.args(["-si", ratio]);
+                c
+            }
+            ScaleKind::Splats => {
+                let mut c = Command::new(&program);
+                c.args(["-q", "-w", "-g", "cpu"])
+                    .arg(input)
+                    .args(["-d", percent]);
+                c.arg(dir.join(format!("peer-{ratio}.ply")));
+                c
+            }
+        };
+        let log = std::fs::File::create(dir.join(format!("peer-{ratio}.log")))?;
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {tool}"))?;
+        let (status, usage) = wait_with_usage(child)?;
+        if !status.success() {
+            bail!(
+                "{tool} failed on {} ({status}); see {}",
+                input.display(),
+                dir.display()
+            );
+        }
+        runs.push(usage);
+    }
+    let chain_cpu_s: f64 = runs.iter().map(|u| u.cpu_s).sum();
+    Ok(PeerRow {
+        tool,
+        one_level_cpu_s: runs[0].cpu_s,
+        chain_cpu_s,
+        peak_mib: runs.iter().map(|u| u.max_rss_kib).max().unwrap_or(0) as f64 / 1024.0,
+        kiln_over_chain: kiln_cpu_s / chain_cpu_s.max(1e-9),
     })
 }
 
@@ -279,6 +376,13 @@ fn print_report(r: &ScaleReport, json: bool) -> anyhow::Result<()> {
             row.peak_mib,
             row.items_per_cpu_s
         );
+        if let Some(p) = &row.peer {
+            println!(
+                "       {}: one level {:.1} CPU-s, chain ½ ¼ ⅛ {:.1} CPU-s, peak {:.0} MiB; \
+                 Kiln's job ÷ chain = {:.1}×",
+                p.tool, p.one_level_cpu_s, p.chain_cpu_s, p.peak_mib, p.kiln_over_chain
+            );
+        }
     }
     if let (Some(t), Some(m)) = (r.cpu_exponent, r.memory_exponent) {
         println!(
@@ -301,6 +405,7 @@ mod tests {
             cpu_s,
             peak_mib,
             items_per_cpu_s: 0.0,
+            peer: None,
         }
     }
 
