@@ -64,6 +64,22 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
 }
 
+/// `dir` when given, else a fresh temporary folder (removed when the returned guard drops).
+///
+/// # Errors
+/// When the temporary folder cannot be made.
+pub(super) fn work_dir_or_temporary(
+    dir: Option<&std::path::Path>,
+) -> anyhow::Result<(PathBuf, Option<tempfile::TempDir>)> {
+    match dir {
+        Some(d) => Ok((d.to_path_buf(), None)),
+        None => {
+            let tmp = tempfile::tempdir().context("creating a temporary folder")?;
+            Ok((tmp.path().to_path_buf(), Some(tmp)))
+        }
+    }
+}
+
 /// `kiln bench train`.
 fn run_train(a: &BenchTrainArgs) -> anyhow::Result<()> {
     if (1..16).contains(&a.max_side) {
@@ -85,14 +101,7 @@ fn run_train(a: &BenchTrainArgs) -> anyhow::Result<()> {
     };
     let capture = kiln_datasets::resolve_location(&a.capture)
         .with_context(|| format!("cannot resolve capture {}", a.capture))?;
-    let tmp;
-    let work_dir = match &a.work_dir {
-        Some(d) => d.clone(),
-        None => {
-            tmp = tempfile::tempdir().context("creating a temporary folder")?;
-            tmp.path().to_path_buf()
-        }
-    };
+    let (work_dir, _tmp) = work_dir_or_temporary(a.work_dir.as_deref())?;
     let cfg = kiln_pipeline::bench::BenchTrainConfig {
         capture: PathBuf::from(capture),
         max_side: (a.max_side > 0).then_some(a.max_side),

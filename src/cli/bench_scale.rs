@@ -113,14 +113,7 @@ pub fn run(a: &BenchScaleArgs) -> anyhow::Result<()> {
     if a.peer {
         peer_program(a.kind)?;
     }
-    let tmp;
-    let work = match &a.work_dir {
-        Some(d) => d.clone(),
-        None => {
-            tmp = tempfile::tempdir().context("creating a temporary folder")?;
-            tmp.path().to_path_buf()
-        }
-    };
+    let (work, _tmp) = super::bench::work_dir_or_temporary(a.work_dir.as_deref())?;
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
     let work = std::fs::canonicalize(&work)?;
     let mut rows = Vec::new();

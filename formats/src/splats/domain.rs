@@ -316,6 +316,11 @@ pub(crate) mod tests {
     /// An INRIA PLY (SH degree 0, all `float`, little-endian) holding exactly `s`'s values,
     /// unchecked (the writer refuses non-finite ones), plus a `filter_3D` column when given.
     pub(crate) fn raw_ply(path: &Path, s: &GaussianSplats, filter: Option<&[f32]>) {
+        raw_ply_as(path, s, filter, false);
+    }
+
+    /// [`raw_ply`], in ASCII when `ascii` (values as Rust prints them: `NaN`, `inf`, `-inf`).
+    fn raw_ply_as(path: &Path, s: &GaussianSplats, filter: Option<&[f32]>, ascii: bool) {
         let mut names = vec!["x", "y", "z", "f_dc_0", "f_dc_1", "f_dc_2", "opacity"];
         names.extend([
             "scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3",
@@ -323,10 +328,12 @@ pub(crate) mod tests {
         if filter.is_some() {
             names.push("filter_3D");
         }
-        let mut out = format!(
-            "ply\nformat binary_little_endian 1.0\nelement vertex {}\n",
-            s.len()
-        );
+        let format = if ascii {
+            "ascii"
+        } else {
+            "binary_little_endian"
+        };
+        let mut out = format!("ply\nformat {format} 1.0\nelement vertex {}\n", s.len());
         for n in &names {
             out.push_str(&format!("property float {n}\n"));
         }
@@ -339,7 +346,13 @@ pub(crate) mod tests {
             row.extend(&s.log_scales[3 * i..3 * i + 3]);
             row.extend(&s.rotations[4 * i..4 * i + 4]);
             row.extend(filter.map(|f| f[i]));
-            bytes.extend(row.iter().flat_map(|v| v.to_le_bytes()));
+            if ascii {
+                let text: Vec<String> = row.iter().map(|v| v.to_string()).collect();
+                bytes.extend(text.join(" ").bytes());
+                bytes.push(b'\n');
+            } else {
+                bytes.extend(row.iter().flat_map(|v| v.to_le_bytes()));
+            }
         }
         std::fs::write(path, bytes).unwrap();
     }
@@ -764,45 +777,6 @@ pub(crate) mod tests {
         }
     }
 
-    /// `s` with per-splat `filter` as an ASCII PLY (same columns as [`raw_ply`]), values
-    /// spelled as Rust prints them (`NaN`, `inf`, `-inf`).
-    fn raw_ascii_ply(path: &Path, s: &GaussianSplats, filter: &[f32]) {
-        let names = [
-            "x",
-            "y",
-            "z",
-            "f_dc_0",
-            "f_dc_1",
-            "f_dc_2",
-            "opacity",
-            "scale_0",
-            "scale_1",
-            "scale_2",
-            "rot_0",
-            "rot_1",
-            "rot_2",
-            "rot_3",
-            "filter_3D",
-        ];
-        let mut out = format!("ply\nformat ascii 1.0\nelement vertex {}\n", s.len());
-        for n in names {
-            out.push_str(&format!("property float {n}\n"));
-        }
-        out.push_str("end_header\n");
-        for i in 0..s.len() {
-            let mut row: Vec<f32> = s.means[3 * i..3 * i + 3].to_vec();
-            row.extend(&s.sh_coeffs[3 * i..3 * i + 3]);
-            row.push(s.logit_opacities[i]);
-            row.extend(&s.log_scales[3 * i..3 * i + 3]);
-            row.extend(&s.rotations[4 * i..4 * i + 4]);
-            row.push(filter[i]);
-            let text: Vec<String> = row.iter().map(|v| v.to_string()).collect();
-            out.push_str(&text.join(" "));
-            out.push('\n');
-        }
-        std::fs::write(path, out).unwrap();
-    }
-
     /// Trial F17 and the re-trial's F1–F3, as a rule over generated files in binary and ASCII:
     /// a `filter_3D` that is NaN, ±Inf or negative at any vertex is refused naming
     /// `vertex[i].filter_3D` and the value as written (sign kept); a NaN scale or opacity beside
@@ -822,10 +796,7 @@ pub(crate) mod tests {
             filter[at] = bad;
             for ascii in [false, true] {
                 let path = dir.path().join(format!("bad{seed}-{ascii}.ply"));
-                match ascii {
-                    true => raw_ascii_ply(&path, &s, &filter),
-                    false => raw_ply(&path, &s, Some(&filter)),
-                }
+                raw_ply_as(&path, &s, Some(&filter), ascii);
                 let e = convert::read(&path).unwrap_err().to_string();
                 assert!(e.contains(&format!("vertex[{at}].filter_3D")), "{e}");
                 let shown = bad.to_string();
