@@ -48,7 +48,11 @@ pub(crate) fn bad_token(file: impl std::io::BufRead) -> Option<BadToken> {
             ["element", name, count] => {
                 elements.push((name.to_string(), count.parse().ok()?, Vec::new(), false));
             }
-            ["property", "list", ..] => elements.last_mut()?.3 = true,
+            ["property", "list", .., name] => {
+                let element = elements.last_mut()?;
+                element.2.push(name.to_string());
+                element.3 = true;
+            }
             ["property", _, name] => elements.last_mut()?.2.push(name.to_string()),
             ["end_header"] => break,
             _ => {}
@@ -62,21 +66,39 @@ pub(crate) fn bad_token(file: impl std::io::BufRead) -> Option<BadToken> {
         for row in 0..*count {
             let line = rows.next()?;
             if *has_list {
+                // Where a list ends depends on its length: name the row (and the property when
+                // it is the element's only one, as `face … vertex_indices` is).
+                if let Some(bad) = line.split_whitespace().find_map(|t| checked(t).err()) {
+                    let field = match properties.as_slice() {
+                        [only] => format!("{name}[{row}].{only}"),
+                        _ => format!("{name}[{row}]"),
+                    };
+                    return Some(BadToken { field, ..bad });
+                }
                 continue;
             }
             for (token, property) in line.split_whitespace().zip(properties) {
-                let value = token.parse::<f64>();
-                if !value.as_ref().is_ok_and(|v| v.is_finite()) {
-                    return Some(BadToken {
-                        field: format!("{name}[{row}].{property}"),
-                        token: token.to_string(),
-                        is_number: value.is_ok(),
-                    });
+                if let Err(bad) = checked(token) {
+                    let field = format!("{name}[{row}].{property}");
+                    return Some(BadToken { field, ..bad });
                 }
             }
         }
     }
     None
+}
+
+/// `Ok` for a token that reads as a finite number; else the [`BadToken`] without its field.
+fn checked(token: &str) -> Result<(), BadToken> {
+    let value = token.parse::<f64>();
+    if value.as_ref().is_ok_and(|v| v.is_finite()) {
+        return Ok(());
+    }
+    Err(BadToken {
+        field: String::new(),
+        token: token.to_string(),
+        is_number: value.is_ok(),
+    })
 }
 
 #[cfg(test)]
@@ -127,10 +149,21 @@ mod tests {
                 }),
                 "{text}"
             );
-            let fine = text.replace(spelling, "1e30");
+            let body_at = text.find("end_header\n").unwrap();
+            let fine = format!(
+                "{}{}",
+                &text[..body_at],
+                text[body_at..].replace(spelling, "1e30")
+            );
             assert_eq!(bad_token(fine.as_bytes()), None);
             let binary = text.replace("format ascii", "format binary_little_endian");
             assert_eq!(bad_token(binary.as_bytes()), None);
+            // The same token in the list element's second row names that row and its list.
+            let in_face = fine.replace("4 0 1 2 3", &format!("4 0 {spelling} 2 3"));
+            assert_eq!(
+                bad_token(in_face.as_bytes()).map(|b| b.field),
+                Some("face[1].vertex_indices".to_string())
+            );
         }
     }
 }

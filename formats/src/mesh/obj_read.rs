@@ -58,17 +58,29 @@ pub fn read_obj(path: &Path) -> Result<Mesh> {
     // Every `mtllib` and map file must lie inside the OBJ's folder (issue 41).
     let root = ConfinedRoot::of_input(path)?;
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut loaded = load_with_libraries(path, &root, &mut std::io::BufReader::new(file))?;
-    if loaded.faces_without_material() && mtllib_follows_usemtl(path)? {
-        // A `usemtl` before the `mtllib` that defines it: tobj resolves names as it reads, so
-        // read again with the libraries first, as Blender's and Assimp's importers see it.
-        let hoisted = hoist_mtllib(path)?;
-        loaded = load_with_libraries(path, &root, &mut hoisted.as_slice())?;
+    let mut loaded = match load_with_libraries(path, &root, &mut std::io::BufReader::new(file)) {
+        // tobj refuses `usemtl<TAB>name` outright: read normalised (below) before giving up.
+        Err(e) if !needs_normalising(path)? => return Err(e),
+        Err(_) => Loaded {
+            models: Vec::new(),
+            materials: Vec::new(),
+            libraries: Vec::new(),
+            unsplit: true,
+        },
+        Ok(loaded) => loaded,
+    };
+    if loaded.unsplit || (loaded.faces_without_material() && needs_normalising(path)?) {
+        // A `usemtl` before the `mtllib` that defines it (tobj resolves names as it reads), or
+        // a tab after either keyword (tobj splits on a space): read again with the libraries
+        // first and one space after each keyword, as Blender's and Assimp's importers see it.
+        let normalised = normalise_obj(path)?;
+        loaded = load_with_libraries(path, &root, &mut normalised.as_slice())?;
     }
     let Loaded {
         models,
         materials,
         libraries,
+        ..
     } = loaded;
     let mut missing = Vec::new();
     for lib in &libraries {
@@ -148,6 +160,9 @@ struct Loaded {
     models: Vec<tobj::Model>,
     materials: Vec<tobj::Material>,
     libraries: Vec<Library>,
+    /// A `mtllib` or `usemtl` whose argument tobj could not split off (a tab after the
+    /// keyword): the text is read again normalised.
+    unsplit: bool,
 }
 
 impl Loaded {
@@ -170,6 +185,7 @@ fn load_with_libraries(
     let dir = path.parent().unwrap_or(Path::new("."));
     let refused: RefCell<Option<Error>> = RefCell::new(None);
     let libraries: RefCell<Vec<Library>> = RefCell::new(Vec::new());
+    let unsplit = RefCell::new(false);
     let options = tobj::LoadOptions {
         single_index: true,
         triangulate: true,
@@ -177,6 +193,11 @@ fn load_with_libraries(
         ignore_lines: true,
     };
     let loaded = tobj::load_obj_buf(reader, &options, |mtl: &Path| {
+        if mtl.as_os_str().is_empty() {
+            // `mtllib<TAB>name`: tobj splits on a space only; read again normalised.
+            *unsplit.borrow_mut() = true;
+            return Err(tobj::LoadError::OpenFileFailed);
+        }
         let mut merged: Option<tobj::MTLLoadResult> = None;
         for name in library_names(root, path, dir, &mtl.to_string_lossy()) {
             let file = match root.resolve(path, "mtllib", dir, &name) {
@@ -217,6 +238,7 @@ fn load_with_libraries(
         models,
         materials: materials.unwrap_or_default(),
         libraries: libraries.into_inner(),
+        unsplit: unsplit.into_inner(),
     })
 }
 
@@ -235,14 +257,19 @@ fn library_names(root: &ConfinedRoot, obj: &Path, dir: &Path, argument: &str) ->
     whole.split_whitespace().map(String::from).collect()
 }
 
-/// Whether a `mtllib` line of the OBJ `path` comes after its first `usemtl` line.
-fn mtllib_follows_usemtl(path: &Path) -> Result<bool> {
+/// Whether the OBJ `path` needs [`normalise_obj`]: a `mtllib` line after its first `usemtl`, or
+/// a `usemtl`/`mtllib` keyword followed by something other than one space.
+fn needs_normalising(path: &Path) -> Result<bool> {
     use std::io::BufRead;
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let mut seen_usemtl = false;
     for line in std::io::BufReader::new(file).split(b'\n') {
         let line = line.map_err(|e| Error::io(path, e))?;
-        match statement(&line) {
+        let keyword = statement(&line);
+        if matches!(keyword, Some("usemtl" | "mtllib")) && !spaced_once(&line) {
+            return Ok(true);
+        }
+        match keyword {
             Some("usemtl") => seen_usemtl = true,
             Some("mtllib") if seen_usemtl => return Ok(true),
             _ => {}
@@ -251,18 +278,37 @@ fn mtllib_follows_usemtl(path: &Path) -> Result<bool> {
     Ok(false)
 }
 
-/// The OBJ `path` with its `mtllib` lines moved to the front, every other line in order.
-fn hoist_mtllib(path: &Path) -> Result<Vec<u8>> {
+/// Whether the keyword of `line` is followed by exactly one space (what tobj splits on).
+fn spaced_once(line: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(line);
+    let text = text.trim_start();
+    let after = text.trim_start_matches(|c: char| !c.is_whitespace());
+    after.starts_with(' ') && !after[1..].starts_with(char::is_whitespace)
+}
+
+/// The OBJ `path` with its `mtllib` lines moved to the front and one space after every
+/// `mtllib`/`usemtl` keyword, every other line as it was, in order.
+fn normalise_obj(path: &Path) -> Result<Vec<u8>> {
     let text = std::fs::read(path).map_err(|e| Error::io(path, e))?;
     let (mut libraries, mut rest) = (Vec::new(), Vec::with_capacity(text.len()));
     for line in text.split_inclusive(|&b| b == b'\n') {
-        let out = match statement(line) {
+        let keyword = statement(line).map(str::to_string);
+        let out = match keyword.as_deref() {
             Some("mtllib") => &mut libraries,
             _ => &mut rest,
         };
-        out.extend_from_slice(line);
-        if !line.ends_with(b"\n") {
-            out.push(b'\n');
+        match keyword.as_deref() {
+            Some(k @ ("mtllib" | "usemtl")) => {
+                let text = String::from_utf8_lossy(line);
+                let argument = text.trim_start()[k.len()..].trim();
+                out.extend_from_slice(format!("{k} {argument}\n").as_bytes());
+            }
+            _ => {
+                out.extend_from_slice(line);
+                if !line.ends_with(b"\n") {
+                    out.push(b'\n');
+                }
+            }
         }
     }
     libraries.extend(rest);
@@ -562,9 +608,19 @@ pub fn obj_material_libraries(obj_text: &str) -> Vec<String> {
         if let Some(rest) = line.trim_start().strip_prefix("mtllib")
             && rest.starts_with(char::is_whitespace)
         {
-            let name = rest.trim().replace('\\', "/");
-            if !name.is_empty() && !out.contains(&name) {
-                out.push(name);
+            let whole = rest.trim().replace('\\', "/");
+            // The whole argument (a name with spaces) and each name of a list: the reader picks
+            // whichever exists ([`read_obj`]); staging fetches those that do.
+            let names = std::iter::once(whole.clone()).chain(
+                whole
+                    .split_whitespace()
+                    .map(String::from)
+                    .skip_while(|n| *n == whole),
+            );
+            for name in names {
+                if !name.is_empty() && !out.contains(&name) {
+                    out.push(name);
+                }
             }
         }
     }
@@ -972,7 +1028,7 @@ mod tests {
             obj_material_libraries(
                 "# x\nmtllib a.mtl\nmtllib sub\\b c.mtl\nmtllib a.mtl\nv 0 0 0\n"
             ),
-            ["a.mtl", "sub/b c.mtl"]
+            ["a.mtl", "sub/b c.mtl", "sub/b", "c.mtl"]
         );
         assert_eq!(
             mtl_texture_files(
@@ -1058,6 +1114,40 @@ mod tests {
         );
         assert!(warned[0].contains("drawn white") && !warned[0].contains("texture"));
         assert!(warned[1].contains("`Red`, `Blue`"), "{}", warned[1]);
+    }
+
+    /// Re-trial N2's siblings: a tab (or several spaces) after `mtllib` or `usemtl` reads as
+    /// one space; staging lists each name of a `mtllib` list as well as the whole argument.
+    #[test]
+    fn tabs_after_mtllib_and_usemtl_read_like_spaces() {
+        use crate::splats::domain::tests::warnings;
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("red.mtl"), "newmtl Red\nKd 1 0 0\n").unwrap();
+        std::fs::write(d.path().join("blue.mtl"), "newmtl Blue\nKd 0 0 1\n").unwrap();
+        for (libraries, red) in [
+            ("mtllib\tred.mtl\nmtllib blue.mtl", "usemtl Red"),
+            ("mtllib\tred.mtl\tblue.mtl", "usemtl\tRed"),
+            ("mtllib  red.mtl blue.mtl", "usemtl   Red"),
+        ] {
+            let obj = d.path().join("t.obj");
+            let text = format!(
+                "{libraries}\nv 0 0 0\nv 1 0 0\nv 0 1 0\n{red}\nf 1 2 3\nusemtl Blue\nf 1 3 2\n"
+            );
+            std::fs::write(&obj, &text).unwrap();
+            let (mesh, warned) = warnings(|| read_obj(&obj).unwrap());
+            assert!(warned.is_empty(), "{text}: {warned:?}");
+            let colours: Vec<[f32; 4]> =
+                mesh.materials.iter().map(|m| m.base_color_factor).collect();
+            assert_eq!(
+                colours,
+                [[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 1.0]],
+                "{text}"
+            );
+        }
+        assert_eq!(
+            obj_material_libraries("mtllib\tred.mtl\tblue.mtl\n"),
+            ["red.mtl\tblue.mtl", "red.mtl", "blue.mtl"]
+        );
     }
 
     /// Re-trial N2: one `mtllib` line naming two libraries loads both, in order; a library

@@ -556,6 +556,16 @@ mod tests {
             assert!(e.contains(&format!("vertex[{row}].{axis}")), "{e}");
             assert!(e.contains(token) && e.contains("bad.ply"), "{e}");
         }
+        // A face row's token names the face and its index list (re-check of N1).
+        let text = "ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\nproperty float y\n\
+                    property float z\nelement face 1\nproperty list uchar int vertex_indices\n\
+                    end_header\n0 0 0\n1 0 0\n0 1 0\n3 0 1 7x\n";
+        let p = write(d.path(), "face.ply", text);
+        let e = read_ply_mesh(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("face[0].vertex_indices") && e.contains("7x"),
+            "{e}"
+        );
     }
 
     /// `tests/fixtures/mesh/pyramid_colors.ply`: a quad base (fan: (0,1,2), (0,2,3)) and four
